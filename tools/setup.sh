@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what blockscale's build and tests need, only where it is missing, then configures and
+# builds into build/. Sourced by run.sh and test.sh; safe to run again (idempotent).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# Debian packages: compiler, CMake, Eigen, GoogleTest, Python for the ml_dtypes oracle test.
+need=()
+for pkg in build-essential cmake libeigen3-dev libgtest-dev python3; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if ((${#need[@]})); then
+  echo "setup: installing ${need[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${need[@]}"
+fi
+
+# numpy and ml_dtypes: the independent oracle of the codec tests.
+if ! python3 -c "import numpy, ml_dtypes" >/dev/null 2>&1; then
+  echo "setup: installing numpy and ml_dtypes (pip)"
+  python3 -m pip install -q numpy ml_dtypes 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages numpy ml_dtypes
+fi
+
+# The CUDA toolkit is optional (BLOCKSCALE_CUDA=AUTO); find nvcc where it usually lives.
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${BLOCKSCALE_CMAKE_ARGS:-} >/dev/null
+cmake --build build -j "$(nproc)"
