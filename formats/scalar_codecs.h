@@ -24,12 +24,20 @@ struct MinifloatSpec {
   bool has_sign;      // false: unsigned (UE4M3)
 };
 
-inline constexpr MinifloatSpec kE4M3{4, 3, 7, 0x7E, 0x7F, false, true};
-inline constexpr MinifloatSpec kE5M2{5, 2, 15, 0x7B, 0x7F, true, true};
-inline constexpr MinifloatSpec kE2M1{2, 1, 1, 0x7, -1, false, true};
-inline constexpr MinifloatSpec kE2M3{2, 3, 1, 0x1F, -1, false, true};
-inline constexpr MinifloatSpec kE3M2{3, 2, 3, 0x1F, -1, false, true};
-inline constexpr MinifloatSpec kUE4M3{4, 3, 7, 0x7E, 0x7F, false, false};
+// Device code cannot take the address of a namespace-scope constexpr object, so the specs are
+// functions (for kernels) with constant copies for host code.
+BS_HOST_DEVICE constexpr MinifloatSpec e4m3_spec() { return {4, 3, 7, 0x7E, 0x7F, false, true}; }
+BS_HOST_DEVICE constexpr MinifloatSpec e5m2_spec() { return {5, 2, 15, 0x7B, 0x7F, true, true}; }
+BS_HOST_DEVICE constexpr MinifloatSpec e2m1_spec() { return {2, 1, 1, 0x7, -1, false, true}; }
+BS_HOST_DEVICE constexpr MinifloatSpec e2m3_spec() { return {2, 3, 1, 0x1F, -1, false, true}; }
+BS_HOST_DEVICE constexpr MinifloatSpec e3m2_spec() { return {3, 2, 3, 0x1F, -1, false, true}; }
+BS_HOST_DEVICE constexpr MinifloatSpec ue4m3_spec() { return {4, 3, 7, 0x7E, 0x7F, false, false}; }
+inline constexpr MinifloatSpec kE4M3 = e4m3_spec();
+inline constexpr MinifloatSpec kE5M2 = e5m2_spec();
+inline constexpr MinifloatSpec kE2M1 = e2m1_spec();
+inline constexpr MinifloatSpec kE2M3 = e2m3_spec();
+inline constexpr MinifloatSpec kE3M2 = e3m2_spec();
+inline constexpr MinifloatSpec kUE4M3 = ue4m3_spec();
 
 BS_HOST_DEVICE uint32_t minifloat_sign_code(const MinifloatSpec& s, uint32_t sign) {
   return s.has_sign ? sign << (s.exp_bits + s.man_bits) : 0u;
@@ -90,18 +98,18 @@ BS_HOST_DEVICE float decode_minifloat(uint32_t code, const MinifloatSpec& s) {
   return bits_float(sign_bit | ((exp_field - s.bias + 127) << 23) | (man << (23 - s.man_bits)));
 }
 
-BS_HOST_DEVICE uint8_t encode_e4m3(float x) { return static_cast<uint8_t>(encode_minifloat(x, kE4M3)); }
-BS_HOST_DEVICE uint8_t encode_e5m2(float x) { return static_cast<uint8_t>(encode_minifloat(x, kE5M2)); }
-BS_HOST_DEVICE uint8_t encode_e2m1(float x) { return static_cast<uint8_t>(encode_minifloat(x, kE2M1)); }
-BS_HOST_DEVICE uint8_t encode_e2m3(float x) { return static_cast<uint8_t>(encode_minifloat(x, kE2M3)); }
-BS_HOST_DEVICE uint8_t encode_e3m2(float x) { return static_cast<uint8_t>(encode_minifloat(x, kE3M2)); }
-BS_HOST_DEVICE uint8_t encode_ue4m3(float x) { return static_cast<uint8_t>(encode_minifloat(x, kUE4M3)); }
-BS_HOST_DEVICE float decode_e4m3(uint32_t c) { return decode_minifloat(c, kE4M3); }
-BS_HOST_DEVICE float decode_e5m2(uint32_t c) { return decode_minifloat(c, kE5M2); }
-BS_HOST_DEVICE float decode_e2m1(uint32_t c) { return decode_minifloat(c, kE2M1); }
-BS_HOST_DEVICE float decode_e2m3(uint32_t c) { return decode_minifloat(c, kE2M3); }
-BS_HOST_DEVICE float decode_e3m2(uint32_t c) { return decode_minifloat(c, kE3M2); }
-BS_HOST_DEVICE float decode_ue4m3(uint32_t c) { return decode_minifloat(c, kUE4M3); }
+BS_HOST_DEVICE uint8_t encode_e4m3(float x) { return static_cast<uint8_t>(encode_minifloat(x, e4m3_spec())); }
+BS_HOST_DEVICE uint8_t encode_e5m2(float x) { return static_cast<uint8_t>(encode_minifloat(x, e5m2_spec())); }
+BS_HOST_DEVICE uint8_t encode_e2m1(float x) { return static_cast<uint8_t>(encode_minifloat(x, e2m1_spec())); }
+BS_HOST_DEVICE uint8_t encode_e2m3(float x) { return static_cast<uint8_t>(encode_minifloat(x, e2m3_spec())); }
+BS_HOST_DEVICE uint8_t encode_e3m2(float x) { return static_cast<uint8_t>(encode_minifloat(x, e3m2_spec())); }
+BS_HOST_DEVICE uint8_t encode_ue4m3(float x) { return static_cast<uint8_t>(encode_minifloat(x, ue4m3_spec())); }
+BS_HOST_DEVICE float decode_e4m3(uint32_t c) { return decode_minifloat(c, e4m3_spec()); }
+BS_HOST_DEVICE float decode_e5m2(uint32_t c) { return decode_minifloat(c, e5m2_spec()); }
+BS_HOST_DEVICE float decode_e2m1(uint32_t c) { return decode_minifloat(c, e2m1_spec()); }
+BS_HOST_DEVICE float decode_e2m3(uint32_t c) { return decode_minifloat(c, e2m3_spec()); }
+BS_HOST_DEVICE float decode_e3m2(uint32_t c) { return decode_minifloat(c, e3m2_spec()); }
+BS_HOST_DEVICE float decode_ue4m3(uint32_t c) { return decode_minifloat(c, ue4m3_spec()); }
 
 // ---- E8M0: 2^(code - 127); 0x00 is 2^-127, 0xFF is NaN; no zero, no sign.
 inline constexpr uint8_t kE8M0Nan = 0xFF;

@@ -1,0 +1,146 @@
+// Pack/unpack between the linear scale layout and the GEMM layouts of scale_layout.h.
+#include "formats/scale_layout.h"
+
+#include <string>
+
+namespace blockscale::formats {
+namespace {
+
+// Keeps every padded size and offset far from int64 overflow (2^31 x 2^31 < 2^63).
+constexpr int64_t kMaxDim = int64_t{1} << 31;
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+Status check_dim(const char* fn, const char* arg, int64_t v) {
+  if (v < 0 || v > kMaxDim)
+    return Status::error(std::string(fn) + ": " + arg + " (" + std::to_string(v) +
+                         ") must be in [0, 2^31]");
+  return Status::ok();
+}
+
+// Shape and pointer checks shared by every pack/unpack: `src` may be null only when the source
+// holds no element; `dst` must never be null.
+Status check_args(const char* fn, const char* rows_name, int64_t rows, const char* cols_name,
+                  int64_t cols, const char* src_name, const void* src, const char* dst_name,
+                  const void* dst) {
+  BS_RETURN_IF_ERROR(check_dim(fn, rows_name, rows));
+  BS_RETURN_IF_ERROR(check_dim(fn, cols_name, cols));
+  if (src == nullptr && rows > 0 && cols > 0)
+    return Status::error(std::string(fn) + ": " + src_name + " must not be null for a " +
+                         std::to_string(rows) + " x " + std::to_string(cols) + " scale matrix");
+  if (dst == nullptr) return Status::error(std::string(fn) + ": " + dst_name + " must not be null");
+  return Status::ok();
+}
+
+Status check_size(const char* fn, const char* arg, size_t got, int64_t expected, const char* unit) {
+  if (got != static_cast<size_t>(expected))
+    return Status::error(std::string(fn) + ": " + arg + " (" + std::to_string(got) + " " + unit +
+                         ") must equal the packed size " + std::to_string(expected) + " " + unit +
+                         " for this shape");
+  return Status::ok();
+}
+
+}  // namespace
+
+// ---- Swizzled 128x4 ----------------------------------------------------------------------
+
+int64_t swizzled_scale_bytes(int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return 0;
+  return round_up(rows, 128) * round_up(cols, 4);
+}
+
+Status pack_swizzled_scales(const uint8_t* linear, int64_t rows, int64_t cols,
+                            std::vector<uint8_t>* out) {
+  BS_RETURN_IF_ERROR(
+      check_args("pack_swizzled_scales", "rows", rows, "cols", cols, "linear", linear, "out", out));
+  std::vector<uint8_t> s(static_cast<size_t>(swizzled_scale_bytes(rows, cols)), 0);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) s[swizzled_scale_offset(i, j, cols)] = linear[i * cols + j];
+  *out = std::move(s);
+  return Status::ok();
+}
+
+Status unpack_swizzled_scales(const uint8_t* swizzled, size_t swizzled_bytes, int64_t rows,
+                              int64_t cols, std::vector<uint8_t>* linear) {
+  const char* fn = "unpack_swizzled_scales";
+  BS_RETURN_IF_ERROR(
+      check_args(fn, "rows", rows, "cols", cols, "swizzled", swizzled, "linear", linear));
+  BS_RETURN_IF_ERROR(
+      check_size(fn, "swizzled_bytes", swizzled_bytes, swizzled_scale_bytes(rows, cols), "bytes"));
+  std::vector<uint8_t> l(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j)
+      l[i * cols + j] = swizzled[swizzled_scale_offset(i, j, cols)];
+  *linear = std::move(l);
+  return Status::ok();
+}
+
+// ---- VEC128_32F ----------------------------------------------------------------------------
+
+int64_t vec128_scale_floats(int64_t rows, int64_t k_blocks) {
+  if (rows <= 0 || k_blocks <= 0) return 0;
+  return k_blocks * vec128_scale_ld(rows);
+}
+
+Status pack_vec128_scales(const float* linear, int64_t rows, int64_t k_blocks,
+                          std::vector<float>* out) {
+  BS_RETURN_IF_ERROR(check_args("pack_vec128_scales", "rows", rows, "k_blocks", k_blocks, "linear",
+                                linear, "out", out));
+  std::vector<float> p(static_cast<size_t>(vec128_scale_floats(rows, k_blocks)), 0.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t kb = 0; kb < k_blocks; ++kb)
+      p[vec128_scale_offset(r, kb, rows)] = linear[r * k_blocks + kb];
+  *out = std::move(p);
+  return Status::ok();
+}
+
+Status unpack_vec128_scales(const float* packed, size_t packed_floats, int64_t rows,
+                            int64_t k_blocks, std::vector<float>* linear) {
+  const char* fn = "unpack_vec128_scales";
+  BS_RETURN_IF_ERROR(
+      check_args(fn, "rows", rows, "k_blocks", k_blocks, "packed", packed, "linear", linear));
+  BS_RETURN_IF_ERROR(check_size(fn, "packed_floats", packed_floats,
+                                vec128_scale_floats(rows, k_blocks), "floats"));
+  std::vector<float> l(static_cast<size_t>(rows * k_blocks));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t kb = 0; kb < k_blocks; ++kb)
+      l[r * k_blocks + kb] = packed[vec128_scale_offset(r, kb, rows)];
+  *linear = std::move(l);
+  return Status::ok();
+}
+
+// ---- BLK128x128_32F ------------------------------------------------------------------------
+
+int64_t blk128_scale_floats(int64_t row_blocks, int64_t k_blocks) {
+  if (row_blocks <= 0 || k_blocks <= 0) return 0;
+  return row_blocks * blk128_scale_ld(k_blocks);
+}
+
+Status pack_blk128_scales(const float* linear, int64_t row_blocks, int64_t k_blocks,
+                          std::vector<float>* out) {
+  BS_RETURN_IF_ERROR(check_args("pack_blk128_scales", "row_blocks", row_blocks, "k_blocks",
+                                k_blocks, "linear", linear, "out", out));
+  std::vector<float> p(static_cast<size_t>(blk128_scale_floats(row_blocks, k_blocks)), 0.0f);
+  for (int64_t rb = 0; rb < row_blocks; ++rb)
+    for (int64_t kb = 0; kb < k_blocks; ++kb)
+      p[blk128_scale_offset(rb, kb, k_blocks)] = linear[rb * k_blocks + kb];
+  *out = std::move(p);
+  return Status::ok();
+}
+
+Status unpack_blk128_scales(const float* packed, size_t packed_floats, int64_t row_blocks,
+                            int64_t k_blocks, std::vector<float>* linear) {
+  const char* fn = "unpack_blk128_scales";
+  BS_RETURN_IF_ERROR(check_args(fn, "row_blocks", row_blocks, "k_blocks", k_blocks, "packed",
+                                packed, "linear", linear));
+  BS_RETURN_IF_ERROR(check_size(fn, "packed_floats", packed_floats,
+                                blk128_scale_floats(row_blocks, k_blocks), "floats"));
+  std::vector<float> l(static_cast<size_t>(row_blocks * k_blocks));
+  for (int64_t rb = 0; rb < row_blocks; ++rb)
+    for (int64_t kb = 0; kb < k_blocks; ++kb)
+      l[rb * k_blocks + kb] = packed[blk128_scale_offset(rb, kb, k_blocks)];
+  *linear = std::move(l);
+  return Status::ok();
+}
+
+}  // namespace blockscale::formats
