@@ -278,7 +278,12 @@ INSTANTIATE_TEST_SUITE_P(
                     RecipePair{Recipe::kMxfp8E4M3, Recipe::kNvfp4, true, 2, 33, 64},
                     RecipePair{Recipe::kFp8Block1x128, Recipe::kFp8Block128x128, false, 3, 130,
                                256},
-                    RecipePair{Recipe::kFp8Block1x128, Recipe::kFp8Block1x128, false, 1, 1, 384}));
+                    RecipePair{Recipe::kFp8Block1x128, Recipe::kFp8Block1x128, false, 1, 1, 384}),
+    [](const testing::TestParamInfo<RecipePair>& info) {
+      const RecipePair& p = info.param;
+      return std::string(recipe_name(p.a)) + "_x_" + recipe_name(p.b) + (p.b_2d ? "_2d_" : "_") +
+             std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k);
+    });
 
 TEST(ReferenceGemm, BetaZeroDoesNotReadC) {
   std::mt19937 rng(5);
@@ -370,7 +375,11 @@ INSTANTIATE_TEST_SUITE_P(
         MGroupCase{{0, 0, 7, 7}, Recipe::kMxfp8E4M3, Recipe::kNvfp4, 64},
         MGroupCase{{1, 2, 3}, Recipe::kNvfp4, Recipe::kMxfp4, 32},  // one token each
         MGroupCase{{0, 130, 131}, Recipe::kFp8Block1x128, Recipe::kFp8Block128x128, 256},
-        MGroupCase{{5}, Recipe::kMxfp8E5M2, Recipe::kMxfp8E5M2, 96}));  // a single expert
+        MGroupCase{{5}, Recipe::kMxfp8E5M2, Recipe::kMxfp8E5M2, 96}),  // a single expert
+    [](const testing::TestParamInfo<MGroupCase>& info) {
+      return std::string(recipe_name(info.param.a_recipe)) + "_x_" +
+             recipe_name(info.param.b_recipe) + "_case" + std::to_string(info.index);
+    });
 
 TEST(MGrouped, BadGroupEndsAndExpertsNameTheArgument) {
   std::mt19937 rng(8);
@@ -438,7 +447,11 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Values(KGroupCase{Recipe::kMxfp8E4M3, Recipe::kMxfp8E4M3, {0, 32, 32, 128}},
                     KGroupCase{Recipe::kNvfp4, Recipe::kNvfp4, {16, 16, 48, 64}},
                     KGroupCase{Recipe::kMxfp8E4M3, Recipe::kNvfp4, {64, 64, 64}},  // one expert
-                    KGroupCase{Recipe::kFp8Block1x128, Recipe::kFp8Block1x128, {128, 256}}));
+                    KGroupCase{Recipe::kFp8Block1x128, Recipe::kFp8Block1x128, {128, 256}}),
+    [](const testing::TestParamInfo<KGroupCase>& info) {
+      return std::string(recipe_name(info.param.a_recipe)) + "_x_" +
+             recipe_name(info.param.b_recipe) + "_case" + std::to_string(info.index);
+    });
 
 TEST(KGrouped, EmptyExpertGetsBetaTimesC) {
   std::mt19937 rng(10);
