@@ -1,0 +1,217 @@
+// Tests of formats/grouped_quantize.cpp: the MoE columnwise copy. Each expert's token range is
+// padded with zero rows to a multiple of the block length (32 MX, 16 NVFP4, 128 FP8 blockwise);
+// checked against (a) the plain columnwise quantize of an explicitly zero-padded input, byte for
+// byte (SR and RHT included, since both are defined on the stored matrix), and (b) each expert
+// quantized alone (its slice, then zero padding). Bad group_ends are rejected.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/quantize.h"
+
+namespace bf = blockscale::formats;
+using bf::Direction;
+using bf::QuantizedMatrix;
+using bf::QuantizeOptions;
+using bf::Recipe;
+
+namespace {
+
+uint32_t fbits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+
+std::vector<float> random_matrix(int64_t rows, int64_t cols, int64_t ld, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(rows * ld), std::numeric_limits<float>::quiet_NaN());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) x[r * ld + c] = n(rng) * (1.0f + r % 7);  // experts differ
+  return x;
+}
+
+struct Case { const char* name; QuantizeOptions opt; int block; };
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+std::vector<Case> cases() {
+  auto mk = [](Recipe r) { QuantizeOptions o; o.recipe = r; return o; };
+  std::vector<Case> v;
+  v.push_back({"mxfp8", mk(Recipe::kMxfp8E4M3), 32});
+  v.push_back({"mxfp4", mk(Recipe::kMxfp4), 32});
+  v.push_back({"nvfp4", mk(Recipe::kNvfp4), 16});
+  QuantizeOptions o = mk(Recipe::kNvfp4); o.nvfp4_2d = true;
+  v.push_back({"nvfp4_2d", o, 16});
+  o = mk(Recipe::kNvfp4); o.stochastic_rounding = true; o.sr_seed = 4711; o.sr_offset = 9;
+  v.push_back({"nvfp4_sr", o, 16});
+  o = mk(Recipe::kNvfp4); o.hadamard = true;
+  v.push_back({"nvfp4_rht", o, 16});
+  v.push_back({"fp8_1x128", mk(Recipe::kFp8Block1x128), 128});
+  o = mk(Recipe::kFp8Block1x128); o.pow2_scales = true;
+  v.push_back({"fp8_1x128_pow2", o, 128});
+  v.push_back({"fp8_128x128", mk(Recipe::kFp8Block128x128), 128});
+  return v;
+}
+
+struct Groups { const char* name; std::vector<int64_t> ends; };
+void PrintTo(const Groups& g, std::ostream* os) { *os << g.name; }
+
+const Groups kGroups[] = {
+    {"mixed_with_empty", {10, 10, 45, 70}},
+    {"one_token_experts", {0, 1, 2, 70}},
+    {"single_expert", {70}},
+    {"all_on_one_of_three", {0, 70, 70}},
+    {"aligned_and_odd", {32, 64, 64, 65, 70}},
+};
+
+uint32_t code_at(const QuantizedMatrix& q, int64_t r, int64_t c) {
+  if (q.recipe != Recipe::kMxfp4 && q.recipe != Recipe::kNvfp4) return q.data[r * q.cols + c];
+  const uint8_t b = q.data[r * ((q.cols + 1) / 2) + c / 2];
+  return (c & 1) ? b >> 4 : b & 0xF;
+}
+
+class Grouped : public ::testing::TestWithParam<std::tuple<Case, Groups>> {};
+
+TEST_P(Grouped, EqualsColumnwiseOfZeroPaddedInput) {
+  const auto [c, g] = GetParam();
+  const int64_t rows = 70, cols = 48, ld = 50;
+  auto x = random_matrix(rows, cols, ld, 1234);
+  x[40 * ld + 3] = std::numeric_limits<float>::quiet_NaN();  // one NaN block, inside an expert
+  // Expected padded ends, and the explicitly padded input.
+  std::vector<int64_t> want_ends;
+  std::vector<std::pair<int64_t, int64_t>> src;  // padded row -> source row (-1: zero)
+  int64_t prev = 0, padded = 0;
+  for (int64_t e : g.ends) {
+    const int64_t n = e - prev;
+    const int64_t pn = (n + c.block - 1) / c.block * c.block;
+    for (int64_t t = 0; t < pn; ++t) src.push_back({padded + t, t < n ? prev + t : -1});
+    padded += pn;
+    want_ends.push_back(padded);
+    prev = e;
+  }
+  std::vector<float> xp(static_cast<size_t>(padded * cols), 0.0f);
+  for (auto [pr, sr] : src)
+    if (sr >= 0)
+      for (int64_t j = 0; j < cols; ++j) xp[pr * cols + j] = x[sr * ld + j];
+
+  QuantizedMatrix q;
+  q.data.assign(17, 0xEE);  // poisoned
+  q.nonfinite_seen = false;
+  std::vector<int64_t> ends = {-5, -5, -5, -5, -5, -5, -5, -5};
+  auto st = bf::quantize_grouped_columnwise(x.data(), rows, cols, ld, g.ends, c.opt, &q, &ends);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(ends, want_ends);
+  ASSERT_EQ(q.rows, cols);
+  ASSERT_EQ(q.cols, padded);
+
+  QuantizedMatrix ref;
+  st = bf::quantize(xp.data(), padded, cols, cols, c.opt, Direction::kColumnwise, &ref);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(q.block_rows, ref.block_rows);
+  EXPECT_EQ(q.block_cols, ref.block_cols);
+  EXPECT_EQ(q.data, ref.data);
+  EXPECT_EQ(q.scales, ref.scales);
+  ASSERT_EQ(q.scales_f32.size(), ref.scales_f32.size());
+  for (size_t i = 0; i < q.scales_f32.size(); ++i)
+    EXPECT_EQ(fbits(q.scales_f32[i]), fbits(ref.scales_f32[i])) << i;
+  EXPECT_EQ(fbits(q.global_scale_dec), fbits(ref.global_scale_dec));
+  EXPECT_TRUE(q.nonfinite_seen);
+  EXPECT_TRUE(bf::validate(q, "grouped").is_ok());
+}
+
+// Each expert alone, quantized columnwise (NVFP4 given the whole tensor's amax, which sets the one
+// tensor scale), equals its slice of the grouped output; the padding columns hold +0 codes.
+TEST_P(Grouped, EachExpertSliceEqualsTheExpertAlone) {
+  auto [c, g] = GetParam();
+  if (c.opt.stochastic_rounding) GTEST_SKIP() << "SR draws depend on the position in the output";
+  if (c.opt.hadamard) GTEST_SKIP() << "an expert alone needs a multiple of 16 tokens; covered above";
+  const int64_t rows = 70, cols = 48;
+  const auto x = random_matrix(rows, cols, cols, 99);
+  QuantizedMatrix q;
+  std::vector<int64_t> ends;
+  auto st = bf::quantize_grouped_columnwise(x.data(), rows, cols, cols, g.ends, c.opt, &q, &ends);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_EQ(ends.size(), g.ends.size());
+  QuantizeOptions alone = c.opt;
+  if (alone.recipe == Recipe::kNvfp4) {
+    float amax = 0;
+    for (float v : x) amax = std::max(amax, std::fabs(v));
+    alone.has_tensor_amax = true;
+    alone.tensor_amax = amax;
+  }
+  const int bc = q.block_cols;
+  const int64_t sc = q.scale_cols();
+  int64_t prev = 0, pstart = 0;
+  for (size_t e = 0; e < g.ends.size(); ++e) {
+    SCOPED_TRACE("expert " + std::to_string(e));
+    const int64_t n = g.ends[e] - prev, pend = ends[e];
+    ASSERT_EQ(pend - pstart, (n + c.block - 1) / c.block * c.block);
+    if (n > 0) {
+      QuantizedMatrix a;
+      st = bf::quantize(x.data() + prev * cols, n, cols, cols, alone, Direction::kColumnwise, &a);
+      ASSERT_TRUE(st.is_ok()) << st.message();
+      ASSERT_EQ(a.rows, cols);
+      ASSERT_EQ(a.scale_rows(), q.scale_rows());
+      for (int64_t r = 0; r < cols; ++r) {
+        for (int64_t t = 0; t < pend - pstart; ++t)
+          ASSERT_EQ(code_at(q, r, pstart + t), t < n ? code_at(a, r, t) : 0u) << r << "," << t;
+      }
+      for (int64_t i = 0; i < q.scale_rows(); ++i)
+        for (int64_t b = 0; b < a.scale_cols(); ++b) {
+          const int64_t gi = i * sc + pstart / bc + b, ai = i * a.scale_cols() + b;
+          if (a.scales_f32.empty()) ASSERT_EQ(q.scales[gi], a.scales[ai]) << i << "," << b;
+          else ASSERT_EQ(fbits(q.scales_f32[gi]), fbits(a.scales_f32[ai])) << i << "," << b;
+        }
+    }
+    prev = g.ends[e];
+    pstart = pend;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Grouped, Grouped,
+                         ::testing::Combine(::testing::ValuesIn(cases()), ::testing::ValuesIn(kGroups)),
+                         [](const auto& i) {
+                           return std::string(std::get<0>(i.param).name) + "_" + std::get<1>(i.param).name;
+                         });
+
+constexpr int64_t kRows = 70, kCols = 48;
+
+TEST(GroupedValidation, BadArgumentsRejected) {
+  const int64_t rows = kRows, cols = kCols;
+  const auto x = random_matrix(rows, cols, cols, 7);
+  QuantizeOptions o;
+  o.recipe = Recipe::kMxfp8E4M3;
+  QuantizedMatrix poisoned;
+  poisoned.data.assign(5, 0xAB);
+  poisoned.rows = 3;
+  const std::vector<int64_t> poisoned_ends = {1, 2, 3};
+  auto check = [&](const std::vector<int64_t>& ge, const float* px, bool null_out, bool null_ends,
+                   const std::string& must_mention, int64_t r = kRows, int64_t c = kCols,
+                   int64_t ld = kCols) {
+    QuantizedMatrix q = poisoned;
+    std::vector<int64_t> ends = poisoned_ends;
+    auto st = bf::quantize_grouped_columnwise(px, r, c, ld, ge, o, null_out ? nullptr : &q,
+                                              null_ends ? nullptr : &ends);
+    ASSERT_FALSE(st.is_ok()) << "should fail: " << must_mention;
+    EXPECT_NE(st.message().find(must_mention), std::string::npos) << st.message();
+    EXPECT_EQ(q.data, poisoned.data);
+    EXPECT_EQ(q.rows, 3);
+    EXPECT_EQ(ends, poisoned_ends);
+  };
+  check({40, 30, 70}, x.data(), false, false, "group_ends");   // decreasing
+  check({10, 60}, x.data(), false, false, "group_ends");       // last != rows
+  check({10, 80}, x.data(), false, false, "group_ends");       // last > rows
+  check({-1, 70}, x.data(), false, false, "group_ends");       // negative
+  check({}, x.data(), false, false, "group_ends");             // no experts
+  check({70}, nullptr, false, false, "x");
+  check({70}, x.data(), true, false, "out");
+  check({70}, x.data(), false, true, "padded_group_ends");
+  check({70}, x.data(), false, false, "cols", rows, 0, cols);
+  check({70}, x.data(), false, false, "ld", rows, cols, cols - 1);
+  o.hadamard = true;  // hadamard is NVFP4-only
+  check({70}, x.data(), false, false, "hadamard");
+}
+
+}  // namespace
