@@ -1,7 +1,7 @@
 // FP8 blockwise quantize (the Hopper-native recipe): E4M3 elements, fp32 scales, 1x128 or 128x128
 // blocks, optional power-of-two scales. docs/numerics.md, "FP8 blockwise".
 #include "formats/block_quantize_internal.h"
-#include "formats/nvfp4_scalar.h"  // kFltMax
+#include "formats/nvfp4_scalar.h"  // clamp_to_flt_max
 
 namespace blockscale::formats::detail {
 
@@ -27,8 +27,7 @@ void fp8_block_quantize_rows(const float* x, const QuantizeOptions& options, Qua
         scale = exp2i(e);
         r = exp2i(-e);
       } else if (block.amax > 0.0f) {
-        r = 448.0f / block.amax;
-        if (r > kFltMax) r = kFltMax;  // a tiny subnormal amax must not give r = Inf
+        r = clamp_to_flt_max(448.0f / block.amax);  // a tiny subnormal amax must not give r = Inf
         scale = block.amax / 448.0f;
       }
       for (int64_t i = r0; i < r1; ++i)

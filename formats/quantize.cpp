@@ -22,14 +22,17 @@ void set_element_code(QuantizedMatrix* q, int64_t r, int64_t c, uint32_t code) {
 }
 
 BlockAmax block_amax(const float* x, int64_t ld, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  // |x| compared as integers: for non-negative floats the bit patterns are ordered like values.
   BlockAmax b;
+  uint32_t amax_bits = 0;
   for (int64_t r = r0; r < r1; ++r) {
     for (int64_t c = c0; c < c1; ++c) {
       const uint32_t a = float_bits(x[r * ld + c]) & 0x7FFFFFFFu;
       if (a >= 0x7F800000u) b.nonfinite = true;
-      if (a <= 0x7F800000u && bits_float(a) > b.amax) b.amax = bits_float(a);  // NaN ignored
+      if (a <= 0x7F800000u && a > amax_bits) amax_bits = a;  // NaN ignored, Inf counts
     }
   }
+  b.amax = bits_float(amax_bits);
   return b;
 }
 
