@@ -325,14 +325,26 @@ const float kGrid[] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
 // S_dec, written from docs/numerics.md line by line.
 struct Model { std::vector<uint32_t> codes; std::vector<uint8_t> scales; float s_dec; };
 
+// Inf -> FLT_MAX, tested on the bits: GCC 13.3 at -O3 (the GPU host's compiler) miscompiled the
+// float-compare form `if (v > FLT_MAX) v = FLT_MAX; if (amax == 0 || v == 0) v = 1;`.
+float inf_to_flt_max(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return (u & 0x7FFFFFFFu) == 0x7F800000u ? FLT_MAX : v;
+}
+bool is_zero_bits(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof u);
+  return (u & 0x7FFFFFFFu) == 0;
+}
+
 Model model(const std::vector<float>& s, int64_t R, int64_t C, const QuantizeOptions& o) {
   Model m;
   float amax_t = 0;
   if (o.has_tensor_amax) amax_t = o.tensor_amax;
   else for (float v : s) if (!std::isnan(v)) amax_t = std::max(amax_t, std::fabs(v));
-  float s_enc = 2688.0f / amax_t;
-  if (s_enc > FLT_MAX) s_enc = FLT_MAX;
-  if (amax_t == 0.0f || s_enc == 0.0f) s_enc = 1.0f;
+  float s_enc = inf_to_flt_max(2688.0f / amax_t);
+  if (is_zero_bits(amax_t) || is_zero_bits(s_enc)) s_enc = 1.0f;
   const float s_dec = 1.0f / s_enc;
   m.s_dec = s_dec;
   const float sixth = 1.0f / 6.0f;
@@ -353,8 +365,7 @@ Model model(const std::vector<float>& s, int64_t R, int64_t C, const QuantizeOpt
       if (bad) { m.scales[bi * sc + bj] = 0x7F; continue; }
       const uint8_t sb = bf::encode_ue4m3(amax * (s_enc * sixth));
       m.scales[bi * sc + bj] = sb;
-      float enc = 1.0f / (bf::decode_ue4m3(sb) * s_dec);
-      if (enc > FLT_MAX) enc = FLT_MAX;
+      const float enc = inf_to_flt_max(1.0f / (bf::decode_ue4m3(sb) * s_dec));
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t c = c0; c < c1; ++c) {
           const float y = s[r * C + c] * enc;
