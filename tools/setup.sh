@@ -4,9 +4,10 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# Debian packages: compiler, CMake, Eigen, GoogleTest, Python for the ml_dtypes oracle test.
+# Debian packages: compiler, CMake, Eigen, GoogleTest, nlohmann-json (safetensors headers),
+# Python for the ml_dtypes oracle test.
 need=()
-for pkg in build-essential cmake libeigen3-dev libgtest-dev python3; do
+for pkg in build-essential cmake libeigen3-dev libgtest-dev nlohmann-json3-dev python3; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if ((${#need[@]})); then
@@ -17,11 +18,11 @@ if ((${#need[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${need[@]}"
 fi
 
-# numpy and ml_dtypes: the independent oracle of the codec tests.
-if ! python3 -c "import numpy, ml_dtypes" >/dev/null 2>&1; then
-  echo "setup: installing numpy and ml_dtypes (pip)"
-  python3 -m pip install -q numpy ml_dtypes 2>/dev/null ||
-    python3 -m pip install -q --break-system-packages numpy ml_dtypes
+# numpy, ml_dtypes, safetensors: independent oracles of the codec and file I/O tests.
+if ! python3 -c "import numpy, ml_dtypes, safetensors" >/dev/null 2>&1; then
+  echo "setup: installing numpy, ml_dtypes and safetensors (pip)"
+  python3 -m pip install -q numpy ml_dtypes safetensors 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages numpy ml_dtypes safetensors
 fi
 
 # The CUDA toolkit is optional (BLOCKSCALE_CUDA=AUTO); find nvcc where it usually lives.

@@ -1,0 +1,269 @@
+// A tensor as the file readers hand it out and the writers take it: a dtype, a row-major shape
+// and a pointer to little-endian bytes owned by someone else (a memory mapping, an NpyArray, the
+// caller). Also the one table of dtype sizes and names, widening of the float dtypes to fp32,
+// and the write-to-a-temporary-then-rename file both writers use.
+//
+//   defines: DType, dtype_size, dtype_name, dtype_is_float, dtype_from_name, shape_nbytes,
+//            TensorView, check_view, to_float, detail::AtomicFile
+#pragma once
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <new>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "formats/scalar_codecs.h"
+#include "formats/status.h"
+
+namespace blockscale::io {
+
+// In the order of safetensors' reference `Dtype` enum (increasing alignment): its writer orders
+// tensors by dtype descending, then by name, which keeps every tensor naturally aligned; ours
+// does the same, so files match the reference byte for byte.
+enum class DType : uint8_t {
+  BOOL, U8, I8, F8_E5M2, F8_E4M3, F8_E8M0, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64
+};
+inline constexpr int kNumDTypes = 16;
+
+// Highest rank either format reads or writes (numpy 2's NPY_MAXDIMS); bounds per-tensor memory.
+inline constexpr int kMaxRank = 64;
+
+struct DTypeInfo {
+  const char* name;       // safetensors dtype string
+  const char* npy_descr;  // numpy descr as np.save writes it; nullptr: no .npy form
+  uint8_t size;
+  bool is_float;
+};
+
+// bf16: numpy has no bfloat16; ml_dtypes' bfloat16 arrays save as '<V2' (checked with numpy
+// 2.4.6 / ml_dtypes 0.6.0). The fp8 types save as '<V1' for every variant, so .npy cannot say
+// which fp8 format a file holds: they have no .npy form here (save them as uint8).
+inline const DTypeInfo& dtype_info(DType d) {
+  static constexpr DTypeInfo kTable[kNumDTypes] = {
+      {"BOOL", "|b1", 1, false},    {"U8", "|u1", 1, false},       {"I8", "|i1", 1, false},
+      {"F8_E5M2", nullptr, 1, true}, {"F8_E4M3", nullptr, 1, true}, {"F8_E8M0", nullptr, 1, true},
+      {"I16", "<i2", 2, false},     {"U16", "<u2", 2, false},      {"F16", "<f2", 2, true},
+      {"BF16", "<V2", 2, true},     {"I32", "<i4", 4, false},      {"U32", "<u4", 4, false},
+      {"F32", "<f4", 4, true},      {"F64", "<f8", 8, true},       {"I64", "<i8", 8, false},
+      {"U64", "<u8", 8, false}};
+  return kTable[static_cast<int>(d) < kNumDTypes ? static_cast<int>(d) : 0];
+}
+inline size_t dtype_size(DType d) { return dtype_info(d).size; }
+inline const char* dtype_name(DType d) { return dtype_info(d).name; }
+inline bool dtype_is_float(DType d) { return dtype_info(d).is_float; }
+
+namespace detail {
+
+// `s` for an error message: quoted, non-printable bytes as \xNN, at most 80 bytes shown (names
+// and descrs come from untrusted files).
+inline std::string printable(std::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string q = "'";
+  for (size_t i = 0; i < s.size() && i < 80; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7F) {
+      q += static_cast<char>(c);
+    } else {
+      q += "\\x";
+      q += kHex[c >> 4];
+      q += kHex[c & 15];
+    }
+  }
+  return q + (s.size() > 80 ? "'..." : "'");
+}
+
+}  // namespace detail
+
+// safetensors dtype string -> DType.
+inline Status dtype_from_name(std::string_view name, DType* out) {
+  for (int i = 0; i < kNumDTypes; ++i) {
+    if (name == dtype_info(static_cast<DType>(i)).name) {
+      *out = static_cast<DType>(i);
+      return Status::ok();
+    }
+  }
+  return Status::error("dtype: unsupported dtype " + detail::printable(name) +
+                       " (supported: BOOL U8 I8 I16 U16 I32 U32 I64 U64 F16 BF16 F32 F64 "
+                       "F8_E4M3 F8_E5M2 F8_E8M0)");
+}
+
+// Bytes of a tensor of `shape` and `dtype`: an error for a negative dimension, rank > kMaxRank,
+// or an element count or byte count that overflows int64.
+inline Status shape_nbytes(const std::vector<int64_t>& shape, DType dtype, uint64_t* nbytes) {
+  if (shape.size() > static_cast<size_t>(kMaxRank)) {
+    return Status::error("shape: rank " + std::to_string(shape.size()) + " exceeds the limit " +
+                         std::to_string(kMaxRank));
+  }
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return Status::error("shape: dimension " + std::to_string(d) + " is negative");
+    if (__builtin_mul_overflow(n, d, &n)) {
+      return Status::error("shape: the product of the dimensions overflows int64");
+    }
+  }
+  if (__builtin_mul_overflow(n, static_cast<int64_t>(dtype_size(dtype)), &n)) {
+    return Status::error("shape: elements x dtype size overflows int64");
+  }
+  *nbytes = static_cast<uint64_t>(n);
+  return Status::ok();
+}
+
+struct TensorView {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;     // row-major (C order); empty: rank 0, one element
+  const uint8_t* data = nullptr;  // little-endian elements; may be unaligned (use memcpy)
+  size_t nbytes = 0;
+
+  int64_t numel() const { return dtype_size(dtype) ? static_cast<int64_t>(nbytes / dtype_size(dtype)) : 0; }
+};
+
+// A view the writers accept: a valid shape, nbytes == elements x dtype size, data set if nbytes.
+inline Status check_view(const TensorView& t, const std::string& what) {
+  uint64_t want = 0;
+  Status s = shape_nbytes(t.shape, t.dtype, &want);
+  if (!s) return Status::error(what + ": " + s.message());
+  if (want != t.nbytes) {
+    return Status::error(what + ": nbytes (" + std::to_string(t.nbytes) + ") must equal the " +
+                         "shape's elements x dtype size (" + std::to_string(want) + ")");
+  }
+  if (t.nbytes && !t.data) return Status::error(what + ": data is null");
+  return Status::ok();
+}
+
+// Widens a float tensor (F64 rounds to nearest; F16, BF16 and the fp8 formats are exact) to
+// fp32, one tensor at a time. Integer dtypes are an error: their values are not floats.
+inline Status to_float(const TensorView& t, std::vector<float>* out) {
+  namespace f = blockscale::formats;
+  if (!out) return Status::error("to_float: out is null");
+  if (!dtype_is_float(t.dtype)) {
+    return Status::error(std::string("to_float: dtype ") + dtype_name(t.dtype) +
+                         " is not a floating-point dtype");
+  }
+  BS_RETURN_IF_ERROR(check_view(t, "to_float"));
+  const size_t n = t.nbytes / dtype_size(t.dtype);
+  try {
+    out->resize(n);
+  } catch (const std::bad_alloc&) {
+    return Status::error("to_float: cannot allocate " + std::to_string(n) + " floats");
+  }
+  const uint8_t* p = t.data;
+  float* o = out->data();
+  for (size_t i = 0; i < n; ++i) {
+    switch (t.dtype) {
+      case DType::F32: std::memcpy(&o[i], p + 4 * i, 4); break;
+      case DType::F64: { double d; std::memcpy(&d, p + 8 * i, 8); o[i] = static_cast<float>(d); break; }
+      case DType::F16: o[i] = f::fp16_bits_to_float(static_cast<uint16_t>(p[2 * i] | p[2 * i + 1] << 8)); break;
+      case DType::BF16: o[i] = f::bf16_bits_to_float(static_cast<uint16_t>(p[2 * i] | p[2 * i + 1] << 8)); break;
+      case DType::F8_E4M3: o[i] = f::decode_e4m3(p[i]); break;
+      case DType::F8_E5M2: o[i] = f::decode_e5m2(p[i]); break;
+      case DType::F8_E8M0: o[i] = f::decode_e8m0(p[i]); break;
+      default: return Status::error("to_float: unreachable dtype");
+    }
+  }
+  return Status::ok();
+}
+
+namespace detail {
+
+// The writers' output: a temporary file next to the target (same file system, so rename is
+// atomic), fsync'ed and renamed over the target by commit(). Until then the target is untouched;
+// the destructor removes an uncommitted temporary, so an error leaves nothing behind.
+class AtomicFile {
+ public:
+  AtomicFile() = default;
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  ~AtomicFile() { discard(); }
+
+  Status open(const std::string& path) {
+    discard();
+    if (path.empty()) return Status::error("path: empty");
+    namespace fs = std::filesystem;
+    const fs::path target(path);
+    const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+    const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      const std::string tmp = (dir / ("." + target.filename().string() + ".tmp." +
+                                      std::to_string(::getpid()) + "." +
+                                      std::to_string(stamp + attempt)))
+                                  .string();
+      fd_ = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+      if (fd_ >= 0) {
+        target_ = path;
+        tmp_ = tmp;
+        return Status::ok();
+      }
+      if (errno != EEXIST) break;
+    }
+    return Status::error("path: cannot create a temporary file in '" + dir.string() +
+                         "': " + std::strerror(errno));
+  }
+
+  Status write(const void* data, size_t n) {
+    if (fd_ < 0) return Status::error("write: the file is not open");
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const ssize_t w = ::write(fd_, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        return Status::error("write: writing '" + tmp_ + "' failed: " +
+                             std::strerror(w < 0 ? errno : EIO));
+      }
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+    return Status::ok();
+  }
+
+  Status commit() {
+    if (fd_ < 0) return Status::error("commit: the file is not open");
+    if (::fsync(fd_) != 0) return fail("fsync");
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) return fail("close");
+    if (::rename(tmp_.c_str(), target_.c_str()) != 0) return fail("rename to '" + target_ + "'");
+    tmp_.clear();
+    // Make the rename itself durable; file systems that cannot fsync a directory are fine.
+    const std::string dir = std::filesystem::path(target_).has_parent_path()
+                                ? std::filesystem::path(target_).parent_path().string()
+                                : ".";
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
+    return Status::ok();
+  }
+
+  void discard() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    if (!tmp_.empty()) ::unlink(tmp_.c_str());
+    tmp_.clear();
+  }
+
+ private:
+  Status fail(const std::string& what) {
+    const std::string msg = "path: " + what + " of '" + tmp_ + "' failed: " + std::strerror(errno);
+    discard();
+    return Status::error(msg);
+  }
+
+  int fd_ = -1;
+  std::string target_;
+  std::string tmp_;
+};
+
+}  // namespace detail
+}  // namespace blockscale::io
