@@ -21,7 +21,7 @@ fi
 # numpy, ml_dtypes, safetensors: independent oracles of the codec and file I/O tests.
 if ! python3 -c "import numpy, ml_dtypes, safetensors" >/dev/null 2>&1; then
   echo "setup: installing numpy, ml_dtypes and safetensors (pip)"
-  python3 -m pip install -q numpy ml_dtypes safetensors safetensors 2>/dev/null ||
+  python3 -m pip install -q numpy ml_dtypes safetensors 2>/dev/null ||
     python3 -m pip install -q --break-system-packages numpy ml_dtypes safetensors
 fi
 
