@@ -2,9 +2,9 @@
 # randomized corruption, the numpy / ml_dtypes / safetensors reference check, and (opt-in,
 # clang) libFuzzer targets.
 set(BLOCKSCALE_IO_TESTS ${CMAKE_CURRENT_SOURCE_DIR}/io)
-blockscale_add_test(io_npy_test SOURCES ${BLOCKSCALE_IO_TESTS}/npy_test.cpp LIBS blockscale_io)
-blockscale_add_test(io_safetensors_test SOURCES ${BLOCKSCALE_IO_TESTS}/safetensors_test.cpp LIBS blockscale_io)
-blockscale_add_test(io_corpus_test SOURCES ${BLOCKSCALE_IO_TESTS}/corpus_test.cpp LIBS blockscale_io)
+blockscale_add_test(io_npy_test SOURCES ${BLOCKSCALE_IO_TESTS}/npy_test.cpp LIBS blockscale_io LABELS io)
+blockscale_add_test(io_safetensors_test SOURCES ${BLOCKSCALE_IO_TESTS}/safetensors_test.cpp LIBS blockscale_io LABELS io)
+blockscale_add_test(io_corpus_test SOURCES ${BLOCKSCALE_IO_TESTS}/corpus_test.cpp LIBS blockscale_io LABELS io)
 target_compile_definitions(io_corpus_test PRIVATE
   BLOCKSCALE_IO_CORPUS_DIR="${CMAKE_CURRENT_SOURCE_DIR}/io_corpus")
 
@@ -22,7 +22,7 @@ else()
                   "(run ./tools/setup.sh)")
   add_test(NAME io_reference COMMAND ${CMAKE_COMMAND} -E false)
 endif()
-set_tests_properties(io_reference PROPERTIES TIMEOUT 300)
+set_tests_properties(io_reference PROPERTIES TIMEOUT 300 LABELS io)
 
 # libFuzzer targets (clang only): the parsers compiled with ASan + UBSan + fuzzer coverage.
 #   CXX=clang++ cmake -S . -B build-fuzz -DBLOCKSCALE_FUZZ=ON && cmake --build build-fuzz --target io_fuzzers
@@ -48,6 +48,6 @@ if(BLOCKSCALE_FUZZ)
     # Replays the regression corpus (-runs=0: no new inputs) under the sanitizers.
     add_test(NAME ${fmt}_fuzz_corpus
              COMMAND ${fmt}_fuzz -runs=0 ${CMAKE_CURRENT_SOURCE_DIR}/io_corpus/${fmt})
-    set_tests_properties(${fmt}_fuzz_corpus PROPERTIES LABELS fuzz)
+    set_tests_properties(${fmt}_fuzz_corpus PROPERTIES LABELS "io;fuzz")
   endforeach()
 endif()

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Writes the hand-made seeds of the formats/io regression corpus (npy/ and safetensors/).
 
-Names: ok-* must parse, err-* must be rejected (io_corpus_test checks both); the fuzzers' own
-finds (kept by hand after a run, see docs/file-io.md) carry other names and may do either.
+Names: ok-* must parse, err-* must be rejected (io_corpus_test checks both). fuzz-* files are
+the fuzzers' finds, kept by hand (docs/file-io.md): one input per distinct parser message, and
+may do either.
 Needs numpy and ml_dtypes. Re-running rewrites the seeds byte for byte.
 """
 import io
