@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/formats/quantize_test_data.h"
 #include "formats/quantize.h"
 
 namespace bf = blockscale::formats;
@@ -199,22 +200,8 @@ void model(const std::vector<float>& s, int64_t R, int64_t C, int br, bool pow2,
     }
 }
 
-enum class Dist { kNormal, kCubed, kStudentT, kOutlier };
-
-std::vector<float> make_data(int64_t n, uint64_t seed, Dist dist, double mag) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> nd(0.0, 1.0);
-  std::uniform_real_distribution<double> ud(1e-12, 1.0);
-  std::vector<float> x(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    double v = nd(rng);
-    if (dist == Dist::kCubed) v = v * v * v;
-    if (dist == Dist::kStudentT) v = v / std::sqrt(-std::log(ud(rng)));
-    if (dist == Dist::kOutlier && i % 97 == 13) v *= 1e6;
-    x[i] = static_cast<float>(v * mag);
-  }
-  return x;
-}
+using blockscale_test::Dist;
+using blockscale_test::make_data;
 
 struct Fp8Case { Recipe recipe; bool pow2; Dist dist; double mag; };
 void PrintTo(const Fp8Case& c, std::ostream* os) {
