@@ -5,9 +5,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # Debian packages: compiler, CMake, Eigen, GoogleTest, nlohmann-json (safetensors headers),
-# Python for the ml_dtypes oracle test.
+# CLI11 (the command line), Python for the oracle tests.
 need=()
-for pkg in build-essential cmake libeigen3-dev libgtest-dev nlohmann-json3-dev python3; do
+for pkg in build-essential cmake libeigen3-dev libgtest-dev nlohmann-json3-dev libcli11-dev python3; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if ((${#need[@]})); then

@@ -1,0 +1,15 @@
+# The `blockscale` CLI through its binary: round trips against the in-memory emulator, and every
+# error path (message, exit code, no file left behind).
+blockscale_add_test(cli_roundtrip_test SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/cli_roundtrip_test.cpp
+                    LIBS blockscale_io LABELS tools)
+target_compile_definitions(cli_roundtrip_test PRIVATE BLOCKSCALE_CLI="$<TARGET_FILE:blockscale>")
+add_dependencies(cli_roundtrip_test blockscale)
+
+find_package(Python3 COMPONENTS Interpreter)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME cli_errors COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/cli_errors_test.py
+                                   --cli $<TARGET_FILE:blockscale>)
+else()
+  add_test(NAME cli_errors COMMAND ${CMAKE_COMMAND} -E false)
+endif()
+set_tests_properties(cli_errors PROPERTIES TIMEOUT 300 LABELS tools)

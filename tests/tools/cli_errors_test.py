@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Every error path of the `blockscale` CLI: the exit code, the one-line message, and that no
+output file (nor a temporary one) is left behind, and that an existing output file survives a
+failed run untouched.
+
+Usage: cli_errors_test.py --cli build/blockscale
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from safetensors.numpy import save_file
+
+FAILURES = []
+
+
+def run(cli, args, cwd):
+    p = subprocess.run([cli] + args, cwd=cwd, capture_output=True, text=True, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def expect_error(cli, workdir, label, args, code, *needles):
+    """Runs `args` in `workdir` and checks exit code, message and that no file appeared."""
+    before = set(os.listdir(workdir))
+    rc, out, err = run(cli, args, workdir)
+    after = set(os.listdir(workdir))
+    problems = []
+    if rc != code:
+        problems.append(f"exit code {rc}, want {code}")
+    for n in needles:
+        if n not in err:
+            problems.append(f"stderr lacks {n!r}")
+    if after - before:
+        problems.append(f"left files behind: {sorted(after - before)}")
+    if problems:
+        FAILURES.append(f"{label}: {'; '.join(problems)}\n    args: {args}\n    stderr: {err.strip()}")
+    else:
+        print(f"ok   {label}: {err.strip().splitlines()[-1] if err.strip() else ''}")
+
+
+def make_inputs(d):
+    rng = np.random.default_rng(7)
+    np.save(os.path.join(d, "x.npy"), rng.standard_normal((4, 64)).astype(np.float32))
+    np.save(os.path.join(d, "odd.npy"), rng.standard_normal((4, 40)).astype(np.float32))
+    save_file({"w": rng.standard_normal((8, 64)).astype(np.float32),
+               "b": rng.standard_normal((64,)).astype(np.float32)}, os.path.join(d, "two.safetensors"))
+    save_file({"ids": np.arange(12, dtype=np.int32).reshape(3, 4)}, os.path.join(d, "ints.safetensors"))
+    with open(os.path.join(d, "corrupt.npy"), "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00\xff\xff{'descr'")
+    with open(os.path.join(d, "corrupt.safetensors"), "wb") as f:
+        f.write((1 << 40).to_bytes(8, "little") + b"{}")
+    with open(os.path.join(d, "x.txt"), "w") as f:
+        f.write("1 2 3\n")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cli", required=True)
+    cli = os.path.abspath(ap.parse_args().cli)
+    with tempfile.TemporaryDirectory() as d:
+        make_inputs(d)
+        # A quantized file and a schema-breaking copy of it, for the dequantize errors.
+        rc, _, err = run(cli, ["quantize", "--recipe", "mxfp8", "--in", "two.safetensors",
+                               "--out", "q.safetensors", "--quiet"], d)
+        assert rc == 0, err
+        # Drop w.scale: rewrite the file by hand (plain numpy has no fp8 dtype to load it with).
+        import json
+        with open(os.path.join(d, "q.safetensors"), "rb") as f:
+            raw = f.read()
+        n = int.from_bytes(raw[:8], "little")
+        header, buf = json.loads(raw[8:8 + n]), raw[8 + n:]
+        del header["w.scale"]
+        out, pos = b"", 0
+        for k, v in sorted(((k, v) for k, v in header.items() if k != "__metadata__"),
+                           key=lambda kv: kv[1]["data_offsets"][0]):
+            b, e = v["data_offsets"]
+            out += buf[b:e]
+            v["data_offsets"] = [pos, pos + e - b]
+            pos += e - b
+        hb = json.dumps(header).encode()
+        hb += b" " * (-len(hb) % 8)
+        with open(os.path.join(d, "broken.safetensors"), "wb") as f:
+            f.write(len(hb).to_bytes(8, "little") + hb + out)
+
+        E = lambda label, args, code, *n: expect_error(cli, d, label, args, code, *n)
+        q = ["quantize", "--in", "x.npy", "--out", "y.safetensors"]
+        # Usage errors (exit 2).
+        E("no command", [], 2, "blockscale")
+        E("unknown command", ["frobnicate"], 2, "frobnicate")
+        E("quantize without --recipe", q, 2, "--recipe")
+        E("quantize unknown recipe", q + ["--recipe", "mxfp9"], 2, "mxfp9", "mxfp8")
+        E("quantize without --in", ["quantize", "--recipe", "mxfp8", "--out", "y.safetensors"], 2, "--in")
+        E("quantize without --out", ["quantize", "--recipe", "mxfp8", "--in", "x.npy"], 2, "--out")
+        E("quantize bad --rounding", q + ["--recipe", "mxfp8", "--rounding", "up"], 2, "--rounding", "up")
+        E("quantize bad --direction", q + ["--recipe", "mxfp8", "--direction", "diag"], 2, "--direction")
+        E("quantize bad --sr-seed", q + ["--recipe", "nvfp4", "--sr-seed", "abc"], 2, "--sr-seed")
+        E("quantize unknown flag", q + ["--recipe", "mxfp8", "--fast"], 2, "--fast")
+        # Option combinations the recipe does not have (exit 1, before any file is read).
+        E("floor on nvfp4", q + ["--recipe", "nvfp4", "--rounding", "floor"], 1, "--rounding floor", "MX recipes only")
+        E("sr on mxfp8", q + ["--recipe", "mxfp8", "--sr-seed", "3"], 1, "--sr-seed", "nvfp4 only")
+        E("rht on mxfp8", q + ["--recipe", "mxfp8", "--rht", "--direction", "both"], 1, "--rht", "nvfp4 only")
+        E("rht rowwise", q + ["--recipe", "nvfp4", "--rht"], 1, "--rht", "columnwise")
+        E("rht with 2d", q + ["--recipe", "nvfp4", "--rht", "--2d", "--direction", "both"], 1, "--rht", "--2d")
+        E("2d on mxfp8", q + ["--recipe", "mxfp8", "--2d"], 1, "--2d", "nvfp4 only")
+        E("pow2 on mxfp8", q + ["--recipe", "mxfp8", "--pow2"], 1, "--pow2", "fp8_block")
+        E("out equals in", ["quantize", "--recipe", "mxfp8", "--in", "two.safetensors", "--out",
+                            "two.safetensors"], 1, "--out", "differ")
+        E("out not safetensors", ["quantize", "--recipe", "mxfp8", "--in", "x.npy", "--out", "y.npy"], 1,
+          "--out", ".safetensors")
+        # Input problems.
+        E("missing input", ["quantize", "--recipe", "mxfp8", "--in", "nope.npy", "--out", "y.safetensors"], 1,
+          "--in 'nope.npy'")
+        E("input extension", ["quantize", "--recipe", "mxfp8", "--in", "x.txt", "--out", "y.safetensors"], 1,
+          "--in 'x.txt'", ".npy or .safetensors")
+        E("corrupt npy", ["quantize", "--recipe", "mxfp8", "--in", "corrupt.npy", "--out", "y.safetensors"], 1,
+          "--in 'corrupt.npy'")
+        E("corrupt safetensors", ["quantize", "--recipe", "mxfp8", "--in", "corrupt.safetensors", "--out",
+                                  "y.safetensors"], 1, "--in 'corrupt.safetensors'", "header")
+        E("no float tensor", ["quantize", "--recipe", "mxfp8", "--in", "ints.safetensors", "--out",
+                              "y.safetensors"], 1, "skipping 'ids'", "no floating-point tensor")
+        E("rht width not a multiple of 16", ["quantize", "--recipe", "nvfp4", "--rht", "--direction", "columnwise",
+                                             "--in", "odd.npy", "--out", "y.safetensors"], 1, "x:", "multiple of 16")
+        E("output directory missing", ["quantize", "--recipe", "mxfp8", "--in", "x.npy", "--out",
+                                       "no/such/dir/y.safetensors"], 1, "no/such/dir")
+        # An existing output survives a failed run byte for byte.
+        with open(os.path.join(d, "keep.safetensors"), "wb") as f:
+            f.write(b"previous contents")
+        E("failed run keeps the old output", ["quantize", "--recipe", "nvfp4", "--rht", "--direction", "both",
+                                              "--in", "odd.npy", "--out", "keep.safetensors"], 1, "multiple of 16")
+        with open(os.path.join(d, "keep.safetensors"), "rb") as f:
+            if f.read() != b"previous contents":
+                FAILURES.append("failed run keeps the old output: keep.safetensors was modified")
+
+        dq = lambda *a: ["dequantize"] + list(a)
+        E("dequantize without --in", dq("--out", "z.npy"), 2, "--in")
+        E("dequantize npy input", dq("--in", "x.npy", "--out", "z.safetensors"), 1, "--in 'x.npy'", "quantize")
+        E("dequantize plain file", dq("--in", "two.safetensors", "--out", "z.safetensors"), 1,
+          "no quantized tensor")
+        E("dequantize unknown tensor", dq("--in", "q.safetensors", "--out", "z.npy", "--tensor", "v"), 1,
+          "--tensor 'v'")
+        E("dequantize several to npy", dq("--in", "q.safetensors", "--out", "z.npy"), 1, ".npy", "--tensor")
+        E("dequantize bad out", dq("--in", "q.safetensors", "--out", "z.bin"), 1, "--out 'z.bin'")
+        E("dequantize out equals in", dq("--in", "q.safetensors", "--out", "q.safetensors"), 1, "differ")
+        E("dequantize broken schema", dq("--in", "broken.safetensors", "--out", "z.safetensors"), 1, "w.scale")
+
+    if FAILURES:
+        print("\n".join("FAIL " + f for f in FAILURES))
+        sys.exit(1)
+    print("all CLI error paths behave")
+
+
+if __name__ == "__main__":
+    main()

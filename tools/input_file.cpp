@@ -1,0 +1,32 @@
+#include "tools/input_file.h"
+
+namespace blockscale::tools {
+
+bool has_extension(const std::string& path, const std::string& ext) {
+  return path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+}
+
+Status InputFile::open(const std::string& path, const std::string& flag, InputFile* out) {
+  InputFile f;
+  f.path_ = path;
+  if (has_extension(path, ".npy")) {
+    f.is_npy_ = true;
+    Status s = io::read_npy(path, &f.npy_);
+    if (!s) return Status::error(flag + " '" + path + "': " + s.message());
+    f.tensors_.push_back({"x", f.npy_.view()});
+  } else if (has_extension(path, ".safetensors")) {
+    Status s = io::SafetensorsFile::open(path, &f.safetensors_);
+    if (!s) return Status::error(flag + " '" + path + "': " + s.message());
+    for (const std::string& name : f.safetensors_.names()) {
+      io::TensorView v;
+      BS_RETURN_IF_ERROR(f.safetensors_.tensor(name, &v));
+      f.tensors_.push_back({name, v});
+    }
+  } else {
+    return Status::error(flag + " '" + path + "': the file name must end in .npy or .safetensors");
+  }
+  *out = std::move(f);
+  return Status::ok();
+}
+
+}  // namespace blockscale::tools

@@ -1,0 +1,40 @@
+// A .npy or .safetensors file opened for reading, as the list of tensors the subcommands work on.
+// A .npy file holds one tensor, named "x"; a .safetensors file is memory-mapped, so its tensors
+// cost no memory until a subcommand converts one.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "formats/io/npy.h"
+#include "formats/io/safetensors.h"
+#include "formats/status.h"
+
+namespace blockscale::tools {
+
+struct InputTensor {
+  std::string name;
+  io::TensorView view;  // valid while the InputFile lives
+};
+
+class InputFile {
+ public:
+  // Opens `path` by its extension (.npy or .safetensors); errors name `flag` (e.g. "--in").
+  static Status open(const std::string& path, const std::string& flag, InputFile* out);
+
+  const std::string& path() const { return path_; }
+  const std::vector<InputTensor>& tensors() const { return tensors_; }
+  const io::SafetensorsFile* safetensors() const { return is_npy_ ? nullptr : &safetensors_; }
+
+ private:
+  std::string path_;
+  bool is_npy_ = false;
+  io::NpyArray npy_;
+  io::SafetensorsFile safetensors_;
+  std::vector<InputTensor> tensors_;
+};
+
+// True when `path` ends in `ext` (e.g. ".npy").
+bool has_extension(const std::string& path, const std::string& ext);
+
+}  // namespace blockscale::tools
