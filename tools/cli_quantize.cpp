@@ -89,11 +89,8 @@ void run_quantize(const QuantizeArgs& a, bool sr) {
   for (size_t i = 0; i < n; ++i) {
     const InputTensor& t = in.tensors()[i];
     int64_t rows = 0, cols = 0;
-    Status view = io::matrix_view(t.view.shape, &rows, &cols);
-    if (!io::dtype_is_float(t.view.dtype) || !view) {
-      const std::string why = !view ? view.message()
-                                    : std::string("dtype ") + io::dtype_name(t.view.dtype) + " is not floating point";
-      std::fprintf(stderr, "blockscale quantize: skipping '%s': %s\n", t.name.c_str(), why.c_str());
+    if (Status s = matrix_of(t, &rows, &cols); !s) {
+      std::fprintf(stderr, "blockscale quantize: skipping '%s': %s\n", t.name.c_str(), s.message().c_str());
       skipped.push_back(t.name);
       continue;
     }

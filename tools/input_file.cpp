@@ -1,9 +1,17 @@
 #include "tools/input_file.h"
 
+#include "formats/io/quantized_file.h"  // defines: matrix_view
+
 namespace blockscale::tools {
 
 bool has_extension(const std::string& path, const std::string& ext) {
   return path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+}
+
+Status matrix_of(const InputTensor& t, int64_t* rows, int64_t* cols) {
+  if (!io::dtype_is_float(t.view.dtype))
+    return Status::error(std::string("dtype ") + io::dtype_name(t.view.dtype) + " is not a floating-point dtype");
+  return io::matrix_view(t.view.shape, rows, cols);
 }
 
 Status InputFile::open(const std::string& path, const std::string& flag, InputFile* out) {

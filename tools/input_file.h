@@ -34,6 +34,10 @@ class InputFile {
   std::vector<InputTensor> tensors_;
 };
 
+// Whether `t` can be quantized, and its 2D view [rows, cols]: an error saying why not (an integer
+// dtype, a scalar, an empty tensor) for the tensors the subcommands skip with a warning.
+Status matrix_of(const InputTensor& t, int64_t* rows, int64_t* cols);
+
 // True when `path` ends in `ext` (e.g. ".npy").
 bool has_extension(const std::string& path, const std::string& ext);
 

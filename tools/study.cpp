@@ -17,10 +17,9 @@
 #include <random>
 #include <thread>
 
-#include "formats/io/npy.h"             // defines: read_npy
 #include "formats/io/quantized_file.h"  // defines: matrix_view
-#include "formats/io/safetensors.h"     // defines: SafetensorsFile
 #include "formats/reference_gemm.h"     // defines: reference_gemm_f64
+#include "tools/input_file.h"          // defines: InputFile (.npy, or mmapped .safetensors)
 
 namespace blockscale::tools {
 namespace {
@@ -228,52 +227,19 @@ std::vector<std::pair<std::string, std::string>> synthetic_gemms() {
 Status open_study_files(const std::vector<std::string>& paths, const std::string& flag,
                         std::vector<StudyInput>* out, std::vector<Skipped>* skipped) {
   if (!out || !skipped) return Status::error("open_study_files: out and skipped must not be null");
-  auto ends_with = [](const std::string& s, const std::string& e) {
-    return s.size() > e.size() && s.compare(s.size() - e.size(), e.size(), e) == 0;
-  };
   std::vector<StudyInput> inputs;
   std::map<std::string, std::string> owner;  // tensor name -> file, to catch clashes
   for (const std::string& path : paths) {
     const std::string prefix =
         paths.size() > 1 ? std::filesystem::path(path).stem().string() + "/" : std::string();
-    // (name, view, mapped, keep-alive) of every tensor in the file.
-    struct Entry {
-      std::string name;
-      io::TensorView view;
-    };
-    std::vector<Entry> entries;
-    std::shared_ptr<const void> holder;
-    bool mapped = false;
-    if (ends_with(path, ".npy")) {
-      auto arr = std::make_shared<io::NpyArray>();
-      Status s = io::read_npy(path, arr.get());
-      if (!s) return Status::error(flag + " '" + path + "': " + s.message());
-      entries.push_back({"x", arr->view()});
-      holder = arr;
-    } else if (ends_with(path, ".safetensors")) {
-      auto file = std::make_shared<io::SafetensorsFile>();
-      Status s = io::SafetensorsFile::open(path, file.get());
-      if (!s) return Status::error(flag + " '" + path + "': " + s.message());
-      for (const std::string& name : file->names()) {
-        io::TensorView v;
-        s = file->tensor(name, &v);
-        if (!s) return Status::error(flag + " '" + path + "': " + s.message());
-        entries.push_back({name, v});
-      }
-      holder = file;
-      mapped = true;
-    } else {
-      return Status::error(flag + " '" + path + "': the file name must end in .npy or .safetensors");
-    }
-    for (const Entry& e : entries) {
+    auto file = std::make_shared<InputFile>();  // kept alive by every source it hands out
+    BS_RETURN_IF_ERROR(InputFile::open(path, flag, file.get()));
+    const bool mapped = file->safetensors() != nullptr;
+    const std::shared_ptr<const void> holder = file;
+    for (const InputTensor& e : file->tensors()) {
       const std::string name = prefix + e.name;
-      if (!io::dtype_is_float(e.view.dtype)) {
-        skipped->push_back({name, std::string("dtype ") + io::dtype_name(e.view.dtype) +
-                                      " is not a floating-point dtype"});
-        continue;
-      }
       int64_t rows = 0, cols = 0;
-      Status s = io::matrix_view(e.view.shape, &rows, &cols);
+      Status s = matrix_of(e, &rows, &cols);
       if (!s) {
         skipped->push_back({name, s.message()});
         continue;

@@ -56,10 +56,30 @@ def make_inputs(d):
         f.write("1 2 3\n")
 
 
+def check_readme(cli, readme):
+    """Every subcommand and every option its --help lists appears in the README's CLI section."""
+    import re
+    text = open(readme).read()
+    section = text[text.index("## The `blockscale` CLI"):]
+    section = section[:section.index("\n## ", 3)]
+    for cmd in ("quantize", "dequantize", "study"):
+        _, out, _ = run(cli, [cmd, "--help"], ".")
+        options = set(re.findall(r"^\s+(?:-\w,)?(--[\w-]+)", out, re.M)) - {"--help"}
+        missing = sorted(o for o in options if o not in section)
+        if f"blockscale {cmd}" not in section or missing:
+            FAILURES.append(f"README's CLI section lacks 'blockscale {cmd}' or its options {missing}")
+        else:
+            print(f"ok   README names {cmd} and its {len(options)} options")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cli", required=True)
-    cli = os.path.abspath(ap.parse_args().cli)
+    ap.add_argument("--readme", help="README.md: its CLI section must name every option --help lists")
+    args = ap.parse_args()
+    cli = os.path.abspath(args.cli)
+    if args.readme:
+        check_readme(cli, args.readme)
     with tempfile.TemporaryDirectory() as d:
         make_inputs(d)
         # A quantized file and a schema-breaking copy of it, for the dequantize errors.
