@@ -70,6 +70,9 @@ Status quantize_tensor(const InputTensor& t, const QuantizeArgs& a, const format
     e->rounding = base.rounding;
     formats::QuantizeOptions o = base;
     o.hadamard = a.rht && !rowwise;
+    if (o.hadamard && rows % 16 != 0)
+      return Status::error(t.name + ": --rht needs a row count (the columnwise block dimension) that is a "
+                           "multiple of 16, not " + std::to_string(rows));
     e->hadamard = o.hadamard;
     Status s = formats::quantize(x.data(), rows, cols, cols, o, d, &e->q);
     if (!s) return Status::error(t.name + ": " + s.message());

@@ -142,7 +142,7 @@ def main():
         E("no float tensor", ["quantize", "--recipe", "mxfp8", "--in", "ints.safetensors", "--out",
                               "y.safetensors"], 1, "skipping 'ids'", "no floating-point tensor")
         E("rht width not a multiple of 16", ["quantize", "--recipe", "nvfp4", "--rht", "--direction", "columnwise",
-                                             "--in", "odd.npy", "--out", "y.safetensors"], 1, "x:", "multiple of 16")
+                                             "--in", "odd.npy", "--out", "y.safetensors"], 1, "x:", "--rht", "multiple of 16")
         E("output directory missing", ["quantize", "--recipe", "mxfp8", "--in", "x.npy", "--out",
                                        "no/such/dir/y.safetensors"], 1, "no/such/dir")
         # An existing output survives a failed run byte for byte.
@@ -165,6 +165,18 @@ def main():
         E("dequantize bad out", dq("--in", "q.safetensors", "--out", "z.bin"), 1, "--out 'z.bin'")
         E("dequantize out equals in", dq("--in", "q.safetensors", "--out", "q.safetensors"), 1, "differ")
         E("dequantize broken schema", dq("--in", "broken.safetensors", "--out", "z.safetensors"), 1, "w.scale")
+
+        st = lambda *a: ["study", "--quiet"] + list(a)
+        with open(os.path.join(d, "afile"), "w") as f:
+            f.write("not a directory")
+        E("study missing input", st("--in", "nope.npy"), 1, "--in 'nope.npy'")
+        E("study unknown recipe", st("--recipes", "mxfp9"), 2, "--recipes", "mxfp9")
+        E("study unknown gemm tensor", st("--in", "two.safetensors", "--gemm", "w:zz"), 1, "--gemm 'w:zz'", "zz")
+        E("study gemm tensor of no input", st("--in", "two.safetensors", "--in", "x.npy", "--gemm", "two/w:odd/x"), 1,
+          "no tensor")
+        E("study gemm K mismatch", st("--in", "x.npy", "--in", "odd.npy", "--gemm", "x/x:odd/x"), 1, "K must match")
+        E("study out-dir is a file", st("--in", "x.npy", "--out-dir", "afile"), 1, "--out-dir 'afile'")
+        E("study --in with --hidden", st("--in", "x.npy", "--hidden", "64"), 2, "--hidden")
 
     if FAILURES:
         print("\n".join("FAIL " + f for f in FAILURES))
