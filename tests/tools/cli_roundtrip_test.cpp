@@ -2,11 +2,8 @@
 // emulator: every stored byte must equal formats::quantize's, every dequantized value (bit for
 // bit, NaN included) formats::dequantize's, in the input tensor's shape.
 #include <gtest/gtest.h>
-#include <stdlib.h>
-
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -15,12 +12,13 @@
 #include "formats/io/safetensors.h"
 #include "formats/quantize.h"
 #include "tests/formats/quantize_test_data.h"
+#include "tests/temp_dir.h"
 
 namespace {
 
 namespace f = blockscale::formats;
 namespace io = blockscale::io;
-namespace fs = std::filesystem;
+using blockscale_test::TempDir;
 
 struct CliCase {
   const char* label;
@@ -89,13 +87,8 @@ int run_cli(const std::string& args) {
 
 class CliRoundTrip : public ::testing::TestWithParam<CliCase> {
  protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/blockscale_cli_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string dir_;
+  TempDir tmp_{"blockscale_cli_test"};
+  const std::string dir_ = tmp_.path().string();
 };
 
 // The options the CLI should have used, rebuilt from the case.

@@ -1,6 +1,7 @@
 // Tests of formats/io/npy.h: round trips of every dtype and rank, Fortran order, format
 // versions, np.save's exact header bytes, and one test per rule the parser enforces.
 #include "formats/io/npy.h"
+#include "tests/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -18,25 +19,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under the system temp dir, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("blockscale_npy_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  size_t num_entries() const { return std::distance(fs::directory_iterator(path_), fs::directory_iterator()); }
-
- private:
-  fs::path path_;
-};
+using blockscale_test::TempDir;
 
 std::vector<uint8_t> read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

@@ -4,6 +4,7 @@
 // docs/file-format.md); the "both directions" convention; one test per rule the reader enforces;
 // add_quantized_tensor's checks; matrix_view and quantized_tensor_names.
 #include "formats/io/quantized_file.h"
+#include "tests/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -30,23 +31,7 @@ using f::Recipe;
 using Tensors = std::vector<std::pair<std::string, TensorView>>;
 using Meta = std::map<std::string, std::string>;
 
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("blockscale_qf_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using blockscale_test::TempDir;
 
 bool mentions(const Status& s, const std::string& word) {
   return !s.is_ok() && s.message().find(word) != std::string::npos;

@@ -2,6 +2,7 @@
 // and alignment, the reference serializer's bytes, the streaming writer's contract, one test per
 // rule the parser enforces, and a 300 MB file read without reading it into memory.
 #include "formats/io/safetensors.h"
+#include "tests/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -23,24 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            ("blockscale_st_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  size_t num_entries() const { return std::distance(fs::directory_iterator(path_), fs::directory_iterator()); }
-
- private:
-  fs::path path_;
-};
+using blockscale_test::TempDir;
 
 std::vector<uint8_t> read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
