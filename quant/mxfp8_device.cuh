@@ -1,0 +1,203 @@
+// Device helpers of the MXFP8 kernels: input elements (bf16, fp16, fp32) held as 32-bit words,
+// their magnitudes and exact widening to fp32, the MX block scale of a block amax, the FP8
+// element encoders (hardware cvt or formats::encode_minifloat), and asynchronous copies.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "formats/recipe.h"
+#include "formats/scalar_codecs.h"
+#include "quant/mxfp8_quantize.h"
+
+namespace blockscale::quant::detail {
+
+// ---- Input elements. A 32-bit word holds two 16-bit elements (the lower address in the low
+// half) or one fp32. "Magnitude bits" are the input's bits without the sign: for every format,
+// they order like |x|, NaN patterns above Inf (kInfBits).
+template <InputType kIn>
+struct InputTraits;
+
+template <>
+struct InputTraits<InputType::kBf16> {
+  static constexpr int kBytes = 2;
+  static constexpr uint32_t kInfBits = 0x7F80u;
+  // Element h (0: low half) of a word, widened exactly (formats::bf16_bits_to_float).
+  __device__ __forceinline__ static float elem(uint32_t w, int h) {
+    return __uint_as_float(h ? (w & 0xFFFF0000u) : (w << 16));
+  }
+  // fp32 bits of the magnitude bits m.
+  __device__ __forceinline__ static uint32_t widen(uint32_t m) { return m << 16; }
+};
+
+template <>
+struct InputTraits<InputType::kFp16> {
+  static constexpr int kBytes = 2;
+  static constexpr uint32_t kInfBits = 0x7C00u;
+  // Exact widening (the hardware conversion; formats::fp16_bits_to_float gives the same value).
+  __device__ __forceinline__ static float elem(uint32_t w, int h) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(h ? (w >> 16) : (w & 0xFFFFu))));
+  }
+  __device__ __forceinline__ static uint32_t widen(uint32_t m) {
+    return __float_as_uint(__half2float(__ushort_as_half(static_cast<unsigned short>(m))));
+  }
+};
+
+template <>
+struct InputTraits<InputType::kFp32> {
+  static constexpr int kBytes = 4;
+  static constexpr uint32_t kInfBits = 0x7F800000u;
+  __device__ __forceinline__ static float elem(uint32_t w, int) { return __uint_as_float(w); }
+  __device__ __forceinline__ static uint32_t widen(uint32_t m) { return m; }
+};
+
+// Magnitude-bits max over n words, per element slot: for 16-bit input a packed pair (one max per
+// half, max.u16x2), for fp32 one value.
+template <InputType kIn, int kN>
+__device__ __forceinline__ uint32_t abs_max_words(const uint32_t* w) {
+  if constexpr (InputTraits<kIn>::kBytes == 2) {
+    uint32_t m = w[0] & 0x7FFF7FFFu;
+#pragma unroll
+    for (int i = 1; i < kN; ++i) m = __vmaxu2(m, w[i] & 0x7FFF7FFFu);
+    return m;
+  } else {
+    uint32_t m = w[0] & 0x7FFFFFFFu;
+#pragma unroll
+    for (int i = 1; i < kN; ++i) m = max(m, w[i] & 0x7FFFFFFFu);
+    return m;
+  }
+}
+
+// The max of the slots of a word of abs_max_words (16-bit: of both halves).
+template <InputType kIn>
+__device__ __forceinline__ uint32_t fold_slots(uint32_t m) {
+  if constexpr (InputTraits<kIn>::kBytes == 2) return max(m & 0xFFFFu, m >> 16);
+  else return m;
+}
+
+// Slot h of a word of abs_max_words.
+template <InputType kIn>
+__device__ __forceinline__ uint32_t slot(uint32_t m, int h) {
+  if constexpr (InputTraits<kIn>::kBytes == 2) return h ? (m >> 16) : (m & 0xFFFFu);
+  else return m;
+}
+
+template <InputType kIn>
+__device__ __forceinline__ uint32_t shfl_max_xor(uint32_t m, int lane_mask) {
+  const uint32_t o = __shfl_xor_sync(0xFFFFFFFFu, m, lane_mask);
+  if constexpr (InputTraits<kIn>::kBytes == 2) return __vmaxu2(m, o);
+  else return max(m, o);
+}
+
+// Folds a group of n words whose folded magnitude max is m into the running tensor amax
+// (magnitude bits; NaN ignored, Inf counts: formats' amax rule) and the non-finite flag. The
+// NaN-free recount runs only for a group holding a NaN.
+template <InputType kIn, int kN>
+__device__ __forceinline__ void note_tensor_amax(const uint32_t* w, uint32_t m, uint32_t& tensor_amax,
+                                                 bool& saw_nonfinite) {
+  using In = InputTraits<kIn>;
+  if (m >= In::kInfBits) {
+    saw_nonfinite = true;
+    if (m > In::kInfBits) {
+      m = 0;
+#pragma unroll
+      for (int i = 0; i < kN; ++i) {
+#pragma unroll
+        for (int h = 0; h < 4 / In::kBytes; ++h) {
+          const uint32_t a = slot<kIn>(w[i] & (In::kBytes == 2 ? 0x7FFF7FFFu : 0x7FFFFFFFu), h);
+          if (a <= In::kInfBits) m = max(m, a);
+        }
+      }
+    }
+  }
+  tensor_amax = max(tensor_amax, m);
+}
+
+// ---- FP8 element formats.
+template <formats::Recipe kRecipe>
+struct Fp8Format;
+
+template <>
+struct Fp8Format<formats::Recipe::kMxfp8E4M3> {
+  __device__ __forceinline__ static formats::MinifloatSpec spec() { return formats::e4m3_spec(); }
+};
+
+template <>
+struct Fp8Format<formats::Recipe::kMxfp8E5M2> {
+  __device__ __forceinline__ static formats::MinifloatSpec spec() { return formats::e5m2_spec(); }
+};
+
+// Two fp32 values -> two FP8 codes, a in the low byte. The kernels only pass finite values here.
+template <formats::Recipe kRecipe, ElementEncoder kEnc>
+__device__ __forceinline__ uint32_t encode2(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  if constexpr (kEnc == ElementEncoder::kHardware) {
+    unsigned short r;  // cvt d, hi, lo: the first source goes to the upper byte
+    if constexpr (kRecipe == formats::Recipe::kMxfp8E4M3)
+      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(b), "f"(a));
+    else
+      asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(b), "f"(a));
+    return r;
+  }
+#endif
+  const formats::MinifloatSpec s = Fp8Format<kRecipe>::spec();
+  return formats::encode_minifloat(a, s) | (formats::encode_minifloat(b, s) << 8);
+}
+
+// Four values times `inv` (exactly as formats: x * 2^-e in fp32, RN) -> one word of four codes.
+template <formats::Recipe kRecipe, ElementEncoder kEnc>
+__device__ __forceinline__ uint32_t encode4(const float* f, float inv) {
+  return encode2<kRecipe, kEnc>(formats::mul_rn(f[0], inv), formats::mul_rn(f[1], inv)) |
+         (encode2<kRecipe, kEnc>(formats::mul_rn(f[2], inv), formats::mul_rn(f[3], inv)) << 16);
+}
+
+// ---- The MX block scale of a block whose max |x| has the fp32 bits `amax` (NaN bits, which
+// order above Inf, and Inf mark a non-finite block: NaN scale, element codes 0x00).
+struct MxScale {
+  uint32_t code;  // E8M0
+  float inv;      // 2^-e, exact
+  bool nonfinite;
+};
+
+// The constants of formats::mx_scale_exponent(amax, maxnorm, ceil) for one recipe and rounding:
+//   emax          : maxnorm's unbiased exponent
+//   mant_threshold: ceil: maxnorm's mantissa field (amax's mantissa above it adds one to e);
+//                   floor: 0x7FFFFF (never exceeded)
+struct MxScaleRule {
+  int emax;
+  uint32_t mant_threshold;
+};
+
+inline MxScaleRule mx_scale_rule(float maxnorm, bool ceil_rounding) {
+  const uint32_t b = formats::float_bits(maxnorm);
+  return {static_cast<int>(b >> 23) - 127, ceil_rounding ? (b & 0x7FFFFFu) : 0x7FFFFFu};
+}
+
+// formats::mx_scale_exponent + exp2i, folded into integer steps: for finite amax >= 0 with
+// biased exponent E, code = e + 127 = max(0, E - emax + [mantissa > threshold]) (a subnormal or
+// zero amax has E = 0 and lands below 0: clamped, as e is to -127), and 2^-e has the biased
+// exponent 254 - code (always normal: code <= 254 - emax + 1). tests/quant compares this with
+// formats on every finite amax pattern, both formats, both roundings.
+__device__ __forceinline__ MxScale mx_block_scale(uint32_t amax, MxScaleRule rule) {
+  if (amax >= 0x7F800000u) return {formats::kE8M0Nan, 0.0f, true};
+  int code = static_cast<int>(amax >> 23) - rule.emax + ((amax & 0x7FFFFFu) > rule.mant_threshold ? 1 : 0);
+  code = max(code, 0);
+  return {static_cast<uint32_t>(code), __uint_as_float(static_cast<uint32_t>(254 - code) << 23), false};
+}
+
+// ---- Asynchronous global -> shared copies (cp.async, L2 only): 16 bytes, of which the first
+// src_bytes are read and the rest zero-filled.
+__device__ __forceinline__ void cp_async_16B(void* smem_dst, const void* gmem_src, int src_bytes) {
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+}  // namespace blockscale::quant::detail

@@ -1,0 +1,34 @@
+// Internal to quant/: the MXFP8 launchers behind quant/quantize.h, with the element encoder as a
+// knob so that tests and the benchmark can run both encoders against the emulator.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "quant/quantize.h"
+
+namespace blockscale::quant::detail {
+
+// How fp32 values (already multiplied by the block's 2^-e) become FP8 codes.
+//   kHardware: cvt.rn.satfinite.{e4m3,e5m2}x2.f32 (sm_89+). Used because tests/quant checks it
+//              against formats::encode_minifloat on every finite fp32 pattern the kernel can
+//              hand it (the kernel never converts NaN or Inf: such blocks are written as 0x00).
+//   kSoftware: formats::encode_minifloat itself (integer arithmetic).
+enum class ElementEncoder { kHardware, kSoftware };
+inline constexpr ElementEncoder kDefaultEncoder = ElementEncoder::kHardware;
+
+// A kernel image for the current device exists (else an error naming the device's sm_XY).
+Status mxfp8_check_device(const QuantizeProblem& p, ElementEncoder encoder);
+
+// run() with a chosen encoder: checks, resets *amax, launches.
+Status run_mxfp8(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
+                 ElementEncoder encoder, cudaStream_t stream);
+
+// Enqueues the quantize kernel; arguments already checked, rows and cols > 0.
+Status launch_mxfp8_quantize(const QuantizeProblem& p, const void* x, const QuantizeOutputs& out,
+                             ElementEncoder encoder, cudaStream_t stream);
+
+// Enqueues the dequantize kernel; arguments already checked, rows and cols > 0.
+Status launch_mxfp8_dequantize(const DequantizeProblem& p, const uint8_t* data,
+                               const uint8_t* swizzled_scales, float* out, cudaStream_t stream);
+
+}  // namespace blockscale::quant::detail

@@ -1,0 +1,746 @@
+// Tests of quant/mxfp8_quantize.cu (through quant/quantize.h) and quant/mxfp8_dequantize.cu: the
+// GPU's bytes against the CPU emulator's, byte for byte. The reference is formats::quantize() +
+// formats::pack_swizzled_scales() on the input decoded exactly to fp32 (the tensor amax:
+// formats' block_amax over the whole input; dequantize: formats::dequantize()).
+//   - every output poisoned (0xAB) before each run, with poisoned guard bytes around it: an
+//     unwritten byte, a write outside a buffer, or a write to an output not requested fails;
+//   - E4M3 and E5M2, ceil and floor, rowwise / columnwise / both, bf16 / fp16 / fp32 input, the
+//     hardware and the software element encoder;
+//   - per 32x32 region of the input a random kind of data: normal values at magnitudes 1e-30..1e30
+//     (the input type's range), heavy tails, all-zero blocks (+0 / -0), injected NaN / Inf /
+//     subnormal / -0, subnormal-only blocks, values on the scale and rounding boundaries;
+//   - shapes 1x1 .. 1000x4096, one 16385x7169 (bf16), 4096x8192 (many whole tiles per CTA), row
+//     stride > cols (aligned or not), misaligned pointers (the scalar fallback paths);
+//   - the hardware cvt against formats::encode_minifloat on every finite fp32 pattern, and the
+//     kernels' block scale against formats::mx_scale_exponent on every finite amax.
+// GPU tests skip without a GPU; the argument checks need none.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/block_quantize_internal.h"  // block_amax: formats' tensor amax rule
+#include "formats/quantize.h"
+#include "formats/scale_layout.h"
+#include "quant/mxfp8_device.cuh"
+#include "quant/mxfp8_quantize.h"
+#include "quant/quantize.h"
+
+namespace {
+
+namespace bf = blockscale::formats;
+namespace bq = blockscale::quant;
+using bf::Recipe;
+using bf::ScaleRounding;
+using bq::Directions;
+using bq::InputType;
+using bq::detail::ElementEncoder;
+
+#define ASSERT_CUDA(call)                                                      \
+  do {                                                                         \
+    const cudaError_t err_ = (call);                                           \
+    ASSERT_EQ(err_, cudaSuccess) << #call << ": " << cudaGetErrorString(err_); \
+  } while (0)
+
+constexpr uint8_t kPoison = 0xAB;
+constexpr int64_t kGuard = 64;  // poisoned bytes before and after every output
+
+bool have_gpu(std::string* why) {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess || n == 0) {
+    *why = std::string("no CUDA device (cudaGetDeviceCount: ") +
+           (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") + ")";
+    return false;
+  }
+  return true;
+}
+
+#define SKIP_WITHOUT_GPU()                    \
+  do {                                        \
+    std::string why_;                         \
+    if (!have_gpu(&why_)) GTEST_SKIP() << why_; \
+  } while (0)
+
+struct DeviceBuffer {
+  uint8_t* ptr = nullptr;
+  size_t bytes = 0;
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { if (ptr) cudaFree(ptr); }
+  cudaError_t alloc(size_t n) {
+    bytes = n;
+    return cudaMalloc(&ptr, n);
+  }
+};
+
+const char* name(InputType t) {
+  return t == InputType::kBf16 ? "bf16" : t == InputType::kFp16 ? "fp16" : "fp32";
+}
+const char* name(Directions d) {
+  return d == Directions::kRowwise ? "rowwise" : d == Directions::kColumnwise ? "columnwise" : "both";
+}
+const char* name(ElementEncoder e) { return e == ElementEncoder::kHardware ? "hw-cvt" : "sw-encode"; }
+int64_t element_bytes(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
+
+// ---- Inputs --------------------------------------------------------------------------------
+
+// Input element bits <-> value (the value is what the emulator quantizes).
+uint32_t to_bits(float v, InputType t) {
+  if (t == InputType::kFp32) return bf::float_bits(v);
+  if (t == InputType::kBf16) return bf::float_to_bf16_bits_rn(v);
+  const __half h = __float2half_rn(v);
+  uint16_t u;
+  std::memcpy(&u, &h, sizeof u);
+  return u;
+}
+float from_bits(uint32_t b, InputType t) {
+  if (t == InputType::kFp32) return bf::bits_float(b);
+  if (t == InputType::kBf16) return bf::bf16_bits_to_float(static_cast<uint16_t>(b));
+  return bf::fp16_bits_to_float(static_cast<uint16_t>(b));
+}
+uint32_t max_finite_bits(InputType t) {
+  return t == InputType::kFp32 ? 0x7F7FFFFFu : t == InputType::kBf16 ? 0x7F7Fu : 0x7BFFu;
+}
+uint32_t sign_bit(InputType t) { return t == InputType::kFp32 ? 0x80000000u : 0x8000u; }
+uint32_t min_normal_bits(InputType t) {
+  return t == InputType::kFp32 ? 0x00800000u : t == InputType::kBf16 ? 0x0080u : 0x0400u;
+}
+// log10 of the magnitudes drawn for the type (fp16 holds 6e-8 .. 65504).
+void magnitude_range(InputType t, double* lo, double* hi) {
+  if (t == InputType::kFp16) *lo = -6.0, *hi = 4.0;
+  else *lo = -30.0, *hi = 30.0;
+}
+
+enum class Pattern { kMixed, kFinite };
+const char* name(Pattern p) { return p == Pattern::kMixed ? "mixed" : "finite"; }
+
+struct HostInput {
+  std::vector<uint8_t> bytes;  // rows x ld elements of the input type
+  std::vector<float> values;   // the same elements decoded exactly; padding columns NaN
+};
+
+// One 32x32 region of the input gets one kind of data (each rowwise block and each columnwise
+// block lies in one region).
+HostInput make_input(int64_t rows, int64_t cols, int64_t ld, InputType t, Pattern pattern,
+                     uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  double lo, hi;
+  magnitude_range(t, &lo, &hi);
+  const int64_t esize = element_bytes(t);
+  HostInput in;
+  in.bytes.assign(static_cast<size_t>(rows * ld * esize), 0);
+  in.values.assign(static_cast<size_t>(rows * ld), std::nanf(""));
+  // Boundary bases: E4M3 / E5M2 maxnorm and rounding ties at several scales.
+  const double bases[] = {448.0, 57344.0, 1.0, 1.5, 1.0625, 1.1875, 1.125, 1.375, 0.75, 480.0, 61440.0};
+  const uint32_t smax = max_finite_bits(t);
+  for (int64_t rr = 0; rr < rows; rr += 32) {
+    for (int64_t rc = 0; rc < cols; rc += 32) {
+      const int kind = static_cast<int>(uni(rng) * 100);
+      const double mag = std::pow(10.0, lo + (hi - lo) * uni(rng));
+      const int scale_k = static_cast<int>(uni(rng) * (t == InputType::kFp16 ? 20 : 200)) -
+                          (t == InputType::kFp16 ? 14 : 100);
+      for (int64_t r = rr; r < std::min(rows, rr + 32); ++r) {
+        for (int64_t c = rc; c < std::min(cols, rc + 32); ++c) {
+          uint32_t bits;
+          if (kind < 35) {  // normal at this region's magnitude
+            bits = to_bits(static_cast<float>(normal(rng) * mag), t);
+          } else if (kind < 50) {  // heavy tail: normal / uniform^2 (Cauchy-like and worse)
+            const double u = std::max(uni(rng), 1e-4);
+            bits = to_bits(static_cast<float>(normal(rng) / (u * u) * mag * 1e-3), t);
+          } else if (kind < 58) {  // all zero, both signs
+            bits = (rng() & 1) ? sign_bit(t) : 0u;
+          } else if (kind < 70) {  // sprinkled specials
+            bits = to_bits(static_cast<float>(normal(rng) * mag), t);
+            const uint64_t z = rng() % 64;
+            const uint32_t inf = t == InputType::kFp32 ? 0x7F800000u : t == InputType::kBf16 ? 0x7F80u : 0x7C00u;
+            if (z == 0) bits = inf | 1u;                   // NaN
+            if (z == 1) bits = inf;                        // +Inf
+            if (z == 2) bits = inf | sign_bit(t);          // -Inf
+            if (z == 3) bits = sign_bit(t);                // -0
+            if (z == 4) bits = 1u | ((rng() & 1) ? sign_bit(t) : 0u);  // smallest subnormal
+            if (z == 5) bits = smax;                       // largest finite
+          } else if (kind < 78) {  // subnormals of the input type only
+            bits = static_cast<uint32_t>(rng() % min_normal_bits(t)) | ((rng() & 1) ? sign_bit(t) : 0u);
+          } else if (kind < 88) {  // boundary values: base * 2^k and one input ulp either side
+            const double base = bases[rng() % (sizeof(bases) / sizeof(bases[0]))];
+            const int k = scale_k + static_cast<int>(rng() % 5) - 2;
+            bits = to_bits(static_cast<float>(std::ldexp(base, k)), t);
+            const int delta = static_cast<int>(rng() % 3) - 1;
+            if ((bits & ~sign_bit(t)) < smax && (bits & ~sign_bit(t)) > 0) bits += delta;
+            if (rng() & 1) bits ^= sign_bit(t);
+          } else if (kind < 94) {  // the largest finite values and their neighbours
+            bits = smax - static_cast<uint32_t>(rng() % 4);
+            if (rng() & 1) bits ^= sign_bit(t);
+          } else {  // one lone element large, the rest tiny: extreme in-block dynamic range
+            bits = to_bits(static_cast<float>(normal(rng) * mag * ((r + c) % 31 == 0 ? 1e6 : 1e-6)), t);
+          }
+          // finite pattern: nothing non-finite (rounding into the type may overflow too)
+          if (pattern == Pattern::kFinite && !std::isfinite(from_bits(bits, t)))
+            bits = smax | (bits & sign_bit(t));
+          const size_t i = static_cast<size_t>(r * ld + c);
+          std::memcpy(&in.bytes[i * esize], &bits, static_cast<size_t>(esize));  // little endian
+          in.values[i] = from_bits(bits, t);
+        }
+      }
+    }
+  }
+  return in;
+}
+
+// ---- Reference -----------------------------------------------------------------------------
+
+struct Reference {
+  bf::QuantizedMatrix row, col;
+  std::vector<uint8_t> row_scales, col_scales;  // swizzled
+  float amax = 0.0f;
+};
+
+Reference make_reference(const HostInput& in, int64_t rows, int64_t cols, int64_t ld, Recipe recipe,
+                         ScaleRounding rounding) {
+  Reference ref;
+  bf::QuantizeOptions o;
+  o.recipe = recipe;
+  o.rounding = rounding;
+  auto s = bf::quantize(in.values.data(), rows, cols, ld, o, bf::Direction::kRowwise, &ref.row);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  s = bf::quantize(in.values.data(), rows, cols, ld, o, bf::Direction::kColumnwise, &ref.col);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  s = bf::pack_swizzled_scales(ref.row.scales.data(), ref.row.rows, ref.row.scale_cols(), &ref.row_scales);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  s = bf::pack_swizzled_scales(ref.col.scales.data(), ref.col.rows, ref.col.scale_cols(), &ref.col_scales);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  ref.amax = bf::detail::block_amax(in.values.data(), ld, 0, rows, 0, cols).amax;
+  return ref;
+}
+
+// ---- GPU run and comparison ----------------------------------------------------------------
+
+// One output buffer: `bytes` bytes at `offset` (misalignment) after kGuard poisoned bytes.
+struct GuardedOutput {
+  DeviceBuffer buf;
+  int64_t bytes = 0;
+  int64_t offset = 0;
+  uint8_t* ptr() const { return buf.ptr + kGuard + offset; }
+};
+
+::testing::AssertionResult alloc_poisoned(GuardedOutput* o, int64_t bytes, int64_t offset) {
+  o->bytes = bytes;
+  o->offset = offset;
+  cudaError_t err = o->buf.alloc(static_cast<size_t>(bytes + 2 * kGuard + offset));
+  if (err == cudaSuccess) err = cudaMemset(o->buf.ptr, kPoison, o->buf.bytes);
+  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
+  return ::testing::AssertionSuccess();
+}
+
+// Compares the buffer's contents with `want` (nullptr: must be untouched) and its guards with the
+// poison. Returns the number of bad bytes; describes the first few.
+int64_t check_output(const GuardedOutput& o, const std::vector<uint8_t>* want, int64_t row_len,
+                     const char* what, std::string* report) {
+  std::vector<uint8_t> all(o.buf.bytes);
+  const cudaError_t err = cudaMemcpy(all.data(), o.buf.ptr, all.size(), cudaMemcpyDeviceToHost);
+  if (err != cudaSuccess) {
+    *report += std::string(what) + ": cudaMemcpy " + cudaGetErrorString(err) + "\n";
+    return 1;
+  }
+  int64_t bad = 0;
+  const int64_t begin = kGuard + o.offset;
+  for (int64_t i = 0; i < static_cast<int64_t>(all.size()); ++i) {
+    const bool inside = i >= begin && i < begin + o.bytes;
+    const uint8_t expected = inside && want ? (*want)[static_cast<size_t>(i - begin)] : kPoison;
+    if (all[static_cast<size_t>(i)] == expected) continue;
+    if (bad++ < 4) {
+      char line[256];
+      if (inside) {
+        const int64_t j = i - begin;
+        std::snprintf(line, sizeof line, "%s: byte %lld (row %lld, col %lld): got 0x%02X want 0x%02X\n",
+                      what, static_cast<long long>(j), static_cast<long long>(j / row_len),
+                      static_cast<long long>(j % row_len), all[static_cast<size_t>(i)], expected);
+      } else {
+        std::snprintf(line, sizeof line, "%s: guard byte %lld %s the buffer written (0x%02X)\n", what,
+                      static_cast<long long>(i < begin ? begin - i : i - begin - o.bytes),
+                      i < begin ? "before" : "after", all[static_cast<size_t>(i)]);
+      }
+      *report += line;
+    }
+  }
+  return bad;
+}
+
+struct Layout {
+  int64_t rows, cols, ld;
+  InputType type;
+  Pattern pattern;
+  bool misaligned;  // input pointer off 16-byte alignment by one element, outputs by one byte
+};
+
+std::string describe(const Layout& l) {
+  char s[160];
+  std::snprintf(s, sizeof s, "%lldx%lld ld=%lld %s %s%s", static_cast<long long>(l.rows),
+                static_cast<long long>(l.cols), static_cast<long long>(l.ld), name(l.type),
+                name(l.pattern), l.misaligned ? " misaligned" : "");
+  return s;
+}
+
+void PrintTo(const Layout& l, std::ostream* os) { *os << describe(l); }  // readable ctest names
+
+// The device copy of an input, possibly off its alignment.
+struct DeviceInput {
+  DeviceBuffer buf;
+  int64_t offset = 0;
+  const void* ptr() const { return buf.ptr + offset; }
+};
+
+::testing::AssertionResult upload(const HostInput& in, const Layout& l, DeviceInput* d) {
+  d->offset = l.misaligned ? element_bytes(l.type) : 0;
+  cudaError_t err = d->buf.alloc(in.bytes.size() + static_cast<size_t>(d->offset));
+  if (err == cudaSuccess)
+    err = cudaMemcpy(d->buf.ptr + d->offset, in.bytes.data(), in.bytes.size(), cudaMemcpyHostToDevice);
+  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
+  return ::testing::AssertionSuccess();
+}
+
+// Runs one configuration on the GPU and compares every output with the reference. Returns the
+// number of bad bytes (0: pass); failures are reported through gtest.
+int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Reference& ref, Recipe recipe,
+                        ScaleRounding rounding, Directions dirs, ElementEncoder enc) {
+  bq::QuantizeProblem p;
+  p.recipe = recipe;
+  p.rounding = rounding;
+  p.input_type = l.type;
+  p.rows = l.rows;
+  p.cols = l.cols;
+  p.ld = l.ld;
+  p.directions = Directions::kBoth;  // sizes of every buffer
+  const int64_t out_off = l.misaligned ? 1 : 0;
+  GuardedOutput row_data, row_scales, col_data, col_scales, amax;
+  EXPECT_TRUE(alloc_poisoned(&row_data, bq::rowwise_data_bytes(p), out_off));
+  EXPECT_TRUE(alloc_poisoned(&row_scales, bq::rowwise_scale_bytes(p), out_off));
+  EXPECT_TRUE(alloc_poisoned(&col_data, bq::columnwise_data_bytes(p), out_off));
+  EXPECT_TRUE(alloc_poisoned(&col_scales, bq::columnwise_scale_bytes(p), out_off));
+  EXPECT_TRUE(alloc_poisoned(&amax, 4, 0));
+  DeviceBuffer flag;
+  EXPECT_EQ(flag.alloc(sizeof(int)), cudaSuccess);
+  EXPECT_EQ(cudaMemset(flag.ptr, 0, sizeof(int)), cudaSuccess);
+
+  p.directions = dirs;
+  bq::QuantizeOutputs out;
+  out.rowwise_data = row_data.ptr();
+  out.rowwise_scales = row_scales.ptr();
+  out.columnwise_data = col_data.ptr();
+  out.columnwise_scales = col_scales.ptr();
+  out.amax = reinterpret_cast<float*>(amax.ptr());
+  out.nonfinite = reinterpret_cast<int*>(flag.ptr);
+  bq::QuantizeInputs in;
+  in.x = x.ptr();
+  const blockscale::Status s = bq::detail::run_mxfp8(p, in, out, enc, nullptr);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  const bool row = dirs != Directions::kColumnwise, col = dirs != Directions::kRowwise;
+  std::string report;
+  int64_t bad = 0;
+  bad += check_output(row_data, row ? &ref.row.data : nullptr, l.cols, "rowwise data", &report);
+  bad += check_output(row_scales, row ? &ref.row_scales : nullptr, 16, "rowwise scales", &report);
+  bad += check_output(col_data, col ? &ref.col.data : nullptr, l.rows, "columnwise data", &report);
+  bad += check_output(col_scales, col ? &ref.col_scales : nullptr, 16, "columnwise scales", &report);
+  std::vector<uint8_t> amax_bytes(4);
+  std::memcpy(amax_bytes.data(), &ref.amax, 4);
+  bad += check_output(amax, &amax_bytes, 4, "amax", &report);
+  int got_flag = -1;
+  EXPECT_EQ(cudaMemcpy(&got_flag, flag.ptr, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  const int want_flag = ref.row.nonfinite_seen ? 1 : 0;
+  EXPECT_EQ(ref.row.nonfinite_seen, ref.col.nonfinite_seen);
+  if (got_flag != want_flag) {
+    ++bad;
+    report += "nonfinite flag: got " + std::to_string(got_flag) + " want " + std::to_string(want_flag) + "\n";
+  }
+  EXPECT_EQ(bad, 0) << describe(l) << " " << bf::recipe_name(recipe) << " "
+                    << (rounding == ScaleRounding::kCeil ? "ceil" : "floor") << " " << name(dirs)
+                    << " " << name(enc) << ": " << bad << " bad bytes\n" << report;
+  return bad;
+}
+
+// Every recipe x rounding (one reference each) x directions, with the default (hardware) encoder,
+// plus the software encoder writing both copies.
+void check_layout(const Layout& l, uint64_t seed) {
+  const HostInput in = make_input(l.rows, l.cols, l.ld, l.type, l.pattern, seed);
+  DeviceInput x;
+  ASSERT_TRUE(upload(in, l, &x));
+  int runs = 0;
+  int64_t bad = 0;
+  bool nonfinite = false;
+  for (Recipe recipe : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2}) {
+    for (ScaleRounding rounding : {ScaleRounding::kCeil, ScaleRounding::kFloor}) {
+      const Reference ref = make_reference(in, l.rows, l.cols, l.ld, recipe, rounding);
+      nonfinite = ref.row.nonfinite_seen;
+      for (Directions d : {Directions::kRowwise, Directions::kColumnwise, Directions::kBoth}) {
+        bad += run_and_compare(l, x, ref, recipe, rounding, d, bq::detail::kDefaultEncoder);
+        ++runs;
+      }
+      bad += run_and_compare(l, x, ref, recipe, rounding, Directions::kBoth, ElementEncoder::kSoftware);
+      ++runs;
+    }
+  }
+  std::printf("mxfp8_quantize_test: %-40s %2d runs (e4m3/e5m2 x ceil/floor x row/col/both/sw), "
+              "input %s non-finite, bad bytes %lld\n",
+              describe(l).c_str(), runs, nonfinite ? "has" : "no", static_cast<long long>(bad));
+}
+
+class Mxfp8QuantizeLayouts : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(Mxfp8QuantizeLayouts, MatchesTheEmulatorByteForByte) {
+  SKIP_WITHOUT_GPU();
+  const Layout l = GetParam();
+  check_layout(l, 1000003u * static_cast<uint64_t>(l.rows) + 7919u * l.cols + 31u * l.ld +
+                      static_cast<uint64_t>(l.type) * 3u + static_cast<uint64_t>(l.pattern));
+}
+
+std::vector<Layout> layouts() {
+  std::vector<Layout> v;
+  const InputType types[] = {InputType::kBf16, InputType::kFp16, InputType::kFp32};
+  const int64_t shapes[][2] = {{1, 1}, {1, 33}, {31, 32}, {33, 65}, {127, 129}, {256, 1024}, {1000, 4096}};
+  for (const auto& s : shapes)
+    for (InputType t : types) v.push_back({s[0], s[1], s[1], t, Pattern::kMixed, false});
+  for (InputType t : types) {
+    v.push_back({33, 65, 65, t, Pattern::kFinite, false});
+    v.push_back({256, 1024, 1024, t, Pattern::kFinite, false});
+    v.push_back({127, 129, 136, t, Pattern::kMixed, false});       // ld > cols, 16-byte rows
+    v.push_back({1000, 4096, 4104, t, Pattern::kMixed, false});
+    v.push_back({33, 65, 67, t, Pattern::kMixed, false});          // ld breaks vector loads
+    v.push_back({127, 129, 131, t, Pattern::kMixed, true});        // misaligned pointers
+    v.push_back({256, 1024, 1024, t, Pattern::kMixed, true});
+    v.push_back({64, 256, 256, t, Pattern::kMixed, false});        // whole tiles only
+  }
+  return v;
+}
+
+std::string layout_name(const ::testing::TestParamInfo<Layout>& info) {
+  const Layout& l = info.param;
+  return std::to_string(l.rows) + "x" + std::to_string(l.cols) + "_ld" + std::to_string(l.ld) + "_" +
+         name(l.type) + "_" + name(l.pattern) + (l.misaligned ? "_misaligned" : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Mxfp8QuantizeLayouts, ::testing::ValuesIn(layouts()), layout_name);
+
+// One large bf16 tensor (not a multiple of the tile in either dimension).
+TEST(Mxfp8QuantizeLarge, Bf16_16385x7169) {
+  SKIP_WITHOUT_GPU();
+  const Layout l{16385, 7169, 7169, InputType::kBf16, Pattern::kMixed, false};
+  const HostInput in = make_input(l.rows, l.cols, l.ld, l.type, l.pattern, 42);
+  DeviceInput x;
+  ASSERT_TRUE(upload(in, l, &x));
+  int64_t bad = 0;
+  {
+    const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp8E4M3, ScaleRounding::kCeil);
+    bad += run_and_compare(l, x, ref, Recipe::kMxfp8E4M3, ScaleRounding::kCeil, Directions::kBoth,
+                           bq::detail::kDefaultEncoder);
+  }
+  {
+    const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp8E5M2, ScaleRounding::kFloor);
+    bad += run_and_compare(l, x, ref, Recipe::kMxfp8E5M2, ScaleRounding::kFloor, Directions::kBoth,
+                           ElementEncoder::kSoftware);
+  }
+  std::printf("mxfp8_quantize_test: %s: e4m3 ceil both hw-cvt, e5m2 floor both sw-encode: bad bytes %lld\n",
+              describe(l).c_str(), static_cast<long long>(bad));
+}
+
+// Whole tiles only and many tiles per CTA: the production path (no bounds checks, 16-byte
+// stores, the double-buffered pipeline and the one-tile-late scale stores) over several rounds.
+TEST(Mxfp8QuantizeLarge, ManyTilesPerCtaEveryInputType) {
+  SKIP_WITHOUT_GPU();
+  for (InputType t : {InputType::kBf16, InputType::kFp16, InputType::kFp32}) {
+    const Layout l{4096, 8192, 8192, t, Pattern::kMixed, false};
+    const HostInput in = make_input(l.rows, l.cols, l.ld, l.type, l.pattern, 4242 + static_cast<uint64_t>(t));
+    DeviceInput x;
+    ASSERT_TRUE(upload(in, l, &x));
+    int64_t bad = 0;
+    {
+      const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp8E4M3, ScaleRounding::kCeil);
+      bad += run_and_compare(l, x, ref, Recipe::kMxfp8E4M3, ScaleRounding::kCeil, Directions::kBoth,
+                             bq::detail::kDefaultEncoder);
+    }
+    {
+      const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp8E5M2, ScaleRounding::kFloor);
+      for (Directions d : {Directions::kRowwise, Directions::kColumnwise})
+        bad += run_and_compare(l, x, ref, Recipe::kMxfp8E5M2, ScaleRounding::kFloor, d, bq::detail::kDefaultEncoder);
+    }
+    std::printf("mxfp8_quantize_test: %s: e4m3 ceil both, e5m2 floor row and col (hw-cvt): bad bytes %lld\n",
+                describe(l).c_str(), static_cast<long long>(bad));
+  }
+}
+
+// ---- The hardware conversion against formats::encode_minifloat on every finite fp32 --------
+
+struct CvtCounts {
+  unsigned long long checked, mismatches, first_bits[4], first_hw[4], first_sw[4];
+};
+
+template <Recipe kRecipe>
+__global__ void cvt_sweep_kernel(CvtCounts* counts) {
+  const bf::MinifloatSpec spec = bq::detail::Fp8Format<kRecipe>::spec();
+  unsigned long long checked = 0;
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < (uint64_t{1} << 32);
+       i += uint64_t{gridDim.x} * blockDim.x) {
+    const uint32_t bits = static_cast<uint32_t>(i);
+    if ((bits & 0x7F800000u) == 0x7F800000u) continue;  // NaN, Inf: the kernels never convert them
+    const float a = __uint_as_float(bits), b = __uint_as_float(bits ^ 0x80000000u);  // x and -x
+    const uint32_t hw = bq::detail::encode2<kRecipe, ElementEncoder::kHardware>(a, b);
+    const uint32_t sw = bf::encode_minifloat(a, spec) | (bf::encode_minifloat(b, spec) << 8);
+    ++checked;
+    if (hw != sw) {
+      const unsigned long long k = atomicAdd(&counts->mismatches, 1ull);
+      if (k < 4) counts->first_bits[k] = bits, counts->first_hw[k] = hw, counts->first_sw[k] = sw;
+    }
+  }
+  atomicAdd(&counts->checked, checked);
+}
+
+template <Recipe kRecipe>
+void sweep(const char* label) {
+  DeviceBuffer buf;
+  ASSERT_CUDA(buf.alloc(sizeof(CvtCounts)));
+  ASSERT_CUDA(cudaMemset(buf.ptr, 0, sizeof(CvtCounts)));
+  cvt_sweep_kernel<kRecipe><<<4096, 256>>>(reinterpret_cast<CvtCounts*>(buf.ptr));
+  ASSERT_CUDA(cudaGetLastError());
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  CvtCounts c;
+  ASSERT_CUDA(cudaMemcpy(&c, buf.ptr, sizeof c, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(c.checked, (uint64_t{1} << 32) - (uint64_t{1} << 24));  // every finite pattern
+  EXPECT_EQ(c.mismatches, 0u) << label;
+  for (unsigned long long k = 0; k < std::min(c.mismatches, 4ull); ++k)
+    ADD_FAILURE() << label << " x = 0x" << std::hex << c.first_bits[k] << " (and -x): cvt 0x"
+                  << c.first_hw[k] << ", encode_minifloat 0x" << c.first_sw[k];
+  std::printf("mxfp8_quantize_test: %s cvt.rn.satfinite x2 vs encode_minifloat: %llu finite fp32 "
+              "patterns (x, -x pairs), mismatches %llu\n", label, c.checked, c.mismatches);
+}
+
+TEST(Mxfp8HardwareCvt, MatchesEncodeMinifloatOnEveryFiniteFp32) {
+  SKIP_WITHOUT_GPU();
+  sweep<Recipe::kMxfp8E4M3>("E4M3");
+  sweep<Recipe::kMxfp8E5M2>("E5M2");
+}
+
+// ---- The kernels' block scale (integer steps) against formats::mx_scale_exponent + exp2i on
+// every finite amax >= 0, both formats, both roundings ----------------------------------------
+
+__global__ void scale_sweep_kernel(bq::detail::MxScaleRule rule, float maxnorm, bool ceil_rounding,
+                                   CvtCounts* counts) {
+  unsigned long long checked = 0;
+  for (uint32_t a = blockIdx.x * blockDim.x + threadIdx.x; a < 0x7F800000u; a += gridDim.x * blockDim.x) {
+    const bq::detail::MxScale s = bq::detail::mx_block_scale(a, rule);
+    const int e = bf::mx_scale_exponent(__uint_as_float(a), maxnorm, ceil_rounding);
+    const uint32_t want_code = static_cast<uint32_t>(e + 127);
+    const uint32_t want_inv = bf::float_bits(bf::exp2i(-e));
+    ++checked;
+    if (s.nonfinite || s.code != want_code || __float_as_uint(s.inv) != want_inv) {
+      const unsigned long long k = atomicAdd(&counts->mismatches, 1ull);
+      if (k < 4) counts->first_bits[k] = a, counts->first_hw[k] = s.code, counts->first_sw[k] = want_code;
+    }
+  }
+  atomicAdd(&counts->checked, checked);
+}
+
+TEST(Mxfp8BlockScale, MatchesMxScaleExponentOnEveryFiniteAmax) {
+  SKIP_WITHOUT_GPU();
+  for (Recipe recipe : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2}) {
+    for (bool ceil_rounding : {true, false}) {
+      DeviceBuffer buf;
+      ASSERT_CUDA(buf.alloc(sizeof(CvtCounts)));
+      ASSERT_CUDA(cudaMemset(buf.ptr, 0, sizeof(CvtCounts)));
+      const float maxnorm = bf::element_max(recipe);
+      scale_sweep_kernel<<<4096, 256>>>(bq::detail::mx_scale_rule(maxnorm, ceil_rounding), maxnorm,
+                                        ceil_rounding, reinterpret_cast<CvtCounts*>(buf.ptr));
+      ASSERT_CUDA(cudaGetLastError());
+      ASSERT_CUDA(cudaDeviceSynchronize());
+      CvtCounts c;
+      ASSERT_CUDA(cudaMemcpy(&c, buf.ptr, sizeof c, cudaMemcpyDeviceToHost));
+      const char* label = ceil_rounding ? "ceil" : "floor";
+      EXPECT_EQ(c.checked, 0x7F800000ull);
+      EXPECT_EQ(c.mismatches, 0u) << bf::recipe_name(recipe) << " " << label;
+      for (unsigned long long k = 0; k < std::min(c.mismatches, 4ull); ++k)
+        ADD_FAILURE() << bf::recipe_name(recipe) << " " << label << " amax bits 0x" << std::hex
+                      << c.first_bits[k] << ": code 0x" << c.first_hw[k] << ", formats 0x" << c.first_sw[k];
+      std::printf("mxfp8_quantize_test: block scale %s %s vs mx_scale_exponent + exp2i: %llu finite amax "
+                  "patterns, mismatches %llu\n", bf::recipe_name(recipe), label, c.checked, c.mismatches);
+    }
+  }
+}
+
+// ---- The non-finite flag is sticky, never cleared; an empty problem writes amax 0 ----------
+
+TEST(Mxfp8QuantizeFlags, NonfiniteFlagIsOnlyEverSetToOne) {
+  SKIP_WITHOUT_GPU();
+  const Layout l{64, 64, 64, InputType::kBf16, Pattern::kFinite, false};
+  for (bool with_nan : {false, true}) {
+    HostInput in = make_input(l.rows, l.cols, l.ld, l.type, l.pattern, 5);
+    if (with_nan) in.bytes[2 * (10 * 64 + 7) + 1] = 0x7F, in.bytes[2 * (10 * 64 + 7)] = 0xC1;  // NaN
+    DeviceInput x;
+    ASSERT_TRUE(upload(in, l, &x));
+    DeviceBuffer data, scales, flag;
+    bq::QuantizeProblem p;
+    p.rows = l.rows, p.cols = l.cols, p.ld = l.ld;
+    ASSERT_CUDA(data.alloc(static_cast<size_t>(bq::rowwise_data_bytes(p))));
+    ASSERT_CUDA(scales.alloc(static_cast<size_t>(bq::rowwise_scale_bytes(p))));
+    ASSERT_CUDA(flag.alloc(sizeof(int)));
+    const int start = 7;
+    ASSERT_CUDA(cudaMemcpy(flag.ptr, &start, sizeof start, cudaMemcpyHostToDevice));
+    bq::QuantizeOutputs out;
+    out.rowwise_data = data.ptr, out.rowwise_scales = scales.ptr;
+    out.nonfinite = reinterpret_cast<int*>(flag.ptr);
+    bq::QuantizeInputs xin;
+    xin.x = x.ptr();
+    const auto s = bq::run(p, xin, out, nullptr, 0, nullptr);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    int got = 0;
+    ASSERT_CUDA(cudaMemcpy(&got, flag.ptr, sizeof got, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(got, with_nan ? 1 : start) << (with_nan ? "NaN input" : "finite input");
+  }
+}
+
+TEST(Mxfp8QuantizeFlags, EmptyProblemWritesAmaxZeroAndNothingElse) {
+  SKIP_WITHOUT_GPU();
+  GuardedOutput amax;
+  ASSERT_TRUE(alloc_poisoned(&amax, 4, 0));
+  bq::QuantizeProblem p;
+  p.rows = 0, p.cols = 5, p.ld = 5, p.directions = Directions::kBoth;
+  bq::QuantizeOutputs out;
+  out.amax = reinterpret_cast<float*>(amax.ptr());
+  const auto s = bq::run(p, bq::QuantizeInputs{}, out, nullptr, 0, nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  std::string report;
+  const std::vector<uint8_t> zero(4, 0);
+  EXPECT_EQ(check_output(amax, &zero, 4, "amax", &report), 0) << report;
+}
+
+// ---- Dequantize: the emulator's bytes in, formats::dequantize's values out --------------------
+
+TEST(Mxfp8Dequantize, MatchesFormatsDequantize) {
+  SKIP_WITHOUT_GPU();
+  for (Recipe recipe : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2}) {
+    for (const auto& shape : {std::pair<int64_t, int64_t>{127, 129}, {1, 33}, {300, 1024}}) {
+      const int64_t rows = shape.first, cols = shape.second;
+      const HostInput in = make_input(rows, cols, cols, InputType::kFp32, Pattern::kMixed, 77 + rows);
+      const Reference ref = make_reference(in, rows, cols, cols, recipe, ScaleRounding::kCeil);
+      std::vector<float> want;
+      ASSERT_TRUE(bf::dequantize(ref.row, &want).is_ok());
+      DeviceBuffer data, scales, out;
+      ASSERT_CUDA(data.alloc(ref.row.data.size()));
+      ASSERT_CUDA(scales.alloc(ref.row_scales.size()));
+      ASSERT_CUDA(out.alloc(want.size() * sizeof(float)));
+      ASSERT_CUDA(cudaMemcpy(data.ptr, ref.row.data.data(), ref.row.data.size(), cudaMemcpyHostToDevice));
+      ASSERT_CUDA(cudaMemcpy(scales.ptr, ref.row_scales.data(), ref.row_scales.size(), cudaMemcpyHostToDevice));
+      ASSERT_CUDA(cudaMemset(out.ptr, kPoison, out.bytes));
+      bq::DequantizeProblem p;
+      p.recipe = recipe, p.rows = rows, p.cols = cols;
+      const auto s = bq::dequantize(p, data.ptr, scales.ptr, reinterpret_cast<float*>(out.ptr), nullptr);
+      ASSERT_TRUE(s.is_ok()) << s.message();
+      std::vector<float> got(want.size());
+      ASSERT_CUDA(cudaMemcpy(got.data(), out.ptr, out.bytes, cudaMemcpyDeviceToHost));
+      int64_t bad = 0, nans = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        const bool both_nan = std::isnan(got[i]) && std::isnan(want[i]);
+        nans += both_nan;
+        if (both_nan || bf::float_bits(got[i]) == bf::float_bits(want[i])) continue;
+        if (bad++ < 4)
+          ADD_FAILURE() << bf::recipe_name(recipe) << " " << rows << "x" << cols << " element " << i
+                        << ": got " << got[i] << " want " << want[i];
+      }
+      EXPECT_EQ(bad, 0);
+      if (rows * cols > 10000) EXPECT_GT(nans, 0) << "the mixed input should hold NaN blocks";
+      std::printf("mxfp8_quantize_test: dequantize %s %lldx%lld: %zu values (%lld NaN), mismatches %lld\n",
+                  bf::recipe_name(recipe), static_cast<long long>(rows), static_cast<long long>(cols),
+                  want.size(), static_cast<long long>(nans), static_cast<long long>(bad));
+    }
+  }
+}
+
+// ---- Argument checks (no GPU needed: errors are found before any device access) -------------
+
+bq::QuantizeProblem good_problem() {
+  bq::QuantizeProblem p;
+  p.rows = 64, p.cols = 64, p.ld = 64, p.directions = Directions::kBoth;
+  return p;
+}
+
+void expect_error(const blockscale::Status& s, const std::string& needle) {
+  ASSERT_FALSE(s.is_ok()) << "expected an error naming " << needle;
+  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+}
+
+TEST(QuantizeApi, CanImplementNamesTheArgument) {
+  bq::QuantizeProblem p = good_problem();
+  EXPECT_TRUE(bq::can_implement(p).is_ok());
+  p.rows = -1;
+  expect_error(bq::can_implement(p), "problem.rows");
+  p = good_problem(), p.cols = -3;
+  expect_error(bq::can_implement(p), "problem.cols");
+  p = good_problem(), p.ld = 63;
+  expect_error(bq::can_implement(p), "problem.ld");
+  p = good_problem(), p.recipe = Recipe::kNvfp4;
+  expect_error(bq::can_implement(p), "problem.recipe");
+  p = good_problem(), p.recipe = Recipe::kMxfp4;
+  expect_error(bq::can_implement(p), "problem.recipe");
+  p = good_problem(), p.rows = 0;
+  EXPECT_TRUE(bq::can_implement(p).is_ok()) << "an empty problem is valid";
+  p = good_problem(), p.rounding = ScaleRounding::kFloor, p.recipe = Recipe::kMxfp8E5M2;
+  EXPECT_TRUE(bq::can_implement(p).is_ok());
+  EXPECT_EQ(bq::workspace_size(good_problem()), 0u);
+}
+
+TEST(QuantizeApi, PointerChecksNameTheArgument) {
+  // Fake, never dereferenced addresses far apart: every check below fails before device access.
+  auto at = [](uintptr_t a) { return reinterpret_cast<uint8_t*>(a); };
+  const bq::QuantizeProblem p = good_problem();
+  bq::QuantizeInputs in;
+  in.x = at(0x100000);
+  bq::QuantizeOutputs out;
+  out.rowwise_data = at(0x200000), out.rowwise_scales = at(0x300000);
+  out.columnwise_data = at(0x400000), out.columnwise_scales = at(0x500000);
+
+  bq::QuantizeInputs no_x;
+  expect_error(bq::can_implement(p, no_x, out), "inputs.x");
+  bq::QuantizeOutputs o = out;
+  o.rowwise_data = nullptr;
+  expect_error(bq::can_implement(p, in, o), "outputs.rowwise_data");
+  o = out, o.columnwise_scales = nullptr;
+  expect_error(bq::can_implement(p, in, o), "outputs.columnwise_scales");
+  o = out, o.columnwise_data = out.rowwise_data + 100;  // inside rowwise data
+  expect_error(bq::can_implement(p, in, o), "overlaps");
+  o = out, o.rowwise_scales = at(0x100000 + 64 * 64 * 2 - 1);  // last byte of the input
+  expect_error(bq::can_implement(p, in, o), "outputs.rowwise_scales: overlaps inputs.x");
+  o = out, o.amax = reinterpret_cast<float*>(at(0x600002));
+  expect_error(bq::can_implement(p, in, o), "outputs.amax");
+  o = out, o.nonfinite = reinterpret_cast<int*>(at(0x600001));
+  expect_error(bq::can_implement(p, in, o), "outputs.nonfinite");
+  bq::QuantizeInputs odd;
+  odd.x = at(0x100001);  // bf16 needs 2-byte alignment
+  expect_error(bq::can_implement(p, odd, out), "inputs.x");
+  // Buffers of a direction not requested may be null.
+  bq::QuantizeProblem row_only = p;
+  row_only.directions = Directions::kRowwise;
+  o = out, o.columnwise_data = nullptr, o.columnwise_scales = nullptr, o.rowwise_data = nullptr;
+  expect_error(bq::can_implement(row_only, in, o), "outputs.rowwise_data");
+
+  bq::DequantizeProblem d;
+  d.rows = 4, d.cols = 32;
+  expect_error(bq::dequantize(d, nullptr, at(0x300000), reinterpret_cast<float*>(at(0x400000)), nullptr), "data");
+  d.recipe = Recipe::kNvfp4;
+  expect_error(bq::dequantize(d, at(0x200000), at(0x300000), reinterpret_cast<float*>(at(0x400000)), nullptr),
+               "problem.recipe");
+}
+
+}  // namespace
