@@ -9,6 +9,9 @@
 
 #include "formats/io/quantized_file.h"  // defines: QuantizedTensor, add_quantized_tensor, matrix_view
 #include "tools/cli.h"
+#ifdef BLOCKSCALE_GPU_QUANTIZE
+#include "tools/gpu_quantize.h"  // defines: gpu_quantize (quant/'s kernels)
+#endif
 #include "tools/input_file.h"  // defines: InputFile (.npy or mmapped .safetensors)
 
 namespace blockscale::tools {
@@ -23,6 +26,7 @@ struct QuantizeArgs {
   bool nvfp4_2d = false;
   bool pow2 = false;
   std::string in, out;
+  std::string device = "cpu";
   bool json = false;
   bool quiet = false;
 };
@@ -53,13 +57,14 @@ Status make_options(const QuantizeArgs& a, bool sr, formats::QuantizeOptions* o)
   return Status::ok();
 }
 
-// Quantizes one input tensor into `entries` (one entry, or two for --direction both).
+// Quantizes one input tensor into `entries` (one entry, or two for --direction both), on the CPU
+// (formats::quantize) or the GPU (quant/), which give the same bytes.
 Status quantize_tensor(const InputTensor& t, const QuantizeArgs& a, const formats::QuantizeOptions& base,
                        std::vector<std::unique_ptr<io::QuantizedTensor>>* entries) {
   int64_t rows = 0, cols = 0;
   BS_RETURN_IF_ERROR(io::matrix_view(t.view.shape, &rows, &cols));
-  std::vector<float> x;
-  BS_RETURN_IF_ERROR(io::to_float(t.view, &x));
+  std::vector<std::unique_ptr<io::QuantizedTensor>> made;
+  io::QuantizedTensor* by_direction[2] = {nullptr, nullptr};
   for (formats::Direction d : {formats::Direction::kRowwise, formats::Direction::kColumnwise}) {
     const bool rowwise = d == formats::Direction::kRowwise;
     if ((rowwise && a.direction == "columnwise") || (!rowwise && a.direction == "rowwise")) continue;
@@ -68,22 +73,50 @@ Status quantize_tensor(const InputTensor& t, const QuantizeArgs& a, const format
     e->shape = t.view.shape;
     e->direction = d;
     e->rounding = base.rounding;
-    formats::QuantizeOptions o = base;
-    o.hadamard = a.rht && !rowwise;
-    if (o.hadamard && rows % 16 != 0)
+    e->hadamard = a.rht && !rowwise;
+    if (e->hadamard && rows % 16 != 0)
       return Status::error(t.name + ": --rht needs a row count (the columnwise block dimension) that is a "
                            "multiple of 16, not " + std::to_string(rows));
-    e->hadamard = o.hadamard;
-    Status s = formats::quantize(x.data(), rows, cols, cols, o, d, &e->q);
-    if (!s) return Status::error(t.name + ": " + s.message());
-    entries->push_back(std::move(e));
+    by_direction[rowwise ? 0 : 1] = e.get();
+    made.push_back(std::move(e));
   }
+  if (a.device == "gpu") {
+#ifdef BLOCKSCALE_GPU_QUANTIZE
+    Status s = gpu_quantize(t.view, rows, cols, base, by_direction[0] ? &by_direction[0]->q : nullptr,
+                            by_direction[1] ? &by_direction[1]->q : nullptr);
+    if (!s) return Status::error(t.name + ": " + s.message());
+#endif
+  } else {
+    std::vector<float> x;
+    BS_RETURN_IF_ERROR(io::to_float(t.view, &x));
+    for (auto& e : made) {
+      formats::QuantizeOptions o = base;
+      o.hadamard = e->hadamard;
+      Status s = formats::quantize(x.data(), rows, cols, cols, o, e->direction, &e->q);
+      if (!s) return Status::error(t.name + ": " + s.message());
+    }
+  }
+  for (auto& e : made) entries->push_back(std::move(e));
   return Status::ok();
+}
+
+// --device gpu: refused up front where this build or machine cannot run it.
+Status check_device(const QuantizeArgs& a) {
+  if (a.device != "gpu") return Status::ok();
+#ifdef BLOCKSCALE_GPU_QUANTIZE
+  if (a.recipe != "mxfp8" && a.recipe != "mxfp8_e5m2")
+    return Status::error("--device gpu: the GPU kernels implement mxfp8 and mxfp8_e5m2 so far, not " + a.recipe +
+                         " (use --device cpu)");
+  return gpu_available();
+#else
+  return Status::error("--device gpu: this build has no CUDA parts (configure with -DBLOCKSCALE_CUDA=ON)");
+#endif
 }
 
 void run_quantize(const QuantizeArgs& a, bool sr) {
   formats::QuantizeOptions base;
   check("quantize", make_options(a, sr, &base));
+  check("quantize", check_device(a));
   InputFile in;
   check("quantize", InputFile::open(a.in, "--in", &in));
   std::vector<std::unique_ptr<io::QuantizedTensor>> entries;
@@ -108,7 +141,7 @@ void run_quantize(const QuantizeArgs& a, bool sr) {
   for (const auto& e : entries) check("quantize", io::add_quantized_tensor(*e, &tensors, &metadata));
   check("quantize", io::write_safetensors(a.out, tensors, metadata));
 
-  nlohmann::json report = {{"in", a.in}, {"out", a.out}, {"recipe", a.recipe}, {"skipped", skipped}};
+  nlohmann::json report = {{"in", a.in}, {"out", a.out}, {"recipe", a.recipe}, {"device", a.device}, {"skipped", skipped}};
   for (const auto& e : entries) {
     report["tensors"].push_back({{"name", e->name},
                                  {"shape", e->shape},
@@ -159,6 +192,10 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_flag("--pow2", a->pow2, "fp8_block*: power-of-two scales");
   cmd->add_option("--in", a->in, "input .npy (one tensor, named \"x\") or .safetensors")->required()->type_name("FILE");
   cmd->add_option("--out", a->out, "output .safetensors")->required()->type_name("FILE");
+  cmd->add_option("--device", a->device,
+                  "cpu (formats/, the emulator; default) or gpu (quant/'s kernels: mxfp8 and mxfp8_e5m2 so far);\n"
+                  "both write the same bytes")
+      ->check(CLI::IsMember({"cpu", "gpu"}));
   cmd->add_flag("--json", a->json, "print the summary as JSON instead of a table");
   cmd->add_flag("--quiet", a->quiet, "no progress on stderr");
   cmd->callback([a, sr] { run_quantize(*a, sr->count() > 0); });

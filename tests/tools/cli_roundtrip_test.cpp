@@ -195,6 +195,61 @@ const CliCase kCases[] = {
 INSTANTIATE_TEST_SUITE_P(Recipes, CliRoundTrip, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.label); });
 
+std::vector<uint8_t> file_bytes(const std::string& path) {
+  std::vector<uint8_t> b;
+  if (FILE* f = std::fopen(path.c_str(), "rb")) {
+    int c;
+    while ((c = std::fgetc(f)) != EOF) b.push_back(static_cast<uint8_t>(c));
+    std::fclose(f);
+  }
+  return b;
+}
+
+// `--device gpu` (quant/'s kernels) writes the very file `--device cpu` writes. Skips where the
+// build or the machine has no GPU path (the CLI says which).
+TEST_F(CliRoundTrip, GpuWritesTheCpuFile) {
+  std::vector<Input> inputs = make_inputs(false);
+  inputs.push_back(make_input("big", io::DType::BF16, {1000, 4096}, 5, true));
+  Input f64 = make_input("f64", io::DType::F32, {33, 65}, 6, true);
+  std::vector<uint8_t> wide(f64.bytes.size() * 2);
+  for (size_t i = 0; i < f64.bytes.size() / 4; ++i) {
+    float v;
+    std::memcpy(&v, &f64.bytes[4 * i], 4);
+    const double d = v;
+    std::memcpy(&wide[8 * i], &d, 8);
+  }
+  inputs.push_back(Input{"f64", io::DType::F64, {33, 65}, wide});
+  std::vector<std::pair<std::string, io::TensorView>> views;
+  for (const Input& in : inputs)
+    views.push_back({in.name, io::TensorView{in.dtype, in.shape, in.bytes.data(), in.bytes.size()}});
+  const std::string in_path = dir_ + "/in.safetensors";
+  ASSERT_TRUE(io::write_safetensors(in_path, views));
+  const std::string probe = std::string(BLOCKSCALE_CLI) + " quantize --quiet --recipe mxfp8 --device gpu --in " +
+                            in_path + " --out " + dir_ + "/probe.safetensors 2>" + dir_ + "/probe.err >/dev/null";
+  if (std::system(probe.c_str()) != 0) {
+    const std::vector<uint8_t> err = file_bytes(dir_ + "/probe.err");
+    const std::string msg(err.begin(), err.end());
+    ASSERT_NE(msg.find("--device gpu: "), std::string::npos) << msg;
+    GTEST_SKIP() << msg;
+  }
+  int cases = 0;
+  for (const char* recipe : {"mxfp8", "mxfp8_e5m2"}) {
+    for (const char* rounding : {"ceil", "floor"}) {
+      for (const char* direction : {"rowwise", "columnwise", "both"}) {
+        const std::string args = std::string("quantize --quiet --recipe ") + recipe + " --rounding " + rounding +
+                                 " --direction " + direction + " --in " + in_path + " --out " + dir_;
+        ASSERT_EQ(run_cli(args + "/cpu.safetensors --device cpu"), 0) << args;
+        ASSERT_EQ(run_cli(args + "/gpu.safetensors --device gpu"), 0) << args;
+        const std::vector<uint8_t> cpu = file_bytes(dir_ + "/cpu.safetensors");
+        EXPECT_GT(cpu.size(), 4u * 1000 * 1000) << args;  // the big tensor is in it
+        EXPECT_TRUE(cpu == file_bytes(dir_ + "/gpu.safetensors")) << args;
+        ++cases;
+      }
+    }
+  }
+  std::printf("cli_roundtrip_test: --device gpu wrote the --device cpu file byte for byte in %d cases\n", cases);
+}
+
 // A .npy in, one tensor "x", and a .npy out with --tensor.
 TEST_F(CliRoundTrip, NpyInAndOut) {
   const std::vector<float> x = blockscale_test::make_data(33 * 70, 9, blockscale_test::Dist::kNormal, 1e-3);
