@@ -15,5 +15,5 @@ log=${OUT:-/tmp}/ctest.log
 ctest --test-dir build-gpu -LE exhaustive --output-on-failure -j 8 2>&1 | tee "$log" | tail -n 25
 status=${PIPESTATUS[0]}
 echo "---- device tests, their own output"
-for t in build-gpu/tests/formats/*device_test; do "$t" 2>&1 | tail -n 15; done
+for t in build-gpu/tests/formats/*device_test build-gpu/tests/quant/*_test; do [ -x "$t" ] && "$t" 2>&1 | grep -E "^[a-z0-9_]+_test:|PASSED|FAILED" | grep -v "bad bytes 0$" | tail -n 15; done
 exit "$status"
