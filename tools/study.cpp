@@ -35,34 +35,6 @@ Status check_window(const std::string& name, int64_t rows, int64_t cols, int64_t
   return Status::ok();
 }
 
-uint16_t u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
-
-// n elements of a float dtype at p (little-endian, maybe unaligned) widened to fp32, exactly as
-// io::to_float does.
-void widen(io::DType dtype, const uint8_t* p, int64_t n, float* o) {
-  namespace f = formats;
-  switch (dtype) {
-    case io::DType::F32: std::memcpy(o, p, static_cast<size_t>(n) * 4); break;
-    case io::DType::F64:
-      for (int64_t i = 0; i < n; ++i) {
-        double d;
-        std::memcpy(&d, p + 8 * i, 8);
-        o[i] = static_cast<float>(d);
-      }
-      break;
-    case io::DType::BF16:
-      for (int64_t i = 0; i < n; ++i) o[i] = f::bf16_bits_to_float(u16(p + 2 * i));
-      break;
-    case io::DType::F16:
-      for (int64_t i = 0; i < n; ++i) o[i] = f::fp16_bits_to_float(u16(p + 2 * i));
-      break;
-    case io::DType::F8_E4M3: for (int64_t i = 0; i < n; ++i) o[i] = f::decode_e4m3(p[i]); break;
-    case io::DType::F8_E5M2: for (int64_t i = 0; i < n; ++i) o[i] = f::decode_e5m2(p[i]); break;
-    case io::DType::F8_E8M0: for (int64_t i = 0; i < n; ++i) o[i] = f::decode_e8m0(p[i]); break;
-    default: break;  // open_study_files admits float dtypes only
-  }
-}
-
 // A view into a file's bytes. For a memory-mapped file, the pages a read touched are handed back
 // afterwards (MADV_DONTNEED: they stay in the page cache, a later read faults them in again), so
 // the process's resident size stays at a chunk's worth however large the file.
@@ -80,7 +52,8 @@ TensorSource view_source(const std::string& name, const io::TensorView& v, int64
                                                            int64_t nc, float* out) -> Status {
     BS_RETURN_IF_ERROR(check_window(name, rows, cols, r0, nr, c0, nc, out));
     const int64_t esize = static_cast<int64_t>(io::dtype_size(dtype));
-    for (int64_t r = 0; r < nr; ++r) widen(dtype, data + ((r0 + r) * cols + c0) * esize, nc, out + r * nc);
+    for (int64_t r = 0; r < nr; ++r)
+      io::widen_to_float(dtype, data + ((r0 + r) * cols + c0) * esize, static_cast<size_t>(nc), out + r * nc);
     if (mapped && nr > 0 && nc > 0) {
       static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
       const uintptr_t begin = reinterpret_cast<uintptr_t>(data + (r0 * cols + c0) * esize) & ~(page - 1);

@@ -4,7 +4,7 @@
 // and the write-to-a-temporary-then-rename file both writers use.
 //
 //   defines: DType, dtype_size, dtype_name, dtype_is_float, dtype_from_name, shape_nbytes,
-//            TensorView, check_view, to_float, detail::AtomicFile
+//            TensorView, check_view, widen_to_float, to_float, detail::AtomicFile
 #pragma once
 
 #include <fcntl.h>
@@ -141,10 +141,29 @@ inline Status check_view(const TensorView& t, const std::string& what) {
   return Status::ok();
 }
 
-// Widens a float tensor (F64 rounds to nearest; F16, BF16 and the fp8 formats are exact) to
-// fp32, one tensor at a time. Integer dtypes are an error: their values are not floats.
-inline Status to_float(const TensorView& t, std::vector<float>* out) {
+// Widens n elements of float dtype `d` at p (little-endian, possibly unaligned) to fp32: F64
+// rounds to nearest; F16, BF16 and the fp8 formats are exact. Returns false for a non-float dtype.
+// The one conversion both to_float and chunked readers (the study) use.
+inline bool widen_to_float(DType d, const uint8_t* p, size_t n, float* o) {
   namespace f = blockscale::formats;
+  auto u16 = [p](size_t i) { return static_cast<uint16_t>(p[2 * i] | p[2 * i + 1] << 8); };
+  switch (d) {
+    case DType::F32: if (n) std::memcpy(o, p, 4 * n); return true;
+    case DType::F64:
+      for (size_t i = 0; i < n; ++i) { double v; std::memcpy(&v, p + 8 * i, 8); o[i] = static_cast<float>(v); }
+      return true;
+    case DType::F16: for (size_t i = 0; i < n; ++i) o[i] = f::fp16_bits_to_float(u16(i)); return true;
+    case DType::BF16: for (size_t i = 0; i < n; ++i) o[i] = f::bf16_bits_to_float(u16(i)); return true;
+    case DType::F8_E4M3: for (size_t i = 0; i < n; ++i) o[i] = f::decode_e4m3(p[i]); return true;
+    case DType::F8_E5M2: for (size_t i = 0; i < n; ++i) o[i] = f::decode_e5m2(p[i]); return true;
+    case DType::F8_E8M0: for (size_t i = 0; i < n; ++i) o[i] = f::decode_e8m0(p[i]); return true;
+    default: return false;
+  }
+}
+
+// Widens a whole float tensor to fp32 (widen_to_float), one tensor at a time. Integer dtypes are
+// an error: their values are not floats.
+inline Status to_float(const TensorView& t, std::vector<float>* out) {
   if (!out) return Status::error("to_float: out is null");
   if (!dtype_is_float(t.dtype)) {
     return Status::error(std::string("to_float: dtype ") + dtype_name(t.dtype) +
@@ -157,20 +176,7 @@ inline Status to_float(const TensorView& t, std::vector<float>* out) {
   } catch (const std::bad_alloc&) {
     return Status::error("to_float: cannot allocate " + std::to_string(n) + " floats");
   }
-  const uint8_t* p = t.data;
-  float* o = out->data();
-  for (size_t i = 0; i < n; ++i) {
-    switch (t.dtype) {
-      case DType::F32: std::memcpy(&o[i], p + 4 * i, 4); break;
-      case DType::F64: { double d; std::memcpy(&d, p + 8 * i, 8); o[i] = static_cast<float>(d); break; }
-      case DType::F16: o[i] = f::fp16_bits_to_float(static_cast<uint16_t>(p[2 * i] | p[2 * i + 1] << 8)); break;
-      case DType::BF16: o[i] = f::bf16_bits_to_float(static_cast<uint16_t>(p[2 * i] | p[2 * i + 1] << 8)); break;
-      case DType::F8_E4M3: o[i] = f::decode_e4m3(p[i]); break;
-      case DType::F8_E5M2: o[i] = f::decode_e5m2(p[i]); break;
-      case DType::F8_E8M0: o[i] = f::decode_e8m0(p[i]); break;
-      default: return Status::error("to_float: unreachable dtype");
-    }
-  }
+  if (!widen_to_float(t.dtype, t.data, n, out->data())) return Status::error("to_float: unreachable dtype");
   return Status::ok();
 }
 
