@@ -33,6 +33,7 @@
 #include <string>
 
 #include "quant/mxfp8_device.cuh"
+#include "quant/launchers.h"
 #include "quant/mxfp8_quantize.h"
 
 namespace blockscale::quant::detail {
@@ -398,11 +399,6 @@ enum class Action { kCheck, kLaunch };
 
 bool aligned(const void* ptr, int64_t n) { return reinterpret_cast<uintptr_t>(ptr) % n == 0; }
 
-Status cuda_status(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::ok();
-  return Status::error(std::string(what) + ": " + cudaGetErrorString(err));
-}
-
 template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, ElementEncoder kEnc>
 Status leaf(Action action, const Mxfp8Params& params, cudaStream_t stream) {
   auto* kernel = mxfp8_quantize_kernel<kIn, kRecipe, kRow, kCol, kEnc>;
@@ -500,9 +496,9 @@ Status launch_mxfp8_quantize(const QuantizeProblem& p, const void* x, const Quan
   params.cols = p.cols;
   params.ld = p.ld;
   params.row_data = row ? out.rowwise_data : nullptr;
-  params.row_scales = row ? out.rowwise_scales : nullptr;
+  params.row_scales = row ? static_cast<uint8_t*>(out.rowwise_scales) : nullptr;
   params.col_data = col ? out.columnwise_data : nullptr;
-  params.col_scales = col ? out.columnwise_scales : nullptr;
+  params.col_scales = col ? static_cast<uint8_t*>(out.columnwise_scales) : nullptr;
   params.amax = out.amax;
   params.nonfinite = out.nonfinite;
   params.row_tiles = static_cast<int>((p.rows + kTile - 1) / kTile);
@@ -517,6 +513,29 @@ Status launch_mxfp8_quantize(const QuantizeProblem& p, const void* x, const Quan
   params.vec_scale_store = (!row || aligned(out.rowwise_scales, 16)) &&
                            (!col || aligned(out.columnwise_scales, 16));
   return dispatch(p, encoder, Action::kLaunch, params, stream);
+}
+
+Status run_mxfp8(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
+                 ElementEncoder encoder, cudaStream_t stream) {
+  BS_RETURN_IF_ERROR(can_implement(p, in, out));
+  if (!(p.recipe == Recipe::kMxfp8E4M3 || p.recipe == Recipe::kMxfp8E5M2))
+    return Status::error("problem.recipe: not an MXFP8 recipe");
+  if (!(p.rows == 0 || p.cols == 0)) BS_RETURN_IF_ERROR(mxfp8_check_device(p, encoder));
+  for (float* a : {out.amax})
+    if (a != nullptr) BS_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(a, 0, sizeof(float), stream), "outputs.amax"));
+  if (p.rows == 0 || p.cols == 0) return Status::ok();
+  return launch_mxfp8_quantize(p, in.x, out, encoder, stream);
+}
+
+Status launch_mx_quantize(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
+                          cudaStream_t stream) {
+  if (p.recipe == Recipe::kMxfp4) return Status::error("problem.recipe: mxfp4 GPU quantize is not implemented yet");
+  return launch_mxfp8_quantize(p, in.x, out, kDefaultEncoder, stream);
+}
+
+Status launch_mx_grouped_quantize(const GroupedQuantizeProblem&, const GroupedQuantizeInputs&,
+                                  const GroupedQuantizeOutputs&, cudaStream_t) {
+  return Status::error("grouped quantize is not implemented yet");
 }
 
 }  // namespace blockscale::quant::detail

@@ -27,8 +27,4 @@ Status run_mxfp8(const QuantizeProblem& p, const QuantizeInputs& in, const Quant
 Status launch_mxfp8_quantize(const QuantizeProblem& p, const void* x, const QuantizeOutputs& out,
                              ElementEncoder encoder, cudaStream_t stream);
 
-// Enqueues the dequantize kernel; arguments already checked, rows and cols > 0.
-Status launch_mxfp8_dequantize(const DequantizeProblem& p, const uint8_t* data,
-                               const uint8_t* swizzled_scales, float* out, cudaStream_t stream);
-
 }  // namespace blockscale::quant::detail

@@ -1,26 +1,43 @@
 // quant/quantize.h: argument checks, output sizes, and the one dispatch from a problem to the
-// recipe's launcher (MXFP8 today: quant/mxfp8_quantize.cu).
+// recipe's launcher (quant/launchers.h).
 #include "quant/quantize.h"
 
 #include <string>
 #include <vector>
 
 #include "formats/scale_layout.h"
-#include "quant/mxfp8_quantize.h"
+#include "quant/launchers.h"
 
 namespace blockscale::quant {
 namespace {
 
+using formats::Recipe;
+
 constexpr int64_t kMaxDim = int64_t{1} << 31;  // as formats/: keeps every offset far from overflow
 
-bool is_mxfp8(formats::Recipe r) {
-  return r == formats::Recipe::kMxfp8E4M3 || r == formats::Recipe::kMxfp8E5M2;
-}
 bool wants_rowwise(const QuantizeProblem& p) { return p.directions != Directions::kColumnwise; }
 bool wants_columnwise(const QuantizeProblem& p) { return p.directions != Directions::kRowwise; }
 bool empty(const QuantizeProblem& p) { return p.rows == 0 || p.cols == 0; }
 int64_t element_bytes(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
-int64_t blocks(int64_t n) { return (n + 31) / 32; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+bool is_nvfp4(Recipe r) { return r == Recipe::kNvfp4; }
+bool has_gpu_kernel(Recipe r) {
+  return r == Recipe::kMxfp8E4M3 || r == Recipe::kMxfp8E5M2 || r == Recipe::kMxfp4 ||
+         r == Recipe::kNvfp4 || formats::is_fp8_block(r);
+}
+bool aligned(const void* ptr, int64_t n) { return reinterpret_cast<uintptr_t>(ptr) % n == 0; }
+
+// Bytes of one stored row of `cols` element codes (E2M1: two per byte).
+int64_t row_bytes(Recipe r, int64_t cols) { return formats::is_fp4(r) ? ceil_div(cols, 2) : cols; }
+
+// Bytes of the scales of a stored matrix (rows x cols, blocks along cols) in the GEMM's layout.
+int64_t scale_bytes(Recipe r, int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return 0;
+  const int64_t k_blocks = ceil_div(cols, formats::default_block_cols(r));
+  if (r == Recipe::kFp8Block1x128) return formats::vec128_scale_floats(rows, k_blocks) * 4;
+  if (r == Recipe::kFp8Block128x128) return formats::blk128_scale_floats(ceil_div(rows, 128), k_blocks) * 4;
+  return formats::swizzled_scale_bytes(rows, k_blocks);  // NVFP4 2D too: one scale per row
+}
 
 Status check_dim(const char* name, int64_t v) {
   if (v < 0 || v > kMaxDim)
@@ -47,33 +64,45 @@ Range range(const char* name, const void* p, int64_t bytes) {
   return {name, b, b + static_cast<uintptr_t>(bytes)};
 }
 
-}  // namespace
-
-int64_t rowwise_data_bytes(const QuantizeProblem& p) {
-  return wants_rowwise(p) && p.rows > 0 && p.cols > 0 ? p.rows * p.cols : 0;
-}
-int64_t rowwise_scale_bytes(const QuantizeProblem& p) {
-  return wants_rowwise(p) ? formats::swizzled_scale_bytes(p.rows, blocks(p.cols)) : 0;
-}
-int64_t columnwise_data_bytes(const QuantizeProblem& p) {
-  return wants_columnwise(p) && p.rows > 0 && p.cols > 0 ? p.rows * p.cols : 0;
-}
-int64_t columnwise_scale_bytes(const QuantizeProblem& p) {
-  return wants_columnwise(p) ? formats::swizzled_scale_bytes(p.cols, blocks(p.rows)) : 0;
-}
-
-Status can_implement(const QuantizeProblem& p) {
-  if (!is_mxfp8(p.recipe))
-    return Status::error(std::string("problem.recipe: ") + formats::recipe_name(p.recipe) +
-                         " has no GPU quantize kernel yet (mxfp8, mxfp8_e5m2 only)");
+Status check_options(const QuantizeProblem& p) {
+  const std::string name = formats::recipe_name(p.recipe);
+  if (name == "unknown") return Status::error("problem.recipe: unknown value");
+  if (!has_gpu_kernel(p.recipe))
+    return Status::error("problem.recipe: " + name + " has no GPU quantize kernel (a study format: use formats::quantize)");
   if (p.rounding != formats::ScaleRounding::kCeil && p.rounding != formats::ScaleRounding::kFloor)
     return Status::error("problem.rounding: unknown value");
-  if (p.input_type != InputType::kBf16 && p.input_type != InputType::kFp16 &&
-      p.input_type != InputType::kFp32)
+  if (p.rounding == formats::ScaleRounding::kFloor && !formats::is_mx(p.recipe))
+    return Status::error("problem.rounding: floor scale rounding applies to MX recipes only, not " + name);
+  if (p.input_type != InputType::kBf16 && p.input_type != InputType::kFp16 && p.input_type != InputType::kFp32)
     return Status::error("problem.input_type: unknown value");
   if (p.directions != Directions::kRowwise && p.directions != Directions::kColumnwise &&
       p.directions != Directions::kBoth)
     return Status::error("problem.directions: unknown value");
+  if (p.pow2_scales && !formats::is_fp8_block(p.recipe))
+    return Status::error("problem.pow2_scales: applies to FP8 blockwise recipes only, not " + name);
+  const bool nvfp4 = is_nvfp4(p.recipe);
+  if (p.nvfp4_2d && !nvfp4) return Status::error("problem.nvfp4_2d: applies to nvfp4 only, not " + name);
+  if (p.stochastic_rounding && !nvfp4)
+    return Status::error("problem.stochastic_rounding: applies to nvfp4 only, not " + name);
+  if (p.hadamard_columnwise && !nvfp4)
+    return Status::error("problem.hadamard_columnwise: applies to nvfp4 only, not " + name);
+  if (p.tensor_amax != TensorAmax::kMeasure && p.tensor_amax != TensorAmax::kGiven)
+    return Status::error("problem.tensor_amax: unknown value");
+  if (p.tensor_amax == TensorAmax::kGiven && !nvfp4)
+    return Status::error("problem.tensor_amax: a given amax applies to nvfp4 only, not " + name);
+  if (p.hadamard_columnwise) {
+    if (p.nvfp4_2d)
+      return Status::error("problem.hadamard_columnwise: the Hadamard transform is for 1D (wgrad) blocks, not nvfp4_2d");
+    if (!wants_columnwise(p))
+      return Status::error("problem.hadamard_columnwise: needs the columnwise copy (directions columnwise or both)");
+    if (p.rows % 16 != 0)
+      return Status::error("problem.hadamard_columnwise: rows (the columnwise block dimension, " +
+                           std::to_string(p.rows) + ") must be a multiple of 16");
+  }
+  return Status::ok();
+}
+
+Status check_shape(const QuantizeProblem& p) {
   BS_RETURN_IF_ERROR(check_dim("problem.rows", p.rows));
   BS_RETURN_IF_ERROR(check_dim("problem.cols", p.cols));
   if (p.ld < p.cols || p.ld > kMaxDim)
@@ -82,78 +111,227 @@ Status can_implement(const QuantizeProblem& p) {
   return Status::ok();
 }
 
-Status can_implement(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out) {
-  BS_RETURN_IF_ERROR(can_implement(p));
-  if (out.amax != nullptr && reinterpret_cast<uintptr_t>(out.amax) % 4 != 0)
-    return Status::error("outputs.amax: must be 4-byte aligned");
-  if (out.nonfinite != nullptr && reinterpret_cast<uintptr_t>(out.nonfinite) % 4 != 0)
+Status check_float_ptr(const char* name, const void* ptr, bool required) {
+  if (ptr == nullptr) return required ? Status::error(std::string(name) + ": must not be null") : Status::ok();
+  if (!aligned(ptr, 4)) return Status::error(std::string(name) + ": must be 4-byte aligned");
+  return Status::ok();
+}
+
+// Pointer checks shared by the dense and grouped calls; the columnwise sizes are passed in.
+Status check_pointers(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
+                      int64_t col_data_bytes, int64_t col_scale_bytes, std::vector<Range>* ranges) {
+  BS_RETURN_IF_ERROR(check_float_ptr("outputs.amax", out.amax, false));
+  BS_RETURN_IF_ERROR(check_float_ptr("outputs.columnwise_amax", out.columnwise_amax, false));
+  if (out.nonfinite != nullptr && !aligned(out.nonfinite, 4))
     return Status::error("outputs.nonfinite: must be 4-byte aligned");
+  if (out.columnwise_amax != nullptr && !p.hadamard_columnwise)
+    return Status::error("outputs.columnwise_amax: only the nvfp4 RHT columnwise copy has its own amax "
+                         "(set problem.hadamard_columnwise, or leave it null)");
   if (empty(p)) return Status::ok();
   const int64_t esize = element_bytes(p.input_type);
   if (in.x == nullptr) return Status::error("inputs.x: must not be null");
-  if (reinterpret_cast<uintptr_t>(in.x) % esize != 0)
-    return Status::error("inputs.x: must be aligned to its element size (" + std::to_string(esize) +
-                         " bytes)");
-  std::vector<Range> ranges = {range("inputs.x", in.x, ((p.rows - 1) * p.ld + p.cols) * esize)};
+  if (!aligned(in.x, esize))
+    return Status::error("inputs.x: must be aligned to its element size (" + std::to_string(esize) + " bytes)");
+  ranges->push_back(range("inputs.x", in.x, ((p.rows - 1) * p.ld + p.cols) * esize));
+  const bool nvfp4 = is_nvfp4(p.recipe);
+  const bool given = p.tensor_amax == TensorAmax::kGiven;
+  const bool f32_scales = formats::is_fp8_block(p.recipe);
   if (wants_rowwise(p)) {
     if (out.rowwise_data == nullptr) return Status::error("outputs.rowwise_data: must not be null (rowwise requested)");
     if (out.rowwise_scales == nullptr) return Status::error("outputs.rowwise_scales: must not be null (rowwise requested)");
-    ranges.push_back(range("outputs.rowwise_data", out.rowwise_data, rowwise_data_bytes(p)));
-    ranges.push_back(range("outputs.rowwise_scales", out.rowwise_scales, rowwise_scale_bytes(p)));
+    if (f32_scales && !aligned(out.rowwise_scales, 4))
+      return Status::error("outputs.rowwise_scales: fp32 scales must be 4-byte aligned");
+    BS_RETURN_IF_ERROR(check_float_ptr("outputs.rowwise_scale_dec", out.rowwise_scale_dec, nvfp4));
+    BS_RETURN_IF_ERROR(check_float_ptr("inputs.rowwise_tensor_amax", in.rowwise_tensor_amax, given));
+    ranges->push_back(range("outputs.rowwise_data", out.rowwise_data, rowwise_data_bytes(p)));
+    ranges->push_back(range("outputs.rowwise_scales", out.rowwise_scales, rowwise_scale_bytes(p)));
+    if (nvfp4) ranges->push_back(range("outputs.rowwise_scale_dec", out.rowwise_scale_dec, 4));
   }
   if (wants_columnwise(p)) {
     if (out.columnwise_data == nullptr) return Status::error("outputs.columnwise_data: must not be null (columnwise requested)");
     if (out.columnwise_scales == nullptr) return Status::error("outputs.columnwise_scales: must not be null (columnwise requested)");
-    ranges.push_back(range("outputs.columnwise_data", out.columnwise_data, columnwise_data_bytes(p)));
-    ranges.push_back(range("outputs.columnwise_scales", out.columnwise_scales, columnwise_scale_bytes(p)));
+    if (f32_scales && !aligned(out.columnwise_scales, 4))
+      return Status::error("outputs.columnwise_scales: fp32 scales must be 4-byte aligned");
+    BS_RETURN_IF_ERROR(check_float_ptr("outputs.columnwise_scale_dec", out.columnwise_scale_dec, nvfp4));
+    BS_RETURN_IF_ERROR(check_float_ptr("inputs.columnwise_tensor_amax", in.columnwise_tensor_amax, given));
+    ranges->push_back(range("outputs.columnwise_data", out.columnwise_data, col_data_bytes));
+    ranges->push_back(range("outputs.columnwise_scales", out.columnwise_scales, col_scale_bytes));
+    if (nvfp4) ranges->push_back(range("outputs.columnwise_scale_dec", out.columnwise_scale_dec, 4));
   }
-  if (out.amax != nullptr) ranges.push_back(range("outputs.amax", out.amax, sizeof(float)));
-  if (out.nonfinite != nullptr) ranges.push_back(range("outputs.nonfinite", out.nonfinite, sizeof(int)));
-  BS_RETURN_IF_ERROR(check_no_overlap(ranges));
-  return detail::mxfp8_check_device(p, detail::kDefaultEncoder);
+  // The given amax values are read, never written: they may alias each other, not an output.
+  if (out.amax != nullptr) ranges->push_back(range("outputs.amax", out.amax, 4));
+  if (out.columnwise_amax != nullptr) ranges->push_back(range("outputs.columnwise_amax", out.columnwise_amax, 4));
+  if (out.nonfinite != nullptr) ranges->push_back(range("outputs.nonfinite", out.nonfinite, 4));
+  return Status::ok();
 }
 
-size_t workspace_size(const QuantizeProblem&) { return 0; }
+Status check_given_amax_apart(const QuantizeInputs& in, const std::vector<Range>& outputs) {
+  for (const auto& [name, ptr] : {std::pair{"inputs.rowwise_tensor_amax", in.rowwise_tensor_amax},
+                                  std::pair{"inputs.columnwise_tensor_amax", in.columnwise_tensor_amax}}) {
+    if (ptr == nullptr) continue;
+    std::vector<Range> r = outputs;
+    r.push_back(range(name, ptr, 4));
+    BS_RETURN_IF_ERROR(check_no_overlap(r));
+  }
+  return Status::ok();
+}
+
+// Zeroes the amax outputs the kernels accumulate into with atomicMax.
+Status reset_amax(const QuantizeOutputs& out, cudaStream_t stream) {
+  for (const auto& [name, ptr] : {std::pair{"outputs.amax", out.amax},
+                                  std::pair{"outputs.columnwise_amax", out.columnwise_amax}}) {
+    if (ptr == nullptr) continue;
+    BS_RETURN_IF_ERROR(detail::cuda_status(cudaMemsetAsync(ptr, 0, sizeof(float), stream),
+                                           (std::string(name) + ": cudaMemsetAsync").c_str()));
+  }
+  return Status::ok();
+}
+
+int columnwise_block(Recipe r) {  // block length along the input's rows of a columnwise copy
+  return formats::default_block_cols(r);
+}
+
+}  // namespace
 
 namespace detail {
 
-Status run_mxfp8(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
-                 ElementEncoder encoder, cudaStream_t stream) {
-  BS_RETURN_IF_ERROR(can_implement(p, in, out));
-  if (!empty(p) && encoder != kDefaultEncoder) BS_RETURN_IF_ERROR(mxfp8_check_device(p, encoder));
-  if (out.amax != nullptr) {
-    const cudaError_t err = cudaMemsetAsync(out.amax, 0, sizeof(float), stream);
-    if (err != cudaSuccess)
-      return Status::error(std::string("outputs.amax: cudaMemsetAsync: ") + cudaGetErrorString(err));
+Status cuda_status(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return Status::ok();
+  std::string msg = std::string(what) + ": " + cudaGetErrorString(err);
+  if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
+    int dev = 0, major = 0, minor = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    msg += " (device " + std::to_string(dev) + " is sm_" + std::to_string(major) + std::to_string(minor) +
+           "; blockscale_quant is built for BLOCKSCALE_CUDA_ARCHS)";
   }
-  if (empty(p)) return Status::ok();
-  return launch_mxfp8_quantize(p, in.x, out, encoder, stream);
+  (void)cudaGetLastError();  // a launch error is not sticky: clear it for the caller
+  return Status::error(msg);
 }
 
 }  // namespace detail
 
-Status run(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
-           void* /*workspace*/, size_t /*workspace_bytes*/, cudaStream_t stream) {
-  return detail::run_mxfp8(p, in, out, detail::kDefaultEncoder, stream);
+int64_t rowwise_data_bytes(const QuantizeProblem& p) {
+  return wants_rowwise(p) && !empty(p) ? p.rows * row_bytes(p.recipe, p.cols) : 0;
+}
+int64_t rowwise_scale_bytes(const QuantizeProblem& p) {
+  return wants_rowwise(p) ? scale_bytes(p.recipe, p.rows, p.cols) : 0;
+}
+int64_t columnwise_data_bytes(const QuantizeProblem& p) {
+  return wants_columnwise(p) && !empty(p) ? p.cols * row_bytes(p.recipe, p.rows) : 0;
+}
+int64_t columnwise_scale_bytes(const QuantizeProblem& p) {
+  return wants_columnwise(p) ? scale_bytes(p.recipe, p.cols, p.rows) : 0;
 }
 
-Status dequantize(const DequantizeProblem& p, const uint8_t* data, const uint8_t* swizzled_scales,
-                  float* out, cudaStream_t stream) {
-  if (!is_mxfp8(p.recipe))
-    return Status::error(std::string("problem.recipe: ") + formats::recipe_name(p.recipe) +
-                         " has no GPU dequantize kernel yet (mxfp8, mxfp8_e5m2 only)");
+Status can_implement(const QuantizeProblem& p) {
+  BS_RETURN_IF_ERROR(check_options(p));
+  return check_shape(p);
+}
+
+Status can_implement(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out) {
+  BS_RETURN_IF_ERROR(can_implement(p));
+  std::vector<Range> ranges;
+  BS_RETURN_IF_ERROR(check_pointers(p, in, out, columnwise_data_bytes(p), columnwise_scale_bytes(p), &ranges));
+  BS_RETURN_IF_ERROR(check_no_overlap(ranges));
+  return check_given_amax_apart(in, ranges);
+}
+
+size_t workspace_size(const QuantizeProblem& p) {
+  return is_nvfp4(p.recipe) ? detail::nvfp4_workspace_size(p) : 0;
+}
+
+Status run(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
+           void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  BS_RETURN_IF_ERROR(can_implement(p, in, out));
+  const size_t need = workspace_size(p);
+  if (need > 0 && (workspace == nullptr || workspace_bytes < need))
+    return Status::error("workspace: needs " + std::to_string(need) + " bytes (workspace_size), got " +
+                         (workspace == nullptr ? std::string("null") : std::to_string(workspace_bytes)));
+  if (need > 0 && !aligned(workspace, 16)) return Status::error("workspace: must be 16-byte aligned");
+  BS_RETURN_IF_ERROR(reset_amax(out, stream));
+  if (empty(p)) return Status::ok();
+  if (formats::is_mx(p.recipe)) return detail::launch_mx_quantize(p, in, out, stream);
+  if (is_nvfp4(p.recipe)) return detail::launch_nvfp4_quantize(p, in, out, workspace, stream);
+  return detail::launch_fp8_block_quantize(p, in, out, stream);
+}
+
+// ---- Grouped ----------------------------------------------------------------------------------
+
+int64_t grouped_capacity(const GroupedQuantizeProblem& p) {
+  const int64_t b = columnwise_block(p.dense.recipe);
+  if (p.dense.rows <= 0 || p.num_groups <= 0) return 0;
+  return (p.dense.rows + int64_t{p.num_groups} * (b - 1)) / b * b;
+}
+int64_t grouped_columnwise_data_bytes(const GroupedQuantizeProblem& p) {
+  return wants_columnwise(p.dense) && p.dense.cols > 0 ? p.dense.cols * row_bytes(p.dense.recipe, grouped_capacity(p)) : 0;
+}
+int64_t grouped_columnwise_scale_bytes(const GroupedQuantizeProblem& p) {
+  return wants_columnwise(p.dense) ? scale_bytes(p.dense.recipe, p.dense.cols, grouped_capacity(p)) : 0;
+}
+
+Status can_implement(const GroupedQuantizeProblem& p) {
+  BS_RETURN_IF_ERROR(can_implement(p.dense));
+  if (!formats::is_mx(p.dense.recipe))
+    return Status::error(std::string("problem.dense.recipe: the grouped quantize kernel implements MX recipes "
+                                     "(mxfp8, mxfp8_e5m2, mxfp4), not ") + formats::recipe_name(p.dense.recipe));
+  if (p.num_groups < 1 || p.num_groups > 4096)
+    return Status::error("problem.num_groups: must be in [1, 4096] (got " + std::to_string(p.num_groups) + ")");
+  if (grouped_capacity(p) > kMaxDim)
+    return Status::error("problem: rows + num_groups * (block - 1) must be <= 2^31");
+  return Status::ok();
+}
+
+Status can_implement(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,
+                     const GroupedQuantizeOutputs& out) {
+  BS_RETURN_IF_ERROR(can_implement(p));
+  std::vector<Range> ranges;
+  BS_RETURN_IF_ERROR(check_pointers(p.dense, QuantizeInputs{in.x}, out.dense, grouped_columnwise_data_bytes(p),
+                                    grouped_columnwise_scale_bytes(p), &ranges));
+  if (in.group_ends == nullptr) return Status::error("inputs.group_ends: must not be null");
+  if (!aligned(in.group_ends, 4)) return Status::error("inputs.group_ends: must be 4-byte aligned");
+  if (out.padded_group_ends == nullptr) return Status::error("outputs.padded_group_ends: must not be null");
+  if (!aligned(out.padded_group_ends, 4)) return Status::error("outputs.padded_group_ends: must be 4-byte aligned");
+  ranges.push_back(range("inputs.group_ends", in.group_ends, 4 * int64_t{p.num_groups}));
+  ranges.push_back(range("outputs.padded_group_ends", out.padded_group_ends, 4 * int64_t{p.num_groups}));
+  return check_no_overlap(ranges);
+}
+
+size_t workspace_size(const GroupedQuantizeProblem&) { return 0; }
+
+Status run(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in, const GroupedQuantizeOutputs& out,
+           void* /*workspace*/, size_t /*workspace_bytes*/, cudaStream_t stream) {
+  BS_RETURN_IF_ERROR(can_implement(p, in, out));
+  BS_RETURN_IF_ERROR(reset_amax(out.dense, stream));
+  // An empty matrix still gets its padded ends (all zero when rows == 0) written by the kernel.
+  return detail::launch_mx_grouped_quantize(p, in, out, stream);
+}
+
+// ---- Dequantize -------------------------------------------------------------------------------
+
+Status dequantize(const DequantizeProblem& p, const DequantizeInputs& in, float* out, cudaStream_t stream) {
+  const std::string name = formats::recipe_name(p.recipe);
+  if (name == "unknown") return Status::error("problem.recipe: unknown value");
+  if (!has_gpu_kernel(p.recipe))
+    return Status::error("problem.recipe: " + name + " has no GPU dequantize kernel (a study format: use formats::dequantize)");
   BS_RETURN_IF_ERROR(check_dim("problem.rows", p.rows));
   BS_RETURN_IF_ERROR(check_dim("problem.cols", p.cols));
   if (p.rows == 0 || p.cols == 0) return Status::ok();
-  if (data == nullptr) return Status::error("data: must not be null");
-  if (swizzled_scales == nullptr) return Status::error("swizzled_scales: must not be null");
+  if (in.data == nullptr) return Status::error("inputs.data: must not be null");
+  if (in.scales == nullptr) return Status::error("inputs.scales: must not be null");
+  if (formats::is_fp8_block(p.recipe) && !aligned(in.scales, 4))
+    return Status::error("inputs.scales: fp32 scales must be 4-byte aligned");
+  const bool nvfp4 = is_nvfp4(p.recipe);
+  BS_RETURN_IF_ERROR(check_float_ptr("inputs.scale_dec", in.scale_dec, nvfp4));
   if (out == nullptr) return Status::error("out: must not be null");
-  if (reinterpret_cast<uintptr_t>(out) % 4 != 0) return Status::error("out: must be 4-byte aligned");
-  BS_RETURN_IF_ERROR(check_no_overlap(
-      {range("data", data, p.rows * p.cols),
-       range("swizzled_scales", swizzled_scales, formats::swizzled_scale_bytes(p.rows, blocks(p.cols))),
-       range("out", out, p.rows * p.cols * 4)}));
-  return detail::launch_mxfp8_dequantize(p, data, swizzled_scales, out, stream);
+  if (!aligned(out, 4)) return Status::error("out: must be 4-byte aligned");
+  std::vector<Range> ranges = {range("inputs.data", in.data, p.rows * row_bytes(p.recipe, p.cols)),
+                               range("inputs.scales", in.scales, scale_bytes(p.recipe, p.rows, p.cols)),
+                               range("out", out, p.rows * p.cols * 4)};
+  if (nvfp4) ranges.push_back(range("inputs.scale_dec", in.scale_dec, 4));
+  BS_RETURN_IF_ERROR(check_no_overlap(ranges));
+  return detail::launch_dequantize(p, in, out, stream);
 }
 
 }  // namespace blockscale::quant

@@ -2,9 +2,10 @@
 // workspace_size, run on a stream). Raw device pointers and small descriptors; every call returns
 // a blockscale::Status whose message names the argument and the rule it broke.
 //
-// Implemented today: MXFP8 (E4M3, E5M2), ceil or floor scale rounding, bf16 / fp16 / fp32 input,
-// rowwise, columnwise or both copies from one read of the input. The bytes written are exactly
-// those of formats::quantize() + formats::pack_swizzled_scales() (docs/numerics.md).
+// Every recipe of docs/numerics.md that training uses: MXFP8 (E4M3, E5M2), MXFP4, NVFP4 (1D, 2D,
+// stochastic rounding, RHT on the columnwise copy, measured or given tensor amax) and FP8 blockwise
+// (1x128, 128x128, pow2). The bytes written are exactly those of formats::quantize() followed by
+// the GEMM-layout packing of formats/scale_layout.h. (MXFP6 is a study format: CPU only.)
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -19,50 +20,75 @@ namespace blockscale::quant {
 
 enum class InputType { kBf16, kFp16, kFp32 };
 
-// Which quantized copies one run writes. A columnwise copy quantizes 32-row blocks of the input
-// and stores the transpose (cols x rows, the block dimension contiguous: the K-major operand that
-// wgrad/dgrad take), exactly as formats::quantize(..., Direction::kColumnwise) does.
+// Which quantized copies one run writes. A columnwise copy quantizes blocks that run along the
+// input's rows and stores the transpose (cols x rows, the block dimension contiguous: the K-major
+// operand that wgrad/dgrad take), exactly as formats::quantize(..., Direction::kColumnwise) does.
 enum class Directions { kRowwise, kColumnwise, kBoth };
 
+// NVFP4's tensor amax (which sets the fp32 tensor scale S_enc = 2688 / amax):
+//   kMeasure: two passes: an amax kernel reads the input, then the quantize kernel reads it again.
+//   kGiven  : one pass, with the amax the caller supplies on the device (e.g. the previous step's,
+//             which every run returns in outputs.amax / outputs.columnwise_amax).
+enum class TensorAmax { kMeasure, kGiven };
+
 // The problem: an input matrix of rows x cols elements, row-major with a row stride of `ld`
-// elements (ld >= cols), and what to make of it.
+// elements (ld >= cols), and what to make of it. The recipe options mean what the fields of
+// formats::QuantizeOptions of the same name mean.
 struct QuantizeProblem {
-  formats::Recipe recipe = formats::Recipe::kMxfp8E4M3;  // kMxfp8E4M3 or kMxfp8E5M2 for now
-  formats::ScaleRounding rounding = formats::ScaleRounding::kCeil;
+  formats::Recipe recipe = formats::Recipe::kMxfp8E4M3;
+  formats::ScaleRounding rounding = formats::ScaleRounding::kCeil;  // MX recipes only
   InputType input_type = InputType::kBf16;
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t ld = 0;  // input row stride in elements
   Directions directions = Directions::kRowwise;
+  bool pow2_scales = false;          // FP8 blockwise: power-of-two scales
+  bool nvfp4_2d = false;             // NVFP4: 16x16 blocks (weights); both copies share them
+  bool stochastic_rounding = false;  // NVFP4: Philox SR of the elements (both copies)
+  uint64_t sr_seed = 0;
+  uint64_t sr_offset = 0;
+  bool hadamard_columnwise = false;  // NVFP4: 16-point RHT on the columnwise copy (rows % 16 == 0)
+  TensorAmax tensor_amax = TensorAmax::kMeasure;  // NVFP4 only
 };
 
 struct QuantizeInputs {
   const void* x = nullptr;  // device pointer to the input, input_type elements
+  // NVFP4 with TensorAmax::kGiven: device pointers to the amax each copy's tensor scale comes
+  // from (formats' tensor_amax option; finite and >= 0). They may be the same pointer; the
+  // columnwise copy with the RHT wants the amax of the transformed values.
+  const float* rowwise_tensor_amax = nullptr;
+  const float* columnwise_tensor_amax = nullptr;
 };
 
 // Device pointers. Buffers of a direction that is not requested are ignored (may be null).
-//   rowwise_data      : rows x cols element codes, row-major, row stride cols bytes
-//   rowwise_scales    : E8M0 scales of the rows x ceil(cols/32) scale matrix in the swizzled 128x4
-//                       layout (formats::swizzled_scale_offset), rowwise_scale_bytes() bytes; the
-//                       padding bytes are written as 0 by the kernel
-//   columnwise_data   : cols x rows element codes (the transpose), row stride rows bytes
-//   columnwise_scales : the cols x ceil(rows/32) scale matrix, swizzled, padding written as 0
-//   amax              : optional; run() overwrites *amax with max |x| over the whole input (NaN
-//                       ignored, Inf counts: formats' amax rule)
+//   rowwise_data      : rows x row_bytes element codes, row-major (row_bytes = cols, or
+//                       ceil(cols / 2) for E2M1: two codes per byte, low nibble = even column)
+//   rowwise_scales    : MX, NVFP4: the byte scales (E8M0 / UE4M3) of the rows x ceil(cols/block)
+//                       scale matrix in the swizzled 128x4 layout (formats::swizzled_scale_offset),
+//                       padding written as 0. NVFP4 2D: one scale per row like 1D (each row of a
+//                       16-row tile holds the tile's scale), the layout the GEMM reads.
+//                       FP8 1x128: fp32 scales in the VEC128_32F layout (formats::vec128_*);
+//                       FP8 128x128: fp32 in BLK128x128_32F (formats::blk128_*); padding 0.0f.
+//   rowwise_scale_dec : NVFP4: the fp32 tensor decode scale S_dec of the rowwise copy (1 float)
+//   columnwise_*      : the same for the columnwise copy: cols x rows (the transpose), its scale
+//                       matrix cols x ceil(rows/block)
+//   amax              : optional; run() writes max |x| over the whole input (NaN ignored, Inf
+//                       counts: formats' amax rule)
+//   columnwise_amax   : optional, NVFP4 with hadamard_columnwise: max |RHT(x)| over the columnwise
+//                       copy's transformed values (the amax its tensor scale needs)
 //   nonfinite         : optional; the kernel stores 1 when the input holds a NaN or Inf and never
 //                       writes anything else: the caller zeroes it once, it stays set across runs
-//                       (a sticky "found non-finite" flag, as formats' QuantizedMatrix::nonfinite_seen
-//                       for one tensor)
-// Vector loads/stores are used where pointers and strides allow (input: 16-byte aligned x and
-// ld * element size, copied with cp.async; rowwise data: 16-byte stores when 16-byte aligned with
-// cols % 16 == 0, 8-byte ones when 8 / cols % 8; columnwise data: 16-byte aligned, rows % 16 == 0;
-// scales: 16-byte aligned); any other alignment takes a slower path that writes the same bytes.
+// Vector loads/stores are used where pointers and strides allow; any other alignment takes a
+// slower path that writes the same bytes. Scale buffers must be 4-byte aligned for fp32 scales.
 struct QuantizeOutputs {
   uint8_t* rowwise_data = nullptr;
-  uint8_t* rowwise_scales = nullptr;
+  void* rowwise_scales = nullptr;
+  float* rowwise_scale_dec = nullptr;
   uint8_t* columnwise_data = nullptr;
-  uint8_t* columnwise_scales = nullptr;
+  void* columnwise_scales = nullptr;
+  float* columnwise_scale_dec = nullptr;
   float* amax = nullptr;
+  float* columnwise_amax = nullptr;
   int* nonfinite = nullptr;
 };
 
@@ -75,11 +101,11 @@ int64_t columnwise_scale_bytes(const QuantizeProblem& p);
 // Shape, stride, recipe and option checks (no device access). rows == 0 or cols == 0 is a valid
 // empty problem.
 Status can_implement(const QuantizeProblem& p);
-// The above plus pointers (non-null where needed, amax/nonfinite 4-byte aligned, no two buffers
-// overlapping, the input included) and the current device (a kernel image for its architecture).
+// The above plus pointers (non-null where needed, aligned, no two buffers overlapping, the input
+// included) and the current device (a kernel image for its architecture).
 Status can_implement(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out);
 
-// Bytes of device workspace run() needs (0 today; the argument is kept for later recipes).
+// Bytes of device workspace run() needs (NVFP4 with a measured amax keeps it there; else 0).
 size_t workspace_size(const QuantizeProblem& p);
 
 // Checks (can_implement), then enqueues the work on `stream`. Asynchronous: a Status of ok means
@@ -87,19 +113,56 @@ size_t workspace_size(const QuantizeProblem& p);
 Status run(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
            void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
-// ---- Dequantize (tests, debugging) ---------------------------------------------------------
+// ---- Grouped (MoE) quantize ------------------------------------------------------------------
+// The input's rows are the tokens of num_groups experts sorted by expert; expert g owns rows
+// [group_ends[g-1], group_ends[g]) (group_ends[-1] = 0; empty experts allowed), group_ends an
+// int32 device array whose last entry must equal rows. The rowwise copy is the dense one. The
+// columnwise copy is quantized per expert, each expert's token range padded with zero rows to a
+// multiple of the block (formats::quantize_grouped_columnwise): it is cols x capacity codes,
+// row stride capacity, with capacity = grouped_capacity(p) >= the padded total; bytes past the
+// padded total are written as 0, and so are their scales. padded_group_ends (int32 device,
+// num_groups entries) receives the padded cumulative ends. Nothing is read back to the host.
+struct GroupedQuantizeProblem {
+  QuantizeProblem dense;  // rows = all tokens
+  int num_groups = 0;
+};
+struct GroupedQuantizeInputs {
+  const void* x = nullptr;
+  const int32_t* group_ends = nullptr;
+};
+struct GroupedQuantizeOutputs {
+  QuantizeOutputs dense;  // columnwise_* sized by the grouped_* functions below
+  int32_t* padded_group_ends = nullptr;
+};
+int64_t grouped_capacity(const GroupedQuantizeProblem& p);  // padded rows the buffers hold
+int64_t grouped_columnwise_data_bytes(const GroupedQuantizeProblem& p);
+int64_t grouped_columnwise_scale_bytes(const GroupedQuantizeProblem& p);
+Status can_implement(const GroupedQuantizeProblem& p);
+Status can_implement(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,
+                     const GroupedQuantizeOutputs& out);
+size_t workspace_size(const GroupedQuantizeProblem& p);
+Status run(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,
+           const GroupedQuantizeOutputs& out, void* workspace, size_t workspace_bytes,
+           cudaStream_t stream);
+
+// ---- Dequantize (tests, debugging, the emulated training path) ------------------------------
 
 // A quantized matrix in its stored orientation (a columnwise copy of an R x C input is C x R):
-// rows x cols element codes with row stride cols bytes, and its swizzled E8M0 scales.
+// rows x cols element codes (row bytes as above) and its scales in the layout run() writes.
 struct DequantizeProblem {
-  formats::Recipe recipe = formats::Recipe::kMxfp8E4M3;  // kMxfp8E4M3 or kMxfp8E5M2
+  formats::Recipe recipe = formats::Recipe::kMxfp8E4M3;
   int64_t rows = 0;
   int64_t cols = 0;
 };
+struct DequantizeInputs {
+  const uint8_t* data = nullptr;
+  const void* scales = nullptr;
+  const float* scale_dec = nullptr;  // NVFP4: the tensor decode scale (device, 1 float)
+};
 
-// out: rows x cols fp32, row-major: decode(q) * 2^e, the values formats::dequantize() gives
-// (a NaN scale gives NaN; NaN payload bits are the GPU's).
-Status dequantize(const DequantizeProblem& p, const uint8_t* data, const uint8_t* swizzled_scales,
-                  float* out, cudaStream_t stream);
+// out: rows x cols fp32, row-major: the values formats::dequantize() gives (a NaN scale gives
+// NaN; NaN payload bits are the GPU's).
+Status dequantize(const DequantizeProblem& p, const DequantizeInputs& in, float* out,
+                  cudaStream_t stream);
 
 }  // namespace blockscale::quant

@@ -646,7 +646,7 @@ TEST(Mxfp8Dequantize, MatchesFormatsDequantize) {
       ASSERT_CUDA(cudaMemset(out.ptr, kPoison, out.bytes));
       bq::DequantizeProblem p;
       p.recipe = recipe, p.rows = rows, p.cols = cols;
-      const auto s = bq::dequantize(p, data.ptr, scales.ptr, reinterpret_cast<float*>(out.ptr), nullptr);
+      const auto s = bq::dequantize(p, bq::DequantizeInputs{data.ptr, scales.ptr, nullptr}, reinterpret_cast<float*>(out.ptr), nullptr);
       ASSERT_TRUE(s.is_ok()) << s.message();
       std::vector<float> got(want.size());
       ASSERT_CUDA(cudaMemcpy(got.data(), out.ptr, out.bytes, cudaMemcpyDeviceToHost));
@@ -690,9 +690,7 @@ TEST(QuantizeApi, CanImplementNamesTheArgument) {
   expect_error(bq::can_implement(p), "problem.cols");
   p = good_problem(), p.ld = 63;
   expect_error(bq::can_implement(p), "problem.ld");
-  p = good_problem(), p.recipe = Recipe::kNvfp4;
-  expect_error(bq::can_implement(p), "problem.recipe");
-  p = good_problem(), p.recipe = Recipe::kMxfp4;
+  p = good_problem(), p.recipe = Recipe::kMxfp6E3M2;
   expect_error(bq::can_implement(p), "problem.recipe");
   p = good_problem(), p.rows = 0;
   EXPECT_TRUE(bq::can_implement(p).is_ok()) << "an empty problem is valid";
@@ -737,9 +735,12 @@ TEST(QuantizeApi, PointerChecksNameTheArgument) {
 
   bq::DequantizeProblem d;
   d.rows = 4, d.cols = 32;
-  expect_error(bq::dequantize(d, nullptr, at(0x300000), reinterpret_cast<float*>(at(0x400000)), nullptr), "data");
-  d.recipe = Recipe::kNvfp4;
-  expect_error(bq::dequantize(d, at(0x200000), at(0x300000), reinterpret_cast<float*>(at(0x400000)), nullptr),
+  expect_error(bq::dequantize(d, bq::DequantizeInputs{nullptr, at(0x300000), nullptr},
+                               reinterpret_cast<float*>(at(0x400000)), nullptr),
+               "inputs.data");
+  d.recipe = Recipe::kMxfp6E2M3;
+  expect_error(bq::dequantize(d, bq::DequantizeInputs{at(0x200000), at(0x300000), nullptr},
+                               reinterpret_cast<float*>(at(0x400000)), nullptr),
                "problem.recipe");
 }
 

@@ -1,0 +1,37 @@
+// Internal to quant/: the per-recipe launchers behind quant/quantize.h. quantize.cpp has checked
+// every argument (shapes, options, pointers, overlaps), zeroed outputs.amax / columnwise_amax when
+// given, and calls these only for a non-empty shape. One file per recipe implements them.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "quant/quantize.h"
+
+namespace blockscale::quant::detail {
+
+// MXFP8 (E4M3, E5M2) and MXFP4: quant/mx_quantize.cu.
+Status launch_mx_quantize(const QuantizeProblem& p, const QuantizeInputs& in,
+                          const QuantizeOutputs& out, cudaStream_t stream);
+// The grouped (MoE) mode of the same kernel: quant/mx_quantize.cu.
+Status launch_mx_grouped_quantize(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,
+                                  const GroupedQuantizeOutputs& out, cudaStream_t stream);
+
+// NVFP4 (1D, 2D, SR, RHT, measured or given amax): quant/nvfp4_quantize.cu. `workspace` holds
+// workspace_size(p) bytes (16-byte aligned; may be null when that is 0).
+Status launch_nvfp4_quantize(const QuantizeProblem& p, const QuantizeInputs& in,
+                             const QuantizeOutputs& out, void* workspace, cudaStream_t stream);
+size_t nvfp4_workspace_size(const QuantizeProblem& p);
+
+// FP8 blockwise (1x128, 128x128, pow2): quant/fp8_block_quantize.cu.
+Status launch_fp8_block_quantize(const QuantizeProblem& p, const QuantizeInputs& in,
+                                 const QuantizeOutputs& out, cudaStream_t stream);
+
+// Every recipe: quant/dequantize.cu.
+Status launch_dequantize(const DequantizeProblem& p, const DequantizeInputs& in, float* out,
+                         cudaStream_t stream);
+
+// "name: <cuda error string>" as a Status (cudaSuccess -> ok); a missing kernel image names the
+// device's sm_XY and BLOCKSCALE_CUDA_ARCHS.
+Status cuda_status(cudaError_t err, const char* what);
+
+}  // namespace blockscale::quant::detail
