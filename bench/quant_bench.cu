@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "quant/mxfp8_quantize.h"
+#include "quant/mx_quantize.h"
 #include "quant/quantize.h"
 
 namespace {

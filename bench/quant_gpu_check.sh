@@ -12,19 +12,19 @@ if ! cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DBLOCKSCALE_CUDA=ON -DBLOCKS
      >"$OUT/configure.log" 2>&1; then
   echo "configure FAILED:"; tail -30 "$OUT/configure.log"; exit 1
 fi
-if ! cmake --build "$B" -j16 --target mxfp8_quantize_test quant_bench >"$OUT/build.log" 2>&1; then
+if ! cmake --build "$B" -j16 --target quant_mx_quantize_test quant_bench >"$OUT/build.log" 2>&1; then
   echo "build FAILED:"; grep -E "error|Error" "$OUT/build.log" | head -30; exit 1
 fi
 echo "== test"
-"$B/tests/quant/mxfp8_quantize_test" >"$OUT/test.log" 2>&1
+"$B/tests/quant/quant_mx_quantize_test" >"$OUT/test.log" 2>&1
 echo "test exit code $?"
 echo "layout lines with 0 bad bytes: $(grep -c 'bad bytes 0$' "$OUT/test.log")"
-grep -E "^mxfp8_quantize_test:" "$OUT/test.log" | grep -v -E "bad bytes 0$|dequantize" | cut -c1-200
+grep -E "^mx_quantize_test:" "$OUT/test.log" | grep -v -E "bad bytes 0$|dequantize" | cut -c1-200
 grep -E "dequantize" "$OUT/test.log" | grep -v "mismatches 0$" | cut -c1-200
 grep -E "FAILED|PASSED|Failure|got 0x|guard byte|flag:" "$OUT/test.log" | cut -c1-200 | head -40
 echo "== bench"
 "$B/bench/quant_bench" 2>&1 | tee "$OUT/bench.log" | grep -v "^case "
-cuobjdump -sass "$B/quant/CMakeFiles/blockscale_quant.dir/mxfp8_quantize.cu.o" >"$OUT/sass_all.txt" 2>&1
+cuobjdump -sass "$B/quant/CMakeFiles/blockscale_quant.dir/mx_quantize.cu.o" >"$OUT/sass_all.txt" 2>&1
 echo "== SASS (bf16 e4m3 hw-cvt kernels)"
 python3 bench/sass_summary.py "$OUT/sass_all.txt" \
   'InputTypeE0ELNS_7formats6RecipeE0ELb[01]ELb[01]ELNS1_14ElementEncoderE0' "$OUT/sass_bf16_e4m3.txt"

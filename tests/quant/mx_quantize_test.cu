@@ -1,4 +1,4 @@
-// Tests of quant/mxfp8_quantize.cu (through quant/quantize.h) and quant/mxfp8_dequantize.cu: the
+// Tests of quant/mx_quantize.cu (through quant/quantize.h) and quant/dequantize.cu: the
 // GPU's bytes against the CPU emulator's, byte for byte. The reference is formats::quantize() +
 // formats::pack_swizzled_scales() on the input decoded exactly to fp32 (the tensor amax:
 // formats' block_amax over the whole input; dequantize: formats::dequantize()).
@@ -31,8 +31,8 @@
 #include "formats/block_quantize_internal.h"  // block_amax: formats' tensor amax rule
 #include "formats/quantize.h"
 #include "formats/scale_layout.h"
-#include "quant/mxfp8_device.cuh"
-#include "quant/mxfp8_quantize.h"
+#include "quant/mx_device.cuh"
+#include "quant/mx_quantize.h"
 #include "quant/quantize.h"
 
 namespace {
@@ -394,7 +394,7 @@ void check_layout(const Layout& l, uint64_t seed) {
       ++runs;
     }
   }
-  std::printf("mxfp8_quantize_test: %-40s %2d runs (e4m3/e5m2 x ceil/floor x row/col/both/sw), "
+  std::printf("mx_quantize_test: %-40s %2d runs (e4m3/e5m2 x ceil/floor x row/col/both/sw), "
               "input %s non-finite, bad bytes %lld\n",
               describe(l).c_str(), runs, nonfinite ? "has" : "no", static_cast<long long>(bad));
 }
@@ -453,7 +453,7 @@ TEST(Mxfp8QuantizeLarge, Bf16_16385x7169) {
     bad += run_and_compare(l, x, ref, Recipe::kMxfp8E5M2, ScaleRounding::kFloor, Directions::kBoth,
                            ElementEncoder::kSoftware);
   }
-  std::printf("mxfp8_quantize_test: %s: e4m3 ceil both hw-cvt, e5m2 floor both sw-encode: bad bytes %lld\n",
+  std::printf("mx_quantize_test: %s: e4m3 ceil both hw-cvt, e5m2 floor both sw-encode: bad bytes %lld\n",
               describe(l).c_str(), static_cast<long long>(bad));
 }
 
@@ -477,7 +477,7 @@ TEST(Mxfp8QuantizeLarge, ManyTilesPerCtaEveryInputType) {
       for (Directions d : {Directions::kRowwise, Directions::kColumnwise})
         bad += run_and_compare(l, x, ref, Recipe::kMxfp8E5M2, ScaleRounding::kFloor, d, bq::detail::kDefaultEncoder);
     }
-    std::printf("mxfp8_quantize_test: %s: e4m3 ceil both, e5m2 floor row and col (hw-cvt): bad bytes %lld\n",
+    std::printf("mx_quantize_test: %s: e4m3 ceil both, e5m2 floor row and col (hw-cvt): bad bytes %lld\n",
                 describe(l).c_str(), static_cast<long long>(bad));
   }
 }
@@ -523,7 +523,7 @@ void sweep(const char* label) {
   for (unsigned long long k = 0; k < std::min(c.mismatches, 4ull); ++k)
     ADD_FAILURE() << label << " x = 0x" << std::hex << c.first_bits[k] << " (and -x): cvt 0x"
                   << c.first_hw[k] << ", encode_minifloat 0x" << c.first_sw[k];
-  std::printf("mxfp8_quantize_test: %s cvt.rn.satfinite x2 vs encode_minifloat: %llu finite fp32 "
+  std::printf("mx_quantize_test: %s cvt.rn.satfinite x2 vs encode_minifloat: %llu finite fp32 "
               "patterns (x, -x pairs), mismatches %llu\n", label, c.checked, c.mismatches);
 }
 
@@ -573,7 +573,7 @@ TEST(Mxfp8BlockScale, MatchesMxScaleExponentOnEveryFiniteAmax) {
       for (unsigned long long k = 0; k < std::min(c.mismatches, 4ull); ++k)
         ADD_FAILURE() << bf::recipe_name(recipe) << " " << label << " amax bits 0x" << std::hex
                       << c.first_bits[k] << ": code 0x" << c.first_hw[k] << ", formats 0x" << c.first_sw[k];
-      std::printf("mxfp8_quantize_test: block scale %s %s vs mx_scale_exponent + exp2i: %llu finite amax "
+      std::printf("mx_quantize_test: block scale %s %s vs mx_scale_exponent + exp2i: %llu finite amax "
                   "patterns, mismatches %llu\n", bf::recipe_name(recipe), label, c.checked, c.mismatches);
     }
   }
@@ -661,7 +661,7 @@ TEST(Mxfp8Dequantize, MatchesFormatsDequantize) {
       }
       EXPECT_EQ(bad, 0);
       if (rows * cols > 10000) EXPECT_GT(nans, 0) << "the mixed input should hold NaN blocks";
-      std::printf("mxfp8_quantize_test: dequantize %s %lldx%lld: %zu values (%lld NaN), mismatches %lld\n",
+      std::printf("mx_quantize_test: dequantize %s %lldx%lld: %zu values (%lld NaN), mismatches %lld\n",
                   bf::recipe_name(recipe), static_cast<long long>(rows), static_cast<long long>(cols),
                   want.size(), static_cast<long long>(nans), static_cast<long long>(bad));
     }

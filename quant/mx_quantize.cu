@@ -32,9 +32,9 @@
 #include <algorithm>
 #include <string>
 
-#include "quant/mxfp8_device.cuh"
+#include "quant/mx_device.cuh"
 #include "quant/launchers.h"
-#include "quant/mxfp8_quantize.h"
+#include "quant/mx_quantize.h"
 
 namespace blockscale::quant::detail {
 namespace {

@@ -1,6 +1,6 @@
-// Device helpers of the MXFP8 kernels: input elements (bf16, fp16, fp32) held as 32-bit words,
-// their magnitudes and exact widening to fp32, the MX block scale of a block amax, the FP8
-// element encoders (hardware cvt or formats::encode_minifloat), and asynchronous copies.
+// Device helpers every quantize kernel shares: input elements (bf16, fp16, fp32) held as 32-bit
+// words, their magnitudes and exact widening to fp32, the tensor amax / non-finite bookkeeping,
+// the FP8 element encoders (hardware cvt or formats::encode_minifloat), and cp.async copies.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -10,9 +10,17 @@
 
 #include "formats/recipe.h"
 #include "formats/scalar_codecs.h"
-#include "quant/mxfp8_quantize.h"
+#include "quant/quantize.h"
 
 namespace blockscale::quant::detail {
+
+// How fp32 values (already scaled into the element range) become FP8 codes.
+//   kHardware: cvt.rn.satfinite.{e4m3,e5m2}x2.f32 (sm_89+). tests/quant checks it against
+//              formats::encode_minifloat on every finite fp32 pattern the kernels can hand it
+//              (the kernels never convert NaN or Inf).
+//   kSoftware: formats::encode_minifloat itself (integer arithmetic).
+enum class ElementEncoder { kHardware, kSoftware };
+inline constexpr ElementEncoder kDefaultEncoder = ElementEncoder::kHardware;
 
 // ---- Input elements. A 32-bit word holds two 16-bit elements (the lower address in the low
 // half) or one fp32. "Magnitude bits" are the input's bits without the sign: for every format,
@@ -125,6 +133,11 @@ struct Fp8Format<formats::Recipe::kMxfp8E4M3> {
 };
 
 template <>
+struct Fp8Format<formats::Recipe::kFp8Block1x128> : Fp8Format<formats::Recipe::kMxfp8E4M3> {};
+template <>
+struct Fp8Format<formats::Recipe::kFp8Block128x128> : Fp8Format<formats::Recipe::kMxfp8E4M3> {};
+
+template <>
 struct Fp8Format<formats::Recipe::kMxfp8E5M2> {
   __device__ __forceinline__ static formats::MinifloatSpec spec() { return formats::e5m2_spec(); }
 };
@@ -135,7 +148,7 @@ __device__ __forceinline__ uint32_t encode2(float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   if constexpr (kEnc == ElementEncoder::kHardware) {
     unsigned short r;  // cvt d, hi, lo: the first source goes to the upper byte
-    if constexpr (kRecipe == formats::Recipe::kMxfp8E4M3)
+    if constexpr (kRecipe != formats::Recipe::kMxfp8E5M2)
       asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(b), "f"(a));
     else
       asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(b), "f"(a));
@@ -151,40 +164,6 @@ template <formats::Recipe kRecipe, ElementEncoder kEnc>
 __device__ __forceinline__ uint32_t encode4(const float* f, float inv) {
   return encode2<kRecipe, kEnc>(formats::mul_rn(f[0], inv), formats::mul_rn(f[1], inv)) |
          (encode2<kRecipe, kEnc>(formats::mul_rn(f[2], inv), formats::mul_rn(f[3], inv)) << 16);
-}
-
-// ---- The MX block scale of a block whose max |x| has the fp32 bits `amax` (NaN bits, which
-// order above Inf, and Inf mark a non-finite block: NaN scale, element codes 0x00).
-struct MxScale {
-  uint32_t code;  // E8M0
-  float inv;      // 2^-e, exact
-  bool nonfinite;
-};
-
-// The constants of formats::mx_scale_exponent(amax, maxnorm, ceil) for one recipe and rounding:
-//   emax          : maxnorm's unbiased exponent
-//   mant_threshold: ceil: maxnorm's mantissa field (amax's mantissa above it adds one to e);
-//                   floor: 0x7FFFFF (never exceeded)
-struct MxScaleRule {
-  int emax;
-  uint32_t mant_threshold;
-};
-
-inline MxScaleRule mx_scale_rule(float maxnorm, bool ceil_rounding) {
-  const uint32_t b = formats::float_bits(maxnorm);
-  return {static_cast<int>(b >> 23) - 127, ceil_rounding ? (b & 0x7FFFFFu) : 0x7FFFFFu};
-}
-
-// formats::mx_scale_exponent + exp2i, folded into integer steps: for finite amax >= 0 with
-// biased exponent E, code = e + 127 = max(0, E - emax + [mantissa > threshold]) (a subnormal or
-// zero amax has E = 0 and lands below 0: clamped, as e is to -127), and 2^-e has the biased
-// exponent 254 - code (always normal: code <= 254 - emax + 1). tests/quant compares this with
-// formats on every finite amax pattern, both formats, both roundings.
-__device__ __forceinline__ MxScale mx_block_scale(uint32_t amax, MxScaleRule rule) {
-  if (amax >= 0x7F800000u) return {formats::kE8M0Nan, 0.0f, true};
-  int code = static_cast<int>(amax >> 23) - rule.emax + ((amax & 0x7FFFFFu) > rule.mant_threshold ? 1 : 0);
-  code = max(code, 0);
-  return {static_cast<uint32_t>(code), __uint_as_float(static_cast<uint32_t>(254 - code) << 23), false};
 }
 
 // ---- Asynchronous global -> shared copies (cp.async, L2 only): 16 bytes, of which the first

@@ -4,17 +4,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include "quant/device_common.cuh"  // defines: ElementEncoder
 #include "quant/quantize.h"
 
 namespace blockscale::quant::detail {
-
-// How fp32 values (already multiplied by the block's 2^-e) become FP8 codes.
-//   kHardware: cvt.rn.satfinite.{e4m3,e5m2}x2.f32 (sm_89+). Used because tests/quant checks it
-//              against formats::encode_minifloat on every finite fp32 pattern the kernel can
-//              hand it (the kernel never converts NaN or Inf: such blocks are written as 0x00).
-//   kSoftware: formats::encode_minifloat itself (integer arithmetic).
-enum class ElementEncoder { kHardware, kSoftware };
-inline constexpr ElementEncoder kDefaultEncoder = ElementEncoder::kHardware;
 
 // A kernel image for the current device exists (else an error naming the device's sm_XY).
 Status mxfp8_check_device(const QuantizeProblem& p, ElementEncoder encoder);
