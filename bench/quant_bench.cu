@@ -1,16 +1,18 @@
-// Bandwidth of blockscale's GPU quantize (quant/quantize.h) against the device's own copy: for
-// each shape, the median time of the kernel and of a device-to-device cudaMemcpyAsync moving the
+// Bandwidth of blockscale's GPU quantize (quant/quantize.h), every recipe and the grouped (MoE)
+// mode, against the device's own copy: for each case, the median time of the kernel and of a device-to-device cudaMemcpyAsync moving the
 // same number of bytes (read + written), with CUDA events, after warm-up; the L2 is flushed
 // before every timed launch by a kernel that reads four times its size (clean lines: no write-back
 // of the flush lands in the timed region; the flush also keeps the GPU busy while the host runs
 // run()'s checks), so every shape is timed from DRAM.
 //
-//   effective bandwidth = (input bytes + every output byte: data, swizzled scales) / time
+//   effective bandwidth = (input bytes once + every output byte: data, scales, tensor scales,
+//                          amax) / time of run() (NVFP4's measured amax: both of its kernels)
 //   copy bandwidth      = (bytes read + bytes written by the memcpy) / time
 //
-// Usage: quant_bench [--iters N] [--only I,J,...]: N timed launches per case (default 30, at least
-// 20); --only runs the listed cases alone (for profilers). Prints one line per case, then a
-// markdown table.
+// Usage: quant_bench [--iters N] [--only I,J,...] [--filter SUBSTR] [--list]: N timed launches per
+// case (default 30, at least 20); --only runs the listed case indices (for profilers); --filter
+// the cases whose label contains SUBSTR (labels start with the recipe name, "grouped ..." for the
+// MoE mode); --list prints the cases. Prints one line per case, then a markdown table.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -77,13 +79,15 @@ __global__ void fill_fp16_kernel(uint16_t* x, int64_t n) {
   }
 }
 
+// One benchmark case: the problem (rows, cols, input type, directions, recipe options), the
+// encoder for MX (the software one goes through detail::run_mxfp8), a grouped run over `groups`
+// experts with uneven token counts when groups > 0, and whether run() also writes amax.
 struct Case {
-  const char* label;
-  int64_t rows, cols;
-  InputType type;
-  Directions dirs;
-  ElementEncoder enc;
-  bool with_amax;
+  std::string label;
+  bq::QuantizeProblem p;
+  int groups = 0;
+  ElementEncoder enc = ElementEncoder::kHardware;
+  bool with_amax = false;
 };
 
 struct Result {
@@ -94,6 +98,14 @@ struct Result {
 int elem_bytes(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
 const char* name(InputType t) { return t == InputType::kBf16 ? "bf16" : t == InputType::kFp16 ? "fp16" : "fp32"; }
 const char* name(Directions d) { return d == Directions::kRowwise ? "row" : d == Directions::kColumnwise ? "col" : "row+col"; }
+
+std::string describe(const Case& c) {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "%s %s %lldx%lld %s%s", c.label.c_str(), name(c.p.input_type),
+                static_cast<long long>(c.p.rows), static_cast<long long>(c.p.cols), name(c.p.directions),
+                c.with_amax ? " +amax" : "");
+  return buf;
+}
 
 double median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
@@ -122,95 +134,208 @@ double time_us(F launch, int iters, void* flush, size_t flush_bytes, cudaEvent_t
   return median(ms) * 1000.0;
 }
 
-Result run_case(const Case& c, int iters, void* flush, size_t flush_bytes) {
-  bq::QuantizeProblem p;
-  p.recipe = blockscale::formats::Recipe::kMxfp8E4M3;
-  p.input_type = c.type;
-  p.rows = c.rows, p.cols = c.cols, p.ld = c.cols;
-  p.directions = c.dirs;
-  const int64_t n = c.rows * c.cols;
-  void* x = nullptr;
-  uint8_t *rd = nullptr, *rs = nullptr, *cd = nullptr, *cs = nullptr;
-  float* amax = nullptr;
-  int* flag = nullptr;
-  CHECK_CUDA(cudaMalloc(&x, static_cast<size_t>(n * elem_bytes(c.type))));
-  if (c.type == InputType::kFp16)
+// Device allocations freed at the end of a case; each adds its size to `bytes` when counted.
+struct Buffers {
+  std::vector<void*> ptrs;
+  template <typename T>
+  T* alloc(int64_t n_bytes) {
+    if (n_bytes <= 0) return nullptr;
+    void* p = nullptr;
+    CHECK_CUDA(cudaMalloc(&p, static_cast<size_t>(n_bytes)));
+    CHECK_CUDA(cudaMemset(p, 0, static_cast<size_t>(n_bytes)));
+    ptrs.push_back(p);
+    return static_cast<T*>(p);
+  }
+  ~Buffers() {
+    for (void* p : ptrs) cudaFree(p);
+  }
+};
+
+void die_unless_ok(const blockscale::Status& s, const char* what) {
+  if (s.is_ok()) return;
+  std::fprintf(stderr, "%s: %s\n", what, s.message().c_str());
+  std::exit(1);
+}
+
+// Uneven expert token counts summing to rows (a fixed, skewed split; some counts not multiples of
+// the block), as cumulative ends.
+std::vector<int32_t> uneven_group_ends(int64_t rows, int groups) {
+  std::vector<int32_t> ends(static_cast<size_t>(groups));
+  int64_t at = 0;
+  for (int g = 0; g < groups; ++g) {
+    const int64_t weight = 1 + (g * 7 + 3) % 11;  // 4, 11, 7, 3, 10, 6, 2, 9, ... of 11
+    int64_t share = rows * weight / (groups * 6) + (g % 3 == 0 ? 5 : 0);
+    if (g == groups - 1 || at + share > rows) share = rows - at;
+    at += share;
+    ends[static_cast<size_t>(g)] = static_cast<int32_t>(at);
+  }
+  return ends;
+}
+
+// A case whose run() fails (e.g. a recipe without a kernel in this build) is reported, not timed.
+bool skipped(const Case& c, const blockscale::Status& s) {
+  std::printf("case %-56s skipped: %s\n", describe(c).c_str(), s.message().c_str());
+  return false;
+}
+
+bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result* result) {
+  const bq::QuantizeProblem& p = c.p;
+  const bq::GroupedQuantizeProblem gp{p, c.groups};
+  const bool grouped = c.groups > 0;
+  const bool nvfp4 = p.recipe == blockscale::formats::Recipe::kNvfp4;
+  const int64_t n = p.rows * p.cols;
+  Buffers buf;
+  void* x = buf.alloc<void>(n * elem_bytes(p.input_type));
+  if (p.input_type == InputType::kFp16)
     fill_fp16_kernel<<<1024, 256>>>(static_cast<uint16_t*>(x), n);
   else
-    fill_kernel<<<1024, 256>>>(x, n, c.cols, elem_bytes(c.type));
+    fill_kernel<<<1024, 256>>>(x, n, p.cols, elem_bytes(p.input_type));
   CHECK_CUDA(cudaGetLastError());
-  const int64_t out_bytes[4] = {bq::rowwise_data_bytes(p), bq::rowwise_scale_bytes(p),
-                                bq::columnwise_data_bytes(p), bq::columnwise_scale_bytes(p)};
-  uint8_t** outs[4] = {&rd, &rs, &cd, &cs};
-  double bytes = static_cast<double>(n) * elem_bytes(c.type);
-  for (int i = 0; i < 4; ++i) {
-    if (out_bytes[i] > 0) CHECK_CUDA(cudaMalloc(outs[i], static_cast<size_t>(out_bytes[i])));
-    bytes += static_cast<double>(out_bytes[i]);
-  }
-  CHECK_CUDA(cudaMalloc(&flag, sizeof(int)));
-  CHECK_CUDA(cudaMemset(flag, 0, sizeof(int)));
-  if (c.with_amax) CHECK_CUDA(cudaMalloc(&amax, sizeof(float)));
 
+  double bytes = static_cast<double>(n) * elem_bytes(p.input_type);
+  auto counted = [&](int64_t b) {
+    bytes += static_cast<double>(std::max<int64_t>(b, 0));
+    return b;
+  };
+  bq::QuantizeOutputs out;
+  const bool row = p.directions != Directions::kColumnwise, col = p.directions != Directions::kRowwise;
+  out.rowwise_data = buf.alloc<uint8_t>(counted(bq::rowwise_data_bytes(p)));
+  out.rowwise_scales = buf.alloc<void>(counted(bq::rowwise_scale_bytes(p)));
+  out.columnwise_data = buf.alloc<uint8_t>(counted(grouped ? bq::grouped_columnwise_data_bytes(gp) : bq::columnwise_data_bytes(p)));
+  out.columnwise_scales = buf.alloc<void>(counted(grouped ? bq::grouped_columnwise_scale_bytes(gp) : bq::columnwise_scale_bytes(p)));
+  if (nvfp4 && row) out.rowwise_scale_dec = buf.alloc<float>(counted(4));
+  if (nvfp4 && col) out.columnwise_scale_dec = buf.alloc<float>(counted(4));
+  if (c.with_amax) out.amax = buf.alloc<float>(counted(4));
+  if (c.with_amax && p.hadamard_columnwise) out.columnwise_amax = buf.alloc<float>(counted(4));
+  out.nonfinite = buf.alloc<int>(4);
   bq::QuantizeInputs in;
   in.x = x;
-  bq::QuantizeOutputs out;
-  out.rowwise_data = rd, out.rowwise_scales = rs, out.columnwise_data = cd, out.columnwise_scales = cs;
-  out.amax = amax, out.nonfinite = flag;
-  const auto check = bq::can_implement(p, in, out);
-  if (!check.is_ok()) {
-    std::fprintf(stderr, "can_implement: %s\n", check.message().c_str());
-    std::exit(1);
+  if (p.tensor_amax == bq::TensorAmax::kGiven) {  // the amax a previous step would have measured
+    float* given = buf.alloc<float>(8);
+    bq::QuantizeProblem measure = p;
+    measure.tensor_amax = bq::TensorAmax::kMeasure;
+    bq::QuantizeOutputs m = out;
+    m.amax = given, m.columnwise_amax = p.hadamard_columnwise ? given + 1 : nullptr;
+    const size_t ws_bytes = bq::workspace_size(measure);
+    void* ws = buf.alloc<void>(static_cast<int64_t>(ws_bytes));
+    const auto st = bq::run(measure, in, m, ws, ws_bytes, nullptr);
+    if (!st.is_ok()) return skipped(c, st);
+    in.rowwise_tensor_amax = given;
+    in.columnwise_tensor_amax = p.hadamard_columnwise ? given + 1 : given;
   }
+  bq::GroupedQuantizeInputs gin{x, nullptr};
+  bq::GroupedQuantizeOutputs gout{out, nullptr};
+  if (grouped) {
+    const std::vector<int32_t> ends = uneven_group_ends(p.rows, c.groups);
+    int32_t* d_ends = buf.alloc<int32_t>(4 * c.groups);
+    CHECK_CUDA(cudaMemcpy(d_ends, ends.data(), 4 * ends.size(), cudaMemcpyHostToDevice));
+    gin.group_ends = d_ends;
+    gout.padded_group_ends = buf.alloc<int32_t>(counted(4 * c.groups));
+  }
+  const size_t ws_bytes = grouped ? bq::workspace_size(gp) : bq::workspace_size(p);
+  void* ws = buf.alloc<void>(static_cast<int64_t>(ws_bytes));
+  const bool software = c.enc == ElementEncoder::kSoftware;
+  auto launch = [&] {
+    if (grouped) return bq::run(gp, gin, gout, ws, ws_bytes, nullptr);
+    if (software) return bq::detail::run_mxfp8(p, in, out, c.enc, nullptr);
+    return bq::run(p, in, out, ws, ws_bytes, nullptr);
+  };
+  const auto probe = launch();  // a recipe whose kernel is missing is reported, not timed
+  if (!probe.is_ok()) return skipped(c, probe);
   cudaEvent_t a, b;
   CHECK_CUDA(cudaEventCreate(&a));
   CHECK_CUDA(cudaEventCreate(&b));
-  const double kernel_us = time_us(
-      [&] {
-        const auto s = bq::detail::run_mxfp8(p, in, out, c.enc, nullptr);
-        if (!s.is_ok()) {
-          std::fprintf(stderr, "run: %s\n", s.message().c_str());
-          std::exit(1);
-        }
-      },
-      iters, flush, flush_bytes, a, b);
+  const double kernel_us = time_us([&] { die_unless_ok(launch(), "run"); }, iters, flush, flush_bytes, a, b);
   CHECK_CUDA(cudaGetLastError());
 
   // The copy moves the same bytes: half read, half written.
   const size_t copy_bytes = static_cast<size_t>(bytes / 2);
-  void *src = nullptr, *dst = nullptr;
-  CHECK_CUDA(cudaMalloc(&src, copy_bytes));
-  CHECK_CUDA(cudaMalloc(&dst, copy_bytes));
-  CHECK_CUDA(cudaMemset(src, 0x5A, copy_bytes));
+  void* src = buf.alloc<void>(static_cast<int64_t>(copy_bytes));
+  void* dst = buf.alloc<void>(static_cast<int64_t>(copy_bytes));
   const double copy_us = time_us(
       [&] { CHECK_CUDA(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice)); },
       iters, flush, flush_bytes, a, b);
-
   CHECK_CUDA(cudaEventDestroy(a));
   CHECK_CUDA(cudaEventDestroy(b));
-  for (void* ptr : {x, static_cast<void*>(rd), static_cast<void*>(rs), static_cast<void*>(cd),
-                    static_cast<void*>(cs), static_cast<void*>(amax), static_cast<void*>(flag), src, dst})
-    if (ptr) CHECK_CUDA(cudaFree(ptr));
-  const Result r{c, bytes, kernel_us, copy_us};
-  std::printf("case %-28s %6lldx%-6lld %s %-7s %-9s%s: %9.1f us kernel, %9.1f us copy\n", c.label,
-              static_cast<long long>(c.rows), static_cast<long long>(c.cols), name(c.type), name(c.dirs),
-              c.enc == ElementEncoder::kHardware ? "hw-cvt" : "sw-encode", c.with_amax ? " +amax" : "",
-              kernel_us, copy_us);
+  *result = Result{c, bytes, kernel_us, copy_us};
+  std::printf("case %-56s: %9.1f us kernel, %9.1f us copy, %5.1f%% of copy\n", describe(c).c_str(), kernel_us,
+              copy_us, 100.0 * copy_us / kernel_us);
   std::fflush(stdout);
-  return r;
+  return true;
+}
+
+// The cases: the issue's targets first (16384 x 8192 bf16), then shapes, dtypes and a size sweep.
+std::vector<Case> all_cases() {
+  using blockscale::formats::Recipe;
+  std::vector<Case> cases;
+  auto add = [&](std::string label, Recipe r, int64_t rows, int64_t cols, InputType t, Directions d) -> Case& {
+    Case c;
+    c.label = std::move(label);
+    c.p.recipe = r, c.p.rows = rows, c.p.cols = cols, c.p.ld = cols, c.p.input_type = t, c.p.directions = d;
+    cases.push_back(c);
+    return cases.back();
+  };
+  const auto bf16 = InputType::kBf16;
+  const auto row = Directions::kRowwise, both = Directions::kBoth, colw = Directions::kColumnwise;
+  add("mxfp8", Recipe::kMxfp8E4M3, 16384, 8192, bf16, row);
+  add("mxfp8", Recipe::kMxfp8E4M3, 16384, 8192, bf16, both);
+  add("mxfp8", Recipe::kMxfp8E4M3, 16384, 8192, bf16, colw);
+  add("mxfp8", Recipe::kMxfp8E4M3, 16384, 8192, bf16, both).with_amax = true;
+  add("mxfp8 (software encode)", Recipe::kMxfp8E4M3, 16384, 8192, bf16, both).enc = ElementEncoder::kSoftware;
+  add("fp8_block128", Recipe::kFp8Block1x128, 16384, 8192, bf16, both);
+  add("fp8_block128", Recipe::kFp8Block1x128, 16384, 8192, bf16, row);
+  add("fp8_block128 pow2", Recipe::kFp8Block1x128, 16384, 8192, bf16, both).p.pow2_scales = true;
+  add("fp8_block128x128", Recipe::kFp8Block128x128, 16384, 8192, bf16, both);
+  {
+    Case& c = add("nvfp4 rht given", Recipe::kNvfp4, 16384, 8192, bf16, both);
+    c.p.hadamard_columnwise = true, c.p.tensor_amax = bq::TensorAmax::kGiven, c.with_amax = true;
+  }
+  add("nvfp4 two-pass", Recipe::kNvfp4, 16384, 8192, bf16, both);
+  add("nvfp4 two-pass", Recipe::kNvfp4, 16384, 8192, bf16, row);
+  add("nvfp4 given", Recipe::kNvfp4, 16384, 8192, bf16, both).p.tensor_amax = bq::TensorAmax::kGiven;
+  add("nvfp4 2d (weights)", Recipe::kNvfp4, 16384, 8192, bf16, both).p.nvfp4_2d = true;
+  {
+    Case& c = add("nvfp4 sr rht given", Recipe::kNvfp4, 16384, 8192, bf16, both);
+    c.p.stochastic_rounding = true, c.p.sr_seed = 7;
+    c.p.hadamard_columnwise = true, c.p.tensor_amax = bq::TensorAmax::kGiven;
+  }
+  add("mxfp4", Recipe::kMxfp4, 16384, 8192, bf16, both);
+  add("grouped mxfp8 8 experts", Recipe::kMxfp8E4M3, 16384, 8192, bf16, both).groups = 8;
+  add("grouped mxfp8 8 experts", Recipe::kMxfp8E4M3, 16384, 8192, bf16, colw).groups = 8;
+  add("grouped mxfp8 64 experts", Recipe::kMxfp8E4M3, 16384, 8192, bf16, both).groups = 64;
+  // Shapes of real layers and other input types.
+  add("mxfp8", Recipe::kMxfp8E4M3, 4096, 14336, bf16, both);
+  add("mxfp8", Recipe::kMxfp8E4M3, 128000, 7168, bf16, both);
+  add("fp8_block128", Recipe::kFp8Block1x128, 128000, 7168, bf16, both);
+  add("mxfp8", Recipe::kMxfp8E4M3, 16384, 8192, InputType::kFp16, both);
+  add("mxfp8", Recipe::kMxfp8E4M3, 16384, 8192, InputType::kFp32, both);
+  // Size sweep, 1 MiB .. 1 GiB of bf16 input, MXFP8 rowwise + columnwise.
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
+           {512, 1024}, {1024, 2048}, {2048, 4096}, {4096, 8192}, {8192, 16384}, {32768, 16384}})
+    add("mxfp8 sweep", Recipe::kMxfp8E4M3, rows, cols, bf16, both);
+  return cases;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   int iters = 30;
-  std::string only;  // comma-separated case indices; empty: all
+  std::string only, filter;  // only: comma-separated case indices; empty: all
+  bool list = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc) iters = std::max(20, std::atoi(argv[++i]));
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = std::string(",") + argv[++i] + ",";
+    else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
+    else if (std::strcmp(argv[i], "--list") == 0) list = true;
     else {
-      std::fprintf(stderr, "usage: quant_bench [--iters N] [--only I,J,...]\n");
+      std::fprintf(stderr, "usage: quant_bench [--iters N] [--only I,J,...] [--filter SUBSTR] [--list]\n");
       return 2;
     }
+  }
+  const std::vector<Case> cases = all_cases();
+  if (list) {
+    for (size_t i = 0; i < cases.size(); ++i) std::printf("%2zu  %s\n", i, describe(cases[i]).c_str());
+    return 0;
   }
   int dev = 0;
   CHECK_CUDA(cudaGetDevice(&dev));
@@ -223,39 +348,23 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaMalloc(&flush, flush_bytes));
   CHECK_CUDA(cudaMemset(flush, 0, flush_bytes));
 
-  const ElementEncoder hw = ElementEncoder::kHardware, sw = ElementEncoder::kSoftware;
-  const Case cases[] = {
-      {"mxfp8 e4m3", 16384, 8192, InputType::kBf16, Directions::kRowwise, hw, false},
-      {"mxfp8 e4m3", 16384, 8192, InputType::kBf16, Directions::kBoth, hw, false},
-      {"mxfp8 e4m3", 16384, 8192, InputType::kBf16, Directions::kColumnwise, hw, false},
-      {"mxfp8 e4m3", 16384, 8192, InputType::kBf16, Directions::kBoth, hw, true},
-      {"mxfp8 e4m3 (software encode)", 16384, 8192, InputType::kBf16, Directions::kRowwise, sw, false},
-      {"mxfp8 e4m3 (software encode)", 16384, 8192, InputType::kBf16, Directions::kBoth, sw, false},
-      {"mxfp8 e4m3", 4096, 14336, InputType::kBf16, Directions::kRowwise, hw, false},
-      {"mxfp8 e4m3", 4096, 14336, InputType::kBf16, Directions::kBoth, hw, false},
-      {"mxfp8 e4m3", 128000, 7168, InputType::kBf16, Directions::kBoth, hw, false},
-      {"mxfp8 e4m3 (1 MiB)", 512, 1024, InputType::kBf16, Directions::kRowwise, hw, false},
-      {"mxfp8 e4m3 (1 MiB)", 512, 1024, InputType::kBf16, Directions::kBoth, hw, false},
-      {"mxfp8 e4m3", 16384, 8192, InputType::kFp16, Directions::kBoth, hw, false},
-      {"mxfp8 e4m3", 16384, 8192, InputType::kFp32, Directions::kRowwise, hw, false},
-      {"mxfp8 e4m3", 16384, 8192, InputType::kFp32, Directions::kBoth, hw, false},
-  };
   std::vector<Result> results;
-  const int n_cases = static_cast<int>(sizeof(cases) / sizeof(cases[0]));
-  for (int i = 0; i < n_cases; ++i)
-    if (only.empty() || only.find("," + std::to_string(i) + ",") != std::string::npos)
-      results.push_back(run_case(cases[i], iters, flush, flush_bytes));
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (!only.empty() && only.find("," + std::to_string(i) + ",") == std::string::npos) continue;
+    if (!filter.empty() && cases[i].label.find(filter) == std::string::npos) continue;
+    Result r;
+    if (run_case(cases[i], iters, flush, flush_bytes, &r)) results.push_back(r);
+  }
   CHECK_CUDA(cudaFree(flush));
 
-  std::printf("\n| shape | input | copies | encoder | MB moved | kernel us | GB/s | copy GB/s | %% of copy |\n");
+  std::printf("\n| case | input | shape | copies | MB moved | kernel us | GB/s | copy GB/s | %% of copy |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   for (const Result& r : results) {
     const double gbs = r.bytes / (r.kernel_us * 1e3), copy_gbs = 2.0 * static_cast<size_t>(r.bytes / 2) / (r.copy_us * 1e3);
-    std::printf("| %lldx%lld | %s | %s%s | %s | %.1f | %.1f | %.0f | %.0f | %.1f |\n",
-                static_cast<long long>(r.c.rows), static_cast<long long>(r.c.cols), name(r.c.type),
-                name(r.c.dirs), r.c.with_amax ? " +amax" : "",
-                r.c.enc == ElementEncoder::kHardware ? "hw-cvt" : "sw-encode", r.bytes / 1e6,
-                r.kernel_us, gbs, copy_gbs, 100.0 * gbs / copy_gbs);
+    std::printf("| %s | %s | %lldx%lld | %s%s | %.1f | %.1f | %.0f | %.0f | %.1f |\n", r.c.label.c_str(),
+                name(r.c.p.input_type), static_cast<long long>(r.c.p.rows), static_cast<long long>(r.c.p.cols),
+                name(r.c.p.directions), r.c.with_amax ? " +amax" : "", r.bytes / 1e6, r.kernel_us, gbs, copy_gbs,
+                100.0 * gbs / copy_gbs);
   }
   return 0;
 }
