@@ -82,7 +82,7 @@ Status quantize_tensor(const InputTensor& t, const QuantizeArgs& a, const format
   }
   if (a.device == "gpu") {
 #ifdef BLOCKSCALE_GPU_QUANTIZE
-    Status s = gpu_quantize(t.view, rows, cols, base, by_direction[0] ? &by_direction[0]->q : nullptr,
+    Status s = gpu_quantize(t.view, rows, cols, base, a.rht, by_direction[0] ? &by_direction[0]->q : nullptr,
                             by_direction[1] ? &by_direction[1]->q : nullptr);
     if (!s) return Status::error(t.name + ": " + s.message());
 #endif
@@ -104,9 +104,8 @@ Status quantize_tensor(const InputTensor& t, const QuantizeArgs& a, const format
 Status check_device(const QuantizeArgs& a) {
   if (a.device != "gpu") return Status::ok();
 #ifdef BLOCKSCALE_GPU_QUANTIZE
-  if (a.recipe != "mxfp8" && a.recipe != "mxfp8_e5m2")
-    return Status::error("--device gpu: the GPU kernels implement mxfp8 and mxfp8_e5m2 so far, not " + a.recipe +
-                         " (use --device cpu)");
+  if (a.recipe == "mxfp6_e2m3" || a.recipe == "mxfp6_e3m2")
+    return Status::error("--device gpu: " + a.recipe + " is a study format with no GPU kernel (use --device cpu)");
   return gpu_available();
 #else
   return Status::error("--device gpu: this build has no CUDA parts (configure with -DBLOCKSCALE_CUDA=ON)");
@@ -193,7 +192,7 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_option("--in", a->in, "input .npy (one tensor, named \"x\") or .safetensors")->required()->type_name("FILE");
   cmd->add_option("--out", a->out, "output .safetensors")->required()->type_name("FILE");
   cmd->add_option("--device", a->device,
-                  "cpu (formats/, the emulator; default) or gpu (quant/'s kernels: mxfp8 and mxfp8_e5m2 so far);\n"
+                  "cpu (formats/, the emulator; default) or gpu (quant/'s kernels: every recipe but mxfp6);\n"
                   "both write the same bytes")
       ->check(CLI::IsMember({"cpu", "gpu"}));
   cmd->add_flag("--json", a->json, "print the summary as JSON instead of a table");

@@ -13,9 +13,11 @@ namespace blockscale::tools {
 Status gpu_available();
 
 // Quantizes the rows x cols 2D view of `t` (bf16, fp16 and fp32 go to the GPU as they are; other
-// float dtypes are widened to fp32 first) with `options` into the requested copies.
+// float dtypes are widened to fp32 first) with `options` into the requested copies (null: not
+// wanted); rht_columnwise applies NVFP4's Hadamard transform to the columnwise copy (options'
+// own `hadamard` is ignored: it is per copy on the CPU path). Every GPU recipe (not MXFP6).
 Status gpu_quantize(const io::TensorView& t, int64_t rows, int64_t cols,
-                    const formats::QuantizeOptions& options, formats::QuantizedMatrix* rowwise,
-                    formats::QuantizedMatrix* columnwise);
+                    const formats::QuantizeOptions& options, bool rht_columnwise,
+                    formats::QuantizedMatrix* rowwise, formats::QuantizedMatrix* columnwise);
 
 }  // namespace blockscale::tools

@@ -143,7 +143,7 @@ def main():
                               "y.safetensors"], 1, "skipping 'ids'", "no floating-point tensor")
         E("rht width not a multiple of 16", ["quantize", "--recipe", "nvfp4", "--rht", "--direction", "columnwise",
                                              "--in", "odd.npy", "--out", "y.safetensors"], 1, "x:", "--rht", "multiple of 16")
-        E("gpu for a recipe without a kernel", q + ["--recipe", "nvfp4", "--device", "gpu"], 1, "--device gpu")
+        E("gpu for a recipe without a kernel", q + ["--recipe", "mxfp6_e2m3", "--device", "gpu"], 1, "--device gpu")
         E("bad --device", q + ["--recipe", "mxfp8", "--device", "tpu"], 2, "--device")
         E("output directory missing", ["quantize", "--recipe", "mxfp8", "--in", "x.npy", "--out",
                                        "no/such/dir/y.safetensors"], 1, "no/such/dir")

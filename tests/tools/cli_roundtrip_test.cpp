@@ -232,21 +232,34 @@ TEST_F(CliRoundTrip, GpuWritesTheCpuFile) {
     ASSERT_NE(msg.find("--device gpu: "), std::string::npos) << msg;
     GTEST_SKIP() << msg;
   }
+  // A second file for the nvfp4 transform (its row count, the columnwise block dimension, must be
+  // a multiple of 16 in every tensor).
+  const std::string rht_path = dir_ + "/rht.safetensors";
+  const Input w = make_input("w", io::DType::BF16, {1008, 520}, 7, true);
+  const Input g = make_input("g", io::DType::F32, {64, 97}, 8, true);
+  ASSERT_TRUE(io::write_safetensors(rht_path, {{w.name, io::TensorView{w.dtype, w.shape, w.bytes.data(), w.bytes.size()}},
+                                               {g.name, io::TensorView{g.dtype, g.shape, g.bytes.data(), g.bytes.size()}}}));
+  std::vector<std::string> variants;  // "--recipe ... options", each run for every direction it allows
+  for (const char* recipe : {"mxfp8", "mxfp8_e5m2", "mxfp4"})
+    for (const char* rounding : {"ceil", "floor"})
+      variants.push_back(std::string("--recipe ") + recipe + " --rounding " + rounding);
+  for (const char* v : {"--recipe nvfp4", "--recipe nvfp4 --2d", "--recipe nvfp4 --sr-seed 7", "--recipe fp8_block128",
+                        "--recipe fp8_block128 --pow2", "--recipe fp8_block128x128", "--recipe fp8_block128x128 --pow2"})
+    variants.push_back(v);
   int cases = 0;
-  for (const char* recipe : {"mxfp8", "mxfp8_e5m2"}) {
-    for (const char* rounding : {"ceil", "floor"}) {
-      for (const char* direction : {"rowwise", "columnwise", "both"}) {
-        const std::string args = std::string("quantize --quiet --recipe ") + recipe + " --rounding " + rounding +
-                                 " --direction " + direction + " --in " + in_path + " --out " + dir_;
-        ASSERT_EQ(run_cli(args + "/cpu.safetensors --device cpu"), 0) << args;
-        ASSERT_EQ(run_cli(args + "/gpu.safetensors --device gpu"), 0) << args;
-        const std::vector<uint8_t> cpu = file_bytes(dir_ + "/cpu.safetensors");
-        EXPECT_GT(cpu.size(), 4u * 1000 * 1000) << args;  // the big tensor is in it
-        EXPECT_TRUE(cpu == file_bytes(dir_ + "/gpu.safetensors")) << args;
-        ++cases;
-      }
-    }
-  }
+  auto compare = [&](const std::string& args) {
+    ASSERT_EQ(run_cli(args + " --out " + dir_ + "/cpu.safetensors --device cpu"), 0) << args;
+    ASSERT_EQ(run_cli(args + " --out " + dir_ + "/gpu.safetensors --device gpu"), 0) << args;
+    const std::vector<uint8_t> cpu = file_bytes(dir_ + "/cpu.safetensors");
+    EXPECT_GT(cpu.size(), 100u * 1000) << args;  // the big tensors are in it
+    EXPECT_TRUE(cpu == file_bytes(dir_ + "/gpu.safetensors")) << args;
+    ++cases;
+  };
+  for (const std::string& v : variants)
+    for (const char* direction : {"rowwise", "columnwise", "both"})
+      compare("quantize --quiet " + v + " --direction " + direction + " --in " + in_path);
+  for (const char* v : {"--rht --direction columnwise", "--rht --direction both", "--rht --sr-seed 11 --direction both"})
+    compare(std::string("quantize --quiet --recipe nvfp4 ") + v + " --in " + rht_path);
   std::printf("cli_roundtrip_test: --device gpu wrote the --device cpu file byte for byte in %d cases\n", cases);
 }
 
