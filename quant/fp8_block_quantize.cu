@@ -26,15 +26,21 @@
 //                below are free of shared-memory bank conflicts. Inputs whose pointer or stride
 //                rule out 16-byte copies are loaded element by element (same bytes, slower).
 //   rowwise    : warp w owns tile rows 16w..16w+15; a lane takes 16 consecutive elements of a row
-//                (8 lanes per row); 1x128 amax = 3 xor shuffles; 16 codes = one 16-byte store.
+//                (8 lanes per row, 4 passes); 16 codes = one 16-byte store.
 //   columnwise : a lane reads one 32-bit word column (2 columns of 16-bit input) over 16 rows;
-//                8 lanes cover a 128-row column; 1x128 amax = 3 xor shuffles (packed max.u16x2 for
-//                16-bit input); 16 codes per column = one 16-byte store into the transpose.
+//                8 lanes cover a 128-row column; 16 codes per column = one 16-byte store into the
+//                transpose.
+//   1x128 scale: two steps per direction. First every pass / item only reads and takes maxima
+//                (3 xor shuffles per row / column; packed max.u16x2 for 16-bit input); then lane L
+//                < 16 of each warp evaluates fp8_block_scale for the warp's L-th row / column (one
+//                evaluation, divisions included, per warp and direction and tile) and stores the
+//                fp32 scale; the passes re-read their elements from shared memory and fetch their
+//                multiplier with one shuffle. A multiplier of 0 marks a non-finite block.
 //   128x128    : a pre-pass takes the tile's amax (warp shuffles, 8 partial maxima in shared
-//                memory, one extra barrier); both copies then encode with that one scale.
-//   scales     : 1x128: the lane that starts a row / column stores its fp32 scale; the 128 scales
-//                of a tile are contiguous in VEC128. 128x128: thread 0 stores the tile's scale.
-//                The tile at the layout's edge also writes the padding floats (0.0f).
+//                memory, one extra barrier); both copies then encode with that one scale, which
+//                thread 0 stores.
+//   scales     : VEC128 puts a tile's 128 row (column) scales in 128 consecutive floats; the tile
+//                at the layout's edge also writes the padding floats (0.0f).
 //   amax, flag : folded in by whichever pass reads every element once; one atomicMax on the float
 //                bits per warp, and the non-finite flag set to 1 (never written otherwise).
 // Tiles wholly inside the matrix with 16-byte aligned outputs take a path without bounds checks;
@@ -79,7 +85,7 @@ struct Smem {
   static constexpr int kRowWords = kDim * kElemBytes / 4;  // 64 (16-bit) or 128 (fp32)
   static constexpr int kRowGranules = kRowWords / 4;       // 16 or 32
   static constexpr int kWords = kDim * kRowWords;
-  static constexpr int kStages = kElemBytes == 2 ? 2 : 1;
+  static constexpr int kStages = kElemBytes == 2 ? 2 : 1;  // 64 KB of tiles either way
   static constexpr int kColsPerWord = 4 / kElemBytes;
   static constexpr int kWordsPer16 = 4 * kElemBytes;       // words holding 16 elements of a row
 
@@ -151,18 +157,70 @@ __device__ __forceinline__ void fetch_tile(const Fp8BlockArgs& a, const Tile& t,
   }
 }
 
-// ---- Encoding and storing 16 codes.
+// ---- Thread mappings over the shared tile. Neither depends on the tile, and within one pass
+// function every address is a per-thread base plus a compile-time offset.
+//   rowwise : warp w owns tile rows 16w .. 16w + 15; in pass s (0..3) lane l takes row
+//             16w + 4s + l / 8, elements 16 * (l % 8) .. + 15 (8 lanes per row). Rows 16w.. share
+//             one 16-row band, hence one rotation: pass s is pass 0 plus 4s rows.
+//   columnwise: item n of warp w is granule column g = w + 8n (4 word columns); lane l takes word
+//             column 4g + l % 4 over tile rows 16 * (l / 4) .. + 15 (8 lanes per column).
+template <InputType kIn>
+struct RowLanes {
+  using S = Smem<kIn>;
+  static constexpr int kPassWords = 4 * S::kRowWords;  // word distance between passes
+  int row0, q;                                          // tile row of pass 0, 16-element group
+  int word[S::kElemBytes];                              // word offset of each granule, pass 0
+  __device__ __forceinline__ RowLanes() {
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    row0 = 16 * (static_cast<int>(threadIdx.x) >> 5) + (lane >> 3);
+    q = lane & 7;
+#pragma unroll
+    for (int j = 0; j < S::kElemBytes; ++j) word[j] = S::at(row0, S::kElemBytes * q + j);
+  }
+  // The kWordsPer16 words of pass s.
+  __device__ __forceinline__ void read(const uint32_t* tile, int s, uint32_t* w) const {
+#pragma unroll
+    for (int j = 0; j < S::kElemBytes; ++j) {
+      const uint4 v = *reinterpret_cast<const uint4*>(tile + word[j] + s * kPassWords);
+      w[4 * j] = v.x, w[4 * j + 1] = v.y, w[4 * j + 2] = v.z, w[4 * j + 3] = v.w;
+    }
+  }
+};
 
-// 16 fp32 values times r -> 16 E4M3 codes (zeros for a non-finite block).
+template <InputType kIn>
+struct ColLanes {
+  using S = Smem<kIn>;
+  static constexpr int kItems = S::kRowWords * 8 / kThreads;  // 2 or 4
+  static constexpr int kCpw = S::kColsPerWord;
+  int pl, k, warp;
+  __device__ __forceinline__ ColLanes() {
+    const int lane = static_cast<int>(threadIdx.x) & 31;
+    pl = lane & 3, k = lane >> 2, warp = static_cast<int>(threadIdx.x) >> 5;
+  }
+  // Tile column of item n, half h (16-bit input: 2 columns per word).
+  __device__ __forceinline__ int column(int n, int h) const { return (4 * (warp + kWarps * n) + pl) * kCpw + h; }
+  // The 16 words of item n.
+  __device__ __forceinline__ void read(const uint32_t* tile, int n, uint32_t* w) const {
+    const uint32_t* src = tile + S::at(16 * k, warp + kWarps * n) + pl;  // the band's rows share a rotation
+#pragma unroll
+    for (int i = 0; i < 16; ++i) w[i] = src[i * S::kRowWords];
+  }
+};
+
+// ---- Encoding and storing 16 codes. A block's multiplier r travels as one float; 0 marks a
+// block holding NaN / Inf (a finite block's r is never 0), whose codes are all 0x00.
+
+__device__ __forceinline__ float block_mult(const Fp8BlockScale& s) { return s.nonfinite ? 0.0f : s.mult; }
+
 template <Recipe kRecipe>
-__device__ __forceinline__ uint4 encode16(const float* f, const Fp8BlockScale& s) {
+__device__ __forceinline__ uint4 encode16(const float* f, float mult) {
   constexpr ElementEncoder kEnc = kDefaultEncoder;
   uint4 v;
-  v.x = encode4<kRecipe, kEnc>(f, s.mult);
-  v.y = encode4<kRecipe, kEnc>(f + 4, s.mult);
-  v.z = encode4<kRecipe, kEnc>(f + 8, s.mult);
-  v.w = encode4<kRecipe, kEnc>(f + 12, s.mult);
-  return s.nonfinite ? make_uint4(0u, 0u, 0u, 0u) : v;
+  v.x = encode4<kRecipe, kEnc>(f, mult);
+  v.y = encode4<kRecipe, kEnc>(f + 4, mult);
+  v.z = encode4<kRecipe, kEnc>(f + 8, mult);
+  v.w = encode4<kRecipe, kEnc>(f + 12, mult);
+  return mult == 0.0f ? make_uint4(0u, 0u, 0u, 0u) : v;
 }
 
 // The first n (clamped to 0..16) of the 16 codes in v to dst, with stores as wide as `align`
@@ -185,6 +243,80 @@ __device__ __forceinline__ void put_codes(uint8_t* dst, const uint4& v, int n, i
   }
 }
 
+// Rowwise codes of 16 elements (words from RowLanes::read) to dst: tile row rt, group q.
+template <InputType kIn, Recipe kRecipe, bool kWhole>
+__device__ __forceinline__ void emit_row16(const Fp8BlockArgs& a, const Tile& t, uint8_t* dst, int rt, int q,
+                                           const uint32_t* w, float mult) {
+  using In = InputTraits<kIn>;
+  float f[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) f[i] = In::kBytes == 2 ? In::elem(w[i >> 1], i & 1) : In::elem(w[i], 0);
+  const uint4 codes = encode16<kRecipe>(f, mult);
+  if constexpr (kWhole) {
+    *reinterpret_cast<uint4*>(dst) = codes;
+  } else if (rt < t.nr) {
+    put_codes(dst, codes, t.nc - 16 * q, a.row_align);
+  }
+}
+
+// Columnwise codes of 16 rows (words from ColLanes::read, element h of each) to dst: tile
+// column ct, rows 16k ..
+template <InputType kIn, Recipe kRecipe, bool kWhole>
+__device__ __forceinline__ void emit_col16(const Fp8BlockArgs& a, const Tile& t, uint8_t* dst, int ct, int k,
+                                           const uint32_t* w, int h, float mult) {
+  using In = InputTraits<kIn>;
+  float f[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) f[i] = In::elem(w[i], h);
+  const uint4 codes = encode16<kRecipe>(f, mult);
+  if constexpr (kWhole) {
+    *reinterpret_cast<uint4*>(dst) = codes;
+  } else if (ct < t.nc) {
+    put_codes(dst, codes, t.nr - 16 * k, a.col_align);
+  }
+}
+
+// Where this thread's codes of a tile go: rowwise pass 0 (pass s: + 4s rows), columnwise item 0
+// half 0 (item n, half h: + (32 * kCpw * n + h) rows of the transpose).
+template <InputType kIn>
+__device__ __forceinline__ uint8_t* row_dst(const Fp8BlockArgs& a, const Tile& t, const RowLanes<kIn>& m) {
+  return a.row_codes + (t.r0 + m.row0) * a.cols + (t.c0 + 16 * m.q);
+}
+template <InputType kIn>
+__device__ __forceinline__ uint8_t* col_dst(const Fp8BlockArgs& a, const Tile& t, const ColLanes<kIn>& m) {
+  return a.col_codes + (t.c0 + m.column(0, 0)) * a.rows + (t.r0 + 16 * m.k);
+}
+
+// 1x128 scales. VEC128 pads the rows of each K block to a multiple of 4 with 0.0f: a tile row
+// (column) past the matrix stores 0 when it lies in that padding, nothing otherwise.
+template <bool kWhole>
+__device__ __forceinline__ void put_row_scale(const Fp8BlockArgs& a, const Tile& t, int rt, float s) {
+  const int64_t r = t.r0 + rt;
+  if (kWhole || rt < t.nr)
+    a.row_scales[formats::vec128_scale_offset(r, t.tc, a.rows)] = s;
+  else if (r < formats::vec128_scale_ld(a.rows))
+    a.row_scales[formats::vec128_scale_offset(r, t.tc, a.rows)] = 0.0f;
+}
+template <bool kWhole>
+__device__ __forceinline__ void put_col_scale(const Fp8BlockArgs& a, const Tile& t, int ct, float s) {
+  const int64_t c = t.c0 + ct;
+  if (kWhole || ct < t.nc)
+    a.col_scales[formats::vec128_scale_offset(c, t.tr, a.cols)] = s;
+  else if (c < formats::vec128_scale_ld(a.cols))
+    a.col_scales[formats::vec128_scale_offset(c, t.tr, a.cols)] = 0.0f;
+}
+
+// sm_100a's register allocator spills the fp32 1x128 kernels (80 registers for 3 CTAs per SM)
+// once the unrolled passes' shared-memory reads are all hoisted; an empty asm with a memory
+// clobber at the end of each pass keeps one pass's words live at a time there. The sm_90a code
+// is left as it is (no spills there).
+template <InputType kIn>
+__device__ __forceinline__ void pass_fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+  if constexpr (InputTraits<kIn>::kBytes == 4) asm volatile("" ::: "memory");
+#endif
+}
+
 // Max of m over the lanes that differ from this one in the lane bits first_mask .. last_mask.
 __device__ __forceinline__ uint32_t warp_max_u32(uint32_t m, int first_mask, int last_mask) {
 #pragma unroll
@@ -192,142 +324,154 @@ __device__ __forceinline__ uint32_t warp_max_u32(uint32_t m, int first_mask, int
   return m;
 }
 
-// ---- Rowwise: warp w, pass s: tile row 16w + 4s + lane / 8, elements 16 * (lane % 8) .. + 15.
-// kTileScale: the 128x128 recipe (the scale comes in); else the row's 1x128 scale is found here.
-// kAmax: this pass folds every element into the tensor amax and the non-finite flag.
-template <InputType kIn, Recipe kRecipe, bool kWhole, bool kTileScale, bool kAmax>
-__device__ __forceinline__ void rowwise_pass(const Fp8BlockArgs& a, const uint32_t* tile, const Tile& t,
-                                             const Fp8BlockScale& tile_scale, uint32_t& tensor_amax,
-                                             bool& saw_nonfinite) {
-  using S = Smem<kIn>;
-  using In = InputTraits<kIn>;
-  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
-  const int q = lane & 7;
+// ---- Rowwise. 128x128: every row encodes with the tile's multiplier.
+template <InputType kIn, Recipe kRecipe, bool kWhole>
+__device__ __forceinline__ void rowwise_tile_scale(const Fp8BlockArgs& a, const uint32_t* tile, const Tile& t,
+                                                   float tile_mult) {
+  const RowLanes<kIn> m;
+  uint8_t* dst = row_dst<kIn>(a, t, m);
+  const int64_t pass_bytes = 4 * a.cols;
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
-    const int rt = 16 * warp + 4 * s + (lane >> 3);
-    uint32_t w[S::kWordsPer16];
-#pragma unroll
-    for (int j = 0; j < S::kElemBytes; ++j) {
-      const uint4 v = *reinterpret_cast<const uint4*>(tile + S::at(rt, S::kElemBytes * q + j));
-      w[4 * j] = v.x, w[4 * j + 1] = v.y, w[4 * j + 2] = v.z, w[4 * j + 3] = v.w;
-    }
-    Fp8BlockScale sc = tile_scale;
-    if constexpr (!kTileScale || kAmax) {
-      const uint32_t m = fold_slots<kIn>(abs_max_words<kIn, S::kWordsPer16>(w));
-      if constexpr (kAmax) note_tensor_amax<kIn, S::kWordsPer16>(w, m, tensor_amax, saw_nonfinite);
-      if constexpr (!kTileScale) sc = fp8_block_scale(In::widen(warp_max_u32(m, 1, 4)), a.pow2);
-    }
-    float f[16];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) f[i] = S::kElemBytes == 2 ? In::elem(w[i >> 1], i & 1) : In::elem(w[i], 0);
-    const uint4 codes = encode16<kRecipe>(f, sc);
-
-    const int64_t r = t.r0 + rt;
-    uint8_t* dst = a.row_codes + r * a.cols + t.c0 + 16 * q;
-    if constexpr (kWhole) {
-      *reinterpret_cast<uint4*>(dst) = codes;
-    } else if (rt < t.nr) {
-      put_codes(dst, codes, t.nc - 16 * q, a.row_align);
-    }
-    if constexpr (!kTileScale) {
-      if (q == 0) {  // VEC128: rows past `rows` up to round_up(rows, 4) are padding
-        if (kWhole || rt < t.nr)
-          a.row_scales[formats::vec128_scale_offset(r, t.tc, a.rows)] = sc.scale;
-        else if (r < formats::vec128_scale_ld(a.rows))
-          a.row_scales[formats::vec128_scale_offset(r, t.tc, a.rows)] = 0.0f;
-      }
-    }
+    uint32_t w[Smem<kIn>::kWordsPer16];
+    m.read(tile, s, w);
+    emit_row16<kIn, kRecipe, kWhole>(a, t, dst + s * pass_bytes, m.row0 + 4 * s, m.q, w, tile_mult);
   }
 }
 
-// ---- Columnwise: item n of thread tid is granule column (tid + 256 n) / 32 (4 word columns);
-// lane: word column 4g + lane % 4, rows 16 * (lane / 4) .. + 15.
-template <InputType kIn, Recipe kRecipe, bool kWhole, bool kTileScale, bool kAmax>
-__device__ __forceinline__ void columnwise_pass(const Fp8BlockArgs& a, const uint32_t* tile, const Tile& t,
-                                                const Fp8BlockScale& tile_scale, uint32_t& tensor_amax,
-                                                bool& saw_nonfinite) {
+// 1x128: the amax of the warp's 16 rows first (8 lanes per row), then lane L < 16 evaluates the
+// scale of warp row L (one scale evaluation per warp and tile) and stores it (16 consecutive
+// floats of VEC128); the passes then re-read their elements and take their row's multiplier by
+// shuffle.
+template <InputType kIn, Recipe kRecipe, bool kWhole, bool kAmax>
+__device__ __forceinline__ void rowwise_1x128(const Fp8BlockArgs& a, const uint32_t* tile, const Tile& t,
+                                              uint32_t& tensor_amax, bool& saw_nonfinite) {
   using S = Smem<kIn>;
   using In = InputTraits<kIn>;
-  constexpr int kItems = S::kRowWords * 8 / kThreads;  // 2 or 4
-  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31;
-  const int k = lane >> 2;  // 16-row band
+  const RowLanes<kIn> m;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  uint32_t row_amax[4];
 #pragma unroll
-  for (int n = 0; n < kItems; ++n) {
-    const int g = (tid + n * kThreads) >> 5;
-    const int wc = 4 * g + (lane & 3);
-    const uint32_t* src = tile + S::at(16 * k, g) + (lane & 3);  // the band's rows share a rotation
-    uint32_t w[16];
+  for (int s = 0; s < 4; ++s) {
+    uint32_t w[S::kWordsPer16];
+    m.read(tile, s, w);
+    const uint32_t mx = fold_slots<kIn>(abs_max_words<kIn, S::kWordsPer16>(w));
+    if constexpr (kAmax) note_tensor_amax<kIn, S::kWordsPer16>(w, mx, tensor_amax, saw_nonfinite);
+    row_amax[s] = warp_max_u32(mx, 1, 4);
+    pass_fence<kIn>();
+  }
+  // Warp row L % 16 = 4 * pass + group: pass (L / 4) % 4, held by the lanes of group L % 4.
+  uint32_t mine = 0;
 #pragma unroll
-    for (int i = 0; i < 16; ++i) w[i] = src[i * S::kRowWords];
-    uint32_t m = 0;
-    if constexpr (!kTileScale || kAmax) {
-      m = abs_max_words<kIn, 16>(w);  // one maximum per column of the word
-      if constexpr (kAmax) note_tensor_amax<kIn, 16>(w, fold_slots<kIn>(m), tensor_amax, saw_nonfinite);
-      if constexpr (!kTileScale) {
-        m = shfl_max_xor<kIn>(m, 4);
-        m = shfl_max_xor<kIn>(m, 8);
-        m = shfl_max_xor<kIn>(m, 16);
-      }
-    }
+  for (int s = 0; s < 4; ++s) {
+    const uint32_t v = __shfl_sync(0xFFFFFFFFu, row_amax[s], (lane & 3) << 3);
+    if (((lane >> 2) & 3) == s) mine = v;
+  }
+  const Fp8BlockScale sc = fp8_block_scale(In::widen(mine), a.pow2);
+  if (lane < 16) put_row_scale<kWhole>(a, t, m.row0 - (lane >> 3) + lane, sc.scale);
+  const float my_mult = block_mult(sc);
+  uint8_t* dst = row_dst<kIn>(a, t, m);
+  const int64_t pass_bytes = 4 * a.cols;
 #pragma unroll
-    for (int h = 0; h < S::kColsPerWord; ++h) {
-      const int ct = wc * S::kColsPerWord + h;
-      const Fp8BlockScale sc = kTileScale ? tile_scale : fp8_block_scale(In::widen(slot<kIn>(m, h)), a.pow2);
-      float f[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) f[i] = In::elem(w[i], h);
-      const uint4 codes = encode16<kRecipe>(f, sc);
-
-      const int64_t c = t.c0 + ct;
-      uint8_t* dst = a.col_codes + c * a.rows + t.r0 + 16 * k;
-      if constexpr (kWhole) {
-        *reinterpret_cast<uint4*>(dst) = codes;
-      } else if (ct < t.nc) {
-        put_codes(dst, codes, t.nr - 16 * k, a.col_align);
-      }
-      if constexpr (!kTileScale) {
-        if (k == 0) {  // VEC128 of the transpose: columns past `cols` up to round_up(cols, 4) pad
-          if (kWhole || ct < t.nc)
-            a.col_scales[formats::vec128_scale_offset(c, t.tr, a.cols)] = sc.scale;
-          else if (c < formats::vec128_scale_ld(a.cols))
-            a.col_scales[formats::vec128_scale_offset(c, t.tr, a.cols)] = 0.0f;
-        }
-      }
-    }
+  for (int s = 0; s < 4; ++s) {
+    const float mult = __shfl_sync(0xFFFFFFFFu, my_mult, 4 * s + (lane >> 3));
+    uint32_t w[S::kWordsPer16];
+    m.read(tile, s, w);
+    emit_row16<kIn, kRecipe, kWhole>(a, t, dst + s * pass_bytes, m.row0 + 4 * s, m.q, w, mult);
+    pass_fence<kIn>();
   }
 }
 
-// ---- 128x128: the tile's amax over every element (the rowwise thread mapping), reduced through
+// ---- Columnwise. 128x128: every column encodes with the tile's multiplier.
+template <InputType kIn, Recipe kRecipe, bool kWhole>
+__device__ __forceinline__ void columnwise_tile_scale(const Fp8BlockArgs& a, const uint32_t* tile, const Tile& t,
+                                                      float tile_mult) {
+  using M = ColLanes<kIn>;
+  const M m;
+  uint8_t* dst = col_dst<kIn>(a, t, m);
+#pragma unroll
+  for (int n = 0; n < M::kItems; ++n) {
+    uint32_t w[16];
+    m.read(tile, n, w);
+#pragma unroll
+    for (int h = 0; h < M::kCpw; ++h)
+      emit_col16<kIn, kRecipe, kWhole>(a, t, dst + (32 * M::kCpw * n + h) * a.rows, m.column(n, h), m.k, w, h,
+                                       tile_mult);
+  }
+}
+
+// 1x128: the amax of the warp's 16 columns first (8 lanes per column, packed per 16-bit half),
+// then lane L < 16 evaluates the scale of the warp's column L and stores it; the items then
+// re-read their elements and take their column's multiplier by shuffle.
+template <InputType kIn, Recipe kRecipe, bool kWhole, bool kAmax>
+__device__ __forceinline__ void columnwise_1x128(const Fp8BlockArgs& a, const uint32_t* tile, const Tile& t,
+                                                 uint32_t& tensor_amax, bool& saw_nonfinite) {
+  using M = ColLanes<kIn>;
+  using In = InputTraits<kIn>;
+  const M m;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  uint32_t col_amax[M::kItems];
+#pragma unroll
+  for (int n = 0; n < M::kItems; ++n) {
+    uint32_t w[16];
+    m.read(tile, n, w);
+    uint32_t mx = abs_max_words<kIn, 16>(w);  // one maximum per column of the word
+    if constexpr (kAmax) note_tensor_amax<kIn, 16>(w, fold_slots<kIn>(mx), tensor_amax, saw_nonfinite);
+    mx = shfl_max_xor<kIn>(mx, 4);
+    mx = shfl_max_xor<kIn>(mx, 8);
+    col_amax[n] = shfl_max_xor<kIn>(mx, 16);
+    pass_fence<kIn>();
+  }
+  // The warp's column L % 16 = (item * kCpw + h) * 4 + pl, held by lane pl.
+  const int my_n = (lane & 15) / (4 * M::kCpw), my_h = ((lane & 15) >> 2) % M::kCpw;
+  uint32_t mine = 0;
+#pragma unroll
+  for (int n = 0; n < M::kItems; ++n) {
+    const uint32_t v = __shfl_sync(0xFFFFFFFFu, col_amax[n], m.pl);
+    if (my_n == n) mine = v;
+  }
+  const Fp8BlockScale sc = fp8_block_scale(In::widen(slot<kIn>(mine, my_h)), a.pow2);
+  if (lane < 16) put_col_scale<kWhole>(a, t, m.column(my_n, my_h), sc.scale);
+  const float my_mult = block_mult(sc);
+  uint8_t* dst = col_dst<kIn>(a, t, m);
+#pragma unroll
+  for (int n = 0; n < M::kItems; ++n) {
+    uint32_t w[16];
+    m.read(tile, n, w);
+#pragma unroll
+    for (int h = 0; h < M::kCpw; ++h) {
+      const float mult = __shfl_sync(0xFFFFFFFFu, my_mult, (n * M::kCpw + h) * 4 + m.pl);
+      emit_col16<kIn, kRecipe, kWhole>(a, t, dst + (32 * M::kCpw * n + h) * a.rows, m.column(n, h), m.k, w, h,
+                                       mult);
+    }
+    pass_fence<kIn>();
+  }
+}
+
+// ---- 128x128: the tile's amax over every element (the rowwise mapping), reduced through
 // `partial` (one slot per warp) with a barrier; also the tensor amax and the flag.
 template <InputType kIn>
 __device__ __forceinline__ Fp8BlockScale tile_block_scale(const Fp8BlockArgs& a, const uint32_t* tile,
                                                           uint32_t* partial, uint32_t& tensor_amax,
                                                           bool& saw_nonfinite) {
   using S = Smem<kIn>;
-  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
-  const int q = lane & 7;
-  uint32_t m = 0;
+  const RowLanes<kIn> m;
+  uint32_t mx = 0;
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
-    const int rt = 16 * warp + 4 * s + (lane >> 3);
     uint32_t w[S::kWordsPer16];
-#pragma unroll
-    for (int j = 0; j < S::kElemBytes; ++j) {
-      const uint4 v = *reinterpret_cast<const uint4*>(tile + S::at(rt, S::kElemBytes * q + j));
-      w[4 * j] = v.x, w[4 * j + 1] = v.y, w[4 * j + 2] = v.z, w[4 * j + 3] = v.w;
-    }
-    const uint32_t mm = fold_slots<kIn>(abs_max_words<kIn, S::kWordsPer16>(w));
-    note_tensor_amax<kIn, S::kWordsPer16>(w, mm, tensor_amax, saw_nonfinite);
-    m = max(m, mm);
+    m.read(tile, s, w);
+    const uint32_t v = fold_slots<kIn>(abs_max_words<kIn, S::kWordsPer16>(w));
+    note_tensor_amax<kIn, S::kWordsPer16>(w, v, tensor_amax, saw_nonfinite);
+    mx = max(mx, v);
   }
-  m = warp_max_u32(m, 1, 16);
-  if (lane == 0) partial[warp] = m;
+  mx = warp_max_u32(mx, 1, 16);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = mx;
   __syncthreads();
-  m = partial[0];
+  mx = partial[0];
 #pragma unroll
-  for (int i = 1; i < kWarps; ++i) m = max(m, partial[i]);
-  return fp8_block_scale(InputTraits<kIn>::widen(m), a.pow2);
+  for (int i = 1; i < kWarps; ++i) mx = max(mx, partial[i]);
+  return fp8_block_scale(InputTraits<kIn>::widen(mx), a.pow2);
 }
 
 // 128x128: the tile's scale into both BLK128 buffers (thread 0), padding at the layout's edge.
@@ -353,15 +497,18 @@ __device__ __forceinline__ void quantize_tile(const Fp8BlockArgs& a, const uint3
   if constexpr (kRecipe == Recipe::kFp8Block128x128) {
     const Fp8BlockScale sc = tile_block_scale<kIn>(a, tile, partial, tensor_amax, saw_nonfinite);
     if (threadIdx.x == 0) store_tile_scale<kRow, kCol>(a, t, sc.scale);
-    if constexpr (kRow) rowwise_pass<kIn, kRecipe, kWhole, true, false>(a, tile, t, sc, tensor_amax, saw_nonfinite);
-    if constexpr (kCol) columnwise_pass<kIn, kRecipe, kWhole, true, false>(a, tile, t, sc, tensor_amax, saw_nonfinite);
+    if constexpr (kRow) rowwise_tile_scale<kIn, kRecipe, kWhole>(a, tile, t, block_mult(sc));
+    if constexpr (kCol) columnwise_tile_scale<kIn, kRecipe, kWhole>(a, tile, t, block_mult(sc));
   } else {
-    const Fp8BlockScale none{};
-    if constexpr (kRow) rowwise_pass<kIn, kRecipe, kWhole, false, true>(a, tile, t, none, tensor_amax, saw_nonfinite);
-    if constexpr (kCol)
-      columnwise_pass<kIn, kRecipe, kWhole, false, !kRow>(a, tile, t, none, tensor_amax, saw_nonfinite);
+    if constexpr (kRow) rowwise_1x128<kIn, kRecipe, kWhole, true>(a, tile, t, tensor_amax, saw_nonfinite);
+    if constexpr (kCol) columnwise_1x128<kIn, kRecipe, kWhole, !kRow>(a, tile, t, tensor_amax, saw_nonfinite);
   }
 }
+
+// A position in the grid-stride walk over tiles (row-major), advanced without divisions.
+struct Cursor {
+  int tr, tc;
+};
 
 template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol>
 __global__ void __launch_bounds__(kThreads, 3) fp8_block_quantize_kernel(const __grid_constant__ Fp8BlockArgs a) {
@@ -373,41 +520,47 @@ __global__ void __launch_bounds__(kThreads, 3) fp8_block_quantize_kernel(const _
   uint32_t tensor_amax = 0;  // magnitude bits of the input type
   bool saw_nonfinite = false;
   const bool whole_stores = a.row_align == 16 && a.col_align == 16;
-
-  // Grid-stride walk over tiles in row-major order, as (row, column) without divisions.
-  const int step_r = static_cast<int>(gridDim.x) / a.tiles_c, step_c = static_cast<int>(gridDim.x) % a.tiles_c;
-  int tr = static_cast<int>(blockIdx.x) / a.tiles_c, tc = static_cast<int>(blockIdx.x) % a.tiles_c;
-  if (tr < a.tiles_r) fetch_tile<kIn>(a, make_tile(a, tr, tc), stages);
-  cp_async_commit();
-  for (int i = 0; tr < a.tiles_r; ++i) {
-    int next_c = tc + step_c, next_r = tr + step_r;
-    if (next_c >= a.tiles_c) next_c -= a.tiles_c, ++next_r;
-    cp_async_wait<0>();
-    // Tile i has landed for every thread, and every thread is done with tile i - 1.
-    __syncthreads();
-    if constexpr (S::kStages == 2) {
-      if (next_r < a.tiles_r) fetch_tile<kIn>(a, make_tile(a, next_r, next_c), stages + ((i + 1) & 1) * S::kWords);
-      cp_async_commit();
-    }
-    const Tile t = make_tile(a, tr, tc);
-    const uint32_t* tile = stages + (S::kStages == 2 ? (i & 1) * S::kWords : 0);
+  const int grid = static_cast<int>(gridDim.x), block = static_cast<int>(blockIdx.x);
+  const Cursor step{grid / a.tiles_c, grid % a.tiles_c};
+  auto advance = [&](Cursor& c) {
+    c.tr += step.tr, c.tc += step.tc;
+    if (c.tc >= a.tiles_c) c.tc -= a.tiles_c, ++c.tr;
+  };
+  Cursor cur{block / a.tiles_c, block % a.tiles_c};
+  Cursor ahead = cur;  // the next tile to copy
+  auto fetch = [&](int stage) {
+    if (ahead.tr < a.tiles_r) fetch_tile<kIn>(a, make_tile(a, ahead.tr, ahead.tc), stages + stage * S::kWords);
+    cp_async_commit();
+    advance(ahead);
+  };
+  auto quantize = [&](const uint32_t* tile) {
+    const Tile t = make_tile(a, cur.tr, cur.tc);
     if (t.whole && whole_stores)
       quantize_tile<kIn, kRecipe, kRow, kCol, true>(a, tile, t, partial, tensor_amax, saw_nonfinite);
     else
       quantize_tile<kIn, kRecipe, kRow, kCol, false>(a, tile, t, partial, tensor_amax, saw_nonfinite);
-    if constexpr (S::kStages == 1) {
+  };
+
+  fetch(0);
+  for (int stage = 0; cur.tr < a.tiles_r; advance(cur)) {
+    cp_async_wait<0>();  // this thread's copies of the current tile (the only group in flight)
+    // The tile has landed for every thread, and every thread is done with the previous one.
+    __syncthreads();
+    if constexpr (S::kStages == 2) {
+      fetch(stage ^ 1);  // the next tile goes where the previous one was
+      quantize(stages + stage * S::kWords);
+      stage ^= 1;
+    } else {
+      quantize(stages);
       __syncthreads();  // the one stage is free once every thread has read it
-      if (next_r < a.tiles_r) fetch_tile<kIn>(a, make_tile(a, next_r, next_c), stages);
-      cp_async_commit();
+      fetch(0);
     }
-    tr = next_r, tc = next_c;
   }
   cp_async_wait<0>();
 
   const int lane = static_cast<int>(threadIdx.x) & 31;
   if (a.amax != nullptr) {
-    uint32_t bits = InputTraits<kIn>::widen(tensor_amax);
-    bits = warp_max_u32(bits, 1, 16);
+    const uint32_t bits = warp_max_u32(InputTraits<kIn>::widen(tensor_amax), 1, 16);
     if (lane == 0 && bits != 0) atomicMax(reinterpret_cast<unsigned int*>(a.amax), bits);
   }
   if (a.nonfinite != nullptr && __any_sync(0xFFFFFFFFu, saw_nonfinite) && lane == 0) *a.nonfinite = 1;
@@ -480,9 +633,9 @@ Status launch_fp8_block_quantize(const QuantizeProblem& p, const QuantizeInputs&
   a.amax = out.amax;
   a.nonfinite = out.nonfinite;
   const int64_t tiles_r = (p.rows + kDim - 1) / kDim, tiles_c = (p.cols + kDim - 1) / kDim;
-  if (tiles_r * tiles_c > int64_t{0x7FFFFFFF})
+  if (tiles_r * tiles_c > (int64_t{1} << 30))  // tile indices and their grid strides stay in int
     return Status::error("problem: " + std::to_string(p.rows) + " x " + std::to_string(p.cols) +
-                         " has more 128x128 tiles than the FP8 blockwise kernel indexes (2^31 - 1)");
+                         " has more 128x128 tiles than the FP8 blockwise kernel indexes (2^30)");
   a.tiles_r = static_cast<int>(tiles_r), a.tiles_c = static_cast<int>(tiles_c);
   a.pow2 = p.pow2_scales;
   a.async_load = is_aligned(in.x, 16) && (p.ld * esize) % 16 == 0;

@@ -1,2 +1,579 @@
-// Placeholder: the tests of this file land with its kernel.
+// Tests of quant/fp8_block_quantize.cu (through quant/quantize.h's run()): the GPU's bytes against
+// the CPU emulator's, byte for byte. The reference is formats::quantize() (rowwise, and
+// columnwise = the transpose) on the input decoded exactly to fp32, its scales_f32 packed with
+// formats::pack_vec128_scales (1x128) or pack_blk128_scales (128x128); the tensor amax is formats'
+// block_amax over the whole input, the flag its nonfinite_seen.
+//   - every output (and 32 guard bytes either side) poisoned before each run: an unwritten byte,
+//     a write past a buffer, or a write to an output not requested fails;
+//   - both recipes (1x128, 128x128) x pow2 off / on x rowwise / columnwise / both x bf16 / fp16 /
+//     fp32 input;
+//   - data per 128x128 tile (one tile = one 128x128 block, 128 rowwise and 128 columnwise blocks):
+//     ordinary, all zero (+0 / -0), tiny (amax below 448 / FLT_MAX: the clamped multiplier; fp16:
+//     subnormals only), near the type's largest finite value; inside ordinary tiles one kind per
+//     32x32 region: normal at 1e-30..1e30 (fp16: its range), heavy tails, zeros, NaN / Inf / -0 /
+//     subnormal / max injected, values on the scale and rounding boundaries (448 * 2^k and one
+//     input ulp either side), one large element among tiny ones;
+//   - shapes 1x1 .. 16385x7169 (partial blocks both ways), row strides > cols (16-byte rows or
+//     not), misaligned input and output pointers (the element-wise load and 8 / 1-byte stores),
+//     rows and cols not multiples of 16, and 2048-tile inputs (several tiles per CTA);
+//   - the flag is only ever set to 1; fp8_block_scale (the kernel's scale arithmetic) against
+//     formats on boundary and sampled amax patterns, on the host and on the GPU.
+// The hardware E4M3 encoder is proven equal to formats::encode_minifloat on every finite fp32 by
+// tests/quant/mx_quantize_test (Mxfp8HardwareCvt); it is not swept again here.
+// GPU tests skip without a GPU; the host checks run everywhere.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <future>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/block_quantize_internal.h"  // block_amax: formats' tensor amax rule
+#include "formats/quantize.h"
+#include "formats/scale_layout.h"
+#include "quant/fp8_block_quantize.h"
+#include "quant/quantize.h"
+#include "tests/quant/gpu_test_util.h"
+
+namespace {
+
+namespace bf = blockscale::formats;
+namespace bq = blockscale::quant;
+using bf::Recipe;
+using blockscale_test::DeviceBuffer;
+using bq::Directions;
+using bq::InputType;
+
+constexpr uint8_t kPoison = 0xC5;
+constexpr int64_t kGuard = 32;
+
+const char* type_name(InputType t) {
+  return t == InputType::kBf16 ? "bf16" : t == InputType::kFp16 ? "fp16" : "fp32";
+}
+const char* dir_name(Directions d) {
+  return d == Directions::kRowwise ? "row" : d == Directions::kColumnwise ? "col" : "both";
+}
+int64_t esize(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
+
+// ---- Input elements as bits of the input type, and their exact fp32 values.
+uint32_t encode_input(float v, InputType t) {
+  if (t == InputType::kFp32) return bf::float_bits(v);
+  if (t == InputType::kBf16) return bf::float_to_bf16_bits_rn(v);
+  const __half h = __float2half_rn(v);
+  uint16_t u;
+  std::memcpy(&u, &h, 2);
+  return u;
+}
+float decode_input(uint32_t b, InputType t) {
+  if (t == InputType::kFp32) return bf::bits_float(b);
+  if (t == InputType::kBf16) return bf::bf16_bits_to_float(static_cast<uint16_t>(b));
+  return bf::fp16_bits_to_float(static_cast<uint16_t>(b));
+}
+struct TypeBits {
+  uint32_t sign, inf, max_finite, min_normal;
+};
+TypeBits type_bits(InputType t) {
+  if (t == InputType::kFp32) return {0x80000000u, 0x7F800000u, 0x7F7FFFFFu, 0x00800000u};
+  if (t == InputType::kBf16) return {0x8000u, 0x7F80u, 0x7F7Fu, 0x0080u};
+  return {0x8000u, 0x7C00u, 0x7BFFu, 0x0400u};
+}
+
+struct HostInput {
+  std::vector<uint8_t> bytes;  // rows x ld elements of the input type
+  std::vector<float> values;   // decoded; the columns past cols hold NaN (must never be read)
+};
+
+HostInput make_input(int64_t rows, int64_t cols, int64_t ld, InputType t, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  const TypeBits tb = type_bits(t);
+  const bool fp16 = t == InputType::kFp16;
+  const double log_lo = fp16 ? -6.0 : -30.0, log_hi = fp16 ? 4.0 : 30.0;
+  HostInput in;
+  in.bytes.assign(static_cast<size_t>(rows * ld * esize(t)), 0xEE);  // stride padding: garbage
+  in.values.assign(static_cast<size_t>(rows * ld), std::nanf(""));
+  auto put = [&](int64_t r, int64_t c, uint32_t bits) {
+    const size_t i = static_cast<size_t>(r * ld + c);
+    std::memcpy(&in.bytes[i * static_cast<size_t>(esize(t))], &bits, static_cast<size_t>(esize(t)));
+    in.values[i] = decode_input(bits, t);
+  };
+  const double bases[] = {448.0, 1.0, 1.5, 1.0625, 1.125, 0.875, 464.0, 432.0, 3.0};
+  for (int64_t tr = 0; tr < rows; tr += 128) {
+    for (int64_t tc = 0; tc < cols; tc += 128) {
+      const int tile_kind = static_cast<int>(uni(rng) * 100);
+      for (int64_t rr = tr; rr < std::min(rows, tr + 128); rr += 32) {
+        for (int64_t rc = tc; rc < std::min(cols, tc + 128); rc += 32) {
+          const int kind = static_cast<int>(uni(rng) * 100);
+          const double mag = std::pow(10.0, log_lo + (log_hi - log_lo) * uni(rng));
+          const int k_base = static_cast<int>(uni(rng) * (fp16 ? 16 : 160)) - (fp16 ? 12 : 80);
+          for (int64_t r = rr; r < std::min(rows, rr + 32); ++r) {
+            for (int64_t c = rc; c < std::min(cols, rc + 32); ++c) {
+              uint32_t bits;
+              if (tile_kind < 6) {  // all zero, both signs
+                bits = (rng() & 1) ? tb.sign : 0u;
+              } else if (tile_kind < 14) {  // tiny: below 448 / FLT_MAX; fp16: its subnormals
+                bits = fp16 ? static_cast<uint32_t>(rng() % tb.min_normal)
+                            : encode_input(static_cast<float>(std::ldexp(normal(rng), -122 - static_cast<int>(rng() % 24))), t);
+                if (rng() & 1) bits |= tb.sign;
+              } else if (tile_kind < 18) {  // the largest finite values and their neighbours
+                bits = (tb.max_finite - static_cast<uint32_t>(rng() % 6)) | ((rng() & 1) ? tb.sign : 0u);
+              } else if (kind < 40) {  // normal at the region's magnitude
+                bits = encode_input(static_cast<float>(normal(rng) * mag), t);
+              } else if (kind < 55) {  // heavy tail
+                const double u = std::max(uni(rng), 1e-4);
+                bits = encode_input(static_cast<float>(normal(rng) / (u * u) * mag * 1e-3), t);
+              } else if (kind < 62) {  // zeros
+                bits = (rng() & 1) ? tb.sign : 0u;
+              } else if (kind < 66) {  // specials sprinkled in a normal region
+                bits = encode_input(static_cast<float>(normal(rng) * mag), t);
+                switch (rng() % 48) {
+                  case 0: bits = tb.inf | 1u | ((rng() & 1) ? tb.sign : 0u); break;  // NaN
+                  case 1: bits = tb.inf; break;
+                  case 2: bits = tb.inf | tb.sign; break;
+                  case 3: bits = tb.sign; break;                                        // -0
+                  case 4: bits = 1u | ((rng() & 1) ? tb.sign : 0u); break;              // min subnormal
+                  case 5: bits = tb.max_finite; break;
+                  default: break;
+                }
+              } else if (kind < 74) {  // subnormals of the input type
+                bits = static_cast<uint32_t>(rng() % tb.min_normal) | ((rng() & 1) ? tb.sign : 0u);
+              } else if (kind < 90) {  // boundaries: base * 2^k, one input ulp either side
+                const double base = bases[rng() % (sizeof(bases) / sizeof(bases[0]))];
+                bits = encode_input(static_cast<float>(std::ldexp(base, k_base + static_cast<int>(rng() % 3))), t);
+                const uint32_t a = bits & ~tb.sign;
+                if (a > 0 && a < tb.max_finite) bits += static_cast<uint32_t>(static_cast<int>(rng() % 3) - 1);
+                if (rng() & 1) bits ^= tb.sign;
+              } else {  // one large element among tiny ones
+                const double f = (r * 7 + c) % 29 == 0 ? 1e5 : 1e-5;
+                bits = encode_input(static_cast<float>(normal(rng) * mag * f), t);
+              }
+              put(r, c, bits);
+            }
+          }
+        }
+      }
+    }
+  }
+  return in;
+}
+
+// ---- Reference: formats::quantize + the GEMM-layout packing, as bytes.
+struct Expected {
+  std::vector<uint8_t> row_data, row_scales, col_data, col_scales;
+  bool nonfinite = false;
+};
+
+std::vector<uint8_t> packed_scale_bytes(const bf::QuantizedMatrix& q) {
+  std::vector<float> packed;
+  const auto s = q.recipe == Recipe::kFp8Block1x128
+                     ? bf::pack_vec128_scales(q.scales_f32.data(), q.scale_rows(), q.scale_cols(), &packed)
+                     : bf::pack_blk128_scales(q.scales_f32.data(), q.scale_rows(), q.scale_cols(), &packed);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  std::vector<uint8_t> bytes(packed.size() * 4);
+  if (!bytes.empty()) std::memcpy(bytes.data(), packed.data(), bytes.size());
+  return bytes;
+}
+
+bf::QuantizedMatrix emulate(const HostInput& in, int64_t rows, int64_t cols, int64_t ld, Recipe recipe,
+                            bool pow2, bf::Direction dir) {
+  bf::QuantizeOptions o;
+  o.recipe = recipe;
+  o.pow2_scales = pow2;
+  bf::QuantizedMatrix q;
+  const auto s = bf::quantize(in.values.data(), rows, cols, ld, o, dir, &q);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  return q;
+}
+
+// The references of several (recipe, pow2) configurations, each direction on its own thread.
+struct Config {
+  Recipe recipe;
+  bool pow2;
+};
+std::vector<Expected> references(const HostInput& in, int64_t rows, int64_t cols, int64_t ld,
+                                 const std::vector<Config>& configs) {
+  std::vector<std::future<bf::QuantizedMatrix>> jobs;
+  for (const Config& c : configs)
+    for (bf::Direction d : {bf::Direction::kRowwise, bf::Direction::kColumnwise})
+      jobs.push_back(std::async(std::launch::async, emulate, std::cref(in), rows, cols, ld, c.recipe, c.pow2, d));
+  std::vector<Expected> out(configs.size());
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const bf::QuantizedMatrix row = jobs[2 * i].get(), col = jobs[2 * i + 1].get();
+    out[i].row_data = row.data, out[i].col_data = col.data;
+    out[i].row_scales = packed_scale_bytes(row), out[i].col_scales = packed_scale_bytes(col);
+    out[i].nonfinite = row.nonfinite_seen;
+    EXPECT_EQ(row.nonfinite_seen, col.nonfinite_seen);
+  }
+  return out;
+}
+
+// ---- Device buffers with poisoned guards.
+struct Guarded {
+  DeviceBuffer buf;
+  int64_t bytes = 0, offset = 0;
+  uint8_t* ptr() const { return buf.ptr + kGuard + offset; }
+};
+
+::testing::AssertionResult poisoned(Guarded* g, int64_t bytes, int64_t offset) {
+  g->bytes = bytes, g->offset = offset;
+  cudaError_t err = g->buf.alloc(static_cast<size_t>(bytes + offset + 2 * kGuard));
+  if (err == cudaSuccess) err = cudaMemset(g->buf.ptr, kPoison, g->buf.bytes);
+  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
+  return ::testing::AssertionSuccess();
+}
+
+// Bad bytes of g against `want` (null: the buffer must still hold the poison), guards included;
+// the first few are described in *report (row_len: for a row / column in the message).
+int64_t compare(const Guarded& g, const std::vector<uint8_t>* want, int64_t row_len, const char* what,
+                std::string* report) {
+  std::vector<uint8_t> got(g.buf.bytes);
+  const cudaError_t err = cudaMemcpy(got.data(), g.buf.ptr, got.size(), cudaMemcpyDeviceToHost);
+  if (err != cudaSuccess) {
+    *report += std::string(what) + ": cudaMemcpy: " + cudaGetErrorString(err) + "\n";
+    return 1;
+  }
+  if (want != nullptr && static_cast<int64_t>(want->size()) != g.bytes) {
+    *report += std::string(what) + ": reference holds " + std::to_string(want->size()) + " bytes, buffer " +
+               std::to_string(g.bytes) + "\n";
+    return 1;
+  }
+  const int64_t begin = kGuard + g.offset;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i) {
+    const bool inside = i >= begin && i < begin + g.bytes;
+    const uint8_t expect = inside && want != nullptr ? (*want)[static_cast<size_t>(i - begin)] : kPoison;
+    if (got[static_cast<size_t>(i)] == expect) continue;
+    if (bad++ >= 5) continue;
+    char line[200];
+    if (inside) {
+      const long long j = i - begin;
+      std::snprintf(line, sizeof line, "%s: byte %lld (%lld, %lld): got 0x%02X want 0x%02X\n", what, j,
+                    j / row_len, j % row_len, got[static_cast<size_t>(i)], expect);
+    } else {
+      std::snprintf(line, sizeof line, "%s: guard byte %s the buffer overwritten (0x%02X at %lld)\n", what,
+                    i < begin ? "before" : "after", got[static_cast<size_t>(i)], static_cast<long long>(i));
+    }
+    *report += line;
+  }
+  return bad;
+}
+
+struct Layout {
+  int64_t rows, cols, ld;
+  InputType type;
+  bool misaligned;  // input one element off 16 bytes, data outputs one byte off, scales 4 bytes off
+};
+
+std::string describe(const Layout& l) {
+  char s[128];
+  std::snprintf(s, sizeof s, "%lldx%lld ld=%lld %s%s", static_cast<long long>(l.rows),
+                static_cast<long long>(l.cols), static_cast<long long>(l.ld), type_name(l.type),
+                l.misaligned ? " misaligned" : "");
+  return s;
+}
+void PrintTo(const Layout& l, std::ostream* os) { *os << describe(l); }
+
+struct DeviceInput {
+  DeviceBuffer buf;
+  int64_t offset = 0;
+  const void* ptr() const { return buf.ptr + offset; }
+};
+
+::testing::AssertionResult upload(const HostInput& in, const Layout& l, DeviceInput* d) {
+  d->offset = l.misaligned ? esize(l.type) : 0;
+  cudaError_t err = d->buf.alloc(in.bytes.size() + static_cast<size_t>(d->offset));
+  if (err == cudaSuccess)
+    err = cudaMemcpy(d->buf.ptr + d->offset, in.bytes.data(), in.bytes.size(), cudaMemcpyHostToDevice);
+  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
+  return ::testing::AssertionSuccess();
+}
+
+// One run of the public API on poisoned outputs, compared with the reference; returns bad bytes.
+int64_t run_one(const Layout& l, const DeviceInput& x, const Expected& want, float want_amax, Config c,
+                Directions dirs) {
+  bq::QuantizeProblem p;
+  p.recipe = c.recipe;
+  p.pow2_scales = c.pow2;
+  p.input_type = l.type;
+  p.rows = l.rows, p.cols = l.cols, p.ld = l.ld;
+  p.directions = Directions::kBoth;  // sizes every buffer; those not requested must stay poisoned
+  const int64_t data_off = l.misaligned ? 1 : 0, scale_off = l.misaligned ? 4 : 0;
+  Guarded rd, rs, cd, cs, amax;
+  EXPECT_TRUE(poisoned(&rd, bq::rowwise_data_bytes(p), data_off));
+  EXPECT_TRUE(poisoned(&rs, bq::rowwise_scale_bytes(p), scale_off));
+  EXPECT_TRUE(poisoned(&cd, bq::columnwise_data_bytes(p), data_off));
+  EXPECT_TRUE(poisoned(&cs, bq::columnwise_scale_bytes(p), scale_off));
+  EXPECT_TRUE(poisoned(&amax, 4, 0));
+  DeviceBuffer flag;
+  EXPECT_EQ(flag.alloc(sizeof(int)), cudaSuccess);
+  EXPECT_EQ(cudaMemset(flag.ptr, 0, sizeof(int)), cudaSuccess);
+
+  p.directions = dirs;
+  bq::QuantizeInputs in;
+  in.x = x.ptr();
+  bq::QuantizeOutputs out;
+  out.rowwise_data = rd.ptr(), out.rowwise_scales = rs.ptr();
+  out.columnwise_data = cd.ptr(), out.columnwise_scales = cs.ptr();
+  out.amax = reinterpret_cast<float*>(amax.ptr());
+  out.nonfinite = reinterpret_cast<int*>(flag.ptr);
+  const blockscale::Status s = bq::run(p, in, out, nullptr, 0, nullptr);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  const bool row = dirs != Directions::kColumnwise, col = dirs != Directions::kRowwise;
+  const int64_t row_scale_len = c.recipe == Recipe::kFp8Block1x128 ? bf::vec128_scale_ld(l.rows) * 4
+                                                                     : bf::blk128_scale_ld((l.cols + 127) / 128) * 4;
+  const int64_t col_scale_len = c.recipe == Recipe::kFp8Block1x128 ? bf::vec128_scale_ld(l.cols) * 4
+                                                                     : bf::blk128_scale_ld((l.rows + 127) / 128) * 4;
+  std::string report;
+  int64_t bad = 0;
+  bad += compare(rd, row ? &want.row_data : nullptr, l.cols, "rowwise data", &report);
+  bad += compare(rs, row ? &want.row_scales : nullptr, row_scale_len, "rowwise scales", &report);
+  bad += compare(cd, col ? &want.col_data : nullptr, l.rows, "columnwise data", &report);
+  bad += compare(cs, col ? &want.col_scales : nullptr, col_scale_len, "columnwise scales", &report);
+  std::vector<uint8_t> amax_bytes(4);
+  std::memcpy(amax_bytes.data(), &want_amax, 4);
+  bad += compare(amax, &amax_bytes, 4, "amax", &report);
+  int got_flag = -1;
+  EXPECT_EQ(cudaMemcpy(&got_flag, flag.ptr, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  if (got_flag != (want.nonfinite ? 1 : 0)) {
+    ++bad;
+    report += "nonfinite flag: got " + std::to_string(got_flag) + "\n";
+  }
+  EXPECT_EQ(bad, 0) << describe(l) << " " << bf::recipe_name(c.recipe) << (c.pow2 ? " pow2 " : " ")
+                    << dir_name(dirs) << ": " << bad << " bad bytes\n"
+                    << report;
+  return bad;
+}
+
+const std::vector<Config> kAllConfigs = {{Recipe::kFp8Block1x128, false},
+                                         {Recipe::kFp8Block1x128, true},
+                                         {Recipe::kFp8Block128x128, false},
+                                         {Recipe::kFp8Block128x128, true}};
+
+uint64_t seed_of(const Layout& l) {
+  return 1000003ull * static_cast<uint64_t>(l.rows) + 7919ull * static_cast<uint64_t>(l.cols) +
+         31ull * static_cast<uint64_t>(l.ld) + 3ull * static_cast<uint64_t>(l.type) + (l.misaligned ? 1 : 0);
+}
+
+// Runs `configs` x `dirs` on one layout; prints one summary line.
+void check(const Layout& l, const std::vector<Config>& configs, const std::vector<Directions>& dirs) {
+  const HostInput in = make_input(l.rows, l.cols, l.ld, l.type, seed_of(l));
+  DeviceInput x;
+  ASSERT_TRUE(upload(in, l, &x));
+  const std::vector<Expected> want = references(in, l.rows, l.cols, l.ld, configs);
+  const float amax = bf::detail::block_amax(in.values.data(), l.ld, 0, l.rows, 0, l.cols).amax;
+  int64_t bad = 0;
+  int runs = 0;
+  for (size_t i = 0; i < configs.size(); ++i)
+    for (Directions d : dirs) bad += run_one(l, x, want[i], amax, configs[i], d), ++runs;
+  std::printf("fp8_block_quantize_test: %-34s %2d runs, input %s non-finite, bad bytes %lld\n",
+              describe(l).c_str(), runs, want[0].nonfinite ? "has" : "no", static_cast<long long>(bad));
+}
+
+const std::vector<Directions> kAllDirs = {Directions::kRowwise, Directions::kColumnwise, Directions::kBoth};
+
+class Fp8BlockQuantizeLayouts : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(Fp8BlockQuantizeLayouts, MatchesTheEmulatorByteForByte) {
+  SKIP_WITHOUT_GPU();
+  check(GetParam(), kAllConfigs, kAllDirs);
+}
+
+std::vector<Layout> layouts() {
+  std::vector<Layout> v;
+  const int64_t shapes[][2] = {{1, 1},     {1, 129},   {3, 128},   {127, 129}, {128, 128},
+                               {129, 257}, {256, 384}, {200, 1000}, {1000, 2176}};
+  for (InputType t : {InputType::kBf16, InputType::kFp16, InputType::kFp32}) {
+    for (const auto& s : shapes) v.push_back({s[0], s[1], s[1], t, false});
+    v.push_back({127, 129, 136, t, false});   // ld > cols, 16-byte rows (bf16 / fp16: 272 bytes)
+    v.push_back({300, 520, 600, t, false});   // ld > cols, 16-byte rows
+    v.push_back({136, 264, 264, t, false});   // rows, cols = 8 mod 16: 8-byte stores
+    v.push_back({33, 200, 203, t, false});    // odd ld: element-wise loads
+    v.push_back({127, 129, 131, t, true});    // misaligned pointers
+    v.push_back({256, 1024, 1024, t, true});  // misaligned, whole tiles
+  }
+  return v;
+}
+
+std::string layout_name(const ::testing::TestParamInfo<Layout>& info) {
+  const Layout& l = info.param;
+  return std::to_string(l.rows) + "x" + std::to_string(l.cols) + "_ld" + std::to_string(l.ld) + "_" +
+         type_name(l.type) + (l.misaligned ? "_misaligned" : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Fp8BlockQuantizeLayouts, ::testing::ValuesIn(layouts()), layout_name);
+
+// Several tiles per CTA (2048 tiles): the double-buffered (16-bit) and single-buffered (fp32)
+// pipelines over many rounds, whole tiles only.
+TEST(Fp8BlockQuantizeLarge, ManyTilesPerCta) {
+  SKIP_WITHOUT_GPU();
+  check({4096, 8192, 8192, InputType::kFp16, false}, {{Recipe::kFp8Block1x128, true}, {Recipe::kFp8Block128x128, false}},
+        {Directions::kBoth});
+  check({4096, 8192, 8192, InputType::kFp32, false}, {{Recipe::kFp8Block1x128, false}, {Recipe::kFp8Block128x128, true}},
+        {Directions::kBoth, Directions::kRowwise});
+}
+
+// One large bf16 tensor, partial tiles along both edges.
+TEST(Fp8BlockQuantizeLarge, Bf16_16385x7169) {
+  SKIP_WITHOUT_GPU();
+  check({16385, 7169, 7169, InputType::kBf16, false}, {{Recipe::kFp8Block1x128, false}, {Recipe::kFp8Block128x128, true}},
+        {Directions::kBoth});
+}
+
+// ---- The flag: set to 1 on NaN / Inf input, never written otherwise.
+TEST(Fp8BlockQuantizeFlags, NonfiniteFlagIsOnlyEverSetToOne) {
+  SKIP_WITHOUT_GPU();
+  for (Recipe recipe : {Recipe::kFp8Block1x128, Recipe::kFp8Block128x128}) {
+    for (int poison : {0, 1, 2}) {  // finite, one NaN, one -Inf
+      std::vector<float> x(200 * 300);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
+      if (poison == 1) x[150 * 300 + 299] = std::nanf("");
+      if (poison == 2) x[7 * 300 + 11] = -INFINITY;
+      DeviceBuffer dx, data, scales, flag, amax;
+      ASSERT_CUDA(dx.upload(x.data(), x.size() * 4));
+      bq::QuantizeProblem p;
+      p.recipe = recipe, p.input_type = InputType::kFp32, p.rows = 200, p.cols = 300, p.ld = 300;
+      p.directions = Directions::kColumnwise;
+      ASSERT_CUDA(data.alloc(static_cast<size_t>(bq::columnwise_data_bytes(p))));
+      ASSERT_CUDA(scales.alloc(static_cast<size_t>(bq::columnwise_scale_bytes(p))));
+      ASSERT_CUDA(flag.alloc(4));
+      ASSERT_CUDA(amax.alloc(4));
+      const int start = 7;
+      ASSERT_CUDA(cudaMemcpy(flag.ptr, &start, 4, cudaMemcpyHostToDevice));
+      bq::QuantizeInputs in;
+      in.x = dx.ptr;
+      bq::QuantizeOutputs out;
+      out.columnwise_data = data.ptr, out.columnwise_scales = scales.ptr;
+      out.nonfinite = reinterpret_cast<int*>(flag.ptr), out.amax = reinterpret_cast<float*>(amax.ptr);
+      const auto s = bq::run(p, in, out, nullptr, 0, nullptr);
+      ASSERT_TRUE(s.is_ok()) << s.message();
+      int got = 0;
+      float got_amax = 0;
+      ASSERT_CUDA(cudaMemcpy(&got, flag.ptr, 4, cudaMemcpyDeviceToHost));
+      ASSERT_CUDA(cudaMemcpy(&got_amax, amax.ptr, 4, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(got, poison ? 1 : start) << bf::recipe_name(recipe) << " poison " << poison;
+      const float want_amax = bf::detail::block_amax(x.data(), 300, 0, 200, 0, 300).amax;
+      EXPECT_EQ(bf::float_bits(got_amax), bf::float_bits(want_amax)) << "NaN ignored, Inf counts";
+      if (poison == 2) EXPECT_TRUE(std::isinf(got_amax));
+    }
+  }
+}
+
+// ---- fp8_block_scale (the kernel's scale arithmetic) against formats.
+
+// Boundary amax patterns, plus a stride through every finite one.
+std::vector<uint32_t> amax_patterns(uint32_t stride) {
+  std::vector<uint32_t> v = {0u, 1u, 2u, 3u, 0x007FFFFFu, 0x00800000u, 0x00800001u, 0x7F7FFFFFu, 0x7F7FFFFEu};
+  for (int e = -149; e <= 127; ++e) {  // 448 * 2^e neighbourhoods and 448 / FLT_MAX
+    const uint32_t b = bf::float_bits(std::ldexp(448.0f, std::max(e, -140)));
+    for (int d = -2; d <= 2; ++d) v.push_back(b + static_cast<uint32_t>(d));
+    const uint32_t p = bf::float_bits(std::ldexp(1.0f, e));
+    for (int d = -1; d <= 1; ++d) v.push_back(p + static_cast<uint32_t>(d));
+  }
+  const uint32_t edge = bf::float_bits(448.0f / 3.40282346638528859811704183484516925e+38f);
+  for (int d = -8; d <= 8; ++d) v.push_back(edge + static_cast<uint32_t>(d));
+  for (uint32_t a = 5; a < 0x7F800000u; a += stride) v.push_back(a);
+  v.erase(std::remove_if(v.begin(), v.end(), [](uint32_t a) { return a >= 0x7F800000u; }), v.end());
+  return v;
+}
+
+// The scale formats writes for a 1x2 block {amax, -amax / 3}, and the codes: through quantize().
+TEST(Fp8BlockScale, HostFunctionMatchesFormatsQuantize) {
+  int64_t checked = 0, bad = 0;
+  for (bool pow2 : {false, true}) {
+    for (uint32_t a : amax_patterns(1000003u)) {
+      const float x[2] = {bf::bits_float(a), -bf::bits_float(a) / 3.0f};
+      bf::QuantizeOptions o;
+      o.recipe = Recipe::kFp8Block1x128, o.pow2_scales = pow2;
+      bf::QuantizedMatrix q;
+      ASSERT_TRUE(bf::quantize(x, 1, 2, 2, o, bf::Direction::kRowwise, &q).is_ok());
+      const bq::detail::Fp8BlockScale s = bq::detail::fp8_block_scale(a, pow2);
+      const uint32_t c0 = bf::encode_e4m3(bf::mul_rn(x[0], s.mult)), c1 = bf::encode_e4m3(bf::mul_rn(x[1], s.mult));
+      ++checked;
+      if (s.nonfinite || bf::float_bits(s.scale) != bf::float_bits(q.scales_f32[0]) || c0 != q.data[0] ||
+          c1 != q.data[1]) {
+        if (bad++ < 5)
+          ADD_FAILURE() << "amax bits 0x" << std::hex << a << (pow2 ? " pow2" : "") << ": scale 0x"
+                        << bf::float_bits(s.scale) << " formats 0x" << bf::float_bits(q.scales_f32[0]);
+      }
+    }
+  }
+  // Non-finite: NaN scale bits 0x7FC00000, as formats writes.
+  for (uint32_t a : {0x7F800000u, 0x7F800001u, 0x7FC00000u, 0x7FFFFFFFu}) {
+    const auto s = bq::detail::fp8_block_scale(a, false);
+    EXPECT_TRUE(s.nonfinite);
+    EXPECT_EQ(bf::float_bits(s.scale), 0x7FC00000u);
+  }
+  EXPECT_EQ(bad, 0);
+  std::printf("fp8_block_quantize_test: fp8_block_scale (host) vs formats::quantize: %lld amax patterns, "
+              "mismatches %lld\n", static_cast<long long>(checked), static_cast<long long>(bad));
+}
+
+__global__ void scale_kernel(const uint32_t* amax, int n, bool pow2, uint32_t* mult, uint32_t* scale) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const bq::detail::Fp8BlockScale s = bq::detail::fp8_block_scale(amax[i], pow2);
+    mult[i] = __float_as_uint(s.mult);
+    scale[i] = __float_as_uint(s.scale) | (s.nonfinite ? 1u : 0u);
+  }
+}
+
+// The device build of fp8_block_scale (__fdiv_rn) against the host build (IEEE division).
+TEST(Fp8BlockScale, DeviceMatchesHost) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<uint32_t> amax = amax_patterns(4099u);
+  const int n = static_cast<int>(amax.size());
+  DeviceBuffer d_amax, d_mult, d_scale;
+  ASSERT_CUDA(d_amax.upload(amax.data(), amax.size() * 4));
+  ASSERT_CUDA(d_mult.alloc(amax.size() * 4));
+  ASSERT_CUDA(d_scale.alloc(amax.size() * 4));
+  int64_t bad = 0;
+  for (bool pow2 : {false, true}) {
+    scale_kernel<<<512, 256>>>(reinterpret_cast<const uint32_t*>(d_amax.ptr), n, pow2,
+                               reinterpret_cast<uint32_t*>(d_mult.ptr), reinterpret_cast<uint32_t*>(d_scale.ptr));
+    ASSERT_CUDA(cudaGetLastError());
+    std::vector<uint32_t> mult(amax.size()), scale(amax.size());
+    ASSERT_CUDA(cudaMemcpy(mult.data(), d_mult.ptr, mult.size() * 4, cudaMemcpyDeviceToHost));
+    ASSERT_CUDA(cudaMemcpy(scale.data(), d_scale.ptr, scale.size() * 4, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < amax.size(); ++i) {
+      const auto h = bq::detail::fp8_block_scale(amax[i], pow2);
+      if (mult[i] == bf::float_bits(h.mult) && scale[i] == bf::float_bits(h.scale)) continue;
+      if (bad++ < 5)
+        ADD_FAILURE() << "amax 0x" << std::hex << amax[i] << (pow2 ? " pow2" : "") << ": device r 0x" << mult[i]
+                      << " s 0x" << scale[i] << ", host r 0x" << bf::float_bits(h.mult) << " s 0x"
+                      << bf::float_bits(h.scale);
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  std::printf("fp8_block_quantize_test: fp8_block_scale device vs host: %d amax patterns x 2, mismatches %lld\n", n,
+              static_cast<long long>(bad));
+}
+
+// ---- Host-side API facts this kernel relies on (no GPU).
+TEST(Fp8BlockQuantizeApi, SizesAndOptions) {
+  bq::QuantizeProblem p;
+  p.recipe = Recipe::kFp8Block128x128, p.rows = 300, p.cols = 129, p.ld = 130, p.directions = Directions::kBoth;
+  p.pow2_scales = true;
+  EXPECT_TRUE(bq::can_implement(p).is_ok());
+  EXPECT_EQ(bq::rowwise_scale_bytes(p), bf::blk128_scale_floats(3, 2) * 4);
+  EXPECT_EQ(bq::columnwise_scale_bytes(p), bf::blk128_scale_floats(2, 3) * 4);
+  EXPECT_EQ(bq::columnwise_data_bytes(p), 129 * 300);
+  p.recipe = Recipe::kFp8Block1x128;
+  EXPECT_EQ(bq::rowwise_scale_bytes(p), bf::vec128_scale_floats(300, 2) * 4);
+  EXPECT_EQ(bq::columnwise_scale_bytes(p), bf::vec128_scale_floats(129, 3) * 4);
+  EXPECT_EQ(bq::workspace_size(p), 0u);
+  p.recipe = Recipe::kMxfp8E4M3;
+  const auto s = bq::can_implement(p);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("problem.pow2_scales"), std::string::npos) << s.message();
+}
+
+}  // namespace
