@@ -1,14 +1,1040 @@
-// NVFP4 quantize: placeholder until the kernel lands (can_implement accepts the recipe; run()
-// returns this error).
+// NVFP4 quantize (E2M1 elements two per byte, UE4M3 block scales, an fp32 tensor scale) of a
+// row-major bf16 / fp16 / fp32 matrix with a row stride: the rowwise copy (rows x cols, 1x16
+// blocks along cols), the columnwise copy (cols x rows, the transpose, blocks along the input's
+// rows), or both from one read of the input. Options: 16x16 blocks (nvfp4_2d: one scale per tile,
+// written once per row of the tile, shared by both copies), stochastic rounding (Philox word of the
+// element's STORED position), the 16-point random Hadamard transform on the columnwise copy, and
+// the tensor amax either measured (TensorAmax::kMeasure: an amax kernel reads the input first and
+// leaves per-CTA partial maxima in the workspace; the quantize kernel reduces them and derives
+// S_enc / S_dec on the device, no host sync) or given (kGiven: device floats, one pass).
+//
+// Layouts: data rows of ceil(n / 2) bytes, element 2i in the low nibble of byte i; scales in the
+// swizzled 128x4 layout (formats::swizzled_scale_offset), padding bytes written as 0.
+//
+// Must match, byte for byte: formats::quantize() (formats/nvfp4_quantize.cpp; formats/quantize.cpp
+// for the columnwise transpose and the per-copy tensor amax: the RHT copy measures the amax of the
+// transformed values) followed by formats::pack_swizzled_scales(). The arithmetic is formats':
+// formats::nvfp4_tensor_scales, formats::nvfp4_block_encode_factor (a 128-entry table per copy,
+// built once per CTA), the block scale code UE4M3(amax * (S_enc * fl(1/6))) (hardware
+// cvt.rn.satfinite.e4m3x2.f32, identical to formats::encode_ue4m3 on every value >= 0: checked on
+// the GPU over all of them), formats::hadamard16_inplace's butterflies in its order
+// (nvfp4::rht16_unscaled: the same fp32 operations minus the final exact x 0.25, which is applied
+// to the values or, for 16-bit input, folded into the encode factors where that is exact),
+// formats::philox4x32_10 and formats::encode_e2m1_stochastic. The E2M1 elements are encoded in
+// SOFTWARE on every architecture (nvfp4::e2m1_magnitude_biased: three fp32 roundings and a min;
+// tests/quant compares it with formats::encode_e2m1 on every non-NaN fp32): the hardware
+// cvt.rn.satfinite.e2m1x2.f32 exists only on sm_100a, so the sm_90a and sm_100a images run the
+// same code and write identical bytes by construction. Divisions are IEEE (div_rn); no fast-math.
+// outputs.nonfinite is set when a block of a copy written gets the NaN scale (a NaN / Inf input,
+// or, for the RHT copy, a transform that overflows fp32 on finite input), as formats'
+// nonfinite_seen of those copies.
+//
+// Tiling: a CTA of 256 threads owns a 128 x 128 input tile at a time (grid-stride loop over tiles,
+// the grid sized from the SM count and the occupancy, 3 CTAs per SM). The tile matches two 512-byte
+// chunks of each swizzled scale buffer (128 rows x 8 blocks of 16), staged in shared memory and
+// stored one tile late (one barrier per tile; two with 2D blocks).
+//   load      : cp.async of 16-byte granules (zero-filled past the matrix) into a shared tile of
+//               32-bit words whose granule index is XOR-swizzled by the row's 16-row chunk and the
+//               granule's upper bits, so the copies, the row reads and the column reads are free of
+//               bank conflicts; 16-bit input double-buffers, fp32 (64 KB tiles) single-buffers.
+//   rowwise   : a thread quantizes whole 1x16 blocks (4 per tile): 16 codes = one 8-byte store,
+//               8 lanes write 64 contiguous bytes of a row.
+//   columnwise: a thread reads 16 rows of one word column (two 16-bit columns or one fp32), applies
+//               the RHT per column when asked, and writes 8 bytes per column; 8 lanes write 64
+//               contiguous bytes of a stored row.
+//   2D        : before the row / column work, 4 threads per 16x16 tile block reduce its amax and
+//               leave both copies' (scale, encode factor) in shared memory.
+//   Encoder   : the saturating minimum is needed only when some |y| of a block may reach 7 (known
+//               from the block amax); a warp vote picks the cheaper encoder when no lane needs it.
+//   Tiles wholly inside the matrix (with aligned outputs) take a path without bounds checks.
+// The amax pass (kMeasure) walks the matrix from its end to its start, so the quantize kernel (which
+// starts at the top) finds the most recently read rows in L2.
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "quant/device_common.cuh"
 #include "quant/launchers.h"
+#include "quant/nvfp4_device.cuh"
 
 namespace blockscale::quant::detail {
+namespace {
 
-size_t nvfp4_workspace_size(const QuantizeProblem&) { return 0; }
+constexpr int kTile = 128;
+constexpr int kThreads = 256;
+constexpr int kChunkBytes = 512;
+constexpr int kMaxPartials = 1024;  // amax kernel CTAs at most: workspace = 2 x 1024 floats
 
-Status launch_nvfp4_quantize(const QuantizeProblem&, const QuantizeInputs&, const QuantizeOutputs&, void*,
-                             cudaStream_t) {
-  return Status::error("problem.recipe: the nvfp4 GPU quantize kernel is not implemented yet");
+// ---- Parameters --------------------------------------------------------------------------------
+
+struct Nvfp4Params {
+  const void* x;
+  int64_t rows, cols, ld;
+  uint8_t* row_data;
+  uint8_t* row_scales;
+  float* row_scale_dec;
+  uint8_t* col_data;
+  uint8_t* col_scales;
+  float* col_scale_dec;
+  float* amax;
+  float* col_amax;
+  int* nonfinite;
+  const float* given_row_amax;  // kGiven
+  const float* given_col_amax;
+  const uint32_t* partials;     // kMeasure: [0, n): max |x| bits per CTA; [kMaxPartials, +n): max |RHT x|
+  int n_partials;
+  bool measure;
+  bool track_amax;              // kGiven: this pass accumulates amax / col_amax
+  uint64_t sr_seed, sr_offset;
+  int64_t row_tiles, col_tiles;
+  int64_t row_pitch, col_pitch;           // data bytes per stored row: ceil(cols / 2), ceil(rows / 2)
+  int64_t row_chunk_cols, col_chunk_cols; // 512-byte chunks per 128 stored rows: ceil(cols / 64), ceil(rows / 64)
+  bool vec_load;       // x and ld * element size 16-byte aligned
+  bool row_vec_store;  // rowwise data 8-byte aligned, cols % 16 == 0
+  bool col_vec_store;  // columnwise data 8-byte aligned, rows % 16 == 0
+  bool scale_vec_store;
+};
+
+template <InputType kIn>
+struct TileShape {
+  static constexpr int kBytes = InputTraits<kIn>::kBytes;
+  static constexpr int kWordsPerRow = kTile * kBytes / 4;  // 64 or 128
+  static constexpr int kGranules = kWordsPerRow / 4;       // 16-byte granules per row: 16 or 32
+  static constexpr int kUpperMask = kGranules / 8 - 1;     // granule bits above the low three
+  static constexpr int kWords = kTile * kWordsPerRow;
+  static constexpr int kStages = kBytes == 2 ? 2 : 1;
+  static constexpr int kElemsPerGranule = 16 / kBytes;
+};
+
+// Word offset of granule g of tile row r in the shared tile.
+template <InputType kIn>
+__device__ __forceinline__ int tile_word(int r, int g) {
+  using S = TileShape<kIn>;
+  return r * S::kWordsPerRow + 4 * (g ^ (((r >> 4) & 7) ^ ((g >> 3) & S::kUpperMask)));
+}
+
+struct TileAt {
+  int64_t tr, tc, r0, c0;
+  int rows_in, cols_in;  // 1..128
+  bool whole;
+};
+
+__device__ __forceinline__ TileAt tile_at(const Nvfp4Params& p, int64_t tr, int64_t tc) {
+  TileAt a;
+  a.tr = tr;
+  a.tc = tc;
+  a.r0 = a.tr * kTile;
+  a.c0 = a.tc * kTile;
+  a.rows_in = static_cast<int>(min(int64_t{kTile}, p.rows - a.r0));
+  a.cols_in = static_cast<int>(min(int64_t{kTile}, p.cols - a.c0));
+  a.whole = a.rows_in == kTile && a.cols_in == kTile;
+  return a;
+}
+
+// One 16-byte granule of input row r from column c on (zeros outside the matrix), scalar loads:
+// for inputs whose pointer or stride rules out 16-byte copies, and the last granule of a row.
+template <InputType kIn>
+__device__ __forceinline__ uint4 granule_scalar(const void* x, int64_t ld, int64_t rows, int64_t cols,
+                                                int64_t r, int64_t c) {
+  constexpr int kBytes = InputTraits<kIn>::kBytes;
+  uint32_t w[4] = {0, 0, 0, 0};
+  if (r < rows) {
+    const char* src = static_cast<const char*>(x) + (r * ld + c) * kBytes;
+#pragma unroll
+    for (int e = 0; e < 16 / kBytes; ++e) {
+      if (c + e >= cols) break;
+      if constexpr (kBytes == 2)
+        w[e / 2] |= static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(src)[e]) << (16 * (e % 2));
+      else
+        w[e] = reinterpret_cast<const uint32_t*>(src)[e];
+    }
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// Starts the copy of a tile into `stage`: consecutive threads take consecutive granules of a row.
+template <InputType kIn>
+__device__ __forceinline__ void copy_tile(const Nvfp4Params& p, const TileAt& at, uint32_t* stage) {
+  using S = TileShape<kIn>;
+  constexpr int kRowsPerStep = kThreads / S::kGranules;  // 16 or 8
+  const int tid = static_cast<int>(threadIdx.x);
+  const int g = tid % S::kGranules;
+  const int row = tid / S::kGranules;
+  const int64_t row_bytes = p.ld * S::kBytes;
+  const char* src = static_cast<const char*>(p.x) + (at.r0 + row) * row_bytes + (at.c0 + g * S::kElemsPerGranule) * S::kBytes;
+  if (p.vec_load) {
+    const int in_row = max(0, min(S::kElemsPerGranule, at.cols_in - g * S::kElemsPerGranule)) * S::kBytes;
+#pragma unroll
+    for (int s = 0; s < kTile / kRowsPerStep; ++s) {
+      const int rt = row + s * kRowsPerStep;
+      const int bytes = at.whole ? 16 : (rt < at.rows_in ? in_row : 0);
+      cp_async_16B(stage + tile_word<kIn>(rt, g), bytes > 0 ? static_cast<const void*>(src + s * kRowsPerStep * row_bytes) : p.x,
+                   bytes);
+    }
+  } else {
+#pragma unroll 1
+    for (int s = 0; s < kTile / kRowsPerStep; ++s) {
+      const int rt = row + s * kRowsPerStep;
+      *reinterpret_cast<uint4*>(stage + tile_word<kIn>(rt, g)) =
+          granule_scalar<kIn>(p.x, p.ld, p.rows, p.cols, at.r0 + rt, at.c0 + g * S::kElemsPerGranule);
+    }
+  }
+}
+
+// ---- Block arithmetic ------------------------------------------------------------------------
+
+// max.NaN of |v[0..15]| as a tree (depth 4).
+__device__ __forceinline__ float absmax16_nan(const float* v) {
+  float m[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) m[i] = nvfp4::max_nan(fabsf(v[2 * i]), fabsf(v[2 * i + 1]));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) m[i] = nvfp4::max_nan(m[2 * i], m[2 * i + 1]);
+  return nvfp4::max_nan(nvfp4::max_nan(m[0], m[1]), nvfp4::max_nan(m[2], m[3]));
+}
+
+// Packed magnitude maximum of 16-bit words, doubled: lane 0 = 2 max|lo|, lane 1 = 2 max|hi| + a
+// spare bit (w << 1 drops the high sign and moves the low sign into lane 1's lowest bit, below
+// every magnitude step). Read it back with mag_of_doubled(). NaN magnitudes order above Inf.
+template <int kN>
+__device__ __forceinline__ uint32_t doubled_mags(const uint32_t* w) {
+  static_assert(kN == 8 || kN == 16, "8 or 16 words");
+  if constexpr (kN == 8) {
+    return __vimax3_u16x2(__vimax3_u16x2(w[0] << 1, w[1] << 1, w[2] << 1), __vimax3_u16x2(w[3] << 1, w[4] << 1, w[5] << 1),
+                          __vmaxu2(w[6] << 1, w[7] << 1));
+  } else {
+    const uint32_t a = __vimax3_u16x2(__vimax3_u16x2(w[0] << 1, w[1] << 1, w[2] << 1), __vimax3_u16x2(w[3] << 1, w[4] << 1, w[5] << 1),
+                                      __vimax3_u16x2(w[6] << 1, w[7] << 1, w[8] << 1));
+    const uint32_t b = __vimax3_u16x2(__vimax3_u16x2(w[9] << 1, w[10] << 1, w[11] << 1), __vimax3_u16x2(w[12] << 1, w[13] << 1, w[14] << 1),
+                                      w[15] << 1);
+    return __vmaxu2(a, b);
+  }
+}
+__device__ __forceinline__ uint32_t mag_of_doubled(uint32_t m, int h) { return h ? m >> 17 : (m & 0xFFFFu) >> 1; }
+
+// fp32 bits of a block's 16-bit magnitude maximum; a NaN or Inf block gets NaN bits.
+template <InputType kIn>
+__device__ __forceinline__ uint32_t widen_mag(uint32_t m) {
+  return m >= InputTraits<kIn>::kInfBits ? 0x7FFFFFFFu : InputTraits<kIn>::widen(m);
+}
+
+// NaN-free magnitude maximum (fp32 bits) of 16 values times `scale` (RN): formats' amax rule for a
+// block that holds a NaN or Inf (rare: out of line).
+__device__ __noinline__ uint32_t finite_max_of(float4 a, float4 b, float4 c, float4 d, float scale) {
+  const float v[16] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w, c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
+  uint32_t m = 0;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t u = __float_as_uint(__fmul_rn(v[i], scale)) & 0x7FFFFFFFu;
+    if (u <= 0x7F800000u) m = max(m, u);
+  }
+  return m;
+}
+__device__ __forceinline__ uint32_t finite_max_bits(const float* v, float scale = 1.0f) {
+  return finite_max_of(make_float4(v[0], v[1], v[2], v[3]), make_float4(v[4], v[5], v[6], v[7]),
+                       make_float4(v[8], v[9], v[10], v[11]), make_float4(v[12], v[13], v[14], v[15]), scale);
+}
+
+// The scale of one block: its UE4M3 code, the factor its values are multiplied by, whether it is
+// non-finite (code 0x7F, codes 0) and whether some |y| may reach 7 (the encoder then saturates).
+struct BlockScale {
+  uint32_t code;
+  float enc;
+  bool nonfinite;
+  bool cap;
+};
+
+// amax: the block amax (fp32 bits, NaN bits for a non-finite block); vmax: the largest magnitude
+// the encoder multiplies by the table entry (the amax, or with the RHT fold the unscaled one).
+__device__ __forceinline__ BlockScale block_scale(uint32_t amax, float vmax, float k, const float* enc_table) {
+  BlockScale b;
+  b.nonfinite = (amax & 0x7FFFFFFFu) >= 0x7F800000u;
+  b.code = b.nonfinite ? 0x7Fu : (nvfp4::scale_codes2(__uint_as_float(amax), 0.0f, k) & 0xFFu);
+  b.enc = enc_table[b.code];
+  b.cap = !(__fmul_rn(vmax, b.enc) < 7.0f);
+  return b;
+}
+
+// Sixteen codes (8 bytes) of sixteen values with the signs gathered from their source words.
+//   kSignPairs : signs of 16-bit pairs (words sw[0..7], element 2m low half of word m)
+//   else       : one element per word, the sign in byte kSignByte (3: fp32 / transformed values)
+template <bool kCap, bool kSignPairs, int kSignByte>
+__device__ __forceinline__ uint2 encode16(const float* f, const uint32_t* sw, float enc) {
+  uint32_t lo = nvfp4::encode8_magnitudes<kCap>(f, enc);
+  uint32_t hi = nvfp4::encode8_magnitudes<kCap>(f + 8, enc);
+  if constexpr (kSignPairs) {
+    lo |= nvfp4::signs_of_pairs(sw);
+    hi |= nvfp4::signs_of_pairs(sw + 4);
+  } else {
+    lo |= nvfp4::signs_of_singles<kSignByte>(sw);
+    hi |= nvfp4::signs_of_singles<kSignByte>(sw + 8);
+  }
+  return make_uint2(lo, hi);
+}
+
+// The block's codes: the saturating encoder when any lane of the warp needs it (kFull: every lane
+// is here, the vote keeps the warp on one path), else the cheaper one; zeros for a NaN scale.
+template <bool kFull, bool kSignPairs, int kSignByte>
+__device__ __forceinline__ uint2 encode_block(const float* f, const uint32_t* sw, const BlockScale& b) {
+  uint2 out;
+  if (!kFull || __any_sync(0xFFFFFFFFu, b.cap))
+    out = encode16<true, kSignPairs, kSignByte>(f, sw, b.enc);
+  else
+    out = encode16<false, kSignPairs, kSignByte>(f, sw, b.enc);
+  return b.nonfinite ? make_uint2(0, 0) : out;
+}
+
+__device__ __forceinline__ uint2 encode16_stochastic(const float* f, const BlockScale& b, const Nvfp4Params& p,
+                                                     uint64_t index) {
+  uint32_t r[16];
+  nvfp4::philox_words16(p.sr_seed, p.sr_offset, index, r);
+  const uint2 out = make_uint2(nvfp4::encode8_stochastic(f, b.enc, r), nvfp4::encode8_stochastic(f + 8, b.enc, r + 8));
+  return b.nonfinite ? make_uint2(0, 0) : out;
+}
+
+// Up to 8 code bytes of a block at dst: `n` = elements of the 16 inside the matrix.
+__device__ __forceinline__ void store_codes(uint8_t* dst, uint2 v, int n, bool vec) {
+  if (vec && n >= 16) {
+    *reinterpret_cast<uint2*>(dst) = v;
+    return;
+  }
+  const int bytes = min(8, (n + 1) / 2);
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    if (i < bytes) dst[i] = static_cast<uint8_t>((i < 4 ? v.x : v.y) >> (8 * (i % 4)));
+}
+
+// Byte of a staged 1 KB pair of scale chunks for stored row i (0..127), block j (0..7).
+__device__ __forceinline__ int staged_scale(int i, int j) { return (j >> 2) * kChunkBytes + (i & 31) * 16 + (i >> 5) * 4 + (j & 3); }
+
+// Per-thread state of the quantize kernel.
+struct State {
+  const float* row_enc;  // shared tables: encode factor of each scale code
+  const float* col_enc;  // (x 0.25 when col_fold)
+  float row_k, col_k;    // S_enc * fl(1/6) of each copy
+  bool col_fold;         // RHT: the final x 0.25 is folded into col_enc (exact: see tensor_setup)
+  uint32_t amax_bits;    // running max |x| (fp32 bits), kGiven
+  uint32_t rht_amax_bits;
+  bool saw_nonfinite;
+};
+
+// 2D: both copies' scale of each 16x16 block of the tile, left in shared memory.
+struct TileBlocks {
+  uint32_t info[2][64];  // code | nonfinite << 8 | cap << 9 (0: rowwise copy, 1: columnwise)
+  float enc[2][64];
+};
+
+__device__ __forceinline__ BlockScale from_info(uint32_t info, float enc) {
+  return BlockScale{info & 0xFFu, enc, ((info >> 8) & 1u) != 0, ((info >> 9) & 1u) != 0};
+}
+
+// Magnitude maximum of a 16-element run (fp32 bits; NaN bits for NaN / Inf) and its values as fp32.
+template <InputType kIn>
+__device__ __forceinline__ uint32_t run_amax(const uint32_t* w, float* f) {
+  using In = InputTraits<kIn>;
+  if constexpr (In::kBytes == 2) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) f[i] = In::elem(w[i / 2], i % 2);
+    const uint32_t m2 = doubled_mags<8>(w);
+    return widen_mag<kIn>(max(mag_of_doubled(m2, 0), mag_of_doubled(m2, 1)));
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) f[i] = __uint_as_float(w[i]);
+    const uint32_t m = __float_as_uint(absmax16_nan(f));
+    return m >= 0x7F800000u ? 0x7FFFFFFFu : m;
+  }
+}
+
+// Shared-memory accesses by 32-bit shared addresses (kept in registers across the loops).
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ uint4 lds128(uint32_t a) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+  return v;
+}
+__device__ __forceinline__ void sts8(uint32_t a, uint32_t v) { asm volatile("st.shared.u8 [%0], %1;" ::"r"(a), "r"(v)); }
+// Keeps a value in a register: the compiler can no longer recompute it from its inputs.
+__device__ __forceinline__ void pin(uint32_t& v) { asm volatile("" : "+r"(v)); }
+
+// Words of a 16-element run: granules at the shared addresses a[0..kGran).
+template <InputType kIn>
+__device__ __forceinline__ void read_run(const uint32_t* a, uint32_t* w) {
+  constexpr int kGran = InputTraits<kIn>::kBytes;  // granules holding 16 elements: 2 or 4
+#pragma unroll
+  for (int j = 0; j < kGran; ++j) {
+    const uint4 v = lds128(a[j]);
+    w[4 * j] = v.x, w[4 * j + 1] = v.y, w[4 * j + 2] = v.z, w[4 * j + 3] = v.w;
+  }
+}
+
+// ---- Rowwise: thread (warp w, lane l) quantizes block q = l % 8 of rows r_s = 32s + 4w + l / 8,
+// s = 0..3. The shared-memory swizzle key of row r_s is ((r_0 >> 4) & 7) ^ 2s (r_0 < 32), so the
+// word offset of each granule of block s is (offset at s = 0) ^ 8s, plus 32 rows.
+template <InputType kIn, bool k2D, bool kSr, bool kFull>
+__device__ __forceinline__ void rowwise_tile(const Nvfp4Params& p, const uint32_t* tile, const TileAt& at,
+                                             State& st, const TileBlocks* tb, uint8_t* staged) {
+  using In = InputTraits<kIn>;
+  using S = TileShape<kIn>;
+  constexpr int kGran = In::kBytes;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int q = lane & 7;
+  const int row0 = 4 * (static_cast<int>(threadIdx.x) >> 5) + (lane >> 3);
+  // Byte offsets of the granules of block 0 (granule j of the run is granule 0's ^ 16 j bytes:
+  // kGran q + j differs from kGran q in the low bits only, below the swizzle's upper bits).
+  uint32_t off0 = 4u * static_cast<uint32_t>(tile_word<kIn>(row0, kGran * q));
+  uint32_t tile_s = smem_addr(tile);
+  uint32_t stage = smem_addr(staged + staged_scale(row0, q));
+  uint8_t* dst = p.row_data + (at.r0 + row0) * p.row_pitch + (at.c0 >> 1) + 8 * q;
+  const int64_t dst_step = 32 * p.row_pitch;
+#pragma unroll 1
+  for (int s = 0; s < 4; ++s, dst += dst_step) {
+    pin(off0);
+    pin(tile_s);
+    pin(stage);
+    const int rt = 32 * s + row0;
+    const bool inside = kFull || (rt < at.rows_in && 16 * q < at.cols_in);
+    uint32_t code = 0;
+    if (inside) {
+      const uint32_t off = (off0 ^ (32u * s)) + s * 128u * S::kWordsPerRow;  // 32 rows = 128 W bytes
+      uint32_t a[kGran];
+#pragma unroll
+      for (int j = 0; j < kGran; ++j) a[j] = tile_s + (off ^ (16u * j));
+      uint32_t w[4 * kGran];
+      float f[16];
+      read_run<kIn>(a, w);
+      BlockScale b;
+      if constexpr (k2D) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) f[i] = In::kBytes == 2 ? In::elem(w[i / 2], i % 2) : __uint_as_float(w[i]);
+        const int blk = (rt >> 4) * 8 + q;
+        b = from_info(tb->info[0][blk], tb->enc[0][blk]);
+      } else {
+        const uint32_t m = run_amax<kIn>(w, f);
+        b = block_scale(m, __uint_as_float(m), st.row_k, st.row_enc);
+        if (b.nonfinite) {
+          st.saw_nonfinite = true;
+          st.amax_bits = max(st.amax_bits, finite_max_bits(f));
+        } else {
+          st.amax_bits = max(st.amax_bits, m);
+        }
+      }
+      uint2 out;
+      if constexpr (kSr)
+        out = encode16_stochastic(f, b, p, static_cast<uint64_t>(at.r0 + rt) * static_cast<uint64_t>(p.cols) +
+                                               static_cast<uint64_t>(at.c0 + 16 * q));
+      else if constexpr (In::kBytes == 2)
+        out = encode_block<kFull, true, 0>(f, w, b);
+      else
+        out = encode_block<kFull, false, 3>(f, w, b);
+      if (kFull) *reinterpret_cast<uint2*>(dst) = out;
+      else store_codes(dst, out, at.cols_in - 16 * q, p.row_vec_store);
+      code = b.code;
+    }
+    sts8(stage + 4 * s, code);
+  }
+}
+
+// ---- Columnwise: item n (granule g = warp + 8n, word wsub = l / 8, 16-row chunk k = l % 8): 16
+// rows of one word column = two 16-bit columns or one fp32 column. The swizzle key of rows 16k..
+// is k; the granule's upper bits are n, so the word offset of item n is (offset of item 0 with
+// upper bits 0) ^ 4 (n & mask) + 32 n.
+template <InputType kIn, bool k2D, bool kSr, bool kRht, bool kFull, bool kPlainAmax>
+__device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint32_t* tile, const TileAt& at,
+                                                State& st, const TileBlocks* tb, uint8_t* staged) {
+  using In = InputTraits<kIn>;
+  using S = TileShape<kIn>;
+  constexpr int kCols = 4 / In::kBytes;  // columns per word
+  constexpr int kItems = S::kWordsPerRow * 8 / kThreads;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int warp = static_cast<int>(threadIdx.x) >> 5;
+  const int k = lane & 7, wsub = lane >> 3;
+  const int off0 = tile_word<kIn>(16 * k, warp) + wsub;
+  uint8_t* const dst0 = p.col_data + (at.r0 >> 1) + 8 * k;
+  uint32_t stage = smem_addr(staged + staged_scale(0, k));  // + staged_scale(ct, 0)
+#pragma unroll 1
+  for (int n = 0; n < kItems; ++n) {
+    pin(stage);
+    const int g = warp + 8 * n;
+    const int wc = 4 * g + wsub;  // word column
+    if (!kFull && (wc * kCols >= at.cols_in || 16 * k >= at.rows_in)) {
+#pragma unroll
+      for (int h = 0; h < kCols; ++h) sts8(stage + staged_scale(wc * kCols + h, 0), 0);
+      continue;
+    }
+    const uint32_t* col = tile + ((off0 ^ (4 * (n & S::kUpperMask))) + 32 * n);
+    uint32_t w[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) w[i] = col[i * S::kWordsPerRow];
+    uint32_t m2 = 0;  // 16-bit, no RHT: both columns' magnitudes at once
+    if constexpr (In::kBytes == 2 && !kRht && !k2D) m2 = doubled_mags<16>(w);
+    if constexpr (kRht && kPlainAmax) {  // max |x| of the input when no rowwise pass takes it
+      if constexpr (In::kBytes == 2) {
+        const uint32_t d = doubled_mags<16>(w);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t m = widen_mag<kIn>(mag_of_doubled(d, h));
+          if (m < 0x7F800000u) {
+            st.amax_bits = max(st.amax_bits, m);
+          } else {
+            float f[16];
+#pragma unroll
+            for (int i = 0; i < 16; ++i) f[i] = In::elem(w[i], h);
+            st.amax_bits = max(st.amax_bits, finite_max_bits(f));
+          }
+        }
+      } else {
+        float f[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) f[i] = __uint_as_float(w[i]);
+        st.amax_bits = max(st.amax_bits, finite_max_bits(f));
+      }
+    }
+#pragma unroll 2
+    for (int h = 0; h < kCols; ++h) {
+      const int ct = wc * kCols + h;  // tile column = stored row
+      const bool inside = kFull || ct < at.cols_in;
+      uint32_t code = 0;
+      if (inside) {
+        float f[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) f[i] = In::elem(w[i], h);
+        BlockScale b;
+        if constexpr (kRht) {
+          // f = the unscaled transform; formats' values are f * 0.25 (exact for 16-bit input). With
+          // col_fold the 0.25 sits in the table entries instead.
+          const float vmax = nvfp4::rht16_unscaled(f);
+          if (!st.col_fold) {
+#pragma unroll
+            for (int i = 0; i < 16; ++i) f[i] = __fmul_rn(f[i], 0.25f);
+          }
+          uint32_t m = __float_as_uint(__fmul_rn(vmax, 0.25f));
+          if (m >= 0x7F800000u) m = 0x7FFFFFFFu;
+          b = block_scale(m, st.col_fold ? vmax : __uint_as_float(m), st.col_k, st.col_enc);
+          if (b.nonfinite) {
+            st.saw_nonfinite = true;
+            st.rht_amax_bits = max(st.rht_amax_bits, finite_max_bits(f, st.col_fold ? 0.25f : 1.0f));
+          } else {
+            st.rht_amax_bits = max(st.rht_amax_bits, m);
+          }
+        } else if constexpr (k2D) {
+          const int blk = k * 8 + (ct >> 4);
+          b = from_info(tb->info[1][blk], tb->enc[1][blk]);
+        } else {
+          uint32_t m;
+          if constexpr (In::kBytes == 2) {
+            m = widen_mag<kIn>(mag_of_doubled(m2, h));
+          } else {
+            m = __float_as_uint(absmax16_nan(f));
+            if (m >= 0x7F800000u) m = 0x7FFFFFFFu;
+          }
+          b = block_scale(m, __uint_as_float(m), st.col_k, st.col_enc);
+          if (b.nonfinite) {
+            st.saw_nonfinite = true;
+            if (kPlainAmax) st.amax_bits = max(st.amax_bits, finite_max_bits(f));
+          } else if (kPlainAmax) {
+            st.amax_bits = max(st.amax_bits, m);
+          }
+        }
+        uint2 out;
+        if constexpr (kSr) {
+          out = encode16_stochastic(f, b, p, static_cast<uint64_t>(at.c0 + ct) * static_cast<uint64_t>(p.rows) +
+                                                 static_cast<uint64_t>(at.r0 + 16 * k));
+        } else if constexpr (kRht || In::kBytes == 4) {
+          uint32_t sw[16];
+#pragma unroll
+          for (int i = 0; i < 16; ++i) sw[i] = __float_as_uint(f[i]);
+          out = encode_block<kFull, false, 3>(f, sw, b);
+        } else {
+          out = h ? encode_block<kFull, false, 3>(f, w, b) : encode_block<kFull, false, 1>(f, w, b);
+        }
+        uint8_t* dst = dst0 + (at.c0 + ct) * p.col_pitch;
+        if (kFull) *reinterpret_cast<uint2*>(dst) = out;
+        else store_codes(dst, out, at.rows_in - 16 * k, p.col_vec_store);
+        code = b.code;
+      }
+      sts8(stage + staged_scale(ct, 0), code);
+    }
+  }
+}
+
+// ---- 2D: 4 threads per 16x16 block (4 rows each) reduce its amax; thread 0 of the four derives
+// both copies' scale.
+template <InputType kIn>
+__device__ __forceinline__ void tile_blocks(const uint32_t* tile, State& st, TileBlocks* tb) {
+  using In = InputTraits<kIn>;
+  constexpr int kGran = In::kBytes;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int blk = tid >> 2, sub = tid & 3;
+  const int bi = blk >> 3, bj = blk & 7;
+  uint32_t m = 0;
+#pragma unroll 1
+  for (int i = 0; i < 4; ++i) {
+    const int r = 16 * bi + 4 * sub + i;
+    uint32_t addr[kGran];
+#pragma unroll
+    for (int j = 0; j < kGran; ++j) addr[j] = smem_addr(tile + tile_word<kIn>(r, kGran * bj + j));
+    uint32_t w[4 * kGran];
+    float f[16];
+    read_run<kIn>(addr, w);
+    const uint32_t a = run_amax<kIn>(w, f);
+    st.amax_bits = max(st.amax_bits, a >= 0x7F800000u ? finite_max_bits(f) : a);
+    m = max(m, a);
+  }
+  m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
+  m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 2));
+  if (sub == 0) {
+    const BlockScale r = block_scale(m, __uint_as_float(m), st.row_k, st.row_enc);
+    const BlockScale c = block_scale(m, __uint_as_float(m), st.col_k, st.col_enc);
+    if (r.nonfinite) st.saw_nonfinite = true;
+    tb->info[0][blk] = r.code | (r.nonfinite ? 1u << 8 : 0u) | (r.cap ? 1u << 9 : 0u);
+    tb->info[1][blk] = c.code | (c.nonfinite ? 1u << 8 : 0u) | (c.cap ? 1u << 9 : 0u);
+    tb->enc[0][blk] = r.enc;
+    tb->enc[1][blk] = c.enc;
+  }
+}
+
+// 1 KB of staged scales (two chunks) -> the swizzled buffer, by 64 threads (t = 0..63). Chunk
+// (row block rb, column chunk cc) exists when cc < chunk_cols.
+__device__ __forceinline__ void store_chunks(uint8_t* dst_buffer, int64_t rb, int64_t cc0, int64_t chunk_cols,
+                                             const uint8_t* staged, int t, bool vec) {
+  const int h = t >> 5;
+  if (cc0 + h >= chunk_cols) return;
+  uint8_t* dst = dst_buffer + (rb * chunk_cols + cc0 + h) * kChunkBytes + 16 * (t & 31);
+  const uint4 v = reinterpret_cast<const uint4*>(staged)[t];
+  if (vec) {
+    *reinterpret_cast<uint4*>(dst) = v;
+  } else {
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 16; ++i) dst[i] = static_cast<uint8_t>(words[i / 4] >> (8 * (i % 4)));
+  }
+}
+
+// The tensor amax of each copy: the measured partials (reduced by the whole CTA) or the given
+// values; S_enc / S_dec, the block-scale factor and the encode-factor tables. With the RHT on
+// 16-bit input the columnwise table holds enc * 0.25 when that is exact for every code (the
+// smallest entry, code 0x7E, is at least 2^-124): the transform's outputs v are multiples of the
+// input's smallest subnormal step (sums and differences of such values, rounded in fp32 to
+// coarser steps), so v * 0.25 is exact, and fl(fl(v * 0.25) * enc) = fl(v * (enc * 0.25)).
+template <InputType kIn, bool kRow, bool kCol, bool kRht>
+__device__ __forceinline__ void tensor_setup(const Nvfp4Params& p, State& st, float* tables) {
+  const int tid = static_cast<int>(threadIdx.x);
+  float row_amax = 0.0f, col_amax = 0.0f, plain = 0.0f, rht = 0.0f;
+  if (p.measure) {
+    __shared__ uint32_t red[2][kThreads / 32];
+    uint32_t a = 0, b = 0;
+    for (int i = tid; i < p.n_partials; i += kThreads) {
+      a = max(a, p.partials[i]);
+      if (kRht) b = max(b, p.partials[kMaxPartials + i]);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      a = max(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
+      b = max(b, __shfl_xor_sync(0xFFFFFFFFu, b, off));
+    }
+    if ((tid & 31) == 0) red[0][tid >> 5] = a, red[1][tid >> 5] = b;
+    __syncthreads();
+    a = 0, b = 0;
+#pragma unroll
+    for (int i = 0; i < kThreads / 32; ++i) a = max(a, red[0][i]), b = max(b, red[1][i]);
+    plain = __uint_as_float(a);
+    rht = __uint_as_float(b);
+    row_amax = plain;
+    col_amax = kRht ? rht : plain;
+  } else {
+    if (kRow) row_amax = *p.given_row_amax;
+    if (kCol) col_amax = *p.given_col_amax;
+  }
+  const formats::Nvfp4TensorScales rs = formats::nvfp4_tensor_scales(row_amax);
+  const formats::Nvfp4TensorScales cs = formats::nvfp4_tensor_scales(col_amax);
+  st.row_k = nvfp4::block_scale_factor(rs.s_enc);
+  st.col_k = nvfp4::block_scale_factor(cs.s_enc);
+  st.col_fold = kRht && InputTraits<kIn>::kBytes == 2 &&
+                formats::nvfp4_block_encode_factor(0x7E, cs.s_dec) >= 2.35098870e-38f;  // 2^-124
+  // Entry c: formats::nvfp4_block_encode_factor(c, S_dec); 0x7F (NaN scale) is never used.
+  const int c = tid & 127;
+  float e = c == 0x7F ? 0.0f : formats::nvfp4_block_encode_factor(static_cast<uint8_t>(c), tid < 128 ? rs.s_dec : cs.s_dec);
+  if (tid >= 128 && st.col_fold) e = __fmul_rn(e, 0.25f);
+  tables[tid] = e;
+  st.row_enc = tables;
+  st.col_enc = tables + 128;
+  if (blockIdx.x == 0 && tid == 0) {
+    if (kRow) *p.row_scale_dec = rs.s_dec;
+    if (kCol) *p.col_scale_dec = cs.s_dec;
+    if (p.measure && p.amax != nullptr) *p.amax = plain;
+    if (p.measure && p.col_amax != nullptr) *p.col_amax = rht;
+  }
+}
+
+template <InputType kIn, bool kRow, bool kCol, bool kRht, bool k2D, bool kSr, bool kFull>
+__device__ __forceinline__ void quantize_tile(const Nvfp4Params& p, const uint32_t* tile, const TileAt& at,
+                                              State& st, const TileBlocks* tb, uint8_t* row_staged,
+                                              uint8_t* col_staged) {
+  if constexpr (kRow) rowwise_tile<kIn, k2D, kSr, kFull>(p, tile, at, st, tb, row_staged);
+  if constexpr (kCol) {
+    // The columnwise pass takes the plain max |x| when there is no rowwise pass (and no 2D pass).
+    if (!kRow && !k2D && kRht && p.track_amax && p.amax != nullptr)
+      columnwise_tile<kIn, k2D, kSr, kRht, kFull, true>(p, tile, at, st, tb, col_staged);
+    else
+      columnwise_tile<kIn, k2D, kSr, kRht, kFull, !kRow && !kRht>(p, tile, at, st, tb, col_staged);
+  }
+}
+
+template <InputType kIn, bool kRow, bool kCol, bool kRht, bool k2D, bool kSr>
+__global__ void __launch_bounds__(kThreads, kSr ? 2 : 3) nvfp4_quantize_kernel(const __grid_constant__ Nvfp4Params p) {
+  using S = TileShape<kIn>;
+  extern __shared__ uint4 dynamic_smem[];  // S::kStages tiles
+  __shared__ alignas(16) uint8_t row_staged[2][2 * kChunkBytes];
+  __shared__ alignas(16) uint8_t col_staged[2][2 * kChunkBytes];
+  __shared__ float tables[2 * 128];
+  __shared__ TileBlocks tb;
+
+  const int tid = static_cast<int>(threadIdx.x);
+  uint32_t* const tiles = reinterpret_cast<uint32_t*>(dynamic_smem);
+  State st;
+  st.amax_bits = 0;
+  st.rht_amax_bits = 0;
+  st.saw_nonfinite = false;
+  tensor_setup<kIn, kRow, kCol, kRht>(p, st, tables);
+
+  const bool full_stores = p.row_vec_store && p.col_vec_store;
+  auto flush = [&](const TileAt& a, int buf) {  // threads 0..63 rowwise chunks, 64..127 columnwise
+    if (kRow && tid < 64)
+      store_chunks(p.row_scales, a.tr, 2 * a.tc, p.row_chunk_cols, row_staged[buf], tid, p.scale_vec_store);
+    if (kCol && tid >= 64 && tid < 128)
+      store_chunks(p.col_scales, a.tc, 2 * a.tr, p.col_chunk_cols, col_staged[buf], tid - 64, p.scale_vec_store);
+  };
+
+  // Grid-stride walk over tiles (column tile fastest), stepped without divisions.
+  const int64_t step_tr = gridDim.x / p.col_tiles, step_tc = gridDim.x - step_tr * p.col_tiles;
+  int64_t tr = blockIdx.x / p.col_tiles, tc = blockIdx.x - (blockIdx.x / p.col_tiles) * p.col_tiles;
+  TileAt at = tile_at(p, tr, tc);
+  if (tr < p.row_tiles) copy_tile<kIn>(p, at, tiles);
+  cp_async_commit();
+  TileAt prev{};
+  int it = 0;
+  while (at.tr < p.row_tiles) {
+    tc += step_tc;
+    tr += step_tr;
+    if (tc >= p.col_tiles) tc -= p.col_tiles, ++tr;
+    const TileAt next = tile_at(p, tr, tc);
+    cp_async_wait<0>();
+    __syncthreads();  // tile `it` is in shared memory; every thread is done with tile it-1
+    if constexpr (S::kStages == 2) {
+      if (next.tr < p.row_tiles) copy_tile<kIn>(p, next, tiles + ((it + 1) & 1) * S::kWords);
+      cp_async_commit();
+    }
+    if (it > 0) flush(prev, (it - 1) & 1);
+    const uint32_t* tile = tiles + (it % S::kStages) * S::kWords;
+    if constexpr (k2D) {
+      tile_blocks<kIn>(tile, st, &tb);
+      __syncthreads();
+    }
+    if (at.whole && full_stores)
+      quantize_tile<kIn, kRow, kCol, kRht, k2D, kSr, true>(p, tile, at, st, &tb, row_staged[it & 1], col_staged[it & 1]);
+    else
+      quantize_tile<kIn, kRow, kCol, kRht, k2D, kSr, false>(p, tile, at, st, &tb, row_staged[it & 1], col_staged[it & 1]);
+    if constexpr (S::kStages == 1) {
+      __syncthreads();
+      if (next.tr < p.row_tiles) copy_tile<kIn>(p, next, tiles);
+      cp_async_commit();
+    }
+    prev = at;
+    at = next;
+    ++it;
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  if (it > 0) flush(prev, (it - 1) & 1);
+
+  const int lane = tid & 31;
+  if (p.track_amax) {
+    uint32_t a = st.amax_bits, b = st.rht_amax_bits;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      a = max(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
+      b = max(b, __shfl_xor_sync(0xFFFFFFFFu, b, off));
+    }
+    if (lane == 0 && p.amax != nullptr) atomicMax(reinterpret_cast<unsigned int*>(p.amax), a);
+    if (lane == 0 && kRht && p.col_amax != nullptr) atomicMax(reinterpret_cast<unsigned int*>(p.col_amax), b);
+  }
+  if (p.nonfinite != nullptr && __any_sync(0xFFFFFFFFu, st.saw_nonfinite) && lane == 0) *p.nonfinite = 1;
+}
+
+// ---- The amax pass (kMeasure) -------------------------------------------------------------------
+// Items of 16 input rows x one 16-byte granule; consecutive threads take consecutive granules of a
+// row group (a warp reads 512 contiguous bytes per row). The grid walks the items from the END of
+// the matrix to its start, so that the rows the quantize kernel reads first (it starts at the top)
+// are the ones most recently read into L2. kPlain: max |x| (NaN ignored, Inf counts); kRht:
+// max |RHT(x)| over 16-row groups along each column (rows % 16 == 0). Each CTA writes its maxima
+// (fp32 bits) to partials[blockIdx.x] and partials[kMaxPartials + blockIdx.x].
+struct AmaxParams {
+  const void* x;
+  int64_t rows, cols, ld;
+  int64_t groups, granules;  // 16-row groups, granules per row
+  uint32_t* partials;
+  bool vec_load;
+};
+
+template <InputType kIn, bool kPlain, bool kRht>
+__global__ void __launch_bounds__(kThreads) nvfp4_amax_kernel(const __grid_constant__ AmaxParams p) {
+  using In = InputTraits<kIn>;
+  constexpr int kE = 16 / In::kBytes;  // elements per granule
+  const int64_t items = p.groups * p.granules;
+  const int64_t stride = int64_t{gridDim.x} * kThreads;
+  const int64_t first = items - 1 - (int64_t{blockIdx.x} * kThreads + threadIdx.x);
+  uint32_t plain_bits = 0;
+  float rht = 0.0f;
+  if (first >= 0) {
+    int64_t grp = first / p.granules, g = first - grp * p.granules;
+    const int64_t step_grp = stride / p.granules, step_g = stride - step_grp * p.granules;
+    while (grp >= 0) {
+      const int64_t c = g * kE;
+      uint32_t w[16][4];
+      const bool vec = p.vec_load && c + kE <= p.cols;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const int64_t r = grp * 16 + i;
+        uint4 v;
+        if (vec && r < p.rows)
+          v = __ldg(reinterpret_cast<const uint4*>(static_cast<const char*>(p.x) + (r * p.ld + c) * In::kBytes));
+        else
+          v = granule_scalar<kIn>(p.x, p.ld, p.rows, p.cols, r, c);
+        w[i][0] = v.x, w[i][1] = v.y, w[i][2] = v.z, w[i][3] = v.w;
+      }
+      if constexpr (kPlain) {
+        if constexpr (In::kBytes == 2) {
+          uint32_t m = 0;
+#pragma unroll
+          for (int i = 0; i < 16; ++i) {
+            m = __vimax3_u16x2(m, w[i][0] & 0x7FFF7FFFu, w[i][1] & 0x7FFF7FFFu);
+            m = __vimax3_u16x2(m, w[i][2] & 0x7FFF7FFFu, w[i][3] & 0x7FFF7FFFu);
+          }
+          uint32_t mm = max(m & 0xFFFFu, m >> 16);
+          if (mm > In::kInfBits) {  // a NaN: recount without it
+            mm = 0;
+#pragma unroll
+            for (int i = 0; i < 16; ++i)
+#pragma unroll
+              for (int j = 0; j < 8; ++j) {
+                const uint32_t a = (w[i][j / 2] >> (16 * (j % 2))) & 0x7FFFu;
+                if (a <= In::kInfBits) mm = max(mm, a);
+              }
+          }
+          plain_bits = max(plain_bits, mm == In::kInfBits ? 0x7F800000u : In::widen(mm));
+        } else {
+          float m = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 16; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) m = fmaxf(m, fabsf(__uint_as_float(w[i][j])));  // NaN ignored
+          plain_bits = max(plain_bits, __float_as_uint(m));
+        }
+      }
+      if constexpr (kRht) {
+#pragma unroll
+        for (int col = 0; col < kE; ++col) {
+          float f[16];
+#pragma unroll
+          for (int i = 0; i < 16; ++i) f[i] = In::elem(w[i][col / (4 / In::kBytes)], col % (4 / In::kBytes));
+          formats::hadamard16_inplace(f);
+#pragma unroll
+          for (int i = 0; i < 16; ++i) rht = fmaxf(rht, fabsf(f[i]));  // NaN ignored, Inf counts
+        }
+      }
+      grp -= step_grp;
+      g -= step_g;
+      if (g < 0) g += p.granules, --grp;
+    }
+  }
+  __shared__ uint32_t red[2][kThreads / 32];
+  uint32_t a = plain_bits, b = __float_as_uint(rht);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    a = max(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
+    b = max(b, __shfl_xor_sync(0xFFFFFFFFu, b, off));
+  }
+  const int tid = static_cast<int>(threadIdx.x);
+  if ((tid & 31) == 0) red[0][tid >> 5] = a, red[1][tid >> 5] = b;
+  __syncthreads();
+  if (tid == 0) {
+    for (int i = 1; i < kThreads / 32; ++i) a = max(a, red[0][i]), b = max(b, red[1][i]);
+    a = max(a, red[0][0]), b = max(b, red[1][0]);
+    p.partials[blockIdx.x] = a;
+    p.partials[kMaxPartials + blockIdx.x] = b;
+  }
+}
+
+// ---- Dispatch ------------------------------------------------------------------------------------
+
+bool aligned(const void* ptr, int64_t n) { return reinterpret_cast<uintptr_t>(ptr) % n == 0; }
+int element_bytes(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
+
+Status no_image(cudaError_t err, const char* what) {
+  int dev = 0, major = 0, minor = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  (void)cudaGetLastError();
+  return Status::error("device " + std::to_string(dev) + " (sm_" + std::to_string(major) + std::to_string(minor) +
+                       "): no " + what + " for it (" + cudaGetErrorString(err) +
+                       "); blockscale_quant is built for BLOCKSCALE_CUDA_ARCHS");
+}
+
+// How many CTAs of `kernel` fit on the current device at once (SMs x occupancy), after checking
+// that the device has an image of it and raising its dynamic shared-memory limit. Cached per
+// (kernel, device): the queries cost more host time than a small launch.
+Status resident_ctas(const void* kernel, int smem, const char* what, int* resident) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> cache;
+  int dev = 0;
+  BS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto it = cache.find({kernel, dev});
+    if (it != cache.end()) {
+      *resident = it->second;
+      return Status::ok();
+    }
+  }
+  cudaFuncAttributes attr;
+  const cudaError_t err = cudaFuncGetAttributes(&attr, kernel);
+  if (err != cudaSuccess) return no_image(err, what);
+  if (smem > 48 * 1024)
+    BS_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                                   "cudaFuncSetAttribute"));
+  int sms = 0, per_sm = 0;
+  BS_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute"));
+  BS_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem),
+                                 "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
+  *resident = sms * std::max(per_sm, 1);
+  std::lock_guard<std::mutex> lock(mu);
+  cache[{kernel, dev}] = *resident;
+  return Status::ok();
+}
+
+// A grid of at most `resident` CTAs, evened out so the last round keeps most of them busy.
+int64_t even_grid(int64_t work, int64_t resident) {
+  const int64_t rounds = (work + resident - 1) / resident;
+  return std::max<int64_t>(1, (work + rounds - 1) / rounds);
+}
+
+template <InputType kIn, bool kRow, bool kCol, bool kRht, bool k2D, bool kSr>
+Status launch_quantize(const Nvfp4Params& params, cudaStream_t stream) {
+  auto* kernel = nvfp4_quantize_kernel<kIn, kRow, kCol, kRht, k2D, kSr>;
+  const int smem = TileShape<kIn>::kStages * TileShape<kIn>::kWords * 4;
+  int resident = 0;
+  BS_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), smem, "NVFP4 quantize kernel", &resident));
+  const int64_t grid = even_grid(params.row_tiles * params.col_tiles, resident);
+  kernel<<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(params);
+  return cuda_status(cudaGetLastError(), "nvfp4_quantize_kernel launch");
+}
+
+template <InputType kIn, bool kPlain, bool kRht>
+Status launch_amax(AmaxParams a, Nvfp4Params* params, cudaStream_t stream) {
+  auto* kernel = nvfp4_amax_kernel<kIn, kPlain, kRht>;
+  int resident = 0;
+  BS_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), 0, "NVFP4 amax kernel", &resident));
+  const int64_t grid = even_grid((a.groups * a.granules + kThreads - 1) / kThreads, std::min(resident, kMaxPartials));
+  kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a);
+  params->n_partials = static_cast<int>(grid);
+  return cuda_status(cudaGetLastError(), "nvfp4_amax_kernel launch");
+}
+
+template <InputType kIn>
+Status launch_amax_pass(const QuantizeProblem& p, const QuantizeOutputs& out, Nvfp4Params* params,
+                        cudaStream_t stream) {
+  const bool row = p.directions != Directions::kColumnwise;
+  const bool rht = p.hadamard_columnwise;
+  AmaxParams a{};
+  a.x = params->x;
+  a.rows = p.rows, a.cols = p.cols, a.ld = p.ld;
+  a.groups = (p.rows + 15) / 16;
+  a.granules = (p.cols + 16 / element_bytes(p.input_type) - 1) / (16 / element_bytes(p.input_type));
+  a.partials = const_cast<uint32_t*>(params->partials);
+  a.vec_load = params->vec_load;
+  const bool plain = row || !rht || out.amax != nullptr;
+  if (rht && plain) return launch_amax<kIn, true, true>(a, params, stream);
+  if (rht) return launch_amax<kIn, false, true>(a, params, stream);
+  return launch_amax<kIn, true, false>(a, params, stream);
+}
+
+template <InputType kIn, bool kRow, bool kCol>
+Status dispatch_options(const QuantizeProblem& p, const Nvfp4Params& params, cudaStream_t s) {
+  const bool rht = kCol && p.hadamard_columnwise;
+  if (p.nvfp4_2d)
+    return p.stochastic_rounding ? launch_quantize<kIn, kRow, kCol, false, true, true>(params, s)
+                                 : launch_quantize<kIn, kRow, kCol, false, true, false>(params, s);
+  if (rht) {
+    if constexpr (kCol)
+      return p.stochastic_rounding ? launch_quantize<kIn, kRow, kCol, true, false, true>(params, s)
+                                   : launch_quantize<kIn, kRow, kCol, true, false, false>(params, s);
+  }
+  return p.stochastic_rounding ? launch_quantize<kIn, kRow, kCol, false, false, true>(params, s)
+                               : launch_quantize<kIn, kRow, kCol, false, false, false>(params, s);
+}
+
+template <InputType kIn>
+Status dispatch_directions(const QuantizeProblem& p, const QuantizeOutputs& out, Nvfp4Params* params,
+                           cudaStream_t s) {
+  if (params->measure) BS_RETURN_IF_ERROR(launch_amax_pass<kIn>(p, out, params, s));
+  switch (p.directions) {
+    case Directions::kRowwise: return dispatch_options<kIn, true, false>(p, *params, s);
+    case Directions::kColumnwise: return dispatch_options<kIn, false, true>(p, *params, s);
+    case Directions::kBoth: return dispatch_options<kIn, true, true>(p, *params, s);
+  }
+  return Status::error("problem.directions: unknown value");
+}
+
+}  // namespace
+
+size_t nvfp4_workspace_size(const QuantizeProblem& p) {
+  if (p.tensor_amax != TensorAmax::kMeasure || p.rows <= 0 || p.cols <= 0) return 0;
+  return 2 * kMaxPartials * sizeof(uint32_t);
+}
+
+Status launch_nvfp4_quantize(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
+                             void* workspace, cudaStream_t stream) {
+  const bool row = p.directions != Directions::kColumnwise;
+  const bool col = p.directions != Directions::kRowwise;
+  const int64_t esize = element_bytes(p.input_type);
+  Nvfp4Params params{};
+  params.x = in.x;
+  params.rows = p.rows, params.cols = p.cols, params.ld = p.ld;
+  params.row_data = row ? out.rowwise_data : nullptr;
+  params.row_scales = row ? static_cast<uint8_t*>(out.rowwise_scales) : nullptr;
+  params.row_scale_dec = row ? out.rowwise_scale_dec : nullptr;
+  params.col_data = col ? out.columnwise_data : nullptr;
+  params.col_scales = col ? static_cast<uint8_t*>(out.columnwise_scales) : nullptr;
+  params.col_scale_dec = col ? out.columnwise_scale_dec : nullptr;
+  params.amax = out.amax;
+  params.col_amax = out.columnwise_amax;
+  params.nonfinite = out.nonfinite;
+  params.measure = p.tensor_amax == TensorAmax::kMeasure;
+  params.given_row_amax = in.rowwise_tensor_amax;
+  params.given_col_amax = in.columnwise_tensor_amax;
+  params.partials = static_cast<const uint32_t*>(workspace);
+  params.track_amax = !params.measure && (out.amax != nullptr || out.columnwise_amax != nullptr);
+  params.sr_seed = p.sr_seed, params.sr_offset = p.sr_offset;
+  params.row_tiles = (p.rows + kTile - 1) / kTile;
+  params.col_tiles = (p.cols + kTile - 1) / kTile;
+  params.row_pitch = (p.cols + 1) / 2;
+  params.col_pitch = (p.rows + 1) / 2;
+  params.row_chunk_cols = (p.cols + 63) / 64;
+  params.col_chunk_cols = (p.rows + 63) / 64;
+  params.vec_load = aligned(in.x, 16) && (p.ld * esize) % 16 == 0;
+  params.row_vec_store = !row || (aligned(out.rowwise_data, 8) && p.cols % 16 == 0);
+  params.col_vec_store = !col || (aligned(out.columnwise_data, 8) && p.rows % 16 == 0);
+  params.scale_vec_store = (!row || aligned(out.rowwise_scales, 16)) && (!col || aligned(out.columnwise_scales, 16));
+  switch (p.input_type) {
+    case InputType::kBf16: return dispatch_directions<InputType::kBf16>(p, out, &params, stream);
+    case InputType::kFp16: return dispatch_directions<InputType::kFp16>(p, out, &params, stream);
+    case InputType::kFp32: return dispatch_directions<InputType::kFp32>(p, out, &params, stream);
+  }
+  return Status::error("problem.input_type: unknown value");
 }
 
 }  // namespace blockscale::quant::detail

@@ -1,2 +1,967 @@
-// Placeholder: the tests of this file land with its kernel.
+// Tests of quant/nvfp4_quantize.cu (through quant/quantize.h): the GPU's bytes against the CPU
+// emulator's, byte for byte. The reference is formats::quantize() (recipe nvfp4 with the same
+// options; the columnwise copy with `hadamard` when the RHT is on; the given tensor amax as
+// `tensor_amax`) + formats::pack_swizzled_scales() (2D: the tile scale repeated on each of its
+// 16 rows first), on the input decoded exactly to fp32.
+//   - host (no GPU needed): the kernels' E2M1 encoder against formats::encode_e2m1 near every
+//     rounding decision point and on a stride of all fp32; the packed eight-element encode; the Philox
+//     words of 16 elements at every phase; the stochastic encode; the unscaled RHT against
+//     formats::hadamard16_inplace and the fold of its x 0.25 into the encode factor; the argument
+//     checks of the NVFP4 options and the workspace size;
+//   - GPU sweeps: the encoder on every non-NaN fp32 pattern; the hardware UE4M3 scale conversion
+//     against formats::encode_ue4m3 on every fp32 in [0, +Inf]; the PRMT sign gathers;
+//   - GPU end to end: every output poisoned (0xAB) with poisoned guard bytes around it, the
+//     workspace filled with garbage; 1D / 2D, SR on / off, RHT on / off on the columnwise copy,
+//     measured / given tensor amax (the true amax, a smaller one that saturates block scales,
+//     zero), rowwise / columnwise / both, bf16 / fp16 / fp32; per 16x16 region a random kind of
+//     data (normal at magnitudes across the type's range, heavy tails, +-0 blocks, injected NaN /
+//     Inf / -0 / subnormals, subnormal-only blocks, E2M1 rounding ties with an exact power-of-two
+//     encode factor, the largest finite values (the RHT overflows them), one large element among
+//     tiny ones); shapes 1x1 .. 16385x7169, row strides > cols (aligned or not), misaligned
+//     pointers; amax, columnwise_amax, both scale_dec values and the non-finite flag.
+// GPU tests skip without a GPU.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <ostream>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "formats/block_quantize_internal.h"  // block_amax: formats' amax rule
+#include "formats/hadamard.h"
+#include "formats/nvfp4_scalar.h"
+#include "formats/philox.h"
+#include "formats/quantize.h"
+#include "formats/scale_layout.h"
+#include "quant/nvfp4_device.cuh"
+#include "quant/quantize.h"
+
+namespace {
+
+namespace bf = blockscale::formats;
+namespace bq = blockscale::quant;
+namespace nv = blockscale::quant::detail::nvfp4;
+using bf::Recipe;
+using bq::Directions;
+using bq::InputType;
+using bq::TensorAmax;
+
+#define ASSERT_CUDA(call)                                                      \
+  do {                                                                         \
+    const cudaError_t err_ = (call);                                           \
+    ASSERT_EQ(err_, cudaSuccess) << #call << ": " << cudaGetErrorString(err_); \
+  } while (0)
+
+constexpr uint8_t kPoison = 0xAB;
+constexpr int64_t kGuard = 64;
+
+bool have_gpu(std::string* why) {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess || n == 0) {
+    *why = std::string("no CUDA device (cudaGetDeviceCount: ") +
+           (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") + ")";
+    return false;
+  }
+  return true;
+}
+
+#define SKIP_WITHOUT_GPU()                      \
+  do {                                          \
+    std::string why_;                           \
+    if (!have_gpu(&why_)) GTEST_SKIP() << why_; \
+  } while (0)
+
+struct DeviceBuffer {
+  uint8_t* ptr = nullptr;
+  size_t bytes = 0;
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (ptr) cudaFree(ptr);
+  }
+  cudaError_t alloc(size_t n) {
+    bytes = n;
+    return cudaMalloc(&ptr, std::max<size_t>(n, 1));
+  }
+};
+
+const char* name(InputType t) { return t == InputType::kBf16 ? "bf16" : t == InputType::kFp16 ? "fp16" : "fp32"; }
+const char* name(Directions d) {
+  return d == Directions::kRowwise ? "row" : d == Directions::kColumnwise ? "col" : "both";
+}
+int64_t element_bytes(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
+
+// ==== Host checks of the device arithmetic ========================================================
+
+uint32_t e2m1_code_of(float y, bool cap) {
+  const float a = std::fabs(y);
+  const uint32_t m = cap ? nv::e2m1_magnitude_biased<true>(a) : nv::e2m1_magnitude_biased<false>(a);
+  return (m - nv::kBiasedZero) | ((bf::float_bits(y) >> 31) << 3);
+}
+
+TEST(Nvfp4Encoder, HostMatchesEncodeE2m1NearEveryDecisionPointAndOnAStride) {
+  int64_t checked = 0, bad = 0;
+  auto check = [&](uint32_t bits) {
+    for (uint32_t sign : {0u, 0x80000000u}) {
+      const float y = bf::bits_float(bits | sign);
+      const uint32_t want = bf::encode_e2m1(y);
+      const uint32_t got = e2m1_code_of(y, true);
+      ++checked;
+      if (got != want && bad++ < 5) ADD_FAILURE() << "y bits 0x" << std::hex << (bits | sign) << ": got " << got << " want " << want;
+      if (std::fabs(y) < 7.0f) {
+        const uint32_t got_nocap = e2m1_code_of(y, false);
+        if (got_nocap != want && bad++ < 5) ADD_FAILURE() << "no-cap y bits 0x" << std::hex << (bits | sign);
+      }
+    }
+  };
+  // Every pattern within 8192 ulps of each E2M1 value, tie and the no-cap limit 7, and a stride
+  // over everything else (the GPU sweep below covers every pattern).
+  const float points[] = {0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 5.0f, 6.0f, 7.0f, 8.0f};
+  for (float pt : points)
+    for (int64_t d = -8192; d <= 8192; ++d) check(static_cast<uint32_t>(bf::float_bits(pt) + d));
+  for (uint64_t b = 0; b <= 0x7F800000u; b += 4093u) check(static_cast<uint32_t>(b));
+  check(0x7F800000u);  // Inf
+  check(0x7F7FFFFFu);
+  check(0u);
+  EXPECT_EQ(bad, 0);
+  std::printf("nvfp4_quantize_test: host E2M1 encoder vs formats::encode_e2m1: %lld values, mismatches %lld\n",
+              static_cast<long long>(checked), static_cast<long long>(bad));
+}
+
+TEST(Nvfp4Encoder, EightPackedCodesMatchElementByElement) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-8.0f, 8.0f);
+  int64_t bad = 0;
+  for (int t = 0; t < 200000; ++t) {
+    float x[8];
+    for (float& v : x) {
+      v = u(rng);
+      if (rng() % 8 == 0) v = std::ldexp(std::round(v * 4.0f), -2);  // ties
+      if (rng() % 16 == 0) v = (rng() & 1) ? -0.0f : 0.0f;
+    }
+    const float enc = (rng() % 4 == 0) ? 1.0f : std::ldexp(1.0f + (rng() % 1000) / 1000.0f, static_cast<int>(rng() % 5) - 2);
+    bool cap = false;
+    uint32_t want = 0;
+    for (int i = 0; i < 8; ++i) {
+      const float y = x[i] * enc;
+      if (!(std::fabs(y) < 7.0f)) cap = true;
+      want |= static_cast<uint32_t>(bf::encode_e2m1(y)) << (4 * i);
+    }
+    const uint32_t got = (cap ? nv::encode8_magnitudes<true>(x, enc) : nv::encode8_magnitudes<false>(x, enc)) |
+                         nv::sign_nibbles_reference(x);
+    if (got != want && bad++ < 5) ADD_FAILURE() << std::hex << "got 0x" << got << " want 0x" << want;
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(Nvfp4Philox, SixteenWordsMatchPhiloxElementWordAtEveryPhase) {
+  int64_t bad = 0;
+  const uint64_t seeds[] = {0, 1, 0x0123456789ABCDEFull, ~0ull};
+  const uint64_t offsets[] = {0, 7, 0xFFFFFFFF00000001ull};
+  const uint64_t starts[] = {0, 1, 2, 3, 4, 5, 17, 1000003, (uint64_t{1} << 32) - 5, (uint64_t{1} << 40) + 3};
+  for (uint64_t seed : seeds)
+    for (uint64_t off : offsets)
+      for (uint64_t i0 : starts) {
+        uint32_t r[16];
+        nv::philox_words16(seed, off, i0, r);
+        for (int k = 0; k < 16; ++k)
+          if (r[k] != bf::philox_element_word(seed, off, i0 + k) && bad++ < 5)
+            ADD_FAILURE() << "seed " << seed << " offset " << off << " index " << i0 + k;
+      }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(Nvfp4Stochastic, EightCodesMatchFormats) {
+  std::mt19937_64 rng(11);
+  int64_t bad = 0;
+  for (int t = 0; t < 100000; ++t) {
+    float x[8];
+    uint32_t r[8];
+    for (int i = 0; i < 8; ++i) {
+      x[i] = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) / 128.0f;
+      r[i] = static_cast<uint32_t>(rng());
+      if (rng() % 8 == 0) r[i] = rng() % 2 ? 0u : 0xFFFFFFFFu;
+    }
+    const float enc = std::ldexp(1.0f + (rng() % 100) / 100.0f, static_cast<int>(rng() % 4) - 2);
+    uint32_t want = 0;
+    for (int i = 0; i < 8; ++i) want |= static_cast<uint32_t>(bf::encode_e2m1_stochastic(x[i] * enc, r[i])) << (4 * i);
+    if (nv::encode8_stochastic(x, enc, r) != want && bad++ < 5) ADD_FAILURE() << "trial " << t;
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(Nvfp4Scale, HostScaleCodesAreFormatsBlockScaleCode) {
+  std::mt19937 rng(3);
+  for (int t = 0; t < 100000; ++t) {
+    const float amax = bf::bits_float(rng() % 0x7F800000u);
+    const float tensor_amax = bf::bits_float(rng() % 0x7F800000u);
+    const bf::Nvfp4TensorScales ts = bf::nvfp4_tensor_scales(tensor_amax);
+    const uint32_t got = nv::scale_codes2(amax, 0.0f, nv::block_scale_factor(ts.s_enc)) & 0xFFu;
+    ASSERT_EQ(got, bf::nvfp4_block_scale_code(amax, ts.s_enc)) << amax << " " << tensor_amax;
+  }
+}
+
+// The kernels' unscaled RHT (formats' butterflies without the final x 0.25) against
+// formats::hadamard16_inplace, bit for bit, with its block maximum; and the fold of the x 0.25 into
+// the encode factor for 16-bit inputs: fl(fl(v * 0.25) * enc) == fl(v * fl(enc * 0.25)) when
+// enc >= 2^-124.
+TEST(Nvfp4Hadamard, UnscaledTransformAndFoldMatchFormats) {
+  std::mt19937_64 rng(19);
+  int64_t bad = 0, checked = 0;
+  for (int t = 0; t < 200000; ++t) {
+    const InputType type = t % 3 == 0 ? InputType::kFp16 : InputType::kBf16;
+    float x[16];
+    for (float& v : x) {
+      uint32_t bits = static_cast<uint32_t>(rng()) & 0xFFFFu;
+      const uint64_t z = rng() % 16;
+      if (z == 0) bits &= 0x807Fu;  // bf16 / fp16 subnormals and small values
+      if (z == 1) bits = (type == InputType::kBf16 ? 0x7F7Fu : 0x7BFFu) | (rng() & 1 ? 0x8000u : 0u);
+      if (z == 2 && t % 7 == 0) bits = type == InputType::kBf16 ? 0x7F80u : 0x7C00u;  // Inf
+      if (type == InputType::kBf16 && (bits & 0x7FFFu) > 0x7F80u) bits = 0x3F80u;  // no NaN input here
+      if (type == InputType::kFp16 && (bits & 0x7FFFu) > 0x7C00u) bits = 0x3C00u;
+      v = type == InputType::kBf16 ? bf::bf16_bits_to_float(static_cast<uint16_t>(bits))
+                                   : bf::fp16_bits_to_float(static_cast<uint16_t>(bits));
+    }
+    float want[16], v[16];
+    std::memcpy(want, x, sizeof want);
+    std::memcpy(v, x, sizeof v);
+    bf::hadamard16_inplace(want);
+    const float vmax = nv::rht16_unscaled(v);
+    float want_max = 0.0f;
+    bool want_nonfinite = false;
+    for (int i = 0; i < 16; ++i) {
+      const float scaled = v[i] * 0.25f;
+      ++checked;
+      const bool same = (std::isnan(scaled) && std::isnan(want[i])) || bf::float_bits(scaled) == bf::float_bits(want[i]);
+      if (!same && bad++ < 5) ADD_FAILURE() << "trial " << t << " element " << i << ": " << scaled << " vs " << want[i];
+      if (!std::isfinite(want[i])) want_nonfinite = true;
+      else want_max = std::max(want_max, std::fabs(want[i]));
+      if (std::isfinite(v[i]) && bf::float_bits(scaled * 4.0f) != bf::float_bits(v[i]) && bad++ < 5)
+        ADD_FAILURE() << "v * 0.25 inexact: " << v[i];
+    }
+    const float got_max = vmax * 0.25f;
+    if (want_nonfinite) {
+      if (std::isfinite(got_max) && bad++ < 5) ADD_FAILURE() << "trial " << t << ": block max misses a NaN / Inf";
+    } else if (bf::float_bits(got_max) != bf::float_bits(want_max) && bad++ < 5) {
+      ADD_FAILURE() << "trial " << t << ": block max " << got_max << " vs " << want_max;
+    }
+    // The fold, for encode factors down to 2^-124.
+    const float enc = std::ldexp(1.0f + static_cast<float>(rng() % 8388608) / 8388608.0f, static_cast<int>(rng() % 250) - 124);
+    for (int i = 0; i < 16; ++i) {
+      if (!std::isfinite(v[i])) continue;
+      const float a = std::fabs(want[i]) * enc, b = std::fabs(v[i]) * (enc * 0.25f);
+      if (bf::float_bits(a) != bf::float_bits(b) && bad++ < 5) ADD_FAILURE() << "fold: v " << v[i] << " enc " << enc;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  std::printf("nvfp4_quantize_test: unscaled RHT + fold vs formats::hadamard16_inplace: %lld values, mismatches %lld\n",
+              static_cast<long long>(checked), static_cast<long long>(bad));
+}
+
+// ---- Argument checks and sizes of the NVFP4 options (no GPU needed) ----------------------------
+
+void expect_error(const blockscale::Status& s, const std::string& needle) {
+  ASSERT_FALSE(s.is_ok()) << "expected an error naming " << needle;
+  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+}
+
+TEST(Nvfp4Api, OptionsChecksAndWorkspace) {
+  bq::QuantizeProblem p;
+  p.recipe = Recipe::kNvfp4, p.rows = 64, p.cols = 48, p.ld = 48, p.directions = Directions::kBoth;
+  EXPECT_TRUE(bq::can_implement(p).is_ok());
+  EXPECT_EQ(bq::workspace_size(p), 8192u) << "kMeasure keeps 2 x 1024 partial maxima";
+  p.tensor_amax = TensorAmax::kGiven;
+  EXPECT_EQ(bq::workspace_size(p), 0u);
+  p.hadamard_columnwise = true;
+  EXPECT_TRUE(bq::can_implement(p).is_ok());
+  p.rows = 40;
+  expect_error(bq::can_implement(p), "problem.hadamard_columnwise");
+  p.rows = 64, p.nvfp4_2d = true;
+  expect_error(bq::can_implement(p), "nvfp4_2d");
+  p.nvfp4_2d = false, p.directions = Directions::kRowwise;
+  expect_error(bq::can_implement(p), "columnwise");
+  bq::QuantizeProblem empty = p;
+  empty.rows = 0, empty.hadamard_columnwise = false, empty.tensor_amax = TensorAmax::kMeasure;
+  EXPECT_EQ(bq::workspace_size(empty), 0u) << "an empty problem needs no workspace";
+}
+
+// ==== Inputs ========================================================================================
+
+uint32_t to_bits(float v, InputType t) {
+  if (t == InputType::kFp32) return bf::float_bits(v);
+  if (t == InputType::kBf16) return bf::float_to_bf16_bits_rn(v);
+  const __half h = __float2half_rn(v);
+  uint16_t u;
+  std::memcpy(&u, &h, sizeof u);
+  return u;
+}
+float from_bits(uint32_t b, InputType t) {
+  if (t == InputType::kFp32) return bf::bits_float(b);
+  if (t == InputType::kBf16) return bf::bf16_bits_to_float(static_cast<uint16_t>(b));
+  return bf::fp16_bits_to_float(static_cast<uint16_t>(b));
+}
+uint32_t max_bits(InputType t) { return t == InputType::kFp32 ? 0x7F7FFFFFu : t == InputType::kBf16 ? 0x7F7Fu : 0x7BFFu; }
+uint32_t inf_bits(InputType t) { return t == InputType::kFp32 ? 0x7F800000u : t == InputType::kBf16 ? 0x7F80u : 0x7C00u; }
+uint32_t sign_bit(InputType t) { return t == InputType::kFp32 ? 0x80000000u : 0x8000u; }
+uint32_t min_normal_bits(InputType t) { return t == InputType::kFp32 ? 0x00800000u : t == InputType::kBf16 ? 0x0080u : 0x0400u; }
+
+// kMixed: every kind of region; kFinite: no NaN / Inf; kTies: tie lattices and zeros, the
+// tensor amax pinned to 2688 (S_enc = 1 exactly: ties land exactly); kNarrow: realistic data.
+enum class Pattern { kMixed, kFinite, kTies, kNarrow };
+const char* name(Pattern p) {
+  return p == Pattern::kMixed ? "mixed" : p == Pattern::kFinite ? "finite" : p == Pattern::kTies ? "ties" : "narrow";
+}
+
+struct HostInput {
+  std::vector<uint8_t> bytes;  // rows x ld elements of the input type
+  std::vector<float> values;   // decoded exactly; padding columns NaN (never read)
+};
+
+HostInput make_input(int64_t rows, int64_t cols, int64_t ld, InputType t, Pattern pattern, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  const double lo = t == InputType::kFp16 ? -6.0 : -30.0, hi = t == InputType::kFp16 ? 4.0 : 30.0;
+  const int64_t esize = element_bytes(t);
+  HostInput in;
+  in.bytes.assign(static_cast<size_t>(rows * ld * esize), 0);
+  in.values.assign(static_cast<size_t>(rows * ld), std::nanf(""));
+  // E2M1 grid points and the midpoints between them (ties), in units of the block's 2^j.
+  const double lattice[] = {0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 0.125, 5.5, 4.5};
+  const uint32_t smax = max_bits(t);
+  auto put = [&](int64_t r, int64_t c, uint32_t bits) {
+    const size_t i = static_cast<size_t>(r * ld + c);
+    std::memcpy(&in.bytes[i * esize], &bits, static_cast<size_t>(esize));
+    in.values[i] = from_bits(bits, t);
+  };
+  for (int64_t rr = 0; rr < rows; rr += 16) {
+    for (int64_t rc = 0; rc < cols; rc += 16) {
+      int kind = static_cast<int>(uni(rng) * 100);
+      if (pattern == Pattern::kTies) kind = kind < 80 ? 70 : 45;
+      if (pattern == Pattern::kNarrow) kind = kind < 85 ? 0 : 45;
+      const double mag = pattern == Pattern::kNarrow ? std::pow(10.0, -2.0 + 4.0 * uni(rng))
+                                                     : std::pow(10.0, lo + (hi - lo) * uni(rng));
+      const int j = static_cast<int>(rng() % 15) - 7;  // tie lattice scale 2^j (its scale 2^j / 1 in UE4M3)
+      for (int64_t r = rr; r < std::min(rows, rr + 16); ++r) {
+        for (int64_t c = rc; c < std::min(cols, rc + 16); ++c) {
+          uint32_t bits;
+          if (kind < 30) {
+            bits = to_bits(static_cast<float>(normal(rng) * mag), t);
+          } else if (kind < 42) {
+            const double u = std::max(uni(rng), 1e-4);
+            bits = to_bits(static_cast<float>(normal(rng) / (u * u) * mag * 1e-3), t);
+          } else if (kind < 50) {
+            bits = (rng() & 1) ? sign_bit(t) : 0u;
+          } else if (kind < 60) {
+            bits = to_bits(static_cast<float>(normal(rng) * mag), t);
+            const uint64_t z = rng() % 96;
+            if (z == 0) bits = inf_bits(t) | 1u;
+            if (z == 1) bits = inf_bits(t);
+            if (z == 2) bits = inf_bits(t) | sign_bit(t);
+            if (z == 3) bits = sign_bit(t);
+            if (z == 4) bits = 1u | ((rng() & 1) ? sign_bit(t) : 0u);
+            if (z == 5) bits = smax;
+          } else if (kind < 68) {
+            bits = static_cast<uint32_t>(rng() % min_normal_bits(t)) | ((rng() & 1) ? sign_bit(t) : 0u);
+          } else if (kind < 82) {
+            // A lattice point (r, c) == block start holds 6 * 2^j (the block amax); the rest are
+            // E2M1 values and ties, some one input ulp off.
+            const double v = (c == rc) ? 6.0 : lattice[rng() % (sizeof(lattice) / sizeof(lattice[0]))];
+            bits = to_bits(static_cast<float>(std::ldexp(v, j)), t);
+            if (c != rc && rng() % 4 == 0 && (bits & ~sign_bit(t)) > 0) bits += (rng() & 1) ? 1u : static_cast<uint32_t>(-1);
+            if (rng() & 1) bits ^= sign_bit(t);
+          } else if (kind < 90) {
+            bits = smax - static_cast<uint32_t>(rng() % 4);
+            if (rng() % 4 == 0) bits ^= sign_bit(t);
+          } else {
+            bits = to_bits(static_cast<float>(normal(rng) * mag * ((r + c) % 29 == 0 ? 1e6 : 1e-6)), t);
+          }
+          if ((pattern == Pattern::kFinite || pattern == Pattern::kTies || pattern == Pattern::kNarrow) &&
+              !std::isfinite(from_bits(bits, t)))
+            bits = smax | (bits & sign_bit(t));
+          put(r, c, bits);
+        }
+      }
+    }
+  }
+  if (pattern == Pattern::kTies) put(0, 0, to_bits(2688.0f, t));  // the tensor amax: S_enc = 1
+  return in;
+}
+
+// formats' amax of the input, and of its RHT along the rows (rows % 16 == 0).
+float input_amax(const HostInput& in, int64_t rows, int64_t cols, int64_t ld) {
+  return bf::detail::block_amax(in.values.data(), ld, 0, rows, 0, cols).amax;
+}
+float rht_amax(const HostInput& in, int64_t rows, int64_t cols, int64_t ld) {
+  float m = 0.0f;
+  float v[16];
+  for (int64_t c = 0; c < cols; ++c)
+    for (int64_t r = 0; r < rows; r += 16) {
+      for (int i = 0; i < 16; ++i) v[i] = in.values[static_cast<size_t>((r + i) * ld + c)];
+      bf::hadamard16_inplace(v);
+      m = std::max(m, bf::detail::block_amax(v, 16, 0, 1, 0, 16).amax);
+    }
+  return m;
+}
+
+// ==== One configuration ===========================================================================
+
+struct Config {
+  Directions dirs = Directions::kBoth;
+  bool two_d = false, sr = false, rht = false;
+  TensorAmax mode = TensorAmax::kMeasure;
+  float given_scale = 1.0f;  // kGiven: given amax = scale x the true one (0: zero)
+  uint64_t seed = 0x1234, offset = 77;
+};
+
+std::string describe(const Config& c) {
+  char s[160];
+  std::snprintf(s, sizeof s, "%s%s%s%s %s", name(c.dirs), c.two_d ? " 2d" : "", c.sr ? " sr" : "", c.rht ? " rht" : "",
+                c.mode == TensorAmax::kMeasure ? "measure" : ("given x" + std::to_string(c.given_scale)).c_str());
+  return s;
+}
+
+// The given amax: scale x truth, finite (an Inf truth gives a large finite stand-in).
+float given_amax(float truth, const Config& c, InputType t) {
+  const float base = std::isfinite(truth) ? truth : (t == InputType::kFp16 ? 60000.0f : 1e30f);
+  return c.given_scale * base;
+}
+
+struct Reference {
+  bf::QuantizedMatrix row, col;
+  std::vector<uint8_t> row_scales, col_scales;  // swizzled, one scale per stored row
+};
+
+std::vector<uint8_t> swizzled_per_row(const bf::QuantizedMatrix& q) {
+  const int64_t sc = q.scale_cols();
+  std::vector<uint8_t> linear(static_cast<size_t>(q.rows * sc));
+  for (int64_t r = 0; r < q.rows; ++r)
+    for (int64_t j = 0; j < sc; ++j) linear[static_cast<size_t>(r * sc + j)] = q.scales[static_cast<size_t>((r / q.block_rows) * sc + j)];
+  std::vector<uint8_t> out;
+  const auto s = bf::pack_swizzled_scales(linear.data(), q.rows, sc, &out);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  return out;
+}
+
+Reference make_reference(const HostInput& in, int64_t rows, int64_t cols, int64_t ld, const Config& c, float given_row,
+                         float given_col) {
+  Reference ref;
+  bf::QuantizeOptions o;
+  o.recipe = Recipe::kNvfp4;
+  o.nvfp4_2d = c.two_d;
+  o.stochastic_rounding = c.sr;
+  o.sr_seed = c.seed;
+  o.sr_offset = c.offset;
+  o.has_tensor_amax = c.mode == TensorAmax::kGiven;
+  if (c.dirs != Directions::kColumnwise) {
+    o.tensor_amax = given_row;
+    const auto s = bf::quantize(in.values.data(), rows, cols, ld, o, bf::Direction::kRowwise, &ref.row);
+    EXPECT_TRUE(s.is_ok()) << s.message();
+    ref.row_scales = swizzled_per_row(ref.row);
+  }
+  if (c.dirs != Directions::kRowwise) {
+    o.tensor_amax = given_col;
+    o.hadamard = c.rht;
+    const auto s = bf::quantize(in.values.data(), rows, cols, ld, o, bf::Direction::kColumnwise, &ref.col);
+    EXPECT_TRUE(s.is_ok()) << s.message();
+    ref.col_scales = swizzled_per_row(ref.col);
+  }
+  return ref;
+}
+
+struct GuardedOutput {
+  DeviceBuffer buf;
+  int64_t bytes = 0, offset = 0;
+  uint8_t* ptr() const { return buf.ptr + kGuard + offset; }
+};
+
+::testing::AssertionResult alloc_poisoned(GuardedOutput* o, int64_t bytes, int64_t offset) {
+  o->bytes = bytes;
+  o->offset = offset;
+  cudaError_t err = o->buf.alloc(static_cast<size_t>(bytes + 2 * kGuard + offset));
+  if (err == cudaSuccess) err = cudaMemset(o->buf.ptr, kPoison, o->buf.bytes);
+  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
+  return ::testing::AssertionSuccess();
+}
+
+// Compares a buffer with `want` (nullptr: untouched) and its guards with the poison; returns the
+// number of bad bytes and describes the first few.
+int64_t check_output(const GuardedOutput& o, const std::vector<uint8_t>* want, int64_t row_len, const char* what,
+                     std::string* report) {
+  std::vector<uint8_t> all(o.buf.bytes);
+  const cudaError_t err = cudaMemcpy(all.data(), o.buf.ptr, all.size(), cudaMemcpyDeviceToHost);
+  if (err != cudaSuccess) {
+    *report += std::string(what) + ": cudaMemcpy " + cudaGetErrorString(err) + "\n";
+    return 1;
+  }
+  int64_t bad = 0;
+  const int64_t begin = kGuard + o.offset;
+  for (int64_t i = 0; i < static_cast<int64_t>(all.size()); ++i) {
+    const bool inside = i >= begin && i < begin + o.bytes;
+    const uint8_t expected = inside && want ? (*want)[static_cast<size_t>(i - begin)] : kPoison;
+    if (all[static_cast<size_t>(i)] == expected) continue;
+    if (bad++ < 4) {
+      char line[200];
+      if (inside) {
+        const int64_t j = i - begin;
+        std::snprintf(line, sizeof line, "  %s: byte %lld (row %lld, col %lld): got 0x%02X want 0x%02X\n", what,
+                      static_cast<long long>(j), static_cast<long long>(j / row_len), static_cast<long long>(j % row_len),
+                      all[static_cast<size_t>(i)], expected);
+      } else {
+        std::snprintf(line, sizeof line, "  %s: guard byte %lld %s the buffer written (0x%02X)\n", what,
+                      static_cast<long long>(i < begin ? begin - i : i - begin - o.bytes), i < begin ? "before" : "after",
+                      all[static_cast<size_t>(i)]);
+      }
+      *report += line;
+    }
+  }
+  return bad;
+}
+
+std::vector<uint8_t> float_bytes(float f) {
+  std::vector<uint8_t> v(4);
+  std::memcpy(v.data(), &f, 4);
+  return v;
+}
+
+struct Layout {
+  int64_t rows, cols, ld;
+  InputType type;
+  Pattern pattern;
+  bool misaligned;  // input pointer off 16 bytes by one element, outputs by one byte
+};
+
+std::string describe(const Layout& l) {
+  char s[160];
+  std::snprintf(s, sizeof s, "%lldx%lld ld=%lld %s %s%s", static_cast<long long>(l.rows), static_cast<long long>(l.cols),
+                static_cast<long long>(l.ld), name(l.type), name(l.pattern), l.misaligned ? " misaligned" : "");
+  return s;
+}
+void PrintTo(const Layout& l, std::ostream* os) { *os << describe(l); }
+
+struct DeviceInput {
+  DeviceBuffer buf;
+  int64_t offset = 0;
+  const void* ptr() const { return buf.ptr + offset; }
+};
+
+::testing::AssertionResult upload(const HostInput& in, const Layout& l, DeviceInput* d) {
+  d->offset = l.misaligned ? element_bytes(l.type) : 0;
+  cudaError_t err = d->buf.alloc(in.bytes.size() + static_cast<size_t>(d->offset));
+  if (err == cudaSuccess) err = cudaMemcpy(d->buf.ptr + d->offset, in.bytes.data(), in.bytes.size(), cudaMemcpyHostToDevice);
+  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
+  return ::testing::AssertionSuccess();
+}
+
+struct Truth {
+  float amax = 0.0f, rht_amax = 0.0f;
+};
+
+// Runs one configuration and compares every output; returns the number of bad bytes.
+int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Config& c, const Reference& ref, const Truth& truth,
+                        float given_row, float given_col) {
+  bq::QuantizeProblem p;
+  p.recipe = Recipe::kNvfp4;
+  p.input_type = l.type;
+  p.rows = l.rows, p.cols = l.cols, p.ld = l.ld;
+  p.directions = Directions::kBoth;  // sizes of every buffer
+  const int64_t off = l.misaligned ? 1 : 0;
+  GuardedOutput row_data, row_scales, row_dec, col_data, col_scales, col_dec, amax, col_amax;
+  EXPECT_TRUE(alloc_poisoned(&row_data, bq::rowwise_data_bytes(p), off));
+  EXPECT_TRUE(alloc_poisoned(&row_scales, bq::rowwise_scale_bytes(p), off));
+  EXPECT_TRUE(alloc_poisoned(&col_data, bq::columnwise_data_bytes(p), off));
+  EXPECT_TRUE(alloc_poisoned(&col_scales, bq::columnwise_scale_bytes(p), off));
+  EXPECT_TRUE(alloc_poisoned(&row_dec, 4, 0));
+  EXPECT_TRUE(alloc_poisoned(&col_dec, 4, 0));
+  EXPECT_TRUE(alloc_poisoned(&amax, 4, 0));
+  EXPECT_TRUE(alloc_poisoned(&col_amax, 4, 0));
+  DeviceBuffer flag, given, workspace;
+  EXPECT_EQ(flag.alloc(sizeof(int)), cudaSuccess);
+  EXPECT_EQ(cudaMemset(flag.ptr, 0, sizeof(int)), cudaSuccess);
+  EXPECT_EQ(given.alloc(2 * sizeof(float)), cudaSuccess);
+  const float given_host[2] = {given_row, given_col};
+  EXPECT_EQ(cudaMemcpy(given.ptr, given_host, sizeof given_host, cudaMemcpyHostToDevice), cudaSuccess);
+
+  p.directions = c.dirs;
+  p.nvfp4_2d = c.two_d;
+  p.stochastic_rounding = c.sr;
+  p.sr_seed = c.seed, p.sr_offset = c.offset;
+  p.hadamard_columnwise = c.rht;
+  p.tensor_amax = c.mode;
+  const size_t ws = bq::workspace_size(p);
+  EXPECT_EQ(workspace.alloc(ws), cudaSuccess);
+  EXPECT_EQ(cudaMemset(workspace.ptr, 0xCD, std::max<size_t>(ws, 1)), cudaSuccess);  // never zeroed for the kernels
+
+  bq::QuantizeOutputs out;
+  out.rowwise_data = row_data.ptr(), out.rowwise_scales = row_scales.ptr();
+  out.rowwise_scale_dec = reinterpret_cast<float*>(row_dec.ptr());
+  out.columnwise_data = col_data.ptr(), out.columnwise_scales = col_scales.ptr();
+  out.columnwise_scale_dec = reinterpret_cast<float*>(col_dec.ptr());
+  out.amax = reinterpret_cast<float*>(amax.ptr());
+  out.columnwise_amax = c.rht ? reinterpret_cast<float*>(col_amax.ptr()) : nullptr;
+  out.nonfinite = reinterpret_cast<int*>(flag.ptr);
+  bq::QuantizeInputs in;
+  in.x = x.ptr();
+  if (c.mode == TensorAmax::kGiven) {
+    in.rowwise_tensor_amax = reinterpret_cast<const float*>(given.ptr);
+    in.columnwise_tensor_amax = reinterpret_cast<const float*>(given.ptr) + 1;
+  }
+  const blockscale::Status s = bq::run(p, in, out, workspace.ptr, ws, nullptr);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  const bool row = c.dirs != Directions::kColumnwise, col = c.dirs != Directions::kRowwise;
+  std::string report;
+  int64_t bad = 0;
+  bad += check_output(row_data, row ? &ref.row.data : nullptr, (l.cols + 1) / 2, "rowwise data", &report);
+  bad += check_output(row_scales, row ? &ref.row_scales : nullptr, 16, "rowwise scales", &report);
+  bad += check_output(col_data, col ? &ref.col.data : nullptr, (l.rows + 1) / 2, "columnwise data", &report);
+  bad += check_output(col_scales, col ? &ref.col_scales : nullptr, 16, "columnwise scales", &report);
+  const std::vector<uint8_t> row_dec_want = float_bytes(row ? ref.row.global_scale_dec : 0.0f);
+  const std::vector<uint8_t> col_dec_want = float_bytes(col ? ref.col.global_scale_dec : 0.0f);
+  bad += check_output(row_dec, row ? &row_dec_want : nullptr, 4, "rowwise_scale_dec", &report);
+  bad += check_output(col_dec, col ? &col_dec_want : nullptr, 4, "columnwise_scale_dec", &report);
+  const std::vector<uint8_t> amax_want = float_bytes(truth.amax), rht_want = float_bytes(truth.rht_amax);
+  bad += check_output(amax, &amax_want, 4, "amax", &report);
+  bad += check_output(col_amax, c.rht ? &rht_want : nullptr, 4, "columnwise_amax", &report);
+  int got_flag = -1;
+  EXPECT_EQ(cudaMemcpy(&got_flag, flag.ptr, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  const int want_flag = ((row && ref.row.nonfinite_seen) || (col && ref.col.nonfinite_seen)) ? 1 : 0;
+  if (got_flag != want_flag) {
+    ++bad;
+    report += "  nonfinite flag: got " + std::to_string(got_flag) + " want " + std::to_string(want_flag) + "\n";
+  }
+  EXPECT_EQ(bad, 0) << describe(l) << " " << describe(c) << ": " << bad << " bad bytes\n" << report;
+  return bad;
+}
+
+// Runs `configs` on one layout, sharing references between configurations with equal options.
+int64_t check_configs(const Layout& l, uint64_t seed, const std::vector<Config>& configs, const char* label) {
+  const HostInput in = make_input(l.rows, l.cols, l.ld, l.type, l.pattern, seed);
+  DeviceInput x;
+  EXPECT_TRUE(upload(in, l, &x));
+  Truth truth;
+  truth.amax = input_amax(in, l.rows, l.cols, l.ld);
+  const bool rht_ok = l.rows % 16 == 0;
+  if (rht_ok) truth.rht_amax = rht_amax(in, l.rows, l.cols, l.ld);
+  std::map<std::tuple<int, bool, bool, bool, int, float, float>, Reference> refs;
+  int64_t bad = 0;
+  int runs = 0;
+  for (const Config& c : configs) {
+    if (c.rht && (!rht_ok || c.two_d || c.dirs == Directions::kRowwise)) continue;
+    const bool given = c.mode == TensorAmax::kGiven;
+    const float given_row = given ? given_amax(truth.amax, c, l.type) : 0.0f;
+    const float given_col = given ? given_amax(c.rht ? truth.rht_amax : truth.amax, c, l.type) : 0.0f;
+    const auto key = std::make_tuple(static_cast<int>(c.dirs), c.two_d, c.sr, c.rht, given ? 1 : 0, given_row, given_col);
+    auto it = refs.find(key);
+    if (it == refs.end()) it = refs.emplace(key, make_reference(in, l.rows, l.cols, l.ld, c, given_row, given_col)).first;
+    bad += run_and_compare(l, x, c, it->second, truth, given_row, given_col);
+    ++runs;
+  }
+  std::printf("nvfp4_quantize_test: %-44s %2d runs (%s), bad bytes %lld\n", describe(l).c_str(), runs, label,
+              static_cast<long long>(bad));
+  return bad;
+}
+
+// Every option combination with both copies, both amax modes; single directions for a few.
+std::vector<Config> full_matrix() {
+  std::vector<Config> v;
+  for (bool two_d : {false, true})
+    for (bool sr : {false, true})
+      for (bool rht : {false, true}) {
+        if (two_d && rht) continue;
+        Config c;
+        c.two_d = two_d, c.sr = sr, c.rht = rht;
+        c.mode = TensorAmax::kMeasure;
+        v.push_back(c);
+        c.mode = TensorAmax::kGiven;
+        c.given_scale = 1.0f;
+        v.push_back(c);
+        c.given_scale = sr ? 0.0f : 0.25f;  // saturating block scales / S_enc = 1
+        v.push_back(c);
+      }
+  for (Directions d : {Directions::kRowwise, Directions::kColumnwise}) {
+    Config c;
+    c.dirs = d;
+    v.push_back(c);  // 1D measure
+    c.rht = d == Directions::kColumnwise;
+    c.mode = TensorAmax::kGiven;
+    v.push_back(c);
+    c.rht = false, c.two_d = true, c.sr = true;
+    v.push_back(c);
+  }
+  return v;
+}
+
+// A smaller matrix for the large shapes: the production paths.
+std::vector<Config> light_matrix() {
+  std::vector<Config> v;
+  Config c;
+  c.rht = true, c.mode = TensorAmax::kGiven;
+  v.push_back(c);  // the speed target's configuration
+  c.mode = TensorAmax::kMeasure;
+  v.push_back(c);
+  Config d;
+  d.two_d = true, d.mode = TensorAmax::kGiven, d.given_scale = 0.5f;
+  v.push_back(d);
+  Config e;
+  e.sr = true, e.dirs = Directions::kRowwise;
+  v.push_back(e);
+  return v;
+}
+
+class Nvfp4QuantizeLayouts : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(Nvfp4QuantizeLayouts, MatchesTheEmulatorByteForByte) {
+  SKIP_WITHOUT_GPU();
+  const Layout l = GetParam();
+  const bool big = l.rows * l.cols > 300000;
+  check_configs(l, 1000003u * static_cast<uint64_t>(l.rows) + 7919u * l.cols + 31u * l.ld + 3u * static_cast<uint64_t>(l.type) +
+                       static_cast<uint64_t>(l.pattern) + (l.misaligned ? 5u : 0u),
+                big ? light_matrix() : full_matrix(), big ? "light matrix" : "full matrix");
+}
+
+std::vector<Layout> layouts() {
+  std::vector<Layout> v;
+  const InputType types[] = {InputType::kBf16, InputType::kFp16, InputType::kFp32};
+  const int64_t shapes[][2] = {{1, 1}, {1, 17}, {3, 33}, {16, 16}, {31, 32}, {32, 48}, {33, 65}, {48, 100}, {127, 129}, {144, 200}, {256, 512}};
+  for (const auto& s : shapes)
+    for (InputType t : types) v.push_back({s[0], s[1], s[1], t, Pattern::kMixed, false});
+  for (InputType t : types) {
+    v.push_back({64, 96, 96, t, Pattern::kTies, false});
+    v.push_back({160, 130, 130, t, Pattern::kFinite, false});
+    v.push_back({128, 256, 256, t, Pattern::kNarrow, false});
+    v.push_back({112, 129, 136, t, Pattern::kMixed, false});   // ld > cols, 16-byte rows
+    v.push_back({48, 65, 67, t, Pattern::kMixed, false});      // ld breaks 16-byte loads
+    v.push_back({96, 129, 131, t, Pattern::kMixed, true});     // misaligned pointers
+    v.push_back({256, 256, 256, t, Pattern::kMixed, true});
+    v.push_back({1008, 2048, 2048, t, Pattern::kMixed, false});  // light matrix
+  }
+  v.push_back({1000, 4096, 4104, InputType::kBf16, Pattern::kMixed, false});
+  return v;
+}
+
+std::string layout_name(const ::testing::TestParamInfo<Layout>& info) {
+  const Layout& l = info.param;
+  return std::to_string(l.rows) + "x" + std::to_string(l.cols) + "_ld" + std::to_string(l.ld) + "_" + name(l.type) + "_" +
+         name(l.pattern) + (l.misaligned ? "_misaligned" : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Nvfp4QuantizeLayouts, ::testing::ValuesIn(layouts()), layout_name);
+
+TEST(Nvfp4QuantizeLarge, Bf16_16385x7169) {
+  SKIP_WITHOUT_GPU();
+  Config c;  // 1D both, given amax (the true one)
+  c.mode = TensorAmax::kGiven;
+  check_configs({16385, 7169, 7169, InputType::kBf16, Pattern::kMixed, false}, 42, {c}, "both given");
+}
+
+TEST(Nvfp4QuantizeLarge, ManyTilesPerCtaEveryInputType) {
+  SKIP_WITHOUT_GPU();
+  for (InputType t : {InputType::kBf16, InputType::kFp16, InputType::kFp32}) {
+    Config a;
+    a.rht = true;  // measure
+    Config b;
+    b.two_d = true, b.sr = true, b.mode = TensorAmax::kGiven;
+    check_configs({4096, 4096, 4096, t, Pattern::kMixed, false}, 4242 + static_cast<uint64_t>(t), {a, b}, "rht measure, 2d sr given");
+  }
+}
+
+// ==== GPU sweeps of the device arithmetic =========================================================
+
+struct SweepCounts {
+  unsigned long long checked, mismatches, first[4], got[4], want[4];
+};
+
+__device__ void note_mismatch(SweepCounts* c, uint32_t bits, uint32_t got, uint32_t want) {
+  const unsigned long long k = atomicAdd(&c->mismatches, 1ull);
+  if (k < 4) c->first[k] = bits, c->got[k] = got, c->want[k] = want;
+}
+
+__global__ void encoder_sweep_kernel(SweepCounts* c) {
+  unsigned long long checked = 0;
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < (uint64_t{1} << 32); i += uint64_t{gridDim.x} * blockDim.x) {
+    const uint32_t bits = static_cast<uint32_t>(i);
+    if ((bits & 0x7FFFFFFFu) > 0x7F800000u) continue;  // NaN: never encoded
+    const float y = __uint_as_float(bits), a = fabsf(y);
+    const uint32_t want = blockscale::formats::encode_e2m1(y);
+    const uint32_t sign = (bits >> 31) << 3;
+    const uint32_t got = (nv::e2m1_magnitude_biased<true>(a) - nv::kBiasedZero) | sign;
+    ++checked;
+    if (got != want) note_mismatch(c, bits, got, want);
+    if (a < 7.0f) {
+      const uint32_t got2 = (nv::e2m1_magnitude_biased<false>(a) - nv::kBiasedZero) | sign;
+      if (got2 != want) note_mismatch(c, bits, got2 | 0x100, want);
+    }
+  }
+  atomicAdd(&c->checked, checked);
+}
+
+__global__ void scale_sweep_kernel(SweepCounts* c) {
+  unsigned long long checked = 0;
+  for (uint32_t b = blockIdx.x * blockDim.x + threadIdx.x; b <= 0x7F800000u; b += gridDim.x * blockDim.x) {
+    const float v = __uint_as_float(b);
+    const uint32_t got = nv::scale_codes2(v, v, 1.0f);
+    const uint32_t want = blockscale::formats::encode_ue4m3(v);
+    ++checked;
+    if (got != (want | (want << 8))) note_mismatch(c, b, got, want);
+  }
+  atomicAdd(&c->checked, checked);
+}
+
+__global__ void sign_gather_kernel(const uint32_t* words, uint32_t* out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const uint32_t* w = words + 8 * i;
+  out[4 * i] = nv::signs_of_pairs(w);
+  out[4 * i + 1] = nv::signs_of_singles<1>(w);
+  out[4 * i + 2] = nv::signs_of_singles<3>(w);
+  out[4 * i + 3] = nv::signs_of_singles<2>(w);
+}
+
+SweepCounts run_sweep(void (*kernel)(SweepCounts*)) {
+  SweepCounts c{};
+  DeviceBuffer buf;
+  EXPECT_EQ(buf.alloc(sizeof c), cudaSuccess);
+  EXPECT_EQ(cudaMemset(buf.ptr, 0, sizeof c), cudaSuccess);
+  kernel<<<4096, 256>>>(reinterpret_cast<SweepCounts*>(buf.ptr));
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(&c, buf.ptr, sizeof c, cudaMemcpyDeviceToHost), cudaSuccess);
+  return c;
+}
+
+TEST(Nvfp4DeviceArithmetic, EncoderMatchesEncodeE2m1OnEveryNonNanFp32) {
+  SKIP_WITHOUT_GPU();
+  const SweepCounts c = run_sweep(encoder_sweep_kernel);
+  EXPECT_EQ(c.checked, (uint64_t{1} << 32) - 2 * ((uint64_t{1} << 23) - 1));
+  EXPECT_EQ(c.mismatches, 0u);
+  for (unsigned long long k = 0; k < std::min(c.mismatches, 4ull); ++k)
+    ADD_FAILURE() << std::hex << "y bits 0x" << c.first[k] << ": got 0x" << c.got[k] << " want 0x" << c.want[k];
+  std::printf("nvfp4_quantize_test: device E2M1 encoder vs encode_e2m1: %llu fp32 patterns, mismatches %llu\n", c.checked,
+              c.mismatches);
+}
+
+TEST(Nvfp4DeviceArithmetic, HardwareScaleCodeMatchesEncodeUe4m3FromZeroToInf) {
+  SKIP_WITHOUT_GPU();
+  const SweepCounts c = run_sweep(scale_sweep_kernel);
+  EXPECT_EQ(c.checked, 0x7F800001ull);
+  EXPECT_EQ(c.mismatches, 0u);
+  for (unsigned long long k = 0; k < std::min(c.mismatches, 4ull); ++k)
+    ADD_FAILURE() << std::hex << "value bits 0x" << c.first[k] << ": cvt 0x" << c.got[k] << " encode_ue4m3 0x" << c.want[k];
+  std::printf("nvfp4_quantize_test: cvt e4m3x2 scale code vs encode_ue4m3: %llu values in [0, +Inf], mismatches %llu\n",
+              c.checked, c.mismatches);
+}
+
+TEST(Nvfp4DeviceArithmetic, SignGathers) {
+  SKIP_WITHOUT_GPU();
+  const int n = 1 << 16;
+  std::vector<uint32_t> words(8 * n);
+  std::mt19937 rng(5);
+  for (auto& w : words) w = rng();
+  DeviceBuffer dw, dout;
+  ASSERT_CUDA(dw.alloc(words.size() * 4));
+  ASSERT_CUDA(dout.alloc(4 * n * 4));
+  ASSERT_CUDA(cudaMemcpy(dw.ptr, words.data(), words.size() * 4, cudaMemcpyHostToDevice));
+  sign_gather_kernel<<<n / 256, 256>>>(reinterpret_cast<const uint32_t*>(dw.ptr), reinterpret_cast<uint32_t*>(dout.ptr), n);
+  ASSERT_CUDA(cudaGetLastError());
+  std::vector<uint32_t> got(4 * n);
+  ASSERT_CUDA(cudaMemcpy(got.data(), dout.ptr, got.size() * 4, cudaMemcpyDeviceToHost));
+  int64_t bad = 0;
+  for (int i = 0; i < n; ++i) {
+    const uint32_t* w = &words[8 * i];
+    uint32_t pairs = 0, s1 = 0, s3 = 0, s2 = 0;
+    for (int e = 0; e < 8; ++e) {
+      pairs |= ((w[e / 2] >> (e % 2 ? 31 : 15)) & 1u) << (4 * e + 3);
+      s1 |= ((w[e] >> 15) & 1u) << (4 * e + 3);
+      s3 |= ((w[e] >> 31) & 1u) << (4 * e + 3);
+      s2 |= ((w[e] >> 23) & 1u) << (4 * e + 3);
+    }
+    if ((got[4 * i] != pairs || got[4 * i + 1] != s1 || got[4 * i + 2] != s3 || got[4 * i + 3] != s2) && bad++ < 4)
+      ADD_FAILURE() << "word group " << i;
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+// ==== Flags and special tensors ====================================================================
+
+TEST(Nvfp4QuantizeSpecial, AllZeroTensorAndEmptyProblem) {
+  SKIP_WITHOUT_GPU();
+  // All zeros: S_enc = 1, every scale and code 0 (+0) or 8 (-0); amax 0.
+  for (InputType t : {InputType::kBf16, InputType::kFp32}) {
+    const Layout l{48, 80, 80, t, Pattern::kMixed, false};
+    HostInput in;
+    in.bytes.assign(static_cast<size_t>(l.rows * l.ld * element_bytes(t)), 0);
+    in.values.assign(static_cast<size_t>(l.rows * l.ld), 0.0f);
+    for (int64_t i = 0; i < l.rows * l.ld; i += 7) {  // some -0
+      const uint32_t s = sign_bit(t);
+      std::memcpy(&in.bytes[static_cast<size_t>(i * element_bytes(t))], &s, static_cast<size_t>(element_bytes(t)));
+      in.values[static_cast<size_t>(i)] = -0.0f;
+    }
+    DeviceInput x;
+    ASSERT_TRUE(upload(in, l, &x));
+    for (TensorAmax mode : {TensorAmax::kMeasure, TensorAmax::kGiven}) {
+      Config c;
+      c.rht = true, c.mode = mode;
+      const Reference ref = make_reference(in, l.rows, l.cols, l.ld, c, 0.0f, 0.0f);
+      EXPECT_EQ(ref.row.global_scale_dec, 1.0f);
+      EXPECT_EQ(run_and_compare(l, x, c, ref, Truth{}, 0.0f, 0.0f), 0);
+    }
+  }
+  // Empty: writes amax 0 and nothing else.
+  GuardedOutput amax;
+  ASSERT_TRUE(alloc_poisoned(&amax, 4, 0));
+  bq::QuantizeProblem p;
+  p.recipe = Recipe::kNvfp4, p.rows = 0, p.cols = 5, p.ld = 5, p.directions = Directions::kBoth;
+  bq::QuantizeOutputs out;
+  out.amax = reinterpret_cast<float*>(amax.ptr());
+  ASSERT_TRUE(bq::run(p, bq::QuantizeInputs{}, out, nullptr, 0, nullptr).is_ok());
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  std::string report;
+  const std::vector<uint8_t> zero(4, 0);
+  EXPECT_EQ(check_output(amax, &zero, 4, "amax", &report), 0) << report;
+}
+
+TEST(Nvfp4QuantizeSpecial, NonfiniteFlagIsOnlyEverSetToOne) {
+  SKIP_WITHOUT_GPU();
+  const Layout l{64, 64, 64, InputType::kBf16, Pattern::kFinite, false};
+  for (bool with_nan : {false, true}) {
+    HostInput in = make_input(l.rows, l.cols, l.ld, l.type, Pattern::kNarrow, 5);
+    if (with_nan) in.bytes[2 * (10 * 64 + 7) + 1] = 0x7F, in.bytes[2 * (10 * 64 + 7)] = 0xC1;
+    DeviceInput x;
+    ASSERT_TRUE(upload(in, l, &x));
+    bq::QuantizeProblem p;
+    p.recipe = Recipe::kNvfp4, p.rows = l.rows, p.cols = l.cols, p.ld = l.ld;
+    DeviceBuffer data, scales, dec, flag, ws;
+    ASSERT_CUDA(data.alloc(static_cast<size_t>(bq::rowwise_data_bytes(p))));
+    ASSERT_CUDA(scales.alloc(static_cast<size_t>(bq::rowwise_scale_bytes(p))));
+    ASSERT_CUDA(dec.alloc(4));
+    ASSERT_CUDA(flag.alloc(sizeof(int)));
+    ASSERT_CUDA(ws.alloc(bq::workspace_size(p)));
+    const int start = 7;
+    ASSERT_CUDA(cudaMemcpy(flag.ptr, &start, sizeof start, cudaMemcpyHostToDevice));
+    bq::QuantizeOutputs out;
+    out.rowwise_data = data.ptr, out.rowwise_scales = scales.ptr, out.rowwise_scale_dec = reinterpret_cast<float*>(dec.ptr);
+    out.nonfinite = reinterpret_cast<int*>(flag.ptr);
+    bq::QuantizeInputs xin;
+    xin.x = x.ptr();
+    const auto s = bq::run(p, xin, out, ws.ptr, ws.bytes, nullptr);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    int got = 0;
+    ASSERT_CUDA(cudaMemcpy(&got, flag.ptr, sizeof got, cudaMemcpyDeviceToHost));
+    EXPECT_EQ(got, with_nan ? 1 : start) << (with_nan ? "NaN input" : "finite input");
+  }
+}
+
+}  // namespace

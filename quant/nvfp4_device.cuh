@@ -1,0 +1,266 @@
+// Device helpers of the NVFP4 quantize kernels (quant/nvfp4_quantize.cu): the E2M1 element encoder
+// (software, the same on every architecture), the element codes of 8 / 16 values with their signs
+// packed two per byte, the UE4M3 block scale code, the Philox words of 16 consecutive stored
+// elements, and the tensor-scale setup. Everything host-callable here (BS_HOST_DEVICE) is checked
+// on the host against formats/ by tests/quant/nvfp4_quantize_test.cu; the device-only pieces
+// (the hardware UE4M3 conversion, the PRMT sign gathers) are checked there on the GPU.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#if !defined(__CUDA_ARCH__)
+#include <algorithm>
+#include <cmath>
+#endif
+
+#include "formats/hadamard.h"
+#include "formats/nvfp4_scalar.h"
+#include "formats/philox.h"
+#include "formats/scalar_codecs.h"
+
+namespace blockscale::quant::detail::nvfp4 {
+
+// ---- fp32 fused multiply-add, rounded once to nearest even (host: std::fmaf is correctly
+// rounded).
+BS_HOST_DEVICE float fma_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fmaf(a, b, c);
+#endif
+}
+BS_HOST_DEVICE float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+BS_HOST_DEVICE uint32_t min3_u32(uint32_t a, uint32_t b, uint32_t c) {
+#if defined(__CUDA_ARCH__)
+  return __vimin3_u32(a, b, c);  // one VIMNMX3 on sm_90a / sm_100a
+#else
+  return std::min(std::min(a, b), c);
+#endif
+}
+
+// ---- E2M1 magnitude code of a = |y| (a >= 0, never NaN: the kernels never encode a NaN), RNE,
+// satfinite, as formats::encode_e2m1 rounds it. Returned as the fp32 bits 2^23 + code, i.e.
+// 0x4B000000 + code. The grid {0, .5, 1, 1.5, 2, 3, 4, 6} has step 0.5 below 2, 1 in [2, 4) and 2
+// above 4, so
+//   code = min(rint(2a), rint(a) + 2, rint(a / 2) + 4, 7)      (rint: to nearest, ties to even)
+// (each term is exact in its own range and not smaller than the right one elsewhere: the terms
+// are rounded values of 2a, a + 2 and a / 2 + 4, which order as the right range says, and
+// rounding is monotone; adding an even integer keeps the parity that ties go to). Each term is
+// one fp32 operation with a single rounding: 2a + 2^23 (FMA), a + (2^23 + 2), a / 2 + (2^23 + 4)
+// (FMA) land in [2^23, 2^24) where the ulp is 1, so RN rounds the fraction to nearest even and
+// the bits are 0x4B000000 + the term. Larger a (also Inf) gives larger bits: the minimum with 7
+// saturates. kCap = false leaves the last minimum out: valid when a < 7 (the third term
+// reaches 8 at a = 7), which the kernels check once per block. tests/quant compares this with
+// formats::encode_e2m1 on every non-NaN fp32 pattern (host: the range that matters, GPU: all).
+template <bool kCap>
+BS_HOST_DEVICE uint32_t e2m1_magnitude_biased(float a) {
+  const float t0 = fma_rn(a, 2.0f, 8388608.0f);   // 2^23 + rint(2a)
+  const float t1 = add_rn(a, 8388610.0f);         // 2^23 + rint(a) + 2
+  const float t2 = fma_rn(a, 0.5f, 8388612.0f);   // 2^23 + rint(a / 2) + 4
+  uint32_t m = min3_u32(formats::float_bits(t0), formats::float_bits(t1), formats::float_bits(t2));
+  if (kCap) m = m < 0x4B000007u ? m : 0x4B000007u;
+  return m;
+}
+inline constexpr uint32_t kBiasedZero = 0x4B000000u;
+
+// Eight biased magnitude codes (element i at nibble i) summed into one word: sum_i m_i << 4i.
+// The 0x4B000000 bias of element 0 and its image 0xB0000000 for element 1 wrap around (higher
+// elements shift it out of 32 bits), so adding kPackStart = -(0x4B000000 + 0xB0000000) mod 2^32
+// leaves exactly the codes. Summed as a tree (depth 3) to keep the dependency chain short.
+inline constexpr uint32_t kPackStart = 0x05000000u;
+BS_HOST_DEVICE uint32_t pack8(const uint32_t* m) {
+  const uint32_t p0 = m[0] + (m[1] << 4), p1 = m[2] + (m[3] << 4);
+  const uint32_t p2 = m[4] + (m[5] << 4), p3 = m[6] + (m[7] << 4);
+  const uint32_t q0 = p0 + (p1 << 8), q1 = p2 + (p3 << 8);
+  return q0 + (q1 << 16) + kPackStart;
+}
+
+// The fp32 multiply of the element by the block's encode factor: y = x * enc (RN), |y| taken
+// without a sign (enc > 0).
+BS_HOST_DEVICE float scaled_magnitude(float x, float enc) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(fabsf(x), enc);
+#else
+  return std::fabs(x) * enc;
+#endif
+}
+
+// Eight values -> eight E2M1 codes with signs, one word (element i in nibble i). The sign bits
+// come from `sign_bits` (bit 4i+3 set for a negative element), which the device gathers with
+// PRMT; the host reference builds it bit by bit.
+template <bool kCap>
+BS_HOST_DEVICE uint32_t encode8_magnitudes(const float* x, float enc) {
+  uint32_t m[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) m[i] = e2m1_magnitude_biased<kCap>(scaled_magnitude(x[i], enc));
+  return pack8(m);
+}
+
+// Host / reference: bit 4i+3 = sign of x[i].
+BS_HOST_DEVICE uint32_t sign_nibbles_reference(const float* x) {
+  uint32_t s = 0;
+  for (int i = 0; i < 8; ++i) s |= (formats::float_bits(x[i]) >> 31) << (4 * i + 3);
+  return s;
+}
+
+// ---- NaN-propagating maximum (max.NaN.f32): a block holding a NaN or Inf shows it.
+BS_HOST_DEVICE float max_nan(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return (a != a || b != b) ? std::nanf("") : (a > b ? a : b);
+#endif
+}
+
+BS_HOST_DEVICE float abs_f(float x) {
+#if defined(__CUDA_ARCH__)
+  return fabsf(x);
+#else
+  return std::fabs(x);
+#endif
+}
+
+// ---- The 16-point RHT of formats::hadamard16_inplace WITHOUT its final multiply by 0.25:
+// the same sign flips and fp32 butterflies in the same order (strides 1, 2, 4, 8), so
+// formats::hadamard16_inplace(x)[i] == mul_rn(v[i], 0.25f) bit for bit. Returns
+// max_j RN(|a_j| + |b_j|) over the last stage's inputs (a_j, b_j) = (v[j], v[j + 8]) before it:
+// for finite a, b, RN(|a| + |b|) = max(|RN(a + b)|, |RN(a - b)|) (the larger magnitude is the
+// same-sign sum), and it is NaN or Inf exactly when one of the two outputs is. So it is the
+// block's max |v| (NaN propagating) for 8 adds and 7 maxima instead of 15 maxima.
+BS_HOST_DEVICE float rht16_unscaled(float v[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+    if ((formats::kHadamardSignBits >> i) & 1u) v[i] = -v[i];
+#pragma unroll
+  for (int h = 1; h < 8; h *= 2) {
+#pragma unroll
+    for (int i = 0; i < 16; i += 2 * h) {
+#pragma unroll
+      for (int j = i; j < i + h; ++j) {
+        const float a = v[j], b = v[j + h];
+        v[j] = add_rn(a, b);
+        v[j + h] = formats::sub_rn(a, b);
+      }
+    }
+  }
+  float p[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float a = v[j], b = v[j + 8];
+    v[j] = add_rn(a, b);
+    v[j + 8] = formats::sub_rn(a, b);
+    p[j] = add_rn(abs_f(a), abs_f(b));
+  }
+  return max_nan(max_nan(max_nan(p[0], p[1]), max_nan(p[2], p[3])), max_nan(max_nan(p[4], p[5]), max_nan(p[6], p[7])));
+}
+
+// ---- UE4M3 block scale of a finite block amax: formats::nvfp4_block_scale_code with the
+// product precomputed per tensor: k = S_enc * fl(1/6) (both RN, as formats), code = UE4M3(amax * k).
+BS_HOST_DEVICE float block_scale_factor(float s_enc) { return formats::mul_rn(s_enc, 1.0f / 6.0f); }
+
+// Two scale codes at once (a in the low byte). The product amax * k is >= 0 and never NaN; it
+// may overflow to +Inf, clamped to FLT_MAX first (UE4M3 saturates both to 0x7E). Device: the
+// hardware cvt.rn.satfinite.e4m3x2.f32 (sm_89+; E4M3 and UE4M3 agree on every value >= 0:
+// tests/quant checks it against formats::encode_ue4m3 on every fp32 pattern in [0, +Inf]);
+// host: formats::encode_ue4m3.
+BS_HOST_DEVICE uint32_t scale_codes2(float amax_a, float amax_b, float k) {
+  float pa = formats::mul_rn(amax_a, k), pb = formats::mul_rn(amax_b, k);
+  pa = pa < formats::kFltMax ? pa : formats::kFltMax;
+  pb = pb < formats::kFltMax ? pb : formats::kFltMax;
+#if defined(__CUDA_ARCH__)
+  unsigned short r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(pb), "f"(pa));
+  return r;
+#else
+  return formats::encode_ue4m3(pa) | (static_cast<uint32_t>(formats::encode_ue4m3(pb)) << 8);
+#endif
+}
+
+// ---- Philox words of 16 consecutive stored elements i0 .. i0+15 (formats::philox_element_word:
+// word index % 4 of Philox4x32-10(counter = (index / 4, offset), key = seed)). One generator call
+// per group of four; when i0 is not a multiple of 4 the 16 elements touch 5 groups and the words
+// are picked by selects (the phase s = i0 % 4 is not known at compile time; constant indexing
+// keeps the words in registers).
+BS_HOST_DEVICE formats::Philox4x32 philox_group(uint64_t seed, uint64_t offset, uint64_t group) {
+  return formats::philox4x32_10(
+      formats::Philox4x32{{static_cast<uint32_t>(group), static_cast<uint32_t>(group >> 32),
+                           static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32)}},
+      static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+}
+
+BS_HOST_DEVICE void philox_words16(uint64_t seed, uint64_t offset, uint64_t i0, uint32_t r[16]) {
+  const uint64_t g0 = i0 / 4;
+  const uint32_t s = static_cast<uint32_t>(i0 % 4);
+  uint32_t w[20];
+#pragma unroll
+  for (int g = 0; g < 4; ++g) {
+    const formats::Philox4x32 o = philox_group(seed, offset, g0 + g);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) w[4 * g + j] = o.v[j];
+  }
+  if (s == 0) {
+#pragma unroll
+    for (int k = 0; k < 16; ++k) r[k] = w[k];
+    return;
+  }
+  const formats::Philox4x32 o = philox_group(seed, offset, g0 + 4);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) w[16 + j] = o.v[j];
+#pragma unroll
+  for (int k = 0; k < 16; ++k) r[k] = s == 1 ? w[k + 1] : s == 2 ? w[k + 2] : w[k + 3];
+}
+
+// Eight stochastically rounded codes (formats::encode_e2m1_stochastic on y = x * enc, sign kept).
+BS_HOST_DEVICE uint32_t encode8_stochastic(const float* x, float enc, const uint32_t* r) {
+  uint32_t word = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    word |= static_cast<uint32_t>(formats::encode_e2m1_stochastic(formats::mul_rn(x[i], enc), r[i])) << (4 * i);
+  return word;
+}
+
+#if defined(__CUDACC__)
+// ---- Sign gathers (device): bit 4i+3 of the result = sign of element i of eight, from the
+// input's own bits. prmt's default mode replicates the sign of the selected byte when bit 3 of
+// the selector nibble is set.
+__device__ __forceinline__ uint32_t prmt_sign(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
+// Sign bytes (0x00 / 0xFF) -> nibble sign bits: u holds the signs of elements 0, 2, 4, 6 (bytes
+// 0..3), v those of 1, 3, 5, 7.
+__device__ __forceinline__ uint32_t merge_sign_bytes(uint32_t u, uint32_t v) {
+  return (u & 0x08080808u) | (v & 0x80808080u);
+}
+
+// Eight 16-bit elements in four words (element 2m in the low half of word m): the signs are the
+// top bits of bytes 1 and 3.
+__device__ __forceinline__ uint32_t signs_of_pairs(const uint32_t* w) {
+  const uint32_t p01 = prmt_sign(w[0], w[1], 0xFBD9u);  // signs of elements 0, 2, 1, 3
+  const uint32_t p23 = prmt_sign(w[2], w[3], 0xFBD9u);  // 4, 6, 5, 7
+  return merge_sign_bytes(__byte_perm(p01, p23, 0x5410u), __byte_perm(p01, p23, 0x7632u));
+}
+
+// Eight elements, one per word, the sign in the top bit of byte `kByte` (3: fp32, 1 / 3: the low /
+// high half of a 16-bit pair).
+template <int kByte>
+__device__ __forceinline__ uint32_t signs_of_singles(const uint32_t* w) {
+  constexpr uint32_t kSel = (kByte | 8u) | ((kByte + 4u) | 8u) << 4;  // bytes 0, 1: a's, b's sign
+  const uint32_t e02 = prmt_sign(w[0], w[2], kSel), e46 = prmt_sign(w[4], w[6], kSel);
+  const uint32_t e13 = prmt_sign(w[1], w[3], kSel), e57 = prmt_sign(w[5], w[7], kSel);
+  return merge_sign_bytes(__byte_perm(e02, e46, 0x5410u), __byte_perm(e13, e57, 0x5410u));
+}
+#endif
+
+}  // namespace blockscale::quant::detail::nvfp4
