@@ -1,13 +1,25 @@
-// MXFP8 quantize (E4M3, E5M2; 1x32 blocks, E8M0 scales, ceil or floor rounding) of a row-major
-// bf16 / fp16 / fp32 matrix: ONE read of the input writes the rowwise copy (rows x cols, blocks
-// along cols), the columnwise copy (cols x rows, the transpose, blocks along the input's rows), or
-// both, with their scales in the swizzled 128x4 layout (padding written as 0).
+// MX quantize: MXFP8 (E4M3, E5M2) and MXFP4 (E2M1); 1x32 blocks, E8M0 scales, ceil or floor
+// rounding, of a row-major bf16 / fp16 / fp32 matrix: ONE read of the input writes the rowwise
+// copy (rows x cols, blocks along cols), the columnwise copy (cols x rows, the transpose, blocks
+// along the input's rows), or both, with their scales in the swizzled 128x4 layout (padding
+// written as 0). Two modes of the same kernel (the `kGrouped` template argument):
+//   dense  : the matrix as it is (quant/quantize.h run()).
+//   grouped: MoE tokens sorted by expert (run() of GroupedQuantizeProblem): the rowwise copy is
+//            the dense one; the columnwise copy is quantized in the padded row space of
+//            quant/mx_grouped.cuh (each expert padded with zero rows to a multiple of 32, zero
+//            rows up to the capacity), and the kernel writes the padded ends. The offsets are read
+//            on the device (no host synchronisation): every CTA scans group_ends into shared memory
+//            and maps each tile's four 32-row segments to input rows.
 //
-// Must match, byte for byte: formats::quantize() (formats/mx_quantize.cpp) followed by
-// formats::pack_swizzled_scales(). Elements: x * 2^-e in fp32 (formats::mul_rn), then
-// cvt.rn.satfinite.{e4m3,e5m2}x2.f32 (or formats::encode_minifloat itself); the scale:
-// formats::mx_scale_exponent as integer steps (mx_block_scale). tests/quant checks both against
-// formats on every finite fp32 pattern.
+// Must match, byte for byte: formats::quantize() (formats/mx_quantize.cpp; grouped:
+// formats::quantize_grouped_columnwise) followed by formats::pack_swizzled_scales(). Elements:
+// x * 2^-e in fp32 (formats::mul_rn), then
+//   MXFP8: cvt.rn.satfinite.{e4m3,e5m2}x2.f32 (or formats::encode_minifloat itself);
+//   MXFP4: the software E2M1 encoder e2m1_code (quant/mx_device.cuh) on EVERY architecture: the
+//          E2M1 cvt exists only on sm_100a, so the sm_90a and sm_100a images run the same code and
+//          write identical bytes by construction;
+// the scale: formats::mx_scale_exponent as integer steps (mx_block_scale). tests/quant checks the
+// encoders and the scale against formats on every finite fp32 pattern.
 //
 // Tiling: a CTA of 256 threads owns a 128 x 128 input tile at a time (a grid-stride loop over
 // tiles, the grid sized from the SM count and the occupancy). The tile matches one 512-byte chunk
@@ -22,18 +34,27 @@
 //               row) and the column reads (8 lanes, 8 row chunks) are free of bank conflicts.
 //   rowwise   : thread (warp w, lane l) takes 16 consecutive elements of rows 32s + 4w + l/8
 //               (s = 0..3), columns 16 * (l % 8); amax over a 32-column block = 2 lanes (one xor
-//               shuffle); 16 codes as one 16-byte store (a warp writes four full 128-byte rows).
+//               shuffle); 16 codes as one 16-byte (E2M1: 8-byte) store.
 //   columnwise: a thread reads 16 rows of one word column (2 columns of 16-bit input); block amax
-//               = 2 lanes (one xor shuffle); 16 codes per column as one 16-byte store (a warp
-//               writes 4 or 8 full 128-byte rows of the transpose).
+//               = 2 lanes (one xor shuffle); 16 codes per column as one 16-byte (8-byte) store.
 //   amax      : 16-bit input: max.u16x2 on packed magnitudes, widened once per block.
 //   Tiles wholly inside the matrix (with aligned pointers) take a path without bounds checks.
 //   One barrier per tile: the scale chunks are double-buffered and stored one tile late.
+// Grouped mode with a columnwise copy: the tiles walk the padded row space (rows 0..capacity);
+// segment s of a tile (rows 32s..32s+31) reads its expert's input rows (zeros past them; each
+// warp finds the four segments of a tile with ballots over the padded ends, or a binary search
+// past 32 experts). The rowwise copy of those rows goes to their dense position, its 4 scale
+// bytes per row stored directly (a row's 128-row scale chunk spans several tiles); the columnwise
+// copy is the dense path's with the capacity as its row count (zero rows and zero scales past the
+// padded total come out of the zero-filled tile). The rowwise scale rows past `rows` (swizzle
+// padding) are zeroed by a grid-stride loop. Rowwise-only grouped runs are the dense kernel plus
+// mx_grouped_offsets_kernel (the padded ends).
 #include <algorithm>
 #include <string>
 
-#include "quant/mx_device.cuh"
 #include "quant/launchers.h"
+#include "quant/mx_device.cuh"   // defines: MxScale, mx_block_scale, e2m1_code, encode16
+#include "quant/mx_grouped.cuh"  // defines: grouped_offsets, grouped_segment
 #include "quant/mx_quantize.h"
 
 namespace blockscale::quant::detail {
@@ -44,22 +65,31 @@ using formats::Recipe;
 constexpr int kTile = 128;     // tile rows = tile columns
 constexpr int kThreads = 256;  // 8 warps
 constexpr int kChunkBytes = 512;
+constexpr uint32_t kFullMask = 0xFFFFFFFFu;
 
-struct Mxfp8Params {
+struct MxParams {
   const void* x;
   int64_t rows, cols, ld;
+  int64_t tile_rows;      // rows the tiles walk: rows, or the capacity (grouped with columnwise)
+  int64_t row_bytes;      // rowwise data row stride: cols, or ceil(cols / 2) (E2M1)
+  int64_t col_row_bytes;  // columnwise data row stride: codes of tile_rows rows
   uint8_t* row_data;
   uint8_t* row_scales;
   uint8_t* col_data;
   uint8_t* col_scales;
   float* amax;
   int* nonfinite;
-  int row_tiles, col_tiles;
+  int row_tiles, col_tiles;  // row_tiles = ceil(tile_rows / 128); both 0 for an empty matrix
   MxScaleRule rule;      // formats::mx_scale_exponent's constants for the recipe and rounding
   bool vec_load;         // x and ld * element size 16-byte aligned: cp.async
-  int row_store_align;   // 16, 8 or 1: widest rowwise data store (pointer and cols allow)
-  bool vec_col_store;    // columnwise data 16-byte aligned, rows % 16 == 0
+  int row_store_align;   // 16, 8, 4 or 1: widest rowwise data store (pointer and row bytes allow)
+  bool vec_col_store;    // columnwise data: 16 codes per store (pointer and row stride allow)
   bool vec_scale_store;  // both scale buffers 16-byte aligned
+  bool word_scale_store; // rowwise scales 4-byte aligned (grouped: padding rows zeroed by words)
+  // Grouped mode.
+  const int32_t* group_ends;
+  int32_t* padded_group_ends;
+  int num_groups;
 };
 
 // The shared tile of one input type: 128 rows of 32-bit words, in 16-byte granules.
@@ -72,6 +102,12 @@ struct TileShape {
   static constexpr int kWords = kTile * kWordsPerRow;
   static constexpr int kVecsPerRow = kBytes;                // 16-byte vectors in 16 elements
   static constexpr int kStages = kBytes == 2 ? 2 : 1;
+  // The copy's thread mapping (load_tile).
+  static constexpr int kElems = 16 / kBytes;                                      // per granule
+  static constexpr int kLanesPerRow = kGranulesPerRow < 32 ? kGranulesPerRow : 32;
+  static constexpr int kRowsPerPass = (kThreads / 32) * (32 / kLanesPerRow);     // 16 or 8
+  static constexpr int kPasses = kTile / kRowsPerPass;                            // 8 or 16
+  static constexpr int kPassesPerSegment = 32 / kRowsPerPass;                     // 2 or 4
 };
 
 // Word offset of granule g of tile row r. The XOR changes the low 3 bits of g by the row's
@@ -95,30 +131,46 @@ __device__ __forceinline__ TileIndex advance(TileIndex t, TileIndex step, int co
   return t;
 }
 
-// One tile's position and how much of it lies inside the matrix.
+// One tile's position and how much of it lies inside the matrix (the padded row space in grouped
+// mode with a columnwise copy).
 struct TilePos {
   int tr, tc;
   int64_t r0, c0;
-  int rows_in, cols_in;  // rows / columns of the tile inside the matrix (1..128)
-  bool inside;           // rows_in == cols_in == 128
+  int rows_in, cols_in;  // rows / columns of the tile inside (1..128)
+  bool inside;           // rows_in == cols_in == 128 (grouped: and every segment holds 32 rows)
 };
 
-__device__ __forceinline__ TilePos tile_pos(const Mxfp8Params& p, TileIndex t) {
+__device__ __forceinline__ TilePos tile_pos(const MxParams& p, TileIndex t) {
   TilePos tp;
   tp.tr = t.tr;
   tp.tc = t.tc;
   tp.r0 = int64_t{t.tr} * kTile;
   tp.c0 = int64_t{t.tc} * kTile;
-  tp.rows_in = static_cast<int>(min(int64_t{kTile}, p.rows - tp.r0));
+  tp.rows_in = static_cast<int>(min(int64_t{kTile}, p.tile_rows - tp.r0));
   tp.cols_in = static_cast<int>(min(int64_t{kTile}, p.cols - tp.c0));
   tp.inside = tp.rows_in == kTile && tp.cols_in == kTile;
   return tp;
 }
 
+// Grouped mode: lane l holds segment l % 4 of a tile (every lane computes one, no divergence).
+struct LaneSegment {
+  Segment seg;
+  bool all_full;  // every segment of the tile holds 32 input rows
+};
+
+__device__ __forceinline__ LaneSegment lane_segment(const MxParams& p, TileIndex t, const uint32_t* ends,
+                                                    const uint32_t* pends) {
+  const uint32_t lane = threadIdx.x & 31u;
+  const uint32_t pr = static_cast<uint32_t>(t.tr) * kTile + 32u * (lane & 3u);
+  const Segment s = p.num_groups <= 32 ? grouped_segment_warp(pr, lane, ends, pends, p.num_groups)
+                                       : grouped_segment(pr, ends, pends, p.num_groups);
+  return {s, __all_sync(kFullMask, s.valid == 32u) != 0};
+}
+
 // One 16-byte granule (8 or 4 elements) of row gr, columns gc.. of the input, by scalar loads
 // (zeros outside the matrix): the path for inputs whose pointer or stride rules out cp.async.
 template <InputType kIn>
-__device__ __forceinline__ uint4 load_granule_scalar(const Mxfp8Params& p, int64_t gr, int64_t gc) {
+__device__ __forceinline__ uint4 load_granule_scalar(const MxParams& p, int64_t gr, int64_t gc) {
   constexpr int kBytes = InputTraits<kIn>::kBytes;
   uint32_t w[4] = {0, 0, 0, 0};
   if (gr < p.rows) {
@@ -139,49 +191,120 @@ __device__ __forceinline__ uint4 load_granule_scalar(const Mxfp8Params& p, int64
 // consecutive 16-byte granules of a row (a warp instruction reads 512 contiguous bytes: two rows
 // of 16-bit input, one of fp32); the compute mappings read the tile after a barrier.
 template <InputType kIn>
-__device__ __forceinline__ void load_tile(const Mxfp8Params& p, const TilePos& tp, uint32_t* stage) {
+__device__ __forceinline__ void load_tile(const MxParams& p, const TilePos& tp, uint32_t* stage) {
   using S = TileShape<kIn>;
   constexpr int kBytes = S::kBytes;
-  constexpr int kElems = 16 / kBytes;                                    // elements per granule
-  constexpr int kLanesPerRow = S::kGranulesPerRow < 32 ? S::kGranulesPerRow : 32;
-  constexpr int kRowsPerPass = (kThreads / 32) * (32 / kLanesPerRow);   // 16 or 8
-  constexpr int kPasses = kTile / kRowsPerPass;                          // 8 or 16
   const int tid = static_cast<int>(threadIdx.x);
-  const int g = tid % kLanesPerRow, row0 = tid / kLanesPerRow;
-  const char* src = static_cast<const char*>(p.x) + ((tp.r0 + row0) * p.ld + tp.c0 + kElems * g) * kBytes;
-  const int64_t pass_stride = kRowsPerPass * p.ld * kBytes;
+  const int g = tid % S::kLanesPerRow, row0 = tid / S::kLanesPerRow;
+  const char* src = static_cast<const char*>(p.x) + ((tp.r0 + row0) * p.ld + tp.c0 + S::kElems * g) * kBytes;
+  const int64_t pass_stride = S::kRowsPerPass * p.ld * kBytes;
   if (p.vec_load && tp.inside) {
 #pragma unroll
-    for (int s = 0; s < kPasses; ++s)
-      cp_async_16B(stage + granule_word<kIn>(kRowsPerPass * s + row0, g), src + s * pass_stride, 16);
+    for (int s = 0; s < S::kPasses; ++s)
+      cp_async_16B(stage + granule_word<kIn>(S::kRowsPerPass * s + row0, g), src + s * pass_stride, 16);
   } else if (p.vec_load) {
-    const int bytes_in_row = max(0, min(kElems, tp.cols_in - kElems * g)) * kBytes;
+    const int bytes_in_row = max(0, min(S::kElems, tp.cols_in - S::kElems * g)) * kBytes;
 #pragma unroll
-    for (int s = 0; s < kPasses; ++s) {
-      const int rt = kRowsPerPass * s + row0;
+    for (int s = 0; s < S::kPasses; ++s) {
+      const int rt = S::kRowsPerPass * s + row0;
       const int bytes = rt < tp.rows_in ? bytes_in_row : 0;
       cp_async_16B(stage + granule_word<kIn>(rt, g),
                    bytes > 0 ? static_cast<const void*>(src + s * pass_stride) : p.x, bytes);
     }
   } else {
 #pragma unroll 1
-    for (int s = 0; s < kPasses; ++s) {
-      const int rt = kRowsPerPass * s + row0;
+    for (int s = 0; s < S::kPasses; ++s) {
+      const int rt = S::kRowsPerPass * s + row0;
       *reinterpret_cast<uint4*>(stage + granule_word<kIn>(rt, g)) =
-          load_granule_scalar<kIn>(p, tp.r0 + rt, tp.c0 + kElems * g);
+          load_granule_scalar<kIn>(p, tp.r0 + rt, tp.c0 + S::kElems * g);
     }
   }
 }
 
+// The grouped copy of a tile of the padded row space: segment k (tile rows 32k..32k+31) reads
+// `valid` input rows from row `src`, zeros after them. `ls`: this lane's segment (lane % 4).
+template <InputType kIn>
+__device__ __forceinline__ void load_tile_grouped(const MxParams& p, const TilePos& tp, const LaneSegment& ls,
+                                                  uint32_t* stage) {
+  using S = TileShape<kIn>;
+  constexpr int kBytes = S::kBytes;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int g = tid % S::kLanesPerRow, row0 = tid / S::kLanesPerRow;  // row0 < kRowsPerPass <= 32
+  const int64_t pass_stride = S::kRowsPerPass * p.ld * kBytes;
+  const bool full = p.vec_load && ls.all_full && tp.cols_in == kTile;
+  const int bytes_in_row = max(0, min(S::kElems, tp.cols_in - S::kElems * g)) * kBytes;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t seg_src = __shfl_sync(kFullMask, ls.seg.src, k);
+    const uint32_t seg_valid = __shfl_sync(kFullMask, ls.seg.valid, k);
+    const char* src = static_cast<const char*>(p.x) +
+                      ((int64_t{seg_src} + row0) * p.ld + tp.c0 + S::kElems * g) * kBytes;
+#pragma unroll
+    for (int s2 = 0; s2 < S::kPassesPerSegment; ++s2) {
+      const int rs = S::kRowsPerPass * s2 + row0;  // row in the segment
+      uint32_t* dst = stage + granule_word<kIn>(32 * k + rs, g);
+      if (full) {
+        cp_async_16B(dst, src + s2 * pass_stride, 16);
+      } else if (p.vec_load) {
+        const int bytes = rs < static_cast<int>(seg_valid) ? bytes_in_row : 0;
+        cp_async_16B(dst, bytes > 0 ? static_cast<const void*>(src + s2 * pass_stride) : p.x, bytes);
+      } else {
+        const int64_t gr = rs < static_cast<int>(seg_valid) ? int64_t{seg_src} + rs : p.rows;  // p.rows: zeros
+        *reinterpret_cast<uint4*>(dst) = load_granule_scalar<kIn>(p, gr, tp.c0 + S::kElems * g);
+      }
+    }
+  }
+}
+
+// Stores the first `n` (<= kBytes) bytes of 16 codes at dst; align: the widest store the pointer
+// and row stride allow.
+template <int kBytes, typename Vec>
+__device__ __forceinline__ void store_codes_partial(uint8_t* dst, const Vec& v, int n, int align) {
+  if (n <= 0) return;
+  if (align >= kBytes && n >= kBytes) {
+    *reinterpret_cast<Vec*>(dst) = v;
+    return;
+  }
+  if constexpr (kBytes == 16) {
+    const uint4 u = v;
+    const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (align >= 8 && n >= 8 * h + 8) {
+        *reinterpret_cast<uint2*>(dst + 8 * h) = make_uint2(words[2 * h], words[2 * h + 1]);
+      } else {
+#pragma unroll
+        for (int i = 8 * h; i < 8 * h + 8; ++i)
+          if (i < n) dst[i] = static_cast<uint8_t>(words[i / 4] >> (8 * (i % 4)));
+      }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kBytes; ++i)
+      if (i < n) dst[i] = vec_byte(v, i);
+  }
+}
+
+// Bytes of `n` codes (E2M1: two per byte).
+template <Recipe kRecipe>
+__device__ __forceinline__ int code_bytes(int n) {
+  return MxCodes<kRecipe>::kFp4 ? (n + 1) >> 1 : n;
+}
+
 // Rowwise: this thread's 16 elements of tile row rt (columns 16q..16q+15); lanes q and q ^ 1
-// hold one 32-column block. kFull: the tile is inside the matrix and stores are 16-byte aligned.
-template <InputType kIn, Recipe kRecipe, ElementEncoder kEnc, bool kFull>
-__device__ __forceinline__ void quantize_row16(const Mxfp8Params& p, const uint32_t* tile,
-                                               const TilePos& tp, int rt, int q, uint8_t* dst,
-                                               uint8_t* scale_chunk, uint32_t& tensor_amax,
-                                               bool& saw_nonfinite) {
+// hold one 32-column block. kFull: the tile is inside the matrix and stores are vector-aligned.
+// row_ok: the row exists (dense: rt < rows_in; grouped: a token row of the segment).
+//   kWordScale == false: the scale byte goes to the staged chunk (dense tiles);
+//   kWordScale == true : the row's 4 scale bytes (blocks 4 * tc .. 4 * tc + 3, contiguous in the
+//                        swizzled layout) go to scale_word directly, and nothing is stored for a
+//                        row that does not exist, kFull or not (grouped tiles).
+template <InputType kIn, Recipe kRecipe, ElementEncoder kEnc, bool kFull, bool kWordScale>
+__device__ __forceinline__ void quantize_row16(const MxParams& p, const uint32_t* tile, const TilePos& tp,
+                                               int rt, int q, bool row_ok, uint8_t* dst, uint8_t* scale_chunk,
+                                               uint8_t* scale_word, uint32_t& tensor_amax, bool& saw_nonfinite) {
   using In = InputTraits<kIn>;
   using S = TileShape<kIn>;
+  using C = MxCodes<kRecipe>;
   constexpr int kWords = 4 * In::kBytes;  // words holding 16 elements
   uint32_t w[kWords];
 #pragma unroll
@@ -191,53 +314,47 @@ __device__ __forceinline__ void quantize_row16(const Mxfp8Params& p, const uint3
   }
   uint32_t m = fold_slots<kIn>(abs_max_words<kIn, kWords>(w));
   note_tensor_amax<kIn, kWords>(w, m, tensor_amax, saw_nonfinite);
-  m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
+  m = max(m, __shfl_xor_sync(kFullMask, m, 1));
   const MxScale s = mx_block_scale(In::widen(m), p.rule);
-  float f[16];
+  typename C::Vec out;
+  if constexpr (C::kFp4 && kIn == InputType::kBf16) {
+    out = encode16_e2m1_bf16(w, s);  // w: 8 pairs of consecutive columns
+  } else {
+    float f[16];
 #pragma unroll
-  for (int i = 0; i < 16; ++i) f[i] = In::kBytes == 2 ? In::elem(w[i / 2], i % 2) : In::elem(w[i], 0);
-  uint4 out;
-  out.x = encode4<kRecipe, kEnc>(f, s.inv);
-  out.y = encode4<kRecipe, kEnc>(f + 4, s.inv);
-  out.z = encode4<kRecipe, kEnc>(f + 8, s.inv);
-  out.w = encode4<kRecipe, kEnc>(f + 12, s.inv);
-  if (s.nonfinite) out = make_uint4(0, 0, 0, 0);
+    for (int i = 0; i < 16; ++i) f[i] = In::kBytes == 2 ? In::elem(w[i / 2], i % 2) : In::elem(w[i], 0);
+    if constexpr (C::kFp4 && kIn == InputType::kFp16) out = encode16_e2m1_fp16(f, s.inv);
+    else out = encode16<kRecipe, kEnc>(f, s.inv);
+  }
+  if (s.nonfinite) out = zero_vec(out);
 
   if (kFull) {
-    *reinterpret_cast<uint4*>(dst) = out;
-  } else if (rt < tp.rows_in) {
+    if (!kWordScale || row_ok) *reinterpret_cast<typename C::Vec*>(dst) = out;
+  } else if (row_ok) {
     const int n = tp.cols_in - 16 * q;  // elements of the 16 inside the matrix
-    if (p.row_store_align == 16 && n >= 16) {
-      *reinterpret_cast<uint4*>(dst) = out;
-    } else {
-      const uint32_t words[4] = {out.x, out.y, out.z, out.w};
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (p.row_store_align >= 8 && n >= 8 * h + 8) {
-          *reinterpret_cast<uint2*>(dst + 8 * h) = make_uint2(words[2 * h], words[2 * h + 1]);
-        } else {
-#pragma unroll
-          for (int i = 8 * h; i < 8 * h + 8; ++i)
-            if (i < n) dst[i] = static_cast<uint8_t>(words[i / 4] >> (8 * (i % 4)));
-        }
-      }
-    }
+    if (p.row_store_align >= C::kBytes && n >= 16) *reinterpret_cast<typename C::Vec*>(dst) = out;
+    else store_codes_partial<C::kBytes>(dst, out, min(C::kBytes, code_bytes<kRecipe>(n)), p.row_store_align);
   }
-  // Both lanes of the block write its scale (the same byte); 0 outside the matrix (padding).
   const int j = q >> 1;
-  const bool inside = kFull || (rt < tp.rows_in && 32 * j < tp.cols_in);
-  scale_chunk[(rt & 31) * 16 + (rt >> 5) * 4 + j] = static_cast<uint8_t>(inside ? s.code : 0u);
+  if constexpr (!kWordScale) {
+    // Both lanes of the block write its scale (the same byte); 0 outside the matrix (padding).
+    const bool inside = kFull || (row_ok && 32 * j < tp.cols_in);
+    scale_chunk[(rt & 31) * 16 + (rt >> 5) * 4 + j] = static_cast<uint8_t>(inside ? s.code : 0u);
+  } else {
+    // Lane q = 2j writes byte j of the row's 4 (0 for padding blocks): adjacent bytes, one sector.
+    if ((q & 1) == 0 && row_ok) scale_word[j] = static_cast<uint8_t>((kFull || 32 * j < tp.cols_in) ? s.code : 0u);
+  }
 }
 
 // Columnwise: word column 4g + pl of the shared tile (granule g), rows 16k..16k+15; lanes k and
 // k ^ 1 hold one 32-row block.
 template <InputType kIn, Recipe kRecipe, ElementEncoder kEnc, bool kFull, bool kTensorAmax>
-__device__ __forceinline__ void quantize_col16(const Mxfp8Params& p, const uint32_t* tile,
-                                               const TilePos& tp, int g, int pl, int k,
-                                               uint8_t* scale_chunk, uint32_t& tensor_amax,
+__device__ __forceinline__ void quantize_col16(const MxParams& p, const uint32_t* tile, const TilePos& tp,
+                                               int g, int pl, int k, uint8_t* scale_chunk, uint32_t& tensor_amax,
                                                bool& saw_nonfinite) {
   using In = InputTraits<kIn>;
   using S = TileShape<kIn>;
+  using C = MxCodes<kRecipe>;
   constexpr int kColsPerWord = 4 / In::kBytes;
   const uint32_t* col = tile + granule_word<kIn>(16 * k, g) + pl;  // rows 16k.. share the swizzle
   uint32_t w[16];
@@ -250,29 +367,27 @@ __device__ __forceinline__ void quantize_col16(const Mxfp8Params& p, const uint3
   for (int h = 0; h < kColsPerWord; ++h) {
     const int ct = (4 * g + pl) * kColsPerWord + h;  // tile column
     const MxScale s = mx_block_scale(In::widen(slot<kIn>(m, h)), p.rule);
-    float f[16];
+    typename C::Vec out;
+    if constexpr (C::kFp4 && kIn == InputType::kBf16) {
+      uint32_t pairs[8];  // rows 2k, 2k + 1 of column h
 #pragma unroll
-    for (int i = 0; i < 16; ++i) f[i] = In::elem(w[i], h);
-    uint4 out;
-    out.x = encode4<kRecipe, kEnc>(f, s.inv);
-    out.y = encode4<kRecipe, kEnc>(f + 4, s.inv);
-    out.z = encode4<kRecipe, kEnc>(f + 8, s.inv);
-    out.w = encode4<kRecipe, kEnc>(f + 12, s.inv);
-    if (s.nonfinite) out = make_uint4(0, 0, 0, 0);
+      for (int k = 0; k < 8; ++k) pairs[k] = __byte_perm(w[2 * k], w[2 * k + 1], h ? 0x7632 : 0x5410);
+      out = encode16_e2m1_bf16(pairs, s);
+    } else {
+      float f[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) f[i] = In::elem(w[i], h);
+      if constexpr (C::kFp4 && kIn == InputType::kFp16) out = encode16_e2m1_fp16(f, s.inv);
+      else out = encode16<kRecipe, kEnc>(f, s.inv);
+    }
+    if (s.nonfinite) out = zero_vec(out);
 
-    uint8_t* dst = p.col_data + (tp.c0 + ct) * p.rows + tp.r0 + 16 * k;
+    uint8_t* dst = p.col_data + (tp.c0 + ct) * p.col_row_bytes + (tp.r0 + 16 * k) * C::kBytes / 16;
     if (kFull) {
-      *reinterpret_cast<uint4*>(dst) = out;
+      *reinterpret_cast<typename C::Vec*>(dst) = out;
     } else if (ct < tp.cols_in) {
-      const int n = tp.rows_in - 16 * k;  // rows of the 16 inside the matrix
-      if (p.vec_col_store && n >= 16) {
-        *reinterpret_cast<uint4*>(dst) = out;
-      } else {
-        const uint32_t words[4] = {out.x, out.y, out.z, out.w};
-#pragma unroll
-        for (int i = 0; i < 16; ++i)
-          if (i < n) dst[i] = static_cast<uint8_t>(words[i / 4] >> (8 * (i % 4)));
-      }
+      store_codes_partial<C::kBytes>(dst, out, min(C::kBytes, code_bytes<kRecipe>(tp.rows_in - 16 * k)),
+                                     p.vec_col_store ? C::kBytes : 1);
     }
     // Both lanes of the block write its scale; 0 outside the matrix (padding).
     const bool inside = kFull || (ct < tp.cols_in && 32 * (k >> 1) < tp.rows_in);
@@ -280,21 +395,48 @@ __device__ __forceinline__ void quantize_col16(const Mxfp8Params& p, const uint3
   }
 }
 
-// The row and column work of one tile in shared memory.
-template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kFull>
-__device__ __forceinline__ void quantize_tile(const Mxfp8Params& p, const uint32_t* tile,
-                                              const TilePos& tp, uint8_t* row_chunk, uint8_t* col_chunk,
+// The row and column work of one tile in shared memory. kGroupedTiles: the tile lies in the
+// padded row space of grouped mode; `ls` holds this lane's segment.
+template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kFull, bool kGroupedTiles>
+__device__ __forceinline__ void quantize_tile(const MxParams& p, const uint32_t* tile, const TilePos& tp,
+                                              const LaneSegment& ls, uint8_t* row_chunk, uint8_t* col_chunk,
                                               uint32_t& tensor_amax, bool& saw_nonfinite) {
+  using C = MxCodes<kRecipe>;
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid & 31;
   if constexpr (kRow) {
     const int q = lane & 7, row_in_pass = 4 * (tid >> 5) + (lane >> 3);
-    uint8_t* dst = p.row_data + (tp.r0 + row_in_pass) * p.cols + tp.c0 + 16 * q;
-    const int64_t pass_stride = 32 * p.cols;
+    const int64_t col_byte = (tp.c0 + 16 * q) * C::kBytes / 16;
+    if constexpr (!kGroupedTiles) {
+      uint8_t* dst = p.row_data + (tp.r0 + row_in_pass) * p.row_bytes + col_byte;
+      const int64_t pass_stride = 32 * p.row_bytes;
 #pragma unroll
-    for (int s = 0; s < 4; ++s)
-      quantize_row16<kIn, kRecipe, kEnc, kFull>(p, tile, tp, 32 * s + row_in_pass, q, dst + s * pass_stride,
-                                                row_chunk, tensor_amax, saw_nonfinite);
+      for (int s = 0; s < 4; ++s) {
+        const int rt = 32 * s + row_in_pass;
+        quantize_row16<kIn, kRecipe, kEnc, kFull, false>(p, tile, tp, rt, q, rt < tp.rows_in, dst + s * pass_stride,
+                                                         row_chunk, nullptr, tensor_amax, saw_nonfinite);
+      }
+    } else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+      // sm_100a: ptxas spills 4 bytes in the FP8 kernels with this loop unrolled.
+#pragma unroll(C::kFp4 ? 4 : 1)
+#else
+#pragma unroll
+#endif
+      for (int s = 0; s < 4; ++s) {
+        const uint32_t seg_src = __shfl_sync(kFullMask, ls.seg.src, s);
+        const uint32_t seg_valid = __shfl_sync(kFullMask, ls.seg.valid, s);
+        const int64_t r = int64_t{seg_src} + row_in_pass;  // the dense row
+        // Its 4 scale bytes of this tile's column range, in the swizzled layout (col_tiles = the
+        // scale matrix's 4-column tiles).
+        uint8_t* scale_word = p.row_scales + ((r >> 7) * p.col_tiles + tp.tc) * kChunkBytes + (r & 31) * 16 +
+                              ((r >> 5) & 3) * 4;
+        quantize_row16<kIn, kRecipe, kEnc, kFull, true>(p, tile, tp, 32 * s + row_in_pass, q,
+                                                        row_in_pass < static_cast<int>(seg_valid),
+                                                        p.row_data + r * p.row_bytes + col_byte, nullptr, scale_word,
+                                                        tensor_amax, saw_nonfinite);
+      }
+    }
   }
   if constexpr (kCol) {
     constexpr int kItems = TileShape<kIn>::kWordsPerRow * 8;  // (word column, 16-row chunk) pairs
@@ -306,8 +448,8 @@ __device__ __forceinline__ void quantize_tile(const Mxfp8Params& p, const uint32
 }
 
 // 512 staged scale bytes -> chunk `chunk` of a swizzled scale buffer, by 32 threads.
-__device__ __forceinline__ void store_scale_chunk(const Mxfp8Params& p, uint8_t* dst_buffer,
-                                                  int64_t chunk, const uint8_t* staged, int t) {
+__device__ __forceinline__ void store_scale_chunk(const MxParams& p, uint8_t* dst_buffer, int64_t chunk,
+                                                  const uint8_t* staged, int t) {
   uint8_t* dst = dst_buffer + chunk * kChunkBytes + 16 * t;
   const uint4 v = reinterpret_cast<const uint4*>(staged)[t];
   if (p.vec_scale_store) {
@@ -319,16 +461,20 @@ __device__ __forceinline__ void store_scale_chunk(const Mxfp8Params& p, uint8_t*
   }
 }
 
-template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, ElementEncoder kEnc>
-__global__ void __launch_bounds__(kThreads, 3)
-    mxfp8_quantize_kernel(const __grid_constant__ Mxfp8Params p) {
+// kGrouped: the grouped mode with a columnwise copy (the tiles walk the padded row space, see the
+// file comment; CTA 0 writes the padded ends). A rowwise-only grouped run is the dense kernel plus
+// mx_grouped_offsets_kernel.
+template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kGrouped>
+__global__ void __launch_bounds__(kThreads, 3) mx_quantize_kernel(const __grid_constant__ MxParams p) {
   using In = InputTraits<kIn>;
   using S = TileShape<kIn>;
+  static_assert(kCol || !kGrouped, "the grouped tiles carry a columnwise copy");
+  constexpr bool kGroupedTiles = kGrouped;
 
-  extern __shared__ uint4 shared_tiles[];  // S::kStages tiles of S::kWords words
+  extern __shared__ uint4 shared_tiles[];  // S::kStages tiles of S::kWords words (grouped: + offsets)
   // Scale chunks staged per tile, double-buffered: tile i's are stored to global memory after
   // the next barrier, while tile i+1 is processed (one barrier per tile).
-  __shared__ alignas(16) uint8_t row_chunks[2][kChunkBytes];
+  __shared__ alignas(16) uint8_t row_chunks[kGroupedTiles ? 1 : 2][kGroupedTiles ? 16 : kChunkBytes];
   __shared__ alignas(16) uint8_t col_chunks[2][kChunkBytes];
 
   const int tid = static_cast<int>(threadIdx.x);
@@ -336,48 +482,91 @@ __global__ void __launch_bounds__(kThreads, 3)
   uint32_t tensor_amax = 0;  // magnitude bits of the input type
   bool saw_nonfinite = false;
   uint32_t* const tiles = reinterpret_cast<uint32_t*>(shared_tiles);
-  const bool full_stores = p.row_store_align == 16 && p.vec_col_store;
+
+  // Grouped: the expert offsets in shared memory, after the tiles; CTA 0 writes the padded ends.
+  uint32_t* const ends = tiles + S::kStages * S::kWords;
+  uint32_t* const pends = ends + p.num_groups;
+  if constexpr (kGroupedTiles) {
+    __shared__ uint32_t warp_totals[32];
+    grouped_offsets<kThreads>(p.group_ends, p.num_groups, p.rows, ends, pends, warp_totals);
+    if (blockIdx.x == 0)
+      for (int g = tid; g < p.num_groups; g += kThreads) p.padded_group_ends[g] = static_cast<int32_t>(pends[g]);
+    if constexpr (kRow) {
+      // Rowwise scale rows past `rows` up to the 128-row swizzle padding: zero (no tile holds them).
+      const int64_t pad_rows = (p.rows + kTile - 1) / kTile * kTile - p.rows;
+      for (int64_t i = blockIdx.x * int64_t{kThreads} + tid; i < pad_rows * p.col_tiles;
+           i += int64_t{gridDim.x} * kThreads) {
+        const int64_t r = p.rows + i / p.col_tiles, tc = i % p.col_tiles;
+        uint8_t* dst = p.row_scales + ((r >> 7) * p.col_tiles + tc) * kChunkBytes + (r & 31) * 16 + ((r >> 5) & 3) * 4;
+        if (p.word_scale_store) *reinterpret_cast<uint32_t*>(dst) = 0u;
+        else dst[0] = dst[1] = dst[2] = dst[3] = 0;
+      }
+    }
+  }
+
+  const bool full_stores = (!kRow || p.row_store_align >= MxCodes<kRecipe>::kBytes) && (!kCol || p.vec_col_store);
   // Threads 0..31 store the rowwise chunk of the previous tile, 32..63 the columnwise one.
   auto store_chunks = [&](TileIndex t, int buffer) {
-    if (kRow && tid < 32)
-      store_scale_chunk(p, p.row_scales, int64_t{t.tr} * p.col_tiles + t.tc, row_chunks[buffer], tid);
-    if (kCol && tid >= 32 && tid < 64)
-      store_scale_chunk(p, p.col_scales, int64_t{t.tc} * p.row_tiles + t.tr, col_chunks[buffer], tid - 32);
+    if constexpr (kRow && !kGroupedTiles) {
+      if (tid < 32) store_scale_chunk(p, p.row_scales, int64_t{t.tr} * p.col_tiles + t.tc, row_chunks[buffer], tid);
+    }
+    if constexpr (kCol) {
+      if (tid >= 32 && tid < 64)
+        store_scale_chunk(p, p.col_scales, int64_t{t.tc} * p.row_tiles + t.tr, col_chunks[buffer], tid - 32);
+    }
+  };
+  auto segment_of = [&](TileIndex t) {
+    if constexpr (kGroupedTiles) return lane_segment(p, t, ends, pends);
+    else return LaneSegment{{0u, 0u}, false};
+  };
+  auto load = [&](TileIndex t, const LaneSegment& ls, uint32_t* stage) {
+    if constexpr (kGroupedTiles) load_tile_grouped<kIn>(p, tile_pos(p, t), ls, stage);
+    else load_tile<kIn>(p, tile_pos(p, t), stage);
   };
 
+  if (p.col_tiles == 0) return;  // empty matrix (not launched so)
   const TileIndex step{static_cast<int>(gridDim.x / p.col_tiles), static_cast<int>(gridDim.x % p.col_tiles)};
   TileIndex cur{static_cast<int>(blockIdx.x / p.col_tiles), static_cast<int>(blockIdx.x % p.col_tiles)};
   TileIndex prev = cur;
-  if (cur.tr < p.row_tiles) load_tile<kIn>(p, tile_pos(p, cur), tiles);
+  LaneSegment seg_cur{{0u, 0u}, false};
+  if (cur.tr < p.row_tiles) {
+    seg_cur = segment_of(cur);
+    load(cur, seg_cur, tiles);
+  }
   cp_async_commit();
   int i = 0;
   for (; cur.tr < p.row_tiles; ++i) {
     const TileIndex nxt = advance(cur, step, p.col_tiles);
+    const LaneSegment seg_nxt = nxt.tr < p.row_tiles ? segment_of(nxt) : LaneSegment{{0u, 0u}, false};
     cp_async_wait<0>();  // this thread's copies of tile i (the only group in flight)
     // Tile i is in shared memory for every thread; every thread is done with tile i-1, so its
     // stage (2 stages) and its chunk buffer are free to reuse / complete to store.
     __syncthreads();
     if constexpr (S::kStages == 2) {  // tile i+1 goes into the buffer tile i-1 used
-      if (nxt.tr < p.row_tiles) load_tile<kIn>(p, tile_pos(p, nxt), tiles + ((i + 1) % 2) * S::kWords);
+      if (nxt.tr < p.row_tiles) load(nxt, seg_nxt, tiles + ((i + 1) % 2) * S::kWords);
       cp_async_commit();
     }
     if (i > 0) store_chunks(prev, (i - 1) % 2);
 
+    // Grouped: the compute path does not depend on the segments (missing rows are zeros in the
+    // tile; their rowwise stores are predicated off).
     const TilePos tp = tile_pos(p, cur);
     uint32_t* const tile = tiles + (i % S::kStages) * S::kWords;
+    uint8_t* const row_chunk = row_chunks[kGroupedTiles ? 0 : i % 2];
     if (tp.inside && full_stores)
-      quantize_tile<kIn, kRecipe, kRow, kCol, kEnc, true>(p, tile, tp, row_chunks[i % 2], col_chunks[i % 2],
-                                                          tensor_amax, saw_nonfinite);
+      quantize_tile<kIn, kRecipe, kRow, kCol, kEnc, true, kGroupedTiles>(p, tile, tp, seg_cur, row_chunk,
+                                                                         col_chunks[i % 2], tensor_amax, saw_nonfinite);
     else
-      quantize_tile<kIn, kRecipe, kRow, kCol, kEnc, false>(p, tile, tp, row_chunks[i % 2], col_chunks[i % 2],
-                                                           tensor_amax, saw_nonfinite);
+      quantize_tile<kIn, kRecipe, kRow, kCol, kEnc, false, kGroupedTiles>(p, tile, tp, seg_cur, row_chunk,
+                                                                          col_chunks[i % 2], tensor_amax, saw_nonfinite);
     if constexpr (S::kStages == 1) {  // the only stage is free once every thread has read it
       __syncthreads();
-      if (nxt.tr < p.row_tiles) load_tile<kIn>(p, tile_pos(p, nxt), tiles);
+      if (nxt.tr < p.row_tiles) load(nxt, seg_nxt, tiles);
       cp_async_commit();
     }
     prev = cur;
     cur = nxt;
+    seg_cur = seg_nxt;
   }
   cp_async_wait<0>();
   __syncthreads();  // the last tile's chunks are staged
@@ -386,12 +575,23 @@ __global__ void __launch_bounds__(kThreads, 3)
   if (p.amax != nullptr) {
     uint32_t a = In::widen(tensor_amax);
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) a = max(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
+    for (int off = 16; off > 0; off >>= 1) a = max(a, __shfl_xor_sync(kFullMask, a, off));
     if (lane == 0) atomicMax(reinterpret_cast<unsigned int*>(p.amax), a);
   }
   if (p.nonfinite != nullptr) {
-    if (__any_sync(0xFFFFFFFFu, saw_nonfinite) && lane == 0) *p.nonfinite = 1;
+    if (__any_sync(kFullMask, saw_nonfinite) && lane == 0) *p.nonfinite = 1;
   }
+}
+
+// Grouped mode without tiles of the padded space (rowwise only, or an empty matrix): one CTA
+// writes the padded ends. Dynamic shared memory: 8 * num_groups bytes.
+__global__ void __launch_bounds__(kThreads) mx_grouped_offsets_kernel(const int32_t* group_ends, int num_groups,
+                                                                     int64_t rows, int32_t* padded_group_ends) {
+  extern __shared__ uint32_t offsets[];
+  __shared__ uint32_t warp_totals[32];
+  grouped_offsets<kThreads>(group_ends, num_groups, rows, offsets, offsets + num_groups, warp_totals);
+  for (int g = static_cast<int>(threadIdx.x); g < num_groups; g += kThreads)
+    padded_group_ends[g] = static_cast<int32_t>(offsets[num_groups + g]);
 }
 
 // ---- Dispatch: one plain switch per template argument; the leaf checks or launches.
@@ -399,9 +599,9 @@ enum class Action { kCheck, kLaunch };
 
 bool aligned(const void* ptr, int64_t n) { return reinterpret_cast<uintptr_t>(ptr) % n == 0; }
 
-template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, ElementEncoder kEnc>
-Status leaf(Action action, const Mxfp8Params& params, cudaStream_t stream) {
-  auto* kernel = mxfp8_quantize_kernel<kIn, kRecipe, kRow, kCol, kEnc>;
+template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kGrouped>
+Status leaf(Action action, const MxParams& params, cudaStream_t stream) {
+  auto* kernel = mx_quantize_kernel<kIn, kRecipe, kRow, kCol, kEnc, kGrouped>;
   int dev = 0;
   BS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
   if (action == Action::kCheck) {
@@ -413,129 +613,179 @@ Status leaf(Action action, const Mxfp8Params& params, cudaStream_t stream) {
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
     return Status::error("device " + std::to_string(dev) + " (sm_" + std::to_string(major) +
-                         std::to_string(minor) + "): no MXFP8 quantize kernel for it (" +
-                         cudaGetErrorString(err) +
+                         std::to_string(minor) + "): no MX quantize kernel for it (" + cudaGetErrorString(err) +
                          "); blockscale_quant is built for BLOCKSCALE_CUDA_ARCHS");
   }
-  const int smem = TileShape<kIn>::kStages * TileShape<kIn>::kWords * 4;
+  const int smem = TileShape<kIn>::kStages * TileShape<kIn>::kWords * 4 + (kGrouped ? 8 * params.num_groups : 0);
   if (smem > 48 * 1024) {
-    BS_RETURN_IF_ERROR(cuda_status(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-        "cudaFuncSetAttribute"));
+    BS_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                                   "cudaFuncSetAttribute"));
   }
   int sms = 0, per_sm = 0;
   BS_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
                                  "cudaDeviceGetAttribute"));
-  BS_RETURN_IF_ERROR(cuda_status(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem),
-      "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
+  BS_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem),
+                                 "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
   // As many CTAs as fit at once, evened out so the last round of tiles keeps most of them busy.
   const int64_t tiles = int64_t{params.row_tiles} * params.col_tiles;
   const int64_t resident = int64_t{sms} * std::max(per_sm, 1);
-  const int64_t rounds = (tiles + resident - 1) / resident;
-  const int64_t grid = (tiles + rounds - 1) / rounds;
+  const int64_t rounds = std::max<int64_t>(1, (tiles + resident - 1) / resident);
+  const int64_t grid = std::max<int64_t>(1, (tiles + rounds - 1) / rounds);  // >= 1: grouped writes the ends
   kernel<<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(params);
-  return cuda_status(cudaGetLastError(), "mxfp8_quantize_kernel launch");
+  return cuda_status(cudaGetLastError(), "mx_quantize_kernel launch");
 }
 
-template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol>
-Status dispatch_encoder(ElementEncoder enc, Action a, const Mxfp8Params& params, cudaStream_t s) {
-  switch (enc) {
-    case ElementEncoder::kHardware: return leaf<kIn, kRecipe, kRow, kCol, ElementEncoder::kHardware>(a, params, s);
-    case ElementEncoder::kSoftware: return leaf<kIn, kRecipe, kRow, kCol, ElementEncoder::kSoftware>(a, params, s);
+template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, bool kGrouped>
+Status dispatch_encoder(ElementEncoder enc, Action a, const MxParams& params, cudaStream_t s) {
+  if constexpr (kRecipe == Recipe::kMxfp4 || kGrouped) {
+    // E2M1 has one (software) encoder; the grouped mode runs the default FP8 encoder.
+    (void)enc;
+    constexpr ElementEncoder kEnc = kRecipe == Recipe::kMxfp4 ? ElementEncoder::kSoftware : kDefaultEncoder;
+    return leaf<kIn, kRecipe, kRow, kCol, kEnc, kGrouped>(a, params, s);
+  } else {
+    switch (enc) {
+      case ElementEncoder::kHardware: return leaf<kIn, kRecipe, kRow, kCol, ElementEncoder::kHardware, false>(a, params, s);
+      case ElementEncoder::kSoftware: return leaf<kIn, kRecipe, kRow, kCol, ElementEncoder::kSoftware, false>(a, params, s);
+    }
+    return Status::error("encoder: unknown element encoder");
   }
-  return Status::error("encoder: unknown element encoder");
 }
 
-template <InputType kIn, Recipe kRecipe>
-Status dispatch_directions(const QuantizeProblem& p, ElementEncoder enc, Action a,
-                           const Mxfp8Params& params, cudaStream_t s) {
-  switch (p.directions) {
-    case Directions::kRowwise: return dispatch_encoder<kIn, kRecipe, true, false>(enc, a, params, s);
-    case Directions::kColumnwise: return dispatch_encoder<kIn, kRecipe, false, true>(enc, a, params, s);
-    case Directions::kBoth: return dispatch_encoder<kIn, kRecipe, true, true>(enc, a, params, s);
+template <InputType kIn, Recipe kRecipe, bool kGrouped>
+Status dispatch_directions(const QuantizeProblem& p, ElementEncoder enc, Action a, const MxParams& params,
+                           cudaStream_t s) {
+  switch (p.directions) {  // rowwise only: the dense tiles (grouped: the rowwise copy is the dense one)
+    case Directions::kRowwise: return dispatch_encoder<kIn, kRecipe, true, false, false>(enc, a, params, s);
+    case Directions::kColumnwise: return dispatch_encoder<kIn, kRecipe, false, true, kGrouped>(enc, a, params, s);
+    case Directions::kBoth: return dispatch_encoder<kIn, kRecipe, true, true, kGrouped>(enc, a, params, s);
   }
   return Status::error("problem.directions: unknown value");
 }
 
-template <InputType kIn>
-Status dispatch_recipe(const QuantizeProblem& p, ElementEncoder enc, Action a,
-                       const Mxfp8Params& params, cudaStream_t s) {
+template <InputType kIn, bool kGrouped>
+Status dispatch_recipe(const QuantizeProblem& p, ElementEncoder enc, Action a, const MxParams& params,
+                       cudaStream_t s) {
   switch (p.recipe) {
-    case Recipe::kMxfp8E4M3: return dispatch_directions<kIn, Recipe::kMxfp8E4M3>(p, enc, a, params, s);
-    case Recipe::kMxfp8E5M2: return dispatch_directions<kIn, Recipe::kMxfp8E5M2>(p, enc, a, params, s);
-    default: return Status::error("problem.recipe: not an MXFP8 recipe");
+    case Recipe::kMxfp8E4M3: return dispatch_directions<kIn, Recipe::kMxfp8E4M3, kGrouped>(p, enc, a, params, s);
+    case Recipe::kMxfp8E5M2: return dispatch_directions<kIn, Recipe::kMxfp8E5M2, kGrouped>(p, enc, a, params, s);
+    case Recipe::kMxfp4: return dispatch_directions<kIn, Recipe::kMxfp4, kGrouped>(p, enc, a, params, s);
+    default: return Status::error("problem.recipe: not an MX recipe with a GPU kernel (mxfp8, mxfp8_e5m2, mxfp4)");
   }
 }
 
-Status dispatch(const QuantizeProblem& p, ElementEncoder enc, Action a, const Mxfp8Params& params,
-                cudaStream_t s) {
+template <bool kGrouped>
+Status dispatch(const QuantizeProblem& p, ElementEncoder enc, Action a, const MxParams& params, cudaStream_t s) {
   switch (p.input_type) {
-    case InputType::kBf16: return dispatch_recipe<InputType::kBf16>(p, enc, a, params, s);
-    case InputType::kFp16: return dispatch_recipe<InputType::kFp16>(p, enc, a, params, s);
-    case InputType::kFp32: return dispatch_recipe<InputType::kFp32>(p, enc, a, params, s);
+    case InputType::kBf16: return dispatch_recipe<InputType::kBf16, kGrouped>(p, enc, a, params, s);
+    case InputType::kFp16: return dispatch_recipe<InputType::kFp16, kGrouped>(p, enc, a, params, s);
+    case InputType::kFp32: return dispatch_recipe<InputType::kFp32, kGrouped>(p, enc, a, params, s);
   }
   return Status::error("problem.input_type: unknown value");
 }
 
 int element_bytes(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
+bool is_e2m1(Recipe r) { return r == Recipe::kMxfp4; }
+int64_t code_row_bytes(Recipe r, int64_t n) { return is_e2m1(r) ? (n + 1) / 2 : n; }
 
-}  // namespace
-
-Status mxfp8_check_device(const QuantizeProblem& p, ElementEncoder encoder) {
-  return dispatch(p, encoder, Action::kCheck, Mxfp8Params{}, nullptr);
-}
-
-Status launch_mxfp8_quantize(const QuantizeProblem& p, const void* x, const QuantizeOutputs& out,
-                             ElementEncoder encoder, cudaStream_t stream) {
+// The parameters both modes share; tile_rows = rows (dense) or the capacity (grouped, columnwise).
+MxParams make_params(const QuantizeProblem& p, const void* x, const QuantizeOutputs& out, int64_t tile_rows) {
   const bool row = p.directions != Directions::kColumnwise;
   const bool col = p.directions != Directions::kRowwise;
-  Mxfp8Params params{};
+  const int vec = is_e2m1(p.recipe) ? 8 : 16;  // bytes of 16 codes
+  MxParams params{};
   params.x = x;
   params.rows = p.rows;
   params.cols = p.cols;
   params.ld = p.ld;
+  params.tile_rows = tile_rows;
+  params.row_bytes = code_row_bytes(p.recipe, p.cols);
+  params.col_row_bytes = code_row_bytes(p.recipe, tile_rows);
   params.row_data = row ? out.rowwise_data : nullptr;
   params.row_scales = row ? static_cast<uint8_t*>(out.rowwise_scales) : nullptr;
   params.col_data = col ? out.columnwise_data : nullptr;
   params.col_scales = col ? static_cast<uint8_t*>(out.columnwise_scales) : nullptr;
   params.amax = out.amax;
   params.nonfinite = out.nonfinite;
-  params.row_tiles = static_cast<int>((p.rows + kTile - 1) / kTile);
-  params.col_tiles = static_cast<int>((p.cols + kTile - 1) / kTile);
+  const bool empty = tile_rows == 0 || p.cols == 0;
+  params.row_tiles = empty ? 0 : static_cast<int>((tile_rows + kTile - 1) / kTile);
+  params.col_tiles = empty ? 0 : static_cast<int>((p.cols + kTile - 1) / kTile);
   params.rule = mx_scale_rule(formats::element_max(p.recipe), p.rounding == formats::ScaleRounding::kCeil);
   params.vec_load = aligned(x, 16) && (p.ld * element_bytes(p.input_type)) % 16 == 0;
   params.row_store_align = 1;
-  for (int a : {16, 8})
-    if (params.row_store_align == 1 && (!row || (aligned(out.rowwise_data, a) && p.cols % a == 0)))
+  for (int a : {16, 8, 4})
+    if (a <= vec && params.row_store_align == 1 && (!row || (aligned(out.rowwise_data, a) && params.row_bytes % a == 0)))
       params.row_store_align = a;
-  params.vec_col_store = !col || (aligned(out.columnwise_data, 16) && p.rows % 16 == 0);
-  params.vec_scale_store = (!row || aligned(out.rowwise_scales, 16)) &&
-                           (!col || aligned(out.columnwise_scales, 16));
-  return dispatch(p, encoder, Action::kLaunch, params, stream);
+  params.vec_col_store = !col || (aligned(out.columnwise_data, vec) && params.col_row_bytes % vec == 0);
+  params.vec_scale_store = (!row || aligned(out.rowwise_scales, 16)) && (!col || aligned(out.columnwise_scales, 16));
+  params.word_scale_store = !row || aligned(out.rowwise_scales, 4);
+  return params;
 }
 
+bool is_mx_gpu_recipe(Recipe r) {
+  return r == Recipe::kMxfp8E4M3 || r == Recipe::kMxfp8E5M2 || r == Recipe::kMxfp4;
+}
+
+}  // namespace
+
+Status mx_check_device(const QuantizeProblem& p, ElementEncoder encoder) {
+  return dispatch<false>(p, encoder, Action::kCheck, MxParams{}, nullptr);
+}
+Status mxfp8_check_device(const QuantizeProblem& p, ElementEncoder encoder) { return mx_check_device(p, encoder); }
+
+Status launch_mx_dense(const QuantizeProblem& p, const void* x, const QuantizeOutputs& out, ElementEncoder encoder,
+                       cudaStream_t stream) {
+  return dispatch<false>(p, encoder, Action::kLaunch, make_params(p, x, out, p.rows), stream);
+}
+Status launch_mxfp8_quantize(const QuantizeProblem& p, const void* x, const QuantizeOutputs& out,
+                             ElementEncoder encoder, cudaStream_t stream) {
+  return launch_mx_dense(p, x, out, encoder, stream);
+}
+
+Status run_mx(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out, ElementEncoder encoder,
+              cudaStream_t stream) {
+  BS_RETURN_IF_ERROR(can_implement(p, in, out));
+  if (!is_mx_gpu_recipe(p.recipe)) return Status::error("problem.recipe: not an MX recipe (mxfp8, mxfp8_e5m2, mxfp4)");
+  if (!(p.rows == 0 || p.cols == 0)) BS_RETURN_IF_ERROR(mx_check_device(p, encoder));
+  if (out.amax != nullptr)
+    BS_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(out.amax, 0, sizeof(float), stream), "outputs.amax"));
+  if (p.rows == 0 || p.cols == 0) return Status::ok();
+  return launch_mx_dense(p, in.x, out, encoder, stream);
+}
 Status run_mxfp8(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
                  ElementEncoder encoder, cudaStream_t stream) {
-  BS_RETURN_IF_ERROR(can_implement(p, in, out));
-  if (!(p.recipe == Recipe::kMxfp8E4M3 || p.recipe == Recipe::kMxfp8E5M2))
-    return Status::error("problem.recipe: not an MXFP8 recipe");
-  if (!(p.rows == 0 || p.cols == 0)) BS_RETURN_IF_ERROR(mxfp8_check_device(p, encoder));
-  for (float* a : {out.amax})
-    if (a != nullptr) BS_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(a, 0, sizeof(float), stream), "outputs.amax"));
-  if (p.rows == 0 || p.cols == 0) return Status::ok();
-  return launch_mxfp8_quantize(p, in.x, out, encoder, stream);
+  return run_mx(p, in, out, encoder, stream);
 }
 
 Status launch_mx_quantize(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
                           cudaStream_t stream) {
-  if (p.recipe == Recipe::kMxfp4) return Status::error("problem.recipe: mxfp4 GPU quantize is not implemented yet");
-  return launch_mxfp8_quantize(p, in.x, out, kDefaultEncoder, stream);
+  return launch_mx_dense(p, in.x, out, kDefaultEncoder, stream);
 }
 
-Status launch_mx_grouped_quantize(const GroupedQuantizeProblem&, const GroupedQuantizeInputs&,
-                                  const GroupedQuantizeOutputs&, cudaStream_t) {
-  return Status::error("grouped quantize is not implemented yet");
+Status launch_mx_grouped_quantize(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,
+                                  const GroupedQuantizeOutputs& out, cudaStream_t stream) {
+  if (!is_mx_gpu_recipe(p.dense.recipe)) return Status::error("problem.dense.recipe: not an MX recipe");
+  if (p.num_groups < 1 || p.num_groups > kMaxGroups)
+    return Status::error("problem.num_groups: must be in [1, " + std::to_string(kMaxGroups) + "]");
+  const bool col = p.dense.directions != Directions::kRowwise;
+  const bool empty = p.dense.rows == 0 || p.dense.cols == 0;
+  if (!col || empty) {  // the padded ends alone; then the dense kernel writes the rowwise copy
+    const int smem = 8 * p.num_groups;
+    if (smem > 48 * 1024)
+      BS_RETURN_IF_ERROR(cuda_status(
+          cudaFuncSetAttribute(mx_grouped_offsets_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+          "cudaFuncSetAttribute"));
+    mx_grouped_offsets_kernel<<<1, kThreads, smem, stream>>>(in.group_ends, p.num_groups, p.dense.rows,
+                                                             out.padded_group_ends);
+    BS_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "mx_grouped_offsets_kernel launch"));
+    if (empty) return Status::ok();
+    return launch_mx_dense(p.dense, in.x, out.dense, kDefaultEncoder, stream);
+  }
+  // The columnwise copy walks the padded row space (capacity rows).
+  MxParams params = make_params(p.dense, in.x, out.dense, grouped_capacity(p));
+  params.group_ends = in.group_ends;
+  params.padded_group_ends = out.padded_group_ends;
+  params.num_groups = p.num_groups;
+  return dispatch<true>(p.dense, kDefaultEncoder, Action::kLaunch, params, stream);
 }
 
 }  // namespace blockscale::quant::detail

@@ -1,5 +1,7 @@
-// Internal to quant/: the MXFP8 launchers behind quant/quantize.h, with the element encoder as a
-// knob so that tests and the benchmark can run both encoders against the emulator.
+// Internal to quant/: the MX launchers behind quant/quantize.h (MXFP8 E4M3 / E5M2 and MXFP4, dense
+// and grouped), with the FP8 element encoder as a knob so that tests and the benchmark can run
+// both encoders against the emulator. MXFP4 has one encoder (software E2M1 on every architecture):
+// the knob is ignored for it.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,13 +12,22 @@
 namespace blockscale::quant::detail {
 
 // A kernel image for the current device exists (else an error naming the device's sm_XY).
-Status mxfp8_check_device(const QuantizeProblem& p, ElementEncoder encoder);
+Status mx_check_device(const QuantizeProblem& p, ElementEncoder encoder);
 
-// run() with a chosen encoder: checks, resets *amax, launches.
+// run() with a chosen encoder: checks, resets *amax, launches. Any MX recipe with a GPU kernel
+// (mxfp8, mxfp8_e5m2, mxfp4).
+Status run_mx(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
+              ElementEncoder encoder, cudaStream_t stream);
+
+// Enqueues the dense quantize kernel; arguments already checked, rows and cols > 0.
+Status launch_mx_dense(const QuantizeProblem& p, const void* x, const QuantizeOutputs& out,
+                       ElementEncoder encoder, cudaStream_t stream);
+
+// The names of the MXFP8-only version, kept for existing callers (bench/quant_bench.cu): the same
+// functions as above (they accept mxfp4 too).
+Status mxfp8_check_device(const QuantizeProblem& p, ElementEncoder encoder);
 Status run_mxfp8(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
                  ElementEncoder encoder, cudaStream_t stream);
-
-// Enqueues the quantize kernel; arguments already checked, rows and cols > 0.
 Status launch_mxfp8_quantize(const QuantizeProblem& p, const void* x, const QuantizeOutputs& out,
                              ElementEncoder encoder, cudaStream_t stream);
 

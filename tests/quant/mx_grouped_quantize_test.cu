@@ -1,2 +1,623 @@
-// Placeholder: the tests of this file land with its kernel.
+// Tests of the grouped (MoE) mode of quant/mx_quantize.cu through quant/quantize.h's grouped run():
+// the GPU's bytes against the CPU emulator's, byte for byte. The reference is
+// formats::quantize_grouped_columnwise() (the columnwise copy, each expert padded with zero rows
+// to a multiple of 32, and the padded ends) and the dense formats::quantize() (the rowwise copy),
+// followed by formats::pack_swizzled_scales(). The GPU's columnwise copy is cols x capacity with
+// row stride capacity (grouped_capacity): its rows hold the reference's cols x padded_total codes,
+// then zeros; its scales are those of the cols x capacity/32 scale matrix (zeros past the padded
+// total), swizzled.
+//   - every output poisoned (0xAB) before each run, with poisoned guard bytes around it: an
+//     unwritten byte (the zeros in [padded_total, capacity) included), a write outside a buffer,
+//     or a write to an output not requested fails;
+//   - MXFP8 E4M3 / E5M2 and MXFP4, ceil and floor, rowwise / columnwise / both, bf16 / fp16 / fp32;
+//   - expert layouts: one expert, all tokens in one of many, empty experts (first, middle, last,
+//     runs of them), experts of 1 token, 1..64 experts, uneven random counts, counts that are
+//     multiples of 32 (no padding), one 8-expert 16384 x 4096 tensor;
+//   - data with NaN / Inf / subnormal / -0 / all-zero blocks; a row stride > cols and misaligned
+//     pointers (the scalar load and byte store paths); an empty matrix (the padded ends alone).
+// GPU tests skip without a GPU; the argument checks need none.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/block_quantize_internal.h"  // block_amax: formats' tensor amax rule
+#include "formats/quantize.h"
+#include "formats/scale_layout.h"
+#include "quant/quantize.h"
+
+namespace {
+
+namespace bf = blockscale::formats;
+namespace bq = blockscale::quant;
+using bf::Recipe;
+using bf::ScaleRounding;
+using bq::Directions;
+using bq::InputType;
+
+#define ASSERT_CUDA(call)                                                      \
+  do {                                                                         \
+    const cudaError_t err_ = (call);                                           \
+    ASSERT_EQ(err_, cudaSuccess) << #call << ": " << cudaGetErrorString(err_); \
+  } while (0)
+
+constexpr uint8_t kPoison = 0xAB;
+constexpr int64_t kGuard = 64;
+
+bool have_gpu(std::string* why) {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess || n == 0) {
+    *why = std::string("no CUDA device (cudaGetDeviceCount: ") +
+           (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") + ")";
+    return false;
+  }
+  return true;
+}
+
+#define SKIP_WITHOUT_GPU()                      \
+  do {                                          \
+    std::string why_;                           \
+    if (!have_gpu(&why_)) GTEST_SKIP() << why_; \
+  } while (0)
+
+struct DeviceBuffer {
+  uint8_t* ptr = nullptr;
+  size_t bytes = 0;
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { if (ptr) cudaFree(ptr); }
+  cudaError_t alloc(size_t n) {
+    bytes = n;
+    return cudaMalloc(&ptr, n > 0 ? n : 1);
+  }
+};
+
+const char* name(InputType t) { return t == InputType::kBf16 ? "bf16" : t == InputType::kFp16 ? "fp16" : "fp32"; }
+const char* name(Directions d) {
+  return d == Directions::kRowwise ? "rowwise" : d == Directions::kColumnwise ? "columnwise" : "both";
+}
+int64_t element_bytes(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
+
+// ---- Inputs ----------------------------------------------------------------------------------
+
+uint32_t to_bits(float v, InputType t) {
+  if (t == InputType::kFp32) return bf::float_bits(v);
+  if (t == InputType::kBf16) return bf::float_to_bf16_bits_rn(v);
+  const __half h = __float2half_rn(v);
+  uint16_t u;
+  std::memcpy(&u, &h, sizeof u);
+  return u;
+}
+float from_bits(uint32_t b, InputType t) {
+  if (t == InputType::kFp32) return bf::bits_float(b);
+  if (t == InputType::kBf16) return bf::bf16_bits_to_float(static_cast<uint16_t>(b));
+  return bf::fp16_bits_to_float(static_cast<uint16_t>(b));
+}
+
+struct HostInput {
+  std::vector<uint8_t> bytes;  // rows x ld elements of the input type
+  std::vector<float> values;   // the same, decoded exactly; padding columns NaN (never read)
+};
+
+// Per 16x32 region one kind of data: normal values at a random magnitude, heavy tails, all zero
+// (both signs), sprinkled NaN / Inf / -0 / subnormal / largest finite, ties of E2M1 and FP8.
+// With `finite`, nothing non-finite.
+HostInput make_input(int64_t rows, int64_t cols, int64_t ld, InputType t, bool finite, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_real_distribution<double> uni(0.0, 1.0);
+  const bool f16 = t == InputType::kFp16;
+  const uint32_t sign = t == InputType::kFp32 ? 0x80000000u : 0x8000u;
+  const uint32_t inf = t == InputType::kFp32 ? 0x7F800000u : t == InputType::kBf16 ? 0x7F80u : 0x7C00u;
+  const uint32_t smax = t == InputType::kFp32 ? 0x7F7FFFFFu : t == InputType::kBf16 ? 0x7F7Fu : 0x7BFFu;
+  const double ties[] = {5.0, 2.5, 3.5, 0.75, 1.25, 1.75, 0.25, 6.0, 7.0, 448.0, 1.0625, 57344.0};
+  const int64_t esize = element_bytes(t);
+  HostInput in;
+  in.bytes.assign(static_cast<size_t>(rows * ld * esize), 0);
+  in.values.assign(static_cast<size_t>(rows * ld), std::nanf(""));
+  for (int64_t rr = 0; rr < rows; rr += 16) {
+    for (int64_t rc = 0; rc < cols; rc += 32) {
+      const int kind = static_cast<int>(uni(rng) * 100);
+      const double mag = std::pow(10.0, f16 ? -4.0 + 7.0 * uni(rng) : -25.0 + 50.0 * uni(rng));
+      const int k0 = f16 ? static_cast<int>(uni(rng) * 20) - 12 : static_cast<int>(uni(rng) * 160) - 80;
+      for (int64_t r = rr; r < std::min(rows, rr + 16); ++r) {
+        for (int64_t c = rc; c < std::min(cols, rc + 32); ++c) {
+          uint32_t bits;
+          if (kind < 45) {
+            bits = to_bits(static_cast<float>(normal(rng) * mag), t);
+          } else if (kind < 55) {
+            const double u = std::max(uni(rng), 1e-3);
+            bits = to_bits(static_cast<float>(normal(rng) / (u * u) * mag * 1e-2), t);
+          } else if (kind < 63) {
+            bits = (rng() & 1) ? sign : 0u;
+          } else if (kind < 78) {
+            bits = to_bits(static_cast<float>(normal(rng) * mag), t);
+            const uint64_t z = rng() % 48;
+            if (z == 0) bits = inf | 1u;
+            if (z == 1) bits = inf;
+            if (z == 2) bits = inf | sign;
+            if (z == 3) bits = sign;
+            if (z == 4) bits = 1u | ((rng() & 1) ? sign : 0u);
+            if (z == 5) bits = smax;
+          } else {
+            const double base = ties[rng() % (sizeof(ties) / sizeof(ties[0]))];
+            bits = to_bits(static_cast<float>(std::ldexp(base, k0 + static_cast<int>(rng() % 4))), t);
+            if (rng() & 1) bits ^= sign;
+          }
+          if (finite && !std::isfinite(from_bits(bits, t))) bits = smax | (bits & sign);
+          const size_t i = static_cast<size_t>(r * ld + c);
+          std::memcpy(&in.bytes[i * esize], &bits, static_cast<size_t>(esize));
+          in.values[i] = from_bits(bits, t);
+        }
+      }
+    }
+  }
+  return in;
+}
+
+// Token counts of `g` experts summing to `rows`.
+enum class Split {
+  kUneven,      // random counts, some empty, some of 1 token
+  kOneExpert,   // every token in one expert (the middle one); the others empty
+  kEmptyEdges,  // the first and last two experts empty, runs of empty ones inside
+  kOnes,        // as many experts of one token as fit, the rest in the last
+  kAligned,     // counts that are multiples of 32 where possible (no padding)
+};
+const char* name(Split s) {
+  switch (s) {
+    case Split::kUneven: return "uneven";
+    case Split::kOneExpert: return "oneexpert";
+    case Split::kEmptyEdges: return "emptyedges";
+    case Split::kOnes: return "ones";
+    case Split::kAligned: return "aligned";
+  }
+  return "?";
+}
+
+std::vector<int64_t> make_counts(int64_t rows, int g, Split split, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> n(static_cast<size_t>(g), 0);
+  auto spread = [&](const std::vector<int>& who) {  // random split of rows over `who`
+    std::vector<double> w;
+    for (size_t i = 0; i < who.size(); ++i) {
+      const uint64_t z = rng() % 8;
+      w.push_back(z == 0 ? 0.0 : z == 1 ? 0.02 : std::uniform_real_distribution<double>(0.1, 3.0)(rng));
+    }
+    double total = 0;
+    for (double v : w) total += v;
+    int64_t left = rows;
+    for (size_t i = 0; i + 1 < who.size(); ++i) {
+      const int64_t c = total > 0 ? std::min(left, static_cast<int64_t>(rows * w[i] / total)) : 0;
+      n[static_cast<size_t>(who[i])] = c;
+      left -= c;
+    }
+    n[static_cast<size_t>(who.back())] += left;
+  };
+  std::vector<int> all;
+  for (int i = 0; i < g; ++i) all.push_back(i);
+  switch (split) {
+    case Split::kUneven: spread(all); break;
+    case Split::kOneExpert: n[static_cast<size_t>(g / 2)] = rows; break;
+    case Split::kEmptyEdges: {
+      std::vector<int> who;
+      for (int i = 2; i < g - 2; ++i)
+        if (i % 3 != 0) who.push_back(i);
+      if (who.empty()) who.push_back(g / 2);
+      spread(who);
+      break;
+    }
+    case Split::kOnes: {
+      int64_t left = rows;
+      for (int i = 0; i + 1 < g && left > 0; ++i) n[static_cast<size_t>(i)] = 1, --left;
+      n.back() += left;
+      break;
+    }
+    case Split::kAligned: {
+      int64_t left = rows;
+      for (int i = 0; i + 1 < g; ++i) {
+        const int64_t c = std::min(left, int64_t{32} * static_cast<int64_t>(rng() % 5));
+        n[static_cast<size_t>(i)] = c;
+        left -= c;
+      }
+      n.back() += left;
+      break;
+    }
+  }
+  return n;
+}
+
+// ---- Reference -------------------------------------------------------------------------------
+
+struct GroupedReference {
+  bf::QuantizedMatrix row;        // dense rowwise
+  std::vector<uint8_t> row_scales;  // swizzled
+  std::vector<uint8_t> col_data;    // cols x capacity (row bytes), the GPU's layout
+  std::vector<uint8_t> col_scales;  // swizzled cols x capacity / 32
+  std::vector<int32_t> padded_ends;
+  int64_t padded_total = 0;
+  float amax = 0.0f;
+  bool nonfinite = false;
+};
+
+int64_t code_bytes(Recipe r, int64_t n) { return r == Recipe::kMxfp4 ? (n + 1) / 2 : n; }
+
+GroupedReference make_reference(const HostInput& in, int64_t rows, int64_t cols, int64_t ld,
+                                const std::vector<int64_t>& ends, int64_t capacity, Recipe recipe,
+                                ScaleRounding rounding) {
+  GroupedReference ref;
+  bf::QuantizeOptions o;
+  o.recipe = recipe;
+  o.rounding = rounding;
+  auto s = bf::quantize(in.values.data(), rows, cols, ld, o, bf::Direction::kRowwise, &ref.row);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  s = bf::pack_swizzled_scales(ref.row.scales.data(), ref.row.rows, ref.row.scale_cols(), &ref.row_scales);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  bf::QuantizedMatrix col;
+  std::vector<int64_t> padded;
+  s = bf::quantize_grouped_columnwise(in.values.data(), rows, cols, ld, ends, o, &col, &padded);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  ref.padded_total = padded.back();
+  EXPECT_EQ(col.rows, cols);
+  EXPECT_EQ(col.cols, ref.padded_total);
+  EXPECT_LE(ref.padded_total, capacity);
+  for (int64_t e : padded) ref.padded_ends.push_back(static_cast<int32_t>(e));
+  // Widen to the capacity: codes and scales past the padded total are 0.
+  const int64_t cap_bytes = code_bytes(recipe, capacity), ref_bytes = col.data_row_bytes();
+  ref.col_data.assign(static_cast<size_t>(cols * cap_bytes), 0);
+  for (int64_t c = 0; c < cols; ++c)
+    std::memcpy(&ref.col_data[static_cast<size_t>(c * cap_bytes)], &col.data[static_cast<size_t>(c * ref_bytes)],
+                static_cast<size_t>(ref_bytes));
+  const int64_t cap_blocks = capacity / 32, ref_blocks = col.scale_cols();
+  std::vector<uint8_t> linear(static_cast<size_t>(cols * cap_blocks), 0);
+  for (int64_t c = 0; c < cols; ++c)
+    for (int64_t b = 0; b < ref_blocks; ++b)
+      linear[static_cast<size_t>(c * cap_blocks + b)] = col.scales[static_cast<size_t>(c * ref_blocks + b)];
+  s = bf::pack_swizzled_scales(linear.data(), cols, cap_blocks, &ref.col_scales);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  ref.amax = bf::detail::block_amax(in.values.data(), ld, 0, rows, 0, cols).amax;
+  ref.nonfinite = ref.row.nonfinite_seen;
+  EXPECT_EQ(ref.row.nonfinite_seen, col.nonfinite_seen);
+  return ref;
+}
+
+// ---- GPU run and comparison ------------------------------------------------------------------
+
+struct GuardedOutput {
+  DeviceBuffer buf;
+  int64_t bytes = 0;
+  int64_t offset = 0;
+  uint8_t* ptr() const { return buf.ptr + kGuard + offset; }
+};
+
+::testing::AssertionResult alloc_poisoned(GuardedOutput* o, int64_t bytes, int64_t offset) {
+  o->bytes = bytes;
+  o->offset = offset;
+  cudaError_t err = o->buf.alloc(static_cast<size_t>(bytes + 2 * kGuard + offset));
+  if (err == cudaSuccess) err = cudaMemset(o->buf.ptr, kPoison, o->buf.bytes);
+  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
+  return ::testing::AssertionSuccess();
+}
+
+int64_t check_output(const GuardedOutput& o, const std::vector<uint8_t>* want, int64_t row_len, const char* what,
+                     std::string* report) {
+  std::vector<uint8_t> all(o.buf.bytes);
+  const cudaError_t err = cudaMemcpy(all.data(), o.buf.ptr, all.size(), cudaMemcpyDeviceToHost);
+  if (err != cudaSuccess) {
+    *report += std::string(what) + ": cudaMemcpy " + cudaGetErrorString(err) + "\n";
+    return 1;
+  }
+  if (want != nullptr && static_cast<int64_t>(want->size()) != o.bytes) {
+    *report += std::string(what) + ": reference holds " + std::to_string(want->size()) + " bytes, buffer " +
+               std::to_string(o.bytes) + "\n";
+    return 1;
+  }
+  int64_t bad = 0;
+  const int64_t begin = kGuard + o.offset;
+  for (int64_t i = 0; i < static_cast<int64_t>(all.size()); ++i) {
+    const bool inside = i >= begin && i < begin + o.bytes;
+    const uint8_t expected = inside && want ? (*want)[static_cast<size_t>(i - begin)] : kPoison;
+    if (all[static_cast<size_t>(i)] == expected) continue;
+    if (bad++ < 4) {
+      char line[256];
+      if (inside) {
+        const int64_t j = i - begin;
+        std::snprintf(line, sizeof line, "%s: byte %lld (row %lld, col %lld): got 0x%02X want 0x%02X\n", what,
+                      static_cast<long long>(j), static_cast<long long>(j / row_len),
+                      static_cast<long long>(j % row_len), all[static_cast<size_t>(i)], expected);
+      } else {
+        std::snprintf(line, sizeof line, "%s: guard byte %lld %s the buffer written (0x%02X)\n", what,
+                      static_cast<long long>(i < begin ? begin - i : i - begin - o.bytes),
+                      i < begin ? "before" : "after", all[static_cast<size_t>(i)]);
+      }
+      *report += line;
+    }
+  }
+  return bad;
+}
+
+struct Case {
+  int64_t rows, cols, ld;
+  int groups;
+  Split split;
+  InputType type;
+  bool finite;
+  bool misaligned;  // input off 16-byte alignment by one element, outputs by one byte
+};
+
+std::string describe(const Case& c) {
+  char s[200];
+  std::snprintf(s, sizeof s, "%lldx%lld ld=%lld %d experts %s %s%s%s", static_cast<long long>(c.rows),
+                static_cast<long long>(c.cols), static_cast<long long>(c.ld), c.groups, name(c.split),
+                name(c.type), c.finite ? " finite" : "", c.misaligned ? " misaligned" : "");
+  return s;
+}
+void PrintTo(const Case& c, std::ostream* os) { *os << describe(c); }
+
+struct DeviceInput {
+  DeviceBuffer buf;
+  int64_t offset = 0;
+  const void* ptr() const { return buf.ptr + offset; }
+};
+
+// One grouped run on the GPU against the reference; returns the number of bad bytes.
+int64_t run_and_compare(const Case& c, const DeviceInput& x, const DeviceBuffer& ends_dev, const GroupedReference& ref,
+                        Recipe recipe, ScaleRounding rounding, Directions dirs) {
+  bq::GroupedQuantizeProblem p;
+  p.dense.recipe = recipe;
+  p.dense.rounding = rounding;
+  p.dense.input_type = c.type;
+  p.dense.rows = c.rows;
+  p.dense.cols = c.cols;
+  p.dense.ld = c.ld;
+  p.dense.directions = Directions::kBoth;  // sizes of every buffer
+  p.num_groups = c.groups;
+  const int64_t off = c.misaligned ? 1 : 0;
+  GuardedOutput row_data, row_scales, col_data, col_scales, amax, padded;
+  EXPECT_TRUE(alloc_poisoned(&row_data, bq::rowwise_data_bytes(p.dense), off));
+  EXPECT_TRUE(alloc_poisoned(&row_scales, bq::rowwise_scale_bytes(p.dense), off));
+  EXPECT_TRUE(alloc_poisoned(&col_data, bq::grouped_columnwise_data_bytes(p), off));
+  EXPECT_TRUE(alloc_poisoned(&col_scales, bq::grouped_columnwise_scale_bytes(p), off));
+  EXPECT_TRUE(alloc_poisoned(&amax, 4, 0));
+  EXPECT_TRUE(alloc_poisoned(&padded, 4 * int64_t{c.groups}, 0));
+  DeviceBuffer flag;
+  EXPECT_EQ(flag.alloc(sizeof(int)), cudaSuccess);
+  EXPECT_EQ(cudaMemset(flag.ptr, 0, sizeof(int)), cudaSuccess);
+
+  p.dense.directions = dirs;
+  bq::GroupedQuantizeOutputs out;
+  out.dense.rowwise_data = row_data.ptr();
+  out.dense.rowwise_scales = row_scales.ptr();
+  out.dense.columnwise_data = col_data.ptr();
+  out.dense.columnwise_scales = col_scales.ptr();
+  out.dense.amax = reinterpret_cast<float*>(amax.ptr());
+  out.dense.nonfinite = reinterpret_cast<int*>(flag.ptr);
+  out.padded_group_ends = reinterpret_cast<int32_t*>(padded.ptr());
+  bq::GroupedQuantizeInputs in;
+  in.x = x.ptr();
+  in.group_ends = reinterpret_cast<const int32_t*>(ends_dev.ptr);
+  const blockscale::Status s = bq::run(p, in, out, nullptr, 0, nullptr);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  const bool row = dirs != Directions::kColumnwise, col = dirs != Directions::kRowwise;
+  std::string report;
+  int64_t bad = 0;
+  bad += check_output(row_data, row ? &ref.row.data : nullptr, ref.row.data_row_bytes(), "rowwise data", &report);
+  bad += check_output(row_scales, row ? &ref.row_scales : nullptr, 16, "rowwise scales", &report);
+  const int64_t cap_bytes = code_bytes(recipe, bq::grouped_capacity(p));
+  bad += check_output(col_data, col ? &ref.col_data : nullptr, cap_bytes, "columnwise data", &report);
+  bad += check_output(col_scales, col ? &ref.col_scales : nullptr, 16, "columnwise scales", &report);
+  std::vector<uint8_t> amax_bytes(4), padded_bytes(ref.padded_ends.size() * 4);
+  std::memcpy(amax_bytes.data(), &ref.amax, 4);
+  std::memcpy(padded_bytes.data(), ref.padded_ends.data(), padded_bytes.size());
+  bad += check_output(amax, &amax_bytes, 4, "amax", &report);
+  bad += check_output(padded, &padded_bytes, 4, "padded_group_ends", &report);
+  int got_flag = -1;
+  EXPECT_EQ(cudaMemcpy(&got_flag, flag.ptr, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  if (got_flag != (ref.nonfinite ? 1 : 0)) {
+    ++bad;
+    report += "nonfinite flag: got " + std::to_string(got_flag) + "\n";
+  }
+  EXPECT_EQ(bad, 0) << describe(c) << " " << bf::recipe_name(recipe) << " "
+                    << (rounding == ScaleRounding::kCeil ? "ceil" : "floor") << " " << name(dirs) << ": " << bad
+                    << " bad bytes\n" << report;
+  return bad;
+}
+
+struct Prepared {
+  HostInput in;
+  DeviceInput x;
+  DeviceBuffer ends_dev;
+  std::vector<int64_t> ends;
+  int64_t capacity = 0;
+};
+
+::testing::AssertionResult prepare(const Case& c, uint64_t seed, Prepared* pr) {
+  pr->in = make_input(c.rows, c.cols, c.ld, c.type, c.finite, seed);
+  const std::vector<int64_t> n = make_counts(c.rows, c.groups, c.split, seed * 7 + 1);
+  std::vector<int32_t> ends32;
+  int64_t acc = 0;
+  for (int64_t v : n) {
+    acc += v;
+    pr->ends.push_back(acc);
+    ends32.push_back(static_cast<int32_t>(acc));
+  }
+  if (acc != c.rows) return ::testing::AssertionFailure() << "counts sum to " << acc;
+  bq::GroupedQuantizeProblem p;
+  p.dense.rows = c.rows, p.dense.cols = c.cols, p.dense.ld = c.ld, p.num_groups = c.groups;
+  pr->capacity = bq::grouped_capacity(p);
+  pr->x.offset = c.misaligned ? element_bytes(c.type) : 0;
+  cudaError_t err = pr->x.buf.alloc(pr->in.bytes.size() + static_cast<size_t>(pr->x.offset));
+  if (err == cudaSuccess)
+    err = cudaMemcpy(pr->x.buf.ptr + pr->x.offset, pr->in.bytes.data(), pr->in.bytes.size(), cudaMemcpyHostToDevice);
+  if (err == cudaSuccess) err = pr->ends_dev.alloc(ends32.size() * 4);
+  if (err == cudaSuccess) err = cudaMemcpy(pr->ends_dev.ptr, ends32.data(), ends32.size() * 4, cudaMemcpyHostToDevice);
+  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
+  return ::testing::AssertionSuccess();
+}
+
+uint64_t seed_of(const Case& c) {
+  return 1000003u * static_cast<uint64_t>(c.rows) + 7919u * static_cast<uint64_t>(c.cols) + 31u * c.ld +
+         101u * static_cast<uint64_t>(c.groups) + 13u * static_cast<uint64_t>(c.split) +
+         3u * static_cast<uint64_t>(c.type) + (c.misaligned ? 5u : 0u);
+}
+
+// Every recipe x rounding x directions on one case.
+void check_case(const Case& c) {
+  Prepared pr;
+  ASSERT_TRUE(prepare(c, seed_of(c), &pr));
+  int runs = 0;
+  int64_t bad = 0;
+  for (Recipe recipe : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2, Recipe::kMxfp4}) {
+    for (ScaleRounding rounding : {ScaleRounding::kCeil, ScaleRounding::kFloor}) {
+      const GroupedReference ref =
+          make_reference(pr.in, c.rows, c.cols, c.ld, pr.ends, pr.capacity, recipe, rounding);
+      for (Directions d : {Directions::kRowwise, Directions::kColumnwise, Directions::kBoth}) {
+        bad += run_and_compare(c, pr.x, pr.ends_dev, ref, recipe, rounding, d);
+        ++runs;
+      }
+    }
+  }
+  std::printf("mx_grouped_quantize_test: %-52s capacity %lld, %2d runs, bad bytes %lld\n", describe(c).c_str(),
+              static_cast<long long>(pr.capacity), runs, static_cast<long long>(bad));
+}
+
+class MxGroupedQuantize : public ::testing::TestWithParam<Case> {};
+
+TEST_P(MxGroupedQuantize, MatchesTheEmulatorByteForByte) {
+  SKIP_WITHOUT_GPU();
+  check_case(GetParam());
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> v;
+  const InputType types[] = {InputType::kBf16, InputType::kFp16, InputType::kFp32};
+  // Small shapes, every split, a few expert counts.
+  const int64_t shapes[][2] = {{1, 1}, {5, 33}, {40, 64}, {129, 127}, {300, 256}, {700, 300}};
+  const Split splits[] = {Split::kUneven, Split::kOneExpert, Split::kEmptyEdges, Split::kOnes, Split::kAligned};
+  int k = 0;
+  for (const auto& s : shapes) {
+    for (Split sp : splits) {
+      const int g = (s[0] < 4 && sp != Split::kOneExpert) ? 1 : (k % 4 == 0 ? 1 : k % 4 == 1 ? 3 : k % 4 == 2 ? 8 : 17);
+      v.push_back({s[0], s[1], s[1], sp == Split::kOnes ? std::max(g, 5) : g, sp, types[k % 3], false, false});
+      ++k;
+    }
+  }
+  for (InputType t : types) {
+    v.push_back({1000, 512, 512, 64, Split::kUneven, t, false, false});      // 64 experts
+    v.push_back({1000, 512, 512, 64, Split::kEmptyEdges, t, true, false});
+    v.push_back({777, 300, 310, 7, Split::kUneven, t, false, false});       // ld > cols, breaks vector loads
+    v.push_back({513, 260, 264, 5, Split::kOnes, t, false, true});          // misaligned pointers
+    v.push_back({2048, 1024, 1024, 8, Split::kAligned, t, false, false});   // whole tiles, no padding
+  }
+  v.push_back({2048, 64, 64, 4096, Split::kUneven, InputType::kBf16, false, false});  // the most experts
+  return v;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  return std::to_string(info.index) + "_" + std::to_string(c.rows) + "x" + std::to_string(c.cols) + "_ld" +
+         std::to_string(c.ld) + "_g" + std::to_string(c.groups) + "_" + name(c.split) + "_" + name(c.type) +
+         (c.finite ? "_finite" : "") + (c.misaligned ? "_misaligned" : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MxGroupedQuantize, ::testing::ValuesIn(cases()), case_name);
+
+// One large MoE tensor: 8 experts with uneven counts over 16384 x 4096 bf16 (many tiles per CTA,
+// expert boundaries inside tiles, zero rows up to the capacity).
+TEST(MxGroupedQuantizeLarge, EightExperts16384x4096) {
+  SKIP_WITHOUT_GPU();
+  const Case c{16384, 4096, 4096, 8, Split::kUneven, InputType::kBf16, false, false};
+  Prepared pr;
+  ASSERT_TRUE(prepare(c, 16384, &pr));
+  int64_t bad = 0;
+  {
+    const GroupedReference ref =
+        make_reference(pr.in, c.rows, c.cols, c.ld, pr.ends, pr.capacity, Recipe::kMxfp8E4M3, ScaleRounding::kCeil);
+    bad += run_and_compare(c, pr.x, pr.ends_dev, ref, Recipe::kMxfp8E4M3, ScaleRounding::kCeil, Directions::kBoth);
+  }
+  {
+    const GroupedReference ref =
+        make_reference(pr.in, c.rows, c.cols, c.ld, pr.ends, pr.capacity, Recipe::kMxfp4, ScaleRounding::kCeil);
+    bad += run_and_compare(c, pr.x, pr.ends_dev, ref, Recipe::kMxfp4, ScaleRounding::kCeil, Directions::kBoth);
+  }
+  std::string counts;
+  for (size_t g = 0; g < pr.ends.size(); ++g)
+    counts += (g ? "," : "") + std::to_string(pr.ends[g] - (g ? pr.ends[g - 1] : 0));
+  std::printf("mx_grouped_quantize_test: %s (tokens %s): e4m3 ceil both, e2m1 ceil both: bad bytes %lld\n",
+              describe(c).c_str(), counts.c_str(), static_cast<long long>(bad));
+}
+
+// An empty matrix still gets its padded ends (rows == 0: all zero; cols == 0: from the counts),
+// and nothing else is written.
+TEST(MxGroupedQuantizeEmpty, WritesThePaddedEndsAlone) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& shape : {std::pair<int64_t, int64_t>{0, 64}, {70, 0}}) {
+    for (Directions d : {Directions::kRowwise, Directions::kBoth}) {
+      const int g = 3;
+      const std::vector<int32_t> ends = shape.first == 0 ? std::vector<int32_t>{0, 0, 0}
+                                                         : std::vector<int32_t>{33, 33, 70};
+      const std::vector<int32_t> want = shape.first == 0 ? std::vector<int32_t>{0, 0, 0}
+                                                         : std::vector<int32_t>{64, 64, 128};
+      DeviceBuffer ends_dev, x;
+      ASSERT_CUDA(ends_dev.alloc(4 * g));
+      ASSERT_CUDA(cudaMemcpy(ends_dev.ptr, ends.data(), 4 * g, cudaMemcpyHostToDevice));
+      ASSERT_CUDA(x.alloc(256));
+      GuardedOutput padded, amax;
+      ASSERT_TRUE(alloc_poisoned(&padded, 4 * g, 0));
+      ASSERT_TRUE(alloc_poisoned(&amax, 4, 0));
+      bq::GroupedQuantizeProblem p;
+      p.dense.rows = shape.first, p.dense.cols = shape.second, p.dense.ld = std::max<int64_t>(shape.second, 1);
+      p.dense.directions = d;
+      p.num_groups = g;
+      bq::GroupedQuantizeOutputs out;
+      out.padded_group_ends = reinterpret_cast<int32_t*>(padded.ptr());
+      out.dense.amax = reinterpret_cast<float*>(amax.ptr());
+      bq::GroupedQuantizeInputs in;
+      in.x = x.ptr;
+      in.group_ends = reinterpret_cast<const int32_t*>(ends_dev.ptr);
+      const auto s = bq::run(p, in, out, nullptr, 0, nullptr);
+      ASSERT_TRUE(s.is_ok()) << s.message();
+      ASSERT_CUDA(cudaDeviceSynchronize());
+      std::string report;
+      std::vector<uint8_t> want_bytes(4 * g), zero(4, 0);
+      std::memcpy(want_bytes.data(), want.data(), want_bytes.size());
+      EXPECT_EQ(check_output(padded, &want_bytes, 4, "padded_group_ends", &report), 0) << report;
+      EXPECT_EQ(check_output(amax, &zero, 4, "amax", &report), 0) << report;
+    }
+  }
+}
+
+// ---- Argument checks (no GPU needed) -----------------------------------------------------------
+
+void expect_error(const blockscale::Status& s, const std::string& needle) {
+  ASSERT_FALSE(s.is_ok()) << "expected an error naming " << needle;
+  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+}
+
+TEST(GroupedQuantizeApi, CapacityAndChecks) {
+  bq::GroupedQuantizeProblem p;
+  p.dense.rows = 100, p.dense.cols = 64, p.dense.ld = 64, p.dense.directions = Directions::kBoth;
+  p.num_groups = 4;
+  EXPECT_TRUE(bq::can_implement(p).is_ok());
+  EXPECT_EQ(bq::grouped_capacity(p), (100 + 4 * 31) / 32 * 32);
+  EXPECT_EQ(bq::grouped_columnwise_data_bytes(p), 64 * bq::grouped_capacity(p));
+  p.dense.recipe = Recipe::kMxfp4;
+  EXPECT_EQ(bq::grouped_columnwise_data_bytes(p), 64 * bq::grouped_capacity(p) / 2);
+  p.num_groups = 0;
+  expect_error(bq::can_implement(p), "problem.num_groups");
+  p.num_groups = 4, p.dense.recipe = Recipe::kNvfp4;
+  expect_error(bq::can_implement(p), "problem.dense.recipe");
+}
+
+}  // namespace

@@ -1,18 +1,20 @@
-// Tests of quant/mx_quantize.cu (through quant/quantize.h) and quant/dequantize.cu: the
-// GPU's bytes against the CPU emulator's, byte for byte. The reference is formats::quantize() +
+// Tests of quant/mx_quantize.cu (dense mode; the grouped mode: mx_grouped_quantize_test.cu)
+// and quant/dequantize.cu: the GPU's bytes against the CPU emulator's, byte for byte. The reference is formats::quantize() +
 // formats::pack_swizzled_scales() on the input decoded exactly to fp32 (the tensor amax:
 // formats' block_amax over the whole input; dequantize: formats::dequantize()).
 //   - every output poisoned (0xAB) before each run, with poisoned guard bytes around it: an
 //     unwritten byte, a write outside a buffer, or a write to an output not requested fails;
-//   - E4M3 and E5M2, ceil and floor, rowwise / columnwise / both, bf16 / fp16 / fp32 input, the
-//     hardware and the software element encoder;
+//   - MXFP8 E4M3 and E5M2 (the hardware and the software element encoder) and MXFP4 E2M1 (its
+//     one, software, encoder; odd rows / cols exercise the nibble packing), ceil and floor,
+//     rowwise / columnwise / both, bf16 / fp16 / fp32 input;
 //   - per 32x32 region of the input a random kind of data: normal values at magnitudes 1e-30..1e30
 //     (the input type's range), heavy tails, all-zero blocks (+0 / -0), injected NaN / Inf /
 //     subnormal / -0, subnormal-only blocks, values on the scale and rounding boundaries;
 //   - shapes 1x1 .. 1000x4096, one 16385x7169 (bf16), 4096x8192 (many whole tiles per CTA), row
 //     stride > cols (aligned or not), misaligned pointers (the scalar fallback paths);
-//   - the hardware cvt against formats::encode_minifloat on every finite fp32 pattern, and the
-//     kernels' block scale against formats::mx_scale_exponent on every finite amax.
+//   - the hardware cvt and the kernels' E2M1 encoder against formats::encode_minifloat on every
+//     finite fp32 pattern, and the kernels' block scale against formats::mx_scale_exponent on every
+//     finite amax (E4M3, E5M2, E2M1 maxnorms).
 // GPU tests skip without a GPU; the argument checks need none.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -143,8 +145,9 @@ HostInput make_input(int64_t rows, int64_t cols, int64_t ld, InputType t, Patter
   HostInput in;
   in.bytes.assign(static_cast<size_t>(rows * ld * esize), 0);
   in.values.assign(static_cast<size_t>(rows * ld), std::nanf(""));
-  // Boundary bases: E4M3 / E5M2 maxnorm and rounding ties at several scales.
-  const double bases[] = {448.0, 57344.0, 1.0, 1.5, 1.0625, 1.1875, 1.125, 1.375, 0.75, 480.0, 61440.0};
+  // Boundary bases: E4M3 / E5M2 / E2M1 maxnorm and rounding ties at several scales.
+  const double bases[] = {448.0, 57344.0, 1.0, 1.5, 1.0625, 1.1875, 1.125, 1.375, 0.75, 480.0, 61440.0,
+                          6.0, 5.0, 7.0, 2.5, 3.5, 1.25, 1.75, 0.25};
   const uint32_t smax = max_finite_bits(t);
   for (int64_t rr = 0; rr < rows; rr += 32) {
     for (int64_t rc = 0; rc < cols; rc += 32) {
@@ -345,16 +348,16 @@ int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Reference& 
   out.nonfinite = reinterpret_cast<int*>(flag.ptr);
   bq::QuantizeInputs in;
   in.x = x.ptr();
-  const blockscale::Status s = bq::detail::run_mxfp8(p, in, out, enc, nullptr);
+  const blockscale::Status s = bq::detail::run_mx(p, in, out, enc, nullptr);
   EXPECT_TRUE(s.is_ok()) << s.message();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
   const bool row = dirs != Directions::kColumnwise, col = dirs != Directions::kRowwise;
   std::string report;
   int64_t bad = 0;
-  bad += check_output(row_data, row ? &ref.row.data : nullptr, l.cols, "rowwise data", &report);
+  bad += check_output(row_data, row ? &ref.row.data : nullptr, ref.row.data_row_bytes(), "rowwise data", &report);
   bad += check_output(row_scales, row ? &ref.row_scales : nullptr, 16, "rowwise scales", &report);
-  bad += check_output(col_data, col ? &ref.col.data : nullptr, l.rows, "columnwise data", &report);
+  bad += check_output(col_data, col ? &ref.col.data : nullptr, ref.col.data_row_bytes(), "columnwise data", &report);
   bad += check_output(col_scales, col ? &ref.col_scales : nullptr, 16, "columnwise scales", &report);
   std::vector<uint8_t> amax_bytes(4);
   std::memcpy(amax_bytes.data(), &ref.amax, 4);
@@ -373,8 +376,8 @@ int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Reference& 
   return bad;
 }
 
-// Every recipe x rounding (one reference each) x directions, with the default (hardware) encoder,
-// plus the software encoder writing both copies.
+// Every recipe x rounding (one reference each) x directions, with the default encoder (MXFP8: the
+// hardware cvt), plus, for MXFP8, the software encoder writing both copies.
 void check_layout(const Layout& l, uint64_t seed) {
   const HostInput in = make_input(l.rows, l.cols, l.ld, l.type, l.pattern, seed);
   DeviceInput x;
@@ -382,7 +385,7 @@ void check_layout(const Layout& l, uint64_t seed) {
   int runs = 0;
   int64_t bad = 0;
   bool nonfinite = false;
-  for (Recipe recipe : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2}) {
+  for (Recipe recipe : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2, Recipe::kMxfp4}) {
     for (ScaleRounding rounding : {ScaleRounding::kCeil, ScaleRounding::kFloor}) {
       const Reference ref = make_reference(in, l.rows, l.cols, l.ld, recipe, rounding);
       nonfinite = ref.row.nonfinite_seen;
@@ -390,18 +393,19 @@ void check_layout(const Layout& l, uint64_t seed) {
         bad += run_and_compare(l, x, ref, recipe, rounding, d, bq::detail::kDefaultEncoder);
         ++runs;
       }
+      if (recipe == Recipe::kMxfp4) continue;  // one encoder
       bad += run_and_compare(l, x, ref, recipe, rounding, Directions::kBoth, ElementEncoder::kSoftware);
       ++runs;
     }
   }
-  std::printf("mx_quantize_test: %-40s %2d runs (e4m3/e5m2 x ceil/floor x row/col/both/sw), "
+  std::printf("mx_quantize_test: %-40s %2d runs (e4m3/e5m2/e2m1 x ceil/floor x row/col/both, fp8 sw), "
               "input %s non-finite, bad bytes %lld\n",
               describe(l).c_str(), runs, nonfinite ? "has" : "no", static_cast<long long>(bad));
 }
 
-class Mxfp8QuantizeLayouts : public ::testing::TestWithParam<Layout> {};
+class MxQuantizeLayouts : public ::testing::TestWithParam<Layout> {};
 
-TEST_P(Mxfp8QuantizeLayouts, MatchesTheEmulatorByteForByte) {
+TEST_P(MxQuantizeLayouts, MatchesTheEmulatorByteForByte) {
   SKIP_WITHOUT_GPU();
   const Layout l = GetParam();
   check_layout(l, 1000003u * static_cast<uint64_t>(l.rows) + 7919u * l.cols + 31u * l.ld +
@@ -433,7 +437,7 @@ std::string layout_name(const ::testing::TestParamInfo<Layout>& info) {
          name(l.type) + "_" + name(l.pattern) + (l.misaligned ? "_misaligned" : "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, Mxfp8QuantizeLayouts, ::testing::ValuesIn(layouts()), layout_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, MxQuantizeLayouts, ::testing::ValuesIn(layouts()), layout_name);
 
 // One large bf16 tensor (not a multiple of the tile in either dimension).
 TEST(Mxfp8QuantizeLarge, Bf16_16385x7169) {
@@ -477,9 +481,29 @@ TEST(Mxfp8QuantizeLarge, ManyTilesPerCtaEveryInputType) {
       for (Directions d : {Directions::kRowwise, Directions::kColumnwise})
         bad += run_and_compare(l, x, ref, Recipe::kMxfp8E5M2, ScaleRounding::kFloor, d, bq::detail::kDefaultEncoder);
     }
-    std::printf("mx_quantize_test: %s: e4m3 ceil both, e5m2 floor row and col (hw-cvt): bad bytes %lld\n",
-                describe(l).c_str(), static_cast<long long>(bad));
+    if (t == InputType::kBf16) {
+      const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp4, ScaleRounding::kCeil);
+      bad += run_and_compare(l, x, ref, Recipe::kMxfp4, ScaleRounding::kCeil, Directions::kBoth,
+                             bq::detail::kDefaultEncoder);
+    }
+    std::printf("mx_quantize_test: %s: e4m3 ceil both, e5m2 floor row and col (hw-cvt)%s: bad bytes %lld\n",
+                describe(l).c_str(), t == InputType::kBf16 ? ", e2m1 ceil both" : "", static_cast<long long>(bad));
   }
+}
+
+// MXFP4 on a large matrix with an odd number of rows and columns: the half-filled last byte of
+// every row of both copies, partial tiles on both edges, many tiles per CTA.
+TEST(Mxfp4QuantizeLarge, OddRowsAndColsBothCopies) {
+  SKIP_WITHOUT_GPU();
+  const Layout l{2049, 4097, 4097, InputType::kBf16, Pattern::kMixed, false};
+  const HostInput in = make_input(l.rows, l.cols, l.ld, l.type, l.pattern, 4097);
+  DeviceInput x;
+  ASSERT_TRUE(upload(in, l, &x));
+  const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp4, ScaleRounding::kFloor);
+  const int64_t bad = run_and_compare(l, x, ref, Recipe::kMxfp4, ScaleRounding::kFloor, Directions::kBoth,
+                                      bq::detail::kDefaultEncoder);
+  std::printf("mx_quantize_test: %s: e2m1 floor both: bad bytes %lld\n", describe(l).c_str(),
+              static_cast<long long>(bad));
 }
 
 // ---- The hardware conversion against formats::encode_minifloat on every finite fp32 --------
@@ -533,6 +557,114 @@ TEST(Mxfp8HardwareCvt, MatchesEncodeMinifloatOnEveryFiniteFp32) {
   sweep<Recipe::kMxfp8E5M2>("E5M2");
 }
 
+// The kernels' E2M1 encoder (e2m1_code, and the 8-element packing) against formats::encode_e2m1.
+__global__ void e2m1_sweep_kernel(CvtCounts* counts) {
+  unsigned long long checked = 0;
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < (uint64_t{1} << 32);
+       i += uint64_t{gridDim.x} * blockDim.x) {
+    const uint32_t bits = static_cast<uint32_t>(i);
+    if ((bits & 0x7F800000u) == 0x7F800000u) continue;  // NaN, Inf: the kernels never encode them
+    const uint32_t got = bq::detail::e2m1_code(__uint_as_float(bits));
+    const uint32_t want = bf::encode_e2m1(__uint_as_float(bits));
+    ++checked;
+    if (got != want) {
+      const unsigned long long k = atomicAdd(&counts->mismatches, 1ull);
+      if (k < 4) counts->first_bits[k] = bits, counts->first_hw[k] = got, counts->first_sw[k] = want;
+    }
+  }
+  // The packing: element i of 8 in nibble i (x * 1, exact), here on 8 consecutive patterns.
+  if (blockIdx.x == 0 && threadIdx.x < 32) {
+    float f[8];
+    uint32_t want = 0;
+    for (int e = 0; e < 8; ++e) {
+      const uint32_t bits = 0x3E000000u + 0x00300000u * (threadIdx.x * 8 + e);  // 0.125 .. beyond 6
+      f[e] = __uint_as_float((bits & 0x7F800000u) == 0x7F800000u ? 0x40C00000u : bits) * ((e & 1) ? -1.0f : 1.0f);
+      want |= bf::encode_e2m1(f[e]) << (4 * e);
+    }
+    if (bq::detail::encode8_e2m1(f, 1.0f) != want) atomicAdd(&counts->mismatches, 1ull);
+  }
+  atomicAdd(&counts->checked, checked);
+}
+
+TEST(Mxfp4Encoder, MatchesEncodeE2m1OnEveryFiniteFp32) {
+  SKIP_WITHOUT_GPU();
+  DeviceBuffer buf;
+  ASSERT_CUDA(buf.alloc(sizeof(CvtCounts)));
+  ASSERT_CUDA(cudaMemset(buf.ptr, 0, sizeof(CvtCounts)));
+  e2m1_sweep_kernel<<<4096, 256>>>(reinterpret_cast<CvtCounts*>(buf.ptr));
+  ASSERT_CUDA(cudaGetLastError());
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  CvtCounts c;
+  ASSERT_CUDA(cudaMemcpy(&c, buf.ptr, sizeof c, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(c.checked, (uint64_t{1} << 32) - (uint64_t{1} << 24));  // every finite pattern
+  EXPECT_EQ(c.mismatches, 0u);
+  for (unsigned long long k = 0; k < std::min(c.mismatches, 4ull); ++k)
+    ADD_FAILURE() << "E2M1 x = 0x" << std::hex << c.first_bits[k] << ": e2m1_code 0x" << c.first_hw[k]
+                  << ", encode_e2m1 0x" << c.first_sw[k];
+  std::printf("mx_quantize_test: E2M1 e2m1_code vs encode_e2m1: %llu finite fp32 patterns, mismatches %llu\n",
+              c.checked, c.mismatches);
+}
+
+// The packed E2M1 paths of 16-bit input (encode16_e2m1_bf16: two bf16 products and codes per
+// instruction, the scalar encoder for tiny scales; encode16_e2m1_fp16: fp32 products as f16 pairs)
+// against formats::encode_e2m1(x * 2^-e) for every bf16 / fp16 x (in both halves of a pair) and
+// every E8M0 scale code 0..254. Non-finite inputs (never encoded: their block's codes are 0) are
+// replaced by 0.
+__global__ void e2m1_packed_sweep_kernel(bool bf16, CvtCounts* counts) {
+  unsigned long long checked = 0;
+  for (uint32_t t = blockIdx.x * blockDim.x + threadIdx.x; t < 65536u * 255u; t += gridDim.x * blockDim.x) {
+    const uint32_t x = t & 0xFFFFu, code = t >> 16;
+    const uint32_t exp_mask = bf16 ? 0x7F80u : 0x7C00u;
+    bq::detail::MxScale s{code, __uint_as_float((254u - code) << 23), false};
+    uint32_t pairs[8];
+    float f[16];
+    for (int k = 0; k < 8; ++k) {
+      uint32_t h[2] = {(x + static_cast<uint32_t>(k)) & 0xFFFFu, (x ^ 0x8000u ^ static_cast<uint32_t>(k)) & 0xFFFFu};
+      for (int j = 0; j < 2; ++j) {
+        if ((h[j] & exp_mask) == exp_mask) h[j] = 0;
+        f[2 * k + j] = bf16 ? bf::bf16_bits_to_float(static_cast<uint16_t>(h[j]))
+                            : bf::fp16_bits_to_float(static_cast<uint16_t>(h[j]));
+      }
+      pairs[k] = h[0] | (h[1] << 16);
+    }
+    const uint2 got = bf16 ? bq::detail::encode16_e2m1_bf16(pairs, s) : bq::detail::encode16_e2m1_fp16(f, s.inv);
+    for (int i = 0; i < 16; ++i) {
+      const uint32_t want = bf::encode_e2m1(bf::mul_rn(f[i], s.inv));
+      const uint32_t g = ((i < 8 ? got.x : got.y) >> (4 * (i % 8))) & 0xFu;
+      ++checked;
+      if (g != want) {
+        const unsigned long long k = atomicAdd(&counts->mismatches, 1ull);
+        if (k < 4) counts->first_bits[k] = (uint64_t{code} << 32) | bf::float_bits(f[i]), counts->first_hw[k] = g,
+                   counts->first_sw[k] = want;
+      }
+    }
+  }
+  atomicAdd(&counts->checked, checked);
+}
+
+TEST(Mxfp4Encoder, PackedPathsMatchEncodeE2m1ForEvery16BitInputAndScale) {
+  SKIP_WITHOUT_GPU();
+  for (bool bf16 : {true, false}) {
+    DeviceBuffer buf;
+    ASSERT_CUDA(buf.alloc(sizeof(CvtCounts)));
+    ASSERT_CUDA(cudaMemset(buf.ptr, 0, sizeof(CvtCounts)));
+    e2m1_packed_sweep_kernel<<<2048, 256>>>(bf16, reinterpret_cast<CvtCounts*>(buf.ptr));
+    ASSERT_CUDA(cudaGetLastError());
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    CvtCounts c;
+    ASSERT_CUDA(cudaMemcpy(&c, buf.ptr, sizeof c, cudaMemcpyDeviceToHost));
+    const char* label = bf16 ? "bf16" : "fp16";
+    EXPECT_EQ(c.checked, 65536ull * 255ull * 16ull);
+    EXPECT_EQ(c.mismatches, 0u) << label;
+    for (unsigned long long k = 0; k < std::min(c.mismatches, 4ull); ++k)
+      ADD_FAILURE() << label << " scale code " << (c.first_bits[k] >> 32) << ", x = 0x" << std::hex
+                    << (c.first_bits[k] & 0xFFFFFFFFu) << " (fp32): packed 0x" << c.first_hw[k]
+                    << ", encode_e2m1 0x" << c.first_sw[k];
+    std::printf("mx_quantize_test: E2M1 packed %s path vs encode_e2m1: %llu (x, scale) pairs, mismatches %llu\n",
+                label, c.checked, c.mismatches);
+  }
+}
+
 // ---- The kernels' block scale (integer steps) against formats::mx_scale_exponent + exp2i on
 // every finite amax >= 0, both formats, both roundings ----------------------------------------
 
@@ -553,9 +685,9 @@ __global__ void scale_sweep_kernel(bq::detail::MxScaleRule rule, float maxnorm, 
   atomicAdd(&counts->checked, checked);
 }
 
-TEST(Mxfp8BlockScale, MatchesMxScaleExponentOnEveryFiniteAmax) {
+TEST(MxBlockScale, MatchesMxScaleExponentOnEveryFiniteAmax) {
   SKIP_WITHOUT_GPU();
-  for (Recipe recipe : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2}) {
+  for (Recipe recipe : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2, Recipe::kMxfp4}) {
     for (bool ceil_rounding : {true, false}) {
       DeviceBuffer buf;
       ASSERT_CUDA(buf.alloc(sizeof(CvtCounts)));
