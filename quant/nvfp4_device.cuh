@@ -219,12 +219,40 @@ BS_HOST_DEVICE void philox_words16(uint64_t seed, uint64_t offset, uint64_t i0, 
   for (int k = 0; k < 16; ++k) r[k] = s == 1 ? w[k + 1] : s == 2 ? w[k + 2] : w[k + 3];
 }
 
+#if defined(__CUDACC__)
+// ---- formats::encode_e2m1_stochastic(y, r), bit for bit, without its double arithmetic and
+// branches (device). With a = |y| < 6 and q = a * inv_spacing (exact: inv_spacing = 2, 1, 0.5 for
+// a in [0, 2), [2, 4), [4, 6)), formats' lo_code = floor(q) + {0, 2, 4} and its frac = q - floor(q)
+// (exact). floor(q) comes from RD(q + 2^23) (q < 4, ulp 1 there); F = frac * 2^32 is exact in fp32
+// (F < 2^32, a power-of-two scaling). Rounding up is formats' r < F (double, exact); for an integer
+// r and a float F that is RZ(r) < F: RZ(r) <= r < succ(RZ(r)), so RZ(r) >= F implies r >= F, and
+// RZ(r) < F implies F >= succ(RZ(r)) > r. a >= 6 (Inf included) gives sign | 7, NaN gives 7.
+// tests/quant compares it with formats on the GPU around every decision point.
+__device__ __forceinline__ uint32_t e2m1_stochastic_code(float y, uint32_t r) {
+  const uint32_t u = __float_as_uint(y);
+  const float a = fabsf(y);
+  const bool lt2 = a < 2.0f, lt4 = a < 4.0f;
+  const float q = __fmul_rn(a, lt2 ? 2.0f : (lt4 ? 1.0f : 0.5f));
+  const float t = __fadd_rd(q, 8388608.0f);  // 2^23 + floor(q)
+  const float frac = __fsub_rn(q, __fsub_rn(t, 8388608.0f));
+  const bool up = __uint2float_rz(r) < __fmul_rn(frac, 4294967296.0f);
+  uint32_t code = (__float_as_uint(t) - 0x4B000000u) + (lt2 ? 0u : (lt4 ? 2u : 4u)) + (up ? 1u : 0u);
+  code = a < 6.0f ? code : 7u;
+  return (u & 0x7FFFFFFFu) > 0x7F800000u ? 7u : (code | ((u >> 28) & 8u));
+}
+#endif
+
 // Eight stochastically rounded codes (formats::encode_e2m1_stochastic on y = x * enc, sign kept).
 BS_HOST_DEVICE uint32_t encode8_stochastic(const float* x, float enc, const uint32_t* r) {
   uint32_t word = 0;
 #pragma unroll
-  for (int i = 0; i < 8; ++i)
+  for (int i = 0; i < 8; ++i) {
+#if defined(__CUDA_ARCH__)
+    word |= e2m1_stochastic_code(__fmul_rn(x[i], enc), r[i]) << (4 * i);
+#else
     word |= static_cast<uint32_t>(formats::encode_e2m1_stochastic(formats::mul_rn(x[i], enc), r[i])) << (4 * i);
+#endif
+  }
   return word;
 }
 

@@ -20,7 +20,9 @@
 // the GPU over all of them), formats::hadamard16_inplace's butterflies in its order
 // (nvfp4::rht16_unscaled: the same fp32 operations minus the final exact x 0.25, which is applied
 // to the values or, for 16-bit input, folded into the encode factors where that is exact),
-// formats::philox4x32_10 and formats::encode_e2m1_stochastic. The E2M1 elements are encoded in
+// formats::philox4x32_10 and formats::encode_e2m1_stochastic (on the device nvfp4::e2m1_stochastic_code:
+// the same decision in fp32 without doubles or branches; tests/quant compares the two on the GPU
+// on every fp32 pattern around its rounding threshold). The E2M1 elements are encoded in
 // SOFTWARE on every architecture (nvfp4::e2m1_magnitude_biased: three fp32 roundings and a min;
 // tests/quant compares it with formats::encode_e2m1 on every non-NaN fp32): the hardware
 // cvt.rn.satfinite.e2m1x2.f32 exists only on sm_100a, so the sm_90a and sm_100a images run the
@@ -33,7 +35,8 @@
 // the grid sized from the SM count and the occupancy, 3 CTAs per SM). The tile matches two 512-byte
 // chunks of each swizzled scale buffer (128 rows x 8 blocks of 16), staged in shared memory and
 // stored one tile late (one barrier per tile; two with 2D blocks).
-//   load      : cp.async of 16-byte granules (zero-filled past the matrix) into a shared tile of
+//   load      : cp.async of 16-byte granules (zero-filled past the matrix; whole tiles take an
+//               unchecked path with compile-time swizzle keys) into a shared tile of
 //               32-bit words whose granule index is XOR-swizzled by the row's 16-row chunk and the
 //               granule's upper bits, so the copies, the row reads and the column reads are free of
 //               bank conflicts; 16-bit input double-buffers, fp32 (64 KB tiles) single-buffers.
@@ -155,6 +158,12 @@ __device__ __forceinline__ uint4 granule_scalar(const void* x, int64_t ld, int64
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+// cp.async of a whole 16-byte granule to a shared address.
+__device__ __forceinline__ void cp_async_16B_s(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+
 // Starts the copy of a tile into `stage`: consecutive threads take consecutive granules of a row.
 template <InputType kIn>
 __device__ __forceinline__ void copy_tile(const Nvfp4Params& p, const TileAt& at, uint32_t* stage) {
@@ -165,7 +174,19 @@ __device__ __forceinline__ void copy_tile(const Nvfp4Params& p, const TileAt& at
   const int row = tid / S::kGranules;
   const int64_t row_bytes = p.ld * S::kBytes;
   const char* src = static_cast<const char*>(p.x) + (at.r0 + row) * row_bytes + (at.c0 + g * S::kElemsPerGranule) * S::kBytes;
-  if (p.vec_load) {
+  if (p.vec_load && at.whole) {
+    // Whole tile: row rt = row + kRowsPerStep s has the swizzle key ((rt >> 4) & 7) = (kRowsPerStep s)
+    // >> 4 (row < kRowsPerStep, which divides 16), known at compile time, so each copy is the
+    // step-0 byte offset XOR a constant (bits 4..6, below the 256-byte row pitch) plus a constant.
+    const uint32_t base = smem_addr(stage);
+    const uint32_t off0 = 4u * static_cast<uint32_t>(tile_word<kIn>(row, g));  // key 0 (row < 16)
+    const int64_t step = kRowsPerStep * row_bytes;
+#pragma unroll
+    for (int s = 0; s < kTile / kRowsPerStep; ++s) {
+      const uint32_t key = static_cast<uint32_t>((kRowsPerStep * s) >> 4);
+      cp_async_16B_s(base + ((off0 ^ (16u * key)) + 4u * s * kRowsPerStep * S::kWordsPerRow), src + s * step);
+    }
+  } else if (p.vec_load) {
     const int in_row = max(0, min(S::kElemsPerGranule, at.cols_in - g * S::kElemsPerGranule)) * S::kBytes;
 #pragma unroll
     for (int s = 0; s < kTile / kRowsPerStep; ++s) {
@@ -349,7 +370,6 @@ __device__ __forceinline__ uint32_t run_amax(const uint32_t* w, float* f) {
 }
 
 // Shared-memory accesses by 32-bit shared addresses (kept in registers across the loops).
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 __device__ __forceinline__ uint4 lds128(uint32_t a) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));

@@ -808,6 +808,32 @@ __global__ void encoder_sweep_kernel(SweepCounts* c) {
   atomicAdd(&c->checked, checked);
 }
 
+// Every fp32 pattern y, with r = a hash of y, 0, ~0 and the words on both sides of the rounding
+// threshold ceil(frac * 2^32) (frac as formats computes it, in double).
+__global__ void stochastic_sweep_kernel(SweepCounts* c) {
+  unsigned long long checked = 0;
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < (uint64_t{1} << 32); i += uint64_t{gridDim.x} * blockDim.x) {
+    const uint32_t bits = static_cast<uint32_t>(i);
+    const float y = __uint_as_float(bits);
+    const double a = fabs(static_cast<double>(y));
+    uint32_t r[5] = {bits * 0x9E3779B9u ^ 0x5BD1E995u, 0u, 0xFFFFFFFFu, 0u, 0u};
+    int n = 3;
+    if (a < 6.0) {
+      const double q = a * (a < 2.0 ? 2.0 : a < 4.0 ? 1.0 : 0.5);
+      const double t = ceil((q - floor(q)) * 4294967296.0);  // <= 2^32 - 256
+      if (t > 0.0) r[n++] = static_cast<uint32_t>(t - 1.0);
+      r[n++] = static_cast<uint32_t>(t);
+    }
+    for (int k = 0; k < n; ++k) {
+      const uint32_t want = blockscale::formats::encode_e2m1_stochastic(y, r[k]);
+      const uint32_t got = nv::e2m1_stochastic_code(y, r[k]);
+      ++checked;
+      if (got != want) note_mismatch(c, bits, got | (static_cast<unsigned long long>(r[k]) << 8), want);
+    }
+  }
+  atomicAdd(&c->checked, checked);
+}
+
 __global__ void scale_sweep_kernel(SweepCounts* c) {
   unsigned long long checked = 0;
   for (uint32_t b = blockIdx.x * blockDim.x + threadIdx.x; b <= 0x7F800000u; b += gridDim.x * blockDim.x) {
@@ -851,6 +877,17 @@ TEST(Nvfp4DeviceArithmetic, EncoderMatchesEncodeE2m1OnEveryNonNanFp32) {
     ADD_FAILURE() << std::hex << "y bits 0x" << c.first[k] << ": got 0x" << c.got[k] << " want 0x" << c.want[k];
   std::printf("nvfp4_quantize_test: device E2M1 encoder vs encode_e2m1: %llu fp32 patterns, mismatches %llu\n", c.checked,
               c.mismatches);
+}
+
+TEST(Nvfp4DeviceArithmetic, StochasticEncoderMatchesEncodeE2m1StochasticAroundEveryThreshold) {
+  SKIP_WITHOUT_GPU();
+  const SweepCounts c = run_sweep(stochastic_sweep_kernel);
+  EXPECT_GT(c.checked, 3 * (uint64_t{1} << 32));
+  EXPECT_EQ(c.mismatches, 0u);
+  for (unsigned long long k = 0; k < std::min(c.mismatches, 4ull); ++k)
+    ADD_FAILURE() << std::hex << "y bits 0x" << c.first[k] << ": got 0x" << c.got[k] << " (r << 8) want 0x" << c.want[k];
+  std::printf("nvfp4_quantize_test: device SR encoder vs encode_e2m1_stochastic: %llu (y, r) pairs, mismatches %llu\n",
+              c.checked, c.mismatches);
 }
 
 TEST(Nvfp4DeviceArithmetic, HardwareScaleCodeMatchesEncodeUe4m3FromZeroToInf) {
