@@ -21,7 +21,6 @@
 // The hardware E4M3 encoder is proven equal to formats::encode_minifloat on every finite fp32 by
 // tests/quant/mx_quantize_test (Mxfp8HardwareCvt); it is not swept again here.
 // GPU tests skip without a GPU; the host checks run everywhere.
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -47,63 +46,41 @@ namespace {
 namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
 using bf::Recipe;
-using blockscale_test::DeviceBuffer;
 using bq::Directions;
 using bq::InputType;
+using blockscale_test::DeviceBuffer;
+using blockscale_test::DeviceInput;
+using blockscale_test::GuardedOutput;
+using blockscale_test::HostInput;
+using blockscale_test::check_output;
+using blockscale_test::element_bytes;
+using blockscale_test::name;
+using blockscale_test::to_bits;
+using blockscale_test::upload_input;
 
+// Outputs of this test are poisoned with 0xC5 and 32 guard bytes either side.
 constexpr uint8_t kPoison = 0xC5;
 constexpr int64_t kGuard = 32;
-
-const char* type_name(InputType t) {
-  return t == InputType::kBf16 ? "bf16" : t == InputType::kFp16 ? "fp16" : "fp32";
+::testing::AssertionResult poisoned(GuardedOutput* g, int64_t bytes, int64_t offset) {
+  return blockscale_test::alloc_poisoned(g, bytes, offset, kPoison, kGuard);
 }
-const char* dir_name(Directions d) {
-  return d == Directions::kRowwise ? "row" : d == Directions::kColumnwise ? "col" : "both";
-}
-int64_t esize(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
-
-// ---- Input elements as bits of the input type, and their exact fp32 values.
-uint32_t encode_input(float v, InputType t) {
-  if (t == InputType::kFp32) return bf::float_bits(v);
-  if (t == InputType::kBf16) return bf::float_to_bf16_bits_rn(v);
-  const __half h = __float2half_rn(v);
-  uint16_t u;
-  std::memcpy(&u, &h, 2);
-  return u;
-}
-float decode_input(uint32_t b, InputType t) {
-  if (t == InputType::kFp32) return bf::bits_float(b);
-  if (t == InputType::kBf16) return bf::bf16_bits_to_float(static_cast<uint16_t>(b));
-  return bf::fp16_bits_to_float(static_cast<uint16_t>(b));
-}
-struct TypeBits {
-  uint32_t sign, inf, max_finite, min_normal;
-};
-TypeBits type_bits(InputType t) {
-  if (t == InputType::kFp32) return {0x80000000u, 0x7F800000u, 0x7F7FFFFFu, 0x00800000u};
-  if (t == InputType::kBf16) return {0x8000u, 0x7F80u, 0x7F7Fu, 0x0080u};
-  return {0x8000u, 0x7C00u, 0x7BFFu, 0x0400u};
-}
-
-struct HostInput {
-  std::vector<uint8_t> bytes;  // rows x ld elements of the input type
-  std::vector<float> values;   // decoded; the columns past cols hold NaN (must never be read)
-};
 
 HostInput make_input(int64_t rows, int64_t cols, int64_t ld, InputType t, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
   std::uniform_real_distribution<double> uni(0.0, 1.0);
-  const TypeBits tb = type_bits(t);
+  const blockscale_test::InputTypeBits tb = blockscale_test::type_bits(t);
   const bool fp16 = t == InputType::kFp16;
-  const double log_lo = fp16 ? -6.0 : -30.0, log_hi = fp16 ? 4.0 : 30.0;
+  double log_lo, log_hi;
+  blockscale_test::magnitude_range(t, &log_lo, &log_hi);
   HostInput in;
-  in.bytes.assign(static_cast<size_t>(rows * ld * esize(t)), 0xEE);  // stride padding: garbage
+  const size_t esize = static_cast<size_t>(element_bytes(t));
+  in.bytes.assign(static_cast<size_t>(rows * ld) * esize, 0xEE);  // stride padding: garbage
   in.values.assign(static_cast<size_t>(rows * ld), std::nanf(""));
   auto put = [&](int64_t r, int64_t c, uint32_t bits) {
     const size_t i = static_cast<size_t>(r * ld + c);
-    std::memcpy(&in.bytes[i * static_cast<size_t>(esize(t))], &bits, static_cast<size_t>(esize(t)));
-    in.values[i] = decode_input(bits, t);
+    std::memcpy(&in.bytes[i * esize], &bits, esize);
+    in.values[i] = blockscale_test::from_bits(bits, t);
   };
   const double bases[] = {448.0, 1.0, 1.5, 1.0625, 1.125, 0.875, 464.0, 432.0, 3.0};
   for (int64_t tr = 0; tr < rows; tr += 128) {
@@ -121,19 +98,19 @@ HostInput make_input(int64_t rows, int64_t cols, int64_t ld, InputType t, uint64
                 bits = (rng() & 1) ? tb.sign : 0u;
               } else if (tile_kind < 14) {  // tiny: below 448 / FLT_MAX; fp16: its subnormals
                 bits = fp16 ? static_cast<uint32_t>(rng() % tb.min_normal)
-                            : encode_input(static_cast<float>(std::ldexp(normal(rng), -122 - static_cast<int>(rng() % 24))), t);
+                            : to_bits(static_cast<float>(std::ldexp(normal(rng), -122 - static_cast<int>(rng() % 24))), t);
                 if (rng() & 1) bits |= tb.sign;
               } else if (tile_kind < 18) {  // the largest finite values and their neighbours
                 bits = (tb.max_finite - static_cast<uint32_t>(rng() % 6)) | ((rng() & 1) ? tb.sign : 0u);
               } else if (kind < 40) {  // normal at the region's magnitude
-                bits = encode_input(static_cast<float>(normal(rng) * mag), t);
+                bits = to_bits(static_cast<float>(normal(rng) * mag), t);
               } else if (kind < 55) {  // heavy tail
                 const double u = std::max(uni(rng), 1e-4);
-                bits = encode_input(static_cast<float>(normal(rng) / (u * u) * mag * 1e-3), t);
+                bits = to_bits(static_cast<float>(normal(rng) / (u * u) * mag * 1e-3), t);
               } else if (kind < 62) {  // zeros
                 bits = (rng() & 1) ? tb.sign : 0u;
               } else if (kind < 66) {  // specials sprinkled in a normal region
-                bits = encode_input(static_cast<float>(normal(rng) * mag), t);
+                bits = to_bits(static_cast<float>(normal(rng) * mag), t);
                 switch (rng() % 48) {
                   case 0: bits = tb.inf | 1u | ((rng() & 1) ? tb.sign : 0u); break;  // NaN
                   case 1: bits = tb.inf; break;
@@ -147,13 +124,13 @@ HostInput make_input(int64_t rows, int64_t cols, int64_t ld, InputType t, uint64
                 bits = static_cast<uint32_t>(rng() % tb.min_normal) | ((rng() & 1) ? tb.sign : 0u);
               } else if (kind < 90) {  // boundaries: base * 2^k, one input ulp either side
                 const double base = bases[rng() % (sizeof(bases) / sizeof(bases[0]))];
-                bits = encode_input(static_cast<float>(std::ldexp(base, k_base + static_cast<int>(rng() % 3))), t);
+                bits = to_bits(static_cast<float>(std::ldexp(base, k_base + static_cast<int>(rng() % 3))), t);
                 const uint32_t a = bits & ~tb.sign;
                 if (a > 0 && a < tb.max_finite) bits += static_cast<uint32_t>(static_cast<int>(rng() % 3) - 1);
                 if (rng() & 1) bits ^= tb.sign;
               } else {  // one large element among tiny ones
                 const double f = (r * 7 + c) % 29 == 0 ? 1e5 : 1e-5;
-                bits = encode_input(static_cast<float>(normal(rng) * mag * f), t);
+                bits = to_bits(static_cast<float>(normal(rng) * mag * f), t);
               }
               put(r, c, bits);
             }
@@ -215,57 +192,6 @@ std::vector<Expected> references(const HostInput& in, int64_t rows, int64_t cols
   return out;
 }
 
-// ---- Device buffers with poisoned guards.
-struct Guarded {
-  DeviceBuffer buf;
-  int64_t bytes = 0, offset = 0;
-  uint8_t* ptr() const { return buf.ptr + kGuard + offset; }
-};
-
-::testing::AssertionResult poisoned(Guarded* g, int64_t bytes, int64_t offset) {
-  g->bytes = bytes, g->offset = offset;
-  cudaError_t err = g->buf.alloc(static_cast<size_t>(bytes + offset + 2 * kGuard));
-  if (err == cudaSuccess) err = cudaMemset(g->buf.ptr, kPoison, g->buf.bytes);
-  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
-  return ::testing::AssertionSuccess();
-}
-
-// Bad bytes of g against `want` (null: the buffer must still hold the poison), guards included;
-// the first few are described in *report (row_len: for a row / column in the message).
-int64_t compare(const Guarded& g, const std::vector<uint8_t>* want, int64_t row_len, const char* what,
-                std::string* report) {
-  std::vector<uint8_t> got(g.buf.bytes);
-  const cudaError_t err = cudaMemcpy(got.data(), g.buf.ptr, got.size(), cudaMemcpyDeviceToHost);
-  if (err != cudaSuccess) {
-    *report += std::string(what) + ": cudaMemcpy: " + cudaGetErrorString(err) + "\n";
-    return 1;
-  }
-  if (want != nullptr && static_cast<int64_t>(want->size()) != g.bytes) {
-    *report += std::string(what) + ": reference holds " + std::to_string(want->size()) + " bytes, buffer " +
-               std::to_string(g.bytes) + "\n";
-    return 1;
-  }
-  const int64_t begin = kGuard + g.offset;
-  int64_t bad = 0;
-  for (int64_t i = 0; i < static_cast<int64_t>(got.size()); ++i) {
-    const bool inside = i >= begin && i < begin + g.bytes;
-    const uint8_t expect = inside && want != nullptr ? (*want)[static_cast<size_t>(i - begin)] : kPoison;
-    if (got[static_cast<size_t>(i)] == expect) continue;
-    if (bad++ >= 5) continue;
-    char line[200];
-    if (inside) {
-      const long long j = i - begin;
-      std::snprintf(line, sizeof line, "%s: byte %lld (%lld, %lld): got 0x%02X want 0x%02X\n", what, j,
-                    j / row_len, j % row_len, got[static_cast<size_t>(i)], expect);
-    } else {
-      std::snprintf(line, sizeof line, "%s: guard byte %s the buffer overwritten (0x%02X at %lld)\n", what,
-                    i < begin ? "before" : "after", got[static_cast<size_t>(i)], static_cast<long long>(i));
-    }
-    *report += line;
-  }
-  return bad;
-}
-
 struct Layout {
   int64_t rows, cols, ld;
   InputType type;
@@ -275,26 +201,11 @@ struct Layout {
 std::string describe(const Layout& l) {
   char s[128];
   std::snprintf(s, sizeof s, "%lldx%lld ld=%lld %s%s", static_cast<long long>(l.rows),
-                static_cast<long long>(l.cols), static_cast<long long>(l.ld), type_name(l.type),
+                static_cast<long long>(l.cols), static_cast<long long>(l.ld), name(l.type),
                 l.misaligned ? " misaligned" : "");
   return s;
 }
 void PrintTo(const Layout& l, std::ostream* os) { *os << describe(l); }
-
-struct DeviceInput {
-  DeviceBuffer buf;
-  int64_t offset = 0;
-  const void* ptr() const { return buf.ptr + offset; }
-};
-
-::testing::AssertionResult upload(const HostInput& in, const Layout& l, DeviceInput* d) {
-  d->offset = l.misaligned ? esize(l.type) : 0;
-  cudaError_t err = d->buf.alloc(in.bytes.size() + static_cast<size_t>(d->offset));
-  if (err == cudaSuccess)
-    err = cudaMemcpy(d->buf.ptr + d->offset, in.bytes.data(), in.bytes.size(), cudaMemcpyHostToDevice);
-  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
-  return ::testing::AssertionSuccess();
-}
 
 // One run of the public API on poisoned outputs, compared with the reference; returns bad bytes.
 int64_t run_one(const Layout& l, const DeviceInput& x, const Expected& want, float want_amax, Config c,
@@ -306,7 +217,7 @@ int64_t run_one(const Layout& l, const DeviceInput& x, const Expected& want, flo
   p.rows = l.rows, p.cols = l.cols, p.ld = l.ld;
   p.directions = Directions::kBoth;  // sizes every buffer; those not requested must stay poisoned
   const int64_t data_off = l.misaligned ? 1 : 0, scale_off = l.misaligned ? 4 : 0;
-  Guarded rd, rs, cd, cs, amax;
+  GuardedOutput rd, rs, cd, cs, amax;
   EXPECT_TRUE(poisoned(&rd, bq::rowwise_data_bytes(p), data_off));
   EXPECT_TRUE(poisoned(&rs, bq::rowwise_scale_bytes(p), scale_off));
   EXPECT_TRUE(poisoned(&cd, bq::columnwise_data_bytes(p), data_off));
@@ -335,13 +246,13 @@ int64_t run_one(const Layout& l, const DeviceInput& x, const Expected& want, flo
                                                                      : bf::blk128_scale_ld((l.rows + 127) / 128) * 4;
   std::string report;
   int64_t bad = 0;
-  bad += compare(rd, row ? &want.row_data : nullptr, l.cols, "rowwise data", &report);
-  bad += compare(rs, row ? &want.row_scales : nullptr, row_scale_len, "rowwise scales", &report);
-  bad += compare(cd, col ? &want.col_data : nullptr, l.rows, "columnwise data", &report);
-  bad += compare(cs, col ? &want.col_scales : nullptr, col_scale_len, "columnwise scales", &report);
+  bad += check_output(rd, row ? &want.row_data : nullptr, l.cols, "rowwise data", &report);
+  bad += check_output(rs, row ? &want.row_scales : nullptr, row_scale_len, "rowwise scales", &report);
+  bad += check_output(cd, col ? &want.col_data : nullptr, l.rows, "columnwise data", &report);
+  bad += check_output(cs, col ? &want.col_scales : nullptr, col_scale_len, "columnwise scales", &report);
   std::vector<uint8_t> amax_bytes(4);
   std::memcpy(amax_bytes.data(), &want_amax, 4);
-  bad += compare(amax, &amax_bytes, 4, "amax", &report);
+  bad += check_output(amax, &amax_bytes, 4, "amax", &report);
   int got_flag = -1;
   EXPECT_EQ(cudaMemcpy(&got_flag, flag.ptr, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
   if (got_flag != (want.nonfinite ? 1 : 0)) {
@@ -349,7 +260,7 @@ int64_t run_one(const Layout& l, const DeviceInput& x, const Expected& want, flo
     report += "nonfinite flag: got " + std::to_string(got_flag) + "\n";
   }
   EXPECT_EQ(bad, 0) << describe(l) << " " << bf::recipe_name(c.recipe) << (c.pow2 ? " pow2 " : " ")
-                    << dir_name(dirs) << ": " << bad << " bad bytes\n"
+                    << name(dirs, /*abbreviated=*/true) << ": " << bad << " bad bytes\n"
                     << report;
   return bad;
 }
@@ -368,7 +279,7 @@ uint64_t seed_of(const Layout& l) {
 void check(const Layout& l, const std::vector<Config>& configs, const std::vector<Directions>& dirs) {
   const HostInput in = make_input(l.rows, l.cols, l.ld, l.type, seed_of(l));
   DeviceInput x;
-  ASSERT_TRUE(upload(in, l, &x));
+  ASSERT_TRUE(upload_input(in, l.type, l.misaligned, &x));
   const std::vector<Expected> want = references(in, l.rows, l.cols, l.ld, configs);
   const float amax = bf::detail::block_amax(in.values.data(), l.ld, 0, l.rows, 0, l.cols).amax;
   int64_t bad = 0;
@@ -407,7 +318,7 @@ std::vector<Layout> layouts() {
 std::string layout_name(const ::testing::TestParamInfo<Layout>& info) {
   const Layout& l = info.param;
   return std::to_string(l.rows) + "x" + std::to_string(l.cols) + "_ld" + std::to_string(l.ld) + "_" +
-         type_name(l.type) + (l.misaligned ? "_misaligned" : "");
+         name(l.type) + (l.misaligned ? "_misaligned" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Fp8BlockQuantizeLayouts, ::testing::ValuesIn(layouts()), layout_name);

@@ -1,16 +1,29 @@
-// Shared by the tests of quant/: skipping without a GPU, CUDA error assertions, and a device
-// buffer that frees itself.
+// Shared by the GPU tests of quant/: skipping without a GPU, CUDA error assertions, a device
+// buffer that frees itself, input elements as bits of the input type, names for the test output,
+// poisoned output buffers with guard bytes and their byte-for-byte check.
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <string>
+#include <vector>
+
+#include "formats/host_device.h"
+#include "formats/scalar_codecs.h"
+#include "formats/status.h"
+#include "quant/quantize.h"
 
 namespace blockscale_test {
 
+// ---- GPU presence and device memory ------------------------------------------------------------
+
+// True when a CUDA device is present; otherwise *why says why not (SKIP_WITHOUT_GPU's message).
 inline bool have_gpu(std::string* why) {
   int n = 0;
   const cudaError_t err = cudaGetDeviceCount(&n);
@@ -22,6 +35,7 @@ inline bool have_gpu(std::string* why) {
   return true;
 }
 
+// Device memory freed on destruction. alloc(0) allocates 1 byte (ptr is never null on success).
 struct DeviceBuffer {
   uint8_t* ptr = nullptr;
   size_t bytes = 0;
@@ -41,6 +55,162 @@ struct DeviceBuffer {
     return err != cudaSuccess || n == 0 ? err : cudaMemcpy(ptr, host, n, cudaMemcpyHostToDevice);
   }
 };
+
+// ---- Names for test output ---------------------------------------------------------------------
+
+inline const char* name(blockscale::quant::InputType t) {
+  using blockscale::quant::InputType;
+  return t == InputType::kBf16 ? "bf16" : t == InputType::kFp16 ? "fp16" : "fp32";
+}
+// "rowwise" / "columnwise" / "both"; abbreviated: "row" / "col" / "both".
+inline const char* name(blockscale::quant::Directions d, bool abbreviated = false) {
+  using blockscale::quant::Directions;
+  if (d == Directions::kRowwise) return abbreviated ? "row" : "rowwise";
+  if (d == Directions::kColumnwise) return abbreviated ? "col" : "columnwise";
+  return "both";
+}
+
+// ---- Input elements ----------------------------------------------------------------------------
+
+// Bytes of one input element.
+inline int64_t element_bytes(blockscale::quant::InputType t) {
+  return t == blockscale::quant::InputType::kFp32 ? 4 : 2;
+}
+
+// Input element bits <-> value (the value, decoded exactly to fp32, is what the emulator quantizes).
+inline uint32_t to_bits(float v, blockscale::quant::InputType t) {
+  namespace bf = blockscale::formats;
+  using blockscale::quant::InputType;
+  if (t == InputType::kFp32) return bf::float_bits(v);
+  if (t == InputType::kBf16) return bf::float_to_bf16_bits_rn(v);
+  const __half h = __float2half_rn(v);
+  uint16_t u;
+  std::memcpy(&u, &h, sizeof u);
+  return u;
+}
+inline float from_bits(uint32_t b, blockscale::quant::InputType t) {
+  namespace bf = blockscale::formats;
+  using blockscale::quant::InputType;
+  if (t == InputType::kFp32) return bf::bits_float(b);
+  if (t == InputType::kBf16) return bf::bf16_bits_to_float(static_cast<uint16_t>(b));
+  return bf::fp16_bits_to_float(static_cast<uint16_t>(b));
+}
+
+// Bit patterns of the input type: the sign bit, +Inf, the largest finite value and the smallest
+// normal (every pattern below it is zero or subnormal).
+struct InputTypeBits {
+  uint32_t sign, inf, max_finite, min_normal;
+};
+inline InputTypeBits type_bits(blockscale::quant::InputType t) {
+  using blockscale::quant::InputType;
+  if (t == InputType::kFp32) return {0x80000000u, 0x7F800000u, 0x7F7FFFFFu, 0x00800000u};
+  if (t == InputType::kBf16) return {0x8000u, 0x7F80u, 0x7F7Fu, 0x0080u};
+  return {0x8000u, 0x7C00u, 0x7BFFu, 0x0400u};
+}
+
+// log10 of the magnitudes drawn for the type: 1e-30 .. 1e30 (fp16, which holds 6e-8 .. 65504:
+// 1e-6 .. 1e4).
+inline void magnitude_range(blockscale::quant::InputType t, double* lo, double* hi) {
+  if (t == blockscale::quant::InputType::kFp16) *lo = -6.0, *hi = 4.0;
+  else *lo = -30.0, *hi = 30.0;
+}
+
+// A test input: its bytes in the input type and the same elements decoded exactly.
+struct HostInput {
+  std::vector<uint8_t> bytes;  // rows x ld elements of the input type
+  std::vector<float> values;   // decoded; the padding columns past cols hold NaN (never read)
+};
+
+// The device copy of an input, `offset` bytes into its buffer.
+struct DeviceInput {
+  DeviceBuffer buf;
+  int64_t offset = 0;
+  const void* ptr() const { return buf.ptr + offset; }
+};
+
+// Copies in.bytes (elements of type t) to the device; misaligned: one element off the buffer's
+// (256-byte) alignment, which breaks 16-byte vector loads.
+inline ::testing::AssertionResult upload_input(const HostInput& in, blockscale::quant::InputType t,
+                                               bool misaligned, DeviceInput* d) {
+  d->offset = misaligned ? element_bytes(t) : 0;
+  cudaError_t err = d->buf.alloc(in.bytes.size() + static_cast<size_t>(d->offset));
+  if (err == cudaSuccess)
+    err = cudaMemcpy(d->buf.ptr + d->offset, in.bytes.data(), in.bytes.size(), cudaMemcpyHostToDevice);
+  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
+  return ::testing::AssertionSuccess();
+}
+
+// ---- Poisoned outputs --------------------------------------------------------------------------
+
+constexpr uint8_t kDefaultPoison = 0xAB;
+constexpr int64_t kDefaultGuard = 64;
+
+// One output buffer: `bytes` bytes at `offset` (misalignment) after `guard` poisoned bytes, and
+// `guard` poisoned bytes after it; every byte holds `poison` until the kernel writes.
+struct GuardedOutput {
+  DeviceBuffer buf;
+  int64_t bytes = 0, offset = 0, guard = kDefaultGuard;
+  uint8_t poison = kDefaultPoison;
+  uint8_t* ptr() const { return buf.ptr + guard + offset; }
+};
+
+inline ::testing::AssertionResult alloc_poisoned(GuardedOutput* o, int64_t bytes, int64_t offset,
+                                                 uint8_t poison = kDefaultPoison,
+                                                 int64_t guard = kDefaultGuard) {
+  o->bytes = bytes, o->offset = offset, o->guard = guard, o->poison = poison;
+  cudaError_t err = o->buf.alloc(static_cast<size_t>(bytes + 2 * guard + offset));
+  if (err == cudaSuccess) err = cudaMemset(o->buf.ptr, poison, o->buf.bytes);
+  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
+  return ::testing::AssertionSuccess();
+}
+
+// Compares the buffer's contents with `want` (nullptr: must be untouched, still the poison) and
+// its guards with the poison. Returns the number of bad bytes (1 when `want` is not the buffer's
+// size or the copy fails); describes the first few in *report (row_len: for the row / column).
+inline int64_t check_output(const GuardedOutput& o, const std::vector<uint8_t>* want, int64_t row_len,
+                            const char* what, std::string* report) {
+  std::vector<uint8_t> all(o.buf.bytes);
+  const cudaError_t err = cudaMemcpy(all.data(), o.buf.ptr, all.size(), cudaMemcpyDeviceToHost);
+  if (err != cudaSuccess) {
+    *report += std::string(what) + ": cudaMemcpy " + cudaGetErrorString(err) + "\n";
+    return 1;
+  }
+  if (want != nullptr && static_cast<int64_t>(want->size()) != o.bytes) {
+    *report += std::string(what) + ": reference holds " + std::to_string(want->size()) + " bytes, buffer " +
+               std::to_string(o.bytes) + "\n";
+    return 1;
+  }
+  int64_t bad = 0;
+  const int64_t begin = o.guard + o.offset;
+  for (int64_t i = 0; i < static_cast<int64_t>(all.size()); ++i) {
+    const bool inside = i >= begin && i < begin + o.bytes;
+    const uint8_t expected = inside && want ? (*want)[static_cast<size_t>(i - begin)] : o.poison;
+    if (all[static_cast<size_t>(i)] == expected) continue;
+    if (bad++ < 4) {
+      char line[256];
+      if (inside) {
+        const int64_t j = i - begin;
+        std::snprintf(line, sizeof line, "%s: byte %lld (row %lld, col %lld): got 0x%02X want 0x%02X\n", what,
+                      static_cast<long long>(j), static_cast<long long>(j / row_len),
+                      static_cast<long long>(j % row_len), all[static_cast<size_t>(i)], expected);
+      } else {
+        std::snprintf(line, sizeof line, "%s: guard byte %lld %s the buffer written (0x%02X)\n", what,
+                      static_cast<long long>(i < begin ? begin - i : i - begin - o.bytes),
+                      i < begin ? "before" : "after", all[static_cast<size_t>(i)]);
+      }
+      *report += line;
+    }
+  }
+  return bad;
+}
+
+// ---- Argument checks ---------------------------------------------------------------------------
+
+// s must be an error whose message contains `needle`.
+inline void expect_error(const blockscale::Status& s, const std::string& needle) {
+  ASSERT_FALSE(s.is_ok()) << "expected an error naming " << needle;
+  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+}
 
 }  // namespace blockscale_test
 

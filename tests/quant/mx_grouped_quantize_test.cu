@@ -16,7 +16,6 @@
 //   - data with NaN / Inf / subnormal / -0 / all-zero blocks; a row stride > cols and misaligned
 //     pointers (the scalar load and byte store paths); an empty matrix (the padded ends alone).
 // GPU tests skip without a GPU; the argument checks need none.
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -33,6 +32,7 @@
 #include "formats/quantize.h"
 #include "formats/scale_layout.h"
 #include "quant/quantize.h"
+#include "tests/quant/gpu_test_util.h"
 
 namespace {
 
@@ -42,72 +42,20 @@ using bf::Recipe;
 using bf::ScaleRounding;
 using bq::Directions;
 using bq::InputType;
-
-#define ASSERT_CUDA(call)                                                      \
-  do {                                                                         \
-    const cudaError_t err_ = (call);                                           \
-    ASSERT_EQ(err_, cudaSuccess) << #call << ": " << cudaGetErrorString(err_); \
-  } while (0)
-
-constexpr uint8_t kPoison = 0xAB;
-constexpr int64_t kGuard = 64;
-
-bool have_gpu(std::string* why) {
-  int n = 0;
-  const cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess || n == 0) {
-    *why = std::string("no CUDA device (cudaGetDeviceCount: ") +
-           (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") + ")";
-    return false;
-  }
-  return true;
-}
-
-#define SKIP_WITHOUT_GPU()                      \
-  do {                                          \
-    std::string why_;                           \
-    if (!have_gpu(&why_)) GTEST_SKIP() << why_; \
-  } while (0)
-
-struct DeviceBuffer {
-  uint8_t* ptr = nullptr;
-  size_t bytes = 0;
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { if (ptr) cudaFree(ptr); }
-  cudaError_t alloc(size_t n) {
-    bytes = n;
-    return cudaMalloc(&ptr, n > 0 ? n : 1);
-  }
-};
-
-const char* name(InputType t) { return t == InputType::kBf16 ? "bf16" : t == InputType::kFp16 ? "fp16" : "fp32"; }
-const char* name(Directions d) {
-  return d == Directions::kRowwise ? "rowwise" : d == Directions::kColumnwise ? "columnwise" : "both";
-}
-int64_t element_bytes(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
+using blockscale_test::DeviceBuffer;
+using blockscale_test::DeviceInput;
+using blockscale_test::GuardedOutput;
+using blockscale_test::HostInput;
+using blockscale_test::alloc_poisoned;
+using blockscale_test::check_output;
+using blockscale_test::element_bytes;
+using blockscale_test::expect_error;
+using blockscale_test::from_bits;
+using blockscale_test::name;
+using blockscale_test::to_bits;
+using blockscale_test::upload_input;
 
 // ---- Inputs ----------------------------------------------------------------------------------
-
-uint32_t to_bits(float v, InputType t) {
-  if (t == InputType::kFp32) return bf::float_bits(v);
-  if (t == InputType::kBf16) return bf::float_to_bf16_bits_rn(v);
-  const __half h = __float2half_rn(v);
-  uint16_t u;
-  std::memcpy(&u, &h, sizeof u);
-  return u;
-}
-float from_bits(uint32_t b, InputType t) {
-  if (t == InputType::kFp32) return bf::bits_float(b);
-  if (t == InputType::kBf16) return bf::bf16_bits_to_float(static_cast<uint16_t>(b));
-  return bf::fp16_bits_to_float(static_cast<uint16_t>(b));
-}
-
-struct HostInput {
-  std::vector<uint8_t> bytes;  // rows x ld elements of the input type
-  std::vector<float> values;   // the same, decoded exactly; padding columns NaN (never read)
-};
 
 // Per 16x32 region one kind of data: normal values at a random magnitude, heavy tails, all zero
 // (both signs), sprinkled NaN / Inf / -0 / subnormal / largest finite, ties of E2M1 and FP8.
@@ -117,9 +65,8 @@ HostInput make_input(int64_t rows, int64_t cols, int64_t ld, InputType t, bool f
   std::normal_distribution<double> normal(0.0, 1.0);
   std::uniform_real_distribution<double> uni(0.0, 1.0);
   const bool f16 = t == InputType::kFp16;
-  const uint32_t sign = t == InputType::kFp32 ? 0x80000000u : 0x8000u;
-  const uint32_t inf = t == InputType::kFp32 ? 0x7F800000u : t == InputType::kBf16 ? 0x7F80u : 0x7C00u;
-  const uint32_t smax = t == InputType::kFp32 ? 0x7F7FFFFFu : t == InputType::kBf16 ? 0x7F7Fu : 0x7BFFu;
+  const blockscale_test::InputTypeBits tb = blockscale_test::type_bits(t);
+  const uint32_t sign = tb.sign, inf = tb.inf, smax = tb.max_finite;
   const double ties[] = {5.0, 2.5, 3.5, 0.75, 1.25, 1.75, 0.25, 6.0, 7.0, 448.0, 1.0625, 57344.0};
   const int64_t esize = element_bytes(t);
   HostInput in;
@@ -292,59 +239,6 @@ GroupedReference make_reference(const HostInput& in, int64_t rows, int64_t cols,
 
 // ---- GPU run and comparison ------------------------------------------------------------------
 
-struct GuardedOutput {
-  DeviceBuffer buf;
-  int64_t bytes = 0;
-  int64_t offset = 0;
-  uint8_t* ptr() const { return buf.ptr + kGuard + offset; }
-};
-
-::testing::AssertionResult alloc_poisoned(GuardedOutput* o, int64_t bytes, int64_t offset) {
-  o->bytes = bytes;
-  o->offset = offset;
-  cudaError_t err = o->buf.alloc(static_cast<size_t>(bytes + 2 * kGuard + offset));
-  if (err == cudaSuccess) err = cudaMemset(o->buf.ptr, kPoison, o->buf.bytes);
-  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
-  return ::testing::AssertionSuccess();
-}
-
-int64_t check_output(const GuardedOutput& o, const std::vector<uint8_t>* want, int64_t row_len, const char* what,
-                     std::string* report) {
-  std::vector<uint8_t> all(o.buf.bytes);
-  const cudaError_t err = cudaMemcpy(all.data(), o.buf.ptr, all.size(), cudaMemcpyDeviceToHost);
-  if (err != cudaSuccess) {
-    *report += std::string(what) + ": cudaMemcpy " + cudaGetErrorString(err) + "\n";
-    return 1;
-  }
-  if (want != nullptr && static_cast<int64_t>(want->size()) != o.bytes) {
-    *report += std::string(what) + ": reference holds " + std::to_string(want->size()) + " bytes, buffer " +
-               std::to_string(o.bytes) + "\n";
-    return 1;
-  }
-  int64_t bad = 0;
-  const int64_t begin = kGuard + o.offset;
-  for (int64_t i = 0; i < static_cast<int64_t>(all.size()); ++i) {
-    const bool inside = i >= begin && i < begin + o.bytes;
-    const uint8_t expected = inside && want ? (*want)[static_cast<size_t>(i - begin)] : kPoison;
-    if (all[static_cast<size_t>(i)] == expected) continue;
-    if (bad++ < 4) {
-      char line[256];
-      if (inside) {
-        const int64_t j = i - begin;
-        std::snprintf(line, sizeof line, "%s: byte %lld (row %lld, col %lld): got 0x%02X want 0x%02X\n", what,
-                      static_cast<long long>(j), static_cast<long long>(j / row_len),
-                      static_cast<long long>(j % row_len), all[static_cast<size_t>(i)], expected);
-      } else {
-        std::snprintf(line, sizeof line, "%s: guard byte %lld %s the buffer written (0x%02X)\n", what,
-                      static_cast<long long>(i < begin ? begin - i : i - begin - o.bytes),
-                      i < begin ? "before" : "after", all[static_cast<size_t>(i)]);
-      }
-      *report += line;
-    }
-  }
-  return bad;
-}
-
 struct Case {
   int64_t rows, cols, ld;
   int groups;
@@ -362,12 +256,6 @@ std::string describe(const Case& c) {
   return s;
 }
 void PrintTo(const Case& c, std::ostream* os) { *os << describe(c); }
-
-struct DeviceInput {
-  DeviceBuffer buf;
-  int64_t offset = 0;
-  const void* ptr() const { return buf.ptr + offset; }
-};
 
 // One grouped run on the GPU against the reference; returns the number of bad bytes.
 int64_t run_and_compare(const Case& c, const DeviceInput& x, const DeviceBuffer& ends_dev, const GroupedReference& ref,
@@ -456,12 +344,9 @@ struct Prepared {
   bq::GroupedQuantizeProblem p;
   p.dense.rows = c.rows, p.dense.cols = c.cols, p.dense.ld = c.ld, p.num_groups = c.groups;
   pr->capacity = bq::grouped_capacity(p);
-  pr->x.offset = c.misaligned ? element_bytes(c.type) : 0;
-  cudaError_t err = pr->x.buf.alloc(pr->in.bytes.size() + static_cast<size_t>(pr->x.offset));
-  if (err == cudaSuccess)
-    err = cudaMemcpy(pr->x.buf.ptr + pr->x.offset, pr->in.bytes.data(), pr->in.bytes.size(), cudaMemcpyHostToDevice);
-  if (err == cudaSuccess) err = pr->ends_dev.alloc(ends32.size() * 4);
-  if (err == cudaSuccess) err = cudaMemcpy(pr->ends_dev.ptr, ends32.data(), ends32.size() * 4, cudaMemcpyHostToDevice);
+  const ::testing::AssertionResult uploaded = upload_input(pr->in, c.type, c.misaligned, &pr->x);
+  if (!uploaded) return uploaded;
+  const cudaError_t err = pr->ends_dev.upload(ends32.data(), ends32.size() * 4);
   if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
   return ::testing::AssertionSuccess();
 }
@@ -599,11 +484,6 @@ TEST(MxGroupedQuantizeEmpty, WritesThePaddedEndsAlone) {
 }
 
 // ---- Argument checks (no GPU needed) -----------------------------------------------------------
-
-void expect_error(const blockscale::Status& s, const std::string& needle) {
-  ASSERT_FALSE(s.is_ok()) << "expected an error naming " << needle;
-  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
-}
 
 TEST(GroupedQuantizeApi, CapacityAndChecks) {
   bq::GroupedQuantizeProblem p;

@@ -16,7 +16,6 @@
 //     finite fp32 pattern, and the kernels' block scale against formats::mx_scale_exponent on every
 //     finite amax (E4M3, E5M2, E2M1 maxnorms).
 // GPU tests skip without a GPU; the argument checks need none.
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -36,6 +35,7 @@
 #include "quant/mx_device.cuh"
 #include "quant/mx_quantize.h"
 #include "quant/quantize.h"
+#include "tests/quant/gpu_test_util.h"
 
 namespace {
 
@@ -46,91 +46,25 @@ using bf::ScaleRounding;
 using bq::Directions;
 using bq::InputType;
 using bq::detail::ElementEncoder;
+using blockscale_test::DeviceBuffer;
+using blockscale_test::DeviceInput;
+using blockscale_test::GuardedOutput;
+using blockscale_test::HostInput;
+using blockscale_test::alloc_poisoned;
+using blockscale_test::check_output;
+using blockscale_test::element_bytes;
+using blockscale_test::expect_error;
+using blockscale_test::from_bits;
+using blockscale_test::name;
+using blockscale_test::to_bits;
+using blockscale_test::upload_input;
 
-#define ASSERT_CUDA(call)                                                      \
-  do {                                                                         \
-    const cudaError_t err_ = (call);                                           \
-    ASSERT_EQ(err_, cudaSuccess) << #call << ": " << cudaGetErrorString(err_); \
-  } while (0)
-
-constexpr uint8_t kPoison = 0xAB;
-constexpr int64_t kGuard = 64;  // poisoned bytes before and after every output
-
-bool have_gpu(std::string* why) {
-  int n = 0;
-  const cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess || n == 0) {
-    *why = std::string("no CUDA device (cudaGetDeviceCount: ") +
-           (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") + ")";
-    return false;
-  }
-  return true;
-}
-
-#define SKIP_WITHOUT_GPU()                    \
-  do {                                        \
-    std::string why_;                         \
-    if (!have_gpu(&why_)) GTEST_SKIP() << why_; \
-  } while (0)
-
-struct DeviceBuffer {
-  uint8_t* ptr = nullptr;
-  size_t bytes = 0;
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { if (ptr) cudaFree(ptr); }
-  cudaError_t alloc(size_t n) {
-    bytes = n;
-    return cudaMalloc(&ptr, n);
-  }
-};
-
-const char* name(InputType t) {
-  return t == InputType::kBf16 ? "bf16" : t == InputType::kFp16 ? "fp16" : "fp32";
-}
-const char* name(Directions d) {
-  return d == Directions::kRowwise ? "rowwise" : d == Directions::kColumnwise ? "columnwise" : "both";
-}
 const char* name(ElementEncoder e) { return e == ElementEncoder::kHardware ? "hw-cvt" : "sw-encode"; }
-int64_t element_bytes(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
 
 // ---- Inputs --------------------------------------------------------------------------------
 
-// Input element bits <-> value (the value is what the emulator quantizes).
-uint32_t to_bits(float v, InputType t) {
-  if (t == InputType::kFp32) return bf::float_bits(v);
-  if (t == InputType::kBf16) return bf::float_to_bf16_bits_rn(v);
-  const __half h = __float2half_rn(v);
-  uint16_t u;
-  std::memcpy(&u, &h, sizeof u);
-  return u;
-}
-float from_bits(uint32_t b, InputType t) {
-  if (t == InputType::kFp32) return bf::bits_float(b);
-  if (t == InputType::kBf16) return bf::bf16_bits_to_float(static_cast<uint16_t>(b));
-  return bf::fp16_bits_to_float(static_cast<uint16_t>(b));
-}
-uint32_t max_finite_bits(InputType t) {
-  return t == InputType::kFp32 ? 0x7F7FFFFFu : t == InputType::kBf16 ? 0x7F7Fu : 0x7BFFu;
-}
-uint32_t sign_bit(InputType t) { return t == InputType::kFp32 ? 0x80000000u : 0x8000u; }
-uint32_t min_normal_bits(InputType t) {
-  return t == InputType::kFp32 ? 0x00800000u : t == InputType::kBf16 ? 0x0080u : 0x0400u;
-}
-// log10 of the magnitudes drawn for the type (fp16 holds 6e-8 .. 65504).
-void magnitude_range(InputType t, double* lo, double* hi) {
-  if (t == InputType::kFp16) *lo = -6.0, *hi = 4.0;
-  else *lo = -30.0, *hi = 30.0;
-}
-
 enum class Pattern { kMixed, kFinite };
 const char* name(Pattern p) { return p == Pattern::kMixed ? "mixed" : "finite"; }
-
-struct HostInput {
-  std::vector<uint8_t> bytes;  // rows x ld elements of the input type
-  std::vector<float> values;   // the same elements decoded exactly; padding columns NaN
-};
 
 // One 32x32 region of the input gets one kind of data (each rowwise block and each columnwise
 // block lies in one region).
@@ -140,7 +74,7 @@ HostInput make_input(int64_t rows, int64_t cols, int64_t ld, InputType t, Patter
   std::normal_distribution<double> normal(0.0, 1.0);
   std::uniform_real_distribution<double> uni(0.0, 1.0);
   double lo, hi;
-  magnitude_range(t, &lo, &hi);
+  blockscale_test::magnitude_range(t, &lo, &hi);
   const int64_t esize = element_bytes(t);
   HostInput in;
   in.bytes.assign(static_cast<size_t>(rows * ld * esize), 0);
@@ -148,7 +82,8 @@ HostInput make_input(int64_t rows, int64_t cols, int64_t ld, InputType t, Patter
   // Boundary bases: E4M3 / E5M2 / E2M1 maxnorm and rounding ties at several scales.
   const double bases[] = {448.0, 57344.0, 1.0, 1.5, 1.0625, 1.1875, 1.125, 1.375, 0.75, 480.0, 61440.0,
                           6.0, 5.0, 7.0, 2.5, 3.5, 1.25, 1.75, 0.25};
-  const uint32_t smax = max_finite_bits(t);
+  const blockscale_test::InputTypeBits tb = blockscale_test::type_bits(t);
+  const uint32_t smax = tb.max_finite;
   for (int64_t rr = 0; rr < rows; rr += 32) {
     for (int64_t rc = 0; rc < cols; rc += 32) {
       const int kind = static_cast<int>(uni(rng) * 100);
@@ -164,35 +99,35 @@ HostInput make_input(int64_t rows, int64_t cols, int64_t ld, InputType t, Patter
             const double u = std::max(uni(rng), 1e-4);
             bits = to_bits(static_cast<float>(normal(rng) / (u * u) * mag * 1e-3), t);
           } else if (kind < 58) {  // all zero, both signs
-            bits = (rng() & 1) ? sign_bit(t) : 0u;
+            bits = (rng() & 1) ? tb.sign : 0u;
           } else if (kind < 70) {  // sprinkled specials
             bits = to_bits(static_cast<float>(normal(rng) * mag), t);
             const uint64_t z = rng() % 64;
-            const uint32_t inf = t == InputType::kFp32 ? 0x7F800000u : t == InputType::kBf16 ? 0x7F80u : 0x7C00u;
-            if (z == 0) bits = inf | 1u;                   // NaN
-            if (z == 1) bits = inf;                        // +Inf
-            if (z == 2) bits = inf | sign_bit(t);          // -Inf
-            if (z == 3) bits = sign_bit(t);                // -0
-            if (z == 4) bits = 1u | ((rng() & 1) ? sign_bit(t) : 0u);  // smallest subnormal
-            if (z == 5) bits = smax;                       // largest finite
+            const uint32_t inf = tb.inf;
+            if (z == 0) bits = inf | 1u;                              // NaN
+            if (z == 1) bits = inf;                                   // +Inf
+            if (z == 2) bits = inf | tb.sign;                         // -Inf
+            if (z == 3) bits = tb.sign;                               // -0
+            if (z == 4) bits = 1u | ((rng() & 1) ? tb.sign : 0u);     // smallest subnormal
+            if (z == 5) bits = smax;                                  // largest finite
           } else if (kind < 78) {  // subnormals of the input type only
-            bits = static_cast<uint32_t>(rng() % min_normal_bits(t)) | ((rng() & 1) ? sign_bit(t) : 0u);
+            bits = static_cast<uint32_t>(rng() % tb.min_normal) | ((rng() & 1) ? tb.sign : 0u);
           } else if (kind < 88) {  // boundary values: base * 2^k and one input ulp either side
             const double base = bases[rng() % (sizeof(bases) / sizeof(bases[0]))];
             const int k = scale_k + static_cast<int>(rng() % 5) - 2;
             bits = to_bits(static_cast<float>(std::ldexp(base, k)), t);
             const int delta = static_cast<int>(rng() % 3) - 1;
-            if ((bits & ~sign_bit(t)) < smax && (bits & ~sign_bit(t)) > 0) bits += delta;
-            if (rng() & 1) bits ^= sign_bit(t);
+            if ((bits & ~tb.sign) < smax && (bits & ~tb.sign) > 0) bits += delta;
+            if (rng() & 1) bits ^= tb.sign;
           } else if (kind < 94) {  // the largest finite values and their neighbours
             bits = smax - static_cast<uint32_t>(rng() % 4);
-            if (rng() & 1) bits ^= sign_bit(t);
+            if (rng() & 1) bits ^= tb.sign;
           } else {  // one lone element large, the rest tiny: extreme in-block dynamic range
             bits = to_bits(static_cast<float>(normal(rng) * mag * ((r + c) % 31 == 0 ? 1e6 : 1e-6)), t);
           }
           // finite pattern: nothing non-finite (rounding into the type may overflow too)
           if (pattern == Pattern::kFinite && !std::isfinite(from_bits(bits, t)))
-            bits = smax | (bits & sign_bit(t));
+            bits = smax | (bits & tb.sign);
           const size_t i = static_cast<size_t>(r * ld + c);
           std::memcpy(&in.bytes[i * esize], &bits, static_cast<size_t>(esize));  // little endian
           in.values[i] = from_bits(bits, t);
@@ -231,57 +166,6 @@ Reference make_reference(const HostInput& in, int64_t rows, int64_t cols, int64_
 
 // ---- GPU run and comparison ----------------------------------------------------------------
 
-// One output buffer: `bytes` bytes at `offset` (misalignment) after kGuard poisoned bytes.
-struct GuardedOutput {
-  DeviceBuffer buf;
-  int64_t bytes = 0;
-  int64_t offset = 0;
-  uint8_t* ptr() const { return buf.ptr + kGuard + offset; }
-};
-
-::testing::AssertionResult alloc_poisoned(GuardedOutput* o, int64_t bytes, int64_t offset) {
-  o->bytes = bytes;
-  o->offset = offset;
-  cudaError_t err = o->buf.alloc(static_cast<size_t>(bytes + 2 * kGuard + offset));
-  if (err == cudaSuccess) err = cudaMemset(o->buf.ptr, kPoison, o->buf.bytes);
-  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
-  return ::testing::AssertionSuccess();
-}
-
-// Compares the buffer's contents with `want` (nullptr: must be untouched) and its guards with the
-// poison. Returns the number of bad bytes; describes the first few.
-int64_t check_output(const GuardedOutput& o, const std::vector<uint8_t>* want, int64_t row_len,
-                     const char* what, std::string* report) {
-  std::vector<uint8_t> all(o.buf.bytes);
-  const cudaError_t err = cudaMemcpy(all.data(), o.buf.ptr, all.size(), cudaMemcpyDeviceToHost);
-  if (err != cudaSuccess) {
-    *report += std::string(what) + ": cudaMemcpy " + cudaGetErrorString(err) + "\n";
-    return 1;
-  }
-  int64_t bad = 0;
-  const int64_t begin = kGuard + o.offset;
-  for (int64_t i = 0; i < static_cast<int64_t>(all.size()); ++i) {
-    const bool inside = i >= begin && i < begin + o.bytes;
-    const uint8_t expected = inside && want ? (*want)[static_cast<size_t>(i - begin)] : kPoison;
-    if (all[static_cast<size_t>(i)] == expected) continue;
-    if (bad++ < 4) {
-      char line[256];
-      if (inside) {
-        const int64_t j = i - begin;
-        std::snprintf(line, sizeof line, "%s: byte %lld (row %lld, col %lld): got 0x%02X want 0x%02X\n",
-                      what, static_cast<long long>(j), static_cast<long long>(j / row_len),
-                      static_cast<long long>(j % row_len), all[static_cast<size_t>(i)], expected);
-      } else {
-        std::snprintf(line, sizeof line, "%s: guard byte %lld %s the buffer written (0x%02X)\n", what,
-                      static_cast<long long>(i < begin ? begin - i : i - begin - o.bytes),
-                      i < begin ? "before" : "after", all[static_cast<size_t>(i)]);
-      }
-      *report += line;
-    }
-  }
-  return bad;
-}
-
 struct Layout {
   int64_t rows, cols, ld;
   InputType type;
@@ -298,22 +182,6 @@ std::string describe(const Layout& l) {
 }
 
 void PrintTo(const Layout& l, std::ostream* os) { *os << describe(l); }  // readable ctest names
-
-// The device copy of an input, possibly off its alignment.
-struct DeviceInput {
-  DeviceBuffer buf;
-  int64_t offset = 0;
-  const void* ptr() const { return buf.ptr + offset; }
-};
-
-::testing::AssertionResult upload(const HostInput& in, const Layout& l, DeviceInput* d) {
-  d->offset = l.misaligned ? element_bytes(l.type) : 0;
-  cudaError_t err = d->buf.alloc(in.bytes.size() + static_cast<size_t>(d->offset));
-  if (err == cudaSuccess)
-    err = cudaMemcpy(d->buf.ptr + d->offset, in.bytes.data(), in.bytes.size(), cudaMemcpyHostToDevice);
-  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
-  return ::testing::AssertionSuccess();
-}
 
 // Runs one configuration on the GPU and compares every output with the reference. Returns the
 // number of bad bytes (0: pass); failures are reported through gtest.
@@ -381,7 +249,7 @@ int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Reference& 
 void check_layout(const Layout& l, uint64_t seed) {
   const HostInput in = make_input(l.rows, l.cols, l.ld, l.type, l.pattern, seed);
   DeviceInput x;
-  ASSERT_TRUE(upload(in, l, &x));
+  ASSERT_TRUE(upload_input(in, l.type, l.misaligned, &x));
   int runs = 0;
   int64_t bad = 0;
   bool nonfinite = false;
@@ -445,7 +313,7 @@ TEST(Mxfp8QuantizeLarge, Bf16_16385x7169) {
   const Layout l{16385, 7169, 7169, InputType::kBf16, Pattern::kMixed, false};
   const HostInput in = make_input(l.rows, l.cols, l.ld, l.type, l.pattern, 42);
   DeviceInput x;
-  ASSERT_TRUE(upload(in, l, &x));
+  ASSERT_TRUE(upload_input(in, l.type, l.misaligned, &x));
   int64_t bad = 0;
   {
     const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp8E4M3, ScaleRounding::kCeil);
@@ -469,7 +337,7 @@ TEST(Mxfp8QuantizeLarge, ManyTilesPerCtaEveryInputType) {
     const Layout l{4096, 8192, 8192, t, Pattern::kMixed, false};
     const HostInput in = make_input(l.rows, l.cols, l.ld, l.type, l.pattern, 4242 + static_cast<uint64_t>(t));
     DeviceInput x;
-    ASSERT_TRUE(upload(in, l, &x));
+    ASSERT_TRUE(upload_input(in, l.type, l.misaligned, &x));
     int64_t bad = 0;
     {
       const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp8E4M3, ScaleRounding::kCeil);
@@ -498,7 +366,7 @@ TEST(Mxfp4QuantizeLarge, OddRowsAndColsBothCopies) {
   const Layout l{2049, 4097, 4097, InputType::kBf16, Pattern::kMixed, false};
   const HostInput in = make_input(l.rows, l.cols, l.ld, l.type, l.pattern, 4097);
   DeviceInput x;
-  ASSERT_TRUE(upload(in, l, &x));
+  ASSERT_TRUE(upload_input(in, l.type, l.misaligned, &x));
   const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp4, ScaleRounding::kFloor);
   const int64_t bad = run_and_compare(l, x, ref, Recipe::kMxfp4, ScaleRounding::kFloor, Directions::kBoth,
                                       bq::detail::kDefaultEncoder);
@@ -720,7 +588,7 @@ TEST(Mxfp8QuantizeFlags, NonfiniteFlagIsOnlyEverSetToOne) {
     HostInput in = make_input(l.rows, l.cols, l.ld, l.type, l.pattern, 5);
     if (with_nan) in.bytes[2 * (10 * 64 + 7) + 1] = 0x7F, in.bytes[2 * (10 * 64 + 7)] = 0xC1;  // NaN
     DeviceInput x;
-    ASSERT_TRUE(upload(in, l, &x));
+    ASSERT_TRUE(upload_input(in, l.type, l.misaligned, &x));
     DeviceBuffer data, scales, flag;
     bq::QuantizeProblem p;
     p.rows = l.rows, p.cols = l.cols, p.ld = l.ld;
@@ -770,12 +638,10 @@ TEST(Mxfp8Dequantize, MatchesFormatsDequantize) {
       std::vector<float> want;
       ASSERT_TRUE(bf::dequantize(ref.row, &want).is_ok());
       DeviceBuffer data, scales, out;
-      ASSERT_CUDA(data.alloc(ref.row.data.size()));
-      ASSERT_CUDA(scales.alloc(ref.row_scales.size()));
+      ASSERT_CUDA(data.upload(ref.row.data.data(), ref.row.data.size()));
+      ASSERT_CUDA(scales.upload(ref.row_scales.data(), ref.row_scales.size()));
       ASSERT_CUDA(out.alloc(want.size() * sizeof(float)));
-      ASSERT_CUDA(cudaMemcpy(data.ptr, ref.row.data.data(), ref.row.data.size(), cudaMemcpyHostToDevice));
-      ASSERT_CUDA(cudaMemcpy(scales.ptr, ref.row_scales.data(), ref.row_scales.size(), cudaMemcpyHostToDevice));
-      ASSERT_CUDA(cudaMemset(out.ptr, kPoison, out.bytes));
+      ASSERT_CUDA(cudaMemset(out.ptr, blockscale_test::kDefaultPoison, out.bytes));
       bq::DequantizeProblem p;
       p.recipe = recipe, p.rows = rows, p.cols = cols;
       const auto s = bq::dequantize(p, bq::DequantizeInputs{data.ptr, scales.ptr, nullptr}, reinterpret_cast<float*>(out.ptr), nullptr);
@@ -806,11 +672,6 @@ bq::QuantizeProblem good_problem() {
   bq::QuantizeProblem p;
   p.rows = 64, p.cols = 64, p.ld = 64, p.directions = Directions::kBoth;
   return p;
-}
-
-void expect_error(const blockscale::Status& s, const std::string& needle) {
-  ASSERT_FALSE(s.is_ok()) << "expected an error naming " << needle;
-  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
 }
 
 TEST(QuantizeApi, CanImplementNamesTheArgument) {
