@@ -24,7 +24,7 @@ steps=" ${STEPS:-tests bench} "
 if [[ $steps == *" tests "* ]]; then
 for t in $tests; do
   "$B/tests/quant/$t" >"$OUT/$t.log" 2>&1 || status=1
-  echo "== $t: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) \]' "$OUT/$t.log" | tr '\n' ' ')"
+  echo "== $t: $(grep -E '^\[  (PASSED|FAILED|SKIPPED)  \]' "$OUT/$t.log" | tr '\n' ' ')"
   grep -E "^[a-z0-9_]+_test:" "$OUT/$t.log" | grep -v -E "bad bytes 0$|mismatches 0$" | cut -c1-200 | head -20
   grep -E "^\[  FAILED  \]|Failure|got 0x|guard byte" "$OUT/$t.log" | cut -c1-200 | head -20
 done
