@@ -80,13 +80,15 @@ __global__ void fill_fp16_kernel(uint16_t* x, int64_t n) {
 }
 
 // One benchmark case: the problem (rows, cols, input type, directions, recipe options), the
-// encoder for MX (the software one goes through detail::run_mxfp8), a grouped run over `groups`
-// experts with uneven token counts when groups > 0, and whether run() also writes amax.
+// encoder and grid policy for MX (other than the defaults: through detail::run_mx), a grouped run
+// over `groups` experts with uneven token counts when groups > 0, and whether run() also writes
+// amax.
 struct Case {
   std::string label;
   bq::QuantizeProblem p;
   int groups = 0;
   ElementEncoder enc = ElementEncoder::kHardware;
+  bq::detail::GridPolicy grid = bq::detail::GridPolicy::kPersistent;
   bool with_amax = false;
 };
 
@@ -234,10 +236,10 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
   }
   const size_t ws_bytes = grouped ? bq::workspace_size(gp) : bq::workspace_size(p);
   void* ws = buf.alloc<void>(static_cast<int64_t>(ws_bytes));
-  const bool software = c.enc == ElementEncoder::kSoftware;
+  const bool mx_knobs = c.enc != ElementEncoder::kHardware || c.grid != bq::detail::GridPolicy::kPersistent;
   auto launch = [&] {
     if (grouped) return bq::run(gp, gin, gout, ws, ws_bytes, nullptr);
-    if (software) return bq::detail::run_mxfp8(p, in, out, c.enc, nullptr);
+    if (mx_knobs) return bq::detail::run_mx(p, in, out, c.enc, nullptr, c.grid);
     return bq::run(p, in, out, ws, ws_bytes, nullptr);
   };
   const auto probe = launch();  // a recipe whose kernel is missing is reported, not timed
@@ -309,10 +311,14 @@ std::vector<Case> all_cases() {
   add("fp8_block128", Recipe::kFp8Block1x128, 128000, 7168, bf16, both);
   add("mxfp8", Recipe::kMxfp8E4M3, 16384, 8192, InputType::kFp16, both);
   add("mxfp8", Recipe::kMxfp8E4M3, 16384, 8192, InputType::kFp32, both);
-  // Size sweep, 1 MiB .. 1 GiB of bf16 input, MXFP8 rowwise + columnwise.
-  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int64_t>>{
-           {512, 1024}, {1024, 2048}, {2048, 4096}, {4096, 8192}, {8192, 16384}, {32768, 16384}})
-    add("mxfp8 sweep", Recipe::kMxfp8E4M3, rows, cols, bf16, both);
+  // Size sweep, 1 MiB .. 1 GiB of bf16 input, MXFP8 rowwise + columnwise: the persistent grid
+  // run() launches, then one CTA per 128x128 tile.
+  const std::vector<std::pair<int64_t, int64_t>> sweep = {{512, 1024},   {1024, 2048},  {2048, 4096},
+                                                          {4096, 8192},  {8192, 16384}, {32768, 16384}};
+  for (const auto& [rows, cols] : sweep) add("mxfp8 sweep", Recipe::kMxfp8E4M3, rows, cols, bf16, both);
+  for (const auto& [rows, cols] : sweep)
+    add("mxfp8 sweep one-tile-per-CTA", Recipe::kMxfp8E4M3, rows, cols, bf16, both).grid =
+        bq::detail::GridPolicy::kOneTilePerCta;
   return cases;
 }
 

@@ -90,6 +90,7 @@ struct MxParams {
   const int32_t* group_ends;
   int32_t* padded_group_ends;
   int num_groups;
+  GridPolicy grid_policy;  // host side only: how many CTAs the launch asks for
 };
 
 // The shared tile of one input type: 128 rows of 32-bit words, in 16-byte granules.
@@ -626,11 +627,15 @@ Status leaf(Action action, const MxParams& params, cudaStream_t stream) {
                                  "cudaDeviceGetAttribute"));
   BS_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem),
                                  "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
-  // As many CTAs as fit at once, evened out so the last round of tiles keeps most of them busy.
+  // Persistent: as many CTAs as fit at once, evened out so the last round of tiles keeps most of
+  // them busy. One tile per CTA (for the benchmark's comparison): the grid-stride loop runs once.
   const int64_t tiles = int64_t{params.row_tiles} * params.col_tiles;
   const int64_t resident = int64_t{sms} * std::max(per_sm, 1);
-  const int64_t rounds = std::max<int64_t>(1, (tiles + resident - 1) / resident);
-  const int64_t grid = std::max<int64_t>(1, (tiles + rounds - 1) / rounds);  // >= 1: grouped writes the ends
+  const int64_t rounds = params.grid_policy == GridPolicy::kOneTilePerCta
+                             ? 1
+                             : std::max<int64_t>(1, (tiles + resident - 1) / resident);
+  const int64_t grid = std::min<int64_t>(std::max<int64_t>(1, (tiles + rounds - 1) / rounds),  // >= 1: grouped writes the ends
+                                         0x7FFFFFFF);
   kernel<<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(params);
   return cuda_status(cudaGetLastError(), "mx_quantize_kernel launch");
 }
@@ -730,30 +735,23 @@ bool is_mx_gpu_recipe(Recipe r) {
 Status mx_check_device(const QuantizeProblem& p, ElementEncoder encoder) {
   return dispatch<false>(p, encoder, Action::kCheck, MxParams{}, nullptr);
 }
-Status mxfp8_check_device(const QuantizeProblem& p, ElementEncoder encoder) { return mx_check_device(p, encoder); }
 
 Status launch_mx_dense(const QuantizeProblem& p, const void* x, const QuantizeOutputs& out, ElementEncoder encoder,
-                       cudaStream_t stream) {
-  return dispatch<false>(p, encoder, Action::kLaunch, make_params(p, x, out, p.rows), stream);
-}
-Status launch_mxfp8_quantize(const QuantizeProblem& p, const void* x, const QuantizeOutputs& out,
-                             ElementEncoder encoder, cudaStream_t stream) {
-  return launch_mx_dense(p, x, out, encoder, stream);
+                       cudaStream_t stream, GridPolicy grid) {
+  MxParams params = make_params(p, x, out, p.rows);
+  params.grid_policy = grid;
+  return dispatch<false>(p, encoder, Action::kLaunch, params, stream);
 }
 
 Status run_mx(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out, ElementEncoder encoder,
-              cudaStream_t stream) {
+              cudaStream_t stream, GridPolicy grid) {
   BS_RETURN_IF_ERROR(can_implement(p, in, out));
   if (!is_mx_gpu_recipe(p.recipe)) return Status::error("problem.recipe: not an MX recipe (mxfp8, mxfp8_e5m2, mxfp4)");
   if (!(p.rows == 0 || p.cols == 0)) BS_RETURN_IF_ERROR(mx_check_device(p, encoder));
   if (out.amax != nullptr)
     BS_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(out.amax, 0, sizeof(float), stream), "outputs.amax"));
   if (p.rows == 0 || p.cols == 0) return Status::ok();
-  return launch_mx_dense(p, in.x, out, encoder, stream);
-}
-Status run_mxfp8(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
-                 ElementEncoder encoder, cudaStream_t stream) {
-  return run_mx(p, in, out, encoder, stream);
+  return launch_mx_dense(p, in.x, out, encoder, stream, grid);
 }
 
 Status launch_mx_quantize(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,

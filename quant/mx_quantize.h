@@ -11,24 +11,21 @@
 
 namespace blockscale::quant::detail {
 
+// How many CTAs a launch asks for. kPersistent (what run() uses): as many as fit on the device at
+// once, each walking tiles in a grid-stride loop. kOneTilePerCta: one CTA per 128x128 tile, for
+// the benchmark's comparison of the two.
+enum class GridPolicy { kPersistent, kOneTilePerCta };
+
 // A kernel image for the current device exists (else an error naming the device's sm_XY).
 Status mx_check_device(const QuantizeProblem& p, ElementEncoder encoder);
 
-// run() with a chosen encoder: checks, resets *amax, launches. Any MX recipe with a GPU kernel
-// (mxfp8, mxfp8_e5m2, mxfp4).
+// run() with a chosen encoder and grid: checks, resets *amax, launches. Any MX recipe with a GPU
+// kernel (mxfp8, mxfp8_e5m2, mxfp4).
 Status run_mx(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
-              ElementEncoder encoder, cudaStream_t stream);
+              ElementEncoder encoder, cudaStream_t stream, GridPolicy grid = GridPolicy::kPersistent);
 
 // Enqueues the dense quantize kernel; arguments already checked, rows and cols > 0.
 Status launch_mx_dense(const QuantizeProblem& p, const void* x, const QuantizeOutputs& out,
-                       ElementEncoder encoder, cudaStream_t stream);
-
-// The names of the MXFP8-only version, kept for existing callers (bench/quant_bench.cu): the same
-// functions as above (they accept mxfp4 too).
-Status mxfp8_check_device(const QuantizeProblem& p, ElementEncoder encoder);
-Status run_mxfp8(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
-                 ElementEncoder encoder, cudaStream_t stream);
-Status launch_mxfp8_quantize(const QuantizeProblem& p, const void* x, const QuantizeOutputs& out,
-                             ElementEncoder encoder, cudaStream_t stream);
+                       ElementEncoder encoder, cudaStream_t stream, GridPolicy grid = GridPolicy::kPersistent);
 
 }  // namespace blockscale::quant::detail

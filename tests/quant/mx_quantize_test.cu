@@ -186,7 +186,8 @@ void PrintTo(const Layout& l, std::ostream* os) { *os << describe(l); }  // read
 // Runs one configuration on the GPU and compares every output with the reference. Returns the
 // number of bad bytes (0: pass); failures are reported through gtest.
 int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Reference& ref, Recipe recipe,
-                        ScaleRounding rounding, Directions dirs, ElementEncoder enc) {
+                        ScaleRounding rounding, Directions dirs, ElementEncoder enc,
+                        bq::detail::GridPolicy grid = bq::detail::GridPolicy::kPersistent) {
   bq::QuantizeProblem p;
   p.recipe = recipe;
   p.rounding = rounding;
@@ -216,7 +217,7 @@ int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Reference& 
   out.nonfinite = reinterpret_cast<int*>(flag.ptr);
   bq::QuantizeInputs in;
   in.x = x.ptr();
-  const blockscale::Status s = bq::detail::run_mx(p, in, out, enc, nullptr);
+  const blockscale::Status s = bq::detail::run_mx(p, in, out, enc, nullptr, grid);
   EXPECT_TRUE(s.is_ok()) << s.message();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
@@ -343,6 +344,9 @@ TEST(Mxfp8QuantizeLarge, ManyTilesPerCtaEveryInputType) {
       const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp8E4M3, ScaleRounding::kCeil);
       bad += run_and_compare(l, x, ref, Recipe::kMxfp8E4M3, ScaleRounding::kCeil, Directions::kBoth,
                              bq::detail::kDefaultEncoder);
+      // The benchmark's one-CTA-per-tile launch writes the same bytes.
+      bad += run_and_compare(l, x, ref, Recipe::kMxfp8E4M3, ScaleRounding::kCeil, Directions::kBoth,
+                             bq::detail::kDefaultEncoder, bq::detail::GridPolicy::kOneTilePerCta);
     }
     {
       const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp8E5M2, ScaleRounding::kFloor);
@@ -354,7 +358,7 @@ TEST(Mxfp8QuantizeLarge, ManyTilesPerCtaEveryInputType) {
       bad += run_and_compare(l, x, ref, Recipe::kMxfp4, ScaleRounding::kCeil, Directions::kBoth,
                              bq::detail::kDefaultEncoder);
     }
-    std::printf("mx_quantize_test: %s: e4m3 ceil both, e5m2 floor row and col (hw-cvt)%s: bad bytes %lld\n",
+    std::printf("mx_quantize_test: %s: e4m3 ceil both (persistent and one-tile-per-CTA grids), e5m2 floor row and col (hw-cvt)%s: bad bytes %lld\n",
                 describe(l).c_str(), t == InputType::kBf16 ? ", e2m1 ceil both" : "", static_cast<long long>(bad));
   }
 }
