@@ -166,18 +166,19 @@ inline ::testing::AssertionResult alloc_poisoned(GuardedOutput* o, int64_t bytes
 
 // Compares the buffer's contents with `want` (nullptr: must be untouched, still the poison) and
 // its guards with the poison. Returns the number of bad bytes (1 when `want` is not the buffer's
-// size or the copy fails); describes the first few in *report (row_len: for the row / column).
+// size or the copy fails); describes the first few in *report (row_len: for the row / column),
+// each line of the description starting with `indent`.
 inline int64_t check_output(const GuardedOutput& o, const std::vector<uint8_t>* want, int64_t row_len,
-                            const char* what, std::string* report) {
+                            const char* what, std::string* report, const char* indent = "") {
   std::vector<uint8_t> all(o.buf.bytes);
   const cudaError_t err = cudaMemcpy(all.data(), o.buf.ptr, all.size(), cudaMemcpyDeviceToHost);
   if (err != cudaSuccess) {
-    *report += std::string(what) + ": cudaMemcpy " + cudaGetErrorString(err) + "\n";
+    *report += std::string(indent) + what + ": cudaMemcpy " + cudaGetErrorString(err) + "\n";
     return 1;
   }
   if (want != nullptr && static_cast<int64_t>(want->size()) != o.bytes) {
-    *report += std::string(what) + ": reference holds " + std::to_string(want->size()) + " bytes, buffer " +
-               std::to_string(o.bytes) + "\n";
+    *report += std::string(indent) + what + ": reference holds " + std::to_string(want->size()) +
+               " bytes, buffer " + std::to_string(o.bytes) + "\n";
     return 1;
   }
   int64_t bad = 0;
@@ -190,12 +191,12 @@ inline int64_t check_output(const GuardedOutput& o, const std::vector<uint8_t>* 
       char line[256];
       if (inside) {
         const int64_t j = i - begin;
-        std::snprintf(line, sizeof line, "%s: byte %lld (row %lld, col %lld): got 0x%02X want 0x%02X\n", what,
-                      static_cast<long long>(j), static_cast<long long>(j / row_len),
+        std::snprintf(line, sizeof line, "%s%s: byte %lld (row %lld, col %lld): got 0x%02X want 0x%02X\n",
+                      indent, what, static_cast<long long>(j), static_cast<long long>(j / row_len),
                       static_cast<long long>(j % row_len), all[static_cast<size_t>(i)], expected);
       } else {
-        std::snprintf(line, sizeof line, "%s: guard byte %lld %s the buffer written (0x%02X)\n", what,
-                      static_cast<long long>(i < begin ? begin - i : i - begin - o.bytes),
+        std::snprintf(line, sizeof line, "%s%s: guard byte %lld %s the buffer written (0x%02X)\n", indent,
+                      what, static_cast<long long>(i < begin ? begin - i : i - begin - o.bytes),
                       i < begin ? "before" : "after", all[static_cast<size_t>(i)]);
       }
       *report += line;

@@ -20,7 +20,6 @@
 //     tiny ones); shapes 1x1 .. 16385x7169, row strides > cols (aligned or not), misaligned
 //     pointers; amax, columnwise_amax, both scale_dec values and the non-finite flag.
 // GPU tests skip without a GPU.
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -44,6 +43,7 @@
 #include "formats/scale_layout.h"
 #include "quant/nvfp4_device.cuh"
 #include "quant/quantize.h"
+#include "tests/quant/gpu_test_util.h"
 
 namespace {
 
@@ -54,53 +54,20 @@ using bf::Recipe;
 using bq::Directions;
 using bq::InputType;
 using bq::TensorAmax;
+using blockscale_test::DeviceBuffer;
+using blockscale_test::DeviceInput;
+using blockscale_test::GuardedOutput;
+using blockscale_test::HostInput;
+using blockscale_test::alloc_poisoned;
+using blockscale_test::check_output;
+using blockscale_test::element_bytes;
+using blockscale_test::expect_error;
+using blockscale_test::from_bits;
+using blockscale_test::name;
+using blockscale_test::to_bits;
+using blockscale_test::upload_input;
 
-#define ASSERT_CUDA(call)                                                      \
-  do {                                                                         \
-    const cudaError_t err_ = (call);                                           \
-    ASSERT_EQ(err_, cudaSuccess) << #call << ": " << cudaGetErrorString(err_); \
-  } while (0)
-
-constexpr uint8_t kPoison = 0xAB;
-constexpr int64_t kGuard = 64;
-
-bool have_gpu(std::string* why) {
-  int n = 0;
-  const cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess || n == 0) {
-    *why = std::string("no CUDA device (cudaGetDeviceCount: ") +
-           (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") + ")";
-    return false;
-  }
-  return true;
-}
-
-#define SKIP_WITHOUT_GPU()                      \
-  do {                                          \
-    std::string why_;                           \
-    if (!have_gpu(&why_)) GTEST_SKIP() << why_; \
-  } while (0)
-
-struct DeviceBuffer {
-  uint8_t* ptr = nullptr;
-  size_t bytes = 0;
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (ptr) cudaFree(ptr);
-  }
-  cudaError_t alloc(size_t n) {
-    bytes = n;
-    return cudaMalloc(&ptr, std::max<size_t>(n, 1));
-  }
-};
-
-const char* name(InputType t) { return t == InputType::kBf16 ? "bf16" : t == InputType::kFp16 ? "fp16" : "fp32"; }
-const char* name(Directions d) {
-  return d == Directions::kRowwise ? "row" : d == Directions::kColumnwise ? "col" : "both";
-}
-int64_t element_bytes(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
+constexpr char kReportIndent[] = "  ";  // check_output's report lines, indented under the failure line
 
 // ==== Host checks of the device arithmetic ========================================================
 
@@ -271,11 +238,6 @@ TEST(Nvfp4Hadamard, UnscaledTransformAndFoldMatchFormats) {
 
 // ---- Argument checks and sizes of the NVFP4 options (no GPU needed) ----------------------------
 
-void expect_error(const blockscale::Status& s, const std::string& needle) {
-  ASSERT_FALSE(s.is_ok()) << "expected an error naming " << needle;
-  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
-}
-
 TEST(Nvfp4Api, OptionsChecksAndWorkspace) {
   bq::QuantizeProblem p;
   p.recipe = Recipe::kNvfp4, p.rows = 64, p.cols = 48, p.ld = 48, p.directions = Directions::kBoth;
@@ -298,24 +260,6 @@ TEST(Nvfp4Api, OptionsChecksAndWorkspace) {
 
 // ==== Inputs ========================================================================================
 
-uint32_t to_bits(float v, InputType t) {
-  if (t == InputType::kFp32) return bf::float_bits(v);
-  if (t == InputType::kBf16) return bf::float_to_bf16_bits_rn(v);
-  const __half h = __float2half_rn(v);
-  uint16_t u;
-  std::memcpy(&u, &h, sizeof u);
-  return u;
-}
-float from_bits(uint32_t b, InputType t) {
-  if (t == InputType::kFp32) return bf::bits_float(b);
-  if (t == InputType::kBf16) return bf::bf16_bits_to_float(static_cast<uint16_t>(b));
-  return bf::fp16_bits_to_float(static_cast<uint16_t>(b));
-}
-uint32_t max_bits(InputType t) { return t == InputType::kFp32 ? 0x7F7FFFFFu : t == InputType::kBf16 ? 0x7F7Fu : 0x7BFFu; }
-uint32_t inf_bits(InputType t) { return t == InputType::kFp32 ? 0x7F800000u : t == InputType::kBf16 ? 0x7F80u : 0x7C00u; }
-uint32_t sign_bit(InputType t) { return t == InputType::kFp32 ? 0x80000000u : 0x8000u; }
-uint32_t min_normal_bits(InputType t) { return t == InputType::kFp32 ? 0x00800000u : t == InputType::kBf16 ? 0x0080u : 0x0400u; }
-
 // kMixed: every kind of region; kFinite: no NaN / Inf; kTies: tie lattices and zeros, the
 // tensor amax pinned to 2688 (S_enc = 1 exactly: ties land exactly); kNarrow: realistic data.
 enum class Pattern { kMixed, kFinite, kTies, kNarrow };
@@ -323,23 +267,20 @@ const char* name(Pattern p) {
   return p == Pattern::kMixed ? "mixed" : p == Pattern::kFinite ? "finite" : p == Pattern::kTies ? "ties" : "narrow";
 }
 
-struct HostInput {
-  std::vector<uint8_t> bytes;  // rows x ld elements of the input type
-  std::vector<float> values;   // decoded exactly; padding columns NaN (never read)
-};
-
 HostInput make_input(int64_t rows, int64_t cols, int64_t ld, InputType t, Pattern pattern, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
   std::uniform_real_distribution<double> uni(0.0, 1.0);
-  const double lo = t == InputType::kFp16 ? -6.0 : -30.0, hi = t == InputType::kFp16 ? 4.0 : 30.0;
+  double lo, hi;
+  blockscale_test::magnitude_range(t, &lo, &hi);
   const int64_t esize = element_bytes(t);
   HostInput in;
   in.bytes.assign(static_cast<size_t>(rows * ld * esize), 0);
   in.values.assign(static_cast<size_t>(rows * ld), std::nanf(""));
   // E2M1 grid points and the midpoints between them (ties), in units of the block's 2^j.
   const double lattice[] = {0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 0.125, 5.5, 4.5};
-  const uint32_t smax = max_bits(t);
+  const blockscale_test::InputTypeBits tb = blockscale_test::type_bits(t);
+  const uint32_t smax = tb.max_finite;
   auto put = [&](int64_t r, int64_t c, uint32_t bits) {
     const size_t i = static_cast<size_t>(r * ld + c);
     std::memcpy(&in.bytes[i * esize], &bits, static_cast<size_t>(esize));
@@ -362,34 +303,34 @@ HostInput make_input(int64_t rows, int64_t cols, int64_t ld, InputType t, Patter
             const double u = std::max(uni(rng), 1e-4);
             bits = to_bits(static_cast<float>(normal(rng) / (u * u) * mag * 1e-3), t);
           } else if (kind < 50) {
-            bits = (rng() & 1) ? sign_bit(t) : 0u;
+            bits = (rng() & 1) ? tb.sign : 0u;
           } else if (kind < 60) {
             bits = to_bits(static_cast<float>(normal(rng) * mag), t);
             const uint64_t z = rng() % 96;
-            if (z == 0) bits = inf_bits(t) | 1u;
-            if (z == 1) bits = inf_bits(t);
-            if (z == 2) bits = inf_bits(t) | sign_bit(t);
-            if (z == 3) bits = sign_bit(t);
-            if (z == 4) bits = 1u | ((rng() & 1) ? sign_bit(t) : 0u);
+            if (z == 0) bits = tb.inf | 1u;
+            if (z == 1) bits = tb.inf;
+            if (z == 2) bits = tb.inf | tb.sign;
+            if (z == 3) bits = tb.sign;
+            if (z == 4) bits = 1u | ((rng() & 1) ? tb.sign : 0u);
             if (z == 5) bits = smax;
           } else if (kind < 68) {
-            bits = static_cast<uint32_t>(rng() % min_normal_bits(t)) | ((rng() & 1) ? sign_bit(t) : 0u);
+            bits = static_cast<uint32_t>(rng() % tb.min_normal) | ((rng() & 1) ? tb.sign : 0u);
           } else if (kind < 82) {
             // A lattice point (r, c) == block start holds 6 * 2^j (the block amax); the rest are
             // E2M1 values and ties, some one input ulp off.
             const double v = (c == rc) ? 6.0 : lattice[rng() % (sizeof(lattice) / sizeof(lattice[0]))];
             bits = to_bits(static_cast<float>(std::ldexp(v, j)), t);
-            if (c != rc && rng() % 4 == 0 && (bits & ~sign_bit(t)) > 0) bits += (rng() & 1) ? 1u : static_cast<uint32_t>(-1);
-            if (rng() & 1) bits ^= sign_bit(t);
+            if (c != rc && rng() % 4 == 0 && (bits & ~tb.sign) > 0) bits += (rng() & 1) ? 1u : static_cast<uint32_t>(-1);
+            if (rng() & 1) bits ^= tb.sign;
           } else if (kind < 90) {
             bits = smax - static_cast<uint32_t>(rng() % 4);
-            if (rng() % 4 == 0) bits ^= sign_bit(t);
+            if (rng() % 4 == 0) bits ^= tb.sign;
           } else {
             bits = to_bits(static_cast<float>(normal(rng) * mag * ((r + c) % 29 == 0 ? 1e6 : 1e-6)), t);
           }
           if ((pattern == Pattern::kFinite || pattern == Pattern::kTies || pattern == Pattern::kNarrow) &&
               !std::isfinite(from_bits(bits, t)))
-            bits = smax | (bits & sign_bit(t));
+            bits = smax | (bits & tb.sign);
           put(r, c, bits);
         }
       }
@@ -427,7 +368,7 @@ struct Config {
 
 std::string describe(const Config& c) {
   char s[160];
-  std::snprintf(s, sizeof s, "%s%s%s%s %s", name(c.dirs), c.two_d ? " 2d" : "", c.sr ? " sr" : "", c.rht ? " rht" : "",
+  std::snprintf(s, sizeof s, "%s%s%s%s %s", name(c.dirs, true), c.two_d ? " 2d" : "", c.sr ? " sr" : "", c.rht ? " rht" : "",
                 c.mode == TensorAmax::kMeasure ? "measure" : ("given x" + std::to_string(c.given_scale)).c_str());
   return s;
 }
@@ -480,55 +421,6 @@ Reference make_reference(const HostInput& in, int64_t rows, int64_t cols, int64_
   return ref;
 }
 
-struct GuardedOutput {
-  DeviceBuffer buf;
-  int64_t bytes = 0, offset = 0;
-  uint8_t* ptr() const { return buf.ptr + kGuard + offset; }
-};
-
-::testing::AssertionResult alloc_poisoned(GuardedOutput* o, int64_t bytes, int64_t offset) {
-  o->bytes = bytes;
-  o->offset = offset;
-  cudaError_t err = o->buf.alloc(static_cast<size_t>(bytes + 2 * kGuard + offset));
-  if (err == cudaSuccess) err = cudaMemset(o->buf.ptr, kPoison, o->buf.bytes);
-  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
-  return ::testing::AssertionSuccess();
-}
-
-// Compares a buffer with `want` (nullptr: untouched) and its guards with the poison; returns the
-// number of bad bytes and describes the first few.
-int64_t check_output(const GuardedOutput& o, const std::vector<uint8_t>* want, int64_t row_len, const char* what,
-                     std::string* report) {
-  std::vector<uint8_t> all(o.buf.bytes);
-  const cudaError_t err = cudaMemcpy(all.data(), o.buf.ptr, all.size(), cudaMemcpyDeviceToHost);
-  if (err != cudaSuccess) {
-    *report += std::string(what) + ": cudaMemcpy " + cudaGetErrorString(err) + "\n";
-    return 1;
-  }
-  int64_t bad = 0;
-  const int64_t begin = kGuard + o.offset;
-  for (int64_t i = 0; i < static_cast<int64_t>(all.size()); ++i) {
-    const bool inside = i >= begin && i < begin + o.bytes;
-    const uint8_t expected = inside && want ? (*want)[static_cast<size_t>(i - begin)] : kPoison;
-    if (all[static_cast<size_t>(i)] == expected) continue;
-    if (bad++ < 4) {
-      char line[200];
-      if (inside) {
-        const int64_t j = i - begin;
-        std::snprintf(line, sizeof line, "  %s: byte %lld (row %lld, col %lld): got 0x%02X want 0x%02X\n", what,
-                      static_cast<long long>(j), static_cast<long long>(j / row_len), static_cast<long long>(j % row_len),
-                      all[static_cast<size_t>(i)], expected);
-      } else {
-        std::snprintf(line, sizeof line, "  %s: guard byte %lld %s the buffer written (0x%02X)\n", what,
-                      static_cast<long long>(i < begin ? begin - i : i - begin - o.bytes), i < begin ? "before" : "after",
-                      all[static_cast<size_t>(i)]);
-      }
-      *report += line;
-    }
-  }
-  return bad;
-}
-
 std::vector<uint8_t> float_bytes(float f) {
   std::vector<uint8_t> v(4);
   std::memcpy(v.data(), &f, 4);
@@ -549,20 +441,6 @@ std::string describe(const Layout& l) {
   return s;
 }
 void PrintTo(const Layout& l, std::ostream* os) { *os << describe(l); }
-
-struct DeviceInput {
-  DeviceBuffer buf;
-  int64_t offset = 0;
-  const void* ptr() const { return buf.ptr + offset; }
-};
-
-::testing::AssertionResult upload(const HostInput& in, const Layout& l, DeviceInput* d) {
-  d->offset = l.misaligned ? element_bytes(l.type) : 0;
-  cudaError_t err = d->buf.alloc(in.bytes.size() + static_cast<size_t>(d->offset));
-  if (err == cudaSuccess) err = cudaMemcpy(d->buf.ptr + d->offset, in.bytes.data(), in.bytes.size(), cudaMemcpyHostToDevice);
-  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
-  return ::testing::AssertionSuccess();
-}
 
 struct Truth {
   float amax = 0.0f, rht_amax = 0.0f;
@@ -624,17 +502,17 @@ int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Config& c, 
   const bool row = c.dirs != Directions::kColumnwise, col = c.dirs != Directions::kRowwise;
   std::string report;
   int64_t bad = 0;
-  bad += check_output(row_data, row ? &ref.row.data : nullptr, (l.cols + 1) / 2, "rowwise data", &report);
-  bad += check_output(row_scales, row ? &ref.row_scales : nullptr, 16, "rowwise scales", &report);
-  bad += check_output(col_data, col ? &ref.col.data : nullptr, (l.rows + 1) / 2, "columnwise data", &report);
-  bad += check_output(col_scales, col ? &ref.col_scales : nullptr, 16, "columnwise scales", &report);
+  bad += check_output(row_data, row ? &ref.row.data : nullptr, (l.cols + 1) / 2, "rowwise data", &report, kReportIndent);
+  bad += check_output(row_scales, row ? &ref.row_scales : nullptr, 16, "rowwise scales", &report, kReportIndent);
+  bad += check_output(col_data, col ? &ref.col.data : nullptr, (l.rows + 1) / 2, "columnwise data", &report, kReportIndent);
+  bad += check_output(col_scales, col ? &ref.col_scales : nullptr, 16, "columnwise scales", &report, kReportIndent);
   const std::vector<uint8_t> row_dec_want = float_bytes(row ? ref.row.global_scale_dec : 0.0f);
   const std::vector<uint8_t> col_dec_want = float_bytes(col ? ref.col.global_scale_dec : 0.0f);
-  bad += check_output(row_dec, row ? &row_dec_want : nullptr, 4, "rowwise_scale_dec", &report);
-  bad += check_output(col_dec, col ? &col_dec_want : nullptr, 4, "columnwise_scale_dec", &report);
+  bad += check_output(row_dec, row ? &row_dec_want : nullptr, 4, "rowwise_scale_dec", &report, kReportIndent);
+  bad += check_output(col_dec, col ? &col_dec_want : nullptr, 4, "columnwise_scale_dec", &report, kReportIndent);
   const std::vector<uint8_t> amax_want = float_bytes(truth.amax), rht_want = float_bytes(truth.rht_amax);
-  bad += check_output(amax, &amax_want, 4, "amax", &report);
-  bad += check_output(col_amax, c.rht ? &rht_want : nullptr, 4, "columnwise_amax", &report);
+  bad += check_output(amax, &amax_want, 4, "amax", &report, kReportIndent);
+  bad += check_output(col_amax, c.rht ? &rht_want : nullptr, 4, "columnwise_amax", &report, kReportIndent);
   int got_flag = -1;
   EXPECT_EQ(cudaMemcpy(&got_flag, flag.ptr, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
   const int want_flag = ((row && ref.row.nonfinite_seen) || (col && ref.col.nonfinite_seen)) ? 1 : 0;
@@ -650,7 +528,7 @@ int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Config& c, 
 int64_t check_configs(const Layout& l, uint64_t seed, const std::vector<Config>& configs, const char* label) {
   const HostInput in = make_input(l.rows, l.cols, l.ld, l.type, l.pattern, seed);
   DeviceInput x;
-  EXPECT_TRUE(upload(in, l, &x));
+  EXPECT_TRUE(upload_input(in, l.type, l.misaligned, &x));
   Truth truth;
   truth.amax = input_amax(in, l.rows, l.cols, l.ld);
   const bool rht_ok = l.rows % 16 == 0;
@@ -942,12 +820,12 @@ TEST(Nvfp4QuantizeSpecial, AllZeroTensorAndEmptyProblem) {
     in.bytes.assign(static_cast<size_t>(l.rows * l.ld * element_bytes(t)), 0);
     in.values.assign(static_cast<size_t>(l.rows * l.ld), 0.0f);
     for (int64_t i = 0; i < l.rows * l.ld; i += 7) {  // some -0
-      const uint32_t s = sign_bit(t);
+      const uint32_t s = blockscale_test::type_bits(t).sign;
       std::memcpy(&in.bytes[static_cast<size_t>(i * element_bytes(t))], &s, static_cast<size_t>(element_bytes(t)));
       in.values[static_cast<size_t>(i)] = -0.0f;
     }
     DeviceInput x;
-    ASSERT_TRUE(upload(in, l, &x));
+    ASSERT_TRUE(upload_input(in, l.type, l.misaligned, &x));
     for (TensorAmax mode : {TensorAmax::kMeasure, TensorAmax::kGiven}) {
       Config c;
       c.rht = true, c.mode = mode;
@@ -967,7 +845,7 @@ TEST(Nvfp4QuantizeSpecial, AllZeroTensorAndEmptyProblem) {
   ASSERT_CUDA(cudaDeviceSynchronize());
   std::string report;
   const std::vector<uint8_t> zero(4, 0);
-  EXPECT_EQ(check_output(amax, &zero, 4, "amax", &report), 0) << report;
+  EXPECT_EQ(check_output(amax, &zero, 4, "amax", &report, kReportIndent), 0) << report;
 }
 
 TEST(Nvfp4QuantizeSpecial, NonfiniteFlagIsOnlyEverSetToOne) {
@@ -977,7 +855,7 @@ TEST(Nvfp4QuantizeSpecial, NonfiniteFlagIsOnlyEverSetToOne) {
     HostInput in = make_input(l.rows, l.cols, l.ld, l.type, Pattern::kNarrow, 5);
     if (with_nan) in.bytes[2 * (10 * 64 + 7) + 1] = 0x7F, in.bytes[2 * (10 * 64 + 7)] = 0xC1;
     DeviceInput x;
-    ASSERT_TRUE(upload(in, l, &x));
+    ASSERT_TRUE(upload_input(in, l.type, l.misaligned, &x));
     bq::QuantizeProblem p;
     p.recipe = Recipe::kNvfp4, p.rows = l.rows, p.cols = l.cols, p.ld = l.ld;
     DeviceBuffer data, scales, dec, flag, ws;
