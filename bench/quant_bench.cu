@@ -88,7 +88,7 @@ struct Case {
   bq::QuantizeProblem p;
   int groups = 0;
   ElementEncoder enc = ElementEncoder::kHardware;
-  bq::detail::GridPolicy grid = bq::detail::GridPolicy::kPersistent;
+  bq::detail::GridPolicy grid = bq::detail::GridPolicy::kAuto;
   bool with_amax = false;
 };
 
@@ -236,7 +236,7 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
   }
   const size_t ws_bytes = grouped ? bq::workspace_size(gp) : bq::workspace_size(p);
   void* ws = buf.alloc<void>(static_cast<int64_t>(ws_bytes));
-  const bool mx_knobs = c.enc != ElementEncoder::kHardware || c.grid != bq::detail::GridPolicy::kPersistent;
+  const bool mx_knobs = c.enc != ElementEncoder::kHardware || c.grid != bq::detail::GridPolicy::kAuto;
   auto launch = [&] {
     if (grouped) return bq::run(gp, gin, gout, ws, ws_bytes, nullptr);
     if (mx_knobs) return bq::detail::run_mx(p, in, out, c.enc, nullptr, c.grid);
@@ -311,11 +311,13 @@ std::vector<Case> all_cases() {
   add("fp8_block128", Recipe::kFp8Block1x128, 128000, 7168, bf16, both);
   add("mxfp8", Recipe::kMxfp8E4M3, 16384, 8192, InputType::kFp16, both);
   add("mxfp8", Recipe::kMxfp8E4M3, 16384, 8192, InputType::kFp32, both);
-  // Size sweep, 1 MiB .. 1 GiB of bf16 input, MXFP8 rowwise + columnwise: the persistent grid
-  // run() launches, then one CTA per 128x128 tile.
+  // Size sweep, 1 MiB .. 1 GiB of bf16 input, MXFP8 rowwise + columnwise: the grid run() picks
+  // (detail::tile_grid), then always persistent, then always one CTA per 128x128 tile.
   const std::vector<std::pair<int64_t, int64_t>> sweep = {{512, 1024},   {1024, 2048},  {2048, 4096},
                                                           {4096, 8192},  {8192, 16384}, {32768, 16384}};
   for (const auto& [rows, cols] : sweep) add("mxfp8 sweep", Recipe::kMxfp8E4M3, rows, cols, bf16, both);
+  for (const auto& [rows, cols] : sweep)
+    add("mxfp8 sweep persistent", Recipe::kMxfp8E4M3, rows, cols, bf16, both).grid = bq::detail::GridPolicy::kPersistent;
   for (const auto& [rows, cols] : sweep)
     add("mxfp8 sweep one-tile-per-CTA", Recipe::kMxfp8E4M3, rows, cols, bf16, both).grid =
         bq::detail::GridPolicy::kOneTilePerCta;

@@ -580,11 +580,7 @@ Status launch(const Fp8BlockArgs& args, cudaStream_t stream) {
                                  "cudaDeviceGetAttribute"));
   BS_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmem),
                                  "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
-  // Every resident CTA gets work, and the tiles are spread evenly over the rounds.
-  const int64_t tiles = int64_t{args.tiles_r} * args.tiles_c;
-  const int64_t resident = int64_t{sms} * std::max(per_sm, 1);
-  const int64_t rounds = (tiles + resident - 1) / resident;
-  const int64_t grid = (tiles + rounds - 1) / rounds;
+  const int64_t grid = tile_grid(int64_t{args.tiles_r} * args.tiles_c, int64_t{sms} * std::max(per_sm, 1));
   kernel<<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(args);
   return cuda_status(cudaGetLastError(), "fp8_block_quantize_kernel launch");
 }

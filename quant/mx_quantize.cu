@@ -627,15 +627,15 @@ Status leaf(Action action, const MxParams& params, cudaStream_t stream) {
                                  "cudaDeviceGetAttribute"));
   BS_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem),
                                  "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
-  // Persistent: as many CTAs as fit at once, evened out so the last round of tiles keeps most of
-  // them busy. One tile per CTA (for the benchmark's comparison): the grid-stride loop runs once.
   const int64_t tiles = int64_t{params.row_tiles} * params.col_tiles;
   const int64_t resident = int64_t{sms} * std::max(per_sm, 1);
-  const int64_t rounds = params.grid_policy == GridPolicy::kOneTilePerCta
-                             ? 1
-                             : std::max<int64_t>(1, (tiles + resident - 1) / resident);
-  const int64_t grid = std::min<int64_t>(std::max<int64_t>(1, (tiles + rounds - 1) / rounds),  // >= 1: grouped writes the ends
-                                         0x7FFFFFFF);
+  int64_t grid = tile_grid(tiles, resident);  // kAuto
+  if (params.grid_policy == GridPolicy::kPersistent) {  // evened-out rounds of the resident CTAs
+    const int64_t rounds = std::max<int64_t>(1, (tiles + resident - 1) / resident);
+    grid = (tiles + rounds - 1) / rounds;
+  }
+  if (params.grid_policy == GridPolicy::kOneTilePerCta) grid = std::min<int64_t>(tiles, 0x7FFFFFFF);
+  grid = std::max<int64_t>(grid, 1);  // grouped: CTA 0 writes the padded ends even with no tile
   kernel<<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(params);
   return cuda_status(cudaGetLastError(), "mx_quantize_kernel launch");
 }

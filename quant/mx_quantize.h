@@ -11,10 +11,10 @@
 
 namespace blockscale::quant::detail {
 
-// How many CTAs a launch asks for. kPersistent (what run() uses): as many as fit on the device at
-// once, each walking tiles in a grid-stride loop. kOneTilePerCta: one CTA per 128x128 tile, for
-// the benchmark's comparison of the two.
-enum class GridPolicy { kPersistent, kOneTilePerCta };
+// How many CTAs a launch asks for. kAuto (what run() uses): detail::tile_grid (quant/launchers.h).
+// kPersistent: as many as fit on the device at once, each walking tiles in a grid-stride loop.
+// kOneTilePerCta: one CTA per 128x128 tile. The last two are for the benchmark's comparison.
+enum class GridPolicy { kAuto, kPersistent, kOneTilePerCta };
 
 // A kernel image for the current device exists (else an error naming the device's sm_XY).
 Status mx_check_device(const QuantizeProblem& p, ElementEncoder encoder);
@@ -22,10 +22,10 @@ Status mx_check_device(const QuantizeProblem& p, ElementEncoder encoder);
 // run() with a chosen encoder and grid: checks, resets *amax, launches. Any MX recipe with a GPU
 // kernel (mxfp8, mxfp8_e5m2, mxfp4).
 Status run_mx(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
-              ElementEncoder encoder, cudaStream_t stream, GridPolicy grid = GridPolicy::kPersistent);
+              ElementEncoder encoder, cudaStream_t stream, GridPolicy grid = GridPolicy::kAuto);
 
 // Enqueues the dense quantize kernel; arguments already checked, rows and cols > 0.
 Status launch_mx_dense(const QuantizeProblem& p, const void* x, const QuantizeOutputs& out,
-                       ElementEncoder encoder, cudaStream_t stream, GridPolicy grid = GridPolicy::kPersistent);
+                       ElementEncoder encoder, cudaStream_t stream, GridPolicy grid = GridPolicy::kAuto);
 
 }  // namespace blockscale::quant::detail

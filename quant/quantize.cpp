@@ -2,6 +2,7 @@
 // recipe's launcher (quant/launchers.h).
 #include "quant/quantize.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -194,6 +195,13 @@ int columnwise_block(Recipe r) {  // block length along the input's rows of a co
 }  // namespace
 
 namespace detail {
+
+int64_t tile_grid(int64_t tiles, int64_t resident) {
+  resident = std::max<int64_t>(resident, 1);
+  if (tiles > 2 * resident) return std::min<int64_t>(tiles, 0x7FFFFFFF);
+  const int64_t rounds = std::max<int64_t>(1, (tiles + resident - 1) / resident);
+  return std::max<int64_t>(1, (tiles + rounds - 1) / rounds);
+}
 
 Status cuda_status(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::ok();

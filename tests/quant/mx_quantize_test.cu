@@ -187,7 +187,7 @@ void PrintTo(const Layout& l, std::ostream* os) { *os << describe(l); }  // read
 // number of bad bytes (0: pass); failures are reported through gtest.
 int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Reference& ref, Recipe recipe,
                         ScaleRounding rounding, Directions dirs, ElementEncoder enc,
-                        bq::detail::GridPolicy grid = bq::detail::GridPolicy::kPersistent) {
+                        bq::detail::GridPolicy grid = bq::detail::GridPolicy::kAuto) {
   bq::QuantizeProblem p;
   p.recipe = recipe;
   p.rounding = rounding;
@@ -344,9 +344,10 @@ TEST(Mxfp8QuantizeLarge, ManyTilesPerCtaEveryInputType) {
       const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp8E4M3, ScaleRounding::kCeil);
       bad += run_and_compare(l, x, ref, Recipe::kMxfp8E4M3, ScaleRounding::kCeil, Directions::kBoth,
                              bq::detail::kDefaultEncoder);
-      // The benchmark's one-CTA-per-tile launch writes the same bytes.
-      bad += run_and_compare(l, x, ref, Recipe::kMxfp8E4M3, ScaleRounding::kCeil, Directions::kBoth,
-                             bq::detail::kDefaultEncoder, bq::detail::GridPolicy::kOneTilePerCta);
+      // The benchmark's fixed grids write the same bytes.
+      for (auto grid : {bq::detail::GridPolicy::kPersistent, bq::detail::GridPolicy::kOneTilePerCta})
+        bad += run_and_compare(l, x, ref, Recipe::kMxfp8E4M3, ScaleRounding::kCeil, Directions::kBoth,
+                               bq::detail::kDefaultEncoder, grid);
     }
     {
       const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp8E5M2, ScaleRounding::kFloor);
@@ -358,7 +359,7 @@ TEST(Mxfp8QuantizeLarge, ManyTilesPerCtaEveryInputType) {
       bad += run_and_compare(l, x, ref, Recipe::kMxfp4, ScaleRounding::kCeil, Directions::kBoth,
                              bq::detail::kDefaultEncoder);
     }
-    std::printf("mx_quantize_test: %s: e4m3 ceil both (persistent and one-tile-per-CTA grids), e5m2 floor row and col (hw-cvt)%s: bad bytes %lld\n",
+    std::printf("mx_quantize_test: %s: e4m3 ceil both (auto, persistent and one-tile-per-CTA grids), e5m2 floor row and col (hw-cvt)%s: bad bytes %lld\n",
                 describe(l).c_str(), t == InputType::kBf16 ? ", e2m1 ceil both" : "", static_cast<long long>(bad));
   }
 }
