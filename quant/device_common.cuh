@@ -166,6 +166,14 @@ __device__ __forceinline__ uint32_t encode4(const float* f, float inv) {
          (encode2<kRecipe, kEnc>(formats::mul_rn(f[2], inv), formats::mul_rn(f[3], inv)) << 16);
 }
 
+// Raises *amax (fp32 bits of a non-negative value, reset to 0 before the kernel) to `bits`. The
+// stored value only grows, so a plain read that already holds >= bits makes the atomic useless:
+// with one CTA per tile thousands of warps would otherwise serialise on one address.
+__device__ __forceinline__ void raise_amax(float* amax, uint32_t bits) {
+  auto* target = reinterpret_cast<unsigned int*>(amax);
+  if (*reinterpret_cast<volatile unsigned int*>(target) < bits) atomicMax(target, bits);
+}
+
 // ---- Asynchronous global -> shared copies (cp.async, L2 only): 16 bytes, of which the first
 // src_bytes are read and the rest zero-filled.
 __device__ __forceinline__ void cp_async_16B(void* smem_dst, const void* gmem_src, int src_bytes) {

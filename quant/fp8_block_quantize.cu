@@ -561,7 +561,7 @@ __global__ void __launch_bounds__(kThreads, 3) fp8_block_quantize_kernel(const _
   const int lane = static_cast<int>(threadIdx.x) & 31;
   if (a.amax != nullptr) {
     const uint32_t bits = warp_max_u32(InputTraits<kIn>::widen(tensor_amax), 1, 16);
-    if (lane == 0 && bits != 0) atomicMax(reinterpret_cast<unsigned int*>(a.amax), bits);
+    if (lane == 0 && bits != 0) raise_amax(a.amax, bits);
   }
   if (a.nonfinite != nullptr && __any_sync(0xFFFFFFFFu, saw_nonfinite) && lane == 0) *a.nonfinite = 1;
 }
