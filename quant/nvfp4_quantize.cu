@@ -778,8 +778,8 @@ __global__ void __launch_bounds__(kThreads, kSr ? 2 : 3) nvfp4_quantize_kernel(c
       a = max(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
       b = max(b, __shfl_xor_sync(0xFFFFFFFFu, b, off));
     }
-    if (lane == 0 && p.amax != nullptr) atomicMax(reinterpret_cast<unsigned int*>(p.amax), a);
-    if (lane == 0 && kRht && p.col_amax != nullptr) atomicMax(reinterpret_cast<unsigned int*>(p.col_amax), b);
+    if (lane == 0 && p.amax != nullptr) raise_amax(p.amax, a);
+    if (lane == 0 && kRht && p.col_amax != nullptr) raise_amax(p.col_amax, b);
   }
   if (p.nonfinite != nullptr && __any_sync(0xFFFFFFFFu, st.saw_nonfinite) && lane == 0) *p.nonfinite = 1;
 }
@@ -948,6 +948,9 @@ Status launch_quantize(const Nvfp4Params& params, cudaStream_t stream) {
   const int smem = TileShape<kIn>::kStages * TileShape<kIn>::kWords * 4;
   int resident = 0;
   BS_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), smem, "NVFP4 quantize kernel", &resident));
+  // Persistent: each CTA builds its encode tables (and, with a measured amax, reduces the amax
+  // pass's partial maxima) once. One CTA per tile (detail::tile_grid) measured slower here on an
+  // H200: row+col RHT given 55.0% -> 50.6% of copy (docs/performance.md).
   const int64_t grid = even_grid(params.row_tiles * params.col_tiles, resident);
   kernel<<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(params);
   return cuda_status(cudaGetLastError(), "nvfp4_quantize_kernel launch");
