@@ -166,6 +166,27 @@ __device__ __forceinline__ uint32_t encode4(const float* f, float inv) {
          (encode2<kRecipe, kEnc>(formats::mul_rn(f[2], inv), formats::mul_rn(f[3], inv)) << 16);
 }
 
+// One 16-byte granule of input row r from column c on (zeros outside the matrix), scalar loads:
+// for inputs whose pointer or stride rules out 16-byte copies, and the last granule of a row.
+template <InputType kIn>
+__device__ __forceinline__ uint4 granule_scalar(const void* x, int64_t ld, int64_t rows, int64_t cols,
+                                                int64_t r, int64_t c) {
+  constexpr int kBytes = InputTraits<kIn>::kBytes;
+  uint32_t w[4] = {0, 0, 0, 0};
+  if (r < rows) {
+    const char* src = static_cast<const char*>(x) + (r * ld + c) * kBytes;
+#pragma unroll
+    for (int e = 0; e < 16 / kBytes; ++e) {
+      if (c + e >= cols) break;
+      if constexpr (kBytes == 2)
+        w[e / 2] |= static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(src)[e]) << (16 * (e % 2));
+      else
+        w[e] = reinterpret_cast<const uint32_t*>(src)[e];
+    }
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 // Raises *amax (fp32 bits of a non-negative value, reset to 0 before the kernel) to `bits`. The
 // stored value only grows, so a plain read that already holds >= bits makes the atomic useless:
 // with one CTA per tile thousands of warps would otherwise serialise on one address.

@@ -30,6 +30,16 @@ Status launch_fp8_block_quantize(const QuantizeProblem& p, const QuantizeInputs&
 Status launch_dequantize(const DequantizeProblem& p, const DequantizeInputs& in, float* out,
                          cudaStream_t stream);
 
+// How many CTAs of `kernel` (threads per CTA, dynamic shared memory smem) fit on the current
+// device at once (SMs x occupancy), after checking that the device has an image of it (else an
+// error naming `what` and the device's sm_XY) and raising its shared-memory limit past 48 KB.
+// Cached per (kernel, device): the queries cost more host time than a small launch.
+Status resident_ctas(const void* kernel, int threads, int smem, const char* what, int* resident);
+
+// A grid of at most `resident` CTAs for `work` items, evened out so the last round keeps most of
+// them busy (>= 1).
+int64_t even_grid(int64_t work, int64_t resident);
+
 // The grid of a kernel that walks 128x128 tiles in a grid-stride loop, given how many of its CTAs
 // fit on the device at once. Up to two rounds of tiles: a persistent grid (every resident CTA
 // gets work, the tiles spread evenly over the rounds). More: one CTA per tile, which the block

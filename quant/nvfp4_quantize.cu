@@ -5,7 +5,7 @@
 // written once per row of the tile, shared by both copies), stochastic rounding (Philox word of the
 // element's STORED position), the 16-point random Hadamard transform on the columnwise copy, and
 // the tensor amax either measured (TensorAmax::kMeasure: an amax kernel reads the input first and
-// leaves per-CTA partial maxima in the workspace; the quantize kernel reduces them and derives
+// (quant/nvfp4_amax.cu) leaves per-CTA partial maxima in the workspace; the quantize kernel reduces them and derives
 // S_enc / S_dec on the device, no host sync) or given (kGiven: device floats, one pass).
 //
 // Layouts: data rows of ceil(n / 2) bytes, element 2i in the low nibble of byte i; scales in the
@@ -54,13 +54,12 @@
 // starts at the top) finds the most recently read rows in L2.
 #include <algorithm>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <string>
 #include <utility>
 
 #include "quant/device_common.cuh"
 #include "quant/launchers.h"
+#include "quant/nvfp4_amax.h"
 #include "quant/nvfp4_device.cuh"
 
 namespace blockscale::quant::detail {
@@ -69,7 +68,7 @@ namespace {
 constexpr int kTile = 128;
 constexpr int kThreads = 256;
 constexpr int kChunkBytes = 512;
-constexpr int kMaxPartials = 1024;  // amax kernel CTAs at most: workspace = 2 x 1024 floats
+constexpr int kMaxPartials = kNvfp4MaxPartials;  // workspace = 2 x 1024 floats
 
 // ---- Parameters --------------------------------------------------------------------------------
 
@@ -135,27 +134,6 @@ __device__ __forceinline__ TileAt tile_at(const Nvfp4Params& p, int64_t tr, int6
   a.cols_in = static_cast<int>(min(int64_t{kTile}, p.cols - a.c0));
   a.whole = a.rows_in == kTile && a.cols_in == kTile;
   return a;
-}
-
-// One 16-byte granule of input row r from column c on (zeros outside the matrix), scalar loads:
-// for inputs whose pointer or stride rules out 16-byte copies, and the last granule of a row.
-template <InputType kIn>
-__device__ __forceinline__ uint4 granule_scalar(const void* x, int64_t ld, int64_t rows, int64_t cols,
-                                                int64_t r, int64_t c) {
-  constexpr int kBytes = InputTraits<kIn>::kBytes;
-  uint32_t w[4] = {0, 0, 0, 0};
-  if (r < rows) {
-    const char* src = static_cast<const char*>(x) + (r * ld + c) * kBytes;
-#pragma unroll
-    for (int e = 0; e < 16 / kBytes; ++e) {
-      if (c + e >= cols) break;
-      if constexpr (kBytes == 2)
-        w[e / 2] |= static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(src)[e]) << (16 * (e % 2));
-      else
-        w[e] = reinterpret_cast<const uint32_t*>(src)[e];
-    }
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
@@ -784,205 +762,23 @@ __global__ void __launch_bounds__(kThreads, kSr ? 2 : 3) nvfp4_quantize_kernel(c
   if (p.nonfinite != nullptr && __any_sync(0xFFFFFFFFu, st.saw_nonfinite) && lane == 0) *p.nonfinite = 1;
 }
 
-// ---- The amax pass (kMeasure) -------------------------------------------------------------------
-// Items of 16 input rows x one 16-byte granule; consecutive threads take consecutive granules of a
-// row group (a warp reads 512 contiguous bytes per row). The grid walks the items from the END of
-// the matrix to its start, so that the rows the quantize kernel reads first (it starts at the top)
-// are the ones most recently read into L2. kPlain: max |x| (NaN ignored, Inf counts); kRht:
-// max |RHT(x)| over 16-row groups along each column (rows % 16 == 0). Each CTA writes its maxima
-// (fp32 bits) to partials[blockIdx.x] and partials[kMaxPartials + blockIdx.x].
-struct AmaxParams {
-  const void* x;
-  int64_t rows, cols, ld;
-  int64_t groups, granules;  // 16-row groups, granules per row
-  uint32_t* partials;
-  bool vec_load;
-};
-
-template <InputType kIn, bool kPlain, bool kRht>
-__global__ void __launch_bounds__(kThreads) nvfp4_amax_kernel(const __grid_constant__ AmaxParams p) {
-  using In = InputTraits<kIn>;
-  constexpr int kE = 16 / In::kBytes;  // elements per granule
-  const int64_t items = p.groups * p.granules;
-  const int64_t stride = int64_t{gridDim.x} * kThreads;
-  const int64_t first = items - 1 - (int64_t{blockIdx.x} * kThreads + threadIdx.x);
-  uint32_t plain_bits = 0;
-  float rht = 0.0f;
-  if (first >= 0) {
-    int64_t grp = first / p.granules, g = first - grp * p.granules;
-    const int64_t step_grp = stride / p.granules, step_g = stride - step_grp * p.granules;
-    while (grp >= 0) {
-      const int64_t c = g * kE;
-      uint32_t w[16][4];
-      const bool vec = p.vec_load && c + kE <= p.cols;
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const int64_t r = grp * 16 + i;
-        uint4 v;
-        if (vec && r < p.rows)
-          v = __ldg(reinterpret_cast<const uint4*>(static_cast<const char*>(p.x) + (r * p.ld + c) * In::kBytes));
-        else
-          v = granule_scalar<kIn>(p.x, p.ld, p.rows, p.cols, r, c);
-        w[i][0] = v.x, w[i][1] = v.y, w[i][2] = v.z, w[i][3] = v.w;
-      }
-      if constexpr (kPlain) {
-        if constexpr (In::kBytes == 2) {
-          uint32_t m = 0;
-#pragma unroll
-          for (int i = 0; i < 16; ++i) {
-            m = __vimax3_u16x2(m, w[i][0] & 0x7FFF7FFFu, w[i][1] & 0x7FFF7FFFu);
-            m = __vimax3_u16x2(m, w[i][2] & 0x7FFF7FFFu, w[i][3] & 0x7FFF7FFFu);
-          }
-          uint32_t mm = max(m & 0xFFFFu, m >> 16);
-          if (mm > In::kInfBits) {  // a NaN: recount without it
-            mm = 0;
-#pragma unroll
-            for (int i = 0; i < 16; ++i)
-#pragma unroll
-              for (int j = 0; j < 8; ++j) {
-                const uint32_t a = (w[i][j / 2] >> (16 * (j % 2))) & 0x7FFFu;
-                if (a <= In::kInfBits) mm = max(mm, a);
-              }
-          }
-          plain_bits = max(plain_bits, mm == In::kInfBits ? 0x7F800000u : In::widen(mm));
-        } else {
-          float m = 0.0f;
-#pragma unroll
-          for (int i = 0; i < 16; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) m = fmaxf(m, fabsf(__uint_as_float(w[i][j])));  // NaN ignored
-          plain_bits = max(plain_bits, __float_as_uint(m));
-        }
-      }
-      if constexpr (kRht) {
-#pragma unroll
-        for (int col = 0; col < kE; ++col) {
-          float f[16];
-#pragma unroll
-          for (int i = 0; i < 16; ++i) f[i] = In::elem(w[i][col / (4 / In::kBytes)], col % (4 / In::kBytes));
-          formats::hadamard16_inplace(f);
-#pragma unroll
-          for (int i = 0; i < 16; ++i) rht = fmaxf(rht, fabsf(f[i]));  // NaN ignored, Inf counts
-        }
-      }
-      grp -= step_grp;
-      g -= step_g;
-      if (g < 0) g += p.granules, --grp;
-    }
-  }
-  __shared__ uint32_t red[2][kThreads / 32];
-  uint32_t a = plain_bits, b = __float_as_uint(rht);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    a = max(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
-    b = max(b, __shfl_xor_sync(0xFFFFFFFFu, b, off));
-  }
-  const int tid = static_cast<int>(threadIdx.x);
-  if ((tid & 31) == 0) red[0][tid >> 5] = a, red[1][tid >> 5] = b;
-  __syncthreads();
-  if (tid == 0) {
-    for (int i = 1; i < kThreads / 32; ++i) a = max(a, red[0][i]), b = max(b, red[1][i]);
-    a = max(a, red[0][0]), b = max(b, red[1][0]);
-    p.partials[blockIdx.x] = a;
-    p.partials[kMaxPartials + blockIdx.x] = b;
-  }
-}
-
 // ---- Dispatch ------------------------------------------------------------------------------------
 
 bool aligned(const void* ptr, int64_t n) { return reinterpret_cast<uintptr_t>(ptr) % n == 0; }
 int element_bytes(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
-
-Status no_image(cudaError_t err, const char* what) {
-  int dev = 0, major = 0, minor = 0;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-  (void)cudaGetLastError();
-  return Status::error("device " + std::to_string(dev) + " (sm_" + std::to_string(major) + std::to_string(minor) +
-                       "): no " + what + " for it (" + cudaGetErrorString(err) +
-                       "); blockscale_quant is built for BLOCKSCALE_CUDA_ARCHS");
-}
-
-// How many CTAs of `kernel` fit on the current device at once (SMs x occupancy), after checking
-// that the device has an image of it and raising its dynamic shared-memory limit. Cached per
-// (kernel, device): the queries cost more host time than a small launch.
-Status resident_ctas(const void* kernel, int smem, const char* what, int* resident) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, int>, int> cache;
-  int dev = 0;
-  BS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    const auto it = cache.find({kernel, dev});
-    if (it != cache.end()) {
-      *resident = it->second;
-      return Status::ok();
-    }
-  }
-  cudaFuncAttributes attr;
-  const cudaError_t err = cudaFuncGetAttributes(&attr, kernel);
-  if (err != cudaSuccess) return no_image(err, what);
-  if (smem > 48 * 1024)
-    BS_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-                                   "cudaFuncSetAttribute"));
-  int sms = 0, per_sm = 0;
-  BS_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute"));
-  BS_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem),
-                                 "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
-  *resident = sms * std::max(per_sm, 1);
-  std::lock_guard<std::mutex> lock(mu);
-  cache[{kernel, dev}] = *resident;
-  return Status::ok();
-}
-
-// A grid of at most `resident` CTAs, evened out so the last round keeps most of them busy.
-int64_t even_grid(int64_t work, int64_t resident) {
-  const int64_t rounds = (work + resident - 1) / resident;
-  return std::max<int64_t>(1, (work + rounds - 1) / rounds);
-}
 
 template <InputType kIn, bool kRow, bool kCol, bool kRht, bool k2D, bool kSr>
 Status launch_quantize(const Nvfp4Params& params, cudaStream_t stream) {
   auto* kernel = nvfp4_quantize_kernel<kIn, kRow, kCol, kRht, k2D, kSr>;
   const int smem = TileShape<kIn>::kStages * TileShape<kIn>::kWords * 4;
   int resident = 0;
-  BS_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), smem, "NVFP4 quantize kernel", &resident));
+  BS_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), kThreads, smem, "nvfp4_quantize_kernel", &resident));
   // Persistent: each CTA builds its encode tables (and, with a measured amax, reduces the amax
   // pass's partial maxima) once. One CTA per tile (detail::tile_grid) measured slower here on an
   // H200: row+col RHT given 55.0% -> 50.6% of copy (docs/performance.md).
   const int64_t grid = even_grid(params.row_tiles * params.col_tiles, resident);
   kernel<<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(params);
   return cuda_status(cudaGetLastError(), "nvfp4_quantize_kernel launch");
-}
-
-template <InputType kIn, bool kPlain, bool kRht>
-Status launch_amax(AmaxParams a, Nvfp4Params* params, cudaStream_t stream) {
-  auto* kernel = nvfp4_amax_kernel<kIn, kPlain, kRht>;
-  int resident = 0;
-  BS_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), 0, "NVFP4 amax kernel", &resident));
-  const int64_t grid = even_grid((a.groups * a.granules + kThreads - 1) / kThreads, std::min(resident, kMaxPartials));
-  kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a);
-  params->n_partials = static_cast<int>(grid);
-  return cuda_status(cudaGetLastError(), "nvfp4_amax_kernel launch");
-}
-
-template <InputType kIn>
-Status launch_amax_pass(const QuantizeProblem& p, const QuantizeOutputs& out, Nvfp4Params* params,
-                        cudaStream_t stream) {
-  const bool row = p.directions != Directions::kColumnwise;
-  const bool rht = p.hadamard_columnwise;
-  AmaxParams a{};
-  a.x = params->x;
-  a.rows = p.rows, a.cols = p.cols, a.ld = p.ld;
-  a.groups = (p.rows + 15) / 16;
-  a.granules = (p.cols + 16 / element_bytes(p.input_type) - 1) / (16 / element_bytes(p.input_type));
-  a.partials = const_cast<uint32_t*>(params->partials);
-  a.vec_load = params->vec_load;
-  const bool plain = row || !rht || out.amax != nullptr;
-  if (rht && plain) return launch_amax<kIn, true, true>(a, params, stream);
-  if (rht) return launch_amax<kIn, false, true>(a, params, stream);
-  return launch_amax<kIn, true, false>(a, params, stream);
 }
 
 template <InputType kIn, bool kRow, bool kCol>
@@ -1003,7 +799,13 @@ Status dispatch_options(const QuantizeProblem& p, const Nvfp4Params& params, cud
 template <InputType kIn>
 Status dispatch_directions(const QuantizeProblem& p, const QuantizeOutputs& out, Nvfp4Params* params,
                            cudaStream_t s) {
-  if (params->measure) BS_RETURN_IF_ERROR(launch_amax_pass<kIn>(p, out, params, s));
+  if (params->measure) {
+    // The plain amax is needed by the rowwise copy, the un-transformed columnwise one and outputs.amax.
+    const bool rht = p.hadamard_columnwise;
+    const bool plain = p.directions != Directions::kColumnwise || !rht || out.amax != nullptr;
+    BS_RETURN_IF_ERROR(launch_nvfp4_amax(p, params->x, params->vec_load, plain, rht,
+                                         const_cast<uint32_t*>(params->partials), &params->n_partials, s));
+  }
   switch (p.directions) {
     case Directions::kRowwise: return dispatch_options<kIn, true, false>(p, *params, s);
     case Directions::kColumnwise: return dispatch_options<kIn, false, true>(p, *params, s);

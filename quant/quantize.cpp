@@ -3,7 +3,10 @@
 #include "quant/quantize.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "formats/scale_layout.h"
@@ -196,11 +199,43 @@ int columnwise_block(Recipe r) {  // block length along the input's rows of a co
 
 namespace detail {
 
-int64_t tile_grid(int64_t tiles, int64_t resident) {
+Status resident_ctas(const void* kernel, int threads, int smem, const char* what, int* resident) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> cache;
+  int dev = 0;
+  BS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto it = cache.find({kernel, dev});
+    if (it != cache.end()) {
+      *resident = it->second;
+      return Status::ok();
+    }
+  }
+  cudaFuncAttributes attr;
+  BS_RETURN_IF_ERROR(cuda_status(cudaFuncGetAttributes(&attr, kernel), what));
+  if (smem > 48 * 1024)
+    BS_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+                                   "cudaFuncSetAttribute"));
+  int sms = 0, per_sm = 0;
+  BS_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute"));
+  BS_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem),
+                                 "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
+  *resident = sms * std::max(per_sm, 1);
+  std::lock_guard<std::mutex> lock(mu);
+  cache[{kernel, dev}] = *resident;
+  return Status::ok();
+}
+
+int64_t even_grid(int64_t work, int64_t resident) {
   resident = std::max<int64_t>(resident, 1);
-  if (tiles > 2 * resident) return std::min<int64_t>(tiles, 0x7FFFFFFF);
-  const int64_t rounds = std::max<int64_t>(1, (tiles + resident - 1) / resident);
-  return std::max<int64_t>(1, (tiles + rounds - 1) / rounds);
+  const int64_t rounds = std::max<int64_t>(1, (work + resident - 1) / resident);
+  return std::max<int64_t>(1, (work + rounds - 1) / rounds);
+}
+
+int64_t tile_grid(int64_t tiles, int64_t resident) {
+  if (tiles > 2 * std::max<int64_t>(resident, 1)) return std::min<int64_t>(tiles, 0x7FFFFFFF);
+  return even_grid(tiles, resident);
 }
 
 Status cuda_status(cudaError_t err, const char* what) {

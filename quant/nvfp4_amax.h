@@ -1,0 +1,23 @@
+// Internal to quant/: NVFP4's amax pass (TensorAmax::kMeasure), the first of its two passes. The
+// quantize kernel (quant/nvfp4_quantize.cu) reduces the per-CTA maxima it leaves in the workspace.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "quant/quantize.h"
+
+namespace blockscale::quant::detail {
+
+// The amax pass runs at most this many CTAs: the workspace holds 2 x kNvfp4MaxPartials words.
+inline constexpr int kNvfp4MaxPartials = 1024;
+
+// Enqueues the amax pass over p's input x (vec_load: x and its row stride allow 16-byte loads).
+// Each CTA i writes the fp32 bits of its max |x| to partials[i] (when `plain`) and of its
+// max |RHT(x)| over 16-row groups of each column to partials[kNvfp4MaxPartials + i] (when `rht`);
+// *n_partials receives the number of CTAs.
+Status launch_nvfp4_amax(const QuantizeProblem& p, const void* x, bool vec_load, bool plain, bool rht,
+                         uint32_t* partials, int* n_partials, cudaStream_t stream);
+
+}  // namespace blockscale::quant::detail
