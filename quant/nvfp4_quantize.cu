@@ -4,9 +4,10 @@
 // rows), or both from one read of the input. Options: 16x16 blocks (nvfp4_2d: one scale per tile,
 // written once per row of the tile, shared by both copies), stochastic rounding (Philox word of the
 // element's STORED position), the 16-point random Hadamard transform on the columnwise copy, and
-// the tensor amax either measured (TensorAmax::kMeasure: an amax kernel reads the input first and
-// (quant/nvfp4_amax.cu) leaves per-CTA partial maxima in the workspace; the quantize kernel reduces them and derives
-// S_enc / S_dec on the device, no host sync) or given (kGiven: device floats, one pass).
+// the tensor amax either measured (TensorAmax::kMeasure: the amax pass, quant/nvfp4_amax.cu,
+// reads the input first and leaves per-CTA partial maxima in the workspace; the quantize kernel
+// reduces them and derives S_enc / S_dec on the device, no host sync) or given (kGiven: device
+// floats, one pass).
 //
 // Layouts: data rows of ceil(n / 2) bytes, element 2i in the low nibble of byte i; scales in the
 // swizzled 128x4 layout (formats::swizzled_scale_offset), padding bytes written as 0.
