@@ -305,6 +305,12 @@ std::vector<Case> all_cases() {
   add("grouped mxfp8 8 experts", Recipe::kMxfp8E4M3, 16384, 8192, bf16, both).groups = 8;
   add("grouped mxfp8 8 experts", Recipe::kMxfp8E4M3, 16384, 8192, bf16, colw).groups = 8;
   add("grouped mxfp8 64 experts", Recipe::kMxfp8E4M3, 16384, 8192, bf16, both).groups = 64;
+  add("grouped fp8_block128 8 experts", Recipe::kFp8Block1x128, 16384, 8192, bf16, both).groups = 8;
+  add("grouped nvfp4 two-pass 8 experts", Recipe::kNvfp4, 16384, 8192, bf16, both).groups = 8;
+  {
+    Case& c = add("grouped nvfp4 rht given 8 experts", Recipe::kNvfp4, 16384, 8192, bf16, both);
+    c.groups = 8, c.p.hadamard_columnwise = true, c.p.tensor_amax = bq::TensorAmax::kGiven;
+  }
   // Shapes of real layers and other input types.
   add("mxfp8", Recipe::kMxfp8E4M3, 4096, 14336, bf16, both);
   add("mxfp8", Recipe::kMxfp8E4M3, 128000, 7168, bf16, both);

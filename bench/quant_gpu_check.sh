@@ -15,7 +15,8 @@ if ! cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DBLOCKSCALE_CUDA=ON -DBLOCKS
   echo "configure FAILED:"; tail -30 "$OUT/configure.log"; exit 1
 fi
 tests="quant_quantize_test quant_dequantize_test quant_mx_quantize_test quant_mx_grouped_quantize_test
-       quant_nvfp4_quantize_test quant_fp8_block_quantize_test"
+       quant_nvfp4_quantize_test quant_fp8_block_quantize_test quant_fp8_block_grouped_quantize_test
+       quant_nvfp4_grouped_quantize_test"
 if ! cmake --build "$B" -j16 --target $tests quant_bench blockscale cli_roundtrip_test >"$OUT/build.log" 2>&1; then
   echo "build FAILED:"; grep -E "error|Error" "$OUT/build.log" | head -30; exit 1
 fi

@@ -45,12 +45,24 @@
 //                bits per warp, and the non-finite flag set to 1 (never written otherwise).
 // Tiles wholly inside the matrix with 16-byte aligned outputs take a path without bounds checks;
 // other tiles and alignments store 16, 8 or 1 byte at a time, writing the same bytes.
+//
+// Grouped (MoE) mode (1x128; the `kGrouped` template argument, run() of GroupedQuantizeProblem):
+// the tiles walk the padded row space of quant/grouped_offsets.cuh with B = 128, where a 128-row
+// tile is exactly one expert's 128-token block: it reads `valid` (0..128) token rows from input row
+// `src` (zeros below them, as for the matrix's bottom edge), writes their rowwise codes and scales
+// at their input rows, and writes all 128 columnwise codes at its padded position in the
+// cols x capacity transpose (the padding rows' codes are E4M3(0) = 0x00). Tiles past the padded
+// total (valid == 0) write zero codes and 0.0f scales. Every CTA scans group_ends into shared
+// memory first (so the grid is persistent) and CTA 0 writes padded_group_ends and the rowwise
+// VEC128 padding rows, which no grouped tile owns. Rowwise-only grouped runs are the dense
+// kernel plus launch_grouped_offsets. Must match formats::quantize_grouped_columnwise.
 #include <algorithm>
 #include <string>
 
 #include "formats/scale_layout.h"
 #include "quant/device_common.cuh"
 #include "quant/fp8_block_quantize.h"
+#include "quant/grouped_offsets.cuh"
 #include "quant/launchers.h"
 
 namespace blockscale::quant::detail {
@@ -67,15 +79,20 @@ struct Fp8BlockArgs {
   int64_t rows, cols, ld;
   uint8_t* row_codes;  // rows x cols
   float* row_scales;
-  uint8_t* col_codes;  // cols x rows
+  uint8_t* col_codes;  // cols x col_ld
   float* col_scales;
+  int64_t col_ld;      // row length of the columnwise copy: rows, or the grouped capacity
   float* amax;
   int* nonfinite;
   int tiles_r, tiles_c;
   bool pow2;
   bool async_load;  // x and ld * element size 16-byte aligned: cp.async granules
   int row_align;    // 16, 8 or 1: widest store of rowwise codes the pointer and cols allow
-  int col_align;    // the same for the columnwise codes (pointer and rows)
+  int col_align;    // the same for the columnwise codes (pointer and col_ld)
+  // Grouped mode.
+  const int32_t* group_ends;
+  int32_t* padded_group_ends;
+  int num_groups;
 };
 
 // ---- The shared tile: 128 rows of 32-bit words, 16-byte granules.
@@ -96,20 +113,36 @@ struct Smem {
   }
 };
 
-// A tile: its index, its origin in the matrix and how much of it lies inside.
+// A tile: its index, its origin in the matrix and how much of it lies inside. Dense: tile row tr
+// reads input rows 128 tr.. and its columnwise codes go to the same positions of the transpose.
+// Grouped: tile row tr is the padded rows 128 tr.. (one expert block), reading nr token rows from
+// input row r0; its columnwise codes are all 128 written at position 128 tr.
 struct Tile {
   int tr, tc;
   int64_t r0, c0;
-  int nr, nc;  // rows / columns inside the matrix, 1..128
+  int nr, nc;       // rows / columns inside the matrix: 1..128 (grouped: 0..128 rows)
+  int64_t col_r0;   // first position of the tile's rows in the columnwise copy
+  int col_n;        // codes of a transposed row to write: nr, or 128 in grouped mode
   bool whole;
 };
 
-__device__ __forceinline__ Tile make_tile(const Fp8BlockArgs& a, int tr, int tc) {
+// offsets: grouped mode's ends and padded ends in shared memory (null: dense).
+template <bool kGrouped>
+__device__ __forceinline__ Tile make_tile(const Fp8BlockArgs& a, int tr, int tc, const uint32_t* offsets) {
   Tile t;
   t.tr = tr, t.tc = tc;
-  t.r0 = int64_t{tr} * kDim, t.c0 = int64_t{tc} * kDim;
-  t.nr = static_cast<int>(min(a.rows - t.r0, int64_t{kDim}));
+  t.c0 = int64_t{tc} * kDim;
   t.nc = static_cast<int>(min(a.cols - t.c0, int64_t{kDim}));
+  t.col_r0 = int64_t{tr} * kDim;
+  if constexpr (kGrouped) {
+    const Segment seg = grouped_segment<kDim>(static_cast<uint32_t>(tr) * kDim, offsets, offsets + a.num_groups,
+                                              a.num_groups);
+    t.r0 = seg.src, t.nr = static_cast<int>(seg.valid), t.col_n = kDim;
+  } else {
+    t.r0 = t.col_r0;
+    t.nr = static_cast<int>(min(a.rows - t.r0, int64_t{kDim}));
+    t.col_n = t.nr;
+  }
   t.whole = (t.nr == kDim) & (t.nc == kDim);
   return t;
 }
@@ -272,7 +305,7 @@ __device__ __forceinline__ void emit_col16(const Fp8BlockArgs& a, const Tile& t,
   if constexpr (kWhole) {
     *reinterpret_cast<uint4*>(dst) = codes;
   } else if (ct < t.nc) {
-    put_codes(dst, codes, t.nr - 16 * k, a.col_align);
+    put_codes(dst, codes, t.col_n - 16 * k, a.col_align);
   }
 }
 
@@ -284,24 +317,26 @@ __device__ __forceinline__ uint8_t* row_dst(const Fp8BlockArgs& a, const Tile& t
 }
 template <InputType kIn>
 __device__ __forceinline__ uint8_t* col_dst(const Fp8BlockArgs& a, const Tile& t, const ColLanes<kIn>& m) {
-  return a.col_codes + (t.c0 + m.column(0, 0)) * a.rows + (t.r0 + 16 * m.k);
+  return a.col_codes + (t.c0 + m.column(0, 0)) * a.col_ld + (t.col_r0 + 16 * m.k);
 }
 
 // 1x128 scales. VEC128 pads the rows of each K block to a multiple of 4 with 0.0f: a tile row
-// (column) past the matrix stores 0 when it lies in that padding, nothing otherwise.
-template <bool kWhole>
+// (column) past the matrix stores 0 when it lies in that padding, nothing otherwise. Grouped
+// tiles store their token rows' scales only (the rows below belong to other tiles; CTA 0 writes
+// the padding rows), and a tile past the padded total stores 0.0f column scales.
+template <bool kWhole, bool kGrouped>
 __device__ __forceinline__ void put_row_scale(const Fp8BlockArgs& a, const Tile& t, int rt, float s) {
   const int64_t r = t.r0 + rt;
   if (kWhole || rt < t.nr)
     a.row_scales[formats::vec128_scale_offset(r, t.tc, a.rows)] = s;
-  else if (r < formats::vec128_scale_ld(a.rows))
+  else if (!kGrouped && r < formats::vec128_scale_ld(a.rows))
     a.row_scales[formats::vec128_scale_offset(r, t.tc, a.rows)] = 0.0f;
 }
 template <bool kWhole>
 __device__ __forceinline__ void put_col_scale(const Fp8BlockArgs& a, const Tile& t, int ct, float s) {
   const int64_t c = t.c0 + ct;
   if (kWhole || ct < t.nc)
-    a.col_scales[formats::vec128_scale_offset(c, t.tr, a.cols)] = s;
+    a.col_scales[formats::vec128_scale_offset(c, t.tr, a.cols)] = t.nr > 0 ? s : 0.0f;
   else if (c < formats::vec128_scale_ld(a.cols))
     a.col_scales[formats::vec128_scale_offset(c, t.tr, a.cols)] = 0.0f;
 }
@@ -343,7 +378,7 @@ __device__ __forceinline__ void rowwise_tile_scale(const Fp8BlockArgs& a, const 
 // scale of warp row L (one scale evaluation per warp and tile) and stores it (16 consecutive
 // floats of VEC128); the passes then re-read their elements and take their row's multiplier by
 // shuffle.
-template <InputType kIn, Recipe kRecipe, bool kWhole, bool kAmax>
+template <InputType kIn, Recipe kRecipe, bool kWhole, bool kAmax, bool kGrouped>
 __device__ __forceinline__ void rowwise_1x128(const Fp8BlockArgs& a, const uint32_t* tile, const Tile& t,
                                               uint32_t& tensor_amax, bool& saw_nonfinite) {
   using S = Smem<kIn>;
@@ -368,7 +403,7 @@ __device__ __forceinline__ void rowwise_1x128(const Fp8BlockArgs& a, const uint3
     if (((lane >> 2) & 3) == s) mine = v;
   }
   const Fp8BlockScale sc = fp8_block_scale(In::widen(mine), a.pow2);
-  if (lane < 16) put_row_scale<kWhole>(a, t, m.row0 - (lane >> 3) + lane, sc.scale);
+  if (lane < 16) put_row_scale<kWhole, kGrouped>(a, t, m.row0 - (lane >> 3) + lane, sc.scale);
   const float my_mult = block_mult(sc);
   uint8_t* dst = row_dst<kIn>(a, t, m);
   const int64_t pass_bytes = 4 * a.cols;
@@ -491,7 +526,7 @@ __device__ __forceinline__ void store_tile_scale(const Fp8BlockArgs& a, const Ti
   }
 }
 
-template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, bool kWhole>
+template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, bool kWhole, bool kGrouped>
 __device__ __forceinline__ void quantize_tile(const Fp8BlockArgs& a, const uint32_t* tile, const Tile& t,
                                               uint32_t* partial, uint32_t& tensor_amax, bool& saw_nonfinite) {
   if constexpr (kRecipe == Recipe::kFp8Block128x128) {
@@ -500,7 +535,7 @@ __device__ __forceinline__ void quantize_tile(const Fp8BlockArgs& a, const uint3
     if constexpr (kRow) rowwise_tile_scale<kIn, kRecipe, kWhole>(a, tile, t, block_mult(sc));
     if constexpr (kCol) columnwise_tile_scale<kIn, kRecipe, kWhole>(a, tile, t, block_mult(sc));
   } else {
-    if constexpr (kRow) rowwise_1x128<kIn, kRecipe, kWhole, true>(a, tile, t, tensor_amax, saw_nonfinite);
+    if constexpr (kRow) rowwise_1x128<kIn, kRecipe, kWhole, true, kGrouped>(a, tile, t, tensor_amax, saw_nonfinite);
     if constexpr (kCol) columnwise_1x128<kIn, kRecipe, kWhole, !kRow>(a, tile, t, tensor_amax, saw_nonfinite);
   }
 }
@@ -510,12 +545,33 @@ struct Cursor {
   int tr, tc;
 };
 
-template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol>
+// Grouped mode, CTA 0: the padded ends, and the rowwise VEC128 padding rows [rows, round_up(rows,
+// 4)) of every K block (dense mode's bottom tiles write those; no grouped tile owns them).
+template <bool kRow>
+__device__ void grouped_prologue(const Fp8BlockArgs& a, const uint32_t* pends) {
+  for (int g = static_cast<int>(threadIdx.x); g < a.num_groups; g += kThreads)
+    a.padded_group_ends[g] = static_cast<int32_t>(pends[g]);
+  if constexpr (kRow) {
+    const int pad = static_cast<int>(formats::vec128_scale_ld(a.rows) - a.rows);  // 0..3
+    for (int i = static_cast<int>(threadIdx.x); i < a.tiles_c * pad; i += kThreads)
+      a.row_scales[formats::vec128_scale_offset(a.rows + i % pad, i / pad, a.rows)] = 0.0f;
+  }
+}
+
+template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, bool kGrouped>
 __global__ void __launch_bounds__(kThreads, 3) fp8_block_quantize_kernel(const __grid_constant__ Fp8BlockArgs a) {
   using S = Smem<kIn>;
-  extern __shared__ uint4 fp8_block_smem[];  // S::kStages tiles
-  __shared__ uint32_t partial[kWarps];     // 128x128: per-warp tile amax
+  // S::kStages tiles; grouped: then the clamped ends and the padded ends (num_groups words each).
+  extern __shared__ uint4 fp8_block_smem[];
+  __shared__ uint32_t partial[kWarps];  // 128x128: per-warp tile amax; grouped: the scan's warp totals
+  __shared__ uint32_t warp_totals[kGrouped ? 32 : 1];
   uint32_t* const stages = reinterpret_cast<uint32_t*>(fp8_block_smem);
+  uint32_t* const offsets = kGrouped ? stages + S::kStages * S::kWords : nullptr;
+  if constexpr (kGrouped) {
+    grouped_offsets<kThreads, kDim>(a.group_ends, a.num_groups, a.rows, offsets, offsets + a.num_groups,
+                                    warp_totals);
+    if (blockIdx.x == 0) grouped_prologue<kRow>(a, offsets + a.num_groups);
+  }
 
   uint32_t tensor_amax = 0;  // magnitude bits of the input type
   bool saw_nonfinite = false;
@@ -529,16 +585,17 @@ __global__ void __launch_bounds__(kThreads, 3) fp8_block_quantize_kernel(const _
   Cursor cur{block / a.tiles_c, block % a.tiles_c};
   Cursor ahead = cur;  // the next tile to copy
   auto fetch = [&](int stage) {
-    if (ahead.tr < a.tiles_r) fetch_tile<kIn>(a, make_tile(a, ahead.tr, ahead.tc), stages + stage * S::kWords);
+    if (ahead.tr < a.tiles_r)
+      fetch_tile<kIn>(a, make_tile<kGrouped>(a, ahead.tr, ahead.tc, offsets), stages + stage * S::kWords);
     cp_async_commit();
     advance(ahead);
   };
   auto quantize = [&](const uint32_t* tile) {
-    const Tile t = make_tile(a, cur.tr, cur.tc);
+    const Tile t = make_tile<kGrouped>(a, cur.tr, cur.tc, offsets);
     if (t.whole && whole_stores)
-      quantize_tile<kIn, kRecipe, kRow, kCol, true>(a, tile, t, partial, tensor_amax, saw_nonfinite);
+      quantize_tile<kIn, kRecipe, kRow, kCol, true, kGrouped>(a, tile, t, partial, tensor_amax, saw_nonfinite);
     else
-      quantize_tile<kIn, kRecipe, kRow, kCol, false>(a, tile, t, partial, tensor_amax, saw_nonfinite);
+      quantize_tile<kIn, kRecipe, kRow, kCol, false, kGrouped>(a, tile, t, partial, tensor_amax, saw_nonfinite);
   };
 
   fetch(0);
@@ -568,39 +625,50 @@ __global__ void __launch_bounds__(kThreads, 3) fp8_block_quantize_kernel(const _
 
 // ---- Host side: pick the instantiation, size the grid, launch.
 
-template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol>
+// Dense: tile_grid (one CTA per tile beyond two resident rounds). Grouped: persistent, since
+// every CTA scans the group ends before its first tile.
+template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, bool kGrouped>
 Status launch(const Fp8BlockArgs& args, cudaStream_t stream) {
-  auto* kernel = fp8_block_quantize_kernel<kIn, kRecipe, kRow, kCol>;
-  constexpr int kSmem = Smem<kIn>::kStages * Smem<kIn>::kWords * 4;
-  BS_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem),
-                                 "fp8_block_quantize_kernel: cudaFuncSetAttribute"));
-  int dev = 0, sms = 0, per_sm = 0;
-  BS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
-  BS_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
-                                 "cudaDeviceGetAttribute"));
-  BS_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, kSmem),
-                                 "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
-  const int64_t grid = tile_grid(int64_t{args.tiles_r} * args.tiles_c, int64_t{sms} * std::max(per_sm, 1));
-  kernel<<<static_cast<unsigned>(grid), kThreads, kSmem, stream>>>(args);
+  auto* kernel = fp8_block_quantize_kernel<kIn, kRecipe, kRow, kCol, kGrouped>;
+  const int smem = Smem<kIn>::kStages * Smem<kIn>::kWords * 4 + (kGrouped ? 8 * args.num_groups : 0);
+  int resident = 0;
+  BS_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), kThreads, smem, "fp8_block_quantize_kernel",
+                                   &resident));
+  const int64_t tiles = int64_t{args.tiles_r} * args.tiles_c;
+  const int64_t grid = kGrouped ? even_grid(tiles, resident) : tile_grid(tiles, resident);
+  kernel<<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(args);
   return cuda_status(cudaGetLastError(), "fp8_block_quantize_kernel launch");
 }
 
-template <InputType kIn, Recipe kRecipe>
+template <InputType kIn, Recipe kRecipe, bool kGrouped>
 Status pick_directions(Directions d, const Fp8BlockArgs& args, cudaStream_t stream) {
   switch (d) {
-    case Directions::kRowwise: return launch<kIn, kRecipe, true, false>(args, stream);
-    case Directions::kColumnwise: return launch<kIn, kRecipe, false, true>(args, stream);
-    case Directions::kBoth: return launch<kIn, kRecipe, true, true>(args, stream);
+    case Directions::kRowwise:
+      if constexpr (!kGrouped) return launch<kIn, kRecipe, true, false, false>(args, stream);
+      break;  // grouped rowwise-only runs are dense runs
+    case Directions::kColumnwise: return launch<kIn, kRecipe, false, true, kGrouped>(args, stream);
+    case Directions::kBoth: return launch<kIn, kRecipe, true, true, kGrouped>(args, stream);
   }
   return Status::error("problem.directions: unknown value");
 }
 
-template <InputType kIn>
+template <InputType kIn, bool kGrouped>
 Status pick_recipe(const QuantizeProblem& p, const Fp8BlockArgs& args, cudaStream_t stream) {
-  if (p.recipe == Recipe::kFp8Block1x128) return pick_directions<kIn, Recipe::kFp8Block1x128>(p.directions, args, stream);
-  if (p.recipe == Recipe::kFp8Block128x128)
-    return pick_directions<kIn, Recipe::kFp8Block128x128>(p.directions, args, stream);
-  return Status::error("problem.recipe: not an FP8 blockwise recipe");
+  if (p.recipe == Recipe::kFp8Block1x128)
+    return pick_directions<kIn, Recipe::kFp8Block1x128, kGrouped>(p.directions, args, stream);
+  if (p.recipe == Recipe::kFp8Block128x128 && !kGrouped)
+    return pick_directions<kIn, Recipe::kFp8Block128x128, false>(p.directions, args, stream);
+  return Status::error("problem.recipe: not an FP8 blockwise recipe the kernel implements");
+}
+
+template <bool kGrouped>
+Status pick_input(const QuantizeProblem& p, const Fp8BlockArgs& a, cudaStream_t stream) {
+  switch (p.input_type) {
+    case InputType::kBf16: return pick_recipe<InputType::kBf16, kGrouped>(p, a, stream);
+    case InputType::kFp16: return pick_recipe<InputType::kFp16, kGrouped>(p, a, stream);
+    case InputType::kFp32: return pick_recipe<InputType::kFp32, kGrouped>(p, a, stream);
+  }
+  return Status::error("problem.input_type: unknown value");
 }
 
 bool is_aligned(const void* ptr, int64_t n) { return reinterpret_cast<uintptr_t>(ptr) % n == 0; }
@@ -612,37 +680,62 @@ int store_align(const void* ptr, int64_t row_len) {
   return 1;
 }
 
-}  // namespace
-
-Status launch_fp8_block_quantize(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
-                                 cudaStream_t stream) {
+// The kernel's arguments; col_ld: the columnwise copy's row length (rows, or the grouped capacity).
+Status make_args(const QuantizeProblem& p, const void* x, const QuantizeOutputs& out, int64_t col_ld,
+                 Fp8BlockArgs* args) {
   const bool row = p.directions != Directions::kColumnwise;
   const bool col = p.directions != Directions::kRowwise;
   const int64_t esize = p.input_type == InputType::kFp32 ? 4 : 2;
-  Fp8BlockArgs a{};
-  a.x = in.x;
+  Fp8BlockArgs& a = *args;
+  a = Fp8BlockArgs{};
+  a.x = x;
   a.rows = p.rows, a.cols = p.cols, a.ld = p.ld;
   a.row_codes = row ? out.rowwise_data : nullptr;
   a.row_scales = row ? static_cast<float*>(out.rowwise_scales) : nullptr;
   a.col_codes = col ? out.columnwise_data : nullptr;
   a.col_scales = col ? static_cast<float*>(out.columnwise_scales) : nullptr;
+  a.col_ld = col_ld;
   a.amax = out.amax;
   a.nonfinite = out.nonfinite;
-  const int64_t tiles_r = (p.rows + kDim - 1) / kDim, tiles_c = (p.cols + kDim - 1) / kDim;
+  const int64_t tiles_r = (col_ld + kDim - 1) / kDim, tiles_c = (p.cols + kDim - 1) / kDim;
   if (tiles_r * tiles_c > (int64_t{1} << 30))  // tile indices and their grid strides stay in int
     return Status::error("problem: " + std::to_string(p.rows) + " x " + std::to_string(p.cols) +
                          " has more 128x128 tiles than the FP8 blockwise kernel indexes (2^30)");
   a.tiles_r = static_cast<int>(tiles_r), a.tiles_c = static_cast<int>(tiles_c);
   a.pow2 = p.pow2_scales;
-  a.async_load = is_aligned(in.x, 16) && (p.ld * esize) % 16 == 0;
+  a.async_load = is_aligned(x, 16) && (p.ld * esize) % 16 == 0;
   a.row_align = row ? store_align(out.rowwise_data, p.cols) : 16;
-  a.col_align = col ? store_align(out.columnwise_data, p.rows) : 16;
-  switch (p.input_type) {
-    case InputType::kBf16: return pick_recipe<InputType::kBf16>(p, a, stream);
-    case InputType::kFp16: return pick_recipe<InputType::kFp16>(p, a, stream);
-    case InputType::kFp32: return pick_recipe<InputType::kFp32>(p, a, stream);
+  a.col_align = col ? store_align(out.columnwise_data, col_ld) : 16;
+  return Status::ok();
+}
+
+}  // namespace
+
+Status launch_fp8_block_quantize(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
+                                 cudaStream_t stream) {
+  Fp8BlockArgs a;
+  BS_RETURN_IF_ERROR(make_args(p, in.x, out, p.rows, &a));
+  return pick_input<false>(p, a, stream);
+}
+
+Status launch_fp8_block_grouped_quantize(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,
+                                         const GroupedQuantizeOutputs& out, cudaStream_t stream) {
+  if (p.dense.recipe != Recipe::kFp8Block1x128)
+    return Status::error("problem.dense.recipe: the grouped FP8 blockwise kernel takes fp8_block128 (1x128)");
+  const bool empty = p.dense.rows == 0 || p.dense.cols == 0;
+  if (p.dense.directions == Directions::kRowwise || empty) {  // the padded ends, then the dense rowwise copy
+    BS_RETURN_IF_ERROR(launch_grouped_offsets(in.group_ends, p.num_groups, p.dense.rows, kDim,
+                                              out.padded_group_ends, stream));
+    return empty ? Status::ok() : launch_fp8_block_quantize(p.dense, QuantizeInputs{in.x}, out.dense, stream);
   }
-  return Status::error("problem.input_type: unknown value");
+  if (p.num_groups < 1 || p.num_groups > kMaxGroups)
+    return Status::error("problem.num_groups: must be in [1, " + std::to_string(kMaxGroups) + "]");
+  Fp8BlockArgs a;
+  BS_RETURN_IF_ERROR(make_args(p.dense, in.x, out.dense, grouped_capacity(p), &a));
+  a.group_ends = in.group_ends;
+  a.padded_group_ends = out.padded_group_ends;
+  a.num_groups = p.num_groups;
+  return pick_input<true>(p.dense, a, stream);
 }
 
 }  // namespace blockscale::quant::detail

@@ -22,9 +22,23 @@ Status launch_nvfp4_quantize(const QuantizeProblem& p, const QuantizeInputs& in,
                              const QuantizeOutputs& out, void* workspace, cudaStream_t stream);
 size_t nvfp4_workspace_size(const QuantizeProblem& p);
 
+// The grouped (MoE) mode of the NVFP4 kernels (1D only): quant/nvfp4_quantize.cu.
+Status launch_nvfp4_grouped_quantize(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,
+                                     const GroupedQuantizeOutputs& out, void* workspace, cudaStream_t stream);
+size_t nvfp4_grouped_workspace_size(const GroupedQuantizeProblem& p);
+
 // FP8 blockwise (1x128, 128x128, pow2): quant/fp8_block_quantize.cu.
 Status launch_fp8_block_quantize(const QuantizeProblem& p, const QuantizeInputs& in,
                                  const QuantizeOutputs& out, cudaStream_t stream);
+// The grouped (MoE) mode of the same kernel (1x128 only): quant/fp8_block_quantize.cu.
+Status launch_fp8_block_grouped_quantize(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,
+                                         const GroupedQuantizeOutputs& out, cudaStream_t stream);
+
+// The padded ends alone (grouped runs without a columnwise copy, or of an empty matrix): one CTA
+// scans group_ends and writes padded_group_ends, each expert rounded up to `block` (16, 32 or
+// 128) rows: quant/grouped_offsets.cu.
+Status launch_grouped_offsets(const int32_t* group_ends, int num_groups, int64_t rows, int block,
+                              int32_t* padded_group_ends, cudaStream_t stream);
 
 // Every recipe: quant/dequantize.cu.
 Status launch_dequantize(const DequantizeProblem& p, const DequantizeInputs& in, float* out,

@@ -6,7 +6,7 @@
 //   dense  : the matrix as it is (quant/quantize.h run()).
 //   grouped: MoE tokens sorted by expert (run() of GroupedQuantizeProblem): the rowwise copy is
 //            the dense one; the columnwise copy is quantized in the padded row space of
-//            quant/mx_grouped.cuh (each expert padded with zero rows to a multiple of 32, zero
+//            quant/grouped_offsets.cuh (each expert padded with zero rows to a multiple of 32, zero
 //            rows up to the capacity), and the kernel writes the padded ends. The offsets are read
 //            on the device (no host synchronisation): every CTA scans group_ends into shared memory
 //            and maps each tile's four 32-row segments to input rows.
@@ -48,13 +48,13 @@
 // copy is the dense path's with the capacity as its row count (zero rows and zero scales past the
 // padded total come out of the zero-filled tile). The rowwise scale rows past `rows` (swizzle
 // padding) are zeroed by a grid-stride loop. Rowwise-only grouped runs are the dense kernel plus
-// mx_grouped_offsets_kernel (the padded ends).
+// launch_grouped_offsets (the padded ends).
 #include <algorithm>
 #include <string>
 
 #include "quant/launchers.h"
 #include "quant/mx_device.cuh"   // defines: MxScale, mx_block_scale, e2m1_code, encode16
-#include "quant/mx_grouped.cuh"  // defines: grouped_offsets, grouped_segment
+#include "quant/grouped_offsets.cuh"  // defines: grouped_offsets, grouped_segment
 #include "quant/mx_quantize.h"
 
 namespace blockscale::quant::detail {
@@ -464,7 +464,7 @@ __device__ __forceinline__ void store_scale_chunk(const MxParams& p, uint8_t* ds
 
 // kGrouped: the grouped mode with a columnwise copy (the tiles walk the padded row space, see the
 // file comment; CTA 0 writes the padded ends). A rowwise-only grouped run is the dense kernel plus
-// mx_grouped_offsets_kernel.
+// launch_grouped_offsets.
 template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kGrouped>
 __global__ void __launch_bounds__(kThreads, 3) mx_quantize_kernel(const __grid_constant__ MxParams p) {
   using In = InputTraits<kIn>;
@@ -582,17 +582,6 @@ __global__ void __launch_bounds__(kThreads, 3) mx_quantize_kernel(const __grid_c
   if (p.nonfinite != nullptr) {
     if (__any_sync(kFullMask, saw_nonfinite) && lane == 0) *p.nonfinite = 1;
   }
-}
-
-// Grouped mode without tiles of the padded space (rowwise only, or an empty matrix): one CTA
-// writes the padded ends. Dynamic shared memory: 8 * num_groups bytes.
-__global__ void __launch_bounds__(kThreads) mx_grouped_offsets_kernel(const int32_t* group_ends, int num_groups,
-                                                                     int64_t rows, int32_t* padded_group_ends) {
-  extern __shared__ uint32_t offsets[];
-  __shared__ uint32_t warp_totals[32];
-  grouped_offsets<kThreads>(group_ends, num_groups, rows, offsets, offsets + num_groups, warp_totals);
-  for (int g = static_cast<int>(threadIdx.x); g < num_groups; g += kThreads)
-    padded_group_ends[g] = static_cast<int32_t>(offsets[num_groups + g]);
 }
 
 // ---- Dispatch: one plain switch per template argument; the leaf checks or launches.
@@ -767,14 +756,8 @@ Status launch_mx_grouped_quantize(const GroupedQuantizeProblem& p, const Grouped
   const bool col = p.dense.directions != Directions::kRowwise;
   const bool empty = p.dense.rows == 0 || p.dense.cols == 0;
   if (!col || empty) {  // the padded ends alone; then the dense kernel writes the rowwise copy
-    const int smem = 8 * p.num_groups;
-    if (smem > 48 * 1024)
-      BS_RETURN_IF_ERROR(cuda_status(
-          cudaFuncSetAttribute(mx_grouped_offsets_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-          "cudaFuncSetAttribute"));
-    mx_grouped_offsets_kernel<<<1, kThreads, smem, stream>>>(in.group_ends, p.num_groups, p.dense.rows,
-                                                             out.padded_group_ends);
-    BS_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "mx_grouped_offsets_kernel launch"));
+    BS_RETURN_IF_ERROR(launch_grouped_offsets(in.group_ends, p.num_groups, p.dense.rows, 32,
+                                              out.padded_group_ends, stream));
     if (empty) return Status::ok();
     return launch_mx_dense(p.dense, in.x, out.dense, kDefaultEncoder, stream);
   }

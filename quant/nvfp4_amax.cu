@@ -2,11 +2,16 @@
 // leaves per-CTA maxima for the quantize kernel, which derives S_enc / S_dec from them on the
 // device (no host sync). max |x| follows formats' amax rule (NaN ignored, Inf counts); max |RHT(x)|
 // applies formats::hadamard16_inplace to 16-row groups of each column, as formats::quantize does
-// for the RHT columnwise copy.
+// for the RHT columnwise copy. Grouped (MoE) input (kGrouped): the RHT copy is quantized per
+// expert, each expert's tokens padded with zero rows to a multiple of 16
+// (formats::quantize_grouped_columnwise), so the 16-row groups are the segments of that padded row
+// space (quant/grouped_offsets.cuh; every CTA scans group_ends into shared memory first): `valid`
+// input rows from row `src`, zeros after them.
 #include <algorithm>
 
 #include "formats/hadamard.h"
 #include "quant/device_common.cuh"
+#include "quant/grouped_offsets.cuh"
 #include "quant/launchers.h"
 #include "quant/nvfp4_amax.h"
 
@@ -19,20 +24,28 @@ constexpr int kThreads = 256;
 // row group (a warp reads 512 contiguous bytes per row). The grid walks the items from the END of
 // the matrix to its start, so that the rows the quantize kernel reads first (it starts at the top)
 // are the ones most recently read into L2. kPlain: max |x| (NaN ignored, Inf counts); kRht:
-// max |RHT(x)| over 16-row groups along each column (rows % 16 == 0). Each CTA writes its maxima
-// (fp32 bits) to partials[blockIdx.x] and partials[kNvfp4MaxPartials + blockIdx.x].
+// max |RHT(x)| over 16-row groups along each column (rows % 16 == 0; kGrouped: the padded
+// segments). Each CTA writes its maxima (fp32 bits) to partials[blockIdx.x] and
+// partials[kNvfp4MaxPartials + blockIdx.x].
 struct AmaxParams {
   const void* x;
   int64_t rows, cols, ld;
-  int64_t groups, granules;  // 16-row groups, granules per row
+  int64_t groups, granules;  // 16-row groups (kGrouped: of the padded row space), granules per row
   uint32_t* partials;
   bool vec_load;
+  const int32_t* group_ends;  // kGrouped
+  int num_groups;
 };
 
-template <InputType kIn, bool kPlain, bool kRht>
+template <InputType kIn, bool kPlain, bool kRht, bool kGrouped>
 __global__ void __launch_bounds__(kThreads) nvfp4_amax_kernel(const __grid_constant__ AmaxParams p) {
   using In = InputTraits<kIn>;
   constexpr int kE = 16 / In::kBytes;  // elements per granule
+  extern __shared__ uint32_t offsets[];  // kGrouped: the clamped ends, then the padded ends
+  if constexpr (kGrouped) {
+    __shared__ uint32_t warp_totals[32];
+    grouped_offsets<kThreads, 16>(p.group_ends, p.num_groups, p.rows, offsets, offsets + p.num_groups, warp_totals);
+  }
   const int64_t items = p.groups * p.granules;
   const int64_t stride = int64_t{gridDim.x} * kThreads;
   const int64_t first = items - 1 - (int64_t{blockIdx.x} * kThreads + threadIdx.x);
@@ -45,9 +58,13 @@ __global__ void __launch_bounds__(kThreads) nvfp4_amax_kernel(const __grid_const
       const int64_t c = g * kE;
       uint32_t w[16][4];
       const bool vec = p.vec_load && c + kE <= p.cols;
+      Segment seg{0u, 0u};
+      if constexpr (kGrouped)
+        seg = grouped_segment<16>(static_cast<uint32_t>(grp * 16), offsets, offsets + p.num_groups, p.num_groups);
 #pragma unroll
       for (int i = 0; i < 16; ++i) {
-        const int64_t r = grp * 16 + i;
+        // Grouped: row i of the segment, or a zero row (rows: granule_scalar's zeros).
+        const int64_t r = kGrouped ? (static_cast<uint32_t>(i) < seg.valid ? int64_t{seg.src} + i : p.rows) : grp * 16 + i;
         uint4 v;
         if (vec && r < p.rows)
           v = __ldg(reinterpret_cast<const uint4*>(static_cast<const char*>(p.x) + (r * p.ld + c) * In::kBytes));
@@ -118,40 +135,53 @@ __global__ void __launch_bounds__(kThreads) nvfp4_amax_kernel(const __grid_const
   }
 }
 
-template <InputType kIn, bool kPlain, bool kRht>
+template <InputType kIn, bool kPlain, bool kRht, bool kGrouped>
 Status launch(const AmaxParams& a, int* n_partials, cudaStream_t stream) {
-  auto* kernel = nvfp4_amax_kernel<kIn, kPlain, kRht>;
+  auto* kernel = nvfp4_amax_kernel<kIn, kPlain, kRht, kGrouped>;
+  // Grouped: 8 bytes of offsets per expert (at most 32 KB: no opt-in needed). resident_ctas caches
+  // the occupancy of the kernel's first launch; a later, larger expert count may fit fewer CTAs
+  // than that, which only makes the last CTAs wait for a slot.
+  const int smem = kGrouped ? 8 * a.num_groups : 0;
   int resident = 0;
-  BS_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), kThreads, 0, "nvfp4_amax_kernel", &resident));
+  BS_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), kThreads, smem, "nvfp4_amax_kernel", &resident));
   const int64_t grid = even_grid((a.groups * a.granules + kThreads - 1) / kThreads, std::min(resident, kNvfp4MaxPartials));
-  kernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(a);
+  kernel<<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(a);
   *n_partials = static_cast<int>(grid);
   return cuda_status(cudaGetLastError(), "nvfp4_amax_kernel launch");
 }
 
 template <InputType kIn>
-Status launch_for(const AmaxParams& a, bool plain, bool rht, int* n_partials, cudaStream_t stream) {
-  if (rht && plain) return launch<kIn, true, true>(a, n_partials, stream);
-  if (rht) return launch<kIn, false, true>(a, n_partials, stream);
-  return launch<kIn, true, false>(a, n_partials, stream);
+Status launch_for(const AmaxParams& a, bool plain, bool rht, bool grouped, int* n_partials, cudaStream_t stream) {
+  if (grouped) {  // the RHT amax of the padded segments (the plain amax needs no grouping)
+    if (plain) return launch<kIn, true, true, true>(a, n_partials, stream);
+    return launch<kIn, false, true, true>(a, n_partials, stream);
+  }
+  if (rht && plain) return launch<kIn, true, true, false>(a, n_partials, stream);
+  if (rht) return launch<kIn, false, true, false>(a, n_partials, stream);
+  return launch<kIn, true, false, false>(a, n_partials, stream);
 }
 
 }  // namespace
 
 Status launch_nvfp4_amax(const QuantizeProblem& p, const void* x, bool vec_load, bool plain, bool rht,
-                         uint32_t* partials, int* n_partials, cudaStream_t stream) {
+                         uint32_t* partials, int* n_partials, cudaStream_t stream, const Nvfp4AmaxGroups* groups) {
   const int elems_per_granule = p.input_type == InputType::kFp32 ? 4 : 8;
+  const bool grouped = rht && groups != nullptr;
+  if (grouped && (groups->num_groups < 1 || groups->num_groups > kMaxGroups || groups->capacity % 16 != 0))
+    return Status::error("nvfp4 amax pass: grouped walk needs 1..4096 experts and a capacity that is a multiple of 16");
   AmaxParams a{};
   a.x = x;
   a.rows = p.rows, a.cols = p.cols, a.ld = p.ld;
-  a.groups = (p.rows + 15) / 16;
+  a.groups = grouped ? groups->capacity / 16 : (p.rows + 15) / 16;
   a.granules = (p.cols + elems_per_granule - 1) / elems_per_granule;
   a.partials = partials;
   a.vec_load = vec_load;
+  a.group_ends = grouped ? groups->group_ends : nullptr;
+  a.num_groups = grouped ? groups->num_groups : 0;
   switch (p.input_type) {
-    case InputType::kBf16: return launch_for<InputType::kBf16>(a, plain, rht, n_partials, stream);
-    case InputType::kFp16: return launch_for<InputType::kFp16>(a, plain, rht, n_partials, stream);
-    case InputType::kFp32: return launch_for<InputType::kFp32>(a, plain, rht, n_partials, stream);
+    case InputType::kBf16: return launch_for<InputType::kBf16>(a, plain, rht, grouped, n_partials, stream);
+    case InputType::kFp16: return launch_for<InputType::kFp16>(a, plain, rht, grouped, n_partials, stream);
+    case InputType::kFp32: return launch_for<InputType::kFp32>(a, plain, rht, grouped, n_partials, stream);
   }
   return Status::error("problem.input_type: unknown value");
 }

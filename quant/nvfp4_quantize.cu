@@ -9,12 +9,23 @@
 // reduces them and derives S_enc / S_dec on the device, no host sync) or given (kGiven: device
 // floats, one pass).
 //
+// Two modes of the same kernel (the `kGrouped` template argument), as the MX kernel has:
+//   dense  : the matrix as it is (quant/quantize.h run()).
+//   grouped: MoE tokens sorted by expert (run() of GroupedQuantizeProblem, 1D blocks only): the
+//            rowwise copy is the dense one; the columnwise copy is quantized in the padded row
+//            space of quant/grouped_offsets.cuh (each expert padded with zero rows to a multiple
+//            of 16, zero rows up to the capacity), as formats::quantize_grouped_columnwise does,
+//            and the kernel writes the padded ends. One tensor scale for all experts. No host
+//            synchronisation: every CTA scans group_ends into shared memory.
+//
 // Layouts: data rows of ceil(n / 2) bytes, element 2i in the low nibble of byte i; scales in the
 // swizzled 128x4 layout (formats::swizzled_scale_offset), padding bytes written as 0.
 //
 // Must match, byte for byte: formats::quantize() (formats/nvfp4_quantize.cpp; formats/quantize.cpp
 // for the columnwise transpose and the per-copy tensor amax: the RHT copy measures the amax of the
-// transformed values) followed by formats::pack_swizzled_scales(). The arithmetic is formats':
+// transformed values; grouped: formats::quantize_grouped_columnwise, whose RHT copy transforms the
+// zero-padded expert blocks, and whose SR counters index the padded cols x padded_total copy)
+// followed by formats::pack_swizzled_scales(). The arithmetic is formats':
 // formats::nvfp4_tensor_scales, formats::nvfp4_block_encode_factor (a 128-entry table per copy,
 // built once per CTA), the block scale code UE4M3(amax * (S_enc * fl(1/6))) (hardware
 // cvt.rn.satfinite.e4m3x2.f32, identical to formats::encode_ue4m3 on every value >= 0: checked on
@@ -53,12 +64,27 @@
 //   Tiles wholly inside the matrix (with aligned outputs) take a path without bounds checks.
 // The amax pass (kMeasure) walks the matrix from its end to its start, so the quantize kernel (which
 // starts at the top) finds the most recently read rows in L2.
+// Grouped mode with a columnwise copy: the tiles walk the padded row space (capacity rows); a tile
+// is 8 segments of 16 rows, segment k reading `valid` input rows from row `src` (zeros after them:
+// each lane finds segment lane % 8 by a binary search over the padded ends; the warp shares them
+// by shuffles while copying; warp 0 leaves them in shared memory for the rowwise pass). The
+// columnwise copy is the dense path's with the capacity as its row count (a 16-row block is one
+// segment; its SR counter runs over padded_total, not the capacity). The rowwise copy of a tile
+// goes to the token rows' dense positions (zero rows are not stored), its scales stored directly
+// as two words per row (a row's 128-row scale chunk spans tiles of several experts); the rowwise
+// scale rows past `rows` (swizzle padding, in no tile) are zeroed by a grid-stride loop. The RHT
+// amax pass walks the same segments. Rowwise-only grouped runs are the dense kernel plus
+// launch_grouped_offsets (the padded ends).
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "quant/device_common.cuh"
+#include "quant/grouped_offsets.cuh"  // defines: grouped_offsets, grouped_segment, Segment
 #include "quant/launchers.h"
 #include "quant/nvfp4_amax.h"
 #include "quant/nvfp4_device.cuh"
@@ -97,8 +123,15 @@ struct Nvfp4Params {
   int64_t row_chunk_cols, col_chunk_cols; // 512-byte chunks per 128 stored rows: ceil(cols / 64), ceil(rows / 64)
   bool vec_load;       // x and ld * element size 16-byte aligned
   bool row_vec_store;  // rowwise data 8-byte aligned, cols % 16 == 0
-  bool col_vec_store;  // columnwise data 8-byte aligned, rows % 16 == 0
+  bool col_vec_store;  // columnwise data 8-byte aligned, rows % 16 == 0 (grouped: the capacity)
   bool scale_vec_store;
+  // Grouped mode with a columnwise copy (kGrouped): the tiles walk tile_rows = the capacity rows of
+  // the padded row space; col_pitch, col_chunk_cols and row_tiles count those rows.
+  int64_t tile_rows;
+  const int32_t* group_ends;
+  int32_t* padded_group_ends;
+  int num_groups;
+  bool row_scale_word_store;  // rowwise scales 4-byte aligned (grouped stores them by words)
 };
 
 template <InputType kIn>
@@ -125,13 +158,15 @@ struct TileAt {
   bool whole;
 };
 
+// kGrouped: rows of the padded row space (whole: all 128 padded rows exist, tokens or zeros).
+template <bool kGrouped>
 __device__ __forceinline__ TileAt tile_at(const Nvfp4Params& p, int64_t tr, int64_t tc) {
   TileAt a;
   a.tr = tr;
   a.tc = tc;
   a.r0 = a.tr * kTile;
   a.c0 = a.tc * kTile;
-  a.rows_in = static_cast<int>(min(int64_t{kTile}, p.rows - a.r0));
+  a.rows_in = static_cast<int>(min(int64_t{kTile}, (kGrouped ? p.tile_rows : p.rows) - a.r0));
   a.cols_in = static_cast<int>(min(int64_t{kTile}, p.cols - a.c0));
   a.whole = a.rows_in == kTile && a.cols_in == kTile;
   return a;
@@ -180,6 +215,43 @@ __device__ __forceinline__ void copy_tile(const Nvfp4Params& p, const TileAt& at
       const int rt = row + s * kRowsPerStep;
       *reinterpret_cast<uint4*>(stage + tile_word<kIn>(rt, g)) =
           granule_scalar<kIn>(p.x, p.ld, p.rows, p.cols, at.r0 + rt, at.c0 + g * S::kElemsPerGranule);
+    }
+  }
+}
+
+// Grouped: the copy of a tile of the padded row space. Segment k (tile rows 16k..16k+15) reads
+// `valid` input rows from row `src`, zeros after them. Lane l finds segment l % 8; the copy takes
+// each segment's (src, valid) from its lane by shuffles (16-bit input: step s is segment s; fp32:
+// segment s / 2). Warp 0 leaves the eight in `segs` for the tile's rowwise pass.
+template <InputType kIn>
+__device__ __forceinline__ void copy_tile_grouped(const Nvfp4Params& p, const TileAt& at, uint32_t* stage,
+                                                  const uint32_t* ends, const uint32_t* pends, Segment* segs) {
+  using S = TileShape<kIn>;
+  constexpr int kRowsPerStep = kThreads / S::kGranules;  // 16 or 8
+  const int tid = static_cast<int>(threadIdx.x);
+  const Segment mine = grouped_segment<16>(static_cast<uint32_t>(at.r0) + 16u * static_cast<uint32_t>(tid & 7), ends,
+                                           pends, p.num_groups);
+  if (tid < 8) segs[tid] = mine;
+  const int g = tid % S::kGranules;
+  const int row = tid / S::kGranules;
+  const int64_t row_bytes = p.ld * S::kBytes;
+  const int64_t c = at.c0 + g * S::kElemsPerGranule;
+  const int in_row = max(0, min(S::kElemsPerGranule, at.cols_in - g * S::kElemsPerGranule)) * S::kBytes;
+#pragma unroll
+  for (int s = 0; s < kTile / kRowsPerStep; ++s) {
+    const int k = (s * kRowsPerStep) >> 4;  // row < kRowsPerStep: the step's rows lie in one segment
+    const int i = row + ((s * kRowsPerStep) & 15);
+    const uint32_t src = __shfl_sync(0xFFFFFFFFu, mine.src, k);
+    const uint32_t valid = __shfl_sync(0xFFFFFFFFu, mine.valid, k);
+    const bool ok = static_cast<uint32_t>(i) < valid;
+    uint32_t* dst = stage + tile_word<kIn>(16 * k + i, g);
+    if (p.vec_load) {
+      const int bytes = ok ? in_row : 0;
+      cp_async_16B(dst, bytes > 0 ? static_cast<const void*>(static_cast<const char*>(p.x) + (int64_t{src} + i) * row_bytes + c * S::kBytes)
+                                  : p.x,
+                   bytes);
+    } else {
+      *reinterpret_cast<uint4*>(dst) = granule_scalar<kIn>(p.x, p.ld, p.rows, p.cols, ok ? int64_t{src} + i : p.rows, c);
     }
   }
 }
@@ -319,6 +391,7 @@ struct State {
   uint32_t amax_bits;    // running max |x| (fp32 bits), kGiven
   uint32_t rht_amax_bits;
   bool saw_nonfinite;
+  uint32_t col_len;      // grouped: padded_total, the stored row length the SR counters run over
 };
 
 // 2D: both copies' scale of each 16x16 block of the tile, left in shared memory.
@@ -369,12 +442,47 @@ __device__ __forceinline__ void read_run(const uint32_t* a, uint32_t* w) {
   }
 }
 
+// Grouped: the rowwise scales of one row of a tile go straight to the swizzled buffer (the row's
+// 128-row scale chunk spans tiles of other experts). The 8 lanes of the row (q = 0..7, blocks
+// 8 tc + q) gather their codes into two words, one per 512-byte chunk (blocks 8 tc .. + 3 and
+// + 4 .. + 7), which lanes q = 0 and 4 store. Every lane calls it (shuffles).
+__device__ __forceinline__ void store_row_scales(const Nvfp4Params& p, const TileAt& at, int64_t r, int q,
+                                                 uint32_t code, bool row_ok) {
+  uint32_t v = code << (8 * (q & 3));
+  v |= __shfl_xor_sync(0xFFFFFFFFu, v, 1);
+  v |= __shfl_xor_sync(0xFFFFFFFFu, v, 2);
+  const int64_t cc = 2 * at.tc + (q >> 2);
+  if ((q & 3) != 0 || !row_ok || cc >= p.row_chunk_cols) return;
+  uint8_t* dst = p.row_scales + ((r >> 7) * p.row_chunk_cols + cc) * kChunkBytes + (r & 31) * 16 + ((r >> 5) & 3) * 4;
+  if (p.row_scale_word_store) {
+    *reinterpret_cast<uint32_t*>(dst) = v;
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dst[i] = static_cast<uint8_t>(v >> (8 * i));
+  }
+}
+
+// Grouped: the rowwise scale rows past `rows` up to the 128-row swizzle padding hold zeros; no
+// tile of the padded row space holds them. A grid-stride loop over (row, chunk) words.
+__device__ __forceinline__ void zero_row_scale_padding(const Nvfp4Params& p) {
+  const int64_t pad_rows = (p.rows + kTile - 1) / kTile * kTile - p.rows;
+  for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < pad_rows * p.row_chunk_cols;
+       i += int64_t{gridDim.x} * kThreads) {
+    const int64_t r = p.rows + i / p.row_chunk_cols, cc = i % p.row_chunk_cols;
+    uint8_t* dst = p.row_scales + ((r >> 7) * p.row_chunk_cols + cc) * kChunkBytes + (r & 31) * 16 + ((r >> 5) & 3) * 4;
+    if (p.row_scale_word_store) *reinterpret_cast<uint32_t*>(dst) = 0u;
+    else dst[0] = dst[1] = dst[2] = dst[3] = 0;
+  }
+}
+
 // ---- Rowwise: thread (warp w, lane l) quantizes block q = l % 8 of rows r_s = 32s + 4w + l / 8,
 // s = 0..3. The shared-memory swizzle key of row r_s is ((r_0 >> 4) & 7) ^ 2s (r_0 < 32), so the
 // word offset of each granule of block s is (offset at s = 0) ^ 8s, plus 32 rows.
-template <InputType kIn, bool k2D, bool kSr, bool kFull>
+// kGrouped: tile row r_s is row r_s % 16 of segment segs[r_s / 16]; every row is quantized (zero
+// rows give zeros), only token rows are stored, at their input row.
+template <InputType kIn, bool k2D, bool kSr, bool kFull, bool kGrouped>
 __device__ __forceinline__ void rowwise_tile(const Nvfp4Params& p, const uint32_t* tile, const TileAt& at,
-                                             State& st, const TileBlocks* tb, uint8_t* staged) {
+                                             State& st, const TileBlocks* tb, uint8_t* staged, const Segment* segs) {
   using In = InputTraits<kIn>;
   using S = TileShape<kIn>;
   constexpr int kGran = In::kBytes;
@@ -395,6 +503,13 @@ __device__ __forceinline__ void rowwise_tile(const Nvfp4Params& p, const uint32_
     pin(stage);
     const int rt = 32 * s + row0;
     const bool inside = kFull || (rt < at.rows_in && 16 * q < at.cols_in);
+    int64_t r = at.r0 + rt;  // the input row (stored row) of tile row rt
+    bool row_ok = true;
+    if constexpr (kGrouped) {
+      const Segment sg = segs[rt >> 4];
+      row_ok = static_cast<uint32_t>(rt & 15) < sg.valid;
+      r = int64_t{sg.src} + (rt & 15);
+    }
     uint32_t code = 0;
     if (inside) {
       const uint32_t off = (off0 ^ (32u * s)) + s * 128u * S::kWordsPerRow;  // 32 rows = 128 W bytes
@@ -422,17 +537,24 @@ __device__ __forceinline__ void rowwise_tile(const Nvfp4Params& p, const uint32_
       }
       uint2 out;
       if constexpr (kSr)
-        out = encode16_stochastic(f, b, p, static_cast<uint64_t>(at.r0 + rt) * static_cast<uint64_t>(p.cols) +
+        out = encode16_stochastic(f, b, p, static_cast<uint64_t>(r) * static_cast<uint64_t>(p.cols) +
                                                static_cast<uint64_t>(at.c0 + 16 * q));
       else if constexpr (In::kBytes == 2)
         out = encode_block<kFull, true, 0>(f, w, b);
       else
         out = encode_block<kFull, false, 3>(f, w, b);
-      if (kFull) *reinterpret_cast<uint2*>(dst) = out;
-      else store_codes(dst, out, at.cols_in - 16 * q, p.row_vec_store);
+      if constexpr (kGrouped) {
+        uint8_t* const gdst = p.row_data + r * p.row_pitch + (at.c0 >> 1) + 8 * q;
+        if (row_ok && kFull) *reinterpret_cast<uint2*>(gdst) = out;
+        else if (row_ok) store_codes(gdst, out, at.cols_in - 16 * q, p.row_vec_store);
+      } else {
+        if (kFull) *reinterpret_cast<uint2*>(dst) = out;
+        else store_codes(dst, out, at.cols_in - 16 * q, p.row_vec_store);
+      }
       code = b.code;
     }
-    sts8(stage + 4 * s, code);
+    if constexpr (kGrouped) store_row_scales(p, at, r, q, code, row_ok);
+    else sts8(stage + 4 * s, code);
   }
 }
 
@@ -440,7 +562,8 @@ __device__ __forceinline__ void rowwise_tile(const Nvfp4Params& p, const uint32_
 // rows of one word column = two 16-bit columns or one fp32 column. The swizzle key of rows 16k..
 // is k; the granule's upper bits are n, so the word offset of item n is (offset of item 0 with
 // upper bits 0) ^ 4 (n & mask) + 32 n.
-template <InputType kIn, bool k2D, bool kSr, bool kRht, bool kFull, bool kPlainAmax>
+// kGrouped: the tile rows are the padded row space; a 16-row block is one segment.
+template <InputType kIn, bool k2D, bool kSr, bool kRht, bool kFull, bool kPlainAmax, bool kGrouped>
 __device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint32_t* tile, const TileAt& at,
                                                 State& st, const TileBlocks* tb, uint8_t* staged) {
   using In = InputTraits<kIn>;
@@ -539,8 +662,10 @@ __device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint
         }
         uint2 out;
         if constexpr (kSr) {
-          out = encode16_stochastic(f, b, p, static_cast<uint64_t>(at.c0 + ct) * static_cast<uint64_t>(p.rows) +
-                                                 static_cast<uint64_t>(at.r0 + 16 * k));
+          // The stored row length: rows, or grouped the padded total (formats' padded matrix; the
+          // zero blocks past it round to zero with any word).
+          const uint64_t len = kGrouped ? uint64_t{st.col_len} : static_cast<uint64_t>(p.rows);
+          out = encode16_stochastic(f, b, p, static_cast<uint64_t>(at.c0 + ct) * len + static_cast<uint64_t>(at.r0 + 16 * k));
         } else if constexpr (kRht || In::kBytes == 4) {
           uint32_t sw[16];
 #pragma unroll
@@ -668,50 +793,71 @@ __device__ __forceinline__ void tensor_setup(const Nvfp4Params& p, State& st, fl
   }
 }
 
-template <InputType kIn, bool kRow, bool kCol, bool kRht, bool k2D, bool kSr, bool kFull>
+template <InputType kIn, bool kRow, bool kCol, bool kRht, bool k2D, bool kSr, bool kFull, bool kGrouped>
 __device__ __forceinline__ void quantize_tile(const Nvfp4Params& p, const uint32_t* tile, const TileAt& at,
                                               State& st, const TileBlocks* tb, uint8_t* row_staged,
-                                              uint8_t* col_staged) {
-  if constexpr (kRow) rowwise_tile<kIn, k2D, kSr, kFull>(p, tile, at, st, tb, row_staged);
+                                              uint8_t* col_staged, const Segment* segs) {
+  if constexpr (kRow) rowwise_tile<kIn, k2D, kSr, kFull, kGrouped>(p, tile, at, st, tb, row_staged, segs);
   if constexpr (kCol) {
     // The columnwise pass takes the plain max |x| when there is no rowwise pass (and no 2D pass).
     if (!kRow && !k2D && kRht && p.track_amax && p.amax != nullptr)
-      columnwise_tile<kIn, k2D, kSr, kRht, kFull, true>(p, tile, at, st, tb, col_staged);
+      columnwise_tile<kIn, k2D, kSr, kRht, kFull, true, kGrouped>(p, tile, at, st, tb, col_staged);
     else
-      columnwise_tile<kIn, k2D, kSr, kRht, kFull, !kRow && !kRht>(p, tile, at, st, tb, col_staged);
+      columnwise_tile<kIn, k2D, kSr, kRht, kFull, !kRow && !kRht, kGrouped>(p, tile, at, st, tb, col_staged);
   }
 }
 
-template <InputType kIn, bool kRow, bool kCol, bool kRht, bool k2D, bool kSr>
+// kGrouped: the grouped mode with a columnwise copy (the tiles walk the padded row space; CTA 0
+// writes the padded ends). A rowwise-only grouped run is the dense kernel.
+template <InputType kIn, bool kRow, bool kCol, bool kRht, bool k2D, bool kSr, bool kGrouped = false>
 __global__ void __launch_bounds__(kThreads, kSr ? 2 : 3) nvfp4_quantize_kernel(const __grid_constant__ Nvfp4Params p) {
   using S = TileShape<kIn>;
-  extern __shared__ uint4 dynamic_smem[];  // S::kStages tiles
-  __shared__ alignas(16) uint8_t row_staged[2][2 * kChunkBytes];
+  static_assert(!kGrouped || (kCol && !k2D), "grouped tiles carry a 1D columnwise copy");
+  // S::kStages tiles; grouped: then the expert ends and padded ends (num_groups words each) and
+  // two tiles' segments (2 x 8).
+  extern __shared__ uint4 dynamic_smem[];
+  __shared__ alignas(16) uint8_t row_staged[kGrouped ? 1 : 2][kGrouped ? 16 : 2 * kChunkBytes];
   __shared__ alignas(16) uint8_t col_staged[2][2 * kChunkBytes];
   __shared__ float tables[2 * 128];
   __shared__ TileBlocks tb;
 
   const int tid = static_cast<int>(threadIdx.x);
   uint32_t* const tiles = reinterpret_cast<uint32_t*>(dynamic_smem);
+  uint32_t* const ends = tiles + S::kStages * S::kWords;
+  uint32_t* const pends = ends + p.num_groups;
+  Segment* const segs = reinterpret_cast<Segment*>(pends + p.num_groups);
   State st;
   st.amax_bits = 0;
   st.rht_amax_bits = 0;
   st.saw_nonfinite = false;
+  if constexpr (kGrouped) {
+    __shared__ uint32_t warp_totals[32];
+    grouped_offsets<kThreads, 16>(p.group_ends, p.num_groups, p.rows, ends, pends, warp_totals);
+    st.col_len = pends[p.num_groups - 1];
+    if (blockIdx.x == 0)
+      for (int g = tid; g < p.num_groups; g += kThreads) p.padded_group_ends[g] = static_cast<int32_t>(pends[g]);
+    if constexpr (kRow) zero_row_scale_padding(p);
+  }
   tensor_setup<kIn, kRow, kCol, kRht>(p, st, tables);
 
   const bool full_stores = p.row_vec_store && p.col_vec_store;
   auto flush = [&](const TileAt& a, int buf) {  // threads 0..63 rowwise chunks, 64..127 columnwise
-    if (kRow && tid < 64)
+    if (kRow && !kGrouped && tid < 64)
       store_chunks(p.row_scales, a.tr, 2 * a.tc, p.row_chunk_cols, row_staged[buf], tid, p.scale_vec_store);
     if (kCol && tid >= 64 && tid < 128)
       store_chunks(p.col_scales, a.tc, 2 * a.tr, p.col_chunk_cols, col_staged[buf], tid - 64, p.scale_vec_store);
+  };
+  // Tile `a` into `stage`; grouped: its segments into segs[buf].
+  auto load = [&](const TileAt& a, uint32_t* stage, int buf) {
+    if constexpr (kGrouped) copy_tile_grouped<kIn>(p, a, stage, ends, pends, segs + 8 * buf);
+    else copy_tile<kIn>(p, a, stage);
   };
 
   // Grid-stride walk over tiles (column tile fastest), stepped without divisions.
   const int64_t step_tr = gridDim.x / p.col_tiles, step_tc = gridDim.x - step_tr * p.col_tiles;
   int64_t tr = blockIdx.x / p.col_tiles, tc = blockIdx.x - (blockIdx.x / p.col_tiles) * p.col_tiles;
-  TileAt at = tile_at(p, tr, tc);
-  if (tr < p.row_tiles) copy_tile<kIn>(p, at, tiles);
+  TileAt at = tile_at<kGrouped>(p, tr, tc);
+  if (tr < p.row_tiles) load(at, tiles, 0);
   cp_async_commit();
   TileAt prev{};
   int it = 0;
@@ -719,11 +865,11 @@ __global__ void __launch_bounds__(kThreads, kSr ? 2 : 3) nvfp4_quantize_kernel(c
     tc += step_tc;
     tr += step_tr;
     if (tc >= p.col_tiles) tc -= p.col_tiles, ++tr;
-    const TileAt next = tile_at(p, tr, tc);
+    const TileAt next = tile_at<kGrouped>(p, tr, tc);
     cp_async_wait<0>();
     __syncthreads();  // tile `it` is in shared memory; every thread is done with tile it-1
     if constexpr (S::kStages == 2) {
-      if (next.tr < p.row_tiles) copy_tile<kIn>(p, next, tiles + ((it + 1) & 1) * S::kWords);
+      if (next.tr < p.row_tiles) load(next, tiles + ((it + 1) & 1) * S::kWords, (it + 1) & 1);
       cp_async_commit();
     }
     if (it > 0) flush(prev, (it - 1) & 1);
@@ -732,13 +878,15 @@ __global__ void __launch_bounds__(kThreads, kSr ? 2 : 3) nvfp4_quantize_kernel(c
       tile_blocks<kIn>(tile, st, &tb);
       __syncthreads();
     }
+    uint8_t* const rs = row_staged[kGrouped ? 0 : it & 1];
+    const Segment* const ts = segs + 8 * (it & 1);
     if (at.whole && full_stores)
-      quantize_tile<kIn, kRow, kCol, kRht, k2D, kSr, true>(p, tile, at, st, &tb, row_staged[it & 1], col_staged[it & 1]);
+      quantize_tile<kIn, kRow, kCol, kRht, k2D, kSr, true, kGrouped>(p, tile, at, st, &tb, rs, col_staged[it & 1], ts);
     else
-      quantize_tile<kIn, kRow, kCol, kRht, k2D, kSr, false>(p, tile, at, st, &tb, row_staged[it & 1], col_staged[it & 1]);
+      quantize_tile<kIn, kRow, kCol, kRht, k2D, kSr, false, kGrouped>(p, tile, at, st, &tb, rs, col_staged[it & 1], ts);
     if constexpr (S::kStages == 1) {
       __syncthreads();
-      if (next.tr < p.row_tiles) copy_tile<kIn>(p, next, tiles);
+      if (next.tr < p.row_tiles) load(next, tiles, (it + 1) & 1);
       cp_async_commit();
     }
     prev = at;
@@ -768,15 +916,53 @@ __global__ void __launch_bounds__(kThreads, kSr ? 2 : 3) nvfp4_quantize_kernel(c
 bool aligned(const void* ptr, int64_t n) { return reinterpret_cast<uintptr_t>(ptr) % n == 0; }
 int element_bytes(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
 
-template <InputType kIn, bool kRow, bool kCol, bool kRht, bool k2D, bool kSr>
+// Dynamic shared memory of the grouped mode past the tiles: the expert ends and padded ends, and
+// two tiles' segments.
+int grouped_smem(int num_groups) { return 8 * num_groups + 2 * 8 * static_cast<int>(sizeof(Segment)); }
+
+// Resident CTAs of a grouped kernel, whose shared memory grows with the expert count:
+// resident_ctas checks the kernel image and raises its limit once, to what kMaxGroups experts
+// need; the occupancy is queried per size and cached.
+Status grouped_resident(const void* kernel, int smem, int smem_max, int* resident) {
+  int ignored = 0;
+  BS_RETURN_IF_ERROR(resident_ctas(kernel, kThreads, smem_max, "nvfp4_quantize_kernel (grouped)", &ignored));
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, int>, int> cache;
+  int dev = 0;
+  BS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(kernel, dev, smem);
+  const auto it = cache.find(key);
+  if (it != cache.end()) {
+    *resident = it->second;
+    return Status::ok();
+  }
+  int sms = 0, per_sm = 0;
+  BS_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute"));
+  BS_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem),
+                                 "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
+  *resident = sms * std::max(per_sm, 1);
+  cache[key] = *resident;
+  return Status::ok();
+}
+
+template <InputType kIn, bool kRow, bool kCol, bool kRht, bool k2D, bool kSr, bool kGrouped = false>
 Status launch_quantize(const Nvfp4Params& params, cudaStream_t stream) {
-  auto* kernel = nvfp4_quantize_kernel<kIn, kRow, kCol, kRht, k2D, kSr>;
-  const int smem = TileShape<kIn>::kStages * TileShape<kIn>::kWords * 4;
+  auto* kernel = nvfp4_quantize_kernel<kIn, kRow, kCol, kRht, k2D, kSr, kGrouped>;
+  const int tile_smem = TileShape<kIn>::kStages * TileShape<kIn>::kWords * 4;
+  int smem = tile_smem;
   int resident = 0;
-  BS_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), kThreads, smem, "nvfp4_quantize_kernel", &resident));
+  if constexpr (kGrouped) {
+    smem += grouped_smem(params.num_groups);
+    BS_RETURN_IF_ERROR(grouped_resident(reinterpret_cast<const void*>(kernel), smem, tile_smem + grouped_smem(kMaxGroups),
+                                        &resident));
+  } else {
+    BS_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), kThreads, smem, "nvfp4_quantize_kernel", &resident));
+  }
   // Persistent: each CTA builds its encode tables (and, with a measured amax, reduces the amax
-  // pass's partial maxima) once. One CTA per tile (detail::tile_grid) measured slower here on an
-  // H200: row+col RHT given 55.0% -> 50.6% of copy (docs/performance.md).
+  // pass's partial maxima; grouped: scans the group ends) once. One CTA per tile
+  // (detail::tile_grid) measured slower here on an H200: row+col RHT given 55.0% -> 50.6% of copy
+  // (docs/performance.md).
   const int64_t grid = even_grid(params.row_tiles * params.col_tiles, resident);
   kernel<<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(params);
   return cuda_status(cudaGetLastError(), "nvfp4_quantize_kernel launch");
@@ -815,20 +1001,41 @@ Status dispatch_directions(const QuantizeProblem& p, const QuantizeOutputs& out,
   return Status::error("problem.directions: unknown value");
 }
 
-}  // namespace
-
-size_t nvfp4_workspace_size(const QuantizeProblem& p) {
-  if (p.tensor_amax != TensorAmax::kMeasure || p.rows <= 0 || p.cols <= 0) return 0;
-  return 2 * kMaxPartials * sizeof(uint32_t);
+// Grouped with a columnwise copy (1D blocks): the amax pass walks the padded segments when the RHT
+// copy needs its amax.
+template <InputType kIn>
+Status dispatch_grouped(const GroupedQuantizeProblem& gp, const QuantizeOutputs& out, Nvfp4Params* params,
+                        cudaStream_t s) {
+  const QuantizeProblem& p = gp.dense;
+  const bool rht = p.hadamard_columnwise;
+  if (params->measure) {
+    const bool plain = p.directions != Directions::kColumnwise || !rht || out.amax != nullptr;
+    const Nvfp4AmaxGroups groups{params->group_ends, params->num_groups, params->tile_rows};
+    BS_RETURN_IF_ERROR(launch_nvfp4_amax(p, params->x, params->vec_load, plain, rht,
+                                         const_cast<uint32_t*>(params->partials), &params->n_partials, s, &groups));
+  }
+  const bool sr = p.stochastic_rounding;
+  if (p.directions == Directions::kBoth) {
+    if (rht) return sr ? launch_quantize<kIn, true, true, true, false, true, true>(*params, s)
+                       : launch_quantize<kIn, true, true, true, false, false, true>(*params, s);
+    return sr ? launch_quantize<kIn, true, true, false, false, true, true>(*params, s)
+              : launch_quantize<kIn, true, true, false, false, false, true>(*params, s);
+  }
+  if (rht) return sr ? launch_quantize<kIn, false, true, true, false, true, true>(*params, s)
+                     : launch_quantize<kIn, false, true, true, false, false, true>(*params, s);
+  return sr ? launch_quantize<kIn, false, true, false, false, true, true>(*params, s)
+            : launch_quantize<kIn, false, true, false, false, false, true>(*params, s);
 }
 
-Status launch_nvfp4_quantize(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
-                             void* workspace, cudaStream_t stream) {
+// The parameters both modes share. tile_rows: the rows the tiles walk, = p.rows (dense) or the
+// capacity (grouped with a columnwise copy: the columnwise copy's row count).
+Nvfp4Params make_params(const QuantizeProblem& p, const void* x, const float* given_row, const float* given_col,
+                        const QuantizeOutputs& out, void* workspace, int64_t tile_rows) {
   const bool row = p.directions != Directions::kColumnwise;
   const bool col = p.directions != Directions::kRowwise;
   const int64_t esize = element_bytes(p.input_type);
   Nvfp4Params params{};
-  params.x = in.x;
+  params.x = x;
   params.rows = p.rows, params.cols = p.cols, params.ld = p.ld;
   params.row_data = row ? out.rowwise_data : nullptr;
   params.row_scales = row ? static_cast<uint8_t*>(out.rowwise_scales) : nullptr;
@@ -840,25 +1047,68 @@ Status launch_nvfp4_quantize(const QuantizeProblem& p, const QuantizeInputs& in,
   params.col_amax = out.columnwise_amax;
   params.nonfinite = out.nonfinite;
   params.measure = p.tensor_amax == TensorAmax::kMeasure;
-  params.given_row_amax = in.rowwise_tensor_amax;
-  params.given_col_amax = in.columnwise_tensor_amax;
+  params.given_row_amax = given_row;
+  params.given_col_amax = given_col;
   params.partials = static_cast<const uint32_t*>(workspace);
   params.track_amax = !params.measure && (out.amax != nullptr || out.columnwise_amax != nullptr);
   params.sr_seed = p.sr_seed, params.sr_offset = p.sr_offset;
-  params.row_tiles = (p.rows + kTile - 1) / kTile;
+  params.row_tiles = (tile_rows + kTile - 1) / kTile;
   params.col_tiles = (p.cols + kTile - 1) / kTile;
   params.row_pitch = (p.cols + 1) / 2;
-  params.col_pitch = (p.rows + 1) / 2;
+  params.col_pitch = (tile_rows + 1) / 2;
   params.row_chunk_cols = (p.cols + 63) / 64;
-  params.col_chunk_cols = (p.rows + 63) / 64;
-  params.vec_load = aligned(in.x, 16) && (p.ld * esize) % 16 == 0;
+  params.col_chunk_cols = (tile_rows + 63) / 64;
+  params.vec_load = aligned(x, 16) && (p.ld * esize) % 16 == 0;
   params.row_vec_store = !row || (aligned(out.rowwise_data, 8) && p.cols % 16 == 0);
-  params.col_vec_store = !col || (aligned(out.columnwise_data, 8) && p.rows % 16 == 0);
+  params.col_vec_store = !col || (aligned(out.columnwise_data, 8) && tile_rows % 16 == 0);
   params.scale_vec_store = (!row || aligned(out.rowwise_scales, 16)) && (!col || aligned(out.columnwise_scales, 16));
+  params.tile_rows = tile_rows;
+  params.row_scale_word_store = !row || aligned(out.rowwise_scales, 4);
+  return params;
+}
+
+}  // namespace
+
+size_t nvfp4_workspace_size(const QuantizeProblem& p) {
+  if (p.tensor_amax != TensorAmax::kMeasure || p.rows <= 0 || p.cols <= 0) return 0;
+  return 2 * kMaxPartials * sizeof(uint32_t);
+}
+
+Status launch_nvfp4_quantize(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
+                             void* workspace, cudaStream_t stream) {
+  Nvfp4Params params = make_params(p, in.x, in.rowwise_tensor_amax, in.columnwise_tensor_amax, out, workspace, p.rows);
   switch (p.input_type) {
     case InputType::kBf16: return dispatch_directions<InputType::kBf16>(p, out, &params, stream);
     case InputType::kFp16: return dispatch_directions<InputType::kFp16>(p, out, &params, stream);
     case InputType::kFp32: return dispatch_directions<InputType::kFp32>(p, out, &params, stream);
+  }
+  return Status::error("problem.input_type: unknown value");
+}
+
+// The same workspace as the dense mode: the amax pass's partial maxima.
+size_t nvfp4_grouped_workspace_size(const GroupedQuantizeProblem& p) { return nvfp4_workspace_size(p.dense); }
+
+Status launch_nvfp4_grouped_quantize(const GroupedQuantizeProblem& gp, const GroupedQuantizeInputs& in,
+                                     const GroupedQuantizeOutputs& out, void* workspace, cudaStream_t stream) {
+  const QuantizeProblem& p = gp.dense;  // checked by quantize.cpp's can_implement
+  const bool col = p.directions != Directions::kRowwise;
+  const bool empty = p.rows == 0 || p.cols == 0;
+  const QuantizeInputs dense_in{in.x, in.rowwise_tensor_amax, in.columnwise_tensor_amax};
+  if (!col || empty) {  // the padded ends alone; then the dense kernel writes the rowwise copy
+    BS_RETURN_IF_ERROR(launch_grouped_offsets(in.group_ends, gp.num_groups, p.rows, 16, out.padded_group_ends, stream));
+    if (empty) return Status::ok();
+    return launch_nvfp4_quantize(p, dense_in, out.dense, workspace, stream);
+  }
+  // The tiles walk the padded row space: the columnwise copy's capacity rows.
+  Nvfp4Params params = make_params(p, in.x, in.rowwise_tensor_amax, in.columnwise_tensor_amax, out.dense,
+                                   workspace, grouped_capacity(gp));
+  params.group_ends = in.group_ends;
+  params.padded_group_ends = out.padded_group_ends;
+  params.num_groups = gp.num_groups;
+  switch (p.input_type) {
+    case InputType::kBf16: return dispatch_grouped<InputType::kBf16>(gp, out.dense, &params, stream);
+    case InputType::kFp16: return dispatch_grouped<InputType::kFp16>(gp, out.dense, &params, stream);
+    case InputType::kFp32: return dispatch_grouped<InputType::kFp32>(gp, out.dense, &params, stream);
   }
   return Status::error("problem.input_type: unknown value");
 }

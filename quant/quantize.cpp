@@ -68,7 +68,9 @@ Range range(const char* name, const void* p, int64_t bytes) {
   return {name, b, b + static_cast<uintptr_t>(bytes)};
 }
 
-Status check_options(const QuantizeProblem& p) {
+// grouped: the columnwise copy's blocks run over each expert's zero-padded tokens, so the RHT
+// needs no particular row count.
+Status check_options(const QuantizeProblem& p, bool grouped) {
   const std::string name = formats::recipe_name(p.recipe);
   if (name == "unknown") return Status::error("problem.recipe: unknown value");
   if (!has_gpu_kernel(p.recipe))
@@ -99,7 +101,7 @@ Status check_options(const QuantizeProblem& p) {
       return Status::error("problem.hadamard_columnwise: the Hadamard transform is for 1D (wgrad) blocks, not nvfp4_2d");
     if (!wants_columnwise(p))
       return Status::error("problem.hadamard_columnwise: needs the columnwise copy (directions columnwise or both)");
-    if (p.rows % 16 != 0)
+    if (!grouped && p.rows % 16 != 0)
       return Status::error("problem.hadamard_columnwise: rows (the columnwise block dimension, " +
                            std::to_string(p.rows) + ") must be a multiple of 16");
   }
@@ -191,6 +193,14 @@ Status reset_amax(const QuantizeOutputs& out, cudaStream_t stream) {
   return Status::ok();
 }
 
+Status check_workspace(size_t need, const void* workspace, size_t workspace_bytes) {
+  if (need > 0 && (workspace == nullptr || workspace_bytes < need))
+    return Status::error("workspace: needs " + std::to_string(need) + " bytes (workspace_size), got " +
+                         (workspace == nullptr ? std::string("null") : std::to_string(workspace_bytes)));
+  if (need > 0 && !aligned(workspace, 16)) return Status::error("workspace: must be 16-byte aligned");
+  return Status::ok();
+}
+
 int columnwise_block(Recipe r) {  // block length along the input's rows of a columnwise copy
   return formats::default_block_cols(r);
 }
@@ -269,7 +279,7 @@ int64_t columnwise_scale_bytes(const QuantizeProblem& p) {
 }
 
 Status can_implement(const QuantizeProblem& p) {
-  BS_RETURN_IF_ERROR(check_options(p));
+  BS_RETURN_IF_ERROR(check_options(p, false));
   return check_shape(p);
 }
 
@@ -288,11 +298,7 @@ size_t workspace_size(const QuantizeProblem& p) {
 Status run(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
            void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   BS_RETURN_IF_ERROR(can_implement(p, in, out));
-  const size_t need = workspace_size(p);
-  if (need > 0 && (workspace == nullptr || workspace_bytes < need))
-    return Status::error("workspace: needs " + std::to_string(need) + " bytes (workspace_size), got " +
-                         (workspace == nullptr ? std::string("null") : std::to_string(workspace_bytes)));
-  if (need > 0 && !aligned(workspace, 16)) return Status::error("workspace: must be 16-byte aligned");
+  BS_RETURN_IF_ERROR(check_workspace(workspace_size(p), workspace, workspace_bytes));
   BS_RETURN_IF_ERROR(reset_amax(out, stream));
   if (empty(p)) return Status::ok();
   if (formats::is_mx(p.recipe)) return detail::launch_mx_quantize(p, in, out, stream);
@@ -315,10 +321,14 @@ int64_t grouped_columnwise_scale_bytes(const GroupedQuantizeProblem& p) {
 }
 
 Status can_implement(const GroupedQuantizeProblem& p) {
-  BS_RETURN_IF_ERROR(can_implement(p.dense));
-  if (!formats::is_mx(p.dense.recipe))
-    return Status::error(std::string("problem.dense.recipe: the grouped quantize kernel implements MX recipes "
-                                     "(mxfp8, mxfp8_e5m2, mxfp4), not ") + formats::recipe_name(p.dense.recipe));
+  BS_RETURN_IF_ERROR(check_options(p.dense, true));
+  BS_RETURN_IF_ERROR(check_shape(p.dense));
+  if (p.dense.recipe == Recipe::kFp8Block128x128)
+    return Status::error("problem.dense.recipe: fp8_block128x128 is the weights' recipe; grouped (token) "
+                         "quantize takes the activations' and gradients' fp8_block128 (1x128)");
+  if (p.dense.nvfp4_2d)
+    return Status::error("problem.dense.nvfp4_2d: 16x16 blocks are the weights' recipe; grouped (token) "
+                         "quantize takes 1D blocks");
   if (p.num_groups < 1 || p.num_groups > 4096)
     return Status::error("problem.num_groups: must be in [1, 4096] (got " + std::to_string(p.num_groups) + ")");
   if (grouped_capacity(p) > kMaxDim)
@@ -330,7 +340,7 @@ Status can_implement(const GroupedQuantizeProblem& p, const GroupedQuantizeInput
                      const GroupedQuantizeOutputs& out) {
   BS_RETURN_IF_ERROR(can_implement(p));
   std::vector<Range> ranges;
-  BS_RETURN_IF_ERROR(check_pointers(p.dense, QuantizeInputs{in.x}, out.dense, grouped_columnwise_data_bytes(p),
+  BS_RETURN_IF_ERROR(check_pointers(p.dense, QuantizeInputs{in.x, in.rowwise_tensor_amax, in.columnwise_tensor_amax}, out.dense, grouped_columnwise_data_bytes(p),
                                     grouped_columnwise_scale_bytes(p), &ranges));
   if (in.group_ends == nullptr) return Status::error("inputs.group_ends: must not be null");
   if (!aligned(in.group_ends, 4)) return Status::error("inputs.group_ends: must be 4-byte aligned");
@@ -341,14 +351,19 @@ Status can_implement(const GroupedQuantizeProblem& p, const GroupedQuantizeInput
   return check_no_overlap(ranges);
 }
 
-size_t workspace_size(const GroupedQuantizeProblem&) { return 0; }
+size_t workspace_size(const GroupedQuantizeProblem& p) {
+  return is_nvfp4(p.dense.recipe) ? detail::nvfp4_grouped_workspace_size(p) : 0;
+}
 
 Status run(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in, const GroupedQuantizeOutputs& out,
-           void* /*workspace*/, size_t /*workspace_bytes*/, cudaStream_t stream) {
+           void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   BS_RETURN_IF_ERROR(can_implement(p, in, out));
+  BS_RETURN_IF_ERROR(check_workspace(workspace_size(p), workspace, workspace_bytes));
   BS_RETURN_IF_ERROR(reset_amax(out.dense, stream));
   // An empty matrix still gets its padded ends (all zero when rows == 0) written by the kernel.
-  return detail::launch_mx_grouped_quantize(p, in, out, stream);
+  if (formats::is_mx(p.dense.recipe)) return detail::launch_mx_grouped_quantize(p, in, out, stream);
+  if (is_nvfp4(p.dense.recipe)) return detail::launch_nvfp4_grouped_quantize(p, in, out, workspace, stream);
+  return detail::launch_fp8_block_grouped_quantize(p, in, out, stream);
 }
 
 // ---- Dequantize -------------------------------------------------------------------------------

@@ -114,6 +114,10 @@ Status run(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOut
            void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // ---- Grouped (MoE) quantize ------------------------------------------------------------------
+// Recipes: MXFP8 / MXFP4 (block 32), FP8 blockwise 1x128 (block 128) and NVFP4 1D (block 16; SR,
+// RHT and a measured or given tensor amax as in dense mode: one tensor scale for all experts).
+// The weights' recipes (fp8_block128x128, nvfp4_2d) are refused. With the RHT, rows need not be a
+// multiple of 16 (each expert is padded to 16).
 // The input's rows are the tokens of num_groups experts sorted by expert; expert g owns rows
 // [group_ends[g-1], group_ends[g]) (group_ends[-1] = 0; empty experts allowed), group_ends an
 // int32 device array whose last entry must equal rows. The rowwise copy is the dense one. The
@@ -129,6 +133,10 @@ struct GroupedQuantizeProblem {
 struct GroupedQuantizeInputs {
   const void* x = nullptr;
   const int32_t* group_ends = nullptr;
+  // NVFP4 with TensorAmax::kGiven, as QuantizeInputs (the columnwise one: the amax of the padded,
+  // transformed expert blocks when the RHT is on).
+  const float* rowwise_tensor_amax = nullptr;
+  const float* columnwise_tensor_amax = nullptr;
 };
 struct GroupedQuantizeOutputs {
   QuantizeOutputs dense;  // columnwise_* sized by the grouped_* functions below

@@ -33,6 +33,7 @@
 #include "formats/scale_layout.h"
 #include "quant/quantize.h"
 #include "tests/quant/gpu_test_util.h"
+#include "tests/quant/grouped_test_util.h"
 
 namespace {
 
@@ -54,134 +55,9 @@ using blockscale_test::from_bits;
 using blockscale_test::name;
 using blockscale_test::to_bits;
 using blockscale_test::upload_input;
-
-// ---- Inputs ----------------------------------------------------------------------------------
-
-// Per 16x32 region one kind of data: normal values at a random magnitude, heavy tails, all zero
-// (both signs), sprinkled NaN / Inf / -0 / subnormal / largest finite, ties of E2M1 and FP8.
-// With `finite`, nothing non-finite.
-HostInput make_input(int64_t rows, int64_t cols, int64_t ld, InputType t, bool finite, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::uniform_real_distribution<double> uni(0.0, 1.0);
-  const bool f16 = t == InputType::kFp16;
-  const blockscale_test::InputTypeBits tb = blockscale_test::type_bits(t);
-  const uint32_t sign = tb.sign, inf = tb.inf, smax = tb.max_finite;
-  const double ties[] = {5.0, 2.5, 3.5, 0.75, 1.25, 1.75, 0.25, 6.0, 7.0, 448.0, 1.0625, 57344.0};
-  const int64_t esize = element_bytes(t);
-  HostInput in;
-  in.bytes.assign(static_cast<size_t>(rows * ld * esize), 0);
-  in.values.assign(static_cast<size_t>(rows * ld), std::nanf(""));
-  for (int64_t rr = 0; rr < rows; rr += 16) {
-    for (int64_t rc = 0; rc < cols; rc += 32) {
-      const int kind = static_cast<int>(uni(rng) * 100);
-      const double mag = std::pow(10.0, f16 ? -4.0 + 7.0 * uni(rng) : -25.0 + 50.0 * uni(rng));
-      const int k0 = f16 ? static_cast<int>(uni(rng) * 20) - 12 : static_cast<int>(uni(rng) * 160) - 80;
-      for (int64_t r = rr; r < std::min(rows, rr + 16); ++r) {
-        for (int64_t c = rc; c < std::min(cols, rc + 32); ++c) {
-          uint32_t bits;
-          if (kind < 45) {
-            bits = to_bits(static_cast<float>(normal(rng) * mag), t);
-          } else if (kind < 55) {
-            const double u = std::max(uni(rng), 1e-3);
-            bits = to_bits(static_cast<float>(normal(rng) / (u * u) * mag * 1e-2), t);
-          } else if (kind < 63) {
-            bits = (rng() & 1) ? sign : 0u;
-          } else if (kind < 78) {
-            bits = to_bits(static_cast<float>(normal(rng) * mag), t);
-            const uint64_t z = rng() % 48;
-            if (z == 0) bits = inf | 1u;
-            if (z == 1) bits = inf;
-            if (z == 2) bits = inf | sign;
-            if (z == 3) bits = sign;
-            if (z == 4) bits = 1u | ((rng() & 1) ? sign : 0u);
-            if (z == 5) bits = smax;
-          } else {
-            const double base = ties[rng() % (sizeof(ties) / sizeof(ties[0]))];
-            bits = to_bits(static_cast<float>(std::ldexp(base, k0 + static_cast<int>(rng() % 4))), t);
-            if (rng() & 1) bits ^= sign;
-          }
-          if (finite && !std::isfinite(from_bits(bits, t))) bits = smax | (bits & sign);
-          const size_t i = static_cast<size_t>(r * ld + c);
-          std::memcpy(&in.bytes[i * esize], &bits, static_cast<size_t>(esize));
-          in.values[i] = from_bits(bits, t);
-        }
-      }
-    }
-  }
-  return in;
-}
-
-// Token counts of `g` experts summing to `rows`.
-enum class Split {
-  kUneven,      // random counts, some empty, some of 1 token
-  kOneExpert,   // every token in one expert (the middle one); the others empty
-  kEmptyEdges,  // the first and last two experts empty, runs of empty ones inside
-  kOnes,        // as many experts of one token as fit, the rest in the last
-  kAligned,     // counts that are multiples of 32 where possible (no padding)
-};
-const char* name(Split s) {
-  switch (s) {
-    case Split::kUneven: return "uneven";
-    case Split::kOneExpert: return "oneexpert";
-    case Split::kEmptyEdges: return "emptyedges";
-    case Split::kOnes: return "ones";
-    case Split::kAligned: return "aligned";
-  }
-  return "?";
-}
-
-std::vector<int64_t> make_counts(int64_t rows, int g, Split split, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int64_t> n(static_cast<size_t>(g), 0);
-  auto spread = [&](const std::vector<int>& who) {  // random split of rows over `who`
-    std::vector<double> w;
-    for (size_t i = 0; i < who.size(); ++i) {
-      const uint64_t z = rng() % 8;
-      w.push_back(z == 0 ? 0.0 : z == 1 ? 0.02 : std::uniform_real_distribution<double>(0.1, 3.0)(rng));
-    }
-    double total = 0;
-    for (double v : w) total += v;
-    int64_t left = rows;
-    for (size_t i = 0; i + 1 < who.size(); ++i) {
-      const int64_t c = total > 0 ? std::min(left, static_cast<int64_t>(rows * w[i] / total)) : 0;
-      n[static_cast<size_t>(who[i])] = c;
-      left -= c;
-    }
-    n[static_cast<size_t>(who.back())] += left;
-  };
-  std::vector<int> all;
-  for (int i = 0; i < g; ++i) all.push_back(i);
-  switch (split) {
-    case Split::kUneven: spread(all); break;
-    case Split::kOneExpert: n[static_cast<size_t>(g / 2)] = rows; break;
-    case Split::kEmptyEdges: {
-      std::vector<int> who;
-      for (int i = 2; i < g - 2; ++i)
-        if (i % 3 != 0) who.push_back(i);
-      if (who.empty()) who.push_back(g / 2);
-      spread(who);
-      break;
-    }
-    case Split::kOnes: {
-      int64_t left = rows;
-      for (int i = 0; i + 1 < g && left > 0; ++i) n[static_cast<size_t>(i)] = 1, --left;
-      n.back() += left;
-      break;
-    }
-    case Split::kAligned: {
-      int64_t left = rows;
-      for (int i = 0; i + 1 < g; ++i) {
-        const int64_t c = std::min(left, int64_t{32} * static_cast<int64_t>(rng() % 5));
-        n[static_cast<size_t>(i)] = c;
-        left -= c;
-      }
-      n.back() += left;
-      break;
-    }
-  }
-  return n;
-}
+using blockscale_test::Split;
+using blockscale_test::make_counts;
+using blockscale_test::make_input;
 
 // ---- Reference -------------------------------------------------------------------------------
 
@@ -496,8 +372,12 @@ TEST(GroupedQuantizeApi, CapacityAndChecks) {
   EXPECT_EQ(bq::grouped_columnwise_data_bytes(p), 64 * bq::grouped_capacity(p) / 2);
   p.num_groups = 0;
   expect_error(bq::can_implement(p), "problem.num_groups");
-  p.num_groups = 4, p.dense.recipe = Recipe::kNvfp4;
+  p.num_groups = 4, p.dense.recipe = Recipe::kFp8Block128x128;
   expect_error(bq::can_implement(p), "problem.dense.recipe");
+  p.dense.recipe = Recipe::kNvfp4, p.dense.nvfp4_2d = true;
+  expect_error(bq::can_implement(p), "problem.dense.nvfp4_2d");
+  p.dense.nvfp4_2d = false;
+  EXPECT_TRUE(bq::can_implement(p).is_ok());
 }
 
 }  // namespace

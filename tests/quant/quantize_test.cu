@@ -138,7 +138,15 @@ TEST(QuantizeChecks, Grouped) {
   g.num_groups = 0;
   expect_error(bq::can_implement(g), "problem.num_groups");
   g.num_groups = 8, g.dense.recipe = Recipe::kFp8Block1x128;
+  EXPECT_TRUE(bq::can_implement(g).is_ok()) << "the activations' 1x128 blocks have a grouped mode";
+  EXPECT_EQ(bq::grouped_capacity(g), (100 + 8 * 127) / 128 * 128);
+  g.dense.recipe = Recipe::kFp8Block128x128;
   expect_error(bq::can_implement(g), "problem.dense.recipe");
+  g.dense.recipe = Recipe::kNvfp4;
+  EXPECT_TRUE(bq::can_implement(g).is_ok()) << bq::can_implement(g).message();
+  g.dense.nvfp4_2d = true;
+  expect_error(bq::can_implement(g), "problem.dense.nvfp4_2d");
+  g.dense.nvfp4_2d = false;
   g.dense.recipe = Recipe::kMxfp8E4M3;
   bq::GroupedQuantizeInputs in{at(0x100000), nullptr};
   bq::GroupedQuantizeOutputs out{outputs_for(g.dense), at<int32_t>(0x8000000)};

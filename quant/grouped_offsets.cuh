@@ -1,14 +1,16 @@
-// The grouped (MoE) mode of the MX quantize kernel (quant/mx_quantize.cu): the padded expert
-// offsets, computed on the device from group_ends, and the map from a tile of the padded
+// The grouped (MoE) mode of the quantize kernels (MX: quant/mx_quantize.cu, FP8 blockwise:
+// quant/fp8_block_quantize.cu, NVFP4: quant/nvfp4_quantize.cu): the padded expert offsets,
+// computed on the device from group_ends, and the map from a block-row segment of the padded
 // columnwise row space to the input rows it reads.
 //
 // The columnwise copy of grouped input is quantized in a padded row space: expert g owns padded
-// rows [P(g-1), P(g)), P = the cumulative sums of round_up(n_g, 32), n_g its token count, and its
-// first n_g padded rows are its tokens (input rows [E(g-1), E(g)), E = group_ends); the rest are
-// zero rows. Every 32-row block of the padded space therefore lies in one expert (or past the
-// padded total P(G-1): zero rows up to the capacity the buffers hold). A 128-row tile of the
-// padded space is four 32-row segments; segment s reads `valid` (0..32) consecutive input rows
-// from input row `src` and zeros after them.
+// rows [P(g-1), P(g)), P = the cumulative sums of round_up(n_g, B), n_g its token count and B the
+// recipe's block length (32 MX, 16 NVFP4, 128 FP8 blockwise), and its first n_g padded rows are
+// its tokens (input rows [E(g-1), E(g)), E = group_ends); the rest are zero rows. Every B-row
+// block of the padded space therefore lies in one expert (or past the padded total P(G-1): zero
+// rows up to the capacity the buffers hold). A 128-row tile of the padded space is 128 / B
+// segments; a segment reads `valid` (0..B) consecutive input rows from input row `src` and zeros
+// after them.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -45,9 +47,9 @@ __device__ __forceinline__ uint32_t cta_exclusive_scan(uint32_t v, uint32_t* war
 //              non-decreasing (a running max). Valid input (what formats checks: non-decreasing,
 //              last == rows) is unchanged; other input cannot make the kernel read or write out of
 //              bounds, and its bytes are unspecified.
-//   pends[g] = P(g): the padded cumulative ends.
+//   pends[g] = P(g): the padded cumulative ends (each expert rounded up to kBlock rows).
 // Every thread of the CTA calls it (barriers inside); returns after a barrier.
-template <int kThreads>
+template <int kThreads, uint32_t kBlock = 32>
 __device__ __forceinline__ void grouped_offsets(const int32_t* group_ends, int num_groups, int64_t rows,
                                                 uint32_t* ends, uint32_t* pends, uint32_t* warp_totals) {
   const int tid = static_cast<int>(threadIdx.x);
@@ -65,19 +67,22 @@ __device__ __forceinline__ void grouped_offsets(const int32_t* group_ends, int n
   for (int g = g0; g < g1; ++g) ends[g] = run = max(run, ends[g]);
   __syncthreads();
   uint32_t sum = 0;
-  for (int g = g0; g < g1; ++g) sum += (ends[g] - (g > 0 ? ends[g - 1] : 0u) + 31u) & ~31u;
+  static_assert((kBlock & (kBlock - 1)) == 0, "block lengths are powers of two");
+  auto padded = [&](int g) { return (ends[g] - (g > 0 ? ends[g - 1] : 0u) + (kBlock - 1)) & ~(kBlock - 1); };
+  for (int g = g0; g < g1; ++g) sum += padded(g);
   run = cta_exclusive_scan<kThreads, false>(sum, warp_totals);
-  for (int g = g0; g < g1; ++g) pends[g] = run += (ends[g] - (g > 0 ? ends[g - 1] : 0u) + 31u) & ~31u;
+  for (int g = g0; g < g1; ++g) pends[g] = run += padded(g);
   __syncthreads();
 }
 
-// The input rows of the 32-row segment starting at padded row `pr` (a multiple of 32): `valid`
-// rows from input row `src` (valid == 0: zero rows only, past the padded total).
+// The input rows of the kBlock-row segment starting at padded row `pr` (a multiple of kBlock):
+// `valid` rows from input row `src` (valid == 0: zero rows only, past the padded total).
 struct Segment {
   uint32_t src;
   uint32_t valid;
 };
 
+template <uint32_t kBlock = 32>
 __device__ __forceinline__ Segment grouped_segment(uint32_t pr, const uint32_t* ends, const uint32_t* pends,
                                                    int num_groups) {
   // g = the first expert with P(g) > pr (upper bound): empty experts (P(g) == P(g-1)) are skipped.
@@ -90,10 +95,10 @@ __device__ __forceinline__ Segment grouped_segment(uint32_t pr, const uint32_t* 
   if (lo == num_groups) return {0u, 0u};
   const uint32_t pstart = lo > 0 ? pends[lo - 1] : 0u, gstart = lo > 0 ? ends[lo - 1] : 0u;
   const uint32_t src = gstart + (pr - pstart);
-  return {src, min(32u, ends[lo] - src)};  // >= 1: the padded range holds round_up(n_g, 32) rows
+  return {src, min(kBlock, ends[lo] - src)};  // >= 1: the padded range holds round_up(n_g, kBlock) rows
 }
 
-// The same for num_groups <= 32, by the warp: every lane reads one padded end and the experts
+// MX (kBlock 32) for num_groups <= 32, by the warp: every lane reads one padded end and the experts
 // ending at or before pr are counted with a ballot (no dependent loads). `pr` may differ between
 // lanes by a multiple of 32 within 128 (the four segments of a tile, lane % 4); all lanes call it.
 __device__ __forceinline__ Segment grouped_segment_warp(uint32_t pr, uint32_t lane, const uint32_t* ends,
