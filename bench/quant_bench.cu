@@ -225,7 +225,9 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
     in.rowwise_tensor_amax = given;
     in.columnwise_tensor_amax = p.hadamard_columnwise ? given + 1 : given;
   }
-  bq::GroupedQuantizeInputs gin{x, nullptr};
+  // Grouped, given amax: the dense measure's (for the RHT copy not quite the padded experts' amax,
+  // which changes a scale, not the work).
+  bq::GroupedQuantizeInputs gin{x, nullptr, in.rowwise_tensor_amax, in.columnwise_tensor_amax};
   bq::GroupedQuantizeOutputs gout{out, nullptr};
   if (grouped) {
     const std::vector<int32_t> ends = uneven_group_ends(p.rows, c.groups);

@@ -430,7 +430,7 @@ __device__ __forceinline__ void columnwise_tile_scale(const Fp8BlockArgs& a, con
     m.read(tile, n, w);
 #pragma unroll
     for (int h = 0; h < M::kCpw; ++h)
-      emit_col16<kIn, kRecipe, kWhole>(a, t, dst + (32 * M::kCpw * n + h) * a.rows, m.column(n, h), m.k, w, h,
+      emit_col16<kIn, kRecipe, kWhole>(a, t, dst + (32 * M::kCpw * n + h) * a.col_ld, m.column(n, h), m.k, w, h,
                                        tile_mult);
   }
 }
@@ -476,7 +476,7 @@ __device__ __forceinline__ void columnwise_1x128(const Fp8BlockArgs& a, const ui
 #pragma unroll
     for (int h = 0; h < M::kCpw; ++h) {
       const float mult = __shfl_sync(0xFFFFFFFFu, my_mult, (n * M::kCpw + h) * 4 + m.pl);
-      emit_col16<kIn, kRecipe, kWhole>(a, t, dst + (32 * M::kCpw * n + h) * a.rows, m.column(n, h), m.k, w, h,
+      emit_col16<kIn, kRecipe, kWhole>(a, t, dst + (32 * M::kCpw * n + h) * a.col_ld, m.column(n, h), m.k, w, h,
                                        mult);
     }
     pass_fence<kIn>();
@@ -630,10 +630,12 @@ __global__ void __launch_bounds__(kThreads, 3) fp8_block_quantize_kernel(const _
 template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, bool kGrouped>
 Status launch(const Fp8BlockArgs& args, cudaStream_t stream) {
   auto* kernel = fp8_block_quantize_kernel<kIn, kRecipe, kRow, kCol, kGrouped>;
-  const int smem = Smem<kIn>::kStages * Smem<kIn>::kWords * 4 + (kGrouped ? 8 * args.num_groups : 0);
+  // Grouped: 8 bytes of offsets per expert past the tiles (the limit raised for kMaxGroups once).
+  const int tile_smem = Smem<kIn>::kStages * Smem<kIn>::kWords * 4;
+  const int smem = tile_smem + (kGrouped ? 8 * args.num_groups : 0);
   int resident = 0;
   BS_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), kThreads, smem, "fp8_block_quantize_kernel",
-                                   &resident));
+                                   &resident, kGrouped ? tile_smem + 8 * kMaxGroups : 0));
   const int64_t tiles = int64_t{args.tiles_r} * args.tiles_c;
   const int64_t grid = kGrouped ? even_grid(tiles, resident) : tile_grid(tiles, resident);
   kernel<<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(args);

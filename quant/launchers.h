@@ -46,9 +46,11 @@ Status launch_dequantize(const DequantizeProblem& p, const DequantizeInputs& in,
 
 // How many CTAs of `kernel` (threads per CTA, dynamic shared memory smem) fit on the current
 // device at once (SMs x occupancy), after checking that the device has an image of it (else an
-// error naming `what` and the device's sm_XY) and raising its shared-memory limit past 48 KB.
-// Cached per (kernel, device): the queries cost more host time than a small launch.
-Status resident_ctas(const void* kernel, int threads, int smem, const char* what, int* resident);
+// error naming `what` and the device's sm_XY) and raising its shared-memory limit past 48 KB, on
+// the first call, to max(smem, smem_limit): a kernel whose dynamic shared memory varies (grouped:
+// 8 bytes per expert) passes the most it will ever launch with. Cached per (kernel, device, smem):
+// the queries cost more host time than a small launch.
+Status resident_ctas(const void* kernel, int threads, int smem, const char* what, int* resident, int smem_limit = 0);
 
 // A grid of at most `resident` CTAs for `work` items, evened out so the last round keeps most of
 // them busy (>= 1).

@@ -138,9 +138,7 @@ __global__ void __launch_bounds__(kThreads) nvfp4_amax_kernel(const __grid_const
 template <InputType kIn, bool kPlain, bool kRht, bool kGrouped>
 Status launch(const AmaxParams& a, int* n_partials, cudaStream_t stream) {
   auto* kernel = nvfp4_amax_kernel<kIn, kPlain, kRht, kGrouped>;
-  // Grouped: 8 bytes of offsets per expert (at most 32 KB: no opt-in needed). resident_ctas caches
-  // the occupancy of the kernel's first launch; a later, larger expert count may fit fewer CTAs
-  // than that, which only makes the last CTAs wait for a slot.
+  // Grouped: 8 bytes of offsets per expert (at most 32 KB: no opt-in needed).
   const int smem = kGrouped ? 8 * a.num_groups : 0;
   int resident = 0;
   BS_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), kThreads, smem, "nvfp4_amax_kernel", &resident));

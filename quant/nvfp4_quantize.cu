@@ -77,10 +77,7 @@
 // launch_grouped_offsets (the padded ends).
 #include <algorithm>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <string>
-#include <tuple>
 #include <utility>
 
 #include "quant/device_common.cuh"
@@ -920,45 +917,14 @@ int element_bytes(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
 // two tiles' segments.
 int grouped_smem(int num_groups) { return 8 * num_groups + 2 * 8 * static_cast<int>(sizeof(Segment)); }
 
-// Resident CTAs of a grouped kernel, whose shared memory grows with the expert count:
-// resident_ctas checks the kernel image and raises its limit once, to what kMaxGroups experts
-// need; the occupancy is queried per size and cached.
-Status grouped_resident(const void* kernel, int smem, int smem_max, int* resident) {
-  int ignored = 0;
-  BS_RETURN_IF_ERROR(resident_ctas(kernel, kThreads, smem_max, "nvfp4_quantize_kernel (grouped)", &ignored));
-  static std::mutex mu;
-  static std::map<std::tuple<const void*, int, int>, int> cache;
-  int dev = 0;
-  BS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
-  std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(kernel, dev, smem);
-  const auto it = cache.find(key);
-  if (it != cache.end()) {
-    *resident = it->second;
-    return Status::ok();
-  }
-  int sms = 0, per_sm = 0;
-  BS_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute"));
-  BS_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem),
-                                 "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
-  *resident = sms * std::max(per_sm, 1);
-  cache[key] = *resident;
-  return Status::ok();
-}
-
 template <InputType kIn, bool kRow, bool kCol, bool kRht, bool k2D, bool kSr, bool kGrouped = false>
 Status launch_quantize(const Nvfp4Params& params, cudaStream_t stream) {
   auto* kernel = nvfp4_quantize_kernel<kIn, kRow, kCol, kRht, k2D, kSr, kGrouped>;
   const int tile_smem = TileShape<kIn>::kStages * TileShape<kIn>::kWords * 4;
-  int smem = tile_smem;
+  const int smem = tile_smem + (kGrouped ? grouped_smem(params.num_groups) : 0);
   int resident = 0;
-  if constexpr (kGrouped) {
-    smem += grouped_smem(params.num_groups);
-    BS_RETURN_IF_ERROR(grouped_resident(reinterpret_cast<const void*>(kernel), smem, tile_smem + grouped_smem(kMaxGroups),
-                                        &resident));
-  } else {
-    BS_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), kThreads, smem, "nvfp4_quantize_kernel", &resident));
-  }
+  BS_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), kThreads, smem, "nvfp4_quantize_kernel",
+                                   &resident, kGrouped ? tile_smem + grouped_smem(kMaxGroups) : 0));
   // Persistent: each CTA builds its encode tables (and, with a measured amax, reduces the amax
   // pass's partial maxima; grouped: scans the group ends) once. One CTA per tile
   // (detail::tile_grid) measured slower here on an H200: row+col RHT given 55.0% -> 50.6% of copy

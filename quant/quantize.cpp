@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -209,31 +211,36 @@ int columnwise_block(Recipe r) {  // block length along the input's rows of a co
 
 namespace detail {
 
-Status resident_ctas(const void* kernel, int threads, int smem, const char* what, int* resident) {
+Status resident_ctas(const void* kernel, int threads, int smem, const char* what, int* resident, int smem_limit) {
   static std::mutex mu;
-  static std::map<std::pair<const void*, int>, int> cache;
+  static std::set<std::pair<const void*, int>> prepared;               // (kernel, device)
+  static std::map<std::tuple<const void*, int, int>, int> cache;       // (kernel, device, smem)
   int dev = 0;
   BS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    const auto it = cache.find({kernel, dev});
-    if (it != cache.end()) {
-      *resident = it->second;
-      return Status::ok();
-    }
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = cache.find({kernel, dev, smem});
+  if (it != cache.end()) {
+    *resident = it->second;
+    return Status::ok();
   }
-  cudaFuncAttributes attr;
-  BS_RETURN_IF_ERROR(cuda_status(cudaFuncGetAttributes(&attr, kernel), what));
-  if (smem > 48 * 1024)
-    BS_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-                                   "cudaFuncSetAttribute"));
+  if (prepared.count({kernel, dev}) == 0) {
+    // Once per kernel: the image check, and the shared-memory limit raised to the most any launch
+    // of it asks for (a grouped kernel's grows with the expert count; lowering it later would make
+    // an earlier, larger size fail to launch).
+    cudaFuncAttributes attr;
+    BS_RETURN_IF_ERROR(cuda_status(cudaFuncGetAttributes(&attr, kernel), what));
+    const int limit = std::max(smem, smem_limit);
+    if (limit > 48 * 1024)
+      BS_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
+                                     "cudaFuncSetAttribute"));
+    prepared.insert({kernel, dev});
+  }
   int sms = 0, per_sm = 0;
   BS_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute"));
   BS_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem),
                                  "cudaOccupancyMaxActiveBlocksPerMultiprocessor"));
   *resident = sms * std::max(per_sm, 1);
-  std::lock_guard<std::mutex> lock(mu);
-  cache[{kernel, dev}] = *resident;
+  cache[{kernel, dev, smem}] = *resident;
   return Status::ok();
 }
 
