@@ -1,0 +1,323 @@
+// Throughput of blockscale's FP8 blockwise GEMM (gemm/gemm.h) against its peers, timed in the same
+// process on the same inputs:
+//   - cuBLASLt's own blockwise FP8 GEMM (scale modes VEC128_32F for the 1x128 operand and
+//     BLK128x128_32F for the 128x128 one: quant/'s scale tensors feed it unchanged);
+//   - cuBLAS BF16 (cublasGemmEx, fp32 compute) on bf16 operands of the same shape.
+// D is bf16 for all three (alpha 1, beta 0). Times: median of --iters launches (CUDA events per
+// launch, after warm-up). TFLOP/s = 2 M N K / time. The project's D is also compared with
+// cuBLASLt's on identical inputs: max |ours - lt| / max |lt| and the relative Frobenius
+// difference (both bf16 outputs of fp32 sums: expect ~1e-3, bf16's half ulp, not more).
+//
+// Usage: gemm_bench [--iters N] [--only I,J,...] [--list]. One line per case, then a markdown
+// table (last).
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "formats/recipe.h"
+#include "formats/scale_layout.h"
+#include "gemm/gemm.h"
+
+namespace {
+
+namespace bf = blockscale::formats;
+namespace bg = blockscale::gemm;
+using bf::Recipe;
+
+#define CHECK_CUDA(call)                                                                            \
+  do {                                                                                              \
+    const cudaError_t err_ = (call);                                                                \
+    if (err_ != cudaSuccess) {                                                                      \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
+      std::exit(1);                                                                                 \
+    }                                                                                               \
+  } while (0)
+
+__device__ uint32_t hash32(uint64_t x) {
+  x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33, x *= 0xc4ceb9fe1a85ec53ull, x ^= x >> 33;
+  return static_cast<uint32_t>(x);
+}
+
+// E4M3 codes from a hash, never NaN (S.1111.111 -> S.1111.110).
+__global__ void fill_e4m3(uint8_t* x, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    uint8_t c = static_cast<uint8_t>(hash32(seed + static_cast<uint64_t>(i)));
+    if ((c & 0x7F) == 0x7F) c ^= 1;
+    x[i] = c;
+  }
+}
+
+// Scales in [2^-4, 2^4) (log-uniform).
+__global__ void fill_scales(float* s, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    s[i] = exp2f((hash32(seed + static_cast<uint64_t>(i)) % 8192) / 1024.0f - 4.0f);
+}
+
+__global__ void fill_bf16(__nv_bfloat16* x, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    x[i] = __float2bfloat16_rn((hash32(seed + static_cast<uint64_t>(i)) % 65536) / 32768.0f - 1.0f);
+}
+
+template <typename T>
+T* device_alloc(int64_t count) {
+  T* p = nullptr;
+  CHECK_CUDA(cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(T)));
+  return p;
+}
+
+struct Case {
+  int64_t m, n, k;
+  Recipe b_recipe;  // kFp8Block128x128 (fprop / dgrad) or kFp8Block1x128 (wgrad)
+};
+
+std::string label(const Case& c) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%lldx%lldx%lld %s", static_cast<long long>(c.m), static_cast<long long>(c.n),
+                static_cast<long long>(c.k), c.b_recipe == Recipe::kFp8Block1x128 ? "1x128.1x128" : "1x128.128x128");
+  return buf;
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases = {{8192, 8192, 8192, Recipe::kFp8Block128x128},
+                             {16384, 4096, 4096, Recipe::kFp8Block128x128},
+                             {16384, 14336, 4096, Recipe::kFp8Block128x128},
+                             {16384, 4096, 14336, Recipe::kFp8Block128x128}};
+  for (int64_t m : {128, 512, 2048}) {
+    cases.push_back({m, 4096, 4096, Recipe::kFp8Block128x128});
+    cases.push_back({m, 14336, 4096, Recipe::kFp8Block128x128});
+  }
+  cases.push_back({8192, 8192, 8192, Recipe::kFp8Block1x128});  // wgrad recipe
+  cases.push_back({4096, 4096, 16384, Recipe::kFp8Block1x128});
+  return cases;
+}
+
+// Median time in ms of `iters` launches of fn (after 3 warm-up launches), one event pair each.
+template <typename Fn>
+float median_ms(Fn fn, int iters) {
+  for (int i = 0; i < 3; ++i) fn();
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<cudaEvent_t> ev(2 * static_cast<size_t>(iters));
+  for (auto& e : ev) CHECK_CUDA(cudaEventCreate(&e));
+  for (int i = 0; i < iters; ++i) {
+    CHECK_CUDA(cudaEventRecord(ev[2 * i]));
+    fn();
+    CHECK_CUDA(cudaEventRecord(ev[2 * i + 1]));
+  }
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<float> ms(static_cast<size_t>(iters));
+  for (int i = 0; i < iters; ++i) CHECK_CUDA(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// cuBLASLt blockwise FP8: column-major D^T (N x M) = B (as K x N, transposed) x A (as K x M).
+// Its "A" is our B (scale mode of our B's recipe), its "B" our A (VEC128). Returns false (and
+// says why) when cuBLASLt has no algorithm for the case.
+struct LtGemm {
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 64ull << 20;
+  bool ok = false;
+
+  bool setup(const Case& c, const float* a_scales, const float* b_scales, std::string* why) {
+    if (cublasLtCreate(&handle) != CUBLAS_STATUS_SUCCESS) return *why = "cublasLtCreate", false;
+    cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+    const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n);
+    const int32_t a_mode = c.b_recipe == Recipe::kFp8Block1x128 ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
+                                                                 : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof a_mode);
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof b_mode);
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scales, sizeof b_scales);
+    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scales, sizeof a_scales);
+    cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, c.k, c.n, c.k);
+    cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, c.k, c.m, c.k);
+    cublasLtMatrixLayoutCreate(&d, CUDA_R_16BF, c.n, c.m, c.n);
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulPreferenceCreate(&pref);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+                                         sizeof workspace_bytes);
+    cublasLtMatmulHeuristicResult_t result;
+    int found = 0;
+    const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(handle, op, a, b, d, d, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (s != CUBLAS_STATUS_SUCCESS || found == 0)
+      return *why = std::string("no cuBLASLt algorithm (") + cublasGetStatusString(s) + ")", false;
+    algo = result.algo;
+    CHECK_CUDA(cudaMalloc(&workspace, workspace_bytes));
+    return ok = true;
+  }
+  cublasStatus_t run(const uint8_t* a_data, const uint8_t* b_data, __nv_bfloat16* out) {
+    const float alpha = 1.0f, beta = 0.0f;
+    return cublasLtMatmul(handle, op, &alpha, b_data, a, a_data, b, &beta, out, d, out, d, &algo, workspace,
+                          workspace_bytes, nullptr);
+  }
+  ~LtGemm() {
+    if (workspace) cudaFree(workspace);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (op) cublasLtMatmulDescDestroy(op);
+    if (handle) cublasLtDestroy(handle);
+  }
+};
+
+// max |x - y| / max |y| and ||x - y|| / ||y|| over two bf16 device matrices of n elements.
+void compare(const __nv_bfloat16* x_dev, const __nv_bfloat16* y_dev, int64_t n, double* max_rel, double* frob_rel) {
+  std::vector<__nv_bfloat16> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+  CHECK_CUDA(cudaMemcpy(x.data(), x_dev, static_cast<size_t>(n) * 2, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(cudaMemcpy(y.data(), y_dev, static_cast<size_t>(n) * 2, cudaMemcpyDeviceToHost));
+  double max_diff = 0, max_y = 0, diff2 = 0, y2 = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = __bfloat162float(x[i]), b = __bfloat162float(y[i]);
+    const double d = std::isfinite(a) ? std::fabs(a - b) : INFINITY;
+    max_diff = std::max(max_diff, d), max_y = std::max(max_y, std::fabs(b));
+    diff2 += d * d, y2 += b * b;
+  }
+  *max_rel = max_diff / max_y;
+  *frob_rel = std::sqrt(diff2 / y2);
+}
+
+struct Row {
+  std::string label;
+  double ours = 0, lt = 0, bf16 = 0, max_rel = NAN, frob_rel = NAN;
+};
+
+Row run_case(const Case& c, int iters, cublasHandle_t blas) {
+  Row row;
+  row.label = label(c);
+  const int64_t kb = c.k / 128;
+  const int64_t a_scale_floats = bf::vec128_scale_floats(c.m, kb);
+  const int64_t b_scale_floats = c.b_recipe == Recipe::kFp8Block1x128 ? bf::vec128_scale_floats(c.n, kb)
+                                                                      : bf::blk128_scale_floats((c.n + 127) / 128, kb);
+  uint8_t* a = device_alloc<uint8_t>(c.m * c.k);
+  uint8_t* b = device_alloc<uint8_t>(c.n * c.k);
+  float* sa = device_alloc<float>(a_scale_floats);
+  float* sb = device_alloc<float>(b_scale_floats);
+  __nv_bfloat16* d_ours = device_alloc<__nv_bfloat16>(c.m * c.n);
+  __nv_bfloat16* d_lt = device_alloc<__nv_bfloat16>(c.m * c.n);
+  fill_e4m3<<<1024, 256>>>(a, c.m * c.k, 1);
+  fill_e4m3<<<1024, 256>>>(b, c.n * c.k, 2);
+  fill_scales<<<256, 256>>>(sa, a_scale_floats, 3);
+  fill_scales<<<256, 256>>>(sb, b_scale_floats, 4);
+  CHECK_CUDA(cudaGetLastError());
+  const double flop = 2.0 * c.m * c.n * c.k;
+
+  bg::GemmProblem p;
+  p.m = c.m, p.n = c.n, p.k = c.k;
+  p.a_recipe = Recipe::kFp8Block1x128, p.b_recipe = c.b_recipe;
+  p.d_type = bg::MatrixType::kBf16, p.ldd = c.n;
+  bg::GemmArguments args;
+  args.a_data = a, args.b_data = b, args.a_scales = sa, args.b_scales = sb, args.d = d_ours;
+  const blockscale::Status s = bg::run(p, args, nullptr, 0, nullptr);
+  if (!s.is_ok()) {
+    std::printf("case %s: blockscale gemm: %s\n", row.label.c_str(), s.message().c_str());
+  } else {
+    CHECK_CUDA(cudaDeviceSynchronize());
+    row.ours = flop / (median_ms([&] { (void)bg::run(p, args, nullptr, 0, nullptr); }, iters) * 1e9);
+  }
+
+  LtGemm lt;
+  std::string why;
+  if (!lt.setup(c, sa, sb, &why)) {
+    std::printf("case %s: cuBLASLt blockwise: %s\n", row.label.c_str(), why.c_str());
+  } else if (lt.run(a, b, d_lt) != CUBLAS_STATUS_SUCCESS) {
+    std::printf("case %s: cuBLASLt blockwise: cublasLtMatmul failed\n", row.label.c_str());
+  } else {
+    CHECK_CUDA(cudaDeviceSynchronize());
+    row.lt = flop / (median_ms([&] { lt.run(a, b, d_lt); }, iters) * 1e9);
+    if (s.is_ok()) compare(d_ours, d_lt, c.m * c.n, &row.max_rel, &row.frob_rel);
+  }
+  CHECK_CUDA(cudaFree(a));
+  CHECK_CUDA(cudaFree(b));
+
+  __nv_bfloat16* a16 = device_alloc<__nv_bfloat16>(c.m * c.k);
+  __nv_bfloat16* b16 = device_alloc<__nv_bfloat16>(c.n * c.k);
+  fill_bf16<<<1024, 256>>>(a16, c.m * c.k, 5);
+  fill_bf16<<<1024, 256>>>(b16, c.n * c.k, 6);
+  const float one = 1.0f, zero = 0.0f;
+  auto bf16_gemm = [&] {
+    return cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(c.n), static_cast<int>(c.m),
+                        static_cast<int>(c.k), &one, b16, CUDA_R_16BF, static_cast<int>(c.k), a16, CUDA_R_16BF,
+                        static_cast<int>(c.k), &zero, d_lt, CUDA_R_16BF, static_cast<int>(c.n), CUBLAS_COMPUTE_32F,
+                        CUBLAS_GEMM_DEFAULT);
+  };
+  if (bf16_gemm() != CUBLAS_STATUS_SUCCESS) {
+    std::printf("case %s: cuBLAS BF16 failed\n", row.label.c_str());
+  } else {
+    row.bf16 = flop / (median_ms([&] { (void)bf16_gemm(); }, iters) * 1e9);
+  }
+  CHECK_CUDA(cudaFree(a16));
+  CHECK_CUDA(cudaFree(b16));
+  CHECK_CUDA(cudaFree(sa));
+  CHECK_CUDA(cudaFree(sb));
+  CHECK_CUDA(cudaFree(d_ours));
+  CHECK_CUDA(cudaFree(d_lt));
+  std::printf("case %-28s ours %7.1f TFLOP/s  cublasLt-block %7.1f  cublas-bf16 %7.1f  ours/lt %.3f  ours/bf16 %.3f"
+              "  vs-lt max-rel %.2e frob-rel %.2e\n",
+              row.label.c_str(), row.ours, row.lt, row.bf16, row.lt > 0 ? row.ours / row.lt : 0.0,
+              row.bf16 > 0 ? row.ours / row.bf16 : 0.0, row.max_rel, row.frob_rel);
+  std::fflush(stdout);
+  return row;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iters = 20;
+  std::vector<int> only;
+  bool list = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) {
+      iters = std::max(3, std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) {
+      for (char* t = std::strtok(argv[++i], ","); t; t = std::strtok(nullptr, ",")) only.push_back(std::atoi(t));
+    } else if (!std::strcmp(argv[i], "--list")) {
+      list = true;
+    } else {
+      std::fprintf(stderr, "usage: gemm_bench [--iters N] [--only I,J,...] [--list]\n");
+      return 2;
+    }
+  }
+  const std::vector<Case> cases = all_cases();
+  if (list) {
+    for (size_t i = 0; i < cases.size(); ++i) std::printf("%zu %s\n", i, label(cases[i]).c_str());
+    return 0;
+  }
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s (sm_%d%d, %d SMs), cuBLAS %d, iters %d\n", prop.name, prop.major, prop.minor,
+              prop.multiProcessorCount, CUBLAS_VERSION, iters);
+  cublasHandle_t blas;
+  if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "cublasCreate failed\n");
+    return 1;
+  }
+  std::vector<Row> rows;
+  for (size_t i = 0; i < cases.size(); ++i)
+    if (only.empty() || std::find(only.begin(), only.end(), static_cast<int>(i)) != only.end())
+      rows.push_back(run_case(cases[i], iters, blas));
+  cublasDestroy(blas);
+
+  std::printf("\n| M x N x K, recipe (A.B) | blockscale TFLOP/s | cuBLASLt blockwise | cuBLAS BF16 | ours / Lt | ours / BF16 | max rel diff vs Lt |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows)
+    std::printf("| %s | %.1f | %.1f | %.1f | %.3f | %.3f | %.2e |\n", r.label.c_str(), r.ours, r.lt, r.bf16,
+                r.lt > 0 ? r.ours / r.lt : 0.0, r.bf16 > 0 ? r.ours / r.bf16 : 0.0, r.max_rel);
+  return 0;
+}

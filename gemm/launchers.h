@@ -1,0 +1,23 @@
+// Internal to gemm/: the per-kernel launchers behind gemm/gemm.h. gemm.cpp has checked every
+// argument (shapes, strides, recipes, pointers, the device) and calls these only for a non-empty
+// problem. One file per kernel family implements them.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "gemm/gemm.h"
+
+namespace blockscale::gemm::detail {
+
+// FP8 blockwise, sm_90a wgmma kernel: gemm/sm90/sm90_fp8_block_gemm.cu.
+Status launch_sm90_fp8_block_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream);
+// Whether the current device can run that kernel (an sm_90a image that loads on it).
+Status sm90_fp8_block_gemm_loadable();
+
+// FP8 blockwise on sm_100a: gemm/sm100/sm100_fp8_block_gemm.cu (a stub in this slice).
+Status launch_sm100_fp8_block_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream);
+
+// A CUDA error as a Status naming `what` (ok for cudaSuccess); clears a non-sticky launch error.
+Status cuda_status(cudaError_t err, const char* what);
+
+}  // namespace blockscale::gemm::detail

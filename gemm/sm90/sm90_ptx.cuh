@@ -1,0 +1,166 @@
+// Hopper (sm_90a) PTX used by the sm90 GEMM kernels, one small wrapper per instruction:
+// mbarrier (init / arrive / expect_tx / parity wait), TMA tensor loads, proxy fences, wgmma
+// (fence / FP8 mma / commit / wait), shared-memory matrix descriptors and setmaxnreg.
+// Operand forms follow the PTX ISA 8.x sections of the same names; every wrapper states its
+// instruction so the SASS (QGMMA, UTMALDG, SYNCS) can be matched to the source.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap
+#include <cstdint>
+
+namespace blockscale::gemm::sm90 {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- mbarrier (CTA scope) ---------------------------------------------------------------------
+
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t expected_arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(expected_arrivals)
+               : "memory");
+}
+
+// Makes initialised barriers visible to the async proxy (TMA completes on them) before use.
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// One arrival that also announces `bytes` of TMA traffic the current phase must wait for.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+// One plain arrival (release semantics: this thread's earlier shared-memory reads are done).
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// Spins until the phase with parity `parity` has completed (acquire). A freshly initialised
+// barrier is in phase 0, so waiting for parity 1 returns at once: producers start that way.
+// Bring-up aid: a wait that lasts kHangTrapNs (no legitimate wait comes near it) traps, so a
+// pipeline bug fails the launch instead of hanging the GPU. -DBLOCKSCALE_GEMM_HANG_TRAP=0 removes it.
+#ifndef BLOCKSCALE_GEMM_HANG_TRAP
+#define BLOCKSCALE_GEMM_HANG_TRAP 1
+#endif
+__device__ __forceinline__ bool mbarrier_try_wait(uint32_t addr, uint32_t parity) {
+  uint32_t done = 0;
+  asm volatile(
+      "{\n"
+      "  .reg .pred complete;\n"
+      "  mbarrier.try_wait.parity.shared::cta.b64 complete, [%1], %2;\n"
+      "  selp.u32 %0, 1, 0, complete;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(addr), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  const uint32_t addr = smem_addr(bar);
+  if (mbarrier_try_wait(addr, parity)) return;
+#if BLOCKSCALE_GEMM_HANG_TRAP
+  constexpr uint64_t kHangTrapNs = 20ull * 1000 * 1000 * 1000;
+  const uint64_t start = global_timer_ns();
+  while (!mbarrier_try_wait(addr, parity))
+    if (global_timer_ns() - start > kHangTrapNs) __trap();
+#else
+  while (!mbarrier_try_wait(addr, parity)) {
+  }
+#endif
+}
+
+// ---- TMA ----------------------------------------------------------------------------------------
+
+__device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// Loads the box at (inner, outer) element coordinates of a 2-D tensor map into shared memory;
+// completion is counted in bytes on `bar`. Out-of-range elements arrive as zeros.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t inner,
+                                            int32_t outer) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(inner), "r"(outer)
+      : "memory");
+}
+
+// ---- Register budget per warpgroup (needs a register cap at entry: __launch_bounds__(n, 1)) ----
+
+template <uint32_t kRegisters>
+__device__ __forceinline__ void warpgroup_registers_shrink() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegisters));
+}
+template <uint32_t kRegisters>
+__device__ __forceinline__ void warpgroup_registers_grow() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegisters));
+}
+
+// ---- wgmma ----------------------------------------------------------------------------------
+
+// Shared-memory matrix descriptor (PTX ISA "Matrix Descriptor Format"): bits 0-13 start
+// address >> 4, 16-29 leading-dimension byte offset >> 4, 32-45 stride-dimension byte offset
+// >> 4, 49-51 base offset (0: tiles are 1024-byte aligned), 62-63 swizzle (1 = 128-byte).
+// K-major with the 128-byte swizzle: each row of the tile is 128 bytes of K, rows 8 apart are
+// 1024 bytes apart (the stride offset); the leading offset is unused for this layout (set to 1
+// by convention). Advancing the start address by 32 bytes selects the next k32 slice: the
+// hardware applies the swizzle to the computed address, as TMA did when it wrote the tile.
+__device__ __forceinline__ uint64_t smem_descriptor_kmajor_sw128(const void* tile) {
+  const uint64_t start = (smem_addr(tile) & 0x3FFFF) >> 4;
+  const uint64_t leading = 1;
+  const uint64_t stride = 1024 >> 4;
+  return start | (leading << 16) | (stride << 32) | (uint64_t{1} << 62);
+}
+
+// Orders this thread's register accesses before the next wgmma (required before the first
+// wgmma of a batch when its accumulators were touched by ordinary instructions).
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit_group() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int kPendingGroups>
+__device__ __forceinline__ void wgmma_wait_group() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPendingGroups) : "memory");
+}
+// Keeps the compiler from moving reads or writes of an accumulator across the asm statements
+// above (they are asynchronous to it).
+__device__ __forceinline__ void fence_accumulator(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+
+// D(64 x 128, fp32) = A(64 x 32, e4m3, K-major smem) * B(128 x 32, e4m3, K-major smem)^T
+// (+ D when accumulate). Fragment of D in thread t of the warpgroup (warp w = t / 32, lane l):
+// d[4j + 2h + c] is row 16w + l/4 + 8h, column 8j + 2(l%4) + c.
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                                      bool accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3\n"
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "},"
+      " %64, %65, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<int32_t>(accumulate)));
+}
+
+}  // namespace blockscale::gemm::sm90
