@@ -20,8 +20,8 @@ fi
 if [ "${MEMCHECK:-0}" = 1 ]; then
   for t in fp8_block_grouped_quantize_test nvfp4_grouped_quantize_test mx_grouped_quantize_test; do
     echo "== memcheck $t (subset)"
-    timeout 240 compute-sanitizer --tool memcheck --print-limit 5 "build-gpu/tests/quant/quant_$t" \
-      --gtest_filter="*/0_*:*/3_*:*/7_*:*/12_*:*/20_*:*/32_*:*/33_*:*Empty*" >"$OUT/memcheck_$t.log" 2>&1
+    timeout 120 compute-sanitizer --tool memcheck --print-limit 5 "build-gpu/tests/quant/quant_$t" \
+      --gtest_filter="*/3_*:*/12_*:*/32_*:*/33_*:*Empty*" >"$OUT/memcheck_$t.log" 2>&1
     grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/memcheck_$t.log" | head -5
   done
 fi
