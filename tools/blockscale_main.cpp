@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   t::add_quantize_command(app);    // quantize tensors of a .npy/.safetensors file
   t::add_dequantize_command(app);  // the exact inverse
   t::add_study_command(app);       // accuracy of every recipe on real or synthetic tensors
+  t::add_gemm_command(app);        // one GPU GEMM of gemm/ on random operands, timed and checked
   // CLI11 would call an unknown word a missing subcommand; name it instead.
   std::string names;
   bool known = false;

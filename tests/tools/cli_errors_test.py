@@ -62,7 +62,7 @@ def check_readme(cli, readme):
     text = open(readme).read()
     section = text[text.index("## The `blockscale` CLI"):]
     section = section[:section.index("\n## ", 3)]
-    for cmd in ("quantize", "dequantize", "study"):
+    for cmd in ("quantize", "dequantize", "study", "gemm"):
         _, out, _ = run(cli, [cmd, "--help"], ".")
         options = set(re.findall(r"^\s+(?:-\w,)?(--[\w-]+)", out, re.M)) - {"--help"}
         missing = sorted(o for o in options if o not in section)
@@ -179,6 +179,17 @@ def main():
         E("study gemm K mismatch", st("--in", "x.npy", "--in", "odd.npy", "--gemm", "x/x:odd/x"), 1, "K must match")
         E("study out-dir is a file", st("--in", "x.npy", "--out-dir", "afile"), 1, "--out-dir 'afile'")
         E("study --in with --hidden", st("--in", "x.npy", "--hidden", "64"), 2, "--hidden")
+        # gemm: usage errors (exit 2), then a shape gemm/ refuses (exit 1, before any GPU work;
+        # a build without CUDA refuses every gemm, also with exit 1).
+        g = ["gemm", "--m", "64", "--n", "64"]
+        E("gemm without --k", g, 2, "--k")
+        E("gemm bad --out-type", g + ["--k", "128", "--out-type", "fp16"], 2, "--out-type")
+        E("gemm unknown recipe", g + ["--k", "128", "--recipe", "fp9"], 2, "fp9")
+        rc, _, err = run(cli, g + ["--k", "100"], d)
+        if rc == 1 and ("multiple of 128" in err or "no CUDA parts" in err):
+            print(f"ok   gemm k not a multiple of 128: {err.strip()}")
+        else:
+            FAILURES.append(f"gemm k not a multiple of 128: exit {rc}, stderr {err.strip()!r}")
 
     if FAILURES:
         print("\n".join("FAIL " + f for f in FAILURES))

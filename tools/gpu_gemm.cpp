@@ -1,0 +1,119 @@
+#include "tools/gpu_gemm.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "formats/scale_layout.h"  // defines: pack_vec128_scales, pack_blk128_scales
+#include "gemm/gemm.h"             // defines: the four-call GEMM API
+
+namespace blockscale::tools {
+namespace {
+
+Status cuda_check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return Status::ok();
+  return Status::error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+// Device buffers and events freed on every return path.
+struct DeviceBuffer {
+  void* p = nullptr;
+  ~DeviceBuffer() { cudaFree(p); }
+  Status upload(const void* host, size_t n, const char* what) {
+    BS_RETURN_IF_ERROR(cuda_check(cudaMalloc(&p, std::max<size_t>(n, 1)), what));
+    return cuda_check(cudaMemcpy(p, host, n, cudaMemcpyHostToDevice), what);
+  }
+};
+struct Events {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  ~Events() {
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+  }
+};
+
+// The operand's scales in the layout the GEMM reads (formats/scale_layout.h).
+Status packed_scales(const formats::QuantizedMatrix& q, std::vector<float>* out) {
+  if (q.recipe == formats::Recipe::kFp8Block1x128)
+    return formats::pack_vec128_scales(q.scales_f32.data(), q.rows, q.scale_cols(), out);
+  if (q.recipe == formats::Recipe::kFp8Block128x128)
+    return formats::pack_blk128_scales(q.scales_f32.data(), q.scale_rows(), q.scale_cols(), out);
+  return Status::error("--recipe: " + std::string(formats::recipe_name(q.recipe)) +
+                       ": gemm/ runs FP8 blockwise only so far (MXFP8 / NVFP4: issue 5)");
+}
+
+float bf16_to_float(uint16_t h) {
+  const uint32_t bits = uint32_t{h} << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+}  // namespace
+
+Status gpu_gemm(const formats::QuantizedMatrix& a, const formats::QuantizedMatrix& b, bool fp32_d, int iters,
+                bool fetch_d, GpuGemmResult* result) {
+  gemm::GemmProblem p;
+  p.m = a.rows, p.n = b.rows, p.k = a.cols;
+  p.a_recipe = a.recipe, p.b_recipe = b.recipe;
+  p.d_type = fp32_d ? gemm::MatrixType::kFp32 : gemm::MatrixType::kBf16;
+  p.ldd = p.n;
+  p.ldc = p.n;
+  BS_RETURN_IF_ERROR(gemm::can_implement(p));
+  std::vector<float> a_scales, b_scales;
+  BS_RETURN_IF_ERROR(packed_scales(a, &a_scales));
+  BS_RETURN_IF_ERROR(packed_scales(b, &b_scales));
+  DeviceBuffer da, dsa, db, dsb, dd;
+  BS_RETURN_IF_ERROR(da.upload(a.data.data(), a.data.size(), "copy A to the GPU"));
+  BS_RETURN_IF_ERROR(dsa.upload(a_scales.data(), a_scales.size() * 4, "copy A's scales to the GPU"));
+  BS_RETURN_IF_ERROR(db.upload(b.data.data(), b.data.size(), "copy B to the GPU"));
+  BS_RETURN_IF_ERROR(dsb.upload(b_scales.data(), b_scales.size() * 4, "copy B's scales to the GPU"));
+  const size_t d_bytes = static_cast<size_t>(p.m * p.n) * (fp32_d ? 4 : 2);
+  BS_RETURN_IF_ERROR(cuda_check(cudaMalloc(&dd.p, std::max<size_t>(d_bytes, 1)), "allocate D"));
+  gemm::GemmArguments args;
+  args.a_data = static_cast<const uint8_t*>(da.p), args.a_scales = static_cast<const float*>(dsa.p);
+  args.b_data = static_cast<const uint8_t*>(db.p), args.b_scales = static_cast<const float*>(dsb.p);
+  args.d = dd.p;
+  BS_RETURN_IF_ERROR(gemm::can_implement(p, args));
+  const size_t ws_bytes = gemm::workspace_size(p);
+  DeviceBuffer ws;
+  BS_RETURN_IF_ERROR(cuda_check(cudaMalloc(&ws.p, std::max<size_t>(ws_bytes, 1)), "allocate the workspace"));
+  BS_RETURN_IF_ERROR(gemm::run(p, args, ws.p, ws_bytes, nullptr));
+  BS_RETURN_IF_ERROR(cuda_check(cudaDeviceSynchronize(), "the GEMM kernel"));
+  if (fetch_d) {
+    std::vector<uint8_t> raw(d_bytes);
+    BS_RETURN_IF_ERROR(cuda_check(cudaMemcpy(raw.data(), dd.p, d_bytes, cudaMemcpyDeviceToHost), "copy D back"));
+    result->d.resize(static_cast<size_t>(p.m * p.n));
+    for (size_t i = 0; i < result->d.size(); ++i) {
+      if (fp32_d) {
+        std::memcpy(&result->d[i], &raw[4 * i], 4);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, &raw[2 * i], 2);
+        result->d[i] = bf16_to_float(h);
+      }
+    }
+  }
+  Events ev;
+  BS_RETURN_IF_ERROR(cuda_check(cudaEventCreate(&ev.start), "cudaEventCreate"));
+  BS_RETURN_IF_ERROR(cuda_check(cudaEventCreate(&ev.stop), "cudaEventCreate"));
+  std::vector<float> times;
+  for (int i = 0; i < iters; ++i) {
+    BS_RETURN_IF_ERROR(cuda_check(cudaEventRecord(ev.start), "cudaEventRecord"));
+    BS_RETURN_IF_ERROR(gemm::run(p, args, ws.p, ws_bytes, nullptr));
+    BS_RETURN_IF_ERROR(cuda_check(cudaEventRecord(ev.stop), "cudaEventRecord"));
+    BS_RETURN_IF_ERROR(cuda_check(cudaEventSynchronize(ev.stop), "the GEMM kernel"));
+    float ms = 0;
+    BS_RETURN_IF_ERROR(cuda_check(cudaEventElapsedTime(&ms, ev.start, ev.stop), "cudaEventElapsedTime"));
+    times.push_back(ms);
+  }
+  if (!times.empty()) {
+    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+    result->median_us = 1000.0 * times[times.size() / 2];
+  }
+  return Status::ok();
+}
+
+}  // namespace blockscale::tools

@@ -1,0 +1,23 @@
+// `blockscale gemm`: one GEMM of gemm/ on operands the CPU emulator quantized, timed on the GPU.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "formats/recipe.h"
+#include "formats/status.h"
+
+namespace blockscale::tools {
+
+struct GpuGemmResult {
+  double median_us = 0;  // of the timed runs (CUDA events)
+  std::vector<float> d;  // D (m x n, row-major) widened to fp32, or empty when not asked for
+};
+
+// D = A · B^T for a (m x k) and b (n x k), both K-major formats:: operands of FP8 blockwise
+// recipes (their scales are packed into the GEMM's layouts here). D is bf16 or fp32 (`fp32_d`).
+// One untimed run, then `iters` timed ones; fetch_d copies D back (after the first run).
+Status gpu_gemm(const formats::QuantizedMatrix& a, const formats::QuantizedMatrix& b, bool fp32_d, int iters,
+                bool fetch_d, GpuGemmResult* result);
+
+}  // namespace blockscale::tools
