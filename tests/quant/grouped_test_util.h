@@ -77,7 +77,7 @@ enum class Split {
   kOneExpert,   // every token in one expert (the middle one); the others empty
   kEmptyEdges,  // the first and last two experts empty, runs of empty ones inside
   kOnes,        // as many experts of one token as fit, the rest in the last
-  kAligned,     // counts that are multiples of 32 where possible (no padding)
+  kAligned,     // counts that are multiples of the block where possible (no padding)
 };
 inline const char* name(Split s) {
   switch (s) {
@@ -90,7 +90,8 @@ inline const char* name(Split s) {
   return "?";
 }
 
-inline std::vector<int64_t> make_counts(int64_t rows, int g, Split split, uint64_t seed) {
+// kAligned draws multiples of `block` up to 128.
+inline std::vector<int64_t> make_counts(int64_t rows, int g, Split split, uint64_t seed, int64_t block = 32) {
   std::mt19937_64 rng(seed);
   std::vector<int64_t> n(static_cast<size_t>(g), 0);
   auto spread = [&](const std::vector<int>& who) {  // random split of rows over `who`
@@ -131,7 +132,7 @@ inline std::vector<int64_t> make_counts(int64_t rows, int g, Split split, uint64
     case Split::kAligned: {
       int64_t left = rows;
       for (int i = 0; i + 1 < g; ++i) {
-        const int64_t c = std::min(left, int64_t{32} * static_cast<int64_t>(rng() % 5));
+        const int64_t c = std::min(left, block * static_cast<int64_t>(rng() % static_cast<uint64_t>(128 / block + 1)));
         n[static_cast<size_t>(i)] = c;
         left -= c;
       }

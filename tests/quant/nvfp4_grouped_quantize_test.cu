@@ -45,6 +45,7 @@
 #include "formats/scale_layout.h"
 #include "quant/quantize.h"
 #include "tests/quant/gpu_test_util.h"
+#include "tests/quant/grouped_test_util.h"  // defines: Split, make_counts
 
 namespace {
 
@@ -58,6 +59,7 @@ using blockscale_test::DeviceBuffer;
 using blockscale_test::DeviceInput;
 using blockscale_test::GuardedOutput;
 using blockscale_test::HostInput;
+using blockscale_test::Split;
 using blockscale_test::alloc_poisoned;
 using blockscale_test::check_output;
 using blockscale_test::element_bytes;
@@ -145,77 +147,6 @@ HostInput make_input(int64_t rows, int64_t cols, int64_t ld, InputType t, Patter
     }
   }
   return in;
-}
-
-// Token counts of `g` experts summing to `rows`.
-enum class Split {
-  kUneven,      // random counts, some empty, some of 1 token
-  kOneExpert,   // every token in one expert (the middle one); the others empty
-  kEmptyEdges,  // the first and last two experts empty, runs of empty ones inside
-  kOnes,        // as many experts of one token as fit, the rest in the last
-  kAligned,     // counts that are multiples of 16 where possible (no padding)
-};
-const char* name(Split s) {
-  switch (s) {
-    case Split::kUneven: return "uneven";
-    case Split::kOneExpert: return "oneexpert";
-    case Split::kEmptyEdges: return "emptyedges";
-    case Split::kOnes: return "ones";
-    case Split::kAligned: return "aligned";
-  }
-  return "?";
-}
-
-std::vector<int64_t> make_counts(int64_t rows, int g, Split split, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int64_t> n(static_cast<size_t>(g), 0);
-  auto spread = [&](const std::vector<int>& who) {  // random split of rows over `who`
-    std::vector<double> w;
-    for (size_t i = 0; i < who.size(); ++i) {
-      const uint64_t z = rng() % 8;
-      w.push_back(z == 0 ? 0.0 : z == 1 ? 0.02 : std::uniform_real_distribution<double>(0.1, 3.0)(rng));
-    }
-    double total = 0;
-    for (double v : w) total += v;
-    int64_t left = rows;
-    for (size_t i = 0; i + 1 < who.size(); ++i) {
-      const int64_t c = total > 0 ? std::min(left, static_cast<int64_t>(rows * w[i] / total)) : 0;
-      n[static_cast<size_t>(who[i])] = c;
-      left -= c;
-    }
-    n[static_cast<size_t>(who.back())] += left;
-  };
-  std::vector<int> all;
-  for (int i = 0; i < g; ++i) all.push_back(i);
-  switch (split) {
-    case Split::kUneven: spread(all); break;
-    case Split::kOneExpert: n[static_cast<size_t>(g / 2)] = rows; break;
-    case Split::kEmptyEdges: {
-      std::vector<int> who;
-      for (int i = 2; i < g - 2; ++i)
-        if (i % 3 != 0) who.push_back(i);
-      if (who.empty()) who.push_back(g / 2);
-      spread(who);
-      break;
-    }
-    case Split::kOnes: {
-      int64_t left = rows;
-      for (int i = 0; i + 1 < g && left > 0; ++i) n[static_cast<size_t>(i)] = 1, --left;
-      n.back() += left;
-      break;
-    }
-    case Split::kAligned: {
-      int64_t left = rows;
-      for (int i = 0; i + 1 < g; ++i) {
-        const int64_t c = std::min(left, int64_t{16} * static_cast<int64_t>(rng() % 9));
-        n[static_cast<size_t>(i)] = c;
-        left -= c;
-      }
-      n.back() += left;
-      break;
-    }
-  }
-  return n;
 }
 
 // ---- Reference -------------------------------------------------------------------------------
@@ -354,7 +285,7 @@ struct Prepared {
 
 ::testing::AssertionResult prepare(const Case& c, uint64_t seed, Prepared* pr) {
   pr->in = make_input(c.rows, c.cols, c.ld, c.type, c.pattern, seed);
-  const std::vector<int64_t> n = make_counts(c.rows, c.groups, c.split, seed * 7 + 1);
+  const std::vector<int64_t> n = blockscale_test::make_counts(c.rows, c.groups, c.split, seed * 7 + 1, 16);
   std::vector<int32_t> ends32;
   int64_t acc = 0;
   for (size_t g = 0; g < n.size(); ++g) {
