@@ -1,5 +1,7 @@
 // Throughput of blockscale's FP8 blockwise GEMM (gemm/gemm.h) against its peers, timed in the same
-// process on the same inputs:
+// process on the same inputs. The sm90 kernel runs at each tile width asked for (128 x 128 and
+// 128 x 192 by default, gemm/launchers.h); each is timed and compared on its own, and the two
+// outputs must be the same bits (same operations per element). Peers:
 //   - cuBLASLt's own blockwise FP8 GEMM (scale modes VEC128_32F for the 1x128 operand and
 //     BLK128x128_32F for the 128x128 one: quant/'s scale tensors feed it unchanged);
 //   - cuBLAS BF16 (cublasGemmEx, fp32 compute) on bf16 operands of the same shape.
@@ -8,8 +10,8 @@
 // cuBLASLt's on identical inputs: max |ours - lt| / max |lt| and the relative Frobenius
 // difference (both bf16 outputs of fp32 sums: expect ~1e-3, bf16's half ulp, not more).
 //
-// Usage: gemm_bench [--iters N] [--only I,J,...] [--list]. One line per case, then a markdown
-// table (last).
+// Usage: gemm_bench [--iters N] [--only I,J,...] [--tiles 128,192] [--list]. One line per case,
+// then a markdown table (last).
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -26,12 +28,14 @@
 #include "formats/recipe.h"
 #include "formats/scale_layout.h"
 #include "gemm/gemm.h"
+#include "gemm/launchers.h"  // the sm90 tile-width selector
 
 namespace {
 
 namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
 using bf::Recipe;
+using bg::detail::Sm90Fp8Tile;
 
 #define CHECK_CUDA(call)                                                                            \
   do {                                                                                              \
@@ -177,13 +181,17 @@ struct LtGemm {
   }
 };
 
-// max |x - y| / max |y| and ||x - y|| / ||y|| over two bf16 device matrices of n elements.
-void compare(const __nv_bfloat16* x_dev, const __nv_bfloat16* y_dev, int64_t n, double* max_rel, double* frob_rel) {
-  std::vector<__nv_bfloat16> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
-  CHECK_CUDA(cudaMemcpy(x.data(), x_dev, static_cast<size_t>(n) * 2, cudaMemcpyDeviceToHost));
-  CHECK_CUDA(cudaMemcpy(y.data(), y_dev, static_cast<size_t>(n) * 2, cudaMemcpyDeviceToHost));
+std::vector<__nv_bfloat16> download(const __nv_bfloat16* dev, int64_t n) {
+  std::vector<__nv_bfloat16> host(static_cast<size_t>(n));
+  CHECK_CUDA(cudaMemcpy(host.data(), dev, static_cast<size_t>(n) * 2, cudaMemcpyDeviceToHost));
+  return host;
+}
+
+// max |x - y| / max |y| and ||x - y|| / ||y|| over two bf16 matrices.
+void compare(const std::vector<__nv_bfloat16>& x, const std::vector<__nv_bfloat16>& y, double* max_rel,
+             double* frob_rel) {
   double max_diff = 0, max_y = 0, diff2 = 0, y2 = 0;
-  for (int64_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < x.size(); ++i) {
     const double a = __bfloat162float(x[i]), b = __bfloat162float(y[i]);
     const double d = std::isfinite(a) ? std::fabs(a - b) : INFINITY;
     max_diff = std::max(max_diff, d), max_y = std::max(max_y, std::fabs(b));
@@ -193,12 +201,17 @@ void compare(const __nv_bfloat16* x_dev, const __nv_bfloat16* y_dev, int64_t n, 
   *frob_rel = std::sqrt(diff2 / y2);
 }
 
+int tile_width(Sm90Fp8Tile t) { return t == Sm90Fp8Tile::kN192 ? 192 : 128; }
+
+// Per tile width (index 0: 128, 1: 192): TFLOP/s (0: not run or failed) and the difference to Lt.
 struct Row {
   std::string label;
-  double ours = 0, lt = 0, bf16 = 0, max_rel = NAN, frob_rel = NAN;
+  double ours[2] = {0, 0}, max_rel[2] = {NAN, NAN}, frob_rel[2] = {NAN, NAN};
+  double lt = 0, bf16 = 0;
+  const char* same_bits = "-";  // "yes" / "NO" when both widths ran
 };
 
-Row run_case(const Case& c, int iters, cublasHandle_t blas) {
+Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cublasHandle_t blas) {
   Row row;
   row.label = label(c);
   const int64_t kb = c.k / 128;
@@ -211,6 +224,7 @@ Row run_case(const Case& c, int iters, cublasHandle_t blas) {
   float* sb = device_alloc<float>(b_scale_floats);
   __nv_bfloat16* d_ours = device_alloc<__nv_bfloat16>(c.m * c.n);
   __nv_bfloat16* d_lt = device_alloc<__nv_bfloat16>(c.m * c.n);
+  std::vector<__nv_bfloat16> ours_host[2];
   fill_e4m3<<<1024, 256>>>(a, c.m * c.k, 1);
   fill_e4m3<<<1024, 256>>>(b, c.n * c.k, 2);
   fill_scales<<<256, 256>>>(sa, a_scale_floats, 3);
@@ -224,13 +238,23 @@ Row run_case(const Case& c, int iters, cublasHandle_t blas) {
   p.d_type = bg::MatrixType::kBf16, p.ldd = c.n;
   bg::GemmArguments args;
   args.a_data = a, args.b_data = b, args.a_scales = sa, args.b_scales = sb, args.d = d_ours;
-  const blockscale::Status s = bg::run(p, args, nullptr, 0, nullptr);
-  if (!s.is_ok()) {
-    std::printf("case %s: blockscale gemm: %s\n", row.label.c_str(), s.message().c_str());
-  } else {
+  for (const Sm90Fp8Tile tile : tiles) {
+    const int w = tile == Sm90Fp8Tile::kN192 ? 1 : 0;
+    bg::detail::set_sm90_fp8_tile(tile);
+    CHECK_CUDA(cudaMemset(d_ours, 0xFF, static_cast<size_t>(c.m * c.n) * 2));  // NaN: unwritten shows
+    const blockscale::Status s = bg::run(p, args, nullptr, 0, nullptr);
+    if (!s.is_ok()) {
+      std::printf("case %s: blockscale gemm (tile 128x%d): %s\n", row.label.c_str(), tile_width(tile),
+                  s.message().c_str());
+      continue;
+    }
     CHECK_CUDA(cudaDeviceSynchronize());
-    row.ours = flop / (median_ms([&] { (void)bg::run(p, args, nullptr, 0, nullptr); }, iters) * 1e9);
+    ours_host[w] = download(d_ours, c.m * c.n);
+    row.ours[w] = flop / (median_ms([&] { (void)bg::run(p, args, nullptr, 0, nullptr); }, iters) * 1e9);
   }
+  bg::detail::set_sm90_fp8_tile(Sm90Fp8Tile::kAuto);
+  if (!ours_host[0].empty() && !ours_host[1].empty())
+    row.same_bits = std::memcmp(ours_host[0].data(), ours_host[1].data(), ours_host[0].size() * 2) == 0 ? "yes" : "NO";
 
   LtGemm lt;
   std::string why;
@@ -241,7 +265,9 @@ Row run_case(const Case& c, int iters, cublasHandle_t blas) {
   } else {
     CHECK_CUDA(cudaDeviceSynchronize());
     row.lt = flop / (median_ms([&] { lt.run(a, b, d_lt); }, iters) * 1e9);
-    if (s.is_ok()) compare(d_ours, d_lt, c.m * c.n, &row.max_rel, &row.frob_rel);
+    const std::vector<__nv_bfloat16> lt_host = download(d_lt, c.m * c.n);
+    for (int w = 0; w < 2; ++w)
+      if (!ours_host[w].empty()) compare(ours_host[w], lt_host, &row.max_rel[w], &row.frob_rel[w]);
   }
   CHECK_CUDA(cudaFree(a));
   CHECK_CUDA(cudaFree(b));
@@ -268,10 +294,12 @@ Row run_case(const Case& c, int iters, cublasHandle_t blas) {
   CHECK_CUDA(cudaFree(sb));
   CHECK_CUDA(cudaFree(d_ours));
   CHECK_CUDA(cudaFree(d_lt));
-  std::printf("case %-28s ours %7.1f TFLOP/s  cublasLt-block %7.1f  cublas-bf16 %7.1f  ours/lt %.3f  ours/bf16 %.3f"
-              "  vs-lt max-rel %.2e frob-rel %.2e\n",
-              row.label.c_str(), row.ours, row.lt, row.bf16, row.lt > 0 ? row.ours / row.lt : 0.0,
-              row.bf16 > 0 ? row.ours / row.bf16 : 0.0, row.max_rel, row.frob_rel);
+  const auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
+  std::printf("case %-28s ours-128 %7.1f ours-192 %7.1f TFLOP/s  cublasLt-block %7.1f  cublas-bf16 %7.1f"
+              "  128/lt %.3f  192/lt %.3f  vs-lt max-rel %.2e / %.2e frob-rel %.2e / %.2e  192==128 %s\n",
+              row.label.c_str(), row.ours[0], row.ours[1], row.lt, row.bf16, ratio(row.ours[0], row.lt),
+              ratio(row.ours[1], row.lt), row.max_rel[0], row.max_rel[1], row.frob_rel[0], row.frob_rel[1],
+              row.same_bits);
   std::fflush(stdout);
   return row;
 }
@@ -281,19 +309,30 @@ Row run_case(const Case& c, int iters, cublasHandle_t blas) {
 int main(int argc, char** argv) {
   int iters = 20;
   std::vector<int> only;
+  std::vector<Sm90Fp8Tile> tiles;
   bool list = false;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) {
       iters = std::max(3, std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) {
       for (char* t = std::strtok(argv[++i], ","); t; t = std::strtok(nullptr, ",")) only.push_back(std::atoi(t));
+    } else if (!std::strcmp(argv[i], "--tiles") && i + 1 < argc) {
+      for (char* t = std::strtok(argv[++i], ","); t; t = std::strtok(nullptr, ",")) {
+        if (!std::strcmp(t, "128") || !std::strcmp(t, "192")) {
+          tiles.push_back(!std::strcmp(t, "192") ? Sm90Fp8Tile::kN192 : Sm90Fp8Tile::kN128);
+        } else {
+          std::fprintf(stderr, "--tiles: 128 and / or 192, got %s\n", t);
+          return 2;
+        }
+      }
     } else if (!std::strcmp(argv[i], "--list")) {
       list = true;
     } else {
-      std::fprintf(stderr, "usage: gemm_bench [--iters N] [--only I,J,...] [--list]\n");
+      std::fprintf(stderr, "usage: gemm_bench [--iters N] [--only I,J,...] [--tiles 128,192] [--list]\n");
       return 2;
     }
   }
+  if (tiles.empty()) tiles = {Sm90Fp8Tile::kN128, Sm90Fp8Tile::kN192};
   const std::vector<Case> cases = all_cases();
   if (list) {
     for (size_t i = 0; i < cases.size(); ++i) std::printf("%zu %s\n", i, label(cases[i]).c_str());
@@ -311,13 +350,17 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   for (size_t i = 0; i < cases.size(); ++i)
     if (only.empty() || std::find(only.begin(), only.end(), static_cast<int>(i)) != only.end())
-      rows.push_back(run_case(cases[i], iters, blas));
+      rows.push_back(run_case(cases[i], iters, tiles, blas));
   cublasDestroy(blas);
 
-  std::printf("\n| M x N x K, recipe (A.B) | blockscale TFLOP/s | cuBLASLt blockwise | cuBLAS BF16 | ours / Lt | ours / BF16 | max rel diff vs Lt |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+  // TFLOP/s 0.0 and ratio 0.000: that width was not run or failed (its line above says why).
+  const auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
+  std::printf("\n| M x N x K, recipe (A.B) | blockscale 128x128 TFLOP/s | blockscale 128x192 | cuBLASLt blockwise |"
+              " cuBLAS BF16 | 128 / Lt | 192 / Lt | best / BF16 | max rel diff vs Lt (128 / 192) | 192 == 128 bits |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows)
-    std::printf("| %s | %.1f | %.1f | %.1f | %.3f | %.3f | %.2e |\n", r.label.c_str(), r.ours, r.lt, r.bf16,
-                r.lt > 0 ? r.ours / r.lt : 0.0, r.bf16 > 0 ? r.ours / r.bf16 : 0.0, r.max_rel);
+    std::printf("| %s | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %.3f | %.2e / %.2e | %s |\n", r.label.c_str(),
+                r.ours[0], r.ours[1], r.lt, r.bf16, ratio(r.ours[0], r.lt), ratio(r.ours[1], r.lt),
+                ratio(std::max(r.ours[0], r.ours[1]), r.bf16), r.max_rel[0], r.max_rel[1], r.same_bits);
   return 0;
 }

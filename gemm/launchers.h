@@ -13,6 +13,14 @@ namespace blockscale::gemm::detail {
 Status launch_sm90_fp8_block_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream);
 // Whether the current device can run that kernel (an sm_90a image that loads on it).
 Status sm90_fp8_block_gemm_loadable();
+// The CTA tile width that kernel runs with. kAuto (the default) picks per problem, from the H100
+// measurements in docs/performance.md: 128 x 192 (wgmma m64n192) for 128x128 B blocks with at
+// least 3 waves of 128 x 192 tiles, 128 x 128 otherwise (fewer tiles, and wgrad's 1x128 B, which
+// ran slower at 192). Process-wide, for tests and the bench to force one width; the arithmetic per
+// output element is the same, so every width gives the same bits.
+enum class Sm90Fp8Tile { kAuto, kN128, kN192 };
+void set_sm90_fp8_tile(Sm90Fp8Tile tile);
+Sm90Fp8Tile sm90_fp8_tile();
 
 // FP8 blockwise on sm_100a: gemm/sm100/sm100_fp8_block_gemm.cu (a stub in this slice).
 Status launch_sm100_fp8_block_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream);

@@ -1,8 +1,10 @@
 // Host side of the sm_90a FP8 blockwise GEMM: tensor maps for the operands and scale vectors,
-// the persistent grid, the launch. Compiled for sm_90a only (gemm/CMakeLists.txt).
+// the persistent grid, the launch of the tile width set_sm90_fp8_tile chose (launchers.h).
+// Compiled for sm_90a only (gemm/CMakeLists.txt).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <string>
@@ -20,14 +22,16 @@ using formats::Recipe;
 using sm90::Fp8BlockGemmConfig;
 using sm90::Fp8BlockGemmParams;
 
-const void* kernel_for(bool b_scale_per_row) {
-  return b_scale_per_row ? reinterpret_cast<const void*>(&sm90::sm90_fp8_block_gemm_kernel<true>)
-                         : reinterpret_cast<const void*>(&sm90::sm90_fp8_block_gemm_kernel<false>);
+std::atomic<Sm90Fp8Tile> g_tile{Sm90Fp8Tile::kAuto};
+
+template <int kTileN, bool kBScalePerRow>
+const void* kernel_of() {
+  return reinterpret_cast<const void*>(&sm90::sm90_fp8_block_gemm_kernel<kTileN, kBScalePerRow>);
 }
 
 // Checks the kernel loads on the current device, raises its shared-memory limit once per
 // (kernel, device) and returns the device's SM count.
-Status prepare_kernel(const void* kernel, int* sm_count) {
+Status prepare_kernel(const void* kernel, int smem_bytes, int* sm_count) {
   static std::mutex mu;
   static std::map<std::pair<const void*, int>, int> prepared;
   int dev = 0;
@@ -40,8 +44,7 @@ Status prepare_kernel(const void* kernel, int* sm_count) {
   }
   cudaFuncAttributes attr;
   BS_RETURN_IF_ERROR(cuda_status(cudaFuncGetAttributes(&attr, kernel), "sm90_fp8_block_gemm_kernel"));
-  BS_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                      Fp8BlockGemmConfig::kSmemBytes),
+  BS_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
                                  "cudaFuncSetAttribute(sm90_fp8_block_gemm_kernel, max dynamic shared memory)"));
   int sms = 0;
   BS_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
@@ -51,39 +54,37 @@ Status prepare_kernel(const void* kernel, int* sm_count) {
   return Status::ok();
 }
 
-bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
-
-}  // namespace
-
-Status sm90_fp8_block_gemm_loadable() {
-  int sms = 0;
-  BS_RETURN_IF_ERROR(prepare_kernel(kernel_for(false), &sms));
-  return prepare_kernel(kernel_for(true), &sms);
+template <int kTileN, bool kBScalePerRow>
+Status prepare(int* sm_count) {
+  return prepare_kernel(kernel_of<kTileN, kBScalePerRow>(), Fp8BlockGemmConfig<kTileN>::kSmemBytes, sm_count);
 }
 
-Status launch_sm90_fp8_block_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream) {
-  using Cfg = Fp8BlockGemmConfig;
-  const bool b_scale_per_row = p.b_recipe == Recipe::kFp8Block1x128;
-  const void* kernel = kernel_for(b_scale_per_row);
+bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+template <int kTileN, bool kBScalePerRow>
+Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream) {
+  using Cfg = Fp8BlockGemmConfig<kTileN>;
   int sm_count = 0;
-  BS_RETURN_IF_ERROR(prepare_kernel(kernel, &sm_count));
+  BS_RETURN_IF_ERROR((prepare<kTileN, kBScalePerRow>(&sm_count)));
 
   const int64_t k_blocks = p.k / 128;
-  // Operand tiles: 128 rows x 128 bytes of K, 128-byte swizzle (the wgmma K-major layout).
+  // Operand tiles: 128 (A) or kTileN (B) rows x 128 bytes of K, 128-byte swizzle (the wgmma
+  // K-major layout). Rows past M or N arrive as zeros.
   TensorMap2d a{args.a_data, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<uint64_t>(p.m), static_cast<uint64_t>(p.k),
                 static_cast<uint64_t>(p.k), Cfg::kTileM, Cfg::kTileK, CU_TENSOR_MAP_SWIZZLE_128B};
   TensorMap2d b{args.b_data, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<uint64_t>(p.n), static_cast<uint64_t>(p.k),
                 static_cast<uint64_t>(p.k), Cfg::kTileN, Cfg::kTileK, CU_TENSOR_MAP_SWIZZLE_128B};
-  // VEC128 scales: k_blocks rows of round_up(rows, 4) floats; a box is 128 scales of one K block.
+  // VEC128 scales: k_blocks rows of round_up(rows, 4) floats; a box is one K block's scales of
+  // the tile's 128 rows (A) or kTileN columns (B).
   const int64_t a_scale_ld = formats::vec128_scale_ld(p.m);
   TensorMap2d a_scale{args.a_scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, static_cast<uint64_t>(k_blocks),
-                      static_cast<uint64_t>(a_scale_ld), static_cast<uint64_t>(a_scale_ld * 4), 1, 128,
+                      static_cast<uint64_t>(a_scale_ld), static_cast<uint64_t>(a_scale_ld * 4), 1, Cfg::kTileM,
                       CU_TENSOR_MAP_SWIZZLE_NONE};
   TensorMap2d b_scale = a_scale;  // unused by the 128x128 kernel
-  if (b_scale_per_row) {
+  if (kBScalePerRow) {
     const int64_t b_scale_ld = formats::vec128_scale_ld(p.n);
     b_scale = {args.b_scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, static_cast<uint64_t>(k_blocks),
-               static_cast<uint64_t>(b_scale_ld), static_cast<uint64_t>(b_scale_ld * 4), 1, 128,
+               static_cast<uint64_t>(b_scale_ld), static_cast<uint64_t>(b_scale_ld * 4), 1, Cfg::kTileN,
                CU_TENSOR_MAP_SWIZZLE_NONE};
   }
   CUtensorMap a_map, b_map, a_scale_map, b_scale_map;
@@ -99,8 +100,9 @@ Status launch_sm90_fp8_block_gemm(const GemmProblem& p, const GemmArguments& arg
   params.order.tiles_m = static_cast<int32_t>((p.m + Cfg::kTileM - 1) / Cfg::kTileM);
   params.order.tiles_n = static_cast<int32_t>((p.n + Cfg::kTileN - 1) / Cfg::kTileN);
   params.order.group_m = 8;
-  params.b_block_scales = b_scale_per_row ? nullptr : args.b_scales;
+  params.b_block_scales = kBScalePerRow ? nullptr : args.b_scales;
   params.b_block_scales_ld = static_cast<int32_t>(formats::blk128_scale_ld(k_blocks));
+  params.b_scale_blocks = static_cast<int32_t>((p.n + 127) / 128);
   params.alpha = p.alpha;
   params.beta = p.beta;
   const bool c_bf16 = p.c_type == MatrixType::kBf16, d_bf16 = p.d_type == MatrixType::kBf16;
@@ -115,14 +117,37 @@ Status launch_sm90_fp8_block_gemm(const GemmProblem& p, const GemmArguments& arg
 
   const int64_t tiles = int64_t{params.order.tiles_m} * params.order.tiles_n;
   const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(tiles, sm_count)));
-  if (b_scale_per_row) {
-    sm90::sm90_fp8_block_gemm_kernel<true><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
-        a_map, b_map, a_scale_map, b_scale_map, params);
-  } else {
-    sm90::sm90_fp8_block_gemm_kernel<false><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
-        a_map, b_map, a_scale_map, b_scale_map, params);
-  }
+  sm90::sm90_fp8_block_gemm_kernel<kTileN, kBScalePerRow><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
+      a_map, b_map, a_scale_map, b_scale_map, params);
   return cuda_status(cudaGetLastError(), "sm90_fp8_block_gemm_kernel launch");
+}
+
+}  // namespace
+
+void set_sm90_fp8_tile(Sm90Fp8Tile tile) { g_tile.store(tile); }
+Sm90Fp8Tile sm90_fp8_tile() { return g_tile.load(); }
+
+// Every image, so a device it cannot load on is refused before any launch.
+Status sm90_fp8_block_gemm_loadable() {
+  int sms = 0;
+  BS_RETURN_IF_ERROR((prepare<128, false>(&sms)));
+  BS_RETURN_IF_ERROR((prepare<128, true>(&sms)));
+  BS_RETURN_IF_ERROR((prepare<192, false>(&sms)));
+  return prepare<192, true>(&sms);
+}
+
+Status launch_sm90_fp8_block_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream) {
+  const bool b_scale_per_row = p.b_recipe == Recipe::kFp8Block1x128;
+  Sm90Fp8Tile tile = sm90_fp8_tile();
+  if (tile == Sm90Fp8Tile::kAuto) {
+    int sms = 0;
+    BS_RETURN_IF_ERROR((prepare<192, false>(&sms)));
+    const int64_t wide_tiles = (p.m + 127) / 128 * ((p.n + 191) / 192);
+    tile = !b_scale_per_row && wide_tiles >= 3 * int64_t{sms} ? Sm90Fp8Tile::kN192 : Sm90Fp8Tile::kN128;
+  }
+  if (tile == Sm90Fp8Tile::kN192)
+    return b_scale_per_row ? launch<192, true>(p, args, stream) : launch<192, false>(p, args, stream);
+  return b_scale_per_row ? launch<128, true>(p, args, stream) : launch<128, false>(p, args, stream);
 }
 
 }  // namespace blockscale::gemm::detail

@@ -1,24 +1,32 @@
-// sm90_fp8_block_gemm: FP8 blockwise GEMM for Hopper (sm_90a).
+// sm90_fp8_block_gemm: FP8 blockwise GEMM for Hopper (sm_90a), 128 x 128 or 128 x 192 tiles.
 //
 //   operation : D (M x N) = alpha * sum_kb (sa[m,kb] * sb[n,kb]) * (sum_{k in kb} a[m,k] b[n,k])
 //               + beta * C, kb = the 128-element K blocks
 //   operands  : A M x K e4m3, K-major, 1x128 fp32 scales (VEC128_32F layout);
 //               B N x K e4m3, K-major, 128x128 fp32 scales (BLK128x128_32F; fprop / dgrad) or
 //               1x128 scales (VEC128_32F; wgrad); C / D row-major bf16 or fp32
-//   instruction: wgmma.mma_async m64n128k32 .f32.e4m3.e4m3 from shared memory (QGMMA in SASS),
-//               operands brought in by TMA (cp.async.bulk.tensor) into a 128-byte-swizzled ring
+//   instruction: wgmma.mma_async m64n128k32 or m64n192k32 .f32.e4m3.e4m3 from shared memory
+//               (QGMMA in SASS), operands brought in by TMA (cp.async.bulk.tensor) into a
+//               128-byte-swizzled ring
 //   must match: formats::reference_gemm (fp64) within the bound derived in
-//               tests/gemm/gemm_test.cu (exactly, for inputs whose sums are exact in fp32)
+//               tests/gemm/gemm_test.cu (exactly, for inputs whose sums are exact in fp32); the
+//               two tile widths do the same operations per element, so they give the same bits
 //
-// Structure (one CTA = 3 warpgroups, one 128 x 128 output tile at a time, persistent):
+// Structure (one CTA = 3 warpgroups, one 128 x kTileN output tile at a time, persistent):
 //   warpgroup 2 (producer, one thread): for each tile of the CTA's share (TileOrder) and each K
-//     block, waits for a free ring stage, then TMA-loads the A tile (128 x 128 B), the B tile and
-//     the scale vectors of that K block into it; the stage's `full` barrier counts the bytes.
+//     block, waits for a free ring stage, then TMA-loads the A tile (128 x 128 B), the B tile
+//     (kTileN x 128 B) and the scale vectors of that K block into it; the stage's `full` barrier
+//     counts the bytes. Ring: 6 stages at kTileN 128, 5 at 192 (227 KB of shared memory).
 //   warpgroups 0, 1 (consumers, 64 rows each): per K block, wait `full`, read the scales, issue
 //     4 wgmma k32 into a fresh partial accumulator, wait for them, release the stage (`empty`),
 //     then promote: main += partial * (sa[row] * sb[col]) in fp32 registers (the 128-of-K
 //     promotion; Hopper's FP8 tensor-core accumulator keeps fewer bits than fp32). After the last
 //     K block, the epilogue writes alpha * main + beta * C straight from registers, bounds-checked.
+//   Registers: partial + main are kTileN fp32 per consumer thread (192 at kTileN 192, of the 232
+//     setmaxnreg gives; ptxas: no spills). A 192-wide tile spans two 128x128 B-scale blocks
+//     (scale_blocks.h picks one per 8-column group); its 1x128 B scales (48 per thread) do not
+//     fit beside the accumulators, so that kernel reads them from the stage during the promotion
+//     and releases the stage after it.
 #pragma once
 
 #include <cuda.h>
@@ -26,17 +34,23 @@
 
 #include <cstdint>
 
+#include "gemm/common/scale_blocks.h"
 #include "gemm/common/tile_scheduler.h"
 #include "gemm/sm90/sm90_ptx.cuh"
 
 namespace blockscale::gemm::sm90 {
 
+// kTileN_: 128 (one wgmma m64n128 per k32 step) or 192 (m64n192: the same A tile feeds 1.5x the
+// columns, so ~20% fewer operand bytes per FLOP; 5 stages instead of 6 fit in shared memory).
+template <int kTileN_>
 struct Fp8BlockGemmConfig {
-  static constexpr int kTileM = 128;  // two consumer warpgroups x 64 rows
-  static constexpr int kTileN = 128;  // one 128x128 B scale block per tile column
-  static constexpr int kTileK = 128;  // one scale block of K per stage; 128 B rows = the swizzle span
+  static constexpr int kTileM = 128;    // two consumer warpgroups x 64 rows
+  static constexpr int kTileN = kTileN_;
+  static constexpr int kTileK = 128;    // one scale block of K per stage; 128 B rows = the swizzle span
   static constexpr int kWgmmaK = 32;
-  static constexpr int kStages = 6;
+  static constexpr int kAccumulators = kTileN / 2;  // fp32 per thread: 64 x kTileN over 128 threads
+  static constexpr int kColumnGroups = kTileN / 8;  // fragment column groups j (columns 8j .. 8j + 7)
+  static constexpr int kStages = kTileN == 128 ? 6 : 5;
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kThreads = 128 * (kConsumerWarpgroups + 1);
   static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
@@ -44,13 +58,31 @@ struct Fp8BlockGemmConfig {
   static constexpr int kConsumerRegisters = 232;
   static constexpr int kTileABytes = kTileM * kTileK;
   static constexpr int kTileBBytes = kTileN * kTileK;
-  static constexpr int kScaleVectorBytes = 128 * 4;  // 128 fp32 scales of one K block
+  static constexpr int kScaleABytes = kTileM * 4;  // 128 fp32 A scales of one K block
+  static constexpr int kScaleBBytes = kTileN * 4;  // kTileN fp32 1x128 B scales of one K block
   // Shared memory: A ring, B ring, A-scale ring, B-scale ring, barriers, plus 1 KB so the rings
   // can start on a 1024-byte boundary (the 128-byte swizzle repeats every 8 rows = 1024 B).
   static constexpr int kSmemBytes =
-      1024 + kStages * (kTileABytes + kTileBBytes + 2 * kScaleVectorBytes) + 2 * kStages * 8;
+      1024 + kStages * (kTileABytes + kTileBBytes + kScaleABytes + kScaleBBytes) + 2 * kStages * 8;
+  static_assert(kTileN == 128 || kTileN == 192, "wgmma widths with a wrapper in sm90_ptx.cuh");
   static_assert(kTileK == 128, "a K stage is one scale block and one 128-byte swizzle row");
+  static_assert(kTileBBytes % 1024 == 0, "each B stage starts on a swizzle-pattern (1024 B) boundary");
+  static_assert((kStages * kScaleABytes) % 128 == 0 && kScaleBBytes % 128 == 0, "TMA destinations: 128 B aligned");
   static_assert(kSmemBytes <= 227 * 1024, "sm_90 allows 227 KB of shared memory per CTA");
+  static_assert(kTileN <= 256, "TMA boxes (B rows, B scales) hold at most 256 elements per dimension");
+  // Registers come per SM sub-partition (4 x 16 K 32-bit registers); warp w of a CTA sits on
+  // sub-partition w % 4, so each holds one warp of each warpgroup. At entry every warp has the
+  // __launch_bounds__(kThreads, 1) cap (65536 / kThreads, rounded down to 8: 168); setmaxnreg
+  // then moves registers from the producer (40) to the consumers (232) inside the CTA's pool.
+  // Per sub-partition: 32 x (232 + 232 + 40) = 16128 <= 16384, and 3 x 168 = 504 = 232 + 232 + 40.
+  static constexpr int kEntryRegisters = (65536 / kThreads) / 8 * 8;
+  static_assert(32 * (kConsumerWarpgroups + 1) * kEntryRegisters <= 16384, "entry registers per sub-partition");
+  static_assert(32 * (kConsumerWarpgroups * kConsumerRegisters + kProducerRegisters) <= 16384,
+                "setmaxnreg budget per sub-partition (one warp of each warpgroup)");
+  static_assert(kConsumerWarpgroups * kConsumerRegisters + kProducerRegisters <=
+                    (kConsumerWarpgroups + 1) * kEntryRegisters,
+                "setmaxnreg.inc can only hand out what the producer's setmaxnreg.dec released");
+  static_assert(2 * kAccumulators + 32 <= kConsumerRegisters, "two accumulators + ~30 working registers per consumer");
 };
 
 struct Fp8BlockGemmParams {
@@ -58,6 +90,7 @@ struct Fp8BlockGemmParams {
   TileOrder order;
   const float* b_block_scales = nullptr;  // 128x128 B: scale (n / 128, kb) at [n/128 * ld + kb]
   int32_t b_block_scales_ld = 0;
+  int32_t b_scale_blocks = 0;  // 128x128 B: ceil(n / 128) rows of scales
   float alpha = 1.0f, beta = 0.0f;
   const void* c = nullptr;
   int64_t ldc = 0;
@@ -117,23 +150,30 @@ __device__ __forceinline__ void store_pair(const Fp8BlockGemmParams& p, int64_t 
 
 }  // namespace detail
 
-// kBScalePerRow: B has 1x128 scales (one per row of B = column of D; wgrad), read from a TMA-loaded
-// vector per stage; otherwise 128x128 scales (one per tile and K block), read from global memory.
-template <bool kBScalePerRow>
-__global__ void __launch_bounds__(Fp8BlockGemmConfig::kThreads, 1)
+// kTileN: the tile width (Fp8BlockGemmConfig). kBScalePerRow: B has 1x128 scales (one per row of
+// B = column of D; wgrad), read from a TMA-loaded vector per stage; otherwise 128x128 scales (one
+// per 128 columns and K block), read from global memory.
+template <int kTileN, bool kBScalePerRow>
+__global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
     sm90_fp8_block_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                                const __grid_constant__ CUtensorMap a_scale_map,
                                const __grid_constant__ CUtensorMap b_scale_map, const Fp8BlockGemmParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = Fp8BlockGemmConfig;
+  using Cfg = Fp8BlockGemmConfig<kTileN>;
+  constexpr int kAcc = Cfg::kAccumulators;
+  constexpr int kGroups = Cfg::kColumnGroups;
+  // 1x128 B scales of a 192-wide tile would be 48 more live registers across the wgmma (192
+  // accumulators + 48 > 232): that variant reads them from shared memory in the promotion and
+  // releases the stage after it instead of before.
+  constexpr bool kHoldStage = kBScalePerRow && kTileN > 128;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
   uint8_t* smem = smem_raw + (((raw + 1023) & ~1023u) - raw);
   uint8_t* a_ring = smem;
   uint8_t* b_ring = a_ring + Cfg::kStages * Cfg::kTileABytes;
   float* a_scale_ring = reinterpret_cast<float*>(b_ring + Cfg::kStages * Cfg::kTileBBytes);
-  float* b_scale_ring = a_scale_ring + Cfg::kStages * 128;
-  uint64_t* full = reinterpret_cast<uint64_t*>(b_scale_ring + Cfg::kStages * 128);
+  float* b_scale_ring = a_scale_ring + Cfg::kStages * Cfg::kTileM;
+  uint64_t* full = reinterpret_cast<uint64_t*>(b_scale_ring + Cfg::kStages * kTileN);
   uint64_t* empty = full + Cfg::kStages;
 
   const int warpgroup = static_cast<int>(threadIdx.x) / 128;
@@ -155,21 +195,22 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig::kThreads, 1)
       prefetch_tensor_map(&b_map);
       prefetch_tensor_map(&a_scale_map);
       if (kBScalePerRow) prefetch_tensor_map(&b_scale_map);
+      // Boxes past the tensor's edge are zero-filled and still count their full bytes.
       constexpr uint32_t kStageBytes =
-          Cfg::kTileABytes + Cfg::kTileBBytes + Cfg::kScaleVectorBytes * (kBScalePerRow ? 2 : 1);
+          Cfg::kTileABytes + Cfg::kTileBBytes + Cfg::kScaleABytes + (kBScalePerRow ? Cfg::kScaleBBytes : 0);
       int stage = 0;
       uint32_t phase = 0;
       for (int32_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
         int32_t tile_m, tile_n;
         p.order.coords(tile, &tile_m, &tile_n);
-        const int32_t m0 = tile_m * Cfg::kTileM, n0 = tile_n * Cfg::kTileN;
+        const int32_t m0 = tile_m * Cfg::kTileM, n0 = tile_n * kTileN;
         for (int32_t kb = 0; kb < p.k_blocks; ++kb) {
           mbarrier_wait(&empty[stage], phase ^ 1);  // round 0 passes at once (fresh barrier)
           mbarrier_arrive_expect_tx(&full[stage], kStageBytes);
           tma_load_2d(a_ring + stage * Cfg::kTileABytes, &a_map, &full[stage], kb * Cfg::kTileK, m0);
           tma_load_2d(b_ring + stage * Cfg::kTileBBytes, &b_map, &full[stage], kb * Cfg::kTileK, n0);
-          tma_load_2d(a_scale_ring + stage * 128, &a_scale_map, &full[stage], m0, kb);
-          if (kBScalePerRow) tma_load_2d(b_scale_ring + stage * 128, &b_scale_map, &full[stage], n0, kb);
+          tma_load_2d(a_scale_ring + stage * Cfg::kTileM, &a_scale_map, &full[stage], m0, kb);
+          if (kBScalePerRow) tma_load_2d(b_scale_ring + stage * kTileN, &b_scale_map, &full[stage], n0, kb);
           if (++stage == Cfg::kStages) stage = 0, phase ^= 1;
         }
       }
@@ -182,68 +223,86 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig::kThreads, 1)
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int warp_in_group = (static_cast<int>(threadIdx.x) / 32) % 4;
   const int row_in_tile = warpgroup * 64 + warp_in_group * 16 + lane / 4;  // and row_in_tile + 8
-  const int col_in_group = (lane % 4) * 2;                                 // + 8j, j = 0..15
+  const int col_in_group = (lane % 4) * 2;                                 // + 8j, j < kGroups
+  // This thread's two 1x128 B scales of column group j in a stage.
+  const auto b_scale_pair = [&](int s, int j) {
+    return *reinterpret_cast<const float2*>(b_scale_ring + s * kTileN + 8 * j + col_in_group);
+  };
   int stage = 0;
   uint32_t phase = 0;
   for (int32_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
     int32_t tile_m, tile_n;
     p.order.coords(tile, &tile_m, &tile_n);
-    const int32_t m0 = tile_m * Cfg::kTileM, n0 = tile_n * Cfg::kTileN;
-    const float* b_block_scales = kBScalePerRow ? nullptr : p.b_block_scales + int64_t{tile_n} * p.b_block_scales_ld;
+    const int32_t m0 = tile_m * Cfg::kTileM, n0 = tile_n * kTileN;
+    // 128x128 B: the tile's columns fall in block n0 / 128 and, when wider than the rest of that
+    // block, the next one (clamped at the last block: its columns are >= N then, never stored).
+    const float* b_scales_lo = nullptr;
+    const float* b_scales_hi = nullptr;
+    if (!kBScalePerRow) {
+      const int32_t block = n0 / 128;
+      b_scales_lo = p.b_block_scales + int64_t{block} * p.b_block_scales_ld;
+      b_scales_hi = p.b_block_scales + int64_t{min(block + 1, p.b_scale_blocks - 1)} * p.b_block_scales_ld;
+    }
 
-    float main_acc[64];
-    float partial[64];
+    float main_acc[kAcc];
+    float partial[kAcc];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) main_acc[i] = 0.0f;
+    for (int i = 0; i < kAcc; ++i) main_acc[i] = 0.0f;
 
     for (int32_t kb = 0; kb < p.k_blocks; ++kb) {
-      // Issued before the wait so its latency hides behind it.
-      const float b_block_scale = kBScalePerRow ? 1.0f : __ldg(b_block_scales + kb);
+      // Issued before the wait so their latency hides behind it.
+      const float b_lo = kBScalePerRow ? 1.0f : __ldg(b_scales_lo + kb);
+      const float b_hi = kBScalePerRow || kTileN == 128 ? b_lo : __ldg(b_scales_hi + kb);
       mbarrier_wait(&full[stage], phase);
 
       // Every shared-memory read of the stage happens before its release below.
-      const float a_scale0 = a_scale_ring[stage * 128 + row_in_tile];
-      const float a_scale1 = a_scale_ring[stage * 128 + row_in_tile + 8];
-      float b_scale[32];
-      if (kBScalePerRow) {
+      const float a_scale0 = a_scale_ring[stage * Cfg::kTileM + row_in_tile];
+      const float a_scale1 = a_scale_ring[stage * Cfg::kTileM + row_in_tile + 8];
+      float2 b_pairs[kBScalePerRow && !kHoldStage ? kGroups : 1];
+      if constexpr (kBScalePerRow && !kHoldStage) {
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          const float2 v = *reinterpret_cast<const float2*>(b_scale_ring + stage * 128 + 8 * j + col_in_group);
-          b_scale[2 * j] = v.x, b_scale[2 * j + 1] = v.y;
-        }
+        for (int j = 0; j < kGroups; ++j) b_pairs[j] = b_scale_pair(stage, j);
       }
 
       const uint64_t desc_a = smem_descriptor_kmajor_sw128(a_ring + stage * Cfg::kTileABytes + warpgroup * 64 * 128);
       const uint64_t desc_b = smem_descriptor_kmajor_sw128(b_ring + stage * Cfg::kTileBBytes);
 #pragma unroll
-      for (int i = 0; i < 64; ++i) fence_accumulator(partial[i]);
+      for (int i = 0; i < kAcc; ++i) fence_accumulator(partial[i]);
       wgmma_fence();
 #pragma unroll
       for (int k = 0; k < Cfg::kTileK / Cfg::kWgmmaK; ++k) {
         // +32 bytes of K per slice = +2 in the descriptor's (address >> 4) field.
-        wgmma_m64n128k32_e4m3(partial, desc_a + 2 * k, desc_b + 2 * k, k > 0);
+        wgmma_e4m3<kTileN>(partial, desc_a + 2 * k, desc_b + 2 * k, k > 0);
       }
       wgmma_commit_group();
 #pragma unroll
-      for (int i = 0; i < 64; ++i) fence_accumulator(partial[i]);
+      for (int i = 0; i < kAcc; ++i) fence_accumulator(partial[i]);
       wgmma_wait_group<0>();
-      if (lane == 0) mbarrier_arrive(&empty[stage]);  // the stage's reads are done: refill it
+      const int used = stage;
+      if (!kHoldStage && lane == 0) mbarrier_arrive(&empty[stage]);  // the stage's reads are done: refill it
       if (++stage == Cfg::kStages) stage = 0, phase ^= 1;
 
-      // Promotion: main += partial * (sa[row] * sb[col]), fp32.
-      if (kBScalePerRow) {
+      // Promotion: main += partial * (sa[row] * sb[col]), fp32; the same operations per element
+      // for every tile width, so both widths give the same bits.
+      if constexpr (kBScalePerRow) {
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            main_acc[4 * j + c] = fmaf(partial[4 * j + c], a_scale0 * b_scale[2 * j + c], main_acc[4 * j + c]);
-            main_acc[4 * j + 2 + c] = fmaf(partial[4 * j + 2 + c], a_scale1 * b_scale[2 * j + c], main_acc[4 * j + 2 + c]);
-          }
+        for (int j = 0; j < kGroups; ++j) {
+          const float2 b = kHoldStage ? b_scale_pair(used, j) : b_pairs[kHoldStage ? 0 : j];
+          main_acc[4 * j + 0] = fmaf(partial[4 * j + 0], a_scale0 * b.x, main_acc[4 * j + 0]);
+          main_acc[4 * j + 1] = fmaf(partial[4 * j + 1], a_scale0 * b.y, main_acc[4 * j + 1]);
+          main_acc[4 * j + 2] = fmaf(partial[4 * j + 2], a_scale1 * b.x, main_acc[4 * j + 2]);
+          main_acc[4 * j + 3] = fmaf(partial[4 * j + 3], a_scale1 * b.y, main_acc[4 * j + 3]);
+        }
+        if (kHoldStage) {
+          __syncwarp();  // every lane's scale reads happen before lane 0's release
+          if (lane == 0) mbarrier_arrive(&empty[used]);
         }
       } else {
-        const float s0 = a_scale0 * b_block_scale, s1 = a_scale1 * b_block_scale;
+        const float lo0 = a_scale0 * b_lo, lo1 = a_scale1 * b_lo, hi0 = a_scale0 * b_hi, hi1 = a_scale1 * b_hi;
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
+        for (int j = 0; j < kGroups; ++j) {
+          const bool hi = b_scale_block_offset<kTileN>(n0, j) != 0;
+          const float s0 = hi ? hi0 : lo0, s1 = hi ? hi1 : lo1;
           main_acc[4 * j + 0] = fmaf(partial[4 * j + 0], s0, main_acc[4 * j + 0]);
           main_acc[4 * j + 1] = fmaf(partial[4 * j + 1], s0, main_acc[4 * j + 1]);
           main_acc[4 * j + 2] = fmaf(partial[4 * j + 2], s1, main_acc[4 * j + 2]);
@@ -258,7 +317,7 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig::kThreads, 1)
       const int64_t row = int64_t{m0} + row_in_tile + 8 * h;
       if (row >= p.m) continue;
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
+      for (int j = 0; j < kGroups; ++j) {
         const int32_t col = n0 + 8 * j + col_in_group;
         if (col < p.n)
           detail::store_pair(p, row, col, main_acc[4 * j + 2 * h], main_acc[4 * j + 2 * h + 1], col + 1 < p.n);

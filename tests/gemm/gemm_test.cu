@@ -29,13 +29,19 @@
 // scale product, promotion and (K <= 1024) running sum is exact in both the 13-bit tensor-core
 // accumulator and fp32, so D must equal the reference rounded once to D's type, bit for bit.
 // These catch layout, scale-indexing, swizzle and tile-edge bugs that a loose bound could hide.
-// GPU tests skip without a GPU; the argument checks, the dispatch rule and the tile order run
-// everywhere.
+// ---- Tile widths ----
+// The sm90 kernel has two tile widths (128 x 128 and 128 x 192, gemm/launchers.h); every GPU case
+// runs each against the same reference, and GemmTileWidths checks that both give the same bits
+// (same operations per element). GEMM_TEST_TILE=128 (or 192) runs one width only: the GPU check
+// script's fallback when the other crashes.
+// GPU tests skip without a GPU; the argument checks, the dispatch rule, the tile order and the
+// scale-block rule run everywhere.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -46,8 +52,10 @@
 #include "formats/quantize.h"
 #include "formats/reference_gemm.h"
 #include "formats/scale_layout.h"
+#include "gemm/common/scale_blocks.h"
 #include "gemm/common/tile_scheduler.h"
 #include "gemm/gemm.h"
+#include "gemm/launchers.h"  // the tile-width selector
 #include "tests/quant/gpu_test_util.h"
 
 namespace {
@@ -56,6 +64,7 @@ namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
 using bf::Recipe;
 using bg::MatrixType;
+using bg::detail::Sm90Fp8Tile;
 using blockscale_test::DeviceBuffer;
 using blockscale_test::expect_error;
 
@@ -142,10 +151,27 @@ struct GemmRun {
   blockscale::Status status = blockscale::Status::ok();
 };
 
+int tile_width(Sm90Fp8Tile t) { return t == Sm90Fp8Tile::kN192 ? 192 : 128; }
+
+// The tile widths every GPU case runs: both, or the one GEMM_TEST_TILE names (128 or 192).
+std::vector<Sm90Fp8Tile> tiles_under_test() {
+  const char* env = std::getenv("GEMM_TEST_TILE");
+  const std::string only = env ? env : "";
+  if (only == "128") return {Sm90Fp8Tile::kN128};
+  if (only == "192") return {Sm90Fp8Tile::kN192};
+  return {Sm90Fp8Tile::kN128, Sm90Fp8Tile::kN192};
+}
+
+// Selects a tile width for one scope; the default (128) comes back after it.
+struct TileScope {
+  explicit TileScope(Sm90Fp8Tile t) { bg::detail::set_sm90_fp8_tile(t); }
+  ~TileScope() { bg::detail::set_sm90_fp8_tile(Sm90Fp8Tile::kAuto); }
+};
+
 // Uploads the operands (and C: m x ldc fp32 / bf16 values when beta != 0), poisons D, runs.
 // in_place: C is D (D is initialised with C instead of the poison).
 void run_gemm(const bg::GemmProblem& p, const HostOperand& a, const HostOperand& b, const std::vector<double>* c,
-              bool in_place, GemmRun* out) {
+              bool in_place, Sm90Fp8Tile tile, GemmRun* out) {
   DeviceBuffer a_data, a_scales, b_data, b_scales, c_buf, d_buf;
   ASSERT_CUDA(a_data.upload(a.q.data.data(), a.q.data.size()));
   ASSERT_CUDA(b_data.upload(b.q.data.data(), b.q.data.size()));
@@ -182,7 +208,10 @@ void run_gemm(const bg::GemmProblem& p, const HostOperand& a, const HostOperand&
   args.b_scales = reinterpret_cast<const float*>(b_scales.ptr);
   args.c = c == nullptr ? nullptr : in_place ? static_cast<const void*>(d_buf.ptr) : c_buf.ptr;
   args.d = d_buf.ptr;
-  out->status = bg::run(p, args, nullptr, bg::workspace_size(p), nullptr);
+  {
+    const TileScope scope(tile);
+    out->status = bg::run(p, args, nullptr, bg::workspace_size(p), nullptr);
+  }
   ASSERT_TRUE(out->status.is_ok()) << out->status.message();
   ASSERT_CUDA(cudaDeviceSynchronize());
   out->d.resize(static_cast<size_t>(d_bytes));
@@ -241,37 +270,49 @@ void check_random(const bg::GemmProblem& p, const HostOperand& a, const HostOper
   s = bf::reference_gemm(absolute(a.q), absolute(b.q), 1.0, 0.0, nullptr, 0, &abs_ref);
   ASSERT_TRUE(s.is_ok()) << s.message();
 
-  GemmRun r;
-  run_gemm(p, a, b, c.empty() ? nullptr : &c, in_place, &r);
-  if (::testing::Test::HasFatalFailure()) return;
-  if (!in_place)  // in place, the padding holds C's values, not the poison
-    EXPECT_EQ(padding_written(p, r), 0) << "bytes written in the padding columns [n, ldd)";
-  double err2 = 0, c2 = 0;
-  int64_t nonfinite = 0;
-  for (int64_t i = 0; i < p.m; ++i)
-    for (int64_t j = 0; j < p.n; ++j) {
-      const double got = element_value(r.d, i * p.ldd + j, p.d_type);
-      if (!std::isfinite(got)) {
-        ++nonfinite;
-        continue;
-      }
-      const double diff = got - ref[static_cast<size_t>(i * p.n + j)];
-      err2 += diff * diff;
-      if (!c.empty()) c2 += c[static_cast<size_t>(i * p.ldc + j)] * c[static_cast<size_t>(i * p.ldc + j)];
-    }
-  EXPECT_EQ(nonfinite, 0) << "non-finite (unwritten: still the NaN poison, or overflowed) outputs";
   const double u = std::ldexp(1.0, -24), u_tc = std::ldexp(1.0, -13);
   const double u_out = p.d_type == MatrixType::kBf16 ? std::ldexp(1.0, -9) : u;
   const double k_blocks = static_cast<double>(p.k / 128);
+  double c2 = 0;  // ||C||^2 over the m x n elements read
+  if (!c.empty())
+    for (int64_t i = 0; i < p.m; ++i)
+      for (int64_t j = 0; j < p.n; ++j) {
+        const double x = c[static_cast<size_t>(i * p.ldc + j)];
+        c2 += x * x;
+      }
   const double bound = std::fabs(p.alpha) * (8 * u_tc + (k_blocks + 5) * u) * frobenius(abs_ref) +
                        2 * u * std::fabs(p.beta) * std::sqrt(c2) + 1.01 * u_out * frobenius(ref);
-  const double err = std::sqrt(err2), ref_norm = frobenius(ref);
-  std::printf("gemm_test: m %lld n %lld k %lld b %s d %s beta %g%s: rel_err %.3e bound %.3e (err/bound %.3f)\n",
-              static_cast<long long>(p.m), static_cast<long long>(p.n), static_cast<long long>(p.k),
-              bf::recipe_name(p.b_recipe), bg::matrix_type_name(p.d_type), p.beta, in_place ? " in place" : "",
-              err / ref_norm, bound / ref_norm, err / bound);
-  EXPECT_LE(err, bound) << "relative Frobenius error " << err / ref_norm << " above the derived bound "
-                        << bound / ref_norm;
+  const double ref_norm = frobenius(ref);
+
+  for (const Sm90Fp8Tile tile : tiles_under_test()) {
+    SCOPED_TRACE("tile 128 x " + std::to_string(tile_width(tile)));
+    GemmRun r;
+    run_gemm(p, a, b, c.empty() ? nullptr : &c, in_place, tile, &r);
+    if (::testing::Test::HasFatalFailure()) return;
+    if (!in_place)  // in place, the padding holds C's values, not the poison
+      EXPECT_EQ(padding_written(p, r), 0) << "bytes written in the padding columns [n, ldd)";
+    double err2 = 0;
+    int64_t nonfinite = 0;
+    for (int64_t i = 0; i < p.m; ++i)
+      for (int64_t j = 0; j < p.n; ++j) {
+        const double got = element_value(r.d, i * p.ldd + j, p.d_type);
+        if (!std::isfinite(got)) {
+          ++nonfinite;
+          continue;
+        }
+        const double diff = got - ref[static_cast<size_t>(i * p.n + j)];
+        err2 += diff * diff;
+      }
+    EXPECT_EQ(nonfinite, 0) << "non-finite (unwritten: still the NaN poison, or overflowed) outputs";
+    const double err = std::sqrt(err2);
+    std::printf("gemm_test: tile %d m %lld n %lld k %lld b %s d %s beta %g%s: rel_err %.3e bound %.3e"
+                " (err/bound %.3f)\n",
+                tile_width(tile), static_cast<long long>(p.m), static_cast<long long>(p.n),
+                static_cast<long long>(p.k), bf::recipe_name(p.b_recipe), bg::matrix_type_name(p.d_type), p.beta,
+                in_place ? " in place" : "", err / ref_norm, bound / ref_norm, err / bound);
+    EXPECT_LE(err, bound) << "relative Frobenius error " << err / ref_norm << " above the derived bound "
+                          << bound / ref_norm;
+  }
 }
 
 struct ShapeCase {
@@ -298,6 +339,9 @@ std::vector<ShapeCase> odd_shapes() {
       for (int64_t n : {1, 127, 129, 1000})
         for (int64_t k : {128, 384, 1024}) cases.push_back({m, n, k, r});
   for (Recipe r : {Recipe::kFp8Block128x128, Recipe::kFp8Block1x128}) {
+    // 128 x 192 tiles: n = 192 + 128 ends a tile on a scale-block edge; 449 ends one inside a block.
+    cases.push_back({200, 320, 256, r});
+    cases.push_back({130, 449, 512, r});
     cases.push_back({16385, 129, 384, r});
     cases.push_back({127, 16385, 128, r});
     cases.push_back({256, 384, 16384, r});  // long K: many promotions
@@ -382,34 +426,88 @@ TEST_P(GemmExact, BitExact) {
     const blockscale::Status s =
         bf::reference_gemm(a.q, b.q, alpha, beta, cmat.empty() ? nullptr : cmat.data(), p.ldc, &ref);
     ASSERT_TRUE(s.is_ok()) << s.message();
-    GemmRun r;
-    run_gemm(p, a, b, cmat.empty() ? nullptr : &cmat, false, &r);
-    if (HasFatalFailure()) return;
-    EXPECT_EQ(padding_written(p, r), 0);
-    int64_t bad = 0;
-    for (int64_t i = 0; i < p.m; ++i)
-      for (int64_t j = 0; j < p.n; ++j) {
-        const double want_exact = ref[static_cast<size_t>(i * p.n + j)];
-        const double want = d_type == MatrixType::kFp32
-                                ? static_cast<double>(static_cast<float>(want_exact))
-                                : bf::bf16_bits_to_float(bf::float_to_bf16_bits_rn(static_cast<float>(want_exact)));
-        const double got = element_value(r.d, i * p.ldd + j, d_type);
-        if (got == want) continue;
-        if (bad++ < 5)
-          ADD_FAILURE() << "variant " << variant << " D(" << i << ", " << j << ") = " << got << ", want " << want;
-      }
-    EXPECT_EQ(bad, 0) << "mismatches in variant " << variant;
+    for (const Sm90Fp8Tile tile : tiles_under_test()) {
+      SCOPED_TRACE("tile 128 x " + std::to_string(tile_width(tile)));
+      GemmRun r;
+      run_gemm(p, a, b, cmat.empty() ? nullptr : &cmat, false, tile, &r);
+      if (HasFatalFailure()) return;
+      EXPECT_EQ(padding_written(p, r), 0);
+      int64_t bad = 0;
+      for (int64_t i = 0; i < p.m; ++i)
+        for (int64_t j = 0; j < p.n; ++j) {
+          const double want_exact = ref[static_cast<size_t>(i * p.n + j)];
+          const double want = d_type == MatrixType::kFp32
+                                  ? static_cast<double>(static_cast<float>(want_exact))
+                                  : bf::bf16_bits_to_float(bf::float_to_bf16_bits_rn(static_cast<float>(want_exact)));
+          const double got = element_value(r.d, i * p.ldd + j, d_type);
+          if (got == want) continue;
+          if (bad++ < 5)
+            ADD_FAILURE() << "variant " << variant << " D(" << i << ", " << j << ") = " << got << ", want " << want;
+        }
+      EXPECT_EQ(bad, 0) << "mismatches in variant " << variant;
+    }
   }
 }
 std::vector<ShapeCase> exact_shapes() {
   std::vector<ShapeCase> cases;
   for (Recipe r : {Recipe::kFp8Block128x128, Recipe::kFp8Block1x128})
     for (ShapeCase c : {ShapeCase{1, 1, 128, r}, ShapeCase{127, 129, 384, r}, ShapeCase{129, 127, 1024, r},
-                        ShapeCase{1000, 1000, 256, r}, ShapeCase{300, 2000, 1024, r}})
+                        ShapeCase{129, 320, 384, r}, ShapeCase{1000, 1000, 256, r}, ShapeCase{300, 2000, 1024, r}})
       cases.push_back(c);
   return cases;
 }
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmExact, ::testing::ValuesIn(exact_shapes()), shape_name);
+
+// ---- Tile widths: the same bits ------------------------------------------------------------------
+
+// Random (inexact) data, so the tensor core's truncation and every fp32 rounding are exercised:
+// both tile widths must still write identical bytes, padding included, for bf16 and fp32 D,
+// beta 0 and 1, single- and multi-tile shapes (both 192-tile starting offsets into a scale block).
+class GemmTileWidths : public ::testing::TestWithParam<ShapeCase> {};
+TEST_P(GemmTileWidths, BitIdentical) {
+  SKIP_WITHOUT_GPU();
+  if (tiles_under_test().size() < 2) GTEST_SKIP() << "GEMM_TEST_TILE selects one tile width";
+  const ShapeCase c = GetParam();
+  HostOperand a, b;
+  random_operand(c.m, c.k, Recipe::kFp8Block1x128, 1.0, seed_of(c, 31), &a);
+  random_operand(c.n, c.k, c.b_recipe, 1.0, seed_of(c, 32), &b);
+  if (HasFatalFailure()) return;
+  for (int variant = 0; variant < 2; ++variant) {
+    // 0: bf16 D, beta 0; 1: fp32 D += fp32 C (beta 1), ldd padded.
+    const MatrixType d_type = variant == 0 ? MatrixType::kBf16 : MatrixType::kFp32;
+    const bg::GemmProblem p = problem(c.m, c.n, c.k, c.b_recipe, d_type, c.n + 2 * variant, 1.0f,
+                                      static_cast<float>(variant));
+    std::vector<double> cmat;
+    if (variant == 1) {
+      std::mt19937_64 rng(seed_of(c, 33));
+      std::normal_distribution<double> normal(0.0, 100.0);
+      cmat.resize(static_cast<size_t>(p.m * p.ldc));
+      for (auto& x : cmat) x = static_cast<float>(normal(rng));
+    }
+    GemmRun narrow, wide;
+    run_gemm(p, a, b, cmat.empty() ? nullptr : &cmat, false, Sm90Fp8Tile::kN128, &narrow);
+    run_gemm(p, a, b, cmat.empty() ? nullptr : &cmat, false, Sm90Fp8Tile::kN192, &wide);
+    if (HasFatalFailure()) return;
+    const int64_t e = element_bytes(d_type);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < p.m * p.ldd; ++i) {
+      if (std::memcmp(narrow.d.data() + i * e, wide.d.data() + i * e, static_cast<size_t>(e)) == 0) continue;
+      if (differ++ < 5)
+        ADD_FAILURE() << "variant " << variant << " D(" << i / p.ldd << ", " << i % p.ldd << "): 128-wide "
+                      << element_value(narrow.d, i, d_type) << ", 192-wide " << element_value(wide.d, i, d_type);
+    }
+    EXPECT_EQ(differ, 0) << "elements that differ between the tile widths, variant " << variant;
+  }
+}
+std::vector<ShapeCase> width_shapes() {
+  std::vector<ShapeCase> cases;
+  for (Recipe r : {Recipe::kFp8Block128x128, Recipe::kFp8Block1x128})
+    for (ShapeCase c : {ShapeCase{100, 150, 256, r}, ShapeCase{257, 577, 384, r}, ShapeCase{1000, 1000, 1024, r},
+                        ShapeCase{2048, 2304, 512, r}})
+      cases.push_back(c);
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmTileWidths, ::testing::ValuesIn(width_shapes()), shape_name);
 
 // The premise of GemmExact, on the host: every exact case's reference (variant 1: alpha 0.5,
 // beta 1, dyadic C) is an fp32 value, so "round once to D's type" is the whole error budget.
@@ -571,6 +669,29 @@ TEST(TileOrder, EveryTileExactlyOnce) {
         }
         EXPECT_EQ(static_cast<int>(seen.size()), tiles_m * tiles_n) << tiles_m << "x" << tiles_n << " group " << group;
       }
+}
+
+// The kernel's per-group B-scale block rule is the plain column division, for every tile start.
+TEST(ScaleBlocks, OffsetIsTheColumnsBlock) {
+  for (int32_t tile_n = 0; tile_n < 64; ++tile_n) {
+    const int32_t n0_128 = tile_n * 128, n0_192 = tile_n * 192;
+    for (int j = 0; j < 16; ++j)
+      EXPECT_EQ(bg::b_scale_block_offset<128>(n0_128, j), (n0_128 + 8 * j) / 128 - n0_128 / 128) << tile_n << " " << j;
+    for (int j = 0; j < 24; ++j) {
+      const int32_t first = n0_192 + 8 * j;
+      EXPECT_EQ(bg::b_scale_block_offset<192>(n0_192, j), first / 128 - n0_192 / 128) << tile_n << " " << j;
+      EXPECT_EQ(first / 128, (first + 7) / 128) << "a column group straddles two scale blocks";
+    }
+  }
+}
+
+TEST(Sm90TileSelector, DefaultIsAutoAndSettable) {
+  EXPECT_EQ(bg::detail::sm90_fp8_tile(), Sm90Fp8Tile::kAuto);
+  {
+    const TileScope scope(Sm90Fp8Tile::kN192);
+    EXPECT_EQ(bg::detail::sm90_fp8_tile(), Sm90Fp8Tile::kN192);
+  }
+  EXPECT_EQ(bg::detail::sm90_fp8_tile(), Sm90Fp8Tile::kAuto);
 }
 
 }  // namespace
