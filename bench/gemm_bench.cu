@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_common.cuh"  // defines: CHECK_CUDA, hash32
 #include "formats/recipe.h"
 #include "formats/scale_layout.h"
 #include "gemm/gemm.h"
@@ -37,19 +38,8 @@ namespace bg = blockscale::gemm;
 using bf::Recipe;
 using bg::detail::Sm90Fp8Tile;
 
-#define CHECK_CUDA(call)                                                                            \
-  do {                                                                                              \
-    const cudaError_t err_ = (call);                                                                \
-    if (err_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                                 \
-    }                                                                                               \
-  } while (0)
 
-__device__ uint32_t hash32(uint64_t x) {
-  x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33, x *= 0xc4ceb9fe1a85ec53ull, x ^= x >> 33;
-  return static_cast<uint32_t>(x);
-}
+using bench::hash32;
 
 // E4M3 codes from a hash, never NaN (S.1111.111 -> S.1111.110).
 __global__ void fill_e4m3(uint8_t* x, int64_t n, uint64_t seed) {

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_common.cuh"  // defines: CHECK_CUDA, hash32
 #include "quant/mx_quantize.h"
 #include "quant/quantize.h"
 
@@ -32,20 +33,9 @@ using bq::Directions;
 using bq::InputType;
 using bq::detail::ElementEncoder;
 
-#define CHECK_CUDA(call)                                                                       \
-  do {                                                                                         \
-    const cudaError_t err_ = (call);                                                           \
-    if (err_ != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                            \
-    }                                                                                          \
-  } while (0)
 
 // Pseudo-random inputs (never zeros): a hashed normal-ish value times a per-row magnitude.
-__device__ uint32_t hash32(uint64_t x) {
-  x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33, x *= 0xc4ceb9fe1a85ec53ull, x ^= x >> 33;
-  return static_cast<uint32_t>(x);
-}
+using bench::hash32;
 
 __global__ void fill_kernel(void* x, int64_t n, int64_t cols, int elem_bytes) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
