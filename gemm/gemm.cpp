@@ -5,7 +5,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 
 #include "formats/scale_layout.h"
 #include "gemm/launchers.h"
@@ -25,24 +28,29 @@ int64_t element_bytes(MatrixType t) { return t == MatrixType::kBf16 ? 2 : 4; }
 
 bool empty_problem(const GemmProblem& p) { return p.m == 0 || p.n == 0; }
 
-// The recipes this slice runs, and why the others are refused.
+bool is_mx8(Recipe r) { return r == Recipe::kMxfp8E4M3 || r == Recipe::kMxfp8E5M2; }
+
+// The K granularity of a pair: the FP8 blockwise block; for MX / NVFP4 the MX block of 32 (for
+// NVFP4 also what keeps k / 2 packed bytes a multiple of 16, the TMA row-stride rule).
+int64_t k_multiple(const GemmProblem& p) { return is_fp8_blockwise_pair(p.a_recipe, p.b_recipe) ? 128 : 32; }
+
 Status check_recipes(const GemmProblem& p) {
-  const auto refuse_other = [](Recipe r, const char* operand) -> Status {
-    if (formats::is_mx(r) || r == Recipe::kNvfp4)
-      return Status::error(std::string(operand) + ": recipe " + formats::recipe_name(r) +
-                           ": MX / NVFP4 GEMMs are not implemented yet (issue 5: FP8 blockwise only so far)");
+  if (is_fp8_blockwise_pair(p.a_recipe, p.b_recipe) || is_block_scaled_pair(p.a_recipe, p.b_recipe))
     return Status::ok();
-  };
-  BS_RETURN_IF_ERROR(refuse_other(p.a_recipe, "a_recipe"));
-  BS_RETURN_IF_ERROR(refuse_other(p.b_recipe, "b_recipe"));
-  if (p.a_recipe != Recipe::kFp8Block1x128)
-    return Status::error(std::string("a_recipe: must be fp8_block128 (1x128 blocks) for FP8 blockwise GEMMs, got ") +
-                         formats::recipe_name(p.a_recipe));
-  if (p.b_recipe != Recipe::kFp8Block128x128 && p.b_recipe != Recipe::kFp8Block1x128)
-    return Status::error(std::string("b_recipe: must be fp8_block128x128 (fprop / dgrad) or fp8_block128 (wgrad), got ") +
-                         formats::recipe_name(p.b_recipe));
-  return Status::ok();
+  return Status::error(std::string("a_recipe, b_recipe: the pair (") + formats::recipe_name(p.a_recipe) + ", " +
+                       formats::recipe_name(p.b_recipe) +
+                       ") is not supported; supported pairs: (fp8_block128, fp8_block128x128 | fp8_block128), "
+                       "(mxfp8 | mxfp8_e5m2, mxfp8 | mxfp8_e5m2 | mxfp4 | nvfp4), (mxfp4, mxfp4), (nvfp4, nvfp4)");
 }
+
+// Bytes of an operand's scale buffer in the GEMM layout of its recipe.
+int64_t scale_bytes(Recipe r, int64_t rows, int64_t k) {
+  if (r == Recipe::kFp8Block1x128) return formats::vec128_scale_floats(rows, k / 128) * 4;
+  if (r == Recipe::kFp8Block128x128) return formats::blk128_scale_floats((rows + 127) / 128, k / 128) * 4;
+  return formats::swizzled_scale_bytes(rows, k / formats::default_block_cols(r));
+}
+
+int64_t data_bytes(Recipe r, int64_t rows, int64_t k) { return rows * (formats::is_fp4(r) ? k / 2 : k); }
 
 bool overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
   const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
@@ -67,9 +75,41 @@ Status cuda_status(cudaError_t err, const char* what) {
   return Status::error(msg);
 }
 
+Status prepare_kernel(const void* kernel, int smem_bytes, const char* name, int* sm_count) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> prepared;
+  int dev = 0;
+  BS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = prepared.find({kernel, dev});
+  if (it != prepared.end()) {
+    *sm_count = it->second;
+    return Status::ok();
+  }
+  cudaFuncAttributes attr;
+  BS_RETURN_IF_ERROR(cuda_status(cudaFuncGetAttributes(&attr, kernel), name));
+  BS_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
+                                 (std::string("cudaFuncSetAttribute(") + name + ", max dynamic shared memory)").c_str()));
+  int sms = 0;
+  BS_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
+                                 "cudaDeviceGetAttribute(multiprocessor count)"));
+  prepared[{kernel, dev}] = sms;
+  *sm_count = sms;
+  return Status::ok();
+}
+
 }  // namespace detail
 
 const char* matrix_type_name(MatrixType t) { return t == MatrixType::kBf16 ? "bf16" : "fp32"; }
+
+bool is_fp8_blockwise_pair(Recipe a, Recipe b) {
+  return a == Recipe::kFp8Block1x128 && (b == Recipe::kFp8Block128x128 || b == Recipe::kFp8Block1x128);
+}
+
+bool is_block_scaled_pair(Recipe a, Recipe b) {
+  if (is_mx8(a)) return is_mx8(b) || b == Recipe::kMxfp4 || b == Recipe::kNvfp4;
+  return (a == Recipe::kMxfp4 && b == Recipe::kMxfp4) || (a == Recipe::kNvfp4 && b == Recipe::kNvfp4);
+}
 
 Status can_implement(const GemmProblem& p) {
   if (p.m < 0) return Status::error("m: must be >= 0, got " + str(p.m));
@@ -77,8 +117,13 @@ Status can_implement(const GemmProblem& p) {
   if (p.m > kInt32Max) return Status::error("m: must be < 2^31, got " + str(p.m));
   if (p.n > kInt32Max) return Status::error("n: must be < 2^31, got " + str(p.n));
   BS_RETURN_IF_ERROR(check_recipes(p));
-  if (p.k <= 0 || p.k % 128 != 0)
-    return Status::error("k: must be a positive multiple of 128 (the FP8 blockwise K block), got " + str(p.k));
+  const int64_t k_step = k_multiple(p);
+  if (p.k <= 0 || p.k % k_step != 0)
+    return Status::error("k: must be a positive multiple of " + str(k_step) +
+                         (k_step == 128 ? " (the FP8 blockwise K block)"
+                                        : " for MX / NVFP4 (the MX block; for NVFP4 also the 16-byte row alignment "
+                                          "of k / 2 packed bytes)") +
+                         ", got " + str(p.k));
   if (p.k > kInt32Max) return Status::error("k: must be < 2^31, got " + str(p.k));
   if (p.c_type != MatrixType::kBf16 && p.c_type != MatrixType::kFp32)
     return Status::error("c_type: must be bf16 or fp32");
@@ -97,18 +142,23 @@ Status can_implement(const GemmProblem& p) {
 Status can_implement_for_arch(const GemmProblem& p, int sm, GemmKernel* kernel) {
   if (kernel) *kernel = GemmKernel::kNone;
   BS_RETURN_IF_ERROR(can_implement(p));
+  const bool fp8_blockwise = is_fp8_blockwise_pair(p.a_recipe, p.b_recipe);
   switch (sm / 10) {
     case 9:
-      if (kernel) *kernel = GemmKernel::kSm90Fp8Blockwise;
+      if (kernel) *kernel = fp8_blockwise ? GemmKernel::kSm90Fp8Blockwise : GemmKernel::kSm90BlockScaledExact;
       return Status::ok();
     case 10:
+      if (!fp8_blockwise) {
+        if (kernel) *kernel = GemmKernel::kSm100CublasLtBlockScaled;
+        return Status::ok();
+      }
       if (kernel) *kernel = GemmKernel::kSm100Fp8Blockwise;
       return Status::error("device: sm_" + str(sm) +
-                           ": the sm100a FP8 blockwise GEMM is not implemented yet (compiled, not run on hardware); "
+                           ": the sm100a FP8 blockwise GEMM is not implemented yet; "
                            "FP8 blockwise GEMMs run on sm_90 (Hopper)");
     default:
       return Status::error("device: sm_" + str(sm) +
-                           " is not supported: FP8 blockwise GEMMs need sm_90 (Hopper wgmma); sm_100 is planned");
+                           " is not supported: the GEMMs need sm_90 (Hopper wgmma) or sm_100 (Blackwell)");
   }
 }
 
@@ -132,15 +182,21 @@ Status check_and_select(const GemmProblem& p, const GemmArguments& args, GemmKer
   BS_RETURN_IF_ERROR(need(args.d, static_cast<size_t>(d_elem), "d",
                           p.d_type == MatrixType::kBf16 ? "2-byte aligned (bf16)" : "4-byte aligned (fp32)"));
   const int64_t d_bytes = span_bytes(p.m, p.n, p.ldd, d_elem);
-  const int64_t k_blocks = p.k / 128;
-  const int64_t a_scale_bytes = formats::vec128_scale_floats(p.m, k_blocks) * 4;
-  const int64_t b_scale_bytes = (p.b_recipe == Recipe::kFp8Block1x128
-                                     ? formats::vec128_scale_floats(p.n, k_blocks)
-                                     : formats::blk128_scale_floats((p.n + 127) / 128, k_blocks)) * 4;
-  if (overlap(args.d, d_bytes, args.a_data, p.m * p.k)) return Status::error("d: overlaps a_data");
-  if (overlap(args.d, d_bytes, args.b_data, p.n * p.k)) return Status::error("d: overlaps b_data");
-  if (overlap(args.d, d_bytes, args.a_scales, a_scale_bytes)) return Status::error("d: overlaps a_scales");
-  if (overlap(args.d, d_bytes, args.b_scales, b_scale_bytes)) return Status::error("d: overlaps b_scales");
+  if (overlap(args.d, d_bytes, args.a_data, data_bytes(p.a_recipe, p.m, p.k))) return Status::error("d: overlaps a_data");
+  if (overlap(args.d, d_bytes, args.b_data, data_bytes(p.b_recipe, p.n, p.k))) return Status::error("d: overlaps b_data");
+  if (overlap(args.d, d_bytes, args.a_scales, scale_bytes(p.a_recipe, p.m, p.k)))
+    return Status::error("d: overlaps a_scales");
+  if (overlap(args.d, d_bytes, args.b_scales, scale_bytes(p.b_recipe, p.n, p.k)))
+    return Status::error("d: overlaps b_scales");
+  const auto need_scale_dec = [](const float* ptr, const char* name) -> Status {
+    if (ptr == nullptr || !aligned(ptr, 4))
+      return Status::error(std::string(name) + ": must be a 4-byte aligned device pointer to the NVFP4 operand's "
+                           "tensor decode scale S_dec (quant/ writes it to *_scale_dec), got " +
+                           (ptr == nullptr ? "null" : "a misaligned pointer"));
+    return Status::ok();
+  };
+  if (p.a_recipe == Recipe::kNvfp4) BS_RETURN_IF_ERROR(need_scale_dec(args.a_scale_dec, "a_scale_dec"));
+  if (p.b_recipe == Recipe::kNvfp4) BS_RETURN_IF_ERROR(need_scale_dec(args.b_scale_dec, "b_scale_dec"));
   if (p.beta != 0.0f) {
     BS_RETURN_IF_ERROR(need(args.c, static_cast<size_t>(c_elem), "c",
                             p.c_type == MatrixType::kBf16 ? "2-byte aligned (bf16) when beta != 0"
@@ -157,6 +213,7 @@ Status check_and_select(const GemmProblem& p, const GemmArguments& args, GemmKer
                                          "device: compute capability"));
   BS_RETURN_IF_ERROR(can_implement_for_arch(p, major * 10 + minor, kernel));
   if (*kernel == GemmKernel::kSm90Fp8Blockwise) return detail::sm90_fp8_block_gemm_loadable();
+  if (*kernel == GemmKernel::kSm90BlockScaledExact) return detail::sm90_block_scaled_gemm_loadable(p);
   return Status::ok();
 }
 
@@ -169,7 +226,7 @@ Status can_implement(const GemmProblem& p, const GemmArguments& args) {
 
 size_t workspace_size(const GemmProblem&) { return 0; }
 
-Status run(const GemmProblem& p, const GemmArguments& args, void* /*workspace*/, size_t /*workspace_bytes*/,
+Status run(const GemmProblem& p, const GemmArguments& args, void* workspace, size_t workspace_bytes,
            cudaStream_t stream) {
   GemmKernel kernel = GemmKernel::kNone;
   BS_RETURN_IF_ERROR(check_and_select(p, args, &kernel));
@@ -177,8 +234,12 @@ Status run(const GemmProblem& p, const GemmArguments& args, void* /*workspace*/,
   switch (kernel) {
     case GemmKernel::kSm90Fp8Blockwise:
       return detail::launch_sm90_fp8_block_gemm(p, args, stream);
+    case GemmKernel::kSm90BlockScaledExact:
+      return detail::launch_sm90_block_scaled_gemm(p, args, stream);
     case GemmKernel::kSm100Fp8Blockwise:
       return detail::launch_sm100_fp8_block_gemm(p, args, stream);
+    case GemmKernel::kSm100CublasLtBlockScaled:
+      return detail::launch_sm100_cublaslt_block_scaled(p, args, workspace, workspace_bytes, stream);
     case GemmKernel::kNone:
       break;
   }

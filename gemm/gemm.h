@@ -10,16 +10,25 @@
 // fp32. beta with an fp32 C is how wgrad accumulates into a main gradient; C may be D itself
 // (same pointer, type and stride: in place). With beta == 0, C is not read (BLAS).
 //
-// Recipes in this slice (docs/numerics.md, "FP8 blockwise"):
-//   fprop / dgrad : A fp8_block128 (1x128, VEC128_32F scales) x B fp8_block128x128
-//                   (128x128, BLK128x128_32F scales)
-//   wgrad         : A fp8_block128 x B fp8_block128 (both 1x128, VEC128_32F)
-// MX and NVFP4 recipes are refused with "not implemented yet" (issue 5, later slices).
-// Architectures: sm_90 (Hopper) runs the sm90a wgmma kernel; sm_100 has a compiled stub that
-// says "not implemented"; anything else is refused. One dispatch function (gemm.cpp) decides.
-// Numerics: products exact, each 128-of-K partial sum accumulated by the tensor core, then scaled
-// by scale_A[row] * scale_B[col] and added into an fp32 accumulator (tests/gemm/gemm_test.cu
-// derives the error bound against formats::reference_gemm).
+// Recipes (docs/numerics.md):
+//   FP8 blockwise, fprop / dgrad : A fp8_block128 (1x128, VEC128_32F fp32 scales) x
+//                                  B fp8_block128x128 (128x128, BLK128x128_32F fp32 scales)
+//   FP8 blockwise, wgrad         : A fp8_block128 x B fp8_block128 (both 1x128, VEC128_32F)
+//   MX / NVFP4 (block-scaled)    : A mxfp8 or mxfp8_e5m2 x B mxfp8, mxfp8_e5m2, mxfp4 or nvfp4;
+//                                  A mxfp4 x B mxfp4; A nvfp4 x B nvfp4. Byte scales (E8M0 /
+//                                  UE4M3) in the swizzled 128x4 layout, as quant/ writes them.
+//                                  NVFP4 operands also take their tensor decode scale S_dec
+//                                  (a device float, quant/'s *_scale_dec), applied with alpha.
+// Architectures (one dispatch function, gemm.cpp):
+//   sm_90 (Hopper): FP8 blockwise on the sm90a wgmma e4m3 kernel; MX / NVFP4 on the sm90a exact
+//     kernel (elements times their scale converted to bf16 in the kernel, which is exact for
+//     the scale ranges of docs/numerics.md, then bf16 wgmma with fp32 accumulation).
+//   sm_100 (Blackwell): MX / NVFP4 through cuBLASLt's block-scaled matmul (compiled, not run on
+//     hardware); FP8 blockwise is a stub that says "not implemented". Anything else is refused.
+// Numerics: FP8 blockwise: products exact, each 128-of-K partial sum accumulated by the tensor
+// core, then scaled by scale_A[row] * scale_B[col] into an fp32 accumulator. MX / NVFP4 on sm_90:
+// every product exact, accumulated in the tensor core's fp32 accumulator over the whole K.
+// tests/gemm/ derives each recipe's error bound against formats::reference_gemm.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -37,7 +46,7 @@ enum class MatrixType { kBf16, kFp32 };  // C and D element types
 struct GemmProblem {
   int64_t m = 0;  // rows of A and D
   int64_t n = 0;  // rows of B, columns of D
-  int64_t k = 0;  // reduction length: a positive multiple of the recipes' block (128)
+  int64_t k = 0;  // reduction length: a positive multiple of 128 (FP8 blockwise) or 32 (MX, NVFP4)
   formats::Recipe a_recipe = formats::Recipe::kFp8Block1x128;
   formats::Recipe b_recipe = formats::Recipe::kFp8Block128x128;
   MatrixType c_type = MatrixType::kFp32;  // read only when beta != 0
@@ -48,20 +57,32 @@ struct GemmProblem {
   float beta = 0.0f;
 };
 
-// Device pointers. Data: rows x k codes (row stride k bytes), 16-byte aligned. Scales: the fp32
-// layout of the operand's recipe (formats/scale_layout.h: vec128_* for 1x128, blk128_* for
-// 128x128), 16-byte aligned. c: may be null when beta == 0. d: aligned to its element size.
+// Device pointers. Data: rows x k codes, row stride k bytes (k / 2 for E2M1: two codes per
+// byte, low nibble = lower k), 16-byte aligned. Scales, 16-byte aligned, in the layout of the
+// operand's recipe (formats/scale_layout.h): FP8 blockwise: fp32, vec128_* for 1x128, blk128_*
+// for 128x128; MX / NVFP4: bytes, swizzled_scale_offset over rows x (k / block).
+// a_scale_dec / b_scale_dec: NVFP4 operands only (required there, ignored otherwise): a device
+// float, the tensor decode scale S_dec; D = alpha * S_dec_a * S_dec_b * A B^T + beta * C.
+// c: may be null when beta == 0. d: aligned to its element size.
 struct GemmArguments {
   const uint8_t* a_data = nullptr;
-  const float* a_scales = nullptr;
+  const void* a_scales = nullptr;
   const uint8_t* b_data = nullptr;
-  const float* b_scales = nullptr;
+  const void* b_scales = nullptr;
+  const float* a_scale_dec = nullptr;
+  const float* b_scale_dec = nullptr;
   const void* c = nullptr;
   void* d = nullptr;
 };
 
 // The kernel families the dispatch can pick.
-enum class GemmKernel { kNone, kSm90Fp8Blockwise, kSm100Fp8Blockwise };
+enum class GemmKernel {
+  kNone,
+  kSm90Fp8Blockwise,         // sm90a wgmma e4m3, 128-of-K promotion
+  kSm90BlockScaledExact,     // sm90a MX / NVFP4: exact conversion to bf16, bf16 wgmma
+  kSm100Fp8Blockwise,        // stub: refused
+  kSm100CublasLtBlockScaled  // MX / NVFP4 through cuBLASLt (compiled, not run on hardware)
+};
 
 // Shape, stride and recipe checks (no device access). m == 0 or n == 0 is a valid empty problem.
 Status can_implement(const GemmProblem& p);
@@ -72,7 +93,8 @@ Status can_implement_for_arch(const GemmProblem& p, int sm, GemmKernel* kernel =
 // operands, C either D itself or disjoint from it).
 Status can_implement(const GemmProblem& p, const GemmArguments& args);
 
-// Bytes of device workspace run() needs (0 for every kernel of this slice).
+// Bytes of device workspace run() needs: 0 for every kernel (the sm_100 cuBLASLt path uses the
+// workspace it is given, if any, and runs without one otherwise).
 size_t workspace_size(const GemmProblem& p);
 
 // Checks (can_implement), then enqueues the GEMM on `stream`. Asynchronous: ok means the launch
@@ -81,5 +103,8 @@ Status run(const GemmProblem& p, const GemmArguments& args, void* workspace, siz
            cudaStream_t stream);
 
 const char* matrix_type_name(MatrixType t);  // "bf16" / "fp32"
+// Whether (a_recipe, b_recipe) is a pair this API multiplies, and the FP8 blockwise family.
+bool is_fp8_blockwise_pair(formats::Recipe a, formats::Recipe b);
+bool is_block_scaled_pair(formats::Recipe a, formats::Recipe b);  // MX / NVFP4 pairs above
 
 }  // namespace blockscale::gemm

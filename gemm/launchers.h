@@ -22,10 +22,26 @@ enum class Sm90Fp8Tile { kAuto, kN128, kN192 };
 void set_sm90_fp8_tile(Sm90Fp8Tile tile);
 Sm90Fp8Tile sm90_fp8_tile();
 
+// MX / NVFP4 exact, sm_90a: gemm/sm90/sm90_block_scaled_gemm*.cu (elements x scales converted
+// to bf16 in the kernel, bf16 wgmma, fp32 accumulation).
+Status launch_sm90_block_scaled_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream);
+// Whether the current device can run the kernel p's recipe pair selects.
+Status sm90_block_scaled_gemm_loadable(const GemmProblem& p);
+
+// MX / NVFP4 on sm_100a through cuBLASLt's block-scaled matmul (VEC32_UE8M0 / VEC16_UE4M3 scale
+// modes): gemm/sm100/sm100_cublaslt_block_scaled.cu. Compiled, not run on hardware.
+Status launch_sm100_cublaslt_block_scaled(const GemmProblem& p, const GemmArguments& args, void* workspace,
+                                          size_t workspace_bytes, cudaStream_t stream);
+
 // FP8 blockwise on sm_100a: gemm/sm100/sm100_fp8_block_gemm.cu (a stub in this slice).
 Status launch_sm100_fp8_block_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream);
 
 // A CUDA error as a Status naming `what` (ok for cudaSuccess); clears a non-sticky launch error.
 Status cuda_status(cudaError_t err, const char* what);
+
+// Checks `kernel` loads on the current device, raises its dynamic shared-memory limit to
+// smem_bytes once per (kernel, device) and returns the device's SM count. `name` names the kernel
+// in errors.
+Status prepare_kernel(const void* kernel, int smem_bytes, const char* name, int* sm_count);
 
 }  // namespace blockscale::gemm::detail

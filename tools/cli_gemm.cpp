@@ -148,13 +148,16 @@ void add_gemm_command(CLI::App& app) {
   CLI::App* c = app.add_subcommand(
       "gemm", "Run one block-scaled GEMM of gemm/ (D = A B^T, A m x k, B n x k) on random operands quantized by "
               "formats/, on the GPU; time it and optionally check it against the fp64 reference");
-  c->add_option("--recipe", a->recipe, "A's recipe (fp8_block128: 1x128 blocks)")->check(recipe_validator());
+  c->add_option("--recipe", a->recipe,
+                "A's recipe: fp8_block128 (1x128 blocks, the default), mxfp8, mxfp8_e5m2, mxfp4 or nvfp4")
+      ->check(recipe_validator());
   c->add_option("--b-recipe", a->b_recipe,
-                "B's recipe (default with fp8_block128: fp8_block128x128, the weights'; fp8_block128 is wgrad's)")
+                "B's recipe (default: fp8_block128x128 with fp8_block128, the weights'; fp8_block128 is wgrad's; "
+                "otherwise A's recipe; mxfp8 / mxfp8_e5m2 A also take mxfp4 or nvfp4 B)")
       ->check(recipe_validator());
   c->add_option("--m", a->m, "rows of A and D")->required()->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
   c->add_option("--n", a->n, "rows of B, columns of D")->required()->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
-  c->add_option("--k", a->k, "reduction length (a multiple of the recipe's block, 128)")
+  c->add_option("--k", a->k, "reduction length (a multiple of 128 for FP8 blockwise, of 32 for MX / NVFP4)")
       ->required()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
   c->add_flag("--check", a->check, "compare a sample of D's rows with formats::reference_gemm (fp64); exit 1 if off");

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-#include "formats/scale_layout.h"  // defines: pack_vec128_scales, pack_blk128_scales
+#include "formats/scale_layout.h"  // defines: pack_vec128_scales, pack_blk128_scales, pack_swizzled_scales
 #include "gemm/gemm.h"             // defines: the four-call GEMM API
 
 namespace blockscale::tools {
@@ -34,14 +34,17 @@ struct Events {
   }
 };
 
-// The operand's scales in the layout the GEMM reads (formats/scale_layout.h).
-Status packed_scales(const formats::QuantizedMatrix& q, std::vector<float>* out) {
-  if (q.recipe == formats::Recipe::kFp8Block1x128)
-    return formats::pack_vec128_scales(q.scales_f32.data(), q.rows, q.scale_cols(), out);
-  if (q.recipe == formats::Recipe::kFp8Block128x128)
-    return formats::pack_blk128_scales(q.scales_f32.data(), q.scale_rows(), q.scale_cols(), out);
-  return Status::error("--recipe: " + std::string(formats::recipe_name(q.recipe)) +
-                       ": gemm/ runs FP8 blockwise only so far (MXFP8 / NVFP4: issue 5)");
+// The operand's scales as bytes in the layout the GEMM reads (formats/scale_layout.h): fp32
+// VEC128 / BLK128x128 for FP8 blockwise, the swizzled 128x4 byte layout for MX / NVFP4.
+Status packed_scales(const formats::QuantizedMatrix& q, std::vector<uint8_t>* out) {
+  if (!formats::is_fp8_block(q.recipe)) return formats::pack_swizzled_scales(q.scales.data(), q.rows, q.scale_cols(), out);
+  std::vector<float> f;
+  BS_RETURN_IF_ERROR(q.recipe == formats::Recipe::kFp8Block1x128
+                         ? formats::pack_vec128_scales(q.scales_f32.data(), q.rows, q.scale_cols(), &f)
+                         : formats::pack_blk128_scales(q.scales_f32.data(), q.scale_rows(), q.scale_cols(), &f));
+  out->resize(f.size() * 4);
+  std::memcpy(out->data(), f.data(), out->size());
+  return Status::ok();
 }
 
 float bf16_to_float(uint16_t h) {
@@ -62,19 +65,22 @@ Status gpu_gemm(const formats::QuantizedMatrix& a, const formats::QuantizedMatri
   p.ldd = p.n;
   p.ldc = p.n;
   BS_RETURN_IF_ERROR(gemm::can_implement(p));
-  std::vector<float> a_scales, b_scales;
+  std::vector<uint8_t> a_scales, b_scales;
   BS_RETURN_IF_ERROR(packed_scales(a, &a_scales));
   BS_RETURN_IF_ERROR(packed_scales(b, &b_scales));
-  DeviceBuffer da, dsa, db, dsb, dd;
+  DeviceBuffer da, dsa, db, dsb, dd, dec_a, dec_b;
   BS_RETURN_IF_ERROR(da.upload(a.data.data(), a.data.size(), "copy A to the GPU"));
-  BS_RETURN_IF_ERROR(dsa.upload(a_scales.data(), a_scales.size() * 4, "copy A's scales to the GPU"));
+  BS_RETURN_IF_ERROR(dsa.upload(a_scales.data(), a_scales.size(), "copy A's scales to the GPU"));
   BS_RETURN_IF_ERROR(db.upload(b.data.data(), b.data.size(), "copy B to the GPU"));
-  BS_RETURN_IF_ERROR(dsb.upload(b_scales.data(), b_scales.size() * 4, "copy B's scales to the GPU"));
+  BS_RETURN_IF_ERROR(dsb.upload(b_scales.data(), b_scales.size(), "copy B's scales to the GPU"));
+  BS_RETURN_IF_ERROR(dec_a.upload(&a.global_scale_dec, 4, "copy A's tensor scale to the GPU"));
+  BS_RETURN_IF_ERROR(dec_b.upload(&b.global_scale_dec, 4, "copy B's tensor scale to the GPU"));
   const size_t d_bytes = static_cast<size_t>(p.m * p.n) * (fp32_d ? 4 : 2);
   BS_RETURN_IF_ERROR(cuda_check(cudaMalloc(&dd.p, std::max<size_t>(d_bytes, 1)), "allocate D"));
   gemm::GemmArguments args;
-  args.a_data = static_cast<const uint8_t*>(da.p), args.a_scales = static_cast<const float*>(dsa.p);
-  args.b_data = static_cast<const uint8_t*>(db.p), args.b_scales = static_cast<const float*>(dsb.p);
+  args.a_data = static_cast<const uint8_t*>(da.p), args.a_scales = dsa.p;
+  args.b_data = static_cast<const uint8_t*>(db.p), args.b_scales = dsb.p;
+  args.a_scale_dec = static_cast<const float*>(dec_a.p), args.b_scale_dec = static_cast<const float*>(dec_b.p);
   args.d = dd.p;
   BS_RETURN_IF_ERROR(gemm::can_implement(p, args));
   const size_t ws_bytes = gemm::workspace_size(p);

@@ -49,4 +49,22 @@ Status encode_tensor_map(const TensorMap2d& t, const char* what, CUtensorMap* ou
   return Status::ok();
 }
 
+Status encode_tensor_map(const TensorMap3d& t, const char* what, CUtensorMap* out) {
+  std::string why;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_function(&why);
+  if (!encode) return Status::error(std::string(what) + ": " + why);
+  const cuuint64_t dims[3] = {t.dims[0], t.dims[1], t.dims[2]};
+  const cuuint64_t strides[2] = {t.strides[0], t.strides[1]};
+  const cuuint32_t box[3] = {t.box[0], t.box[1], t.box[2]};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult r = encode(out, t.type, 3, const_cast<void*>(t.base), dims, strides, box, element_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return Status::error(std::string(what) + ": cuTensorMapEncodeTiled failed (CUresult " + std::to_string(r) +
+                         ", 3-D " + std::to_string(t.dims[0]) + " x " + std::to_string(t.dims[1]) + " x " +
+                         std::to_string(t.dims[2]) + ")");
+  return Status::ok();
+}
+
 }  // namespace blockscale::gemm::detail

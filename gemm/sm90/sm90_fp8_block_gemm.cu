@@ -5,10 +5,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <map>
-#include <mutex>
-#include <string>
-#include <utility>
 
 #include "formats/scale_layout.h"
 #include "gemm/common/tensor_map.h"
@@ -29,37 +25,11 @@ const void* kernel_of() {
   return reinterpret_cast<const void*>(&sm90::sm90_fp8_block_gemm_kernel<kTileN, kBScalePerRow>);
 }
 
-// Checks the kernel loads on the current device, raises its shared-memory limit once per
-// (kernel, device) and returns the device's SM count.
-Status prepare_kernel(const void* kernel, int smem_bytes, int* sm_count) {
-  static std::mutex mu;
-  static std::map<std::pair<const void*, int>, int> prepared;
-  int dev = 0;
-  BS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
-  std::lock_guard<std::mutex> lock(mu);
-  const auto it = prepared.find({kernel, dev});
-  if (it != prepared.end()) {
-    *sm_count = it->second;
-    return Status::ok();
-  }
-  cudaFuncAttributes attr;
-  BS_RETURN_IF_ERROR(cuda_status(cudaFuncGetAttributes(&attr, kernel), "sm90_fp8_block_gemm_kernel"));
-  BS_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes),
-                                 "cudaFuncSetAttribute(sm90_fp8_block_gemm_kernel, max dynamic shared memory)"));
-  int sms = 0;
-  BS_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
-                                 "cudaDeviceGetAttribute(multiprocessor count)"));
-  prepared[{kernel, dev}] = sms;
-  *sm_count = sms;
-  return Status::ok();
-}
-
 template <int kTileN, bool kBScalePerRow>
 Status prepare(int* sm_count) {
-  return prepare_kernel(kernel_of<kTileN, kBScalePerRow>(), Fp8BlockGemmConfig<kTileN>::kSmemBytes, sm_count);
+  return prepare_kernel(kernel_of<kTileN, kBScalePerRow>(), Fp8BlockGemmConfig<kTileN>::kSmemBytes,
+                        "sm90_fp8_block_gemm_kernel", sm_count);
 }
-
-bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 template <int kTileN, bool kBScalePerRow>
 Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream) {
@@ -100,20 +70,10 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
   params.order.tiles_m = static_cast<int32_t>((p.m + Cfg::kTileM - 1) / Cfg::kTileM);
   params.order.tiles_n = static_cast<int32_t>((p.n + Cfg::kTileN - 1) / Cfg::kTileN);
   params.order.group_m = 8;
-  params.b_block_scales = kBScalePerRow ? nullptr : args.b_scales;
+  params.b_block_scales = kBScalePerRow ? nullptr : static_cast<const float*>(args.b_scales);
   params.b_block_scales_ld = static_cast<int32_t>(formats::blk128_scale_ld(k_blocks));
   params.b_scale_blocks = static_cast<int32_t>((p.n + 127) / 128);
-  params.alpha = p.alpha;
-  params.beta = p.beta;
-  const bool c_bf16 = p.c_type == MatrixType::kBf16, d_bf16 = p.d_type == MatrixType::kBf16;
-  params.c = args.c;
-  params.ldc = p.ldc;
-  params.c_bf16 = c_bf16;
-  params.c_pairs = args.c != nullptr && p.ldc % 2 == 0 && aligned(args.c, c_bf16 ? 4 : 8);
-  params.d = args.d;
-  params.ldd = p.ldd;
-  params.d_bf16 = d_bf16;
-  params.d_pairs = p.ldd % 2 == 0 && aligned(args.d, d_bf16 ? 4 : 8);
+  params.epilogue = sm90::make_epilogue(p, args);
 
   const int64_t tiles = int64_t{params.order.tiles_m} * params.order.tiles_n;
   const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(tiles, sm_count)));

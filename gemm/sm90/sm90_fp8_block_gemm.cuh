@@ -30,12 +30,12 @@
 #pragma once
 
 #include <cuda.h>
-#include <cuda_bf16.h>
 
 #include <cstdint>
 
 #include "gemm/common/scale_blocks.h"
 #include "gemm/common/tile_scheduler.h"
+#include "gemm/sm90/sm90_epilogue.cuh"
 #include "gemm/sm90/sm90_ptx.cuh"
 
 namespace blockscale::gemm::sm90 {
@@ -91,64 +91,9 @@ struct Fp8BlockGemmParams {
   const float* b_block_scales = nullptr;  // 128x128 B: scale (n / 128, kb) at [n/128 * ld + kb]
   int32_t b_block_scales_ld = 0;
   int32_t b_scale_blocks = 0;  // 128x128 B: ceil(n / 128) rows of scales
-  float alpha = 1.0f, beta = 0.0f;
-  const void* c = nullptr;
-  int64_t ldc = 0;
-  bool c_bf16 = false;
-  bool c_pairs = false;  // two adjacent C elements can be read as one aligned vector
-  void* d = nullptr;
-  int64_t ldd = 0;
-  bool d_bf16 = false;
-  bool d_pairs = false;
+  EpilogueParams epilogue;
 };
 
-namespace detail {
-
-__device__ __forceinline__ float load_c(const Fp8BlockGemmParams& p, int64_t offset) {
-  return p.c_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p.c)[offset])
-                  : static_cast<const float*>(p.c)[offset];
-}
-
-// Writes alpha * acc + beta * C for columns col and col + 1 (when second_valid) of one row.
-__device__ __forceinline__ void store_pair(const Fp8BlockGemmParams& p, int64_t row, int32_t col, float acc0,
-                                           float acc1, bool second_valid) {
-  float v0 = p.alpha * acc0, v1 = p.alpha * acc1;
-  const int64_t c_at = row * p.ldc + col;
-  if (p.beta != 0.0f) {  // BLAS: C is not read when beta == 0
-    if (second_valid && p.c_pairs) {
-      if (p.c_bf16) {
-        const __nv_bfloat162 c2 = *reinterpret_cast<const __nv_bfloat162*>(static_cast<const __nv_bfloat16*>(p.c) + c_at);
-        v0 = fmaf(p.beta, __low2float(c2), v0), v1 = fmaf(p.beta, __high2float(c2), v1);
-      } else {
-        const float2 c2 = *reinterpret_cast<const float2*>(static_cast<const float*>(p.c) + c_at);
-        v0 = fmaf(p.beta, c2.x, v0), v1 = fmaf(p.beta, c2.y, v1);
-      }
-    } else {
-      v0 = fmaf(p.beta, load_c(p, c_at), v0);
-      if (second_valid) v1 = fmaf(p.beta, load_c(p, c_at + 1), v1);
-    }
-  }
-  const int64_t d_at = row * p.ldd + col;
-  if (p.d_bf16) {
-    __nv_bfloat16* d = static_cast<__nv_bfloat16*>(p.d) + d_at;
-    if (second_valid && p.d_pairs) {
-      *reinterpret_cast<__nv_bfloat162*>(d) = __floats2bfloat162_rn(v0, v1);
-    } else {
-      d[0] = __float2bfloat16_rn(v0);
-      if (second_valid) d[1] = __float2bfloat16_rn(v1);
-    }
-  } else {
-    float* d = static_cast<float*>(p.d) + d_at;
-    if (second_valid && p.d_pairs) {
-      *reinterpret_cast<float2*>(d) = make_float2(v0, v1);
-    } else {
-      d[0] = v0;
-      if (second_valid) d[1] = v1;
-    }
-  }
-}
-
-}  // namespace detail
 
 // kTileN: the tile width (Fp8BlockGemmConfig). kBScalePerRow: B has 1x128 scales (one per row of
 // B = column of D; wgrad), read from a TMA-loaded vector per stage; otherwise 128x128 scales (one
@@ -320,7 +265,8 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
       for (int j = 0; j < kGroups; ++j) {
         const int32_t col = n0 + 8 * j + col_in_group;
         if (col < p.n)
-          detail::store_pair(p, row, col, main_acc[4 * j + 2 * h], main_acc[4 * j + 2 * h + 1], col + 1 < p.n);
+          store_pair(p.epilogue, p.epilogue.alpha, row, col, main_acc[4 * j + 2 * h], main_acc[4 * j + 2 * h + 1],
+                     col + 1 < p.n);
       }
     }
   }

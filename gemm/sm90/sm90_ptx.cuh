@@ -1,7 +1,7 @@
 // Hopper (sm_90a) PTX used by the sm90 GEMM kernels, one small wrapper per instruction:
 // mbarrier (init / arrive / expect_tx / parity wait), TMA tensor loads, proxy fences, wgmma
-// (fence / FP8 mma m64n128 and m64n192 / commit / wait), shared-memory matrix descriptors and
-// setmaxnreg.
+// (fence / FP8 mma m64n128 and m64n192 / bf16 mma m64n128 with A in registers / commit / wait),
+// shared-memory matrix descriptors, the async-proxy fence, named barriers and setmaxnreg.
 // Operand forms follow the PTX ISA 8.x sections of the same names; every wrapper states its
 // instruction so the SASS (QGMMA, UTMALDG, SYNCS) can be matched to the source.
 #pragma once
@@ -77,6 +77,23 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 #endif
 }
 
+// The same wait as one PTX loop whose branches are marked uniform (bra.uni), for waits issued
+// while wgmmas are in flight: a C++ spin loop is a divergent path to ptxas, which then makes
+// every wgmma of the function wait for its predecessor (warning C7518). No hang trap here.
+__device__ __forceinline__ void mbarrier_wait_uniform(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      "  .reg .pred complete;\n"
+      "WAIT_AGAIN:\n"
+      "  mbarrier.try_wait.parity.shared::cta.b64 complete, [%0], %1;\n"
+      "  @complete bra.uni WAIT_DONE;\n"
+      "  bra.uni WAIT_AGAIN;\n"
+      "WAIT_DONE:\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+
 // ---- TMA ----------------------------------------------------------------------------------------
 
 __device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
@@ -92,6 +109,30 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, u
       " [%0], [%1, {%3, %4}], [%2];" ::"r"(smem_addr(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(inner), "r"(outer)
       : "memory");
+}
+
+// The same for a 3-D tensor map (coordinates innermost first).
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t c0, int32_t c1,
+                                            int32_t c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
+// ---- Shared memory written by threads, read by wgmma ------------------------------------------
+
+// Makes this thread's ordinary (generic-proxy) shared-memory writes visible to the async proxy
+// that wgmma reads shared memory through; needed before a barrier that hands such a tile to wgmma.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// A barrier among `threads` threads (a multiple of 32) of the CTA, on hardware barrier `id`
+// (1..15; 0 is __syncthreads).
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 // ---- Register budget per warpgroup (needs a register cap at entry: __launch_bounds__(n, 1)) ----
@@ -195,6 +236,37 @@ __device__ __forceinline__ void wgmma_m64n192k32_e4m3(float (&d)[96], uint64_t d
         "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
         "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
       : "l"(desc_a), "l"(desc_b), "r"(static_cast<int32_t>(accumulate)));
+}
+
+// D(64 x 128, fp32) += A(64 x 16, bf16, registers) * B(128 x 16, bf16, K-major smem)^T; D = A B^T
+// when !accumulate. A fragment in thread t (warp w, lane l, g = l / 4, q = l % 4), bf16 pairs:
+// a[0] = row 16w + g, k 2q..2q+1; a[1] = row + 8, same k; a[2] = row, k 2q+8..2q+9; a[3] = row + 8,
+// k 2q+8.. (the PTX ISA's m64nNk16 A-fragment figure). D's fragment as in the e4m3 form above.
+// The A registers must not change until the wgmma has completed (wgmma_wait_group).
+__device__ __forceinline__ void wgmma_m64n128k16_bf16_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b,
+                                                         bool accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "},"
+      " {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<int32_t>(accumulate)));
 }
 
 // The m64nNk32 e4m3 wgmma for a tile of kN columns (kN / 2 accumulators per thread).

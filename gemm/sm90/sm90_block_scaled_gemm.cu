@@ -1,0 +1,58 @@
+// The sm_90a block-scaled GEMM's entry points: the recipe pair -> kernel instance dispatch.
+#include "gemm/sm90/sm90_block_scaled_launch.cuh"
+
+namespace blockscale::gemm::detail {
+namespace {
+
+using formats::Recipe;
+
+// Calls fn.template run<FmtA, FmtB>() for p's recipe pair (gemm.cpp has checked the pair).
+template <class FmtA, class Fn>
+Status with_b_format(const GemmProblem& p, const Fn& fn) {
+  switch (p.b_recipe) {
+    case Recipe::kMxfp8E4M3: return fn.template run<FmtA, sm90::Mxfp8E4M3>();
+    case Recipe::kMxfp8E5M2: return fn.template run<FmtA, sm90::Mxfp8E5M2>();
+    case Recipe::kMxfp4: return fn.template run<FmtA, sm90::Mxfp4>();
+    case Recipe::kNvfp4: return fn.template run<FmtA, sm90::Nvfp4>();
+    default: return Status::error("b_recipe: not a block-scaled recipe");
+  }
+}
+
+template <class Fn>
+Status with_formats(const GemmProblem& p, const Fn& fn) {
+  switch (p.a_recipe) {
+    case Recipe::kMxfp8E4M3: return with_b_format<sm90::Mxfp8E4M3>(p, fn);
+    case Recipe::kMxfp8E5M2: return with_b_format<sm90::Mxfp8E5M2>(p, fn);
+    case Recipe::kMxfp4: return fn.template run<sm90::Mxfp4, sm90::Mxfp4>();
+    case Recipe::kNvfp4: return fn.template run<sm90::Nvfp4, sm90::Nvfp4>();
+    default: return Status::error("a_recipe: not a block-scaled recipe");
+  }
+}
+
+struct Prepare {
+  template <class FmtA, class FmtB>
+  Status run() const {
+    int sms = 0;
+    return prepare_block_scaled<FmtA, FmtB>(&sms);
+  }
+};
+
+struct Launch {
+  const GemmProblem& p;
+  const GemmArguments& args;
+  cudaStream_t stream;
+  template <class FmtA, class FmtB>
+  Status run() const {
+    return launch_block_scaled<FmtA, FmtB>(p, args, stream);
+  }
+};
+
+}  // namespace
+
+Status sm90_block_scaled_gemm_loadable(const GemmProblem& p) { return with_formats(p, Prepare{}); }
+
+Status launch_sm90_block_scaled_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream) {
+  return with_formats(p, Launch{p, args, stream});
+}
+
+}  // namespace blockscale::gemm::detail
