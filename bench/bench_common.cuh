@@ -1,6 +1,9 @@
-// What the benchmark programs share: a fatal CUDA check and the counter hash their input fills use.
+// What the benchmark programs share: a fatal CUDA check, the counter hash their input fills use,
+// and the cuBLAS BF16 GEMM the GEMM benchmarks compare against.
 #pragma once
 
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -22,6 +25,17 @@ namespace bench {
 __device__ inline uint32_t hash32(uint64_t x) {
   x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33, x *= 0xc4ceb9fe1a85ec53ull, x ^= x >> 33;
   return static_cast<uint32_t>(x);
+}
+
+// The cuBLAS BF16 peer: row-major D (m x n) = A (m x k) . B (n x k)^T, A and B K-major bf16, D bf16,
+// fp32 compute, alpha 1, beta 0, on the handle's stream. cuBLAS is column-major, so it is asked for
+// D^T (n x m, ld n) = B^T (B read as a transposed k x n matrix) . A^T (A read as k x m).
+inline cublasStatus_t cublas_bf16_gemm(cublasHandle_t blas, int64_t m, int64_t n, int64_t k,
+                                       const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* d) {
+  const float one = 1.0f, zero = 0.0f;
+  return cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
+                      &one, b, CUDA_R_16BF, static_cast<int>(k), a, CUDA_R_16BF, static_cast<int>(k), &zero, d,
+                      CUDA_R_16BF, static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
 }  // namespace bench

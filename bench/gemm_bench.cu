@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_common.cuh"  // defines: CHECK_CUDA, hash32
+#include "bench/bench_common.cuh"  // defines: CHECK_CUDA, hash32, cublas_bf16_gemm
 #include "formats/recipe.h"
 #include "formats/scale_layout.h"
 #include "gemm/gemm.h"
@@ -266,13 +266,7 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
   __nv_bfloat16* b16 = device_alloc<__nv_bfloat16>(c.n * c.k);
   fill_bf16<<<1024, 256>>>(a16, c.m * c.k, 5);
   fill_bf16<<<1024, 256>>>(b16, c.n * c.k, 6);
-  const float one = 1.0f, zero = 0.0f;
-  auto bf16_gemm = [&] {
-    return cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(c.n), static_cast<int>(c.m),
-                        static_cast<int>(c.k), &one, b16, CUDA_R_16BF, static_cast<int>(c.k), a16, CUDA_R_16BF,
-                        static_cast<int>(c.k), &zero, d_lt, CUDA_R_16BF, static_cast<int>(c.n), CUBLAS_COMPUTE_32F,
-                        CUBLAS_GEMM_DEFAULT);
-  };
+  auto bf16_gemm = [&] { return bench::cublas_bf16_gemm(blas, c.m, c.n, c.k, a16, b16, d_lt); };
   if (bf16_gemm() != CUBLAS_STATUS_SUCCESS) {
     std::printf("case %s: cuBLAS BF16 failed\n", row.label.c_str());
   } else {

@@ -197,6 +197,10 @@ Status check_and_select(const GemmProblem& p, const GemmArguments& args, GemmKer
   };
   if (p.a_recipe == Recipe::kNvfp4) BS_RETURN_IF_ERROR(need_scale_dec(args.a_scale_dec, "a_scale_dec"));
   if (p.b_recipe == Recipe::kNvfp4) BS_RETURN_IF_ERROR(need_scale_dec(args.b_scale_dec, "b_scale_dec"));
+  if (p.a_recipe == Recipe::kNvfp4 && overlap(args.d, d_bytes, args.a_scale_dec, 4))
+    return Status::error("d: overlaps a_scale_dec");
+  if (p.b_recipe == Recipe::kNvfp4 && overlap(args.d, d_bytes, args.b_scale_dec, 4))
+    return Status::error("d: overlaps b_scale_dec");
   if (p.beta != 0.0f) {
     BS_RETURN_IF_ERROR(need(args.c, static_cast<size_t>(c_elem), "c",
                             p.c_type == MatrixType::kBf16 ? "2-byte aligned (bf16) when beta != 0"

@@ -1,6 +1,7 @@
 // Host side of the sm_90a block-scaled GEMM for one (A format, B format) pair: tensor maps for
 // the codes and the swizzled scale tiles, the persistent grid, the launch. Instantiated per pair
-// in sm90_block_scaled_mxfp8.cu / sm90_block_scaled_fp4.cu; sm90_block_scaled_gemm.cu dispatches.
+// in sources generated from sm90_block_scaled_pair.cu.in (gemm/CMakeLists.txt); sm90_block_scaled_gemm.cu
+// dispatches.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -79,8 +80,8 @@ Status launch_block_scaled(const GemmProblem& p, const GemmArguments& args, cuda
   return cuda_status(cudaGetLastError(), "sm90_block_scaled_gemm_kernel launch");
 }
 
-// The pairs, instantiated in the two .cu files (explicit instantiation declarations: other
-// translation units do not compile the kernels again).
+// The pairs, each instantiated in its generated .cu file (explicit instantiation declarations:
+// other translation units do not compile the kernels again).
 #define BLOCKSCALE_SM90_BLOCK_SCALED_PAIRS(X)                                                     \
   X(sm90::Mxfp8E4M3, sm90::Mxfp8E4M3) X(sm90::Mxfp8E4M3, sm90::Mxfp8E5M2) X(sm90::Mxfp8E5M2, sm90::Mxfp8E4M3) \
   X(sm90::Mxfp8E5M2, sm90::Mxfp8E5M2) X(sm90::Mxfp8E4M3, sm90::Mxfp4) X(sm90::Mxfp8E5M2, sm90::Mxfp4)        \
