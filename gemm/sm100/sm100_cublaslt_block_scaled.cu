@@ -25,13 +25,19 @@
 // and graph capture stay correct) and cuBLASLt reads both through CUBLASLT_POINTER_MODE_DEVICE.
 // (The ALPHA_DEVICE_VECTOR modes would need an N-long alpha vector; D_SCALE_POINTER is for FP8
 // outputs.) Pairs without an NVFP4 operand pass alpha and beta from the host.
+//
+// cuBLASLt is loaded on first use (dlopen), not linked: linking it maps and relocates its ~200 MB
+// in every program that links gemm/ (the CLI's peak RSS went from ~40 MiB to ~210 MiB), though
+// only this sm_100 path calls it.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "formats/recipe.h"
 #include "gemm/launchers.h"
@@ -51,10 +57,63 @@ __global__ void fold_tensor_scales(float* scalars, float alpha, float beta, cons
   scalars[1] = beta;
 }
 
+// The cuBLASLt entry points this file calls, resolved from the shared library.
+struct LtApi {
+  decltype(&cublasLtCreate) create = nullptr;
+  decltype(&cublasLtGetStatusName) status_name = nullptr;
+  decltype(&cublasLtGetStatusString) status_string = nullptr;
+  decltype(&cublasLtMatmul) matmul = nullptr;
+  decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic = nullptr;
+  decltype(&cublasLtMatmulDescCreate) desc_create = nullptr;
+  decltype(&cublasLtMatmulDescDestroy) desc_destroy = nullptr;
+  decltype(&cublasLtMatmulDescSetAttribute) desc_set = nullptr;
+  decltype(&cublasLtMatmulPreferenceCreate) pref_create = nullptr;
+  decltype(&cublasLtMatmulPreferenceDestroy) pref_destroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceSetAttribute) pref_set = nullptr;
+  decltype(&cublasLtMatrixLayoutCreate) layout_create = nullptr;
+  decltype(&cublasLtMatrixLayoutDestroy) layout_destroy = nullptr;
+};
+const LtApi* g_lt = nullptr;  // set once by load_lt; every use below comes after a successful load
+
+Status load_lt() {
+  static std::string error;
+  static const LtApi* api = [] () -> const LtApi* {
+    void* lib = dlopen("libcublasLt.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) lib = dlopen("libcublasLt.so", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      const char* why = dlerror();
+      error = std::string("device: cannot load cuBLASLt (libcublasLt.so.13): ") + (why ? why : "not found");
+      return nullptr;
+    }
+    static LtApi t;
+    const auto bind = [&](auto* fn, const char* name) {
+      *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(dlsym(lib, name));
+      if (*fn == nullptr && error.empty()) error = std::string("device: cuBLASLt has no symbol ") + name;
+    };
+    bind(&t.create, "cublasLtCreate");
+    bind(&t.status_name, "cublasLtGetStatusName");
+    bind(&t.status_string, "cublasLtGetStatusString");
+    bind(&t.matmul, "cublasLtMatmul");
+    bind(&t.heuristic, "cublasLtMatmulAlgoGetHeuristic");
+    bind(&t.desc_create, "cublasLtMatmulDescCreate");
+    bind(&t.desc_destroy, "cublasLtMatmulDescDestroy");
+    bind(&t.desc_set, "cublasLtMatmulDescSetAttribute");
+    bind(&t.pref_create, "cublasLtMatmulPreferenceCreate");
+    bind(&t.pref_destroy, "cublasLtMatmulPreferenceDestroy");
+    bind(&t.pref_set, "cublasLtMatmulPreferenceSetAttribute");
+    bind(&t.layout_create, "cublasLtMatrixLayoutCreate");
+    bind(&t.layout_destroy, "cublasLtMatrixLayoutDestroy");
+    return error.empty() ? &t : nullptr;
+  }();
+  if (api == nullptr) return Status::error(error);
+  g_lt = api;
+  return Status::ok();
+}
+
 Status lt_status(cublasStatus_t s, const char* call) {
   if (s == CUBLAS_STATUS_SUCCESS) return Status::ok();
-  return Status::error(std::string("device: ") + call + " failed: " + cublasLtGetStatusName(s) + " (" +
-                       cublasLtGetStatusString(s) + ")");
+  return Status::error(std::string("device: ") + call + " failed: " + g_lt->status_name(s) + " (" +
+                       g_lt->status_string(s) + ")");
 }
 
 // One cuBLASLt handle per device (a handle belongs to the device current at its creation),
@@ -69,7 +128,7 @@ Status lt_handle(cublasLtHandle_t* out) {
   auto it = handles.find(dev);
   if (it == handles.end()) {
     cublasLtHandle_t h = nullptr;
-    BS_RETURN_IF_ERROR(lt_status(cublasLtCreate(&h), "cublasLtCreate"));
+    BS_RETURN_IF_ERROR(lt_status(g_lt->create(&h), "cublasLtCreate"));
     it = handles.emplace(dev, h).first;
   }
   *out = it->second;
@@ -112,12 +171,12 @@ struct LtDescriptors {
   LtDescriptors(const LtDescriptors&) = delete;
   LtDescriptors& operator=(const LtDescriptors&) = delete;
   ~LtDescriptors() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
+    if (pref) g_lt->pref_destroy(pref);
+    if (d) g_lt->layout_destroy(d);
+    if (c) g_lt->layout_destroy(c);
+    if (b) g_lt->layout_destroy(b);
+    if (a) g_lt->layout_destroy(a);
+    if (op) g_lt->desc_destroy(op);
   }
 };
 
@@ -135,13 +194,13 @@ struct DeviceScalars {
 
 template <typename T>
 Status set_op(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attr, const T& value, const char* call) {
-  return lt_status(cublasLtMatmulDescSetAttribute(op, attr, &value, sizeof(value)), call);
+  return lt_status(g_lt->desc_set(op, attr, &value, sizeof(value)), call);
 }
 
 template <typename T>
 Status set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr, const T& value,
                 const char* call) {
-  return lt_status(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)), call);
+  return lt_status(g_lt->pref_set(pref, attr, &value, sizeof(value)), call);
 }
 
 std::string problem_text(const GemmProblem& p) {
@@ -172,12 +231,13 @@ Status launch_sm100_cublaslt_block_scaled(const GemmProblem& p, const GemmArgume
   const bool device_scalars = a_nvfp4 || b_nvfp4;
   if (workspace == nullptr) workspace_bytes = 0;
 
+  BS_RETURN_IF_ERROR(load_lt());
   cublasLtHandle_t handle = nullptr;
   BS_RETURN_IF_ERROR(lt_handle(&handle));
 
   // D^T = B · A^T in cuBLASLt's column-major terms (see the banner): A_lt = our B, B_lt = our A.
   LtDescriptors desc;
-  BS_RETURN_IF_ERROR(lt_status(cublasLtMatmulDescCreate(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+  BS_RETURN_IF_ERROR(lt_status(g_lt->desc_create(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
                                "cublasLtMatmulDescCreate"));
   const int32_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
   BS_RETURN_IF_ERROR(set_op(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, trans_a, "cublasLtMatmulDescSetAttribute(TRANSA)"));
@@ -200,10 +260,10 @@ Status launch_sm100_cublaslt_block_scaled(const GemmProblem& p, const GemmArgume
   // Leading dimensions are in elements, also for E2M1 (K elements = K / 2 bytes per row).
   const uint64_t m = static_cast<uint64_t>(p.m), n = static_cast<uint64_t>(p.n), k = static_cast<uint64_t>(p.k);
   BS_RETURN_IF_ERROR(
-      lt_status(cublasLtMatrixLayoutCreate(&desc.a, b.type, k, n, p.k), "cublasLtMatrixLayoutCreate(A)"));
+      lt_status(g_lt->layout_create(&desc.a, b.type, k, n, p.k), "cublasLtMatrixLayoutCreate(A)"));
   BS_RETURN_IF_ERROR(
-      lt_status(cublasLtMatrixLayoutCreate(&desc.b, a.type, k, m, p.k), "cublasLtMatrixLayoutCreate(B)"));
-  BS_RETURN_IF_ERROR(lt_status(cublasLtMatrixLayoutCreate(&desc.d, lt_matrix_type(p.d_type), n, m, p.ldd),
+      lt_status(g_lt->layout_create(&desc.b, a.type, k, m, p.k), "cublasLtMatrixLayoutCreate(B)"));
+  BS_RETURN_IF_ERROR(lt_status(g_lt->layout_create(&desc.d, lt_matrix_type(p.d_type), n, m, p.ldd),
                                "cublasLtMatrixLayoutCreate(D)"));
   // With beta == 0, C is not read: it is described as D (the in-place form cuBLASLt accepts). In
   // device pointer mode cuBLASLt sees beta only on the GPU; on an H100 (FP8, cuBLASLt 13.0) a
@@ -211,10 +271,10 @@ Status launch_sm100_cublaslt_block_scaled(const GemmProblem& p, const GemmArgume
   const void* c = read_c ? args.c : args.d;
   const MatrixType c_type = read_c ? p.c_type : p.d_type;
   const int64_t ldc = read_c ? p.ldc : p.ldd;
-  BS_RETURN_IF_ERROR(lt_status(cublasLtMatrixLayoutCreate(&desc.c, lt_matrix_type(c_type), n, m, ldc),
+  BS_RETURN_IF_ERROR(lt_status(g_lt->layout_create(&desc.c, lt_matrix_type(c_type), n, m, ldc),
                                "cublasLtMatrixLayoutCreate(C)"));
 
-  BS_RETURN_IF_ERROR(lt_status(cublasLtMatmulPreferenceCreate(&desc.pref), "cublasLtMatmulPreferenceCreate"));
+  BS_RETURN_IF_ERROR(lt_status(g_lt->pref_create(&desc.pref), "cublasLtMatmulPreferenceCreate"));
   const uint64_t max_workspace = workspace_bytes;
   BS_RETURN_IF_ERROR(set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, max_workspace,
                               "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)"));
@@ -230,11 +290,11 @@ Status launch_sm100_cublaslt_block_scaled(const GemmProblem& p, const GemmArgume
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
   const cublasStatus_t hs =
-      cublasLtMatmulAlgoGetHeuristic(handle, desc.op, desc.a, desc.b, desc.c, desc.d, desc.pref, 1, &heuristic, &found);
+      g_lt->heuristic(handle, desc.op, desc.a, desc.b, desc.c, desc.d, desc.pref, 1, &heuristic, &found);
   if (hs == CUBLAS_STATUS_NOT_SUPPORTED || (hs == CUBLAS_STATUS_SUCCESS && found == 0))
     return Status::error("a_recipe, b_recipe: cuBLASLt found no algorithm for " + problem_text(p) + ", workspace " +
                          std::to_string(workspace_bytes) + " bytes (cublasLtMatmulAlgoGetHeuristic: " +
-                         cublasLtGetStatusName(hs) + ")");
+                         g_lt->status_name(hs) + ")");
   BS_RETURN_IF_ERROR(lt_status(hs, "cublasLtMatmulAlgoGetHeuristic"));
 
   // Host scalars are read during the cublasLtMatmul call; device ones when the GEMM runs.
@@ -250,7 +310,7 @@ Status launch_sm100_cublaslt_block_scaled(const GemmProblem& p, const GemmArgume
     BS_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "device: fold_tensor_scales launch"));
     scalars = dev.ptr;
   }
-  return lt_status(cublasLtMatmul(handle, desc.op, &scalars[0], args.b_data, desc.a, args.a_data, desc.b, &scalars[1],
+  return lt_status(g_lt->matmul(handle, desc.op, &scalars[0], args.b_data, desc.a, args.a_data, desc.b, &scalars[1],
                                   c, desc.c, args.d, desc.d, &heuristic.algo, workspace, workspace_bytes, stream),
                    "cublasLtMatmul");
 }
