@@ -6,9 +6,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #define CHECK_CUDA(call)                                                                            \
   do {                                                                                              \
@@ -36,6 +38,26 @@ inline cublasStatus_t cublas_bf16_gemm(cublasHandle_t blas, int64_t m, int64_t n
   return cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
                       &one, b, CUDA_R_16BF, static_cast<int>(k), a, CUDA_R_16BF, static_cast<int>(k), &zero, d,
                       CUDA_R_16BF, static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+// Median time in ms of `iters` launches of fn (after 3 warm-up launches), one event pair each.
+template <typename Fn>
+float median_ms(Fn fn, int iters) {
+  for (int i = 0; i < 3; ++i) fn();
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<cudaEvent_t> ev(2 * static_cast<size_t>(iters));
+  for (auto& e : ev) CHECK_CUDA(cudaEventCreate(&e));
+  for (int i = 0; i < iters; ++i) {
+    CHECK_CUDA(cudaEventRecord(ev[2 * i]));
+    fn();
+    CHECK_CUDA(cudaEventRecord(ev[2 * i + 1]));
+  }
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<float> ms(static_cast<size_t>(iters));
+  for (int i = 0; i < iters; ++i) CHECK_CUDA(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
 }
 
 }  // namespace bench

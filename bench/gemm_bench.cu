@@ -94,26 +94,6 @@ std::vector<Case> all_cases() {
   return cases;
 }
 
-// Median time in ms of `iters` launches of fn (after 3 warm-up launches), one event pair each.
-template <typename Fn>
-float median_ms(Fn fn, int iters) {
-  for (int i = 0; i < 3; ++i) fn();
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<cudaEvent_t> ev(2 * static_cast<size_t>(iters));
-  for (auto& e : ev) CHECK_CUDA(cudaEventCreate(&e));
-  for (int i = 0; i < iters; ++i) {
-    CHECK_CUDA(cudaEventRecord(ev[2 * i]));
-    fn();
-    CHECK_CUDA(cudaEventRecord(ev[2 * i + 1]));
-  }
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<float> ms(static_cast<size_t>(iters));
-  for (int i = 0; i < iters; ++i) CHECK_CUDA(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
-  for (auto& e : ev) cudaEventDestroy(e);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
 // cuBLASLt blockwise FP8: column-major D^T (N x M) = B (as K x N, transposed) x A (as K x M).
 // Its "A" is our B (scale mode of our B's recipe), its "B" our A (VEC128). Returns false (and
 // says why) when cuBLASLt has no algorithm for the case.
@@ -240,7 +220,7 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
     }
     CHECK_CUDA(cudaDeviceSynchronize());
     ours_host[w] = download(d_ours, c.m * c.n);
-    row.ours[w] = flop / (median_ms([&] { (void)bg::run(p, args, nullptr, 0, nullptr); }, iters) * 1e9);
+    row.ours[w] = flop / (bench::median_ms([&] { (void)bg::run(p, args, nullptr, 0, nullptr); }, iters) * 1e9);
   }
   bg::detail::set_sm90_fp8_tile(Sm90Fp8Tile::kAuto);
   if (!ours_host[0].empty() && !ours_host[1].empty())
@@ -254,7 +234,7 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
     std::printf("case %s: cuBLASLt blockwise: cublasLtMatmul failed\n", row.label.c_str());
   } else {
     CHECK_CUDA(cudaDeviceSynchronize());
-    row.lt = flop / (median_ms([&] { lt.run(a, b, d_lt); }, iters) * 1e9);
+    row.lt = flop / (bench::median_ms([&] { lt.run(a, b, d_lt); }, iters) * 1e9);
     const std::vector<__nv_bfloat16> lt_host = download(d_lt, c.m * c.n);
     for (int w = 0; w < 2; ++w)
       if (!ours_host[w].empty()) compare(ours_host[w], lt_host, &row.max_rel[w], &row.frob_rel[w]);
@@ -270,7 +250,7 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
   if (bf16_gemm() != CUBLAS_STATUS_SUCCESS) {
     std::printf("case %s: cuBLAS BF16 failed\n", row.label.c_str());
   } else {
-    row.bf16 = flop / (median_ms([&] { (void)bf16_gemm(); }, iters) * 1e9);
+    row.bf16 = flop / (bench::median_ms([&] { (void)bf16_gemm(); }, iters) * 1e9);
   }
   CHECK_CUDA(cudaFree(a16));
   CHECK_CUDA(cudaFree(b16));

@@ -304,26 +304,6 @@ std::vector<Case> all_cases() {
   return cases;
 }
 
-// Median time in ms of `iters` launches of fn (after 3 warm-up launches), one event pair each.
-template <typename Fn>
-float median_ms(Fn fn, int iters) {
-  for (int i = 0; i < 3; ++i) fn();
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<cudaEvent_t> ev(2 * static_cast<size_t>(iters));
-  for (auto& e : ev) CHECK_CUDA(cudaEventCreate(&e));
-  for (int i = 0; i < iters; ++i) {
-    CHECK_CUDA(cudaEventRecord(ev[2 * i]));
-    fn();
-    CHECK_CUDA(cudaEventRecord(ev[2 * i + 1]));
-  }
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<float> ms(static_cast<size_t>(iters));
-  for (int i = 0; i < iters; ++i) CHECK_CUDA(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
-  for (auto& e : ev) cudaEventDestroy(e);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
 // TFLOP/s of each (0: failed, the case's line says why), the cross-check, and the dequantize alone.
 struct Row {
   Case c;
@@ -364,7 +344,7 @@ bool run_case(const Case& c, int iters, cublasHandle_t blas, Row* row) {
   }
   CHECK_CUDA(cudaGetLastError());
   CHECK_CUDA(cudaDeviceSynchronize());
-  row->ours = flop / (median_ms([&] { (void)bg::run(p, args, ws.ptr, ws_bytes, nullptr); }, iters) * 1e9);
+  row->ours = flop / (bench::median_ms([&] { (void)bg::run(p, args, ws.ptr, ws_bytes, nullptr); }, iters) * 1e9);
 
   // 3. Dequantize + cuBLAS BF16, first once for the cross-check.
   DeviceBuffer<__nv_bfloat16> a16(c.m * c.k), b16(c.n * c.k);
@@ -384,13 +364,13 @@ bool run_case(const Case& c, int iters, cublasHandle_t blas, Row* row) {
     std::printf("case %d %s: cuBLAS BF16 failed: %s\n", c.index, name.c_str(), cublasGetStatusString(peer_status));
   } else {
     compare(d_ours.ptr, d_peer.ptr, c.m * c.n, &row->max_rel, &row->frob_rel);
-    row->peer = flop / (median_ms([&] { (void)peer(); }, iters) * 1e9);
+    row->peer = flop / (bench::median_ms([&] { (void)peer(); }, iters) * 1e9);
     // 2. cuBLAS BF16 alone, on the dequantized operands.
-    row->bf16 = flop / (median_ms([&] { (void)bench::cublas_bf16_gemm(blas, c.m, c.n, c.k, a16.ptr, b16.ptr, d_peer.ptr); },
+    row->bf16 = flop / (bench::median_ms([&] { (void)bench::cublas_bf16_gemm(blas, c.m, c.n, c.k, a16.ptr, b16.ptr, d_peer.ptr); },
                                   iters) * 1e9);
   }
   // The dequantize alone: its share of the peer, and its bandwidth (codes + scales in, bf16 out).
-  row->dequant_ms = median_ms(dequant_both, iters);
+  row->dequant_ms = bench::median_ms(dequant_both, iters);
   CHECK_CUDA(cudaGetLastError());
   const double bytes = static_cast<double>(a.data_bytes() + a.scale_bytes() + b.data_bytes() + b.scale_bytes()) +
                        2.0 * (c.m + c.n) * c.k;

@@ -56,6 +56,7 @@
 #include "formats/reference_gemm.h"
 #include "formats/scale_layout.h"
 #include "gemm/gemm.h"
+#include "tests/gemm/gemm_test_util.h"
 #include "tests/quant/gpu_test_util.h"
 
 namespace {
@@ -64,6 +65,10 @@ namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
 using bf::Recipe;
 using bg::MatrixType;
+using blockscale_test::element_bytes;
+using blockscale_test::element_value;
+using blockscale_test::encode;
+using blockscale_test::round_to;
 using blockscale_test::DeviceBuffer;
 using blockscale_test::expect_error;
 
@@ -242,40 +247,6 @@ bf::QuantizedMatrix absolute(const bf::QuantizedMatrix& q) {
 }
 
 // ---- Running the GEMM --------------------------------------------------------------------------
-
-int64_t element_bytes(MatrixType t) { return t == MatrixType::kBf16 ? 2 : 4; }
-
-double element_value(const std::vector<uint8_t>& bytes, int64_t i, MatrixType t) {
-  if (t == MatrixType::kFp32) {
-    float f;
-    std::memcpy(&f, bytes.data() + i * 4, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, bytes.data() + i * 2, 2);
-  return bf::bf16_bits_to_float(h);
-}
-
-// Values (fp32- or bf16-representable) as the bytes of type t.
-std::vector<uint8_t> encode(const std::vector<double>& v, MatrixType t) {
-  std::vector<uint8_t> bytes(v.size() * static_cast<size_t>(element_bytes(t)));
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (t == MatrixType::kFp32) {
-      const float f = static_cast<float>(v[i]);
-      std::memcpy(bytes.data() + i * 4, &f, 4);
-    } else {
-      const uint16_t h = bf::float_to_bf16_bits_rn(static_cast<float>(v[i]));
-      std::memcpy(bytes.data() + i * 2, &h, 2);
-    }
-  }
-  return bytes;
-}
-
-// v rounded once (RNE) to D's type.
-double round_to(double v, MatrixType t) {
-  const float f = static_cast<float>(v);
-  return t == MatrixType::kFp32 ? f : bf::bf16_bits_to_float(bf::float_to_bf16_bits_rn(f));
-}
 
 bg::GemmProblem problem(const Pair& pair, int64_t m, int64_t n, int64_t k, MatrixType d_type, int64_t ldd,
                         float alpha, float beta, MatrixType c_type = MatrixType::kFp32) {

@@ -57,6 +57,7 @@
 #include "gemm/common/tile_scheduler.h"
 #include "gemm/gemm.h"
 #include "gemm/launchers.h"  // the tile-width selector
+#include "tests/gemm/gemm_test_util.h"
 #include "tests/quant/gpu_test_util.h"
 
 namespace {
@@ -67,6 +68,10 @@ using bf::Recipe;
 using bg::MatrixType;
 using bg::detail::Sm90Fp8Tile;
 using blockscale_test::DeviceBuffer;
+using blockscale_test::element_bytes;
+using blockscale_test::element_value;
+using blockscale_test::encode;
+using blockscale_test::round_to;
 using blockscale_test::expect_error;
 
 // ---- Operands ----------------------------------------------------------------------------------
@@ -134,19 +139,6 @@ bf::QuantizedMatrix absolute(const bf::QuantizedMatrix& q) {
 
 // ---- Running the GEMM --------------------------------------------------------------------------
 
-int64_t element_bytes(MatrixType t) { return t == MatrixType::kBf16 ? 2 : 4; }
-
-double element_value(const std::vector<uint8_t>& bytes, int64_t i, MatrixType t) {
-  if (t == MatrixType::kFp32) {
-    float f;
-    std::memcpy(&f, bytes.data() + i * 4, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, bytes.data() + i * 2, 2);
-  return bf::bf16_bits_to_float(h);
-}
-
 struct GemmRun {
   std::vector<uint8_t> d;  // m x ldd elements of d_type, as the GPU left them
   blockscale::Status status = blockscale::Status::ok();
@@ -181,19 +173,6 @@ void run_gemm(const bg::GemmProblem& p, const HostOperand& a, const HostOperand&
   const int64_t d_bytes = p.m * p.ldd * element_bytes(p.d_type);
   ASSERT_CUDA(d_buf.alloc(static_cast<size_t>(d_bytes)));
   ASSERT_CUDA(cudaMemset(d_buf.ptr, 0xFF, static_cast<size_t>(d_bytes)));
-  auto encode = [](const std::vector<double>& v, MatrixType t) {
-    std::vector<uint8_t> bytes(v.size() * static_cast<size_t>(element_bytes(t)));
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (t == MatrixType::kFp32) {
-        const float f = static_cast<float>(v[i]);
-        std::memcpy(bytes.data() + i * 4, &f, 4);
-      } else {
-        const uint16_t h = bf::float_to_bf16_bits_rn(static_cast<float>(v[i]));
-        std::memcpy(bytes.data() + i * 2, &h, 2);
-      }
-    }
-    return bytes;
-  };
   if (c != nullptr) {
     const std::vector<uint8_t> c_bytes = encode(*c, p.c_type);
     if (in_place) {
@@ -262,7 +241,7 @@ void check_random(const bg::GemmProblem& p, const HostOperand& a, const HostOper
     c.assign(static_cast<size_t>(p.m * p.ldc), 0.0);
     for (auto& x : c) {  // C as its stored type holds it (bf16 C is rounded before the reference)
       x = static_cast<float>(normal(rng) * rms);
-      if (p.c_type == MatrixType::kBf16) x = bf::bf16_bits_to_float(bf::float_to_bf16_bits_rn(static_cast<float>(x)));
+      x = round_to(x, p.c_type);
     }
   }
   std::vector<double> ref, abs_ref;
@@ -437,9 +416,7 @@ TEST_P(GemmExact, BitExact) {
       for (int64_t i = 0; i < p.m; ++i)
         for (int64_t j = 0; j < p.n; ++j) {
           const double want_exact = ref[static_cast<size_t>(i * p.n + j)];
-          const double want = d_type == MatrixType::kFp32
-                                  ? static_cast<double>(static_cast<float>(want_exact))
-                                  : bf::bf16_bits_to_float(bf::float_to_bf16_bits_rn(static_cast<float>(want_exact)));
+          const double want = round_to(want_exact, d_type);
           const double got = element_value(r.d, i * p.ldd + j, d_type);
           if (got == want) continue;
           if (bad++ < 5)

@@ -1,0 +1,53 @@
+// Shared by the GEMM tests: C and D elements (bf16 or fp32) as bytes and back, and a value
+// rounded once to D's type.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "formats/scalar_codecs.h"
+#include "gemm/gemm.h"
+
+namespace blockscale_test {
+
+inline int64_t element_bytes(blockscale::gemm::MatrixType t) {
+  return t == blockscale::gemm::MatrixType::kBf16 ? 2 : 4;
+}
+
+// Element i of a bf16 or fp32 buffer.
+inline double element_value(const std::vector<uint8_t>& bytes, int64_t i, blockscale::gemm::MatrixType t) {
+  if (t == blockscale::gemm::MatrixType::kFp32) {
+    float f;
+    std::memcpy(&f, bytes.data() + i * 4, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, bytes.data() + i * 2, 2);
+  return blockscale::formats::bf16_bits_to_float(h);
+}
+
+// Values as the bytes of type t (fp32 round-to-nearest, then bf16 RNE for bf16).
+inline std::vector<uint8_t> encode(const std::vector<double>& v, blockscale::gemm::MatrixType t) {
+  std::vector<uint8_t> bytes(v.size() * static_cast<size_t>(element_bytes(t)));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (t == blockscale::gemm::MatrixType::kFp32) {
+      const float f = static_cast<float>(v[i]);
+      std::memcpy(bytes.data() + i * 4, &f, 4);
+    } else {
+      const uint16_t h = blockscale::formats::float_to_bf16_bits_rn(static_cast<float>(v[i]));
+      std::memcpy(bytes.data() + i * 2, &h, 2);
+    }
+  }
+  return bytes;
+}
+
+// v rounded once (RNE) to D's type.
+inline double round_to(double v, blockscale::gemm::MatrixType t) {
+  const float f = static_cast<float>(v);
+  return t == blockscale::gemm::MatrixType::kFp32
+             ? f
+             : blockscale::formats::bf16_bits_to_float(blockscale::formats::float_to_bf16_bits_rn(f));
+}
+
+}  // namespace blockscale_test
