@@ -11,20 +11,14 @@
 #include <utility>
 
 #include "formats/scale_layout.h"
+#include "gemm/checks.h"
 #include "gemm/launchers.h"
 
 namespace blockscale::gemm {
 namespace {
 
 using formats::Recipe;
-
-constexpr int64_t kInt32Max = 0x7FFFFFFF;  // TMA coordinates and tile indices are 32-bit
-
-std::string str(int64_t v) { return std::to_string(v); }
-
-bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
-
-int64_t element_bytes(MatrixType t) { return t == MatrixType::kBf16 ? 2 : 4; }
+using namespace detail;  // gemm/checks.h
 
 bool empty_problem(const GemmProblem& p) { return p.m == 0 || p.n == 0; }
 
@@ -41,25 +35,6 @@ Status check_recipes(const GemmProblem& p) {
                        formats::recipe_name(p.b_recipe) +
                        ") is not supported; supported pairs: (fp8_block128, fp8_block128x128 | fp8_block128), "
                        "(mxfp8 | mxfp8_e5m2, mxfp8 | mxfp8_e5m2 | mxfp4 | nvfp4), (mxfp4, mxfp4), (nvfp4, nvfp4)");
-}
-
-// Bytes of an operand's scale buffer in the GEMM layout of its recipe.
-int64_t scale_bytes(Recipe r, int64_t rows, int64_t k) {
-  if (r == Recipe::kFp8Block1x128) return formats::vec128_scale_floats(rows, k / 128) * 4;
-  if (r == Recipe::kFp8Block128x128) return formats::blk128_scale_floats((rows + 127) / 128, k / 128) * 4;
-  return formats::swizzled_scale_bytes(rows, k / formats::default_block_cols(r));
-}
-
-int64_t data_bytes(Recipe r, int64_t rows, int64_t k) { return rows * (formats::is_fp4(r) ? k / 2 : k); }
-
-bool overlap(const void* a, int64_t a_bytes, const void* b, int64_t b_bytes) {
-  const auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-  return a_bytes > 0 && b_bytes > 0 && x < y + static_cast<uintptr_t>(b_bytes) && y < x + static_cast<uintptr_t>(a_bytes);
-}
-
-// Bytes a row-major rows x cols matrix with row stride ld spans.
-int64_t span_bytes(int64_t rows, int64_t cols, int64_t ld, int64_t element) {
-  return rows > 0 && cols > 0 ? ((rows - 1) * ld + cols) * element : 0;
 }
 
 }  // namespace
@@ -95,6 +70,17 @@ Status prepare_kernel(const void* kernel, int smem_bytes, const char* name, int*
                                  "cudaDeviceGetAttribute(multiprocessor count)"));
   prepared[{kernel, dev}] = sms;
   *sm_count = sms;
+  return Status::ok();
+}
+
+Status current_sm(int* sm) {
+  int dev = 0, major = 0, minor = 0;
+  BS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "device: cudaGetDevice"));
+  BS_RETURN_IF_ERROR(
+      cuda_status(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "device: compute capability"));
+  BS_RETURN_IF_ERROR(
+      cuda_status(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "device: compute capability"));
+  *sm = major * 10 + minor;
   return Status::ok();
 }
 
@@ -169,17 +155,12 @@ Status check_and_select(const GemmProblem& p, const GemmArguments& args, GemmKer
   *kernel = GemmKernel::kNone;
   BS_RETURN_IF_ERROR(can_implement(p));
   if (empty_problem(p)) return Status::ok();
-  const auto need = [](const void* ptr, size_t align, const char* name, const char* rule) -> Status {
-    if (ptr == nullptr) return Status::error(std::string(name) + ": must not be null");
-    if (!aligned(ptr, align)) return Status::error(std::string(name) + ": must be " + rule);
-    return Status::ok();
-  };
-  BS_RETURN_IF_ERROR(need(args.a_data, 16, "a_data", "16-byte aligned (TMA)"));
-  BS_RETURN_IF_ERROR(need(args.b_data, 16, "b_data", "16-byte aligned (TMA)"));
-  BS_RETURN_IF_ERROR(need(args.a_scales, 16, "a_scales", "16-byte aligned (TMA)"));
-  BS_RETURN_IF_ERROR(need(args.b_scales, 16, "b_scales", "16-byte aligned (TMA)"));
+  BS_RETURN_IF_ERROR(need_pointer(args.a_data, 16, "a_data", "16-byte aligned (TMA)"));
+  BS_RETURN_IF_ERROR(need_pointer(args.b_data, 16, "b_data", "16-byte aligned (TMA)"));
+  BS_RETURN_IF_ERROR(need_pointer(args.a_scales, 16, "a_scales", "16-byte aligned (TMA)"));
+  BS_RETURN_IF_ERROR(need_pointer(args.b_scales, 16, "b_scales", "16-byte aligned (TMA)"));
   const int64_t d_elem = element_bytes(p.d_type), c_elem = element_bytes(p.c_type);
-  BS_RETURN_IF_ERROR(need(args.d, static_cast<size_t>(d_elem), "d",
+  BS_RETURN_IF_ERROR(need_pointer(args.d, static_cast<size_t>(d_elem), "d",
                           p.d_type == MatrixType::kBf16 ? "2-byte aligned (bf16)" : "4-byte aligned (fp32)"));
   const int64_t d_bytes = span_bytes(p.m, p.n, p.ldd, d_elem);
   if (overlap(args.d, d_bytes, args.a_data, data_bytes(p.a_recipe, p.m, p.k))) return Status::error("d: overlaps a_data");
@@ -188,13 +169,6 @@ Status check_and_select(const GemmProblem& p, const GemmArguments& args, GemmKer
     return Status::error("d: overlaps a_scales");
   if (overlap(args.d, d_bytes, args.b_scales, scale_bytes(p.b_recipe, p.n, p.k)))
     return Status::error("d: overlaps b_scales");
-  const auto need_scale_dec = [](const float* ptr, const char* name) -> Status {
-    if (ptr == nullptr || !aligned(ptr, 4))
-      return Status::error(std::string(name) + ": must be a 4-byte aligned device pointer to the NVFP4 operand's "
-                           "tensor decode scale S_dec (quant/ writes it to *_scale_dec), got " +
-                           (ptr == nullptr ? "null" : "a misaligned pointer"));
-    return Status::ok();
-  };
   if (p.a_recipe == Recipe::kNvfp4) BS_RETURN_IF_ERROR(need_scale_dec(args.a_scale_dec, "a_scale_dec"));
   if (p.b_recipe == Recipe::kNvfp4) BS_RETURN_IF_ERROR(need_scale_dec(args.b_scale_dec, "b_scale_dec"));
   if (p.a_recipe == Recipe::kNvfp4 && overlap(args.d, d_bytes, args.a_scale_dec, 4))
@@ -202,20 +176,16 @@ Status check_and_select(const GemmProblem& p, const GemmArguments& args, GemmKer
   if (p.b_recipe == Recipe::kNvfp4 && overlap(args.d, d_bytes, args.b_scale_dec, 4))
     return Status::error("d: overlaps b_scale_dec");
   if (p.beta != 0.0f) {
-    BS_RETURN_IF_ERROR(need(args.c, static_cast<size_t>(c_elem), "c",
+    BS_RETURN_IF_ERROR(need_pointer(args.c, static_cast<size_t>(c_elem), "c",
                             p.c_type == MatrixType::kBf16 ? "2-byte aligned (bf16) when beta != 0"
                                                           : "4-byte aligned (fp32) when beta != 0"));
     const bool in_place = args.c == args.d && p.c_type == p.d_type && p.ldc == p.ldd;
     if (!in_place && overlap(args.c, span_bytes(p.m, p.n, p.ldc, c_elem), args.d, d_bytes))
       return Status::error("c: must be d itself (same pointer, type and ldc == ldd) or not overlap d");
   }
-  int dev = 0, major = 0, minor = 0;
-  BS_RETURN_IF_ERROR(detail::cuda_status(cudaGetDevice(&dev), "device: cudaGetDevice"));
-  BS_RETURN_IF_ERROR(detail::cuda_status(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev),
-                                         "device: compute capability"));
-  BS_RETURN_IF_ERROR(detail::cuda_status(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev),
-                                         "device: compute capability"));
-  BS_RETURN_IF_ERROR(can_implement_for_arch(p, major * 10 + minor, kernel));
+  int sm = 0;
+  BS_RETURN_IF_ERROR(detail::current_sm(&sm));
+  BS_RETURN_IF_ERROR(can_implement_for_arch(p, sm, kernel));
   if (*kernel == GemmKernel::kSm90Fp8Blockwise) return detail::sm90_fp8_block_gemm_loadable();
   if (*kernel == GemmKernel::kSm90BlockScaledExact) return detail::sm90_block_scaled_gemm_loadable(p);
   return Status::ok();

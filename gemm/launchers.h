@@ -5,12 +5,25 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 #include "gemm/gemm.h"
 
 namespace blockscale::gemm::detail {
 
+// M-grouped (MoE) launches (gemm/grouped.h): p describes the whole problem (m = all tokens, n and
+// k of one expert); B holds num_groups experts of n rows back to back, its scales one per-expert
+// buffer of b_scale_stride_bytes each. Null: a dense launch.
+struct Grouping {
+  const int32_t* group_ends = nullptr;  // device, num_groups cumulative ends
+  int num_groups = 0;
+  int64_t b_scale_stride_bytes = 0;
+  const float* b_scale_dec = nullptr;  // NVFP4 B: num_groups device floats
+};
+
 // FP8 blockwise, sm_90a wgmma kernel: gemm/sm90/sm90_fp8_block_gemm.cu.
-Status launch_sm90_fp8_block_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream);
+Status launch_sm90_fp8_block_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream,
+                                  const Grouping* grouping = nullptr);
 // Whether the current device can run that kernel (an sm_90a image that loads on it).
 Status sm90_fp8_block_gemm_loadable();
 // The CTA tile width that kernel runs with. kAuto (the default) picks per problem, from the H100
@@ -24,7 +37,8 @@ Sm90Fp8Tile sm90_fp8_tile();
 
 // MX / NVFP4 exact, sm_90a: gemm/sm90/sm90_block_scaled_gemm*.cu (elements x scales converted
 // to bf16 in the kernel, bf16 wgmma, fp32 accumulation).
-Status launch_sm90_block_scaled_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream);
+Status launch_sm90_block_scaled_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream,
+                                     const Grouping* grouping = nullptr);
 // Whether the current device can run the kernel p's recipe pair selects.
 Status sm90_block_scaled_gemm_loadable(const GemmProblem& p);
 

@@ -33,7 +33,8 @@ struct Prepare {
   template <class FmtA, class FmtB>
   Status run() const {
     int sms = 0;
-    return prepare_block_scaled<FmtA, FmtB>(&sms);
+    BS_RETURN_IF_ERROR((prepare_block_scaled<FmtA, FmtB, false>(&sms)));
+    return prepare_block_scaled<FmtA, FmtB, true>(&sms);
   }
 };
 
@@ -41,9 +42,11 @@ struct Launch {
   const GemmProblem& p;
   const GemmArguments& args;
   cudaStream_t stream;
+  const Grouping* grouping;
   template <class FmtA, class FmtB>
   Status run() const {
-    return launch_block_scaled<FmtA, FmtB>(p, args, stream);
+    return grouping ? launch_block_scaled<FmtA, FmtB, true>(p, args, stream, grouping)
+                    : launch_block_scaled<FmtA, FmtB, false>(p, args, stream, nullptr);
   }
 };
 
@@ -51,8 +54,9 @@ struct Launch {
 
 Status sm90_block_scaled_gemm_loadable(const GemmProblem& p) { return with_formats(p, Prepare{}); }
 
-Status launch_sm90_block_scaled_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream) {
-  return with_formats(p, Launch{p, args, stream});
+Status launch_sm90_block_scaled_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream,
+                                     const Grouping* grouping) {
+  return with_formats(p, Launch{p, args, stream, grouping});
 }
 
 }  // namespace blockscale::gemm::detail

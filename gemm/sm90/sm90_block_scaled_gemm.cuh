@@ -39,6 +39,7 @@
 
 #include <cstdint>
 
+#include "gemm/common/grouped_schedule.h"
 #include "gemm/common/tile_scheduler.h"
 #include "gemm/gemm.h"
 #include "gemm/sm90/sm90_epilogue.cuh"
@@ -63,7 +64,9 @@ using Mxfp8E5M2 = OperandFormat<ElementCode::kE5M2, ScaleCode::kE8M0>;
 using Mxfp4 = OperandFormat<ElementCode::kE2M1, ScaleCode::kE8M0>;
 using Nvfp4 = OperandFormat<ElementCode::kE2M1, ScaleCode::kUE4M3>;
 
-template <class FmtA, class FmtB>
+// kGrouped: the M-grouped (MoE) mode (gemm/common/grouped_schedule.h). An expert's first row need
+// not be a multiple of 128, so a 256-row tile spans up to 3 of A's 128-row scale tiles.
+template <class FmtA, class FmtB, bool kGrouped>
 struct BlockScaledGemmConfig {
   static constexpr int kTileM = 256;  // two consumer warpgroups x two m64 halves
   static constexpr int kTileN = 128;
@@ -74,12 +77,13 @@ struct BlockScaledGemmConfig {
   static constexpr int kConsumerRegisters = 232;
   static constexpr int kTileABytes = kTileM * FmtA::kRowBytes;
   static constexpr int kTileBBytes = kTileN * FmtB::kRowBytes;
-  static constexpr int kScaleABytes = (kTileM / 128) * FmtA::kScaleTilesPerStage * 512;
+  static constexpr int kARowTiles = kTileM / 128 + (kGrouped ? 1 : 0);  // A scale row tiles per stage
+  static constexpr int kScaleABytes = kARowTiles * FmtA::kScaleTilesPerStage * 512;
   static constexpr int kScaleBBytes = (kTileN / 128) * FmtB::kScaleTilesPerStage * 512;
   static constexpr int kStageBytes = kTileABytes + kTileBBytes + kScaleABytes + kScaleBBytes;
   static constexpr int kBf16AtomBytes = kTileN * 128;  // 64 of K x 128 rows of bf16
   static constexpr int kBf16BBytes = 2 * kBf16AtomBytes;  // one stage of B in bf16
-  static constexpr int kFixedBytes = 1024 + 2 * kBf16BBytes + 2 * 8 * 8;
+  static constexpr int kFixedBytes = 1024 + 2 * kBf16BBytes + 2 * 8 * 8 + (kGrouped ? 2 * kMaxGroups * 4 : 0);
   static constexpr int kStagesFit = (227 * 1024 - kFixedBytes) / kStageBytes;
   static constexpr int kStages = kStagesFit < 6 ? kStagesFit : 6;
   static constexpr int kSmemBytes = kFixedBytes + kStages * kStageBytes;
@@ -95,8 +99,10 @@ struct BlockScaledGemmParams {
   int32_t k_stages = 0;  // ceil(K / 128); the last stage's missing K arrives as zero codes
   TileOrder order;
   const float* a_scale_dec = nullptr;  // NVFP4 tensor decode scales (null: 1)
-  const float* b_scale_dec = nullptr;
+  const float* b_scale_dec = nullptr;  // grouped: one per expert
   EpilogueParams epilogue;
+  GroupedRows groups;  // grouped mode: expert g's B is rows g * n.. of b_map, scale row tiles g * b_row_tiles..
+  int32_t b_row_tiles = 0;
 };
 
 namespace block_scaled {
@@ -166,14 +172,14 @@ __device__ __forceinline__ uint32_t scale_offset(int r, int col) {
 
 }  // namespace block_scaled
 
-template <class FmtA, class FmtB>
-__global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB>::kThreads, 1)
+template <class FmtA, class FmtB, bool kGrouped>
+__global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB, kGrouped>::kThreads, 1)
     sm90_block_scaled_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                                   const __grid_constant__ CUtensorMap a_scale_map,
                                   const __grid_constant__ CUtensorMap b_scale_map, const BlockScaledGemmParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace block_scaled;
-  using Cfg = BlockScaledGemmConfig<FmtA, FmtB>;
+  using Cfg = BlockScaledGemmConfig<FmtA, FmtB, kGrouped>;
   constexpr int kStages = Cfg::kStages;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
@@ -185,6 +191,8 @@ __global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB>::kThreads, 1
   uint8_t* b_scale_ring = a_scale_ring + kStages * Cfg::kScaleABytes;
   uint64_t* full = reinterpret_cast<uint64_t*>(b_scale_ring + kStages * Cfg::kScaleBBytes);
   uint64_t* empty = full + kStages;
+  int32_t* tile_ends = reinterpret_cast<int32_t*>(empty + kStages);  // grouped mode only
+  int32_t* row_ends = tile_ends + kMaxGroups;
 
   const int warpgroup = static_cast<int>(threadIdx.x) / 128;
   if (threadIdx.x == 0) {
@@ -194,9 +202,24 @@ __global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB>::kThreads, 1
     }
     fence_barrier_init();
   }
+  if constexpr (kGrouped) build_grouped_schedule(p.groups, p.m, Cfg::kTileM, p.order.tiles_n, tile_ends, row_ends);
   __syncthreads();
 
-  const int32_t num_tiles = p.order.num_tiles();
+  const int32_t num_tiles = !kGrouped ? p.order.num_tiles()
+                            : p.groups.num_groups > 0 ? tile_ends[p.groups.num_groups - 1]
+                                                      : 0;
+  // Tile index -> its expert, first row and column, and where its rows end.
+  const auto tile_at = [&](int32_t tile) {
+    if constexpr (kGrouped) {
+      return grouped_tile(tile, p.groups.num_groups, Cfg::kTileM, Cfg::kTileN, p.order.tiles_n, tile_ends, row_ends);
+    } else {
+      GroupedTile t;
+      int32_t tile_m, tile_n;
+      p.order.coords(tile, &tile_m, &tile_n);
+      t.m0 = tile_m * Cfg::kTileM, t.n0 = tile_n * Cfg::kTileN, t.row_end = p.m;
+      return t;
+    }
+  };
   if (warpgroup == 2) {
     // ---- producer ----
     warpgroup_registers_shrink<Cfg::kProducerRegisters>();
@@ -208,18 +231,18 @@ __global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB>::kThreads, 1
       int slot = 0;
       uint32_t phase = 0;
       for (int32_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-        int32_t tile_m, tile_n;
-        p.order.coords(tile, &tile_m, &tile_n);
-        const int32_t m0 = tile_m * Cfg::kTileM, n0 = tile_n * Cfg::kTileN;
+        const GroupedTile t = tile_at(tile);
+        const int32_t m0 = t.m0, b_row = t.group * p.n + t.n0;
+        const int32_t b_row_tile = t.group * p.b_row_tiles + t.n0 / 128;
         for (int32_t kb = 0; kb < p.k_stages; ++kb) {
           mbarrier_wait(&empty[slot], phase ^ 1);
           mbarrier_arrive_expect_tx(&full[slot], Cfg::kStageBytes);  // boxes past the edges count in full
           tma_load_2d(a_ring + slot * Cfg::kTileABytes, &a_map, &full[slot], kb * FmtA::kRowBytes, m0);
-          tma_load_2d(b_ring + slot * Cfg::kTileBBytes, &b_map, &full[slot], kb * FmtB::kRowBytes, n0);
+          tma_load_2d(b_ring + slot * Cfg::kTileBBytes, &b_map, &full[slot], kb * FmtB::kRowBytes, b_row);
           tma_load_3d(a_scale_ring + slot * Cfg::kScaleABytes, &a_scale_map, &full[slot], 0,
                       kb * 2 * FmtA::kScaleTilesPerStage, m0 / 128);
           tma_load_3d(b_scale_ring + slot * Cfg::kScaleBBytes, &b_scale_map, &full[slot], 0,
-                      kb * 2 * FmtB::kScaleTilesPerStage, n0 / 128);
+                      kb * 2 * FmtB::kScaleTilesPerStage, b_row_tile);
           if (++slot == kStages) slot = 0, phase ^= 1;
         }
       }
@@ -234,8 +257,7 @@ __global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB>::kThreads, 1
   const int g = lane / 4, q = lane % 4;
   // This thread's A rows in the tile: (half h, i) -> 128 wg + 64 h + 16 w + g + 8 i.
   const int row0 = warpgroup * 128 + warp_in_group * 16 + g;
-  const float alpha = p.epilogue.alpha * (p.a_scale_dec ? __ldg(p.a_scale_dec) : 1.0f) *
-                      (p.b_scale_dec ? __ldg(p.b_scale_dec) : 1.0f);
+  const float alpha_a = p.epilogue.alpha * (p.a_scale_dec ? __ldg(p.a_scale_dec) : 1.0f);
 
   // Converts the B pieces of ring slot `slot` owned by this thread into bf16 buffer `buf`:
   // piece (row n, q') = the 32 physical k of block q' (item = thread + 256 it, n = item / 4).
@@ -288,15 +310,17 @@ __global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB>::kThreads, 1
 
   float acc[2][64];
   uint32_t frag[2][2][4];  // [step parity][half h][register]
-  int32_t tile = blockIdx.x, m0 = 0, n0 = 0;
+  int32_t tile = blockIdx.x;
+  GroupedTile t;
   for (int32_t gs = 0; gs < total; ++gs) {
     const int32_t kb = gs % p.k_stages;
     if (kb == 0) {
       if (gs > 0) tile += gridDim.x;
-      int32_t tile_m, tile_n;
-      p.order.coords(tile, &tile_m, &tile_n);
-      m0 = tile_m * Cfg::kTileM, n0 = tile_n * Cfg::kTileN;
+      t = tile_at(tile);
     }
+    // This tile's rows in its A scale box: the box starts at row tile m0 / 128 (grouped: an
+    // expert's first row need not be a multiple of 128).
+    const int a_row_shift = t.m0 & 127;
     const int slot = gs % kStages, buf = gs & 1;
     const bool has_next = gs + 1 < total;
     const int next_slot = (gs + 1) % kStages;
@@ -315,6 +339,7 @@ __global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB>::kThreads, 1
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           const int r = row0 + 64 * h + 8 * i;
+          const int r_scale = r + a_row_shift;
           if constexpr (FmtA::kFp4) {
             const uint2 v = *reinterpret_cast<const uint2*>(a_tile + swizzled<64>(r, q) + 8 * hs);
             a_words[h][i][0] = v.x, a_words[h][i][1] = v.y;
@@ -323,7 +348,7 @@ __global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB>::kThreads, 1
             a_words[h][i][0] = v.x, a_words[h][i][1] = v.y, a_words[h][i][2] = v.z, a_words[h][i][3] = v.w;
           }
           const int col = FmtA::kBlock == 16 ? 2 * q + hs : q;
-          a_scale[h][i] = scale_bf16x2<FmtA::kScale>(a_scales[scale_offset<FmtA::kScaleTilesPerStage>(r, col)]);
+          a_scale[h][i] = scale_bf16x2<FmtA::kScale>(a_scales[scale_offset<FmtA::kScaleTilesPerStage>(r_scale, col)]);
         }
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
@@ -366,15 +391,16 @@ __global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB>::kThreads, 1
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int j = 0; j < 64; ++j) fence_accumulator(acc[h][j]);
+      const float alpha = alpha_a * (p.b_scale_dec ? __ldg(p.b_scale_dec + t.group) : 1.0f);
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          const int64_t row = int64_t{m0} + row0 + 64 * h + 8 * i;
-          if (row >= p.m) continue;
+          const int64_t row = int64_t{t.m0} + row0 + 64 * h + 8 * i;
+          if (row >= t.row_end) continue;
 #pragma unroll
           for (int j = 0; j < 16; ++j) {
-            const int32_t col = n0 + 8 * j + 2 * q;
+            const int32_t col = t.n0 + 8 * j + 2 * q;
             if (col < p.n)
               store_pair(p.epilogue, alpha, row, col, acc[h][4 * j + 2 * i], acc[h][4 * j + 2 * i + 1], col + 1 < p.n);
           }

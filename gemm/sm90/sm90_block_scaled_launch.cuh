@@ -15,14 +15,10 @@
 
 namespace blockscale::gemm::detail {
 
-template <class FmtA, class FmtB>
-const void* block_scaled_kernel() {
-  return reinterpret_cast<const void*>(&sm90::sm90_block_scaled_gemm_kernel<FmtA, FmtB>);
-}
-
-template <class FmtA, class FmtB>
+template <class FmtA, class FmtB, bool kGrouped>
 Status prepare_block_scaled(int* sm_count) {
-  return prepare_kernel(block_scaled_kernel<FmtA, FmtB>(), sm90::BlockScaledGemmConfig<FmtA, FmtB>::kSmemBytes,
+  return prepare_kernel(reinterpret_cast<const void*>(&sm90::sm90_block_scaled_gemm_kernel<FmtA, FmtB, kGrouped>),
+                        sm90::BlockScaledGemmConfig<FmtA, FmtB, kGrouped>::kSmemBytes,
                         "sm90_block_scaled_gemm_kernel", sm_count);
 }
 
@@ -49,18 +45,24 @@ TensorMap3d scale_map(const void* scales, int64_t rows, int64_t k, uint32_t box_
   return t;
 }
 
-template <class FmtA, class FmtB>
-Status launch_block_scaled(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream) {
-  using Cfg = sm90::BlockScaledGemmConfig<FmtA, FmtB>;
+// grouping: null for a dense problem; otherwise B holds num_groups experts of p.n rows, their
+// swizzled scales back to back (each padded to 128-row tiles, so the scale map spans
+// num_groups * ceil(n / 128) row tiles).
+template <class FmtA, class FmtB, bool kGrouped>
+Status launch_block_scaled(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream,
+                           const Grouping* grouping) {
+  using Cfg = sm90::BlockScaledGemmConfig<FmtA, FmtB, kGrouped>;
   int sm_count = 0;
-  BS_RETURN_IF_ERROR((prepare_block_scaled<FmtA, FmtB>(&sm_count)));
+  BS_RETURN_IF_ERROR((prepare_block_scaled<FmtA, FmtB, kGrouped>(&sm_count)));
+  const int64_t groups = kGrouped ? grouping->num_groups : 1;
+  const int64_t b_row_tiles = (p.n + 127) / 128;
   CUtensorMap a_map, b_map, a_scale_map, b_scale_map;
   BS_RETURN_IF_ERROR(encode_tensor_map(code_map<FmtA>(args.a_data, p.m, p.k, Cfg::kTileM), "a_data", &a_map));
-  BS_RETURN_IF_ERROR(encode_tensor_map(code_map<FmtB>(args.b_data, p.n, p.k, Cfg::kTileN), "b_data", &b_map));
+  BS_RETURN_IF_ERROR(encode_tensor_map(code_map<FmtB>(args.b_data, groups * p.n, p.k, Cfg::kTileN), "b_data", &b_map));
   BS_RETURN_IF_ERROR(
-      encode_tensor_map(scale_map<FmtA>(args.a_scales, p.m, p.k, Cfg::kTileM / 128), "a_scales", &a_scale_map));
-  BS_RETURN_IF_ERROR(
-      encode_tensor_map(scale_map<FmtB>(args.b_scales, p.n, p.k, Cfg::kTileN / 128), "b_scales", &b_scale_map));
+      encode_tensor_map(scale_map<FmtA>(args.a_scales, p.m, p.k, Cfg::kARowTiles), "a_scales", &a_scale_map));
+  BS_RETURN_IF_ERROR(encode_tensor_map(scale_map<FmtB>(args.b_scales, groups * b_row_tiles * 128, p.k, Cfg::kTileN / 128),
+                                       "b_scales", &b_scale_map));
 
   sm90::BlockScaledGemmParams params;
   params.m = static_cast<int32_t>(p.m);
@@ -72,10 +74,16 @@ Status launch_block_scaled(const GemmProblem& p, const GemmArguments& args, cuda
   params.a_scale_dec = p.a_recipe == formats::Recipe::kNvfp4 ? args.a_scale_dec : nullptr;
   params.b_scale_dec = p.b_recipe == formats::Recipe::kNvfp4 ? args.b_scale_dec : nullptr;
   params.epilogue = sm90::make_epilogue(p, args);
+  if (kGrouped) {
+    params.groups = {grouping->group_ends, grouping->num_groups};
+    params.b_row_tiles = static_cast<int32_t>(b_row_tiles);
+    params.b_scale_dec = p.b_recipe == formats::Recipe::kNvfp4 ? grouping->b_scale_dec : nullptr;
+  }
 
-  const int64_t tiles = int64_t{params.order.tiles_m} * params.order.tiles_n;
+  // Grouped: the tile count lives on the device, so one CTA per SM (the extra ones exit at once).
+  const int64_t tiles = kGrouped ? sm_count : int64_t{params.order.tiles_m} * params.order.tiles_n;
   const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(tiles, sm_count)));
-  sm90::sm90_block_scaled_gemm_kernel<FmtA, FmtB><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
+  sm90::sm90_block_scaled_gemm_kernel<FmtA, FmtB, kGrouped><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
       a_map, b_map, a_scale_map, b_scale_map, params);
   return cuda_status(cudaGetLastError(), "sm90_block_scaled_gemm_kernel launch");
 }
@@ -89,8 +97,12 @@ Status launch_block_scaled(const GemmProblem& p, const GemmArguments& args, cuda
   X(sm90::Nvfp4, sm90::Nvfp4)
 
 #define BLOCKSCALE_DECLARE_PAIR(A, B)                                                                    \
-  extern template Status launch_block_scaled<A, B>(const GemmProblem&, const GemmArguments&, cudaStream_t); \
-  extern template Status prepare_block_scaled<A, B>(int*);
+  extern template Status launch_block_scaled<A, B, false>(const GemmProblem&, const GemmArguments&, cudaStream_t, \
+                                                          const Grouping*);                                 \
+  extern template Status launch_block_scaled<A, B, true>(const GemmProblem&, const GemmArguments&, cudaStream_t,  \
+                                                         const Grouping*);                                  \
+  extern template Status prepare_block_scaled<A, B, false>(int*);                                          \
+  extern template Status prepare_block_scaled<A, B, true>(int*);
 BLOCKSCALE_SM90_BLOCK_SCALED_PAIRS(BLOCKSCALE_DECLARE_PAIR)
 #undef BLOCKSCALE_DECLARE_PAIR
 

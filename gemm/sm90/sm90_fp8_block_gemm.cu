@@ -20,29 +20,30 @@ using sm90::Fp8BlockGemmParams;
 
 std::atomic<Sm90Fp8Tile> g_tile{Sm90Fp8Tile::kAuto};
 
-template <int kTileN, bool kBScalePerRow>
-const void* kernel_of() {
-  return reinterpret_cast<const void*>(&sm90::sm90_fp8_block_gemm_kernel<kTileN, kBScalePerRow>);
+template <int kTileN, bool kBScalePerRow, bool kGrouped>
+constexpr int smem_bytes() {
+  return kGrouped ? Fp8BlockGemmConfig<kTileN>::kGroupedSmemBytes : Fp8BlockGemmConfig<kTileN>::kSmemBytes;
 }
 
-template <int kTileN, bool kBScalePerRow>
+template <int kTileN, bool kBScalePerRow, bool kGrouped = false>
 Status prepare(int* sm_count) {
-  return prepare_kernel(kernel_of<kTileN, kBScalePerRow>(), Fp8BlockGemmConfig<kTileN>::kSmemBytes,
-                        "sm90_fp8_block_gemm_kernel", sm_count);
+  return prepare_kernel(reinterpret_cast<const void*>(&sm90::sm90_fp8_block_gemm_kernel<kTileN, kBScalePerRow, kGrouped>),
+                        smem_bytes<kTileN, kBScalePerRow, kGrouped>(), "sm90_fp8_block_gemm_kernel", sm_count);
 }
 
-template <int kTileN, bool kBScalePerRow>
-Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream) {
+template <int kTileN, bool kBScalePerRow, bool kGrouped>
+Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream, const Grouping* grouping) {
   using Cfg = Fp8BlockGemmConfig<kTileN>;
   int sm_count = 0;
-  BS_RETURN_IF_ERROR((prepare<kTileN, kBScalePerRow>(&sm_count)));
+  BS_RETURN_IF_ERROR((prepare<kTileN, kBScalePerRow, kGrouped>(&sm_count)));
+  const int64_t b_rows = kGrouped ? p.n * grouping->num_groups : p.n;  // every expert's B, back to back
 
   const int64_t k_blocks = p.k / 128;
   // Operand tiles: 128 (A) or kTileN (B) rows x 128 bytes of K, 128-byte swizzle (the wgmma
   // K-major layout). Rows past M or N arrive as zeros.
   TensorMap2d a{args.a_data, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<uint64_t>(p.m), static_cast<uint64_t>(p.k),
                 static_cast<uint64_t>(p.k), Cfg::kTileM, Cfg::kTileK, CU_TENSOR_MAP_SWIZZLE_128B};
-  TensorMap2d b{args.b_data, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<uint64_t>(p.n), static_cast<uint64_t>(p.k),
+  TensorMap2d b{args.b_data, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<uint64_t>(b_rows), static_cast<uint64_t>(p.k),
                 static_cast<uint64_t>(p.k), Cfg::kTileN, Cfg::kTileK, CU_TENSOR_MAP_SWIZZLE_128B};
   // VEC128 scales: k_blocks rows of round_up(rows, 4) floats; a box is one K block's scales of
   // the tile's 128 rows (A) or kTileN columns (B).
@@ -74,11 +75,17 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
   params.b_block_scales_ld = static_cast<int32_t>(formats::blk128_scale_ld(k_blocks));
   params.b_scale_blocks = static_cast<int32_t>((p.n + 127) / 128);
   params.epilogue = sm90::make_epilogue(p, args);
+  if (kGrouped) {
+    params.groups = {grouping->group_ends, grouping->num_groups};
+    params.b_block_scales_group_stride = grouping->b_scale_stride_bytes / 4;
+  }
 
-  const int64_t tiles = int64_t{params.order.tiles_m} * params.order.tiles_n;
+  // Grouped: the tile count lives on the device, so one CTA per SM (the extra ones exit at once).
+  const int64_t tiles = kGrouped ? sm_count : int64_t{params.order.tiles_m} * params.order.tiles_n;
   const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(tiles, sm_count)));
-  sm90::sm90_fp8_block_gemm_kernel<kTileN, kBScalePerRow><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
-      a_map, b_map, a_scale_map, b_scale_map, params);
+  sm90::sm90_fp8_block_gemm_kernel<kTileN, kBScalePerRow, kGrouped>
+      <<<grid, Cfg::kThreads, smem_bytes<kTileN, kBScalePerRow, kGrouped>(), stream>>>(a_map, b_map, a_scale_map,
+                                                                                        b_scale_map, params);
   return cuda_status(cudaGetLastError(), "sm90_fp8_block_gemm_kernel launch");
 }
 
@@ -93,21 +100,31 @@ Status sm90_fp8_block_gemm_loadable() {
   BS_RETURN_IF_ERROR((prepare<128, false>(&sms)));
   BS_RETURN_IF_ERROR((prepare<128, true>(&sms)));
   BS_RETURN_IF_ERROR((prepare<192, false>(&sms)));
-  return prepare<192, true>(&sms);
+  BS_RETURN_IF_ERROR((prepare<192, true>(&sms)));
+  BS_RETURN_IF_ERROR((prepare<128, false, true>(&sms)));
+  return prepare<192, false, true>(&sms);
 }
 
-Status launch_sm90_fp8_block_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream) {
+Status launch_sm90_fp8_block_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream,
+                                  const Grouping* grouping) {
   const bool b_scale_per_row = p.b_recipe == Recipe::kFp8Block1x128;
   Sm90Fp8Tile tile = sm90_fp8_tile();
   if (tile == Sm90Fp8Tile::kAuto) {
     int sms = 0;
     BS_RETURN_IF_ERROR((prepare<192, false>(&sms)));
+    // Grouped: per-expert tile rows are not known here; the total rows bound them from below.
     const int64_t wide_tiles = (p.m + 127) / 128 * ((p.n + 191) / 192);
     tile = !b_scale_per_row && wide_tiles >= 3 * int64_t{sms} ? Sm90Fp8Tile::kN192 : Sm90Fp8Tile::kN128;
   }
+  if (grouping != nullptr) {  // 128x128 B only (gemm/grouped.cpp checks the recipes)
+    return tile == Sm90Fp8Tile::kN192 ? launch<192, false, true>(p, args, stream, grouping)
+                                      : launch<128, false, true>(p, args, stream, grouping);
+  }
   if (tile == Sm90Fp8Tile::kN192)
-    return b_scale_per_row ? launch<192, true>(p, args, stream) : launch<192, false>(p, args, stream);
-  return b_scale_per_row ? launch<128, true>(p, args, stream) : launch<128, false>(p, args, stream);
+    return b_scale_per_row ? launch<192, true, false>(p, args, stream, nullptr)
+                           : launch<192, false, false>(p, args, stream, nullptr);
+  return b_scale_per_row ? launch<128, true, false>(p, args, stream, nullptr)
+                         : launch<128, false, false>(p, args, stream, nullptr);
 }
 
 }  // namespace blockscale::gemm::detail

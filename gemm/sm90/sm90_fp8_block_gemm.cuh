@@ -33,6 +33,7 @@
 
 #include <cstdint>
 
+#include "gemm/common/grouped_schedule.h"
 #include "gemm/common/scale_blocks.h"
 #include "gemm/common/tile_scheduler.h"
 #include "gemm/sm90/sm90_epilogue.cuh"
@@ -64,11 +65,13 @@ struct Fp8BlockGemmConfig {
   // can start on a 1024-byte boundary (the 128-byte swizzle repeats every 8 rows = 1024 B).
   static constexpr int kSmemBytes =
       1024 + kStages * (kTileABytes + kTileBBytes + kScaleABytes + kScaleBBytes) + 2 * kStages * 8;
+  // The grouped mode's schedule tables (gemm/common/grouped_schedule.h) after the barriers.
+  static constexpr int kGroupedSmemBytes = kSmemBytes + 2 * kMaxGroups * 4;
   static_assert(kTileN == 128 || kTileN == 192, "wgmma widths with a wrapper in sm90_ptx.cuh");
   static_assert(kTileK == 128, "a K stage is one scale block and one 128-byte swizzle row");
   static_assert(kTileBBytes % 1024 == 0, "each B stage starts on a swizzle-pattern (1024 B) boundary");
   static_assert((kStages * kScaleABytes) % 128 == 0 && kScaleBBytes % 128 == 0, "TMA destinations: 128 B aligned");
-  static_assert(kSmemBytes <= 227 * 1024, "sm_90 allows 227 KB of shared memory per CTA");
+  static_assert(kGroupedSmemBytes <= 227 * 1024, "sm_90 allows 227 KB of shared memory per CTA");
   static_assert(kTileN <= 256, "TMA boxes (B rows, B scales) hold at most 256 elements per dimension");
   // Registers come per SM sub-partition (4 x 16 K 32-bit registers); warp w of a CTA sits on
   // sub-partition w % 4, so each holds one warp of each warpgroup. At entry every warp has the
@@ -92,13 +95,18 @@ struct Fp8BlockGemmParams {
   int32_t b_block_scales_ld = 0;
   int32_t b_scale_blocks = 0;  // 128x128 B: ceil(n / 128) rows of scales
   EpilogueParams epilogue;
+  // Grouped mode: expert g's B is rows g * n .. g * n + n - 1 of b_map, its 128x128 scales start
+  // at b_block_scales + g * b_block_scales_group_stride.
+  GroupedRows groups;
+  int64_t b_block_scales_group_stride = 0;
 };
 
 
 // kTileN: the tile width (Fp8BlockGemmConfig). kBScalePerRow: B has 1x128 scales (one per row of
 // B = column of D; wgrad), read from a TMA-loaded vector per stage; otherwise 128x128 scales (one
-// per 128 columns and K block), read from global memory.
-template <int kTileN, bool kBScalePerRow>
+// per 128 columns and K block), read from global memory. kGrouped: M-grouped (MoE) scheduling
+// (gemm/common/grouped_schedule.h), 128x128 B per expert.
+template <int kTileN, bool kBScalePerRow, bool kGrouped>
 __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
     sm90_fp8_block_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                                const __grid_constant__ CUtensorMap a_scale_map,
@@ -120,6 +128,8 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
   float* b_scale_ring = a_scale_ring + Cfg::kStages * Cfg::kTileM;
   uint64_t* full = reinterpret_cast<uint64_t*>(b_scale_ring + Cfg::kStages * kTileN);
   uint64_t* empty = full + Cfg::kStages;
+  int32_t* tile_ends = reinterpret_cast<int32_t*>(empty + Cfg::kStages);  // grouped mode only
+  int32_t* row_ends = tile_ends + kMaxGroups;
 
   const int warpgroup = static_cast<int>(threadIdx.x) / 128;
   if (threadIdx.x == 0) {
@@ -129,9 +139,24 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
     }
     fence_barrier_init();
   }
+  if constexpr (kGrouped) build_grouped_schedule(p.groups, p.m, Cfg::kTileM, p.order.tiles_n, tile_ends, row_ends);
   __syncthreads();
 
-  const int32_t num_tiles = p.order.num_tiles();
+  const int32_t num_tiles = !kGrouped ? p.order.num_tiles()
+                            : p.groups.num_groups > 0 ? tile_ends[p.groups.num_groups - 1]
+                                                      : 0;
+  // Tile index -> its expert, first row and column, and where its rows end.
+  const auto tile_at = [&](int32_t tile) {
+    if constexpr (kGrouped) {
+      return grouped_tile(tile, p.groups.num_groups, Cfg::kTileM, kTileN, p.order.tiles_n, tile_ends, row_ends);
+    } else {
+      GroupedTile t;
+      int32_t tile_m, tile_n;
+      p.order.coords(tile, &tile_m, &tile_n);
+      t.m0 = tile_m * Cfg::kTileM, t.n0 = tile_n * kTileN, t.row_end = p.m;
+      return t;
+    }
+  };
   if (warpgroup == Cfg::kConsumerWarpgroups) {
     // ---- producer ----
     warpgroup_registers_shrink<Cfg::kProducerRegisters>();
@@ -146,14 +171,13 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
       int stage = 0;
       uint32_t phase = 0;
       for (int32_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-        int32_t tile_m, tile_n;
-        p.order.coords(tile, &tile_m, &tile_n);
-        const int32_t m0 = tile_m * Cfg::kTileM, n0 = tile_n * kTileN;
+        const GroupedTile t = tile_at(tile);
+        const int32_t m0 = t.m0, n0 = t.n0, b_row = t.group * p.n + t.n0;
         for (int32_t kb = 0; kb < p.k_blocks; ++kb) {
           mbarrier_wait(&empty[stage], phase ^ 1);  // round 0 passes at once (fresh barrier)
           mbarrier_arrive_expect_tx(&full[stage], kStageBytes);
           tma_load_2d(a_ring + stage * Cfg::kTileABytes, &a_map, &full[stage], kb * Cfg::kTileK, m0);
-          tma_load_2d(b_ring + stage * Cfg::kTileBBytes, &b_map, &full[stage], kb * Cfg::kTileK, n0);
+          tma_load_2d(b_ring + stage * Cfg::kTileBBytes, &b_map, &full[stage], kb * Cfg::kTileK, b_row);
           tma_load_2d(a_scale_ring + stage * Cfg::kTileM, &a_scale_map, &full[stage], m0, kb);
           if (kBScalePerRow) tma_load_2d(b_scale_ring + stage * kTileN, &b_scale_map, &full[stage], n0, kb);
           if (++stage == Cfg::kStages) stage = 0, phase ^= 1;
@@ -176,17 +200,17 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
   int stage = 0;
   uint32_t phase = 0;
   for (int32_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-    int32_t tile_m, tile_n;
-    p.order.coords(tile, &tile_m, &tile_n);
-    const int32_t m0 = tile_m * Cfg::kTileM, n0 = tile_n * kTileN;
+    const GroupedTile t = tile_at(tile);
+    const int32_t m0 = t.m0, n0 = t.n0;
     // 128x128 B: the tile's columns fall in block n0 / 128 and, when wider than the rest of that
     // block, the next one (clamped at the last block: its columns are >= N then, never stored).
     const float* b_scales_lo = nullptr;
     const float* b_scales_hi = nullptr;
     if (!kBScalePerRow) {
       const int32_t block = n0 / 128;
-      b_scales_lo = p.b_block_scales + int64_t{block} * p.b_block_scales_ld;
-      b_scales_hi = p.b_block_scales + int64_t{min(block + 1, p.b_scale_blocks - 1)} * p.b_block_scales_ld;
+      const float* expert_scales = p.b_block_scales + t.group * p.b_block_scales_group_stride;
+      b_scales_lo = expert_scales + int64_t{block} * p.b_block_scales_ld;
+      b_scales_hi = expert_scales + int64_t{min(block + 1, p.b_scale_blocks - 1)} * p.b_block_scales_ld;
     }
 
     float main_acc[kAcc];
@@ -260,7 +284,7 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int64_t row = int64_t{m0} + row_in_tile + 8 * h;
-      if (row >= p.m) continue;
+      if (row >= t.row_end) continue;
 #pragma unroll
       for (int j = 0; j < kGroups; ++j) {
         const int32_t col = n0 + 8 * j + col_in_group;

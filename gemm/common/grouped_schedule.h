@@ -1,0 +1,94 @@
+// The M-grouped (MoE) tile schedule shared by the sm90 kernels' grouped mode. Expert g owns rows
+// [end[g-1], end[g]) of A, C and D (cumulative ends in device memory, read by the kernel: no host
+// synchronisation). Each CTA builds, in shared memory, the cumulative tile count and clamped row
+// end of every expert, then walks tile indices as the dense kernels do (tile = blockIdx.x,
+// += gridDim.x) and maps each to (expert, first row, first column) by binary search. Tiles are
+// expert-major (all of expert 0's, then expert 1's...), and TileOrder's grouped rasterisation
+// applies inside an expert, so the CTAs resident at one time work on one or two experts' rows and
+// weights (L2 reuse). A tile never crosses an expert's end: its rows past the end are not stored.
+//
+// Ends are clamped on the device to [the largest earlier end, m], so an out-of-order or too-large
+// array gives empty experts, never an access outside A, C or D (the host cannot check device data
+// without a synchronisation).
+#pragma once
+
+#include <cstdint>
+
+#include "gemm/common/tile_scheduler.h"
+
+namespace blockscale::gemm {
+
+constexpr int kMaxGroups = 1024;  // experts per grouped GEMM (two int32 tables in shared memory)
+
+struct GroupedRows {
+  const int32_t* group_ends = nullptr;  // null: a dense problem
+  int32_t num_groups = 0;
+};
+
+struct GroupedTile {
+  int32_t group = 0;
+  int32_t m0 = 0, n0 = 0;  // first row (of A, C, D) and column
+  int32_t row_end = 0;     // rows >= row_end belong to the next expert (or are past m)
+};
+
+#if defined(__CUDACC__)
+// Warp 0 of the CTA fills tile_ends[g] (tiles of experts 0..g) and row_ends[g] (expert g's clamped
+// end); the caller synchronises the CTA before reading them.
+__device__ inline void build_grouped_schedule(const GroupedRows& groups, int32_t m, int32_t tile_m, int32_t tiles_n,
+                                              int32_t* tile_ends, int32_t* row_ends) {
+  if (threadIdx.x >= 32) return;
+  const int lane = static_cast<int>(threadIdx.x);
+  int32_t carry_end = 0, carry_tiles = 0;
+  for (int32_t base = 0; base < groups.num_groups; base += 32) {
+    const int32_t g = base + lane;
+    int32_t end = g < groups.num_groups ? __ldg(groups.group_ends + g) : 0;
+    end = max(end, carry_end);
+    for (int off = 1; off < 32; off *= 2) {  // running maximum: ends never decrease
+      const int32_t other = __shfl_up_sync(0xFFFFFFFFu, end, off);
+      if (lane >= off) end = max(end, other);
+    }
+    end = min(max(end, 0), m);
+    int32_t begin = __shfl_up_sync(0xFFFFFFFFu, end, 1);
+    if (lane == 0) begin = carry_end;
+    int32_t tiles = (end - begin + tile_m - 1) / tile_m * tiles_n;
+    for (int off = 1; off < 32; off *= 2) {  // inclusive prefix sum
+      const int32_t other = __shfl_up_sync(0xFFFFFFFFu, tiles, off);
+      if (lane >= off) tiles += other;
+    }
+    tiles += carry_tiles;
+    if (g < groups.num_groups) tile_ends[g] = tiles, row_ends[g] = end;
+    carry_end = __shfl_sync(0xFFFFFFFFu, end, 31);
+    carry_tiles = __shfl_sync(0xFFFFFFFFu, tiles, 31);
+  }
+}
+
+// Tile t (< tile_ends[num_groups - 1]) of the grouped schedule.
+__device__ inline GroupedTile grouped_tile(int32_t t, int32_t num_groups, int32_t tile_m, int32_t tile_n,
+                                           int32_t tiles_n, const int32_t* tile_ends, const int32_t* row_ends) {
+  int32_t lo = 0, hi = num_groups - 1;  // the first g with tile_ends[g] > t
+  while (lo < hi) {
+    const int32_t mid = (lo + hi) / 2;
+    if (tile_ends[mid] > t) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  GroupedTile out;
+  out.group = lo;
+  const int32_t first_tile = lo > 0 ? tile_ends[lo - 1] : 0;
+  const int32_t row_begin = lo > 0 ? row_ends[lo - 1] : 0;
+  out.row_end = row_ends[lo];
+  TileOrder order;
+  order.tiles_m = (out.row_end - row_begin + tile_m - 1) / tile_m;
+  order.tiles_n = tiles_n;
+  order.group_m = 8;
+  int32_t tm, tn;
+  order.coords(t - first_tile, &tm, &tn);
+  out.m0 = row_begin + tm * tile_m;
+  out.n0 = tn * tile_n;
+  return out;
+}
+#endif
+
+}  // namespace blockscale::gemm

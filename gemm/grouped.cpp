@@ -1,0 +1,132 @@
+// The grouped (MoE) GEMM API (gemm/grouped.h): checks, the architecture dispatch, the launch of
+// the dense kernels in their grouped scheduling mode.
+#include "gemm/grouped.h"
+
+#include <string>
+
+#include "gemm/checks.h"
+#include "gemm/common/grouped_schedule.h"
+#include "gemm/launchers.h"
+
+namespace blockscale::gemm {
+namespace {
+
+using formats::Recipe;
+using namespace detail;  // gemm/checks.h
+
+// The whole problem seen as one dense GEMM (m tokens, one expert's n and k): its shape, type and
+// scalar rules are the dense ones.
+GemmProblem dense_view(const GroupedGemmProblem& p) {
+  GemmProblem d;
+  d.m = p.m, d.n = p.n, d.k = p.k;
+  d.a_recipe = p.a_recipe, d.b_recipe = p.b_recipe;
+  d.c_type = p.c_type, d.d_type = p.d_type;
+  d.ldc = p.ldc, d.ldd = p.ldd;
+  d.alpha = p.alpha, d.beta = p.beta;
+  return d;
+}
+
+bool empty_problem(const GroupedGemmProblem& p) { return p.m == 0 || p.n == 0; }
+
+}  // namespace
+
+int64_t grouped_b_scale_bytes(const GroupedGemmProblem& p) { return scale_bytes(p.b_recipe, p.n, p.k); }
+
+Status can_implement(const GroupedGemmProblem& p) {
+  if (p.num_groups < 1 || p.num_groups > kMaxGroups)
+    return Status::error("num_groups: must be in [1, " + str(kMaxGroups) + "], got " + str(p.num_groups));
+  if (is_fp8_blockwise_pair(p.a_recipe, p.b_recipe) && p.b_recipe != Recipe::kFp8Block128x128)
+    return Status::error(
+        "b_recipe: the M-grouped FP8 blockwise GEMM takes 128x128-block weights (fp8_block128x128), got " +
+        std::string(formats::recipe_name(p.b_recipe)));
+  BS_RETURN_IF_ERROR(can_implement(dense_view(p)));
+  if (p.n * p.num_groups > kInt32Max)
+    return Status::error("n * num_groups: the experts' B rows must be < 2^31, got " + str(p.n * p.num_groups));
+  return Status::ok();
+}
+
+Status can_implement_for_arch(const GroupedGemmProblem& p, int sm, GemmKernel* kernel) {
+  if (kernel) *kernel = GemmKernel::kNone;
+  BS_RETURN_IF_ERROR(can_implement(p));
+  if (sm / 10 != 9)
+    return Status::error("device: sm_" + str(sm) +
+                         ": the grouped GEMM runs on sm_90 (Hopper) only so far (no sm_100 grouped path yet)");
+  if (kernel)
+    *kernel = is_fp8_blockwise_pair(p.a_recipe, p.b_recipe) ? GemmKernel::kSm90Fp8Blockwise
+                                                            : GemmKernel::kSm90BlockScaledExact;
+  return Status::ok();
+}
+
+namespace {
+
+Status check_and_select(const GroupedGemmProblem& p, const GroupedGemmArguments& args, GemmKernel* kernel) {
+  *kernel = GemmKernel::kNone;
+  BS_RETURN_IF_ERROR(can_implement(p));
+  if (empty_problem(p)) return Status::ok();
+  BS_RETURN_IF_ERROR(need_pointer(args.a_data, 16, "a_data", "16-byte aligned (TMA)"));
+  BS_RETURN_IF_ERROR(need_pointer(args.b_data, 16, "b_data", "16-byte aligned (TMA)"));
+  BS_RETURN_IF_ERROR(need_pointer(args.a_scales, 16, "a_scales", "16-byte aligned (TMA)"));
+  BS_RETURN_IF_ERROR(need_pointer(args.b_scales, 16, "b_scales", "16-byte aligned (TMA)"));
+  BS_RETURN_IF_ERROR(need_pointer(args.group_ends, 4, "group_ends", "4-byte aligned (int32)"));
+  const int64_t d_elem = element_bytes(p.d_type), c_elem = element_bytes(p.c_type);
+  BS_RETURN_IF_ERROR(need_pointer(args.d, static_cast<size_t>(d_elem), "d",
+                                  p.d_type == MatrixType::kBf16 ? "2-byte aligned (bf16)" : "4-byte aligned (fp32)"));
+  const int64_t d_bytes = span_bytes(p.m, p.n, p.ldd, d_elem);
+  const int64_t g = p.num_groups;
+  const struct {
+    const void* ptr;
+    int64_t bytes;
+    const char* name;
+  } inputs[] = {{args.a_data, data_bytes(p.a_recipe, p.m, p.k), "a_data"},
+                {args.b_data, g * data_bytes(p.b_recipe, p.n, p.k), "b_data"},
+                {args.a_scales, scale_bytes(p.a_recipe, p.m, p.k), "a_scales"},
+                {args.b_scales, g * grouped_b_scale_bytes(p), "b_scales"},
+                {args.group_ends, 4 * g, "group_ends"},
+                {args.a_scale_dec, p.a_recipe == Recipe::kNvfp4 ? 4 : 0, "a_scale_dec"},
+                {args.b_scale_dec, p.b_recipe == Recipe::kNvfp4 ? 4 * g : 0, "b_scale_dec"}};
+  if (p.a_recipe == Recipe::kNvfp4) BS_RETURN_IF_ERROR(need_scale_dec(args.a_scale_dec, "a_scale_dec"));
+  if (p.b_recipe == Recipe::kNvfp4) BS_RETURN_IF_ERROR(need_scale_dec(args.b_scale_dec, "b_scale_dec"));
+  for (const auto& in : inputs)
+    if (overlap(args.d, d_bytes, in.ptr, in.bytes)) return Status::error(std::string("d: overlaps ") + in.name);
+  if (p.beta != 0.0f) {
+    BS_RETURN_IF_ERROR(need_pointer(args.c, static_cast<size_t>(c_elem), "c",
+                                    p.c_type == MatrixType::kBf16 ? "2-byte aligned (bf16) when beta != 0"
+                                                                  : "4-byte aligned (fp32) when beta != 0"));
+    const bool in_place = args.c == args.d && p.c_type == p.d_type && p.ldc == p.ldd;
+    if (!in_place && overlap(args.c, span_bytes(p.m, p.n, p.ldc, c_elem), args.d, d_bytes))
+      return Status::error("c: must be d itself (same pointer, type and ldc == ldd) or not overlap d");
+  }
+  int sm = 0;
+  BS_RETURN_IF_ERROR(current_sm(&sm));
+  BS_RETURN_IF_ERROR(can_implement_for_arch(p, sm, kernel));
+  if (*kernel == GemmKernel::kSm90Fp8Blockwise) return sm90_fp8_block_gemm_loadable();
+  return sm90_block_scaled_gemm_loadable(dense_view(p));
+}
+
+}  // namespace
+
+Status can_implement(const GroupedGemmProblem& p, const GroupedGemmArguments& args) {
+  GemmKernel kernel;
+  return check_and_select(p, args, &kernel);
+}
+
+size_t workspace_size(const GroupedGemmProblem&) { return 0; }
+
+Status run(const GroupedGemmProblem& p, const GroupedGemmArguments& args, void*, size_t, cudaStream_t stream) {
+  GemmKernel kernel = GemmKernel::kNone;
+  BS_RETURN_IF_ERROR(check_and_select(p, args, &kernel));
+  if (empty_problem(p)) return Status::ok();
+  GemmArguments dense;
+  dense.a_data = args.a_data, dense.a_scales = args.a_scales, dense.a_scale_dec = args.a_scale_dec;
+  dense.b_data = args.b_data, dense.b_scales = args.b_scales;
+  dense.c = args.c, dense.d = args.d;
+  Grouping grouping;
+  grouping.group_ends = args.group_ends;
+  grouping.num_groups = p.num_groups;
+  grouping.b_scale_stride_bytes = grouped_b_scale_bytes(p);
+  grouping.b_scale_dec = args.b_scale_dec;
+  if (kernel == GemmKernel::kSm90Fp8Blockwise) return launch_sm90_fp8_block_gemm(dense_view(p), dense, stream, &grouping);
+  return launch_sm90_block_scaled_gemm(dense_view(p), dense, stream, &grouping);
+}
+
+}  // namespace blockscale::gemm

@@ -1,0 +1,74 @@
+// GPU grouped (MoE) block-scaled GEMM: the four-call protocol of gemm/gemm.h for the M-grouped
+// case (expert fprop and dgrad). The expert sizes are read on the device: nothing synchronises
+// with the host, so the token counts may change every step without a copy back.
+//
+//   D[rows of expert g] = alpha * (A[rows of g] ⊗ scales_A) · (B_g ⊗ scales_B,g)^T + beta * C[rows of g]
+//
+// A (m x k): the tokens of all experts, sorted by expert, quantized rowwise as one dense matrix
+// (quant/'s rowwise copy, grouped or not: its blocks never cross rows). Expert g owns rows
+// [group_ends[g-1], group_ends[g]) (group_ends[-1] = 0); any count, 0 included. B: num_groups
+// weight matrices of n x k, each quantized on its own as a dense K-major operand and stored back
+// to back: codes of expert g at b_data + g * n * (row bytes), scales at b_scales + g *
+// grouped_b_scale_bytes(p) (the dense scale layout of one n x k operand). C and D (m x n, row
+// strides ldc / ldd) follow A's rows.
+//
+// group_ends: int32 device array of num_groups cumulative ends (not G + 1: the leading 0 is
+// implied), non-decreasing, the last equal to m: what quant/'s grouped quantize takes. The host
+// cannot check device data without synchronising, so the kernel clamps each end to [the largest
+// earlier end, m]: a malformed array yields empty experts (D rows left unwritten), never an access
+// outside the buffers.
+//
+// Recipes (A, B): FP8 blockwise (fp8_block128, fp8_block128x128) and every MX / NVFP4 pair of
+// gemm.h. NVFP4: a_scale_dec is one device float (the tokens are one tensor), b_scale_dec an array
+// of num_groups device floats (each expert's weight has its own tensor scale). Same kernels as
+// the dense API in a grouped scheduling mode (gemm/common/grouped_schedule.h); sm_90 only so far
+// (the sm_100 path is refused with a message).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gemm/gemm.h"
+
+namespace blockscale::gemm {
+
+struct GroupedGemmProblem {
+  int num_groups = 0;  // experts, 1 .. 1024
+  int64_t m = 0;       // tokens of all experts: rows of A, C and D
+  int64_t n = 0;       // rows of each expert's B, columns of D
+  int64_t k = 0;       // as gemm.h: a multiple of 128 (FP8 blockwise) or 32 (MX, NVFP4)
+  formats::Recipe a_recipe = formats::Recipe::kFp8Block1x128;
+  formats::Recipe b_recipe = formats::Recipe::kFp8Block128x128;
+  MatrixType c_type = MatrixType::kFp32;
+  MatrixType d_type = MatrixType::kBf16;
+  int64_t ldc = 0;
+  int64_t ldd = 0;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+};
+
+struct GroupedGemmArguments {
+  const uint8_t* a_data = nullptr;
+  const void* a_scales = nullptr;
+  const uint8_t* b_data = nullptr;   // num_groups x n x k codes
+  const void* b_scales = nullptr;    // num_groups x grouped_b_scale_bytes(p)
+  const float* a_scale_dec = nullptr;  // NVFP4 A: one device float
+  const float* b_scale_dec = nullptr;  // NVFP4 B: num_groups device floats
+  const int32_t* group_ends = nullptr;  // device, num_groups cumulative ends
+  const void* c = nullptr;
+  void* d = nullptr;
+};
+
+// Bytes of one expert's B scales (the stride between experts in b_scales).
+int64_t grouped_b_scale_bytes(const GroupedGemmProblem& p);
+
+Status can_implement(const GroupedGemmProblem& p);
+Status can_implement_for_arch(const GroupedGemmProblem& p, int sm, GemmKernel* kernel = nullptr);
+Status can_implement(const GroupedGemmProblem& p, const GroupedGemmArguments& args);
+size_t workspace_size(const GroupedGemmProblem& p);  // 0
+Status run(const GroupedGemmProblem& p, const GroupedGemmArguments& args, void* workspace, size_t workspace_bytes,
+           cudaStream_t stream);
+
+}  // namespace blockscale::gemm
