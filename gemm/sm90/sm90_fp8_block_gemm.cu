@@ -49,7 +49,7 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
   // the tile's 128 rows (A) or kTileN columns (B).
   const int64_t a_scale_ld = formats::vec128_scale_ld(p.m);
   TensorMap2d a_scale{args.a_scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, static_cast<uint64_t>(k_blocks),
-                      static_cast<uint64_t>(a_scale_ld), static_cast<uint64_t>(a_scale_ld * 4), 1, Cfg::kTileM,
+                      static_cast<uint64_t>(a_scale_ld), static_cast<uint64_t>(a_scale_ld * 4), 1, Cfg::kScaleABoxFloats,
                       CU_TENSOR_MAP_SWIZZLE_NONE};
   TensorMap2d b_scale = a_scale;  // unused by the 128x128 kernel
   if (kBScalePerRow) {

@@ -59,7 +59,11 @@ struct Fp8BlockGemmConfig {
   static constexpr int kConsumerRegisters = 232;
   static constexpr int kTileABytes = kTileM * kTileK;
   static constexpr int kTileBBytes = kTileN * kTileK;
-  static constexpr int kScaleABytes = kTileM * 4;  // 128 fp32 A scales of one K block
+  // A scales of one K block: a box of kTileM + 4 floats from the tile's first row rounded down to a
+  // multiple of 4 (TMA's innermost start coordinate must be 16-byte aligned; grouped tiles start
+  // at any row), in a slot of kScaleABytes (TMA destinations are 128-byte aligned).
+  static constexpr int kScaleABoxFloats = kTileM + 4;
+  static constexpr int kScaleABytes = (kScaleABoxFloats * 4 + 127) / 128 * 128;
   static constexpr int kScaleBBytes = kTileN * 4;  // kTileN fp32 1x128 B scales of one K block
   // Shared memory: A ring, B ring, A-scale ring, B-scale ring, barriers, plus 1 KB so the rings
   // can start on a 1024-byte boundary (the 128-byte swizzle repeats every 8 rows = 1024 B).
@@ -125,7 +129,7 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
   uint8_t* a_ring = smem;
   uint8_t* b_ring = a_ring + Cfg::kStages * Cfg::kTileABytes;
   float* a_scale_ring = reinterpret_cast<float*>(b_ring + Cfg::kStages * Cfg::kTileBBytes);
-  float* b_scale_ring = a_scale_ring + Cfg::kStages * Cfg::kTileM;
+  float* b_scale_ring = a_scale_ring + Cfg::kStages * (Cfg::kScaleABytes / 4);
   uint64_t* full = reinterpret_cast<uint64_t*>(b_scale_ring + Cfg::kStages * kTileN);
   uint64_t* empty = full + Cfg::kStages;
   int32_t* tile_ends = reinterpret_cast<int32_t*>(empty + Cfg::kStages);  // grouped mode only
@@ -167,7 +171,7 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
       if (kBScalePerRow) prefetch_tensor_map(&b_scale_map);
       // Boxes past the tensor's edge are zero-filled and still count their full bytes.
       constexpr uint32_t kStageBytes =
-          Cfg::kTileABytes + Cfg::kTileBBytes + Cfg::kScaleABytes + (kBScalePerRow ? Cfg::kScaleBBytes : 0);
+          Cfg::kTileABytes + Cfg::kTileBBytes + 4 * Cfg::kScaleABoxFloats + (kBScalePerRow ? Cfg::kScaleBBytes : 0);
       int stage = 0;
       uint32_t phase = 0;
       for (int32_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
@@ -178,7 +182,7 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
           mbarrier_arrive_expect_tx(&full[stage], kStageBytes);
           tma_load_2d(a_ring + stage * Cfg::kTileABytes, &a_map, &full[stage], kb * Cfg::kTileK, m0);
           tma_load_2d(b_ring + stage * Cfg::kTileBBytes, &b_map, &full[stage], kb * Cfg::kTileK, b_row);
-          tma_load_2d(a_scale_ring + stage * Cfg::kTileM, &a_scale_map, &full[stage], m0, kb);
+          tma_load_2d(a_scale_ring + stage * (Cfg::kScaleABytes / 4), &a_scale_map, &full[stage], m0 & ~3, kb);
           if (kBScalePerRow) tma_load_2d(b_scale_ring + stage * kTileN, &b_scale_map, &full[stage], n0, kb);
           if (++stage == Cfg::kStages) stage = 0, phase ^= 1;
         }
@@ -225,8 +229,9 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
       mbarrier_wait(&full[stage], phase);
 
       // Every shared-memory read of the stage happens before its release below.
-      const float a_scale0 = a_scale_ring[stage * Cfg::kTileM + row_in_tile];
-      const float a_scale1 = a_scale_ring[stage * Cfg::kTileM + row_in_tile + 8];
+      const float* a_scales = a_scale_ring + stage * (Cfg::kScaleABytes / 4) + (m0 & 3);
+      const float a_scale0 = a_scales[row_in_tile];
+      const float a_scale1 = a_scales[row_in_tile + 8];
       float2 b_pairs[kBScalePerRow && !kHoldStage ? kGroups : 1];
       if constexpr (kBScalePerRow && !kHoldStage) {
 #pragma unroll

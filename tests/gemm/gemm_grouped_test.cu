@@ -1,0 +1,367 @@
+// Tests of the M-grouped (MoE) GEMM (gemm/grouped.h) against formats::reference_gemm_m_grouped
+// (fp64) on fresh random data, for FP8 blockwise and every MX / NVFP4 recipe pair.
+//
+// Routing cases: uneven experts with an empty one and a 1-token one, all tokens on one expert
+// between empty ones, many experts with random counts (zeros included, none a multiple of 128),
+// and one expert (the dense problem). Expert starts at rows that are not multiples of 128 cross
+// the 128-row scale tiles of MX A operands, which the grouped kernel reads in 3-tile boxes.
+// D is poisoned (0xFF: NaN in bf16 and fp32) first; every element must be written and finite,
+// and the Frobenius error must be within the bound of the dense tests for the recipe:
+//   FP8 blockwise (tests/gemm/gemm_test.cu):
+//     |alpha| (8 * 2^-13 + (k/128 + 5) u) ||abs|| + 2u |beta| ||C|| + 1.01 u_out ||D||
+//   MX / NVFP4 (tests/gemm/gemm_block_scaled_test.cu):
+//     |alpha| (2 (k/16 + 4) 2^-23 + 4u) ||abs|| + 2u |beta| ||C|| + 1.01 u_out ||D||
+// with u = 2^-24, u_out = 2^-8 (bf16 D) or u (fp32 D), abs = |A| |B_g|^T per expert. Each expert
+// quantizes its own B (NVFP4: its own tensor scale, so b_scale_dec holds one float per expert).
+// Also: the argument checks (CPU) and a malformed group_ends array (ends past m, decreasing ends:
+// clamped on the device, no write outside D).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/quantize.h"
+#include "formats/reference_gemm.h"
+#include "formats/scale_layout.h"
+#include "gemm/grouped.h"
+#include "tests/gemm/gemm_test_util.h"
+#include "tests/quant/gpu_test_util.h"
+
+namespace {
+
+namespace bf = blockscale::formats;
+namespace bg = blockscale::gemm;
+using bf::Recipe;
+using bg::MatrixType;
+using blockscale_test::DeviceBuffer;
+using blockscale_test::element_bytes;
+using blockscale_test::element_value;
+using blockscale_test::encode;
+using blockscale_test::expect_error;
+
+struct Pair {
+  Recipe a, b;
+};
+
+std::vector<Pair> all_pairs() {
+  std::vector<Pair> pairs = {{Recipe::kFp8Block1x128, Recipe::kFp8Block128x128}};
+  for (Recipe a : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2})
+    for (Recipe b : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2, Recipe::kMxfp4, Recipe::kNvfp4}) pairs.push_back({a, b});
+  pairs.push_back({Recipe::kMxfp4, Recipe::kMxfp4});
+  pairs.push_back({Recipe::kNvfp4, Recipe::kNvfp4});
+  return pairs;
+}
+
+std::string pair_name(const ::testing::TestParamInfo<Pair>& info) {
+  return std::string(bf::recipe_name(info.param.a)) + "_x_" + bf::recipe_name(info.param.b);
+}
+
+bool is_fp8_blockwise(Recipe r) { return r == Recipe::kFp8Block1x128 || r == Recipe::kFp8Block128x128; }
+
+// rows x k normal values (scaled by 2^[-3, 3] per 16 elements) quantized with formats::quantize.
+bf::QuantizedMatrix random_quantized(int64_t rows, int64_t k, Recipe recipe, std::mt19937_64* rng) {
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::uniform_int_distribution<int> offset(-3, 3);
+  std::vector<float> x(static_cast<size_t>(rows * k));
+  for (size_t i = 0; i < x.size(); i += 16) {
+    const int e = offset(*rng);
+    for (size_t j = i; j < std::min(x.size(), i + 16); ++j) x[j] = static_cast<float>(std::ldexp(normal(*rng), e));
+  }
+  bf::QuantizeOptions options;
+  options.recipe = recipe;
+  bf::QuantizedMatrix q;
+  const blockscale::Status s = bf::quantize(x.data(), rows, k, k, options, bf::Direction::kRowwise, &q);
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  return q;
+}
+
+// q's scales in the GEMM layout of its recipe (gemm/gemm.h), as bytes.
+std::vector<uint8_t> gemm_scales(const bf::QuantizedMatrix& q) {
+  std::vector<uint8_t> bytes;
+  blockscale::Status s = blockscale::Status::ok();
+  if (is_fp8_blockwise(q.recipe)) {
+    std::vector<float> packed;
+    s = q.recipe == Recipe::kFp8Block1x128
+            ? bf::pack_vec128_scales(q.scales_f32.data(), q.rows, q.scale_cols(), &packed)
+            : bf::pack_blk128_scales(q.scales_f32.data(), q.scale_rows(), q.scale_cols(), &packed);
+    bytes.resize(packed.size() * 4);
+    std::memcpy(bytes.data(), packed.data(), bytes.size());
+  } else {
+    s = bf::pack_swizzled_scales(q.scales.data(), q.rows, q.scale_cols(), &bytes);
+  }
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  return bytes;
+}
+
+// The operand with its codes' signs cleared: the reference on two of these is |A| |B|^T.
+bf::QuantizedMatrix absolute(const bf::QuantizedMatrix& q) {
+  bf::QuantizedMatrix a = q;
+  const uint8_t sign_bits = bf::is_fp4(q.recipe) ? 0x88 : 0x80;
+  for (auto& byte : a.data) byte = static_cast<uint8_t>(byte & ~sign_bits);
+  return a;
+}
+
+double frobenius(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return std::sqrt(s);
+}
+
+struct GroupedCase {
+  Pair pair;
+  int64_t n = 0, k = 0;
+  std::vector<int64_t> counts;  // tokens per expert
+  MatrixType d_type = MatrixType::kBf16;
+  float alpha = 1.0f, beta = 0.0f;  // beta != 0: an fp32 C (not in place)
+};
+
+// Runs one case on the GPU and checks it against the reference; the label names it in failures.
+void check_case(const GroupedCase& gc, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int groups = static_cast<int>(gc.counts.size());
+  std::vector<int64_t> ends;
+  int64_t m = 0;
+  for (int64_t c : gc.counts) ends.push_back(m += c);
+  const std::string label = std::string(bf::recipe_name(gc.pair.a)) + " x " + bf::recipe_name(gc.pair.b) +
+                            ", m " + std::to_string(m) + ", n " + std::to_string(gc.n) + ", k " +
+                            std::to_string(gc.k) + ", " + std::to_string(groups) + " experts";
+  SCOPED_TRACE(label);
+
+  const bf::QuantizedMatrix a = random_quantized(m, gc.k, gc.pair.a, &rng);
+  std::vector<bf::QuantizedMatrix> b;
+  std::vector<uint8_t> b_codes, b_scales;
+  std::vector<float> b_dec;
+  bg::GroupedGemmProblem p;
+  p.num_groups = groups, p.m = m, p.n = gc.n, p.k = gc.k;
+  p.a_recipe = gc.pair.a, p.b_recipe = gc.pair.b;
+  p.d_type = gc.d_type, p.c_type = MatrixType::kFp32;
+  p.ldd = gc.n, p.ldc = gc.n;
+  p.alpha = gc.alpha, p.beta = gc.beta;
+  for (int g = 0; g < groups; ++g) {
+    b.push_back(random_quantized(gc.n, gc.k, gc.pair.b, &rng));
+    b_codes.insert(b_codes.end(), b[g].data.begin(), b[g].data.end());
+    std::vector<uint8_t> s = gemm_scales(b[g]);
+    ASSERT_EQ(static_cast<int64_t>(s.size()), bg::grouped_b_scale_bytes(p)) << "expert scale stride";
+    b_scales.insert(b_scales.end(), s.begin(), s.end());
+    b_dec.push_back(b[g].global_scale_dec);
+  }
+  std::vector<double> c;
+  if (gc.beta != 0.0f) {
+    std::normal_distribution<double> normal(0.0, std::sqrt(static_cast<double>(gc.k)));
+    c.resize(static_cast<size_t>(m * gc.n));
+    for (double& x : c) x = static_cast<float>(normal(rng));
+  }
+
+  std::vector<double> ref, abs_ref;
+  blockscale::Status s = bf::reference_gemm_m_grouped(a, b, ends, gc.alpha, gc.beta, c.empty() ? nullptr : c.data(),
+                                                        gc.n, &ref);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  std::vector<bf::QuantizedMatrix> b_abs;
+  for (const auto& q : b) b_abs.push_back(absolute(q));
+  s = bf::reference_gemm_m_grouped(absolute(a), b_abs, ends, 1.0, 0.0, nullptr, 0, &abs_ref);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+
+  const std::vector<uint8_t> a_scales = gemm_scales(a);
+  std::vector<int32_t> ends32(ends.begin(), ends.end());
+  DeviceBuffer a_data, a_sc, a_dec, b_data, b_sc, b_dec_buf, ends_buf, c_buf, d_buf;
+  ASSERT_CUDA(a_data.upload(a.data.data(), a.data.size()));
+  ASSERT_CUDA(a_sc.upload(a_scales.data(), a_scales.size()));
+  ASSERT_CUDA(a_dec.upload(&a.global_scale_dec, sizeof(float)));
+  ASSERT_CUDA(b_data.upload(b_codes.data(), b_codes.size()));
+  ASSERT_CUDA(b_sc.upload(b_scales.data(), b_scales.size()));
+  ASSERT_CUDA(b_dec_buf.upload(b_dec.data(), b_dec.size() * sizeof(float)));
+  ASSERT_CUDA(ends_buf.upload(ends32.data(), ends32.size() * sizeof(int32_t)));
+  const std::vector<uint8_t> poison(static_cast<size_t>(m * gc.n * element_bytes(gc.d_type)), 0xFF);
+  ASSERT_CUDA(d_buf.upload(poison.data(), poison.size()));
+  if (!c.empty()) {
+    const std::vector<uint8_t> c_bytes = encode(c, MatrixType::kFp32);
+    ASSERT_CUDA(c_buf.upload(c_bytes.data(), c_bytes.size()));
+  }
+  bg::GroupedGemmArguments args;
+  args.a_data = a_data.ptr, args.a_scales = a_sc.ptr;
+  args.b_data = b_data.ptr, args.b_scales = b_sc.ptr;
+  args.a_scale_dec = p.a_recipe == Recipe::kNvfp4 ? reinterpret_cast<const float*>(a_dec.ptr) : nullptr;
+  args.b_scale_dec = p.b_recipe == Recipe::kNvfp4 ? reinterpret_cast<const float*>(b_dec_buf.ptr) : nullptr;
+  args.group_ends = reinterpret_cast<const int32_t*>(ends_buf.ptr);
+  args.c = c.empty() ? nullptr : c_buf.ptr;
+  args.d = d_buf.ptr;
+  s = bg::run(p, args, nullptr, 0, nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  std::vector<uint8_t> d(poison.size());
+  ASSERT_CUDA(cudaMemcpy(d.data(), d_buf.ptr, d.size(), cudaMemcpyDeviceToHost));
+
+  int64_t non_finite = 0;
+  double err2 = 0;
+  for (int64_t i = 0; i < m * gc.n; ++i) {
+    const double v = element_value(d, i, gc.d_type);
+    if (!std::isfinite(v)) {
+      if (non_finite++ < 3) ADD_FAILURE() << "D[" << i / gc.n << ", " << i % gc.n << "] = " << v << " (unwritten?)";
+      continue;
+    }
+    err2 += (v - ref[static_cast<size_t>(i)]) * (v - ref[static_cast<size_t>(i)]);
+  }
+  EXPECT_EQ(non_finite, 0);
+  const double u = std::ldexp(1.0, -24), u_out = gc.d_type == MatrixType::kBf16 ? std::ldexp(1.0, -8) : u;
+  const double accumulate = is_fp8_blockwise(gc.pair.a)
+                                ? 8 * std::ldexp(1.0, -13) + (static_cast<double>(gc.k / 128) + 5) * u
+                                : 2 * (static_cast<double>(gc.k / 16) + 4) * std::ldexp(1.0, -23) + 4 * u;
+  const double bound = std::fabs(gc.alpha) * accumulate * frobenius(abs_ref) +
+                       2 * u * std::fabs(gc.beta) * frobenius(c) + 1.01 * u_out * frobenius(ref);
+  EXPECT_LE(std::sqrt(err2), bound) << "relative error " << std::sqrt(err2) / frobenius(ref);
+}
+
+class GroupedPair : public ::testing::TestWithParam<Pair> {};
+
+// Empty and 1-token experts, counts that are not multiples of 128, bf16 D.
+TEST_P(GroupedPair, UnevenExperts) {
+  SKIP_WITHOUT_GPU();
+  check_case({GetParam(), 200, 256, {0, 1, 300, 77}}, 1);
+}
+
+// All tokens on one expert, with empty experts before and after; fp32 D accumulating onto C.
+TEST_P(GroupedPair, AllTokensOnOneExpertAccumulating) {
+  SKIP_WITHOUT_GPU();
+  check_case({GetParam(), 130, 384, {0, 517, 0}, MatrixType::kFp32, 1.0f, 1.0f}, 2);
+}
+
+// Nine experts, random counts 0..260 (zeros forced), odd n, alpha != 1.
+TEST_P(GroupedPair, ManyExpertsRandomCounts) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(3);
+  std::uniform_int_distribution<int64_t> count(0, 260);
+  std::vector<int64_t> counts;
+  for (int g = 0; g < 9; ++g) counts.push_back(g % 4 == 1 ? 0 : count(rng));
+  check_case({GetParam(), 129, 256, counts, MatrixType::kBf16, -0.5f, 0.0f}, 3);
+}
+
+// One expert: the dense problem through the grouped path.
+TEST_P(GroupedPair, OneExpert) {
+  SKIP_WITHOUT_GPU();
+  check_case({GetParam(), 257, 512, {300}}, 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pairs, GroupedPair, ::testing::ValuesIn(all_pairs()), pair_name);
+
+// Ends past m and a decreasing end are clamped on the device: experts become empty or shorter,
+// rows outside [0, m) are never written (D sits between two poisoned guard regions).
+TEST(GroupedGemm, MalformedEndsStayInBounds) {
+  SKIP_WITHOUT_GPU();
+  const int64_t m = 150, n = 128, k = 128;
+  std::mt19937_64 rng(5);
+  const Pair pair{Recipe::kMxfp8E4M3, Recipe::kMxfp8E4M3};
+  const bf::QuantizedMatrix a = random_quantized(m, k, pair.a, &rng);
+  std::vector<uint8_t> b_codes, b_scales;
+  for (int g = 0; g < 3; ++g) {
+    const bf::QuantizedMatrix q = random_quantized(n, k, pair.b, &rng);
+    b_codes.insert(b_codes.end(), q.data.begin(), q.data.end());
+    const std::vector<uint8_t> sc = gemm_scales(q);
+    b_scales.insert(b_scales.end(), sc.begin(), sc.end());
+  }
+  const std::vector<int32_t> ends = {100, 60, 100000};  // decreasing, then past m
+  const std::vector<uint8_t> a_scales = gemm_scales(a);
+  const int64_t guard = 4096, d_bytes = m * n * 2;
+  std::vector<uint8_t> poison(static_cast<size_t>(d_bytes + 2 * guard), 0xFF);
+  DeviceBuffer a_data, a_sc, b_data, b_sc, ends_buf, d_buf;
+  ASSERT_CUDA(a_data.upload(a.data.data(), a.data.size()));
+  ASSERT_CUDA(a_sc.upload(a_scales.data(), a_scales.size()));
+  ASSERT_CUDA(b_data.upload(b_codes.data(), b_codes.size()));
+  ASSERT_CUDA(b_sc.upload(b_scales.data(), b_scales.size()));
+  ASSERT_CUDA(ends_buf.upload(ends.data(), ends.size() * 4));
+  ASSERT_CUDA(d_buf.upload(poison.data(), poison.size()));
+  bg::GroupedGemmProblem p;
+  p.num_groups = 3, p.m = m, p.n = n, p.k = k;
+  p.a_recipe = pair.a, p.b_recipe = pair.b;
+  p.d_type = MatrixType::kBf16, p.ldd = n;
+  bg::GroupedGemmArguments args;
+  args.a_data = a_data.ptr, args.a_scales = a_sc.ptr, args.b_data = b_data.ptr, args.b_scales = b_sc.ptr;
+  args.group_ends = reinterpret_cast<const int32_t*>(ends_buf.ptr);
+  args.d = d_buf.ptr + guard;
+  const blockscale::Status s = bg::run(p, args, nullptr, 0, nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  std::vector<uint8_t> out(poison.size());
+  ASSERT_CUDA(cudaMemcpy(out.data(), d_buf.ptr, out.size(), cudaMemcpyDeviceToHost));
+  for (int64_t i = 0; i < guard; ++i) {
+    ASSERT_EQ(out[static_cast<size_t>(i)], 0xFF) << "written before D at byte " << i;
+    ASSERT_EQ(out[static_cast<size_t>(guard + d_bytes + i)], 0xFF) << "written after D at byte " << i;
+  }
+  // Clamped ends {100, 100, 150}: rows 0..99 expert 0, expert 1 empty, rows 100..149 expert 2.
+  std::vector<uint8_t> d(out.begin() + guard, out.begin() + guard + d_bytes);
+  for (int64_t i = 0; i < m * n; ++i) ASSERT_TRUE(std::isfinite(element_value(d, i, MatrixType::kBf16))) << i;
+}
+
+// ---- Argument checks (no GPU needed) -----------------------------------------------------------
+
+bg::GroupedGemmProblem valid_problem() {
+  bg::GroupedGemmProblem p;
+  p.num_groups = 4, p.m = 1000, p.n = 256, p.k = 512;
+  p.a_recipe = Recipe::kMxfp8E4M3, p.b_recipe = Recipe::kNvfp4;
+  p.ldd = 256;
+  return p;
+}
+
+TEST(GroupedGemmChecks, ValidProblemPasses) {
+  EXPECT_TRUE(bg::can_implement(valid_problem()).is_ok());
+  bg::GroupedGemmProblem p = valid_problem();
+  p.a_recipe = Recipe::kFp8Block1x128, p.b_recipe = Recipe::kFp8Block128x128;
+  EXPECT_TRUE(bg::can_implement(p).is_ok()) << bg::can_implement(p).message();
+  bg::GemmKernel kernel;
+  EXPECT_TRUE(bg::can_implement_for_arch(p, 90, &kernel).is_ok());
+  EXPECT_EQ(kernel, bg::GemmKernel::kSm90Fp8Blockwise);
+  EXPECT_TRUE(bg::can_implement_for_arch(valid_problem(), 90, &kernel).is_ok());
+  EXPECT_EQ(kernel, bg::GemmKernel::kSm90BlockScaledExact);
+}
+
+TEST(GroupedGemmChecks, RulesNameTheArgument) {
+  bg::GroupedGemmProblem p = valid_problem();
+  p.num_groups = 0;
+  expect_error(bg::can_implement(p), "num_groups");
+  p.num_groups = 1025;
+  expect_error(bg::can_implement(p), "num_groups");
+  p = valid_problem();
+  p.a_recipe = Recipe::kFp8Block1x128, p.b_recipe = Recipe::kFp8Block1x128;
+  expect_error(bg::can_implement(p), "fp8_block128x128");
+  p = valid_problem();
+  p.k = 100;
+  expect_error(bg::can_implement(p), "k: must be a positive multiple of 32");
+  p = valid_problem();
+  p.ldd = 10;
+  expect_error(bg::can_implement(p), "ldd");
+  p = valid_problem();
+  p.n = 1 << 22, p.num_groups = 1000, p.ldd = p.n;
+  expect_error(bg::can_implement(p), "n * num_groups");
+  expect_error(bg::can_implement_for_arch(valid_problem(), 100), "sm_90 (Hopper) only");
+  EXPECT_EQ(bg::grouped_b_scale_bytes(valid_problem()), bf::swizzled_scale_bytes(256, 512 / 16));
+}
+
+TEST(GroupedGemmChecks, PointersAreChecked) {
+  SKIP_WITHOUT_GPU();
+  bg::GroupedGemmProblem p = valid_problem();
+  DeviceBuffer buf;
+  ASSERT_CUDA(buf.alloc(1 << 24));
+  bg::GroupedGemmArguments args;
+  args.a_data = buf.ptr, args.a_scales = buf.ptr + (1 << 20), args.b_data = buf.ptr + (2 << 20);
+  args.b_scales = buf.ptr + (3 << 20), args.a_scale_dec = nullptr;
+  args.b_scale_dec = reinterpret_cast<const float*>(buf.ptr + (4 << 20));
+  args.group_ends = reinterpret_cast<const int32_t*>(buf.ptr + (5 << 20));
+  args.d = buf.ptr + (6 << 20);
+  args.b_scale_dec = nullptr;  // B is NVFP4: one S_dec per expert is required
+  expect_error(bg::can_implement(p, args), "b_scale_dec");
+  args.b_scale_dec = reinterpret_cast<const float*>(buf.ptr + (4 << 20));
+  args.group_ends = nullptr;
+  expect_error(bg::can_implement(p, args), "group_ends: must not be null");
+  args.group_ends = reinterpret_cast<const int32_t*>(buf.ptr + (5 << 20));
+  args.d = buf.ptr + (2 << 20);  // on top of b_data
+  expect_error(bg::can_implement(p, args), "d: overlaps b_data");
+  args.d = buf.ptr + (6 << 20);
+  EXPECT_TRUE(bg::can_implement(p, args).is_ok()) << bg::can_implement(p, args).message();
+}
+
+}  // namespace
