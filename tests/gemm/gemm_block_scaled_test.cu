@@ -69,6 +69,7 @@ using blockscale_test::element_bytes;
 using blockscale_test::element_value;
 using blockscale_test::encode;
 using blockscale_test::round_to;
+using blockscale_test::absolute;
 using blockscale_test::DeviceBuffer;
 using blockscale_test::expect_error;
 
@@ -237,14 +238,6 @@ void exact_operand(int64_t rows, int64_t k, Recipe recipe, float s_dec, uint64_t
   pack_scales(op);
 }
 
-// The operand with its codes' signs cleared (scales and S_dec are unsigned): reference_gemm on two
-// of these is |A| |B|^T.
-bf::QuantizedMatrix absolute(const bf::QuantizedMatrix& q) {
-  bf::QuantizedMatrix a = q;
-  const uint8_t sign_bits = bf::is_fp4(q.recipe) ? 0x88 : 0x80;
-  for (auto& byte : a.data) byte = static_cast<uint8_t>(byte & ~sign_bits);
-  return a;
-}
 
 // ---- Running the GEMM --------------------------------------------------------------------------
 

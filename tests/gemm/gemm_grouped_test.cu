@@ -39,6 +39,7 @@ namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
 using bf::Recipe;
 using bg::MatrixType;
+using blockscale_test::absolute;
 using blockscale_test::DeviceBuffer;
 using blockscale_test::element_bytes;
 using blockscale_test::element_value;
@@ -99,13 +100,6 @@ std::vector<uint8_t> gemm_scales(const bf::QuantizedMatrix& q) {
   return bytes;
 }
 
-// The operand with its codes' signs cleared: the reference on two of these is |A| |B|^T.
-bf::QuantizedMatrix absolute(const bf::QuantizedMatrix& q) {
-  bf::QuantizedMatrix a = q;
-  const uint8_t sign_bits = bf::is_fp4(q.recipe) ? 0x88 : 0x80;
-  for (auto& byte : a.data) byte = static_cast<uint8_t>(byte & ~sign_bits);
-  return a;
-}
 
 double frobenius(const std::vector<double>& v) {
   double s = 0;

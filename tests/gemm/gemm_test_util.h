@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "formats/recipe.h"
 #include "formats/scalar_codecs.h"
 #include "gemm/gemm.h"
 
@@ -48,6 +49,15 @@ inline double round_to(double v, blockscale::gemm::MatrixType t) {
   return t == blockscale::gemm::MatrixType::kFp32
              ? f
              : blockscale::formats::bf16_bits_to_float(blockscale::formats::float_to_bf16_bits_rn(f));
+}
+
+// The operand with its codes' signs cleared (scales and S_dec are unsigned): the fp64 reference
+// GEMM on two of these is |A| |B|^T, the size the error bounds scale with.
+inline blockscale::formats::QuantizedMatrix absolute(const blockscale::formats::QuantizedMatrix& q) {
+  blockscale::formats::QuantizedMatrix a = q;
+  const uint8_t sign_bits = blockscale::formats::is_fp4(q.recipe) ? 0x88 : 0x80;
+  for (auto& byte : a.data) byte = static_cast<uint8_t>(byte & ~sign_bits);
+  return a;
 }
 
 }  // namespace blockscale_test
