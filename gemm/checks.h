@@ -56,6 +56,12 @@ inline Status need_scale_dec(const float* ptr, const char* name) {
   return Status::ok();
 }
 
+// The pointer rules of both APIs (gemm.cpp): operands non-null and 16-byte aligned, NVFP4 S_dec
+// present, D aligned and overlapping no input, C (beta != 0) aligned and either D itself or
+// disjoint from it. Grouped: B, its scales and its S_dec hold `groups` experts, and group_ends
+// (groups int32) is an input too; dense: groups 1, group_ends null.
+Status check_pointers(const GemmProblem& p, const GemmArguments& args, int64_t groups, const int32_t* group_ends);
+
 // The current device's compute capability as major * 10 + minor (gemm.cpp).
 Status current_sm(int* sm);
 

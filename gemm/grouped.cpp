@@ -26,6 +26,16 @@ GemmProblem dense_view(const GroupedGemmProblem& p) {
   return d;
 }
 
+// The operand and output pointers in the dense API's struct (B, its scales and S_dec then hold
+// every expert; group_ends travels separately).
+GemmArguments dense_arguments(const GroupedGemmArguments& args) {
+  GemmArguments d;
+  d.a_data = args.a_data, d.a_scales = args.a_scales, d.a_scale_dec = args.a_scale_dec;
+  d.b_data = args.b_data, d.b_scales = args.b_scales, d.b_scale_dec = args.b_scale_dec;
+  d.c = args.c, d.d = args.d;
+  return d;
+}
+
 bool empty_problem(const GroupedGemmProblem& p) { return p.m == 0 || p.n == 0; }
 
 }  // namespace
@@ -63,39 +73,7 @@ Status check_and_select(const GroupedGemmProblem& p, const GroupedGemmArguments&
   *kernel = GemmKernel::kNone;
   BS_RETURN_IF_ERROR(can_implement(p));
   if (empty_problem(p)) return Status::ok();
-  BS_RETURN_IF_ERROR(need_pointer(args.a_data, 16, "a_data", "16-byte aligned (TMA)"));
-  BS_RETURN_IF_ERROR(need_pointer(args.b_data, 16, "b_data", "16-byte aligned (TMA)"));
-  BS_RETURN_IF_ERROR(need_pointer(args.a_scales, 16, "a_scales", "16-byte aligned (TMA)"));
-  BS_RETURN_IF_ERROR(need_pointer(args.b_scales, 16, "b_scales", "16-byte aligned (TMA)"));
-  BS_RETURN_IF_ERROR(need_pointer(args.group_ends, 4, "group_ends", "4-byte aligned (int32)"));
-  const int64_t d_elem = element_bytes(p.d_type), c_elem = element_bytes(p.c_type);
-  BS_RETURN_IF_ERROR(need_pointer(args.d, static_cast<size_t>(d_elem), "d",
-                                  p.d_type == MatrixType::kBf16 ? "2-byte aligned (bf16)" : "4-byte aligned (fp32)"));
-  const int64_t d_bytes = span_bytes(p.m, p.n, p.ldd, d_elem);
-  const int64_t g = p.num_groups;
-  const struct {
-    const void* ptr;
-    int64_t bytes;
-    const char* name;
-  } inputs[] = {{args.a_data, data_bytes(p.a_recipe, p.m, p.k), "a_data"},
-                {args.b_data, g * data_bytes(p.b_recipe, p.n, p.k), "b_data"},
-                {args.a_scales, scale_bytes(p.a_recipe, p.m, p.k), "a_scales"},
-                {args.b_scales, g * grouped_b_scale_bytes(p), "b_scales"},
-                {args.group_ends, 4 * g, "group_ends"},
-                {args.a_scale_dec, p.a_recipe == Recipe::kNvfp4 ? 4 : 0, "a_scale_dec"},
-                {args.b_scale_dec, p.b_recipe == Recipe::kNvfp4 ? 4 * g : 0, "b_scale_dec"}};
-  if (p.a_recipe == Recipe::kNvfp4) BS_RETURN_IF_ERROR(need_scale_dec(args.a_scale_dec, "a_scale_dec"));
-  if (p.b_recipe == Recipe::kNvfp4) BS_RETURN_IF_ERROR(need_scale_dec(args.b_scale_dec, "b_scale_dec"));
-  for (const auto& in : inputs)
-    if (overlap(args.d, d_bytes, in.ptr, in.bytes)) return Status::error(std::string("d: overlaps ") + in.name);
-  if (p.beta != 0.0f) {
-    BS_RETURN_IF_ERROR(need_pointer(args.c, static_cast<size_t>(c_elem), "c",
-                                    p.c_type == MatrixType::kBf16 ? "2-byte aligned (bf16) when beta != 0"
-                                                                  : "4-byte aligned (fp32) when beta != 0"));
-    const bool in_place = args.c == args.d && p.c_type == p.d_type && p.ldc == p.ldd;
-    if (!in_place && overlap(args.c, span_bytes(p.m, p.n, p.ldc, c_elem), args.d, d_bytes))
-      return Status::error("c: must be d itself (same pointer, type and ldc == ldd) or not overlap d");
-  }
+  BS_RETURN_IF_ERROR(check_pointers(dense_view(p), dense_arguments(args), p.num_groups, args.group_ends));
   int sm = 0;
   BS_RETURN_IF_ERROR(current_sm(&sm));
   BS_RETURN_IF_ERROR(can_implement_for_arch(p, sm, kernel));
@@ -116,10 +94,8 @@ Status run(const GroupedGemmProblem& p, const GroupedGemmArguments& args, void*,
   GemmKernel kernel = GemmKernel::kNone;
   BS_RETURN_IF_ERROR(check_and_select(p, args, &kernel));
   if (empty_problem(p)) return Status::ok();
-  GemmArguments dense;
-  dense.a_data = args.a_data, dense.a_scales = args.a_scales, dense.a_scale_dec = args.a_scale_dec;
-  dense.b_data = args.b_data, dense.b_scales = args.b_scales;
-  dense.c = args.c, dense.d = args.d;
+  GemmArguments dense = dense_arguments(args);
+  dense.b_scale_dec = nullptr;  // per expert: passed through `grouping`
   Grouping grouping;
   grouping.group_ends = args.group_ends;
   grouping.num_groups = p.num_groups;
