@@ -56,11 +56,20 @@ inline Status need_scale_dec(const float* ptr, const char* name) {
   return Status::ok();
 }
 
+// How many p-sized copies each buffer holds: dense 1 each; M-grouped: B, its scales and its S_dec
+// hold num_groups experts; K-grouped: C and D hold num_groups outputs. group_ends (`ends` int32)
+// is an input too.
+struct BufferCopies {
+  int64_t b = 1;
+  int64_t c_d = 1;
+  int64_t ends = 0;
+};
+
 // The pointer rules of both APIs (gemm.cpp): operands non-null and 16-byte aligned, NVFP4 S_dec
 // present, D aligned and overlapping no input, C (beta != 0) aligned and either D itself or
-// disjoint from it. Grouped: B, its scales and its S_dec hold `groups` experts, and group_ends
-// (groups int32) is an input too; dense: groups 1, group_ends null.
-Status check_pointers(const GemmProblem& p, const GemmArguments& args, int64_t groups, const int32_t* group_ends);
+// disjoint from it.
+Status check_pointers(const GemmProblem& p, const GemmArguments& args, const BufferCopies& copies,
+                      const int32_t* group_ends);
 
 // The current device's compute capability as major * 10 + minor (gemm.cpp).
 Status current_sm(int* sm);

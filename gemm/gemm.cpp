@@ -73,30 +73,31 @@ Status prepare_kernel(const void* kernel, int smem_bytes, const char* name, int*
   return Status::ok();
 }
 
-Status check_pointers(const GemmProblem& p, const GemmArguments& args, int64_t groups, const int32_t* group_ends) {
+Status check_pointers(const GemmProblem& p, const GemmArguments& args, const BufferCopies& copies,
+                      const int32_t* group_ends) {
   BS_RETURN_IF_ERROR(need_pointer(args.a_data, 16, "a_data", "16-byte aligned (TMA)"));
   BS_RETURN_IF_ERROR(need_pointer(args.b_data, 16, "b_data", "16-byte aligned (TMA)"));
   BS_RETURN_IF_ERROR(need_pointer(args.a_scales, 16, "a_scales", "16-byte aligned (TMA)"));
   BS_RETURN_IF_ERROR(need_pointer(args.b_scales, 16, "b_scales", "16-byte aligned (TMA)"));
-  if (group_ends != nullptr || groups > 1)
+  if (group_ends != nullptr || copies.ends > 0)
     BS_RETURN_IF_ERROR(need_pointer(group_ends, 4, "group_ends", "4-byte aligned (int32)"));
   const int64_t d_elem = element_bytes(p.d_type), c_elem = element_bytes(p.c_type);
   BS_RETURN_IF_ERROR(need_pointer(args.d, static_cast<size_t>(d_elem), "d",
                                   p.d_type == MatrixType::kBf16 ? "2-byte aligned (bf16)" : "4-byte aligned (fp32)"));
   if (p.a_recipe == Recipe::kNvfp4) BS_RETURN_IF_ERROR(need_scale_dec(args.a_scale_dec, "a_scale_dec"));
   if (p.b_recipe == Recipe::kNvfp4) BS_RETURN_IF_ERROR(need_scale_dec(args.b_scale_dec, "b_scale_dec"));
-  const int64_t d_bytes = span_bytes(p.m, p.n, p.ldd, d_elem);
+  const int64_t d_bytes = span_bytes(copies.c_d * p.m, p.n, p.ldd, d_elem);
   const struct {
     const void* ptr;
     int64_t bytes;
     const char* name;
   } inputs[] = {{args.a_data, data_bytes(p.a_recipe, p.m, p.k), "a_data"},
-                {args.b_data, groups * data_bytes(p.b_recipe, p.n, p.k), "b_data"},
+                {args.b_data, copies.b * data_bytes(p.b_recipe, p.n, p.k), "b_data"},
                 {args.a_scales, scale_bytes(p.a_recipe, p.m, p.k), "a_scales"},
-                {args.b_scales, groups * scale_bytes(p.b_recipe, p.n, p.k), "b_scales"},
-                {group_ends, group_ends ? 4 * groups : 0, "group_ends"},
+                {args.b_scales, copies.b * scale_bytes(p.b_recipe, p.n, p.k), "b_scales"},
+                {group_ends, group_ends ? 4 * copies.ends : 0, "group_ends"},
                 {args.a_scale_dec, p.a_recipe == Recipe::kNvfp4 ? 4 : 0, "a_scale_dec"},
-                {args.b_scale_dec, p.b_recipe == Recipe::kNvfp4 ? 4 * groups : 0, "b_scale_dec"}};
+                {args.b_scale_dec, p.b_recipe == Recipe::kNvfp4 ? 4 * copies.b : 0, "b_scale_dec"}};
   for (const auto& in : inputs)
     if (overlap(args.d, d_bytes, in.ptr, in.bytes)) return Status::error(std::string("d: overlaps ") + in.name);
   if (p.beta != 0.0f) {
@@ -104,7 +105,7 @@ Status check_pointers(const GemmProblem& p, const GemmArguments& args, int64_t g
                                     p.c_type == MatrixType::kBf16 ? "2-byte aligned (bf16) when beta != 0"
                                                                   : "4-byte aligned (fp32) when beta != 0"));
     const bool in_place = args.c == args.d && p.c_type == p.d_type && p.ldc == p.ldd;
-    if (!in_place && overlap(args.c, span_bytes(p.m, p.n, p.ldc, c_elem), args.d, d_bytes))
+    if (!in_place && overlap(args.c, span_bytes(copies.c_d * p.m, p.n, p.ldc, c_elem), args.d, d_bytes))
       return Status::error("c: must be d itself (same pointer, type and ldc == ldd) or not overlap d");
   }
   return Status::ok();
@@ -192,7 +193,7 @@ Status check_and_select(const GemmProblem& p, const GemmArguments& args, GemmKer
   *kernel = GemmKernel::kNone;
   BS_RETURN_IF_ERROR(can_implement(p));
   if (empty_problem(p)) return Status::ok();
-  BS_RETURN_IF_ERROR(check_pointers(p, args, 1, nullptr));
+  BS_RETURN_IF_ERROR(check_pointers(p, args, BufferCopies{}, nullptr));
   int sm = 0;
   BS_RETURN_IF_ERROR(detail::current_sm(&sm));
   BS_RETURN_IF_ERROR(can_implement_for_arch(p, sm, kernel));

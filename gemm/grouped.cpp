@@ -1,5 +1,5 @@
 // The grouped (MoE) GEMM API (gemm/grouped.h): checks, the architecture dispatch, the launch of
-// the dense kernels in their grouped scheduling mode.
+// the dense kernels in their M- or K-grouped scheduling mode.
 #include "gemm/grouped.h"
 
 #include <string>
@@ -38,20 +38,42 @@ GemmArguments dense_arguments(const GroupedGemmArguments& args) {
 
 bool empty_problem(const GroupedGemmProblem& p) { return p.m == 0 || p.n == 0; }
 
+bool k_grouped(const GroupedGemmProblem& p) { return p.mode == GroupedGemmMode::kK; }
+
+BufferCopies buffer_copies(const GroupedGemmProblem& p) {
+  BufferCopies copies;
+  (k_grouped(p) ? copies.c_d : copies.b) = p.num_groups;
+  copies.ends = p.num_groups;
+  return copies;
+}
+
 }  // namespace
 
 int64_t grouped_b_scale_bytes(const GroupedGemmProblem& p) { return scale_bytes(p.b_recipe, p.n, p.k); }
 
 Status can_implement(const GroupedGemmProblem& p) {
+  if (p.mode != GroupedGemmMode::kM && p.mode != GroupedGemmMode::kK)
+    return Status::error("mode: must be GroupedGemmMode::kM (fprop, dgrad) or kK (wgrad)");
   if (p.num_groups < 1 || p.num_groups > kMaxGroups)
     return Status::error("num_groups: must be in [1, " + str(kMaxGroups) + "], got " + str(p.num_groups));
-  if (is_fp8_blockwise_pair(p.a_recipe, p.b_recipe) && p.b_recipe != Recipe::kFp8Block128x128)
+  const bool fp8 = is_fp8_blockwise_pair(p.a_recipe, p.b_recipe);
+  if (fp8 && !k_grouped(p) && p.b_recipe != Recipe::kFp8Block128x128)
     return Status::error(
         "b_recipe: the M-grouped FP8 blockwise GEMM takes 128x128-block weights (fp8_block128x128), got " +
         std::string(formats::recipe_name(p.b_recipe)));
+  if (fp8 && k_grouped(p) && p.b_recipe != Recipe::kFp8Block1x128)
+    return Status::error(
+        "b_recipe: the K-grouped (wgrad) FP8 blockwise GEMM takes X quantized along the tokens (fp8_block128), got " +
+        std::string(formats::recipe_name(p.b_recipe)));
   BS_RETURN_IF_ERROR(can_implement(dense_view(p)));
-  if (p.n * p.num_groups > kInt32Max)
+  if (k_grouped(p) && formats::default_block_cols(p.a_recipe) != formats::default_block_cols(p.b_recipe))
+    return Status::error("b_recipe: the K-grouped GEMM's operands share one padded token axis, so their block lengths "
+                         "must match (MX with MX, NVFP4 with NVFP4), got " +
+                         std::string(formats::recipe_name(p.a_recipe)) + " x " + formats::recipe_name(p.b_recipe));
+  if (!k_grouped(p) && p.n * p.num_groups > kInt32Max)
     return Status::error("n * num_groups: the experts' B rows must be < 2^31, got " + str(p.n * p.num_groups));
+  if (k_grouped(p) && p.num_groups * ((p.m + 127) / 128) * ((p.n + 127) / 128) > kInt32Max)
+    return Status::error("num_groups * ceil(m / 128) * ceil(n / 128): the output tiles must be < 2^31");
   return Status::ok();
 }
 
@@ -73,7 +95,7 @@ Status check_and_select(const GroupedGemmProblem& p, const GroupedGemmArguments&
   *kernel = GemmKernel::kNone;
   BS_RETURN_IF_ERROR(can_implement(p));
   if (empty_problem(p)) return Status::ok();
-  BS_RETURN_IF_ERROR(check_pointers(dense_view(p), dense_arguments(args), p.num_groups, args.group_ends));
+  BS_RETURN_IF_ERROR(check_pointers(dense_view(p), dense_arguments(args), buffer_copies(p), args.group_ends));
   int sm = 0;
   BS_RETURN_IF_ERROR(current_sm(&sm));
   BS_RETURN_IF_ERROR(can_implement_for_arch(p, sm, kernel));
@@ -95,8 +117,9 @@ Status run(const GroupedGemmProblem& p, const GroupedGemmArguments& args, void*,
   BS_RETURN_IF_ERROR(check_and_select(p, args, &kernel));
   if (empty_problem(p)) return Status::ok();
   GemmArguments dense = dense_arguments(args);
-  dense.b_scale_dec = nullptr;  // per expert: passed through `grouping`
+  if (!k_grouped(p)) dense.b_scale_dec = nullptr;  // per expert: passed through `grouping`
   Grouping grouping;
+  grouping.mode = k_grouped(p) ? GroupMode::kK : GroupMode::kM;
   grouping.group_ends = args.group_ends;
   grouping.num_groups = p.num_groups;
   grouping.b_scale_stride_bytes = grouped_b_scale_bytes(p);

@@ -7,18 +7,23 @@
 
 #include <cstdint>
 
+#include "gemm/common/grouped_schedule.h"
 #include "gemm/gemm.h"
 
 namespace blockscale::gemm::detail {
 
-// M-grouped (MoE) launches (gemm/grouped.h): p describes the whole problem (m = all tokens, n and
-// k of one expert); B holds num_groups experts of n rows back to back, its scales one per-expert
-// buffer of b_scale_stride_bytes each. Null: a dense launch.
+// Grouped (MoE) launches (gemm/grouped.h); null: a dense launch.
+//   M-grouped: p describes the whole problem (m = all tokens, n and k of one expert); B holds
+//     num_groups experts of n rows back to back, its scales one per-expert buffer of
+//     b_scale_stride_bytes each; group_ends split m; b_scale_dec has num_groups floats.
+//   K-grouped: p's m x n is one expert's output and k the token capacity of A and B (one matrix
+//     each); group_ends split k; C and D hold num_groups outputs, expert g's at row g * m.
 struct Grouping {
+  GroupMode mode = GroupMode::kM;
   const int32_t* group_ends = nullptr;  // device, num_groups cumulative ends
   int num_groups = 0;
   int64_t b_scale_stride_bytes = 0;
-  const float* b_scale_dec = nullptr;  // NVFP4 B: num_groups device floats
+  const float* b_scale_dec = nullptr;  // NVFP4 B (M-grouped: num_groups device floats)
 };
 
 // FP8 blockwise, sm_90a wgmma kernel: gemm/sm90/sm90_fp8_block_gemm.cu.

@@ -123,7 +123,8 @@ Status run(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOut
 // int32 device array whose last entry must equal rows. The rowwise copy is the dense one. The
 // columnwise copy is quantized per expert, each expert's token range padded with zero rows to a
 // multiple of the block (formats::quantize_grouped_columnwise): it is cols x capacity codes,
-// row stride capacity, with capacity = grouped_capacity(p) >= the padded total; bytes past the
+// row stride capacity, with capacity = grouped_capacity(p) >= the padded total (a multiple of the
+// block and of 32: what gemm/grouped.h's K-grouped GEMM takes as its k); bytes past the
 // padded total are written as 0, and so are their scales. padded_group_ends (int32 device,
 // num_groups entries) receives the padded cumulative ends. Nothing is read back to the host.
 struct GroupedQuantizeProblem {

@@ -1,4 +1,6 @@
-// The M-grouped (MoE) tile schedule shared by the sm90 kernels' grouped mode. Expert g owns rows
+// The grouped (MoE) tile schedules shared by the sm90 kernels.
+//
+// M-grouped (GroupMode::kM, fprop and dgrad): expert g owns rows
 // [end[g-1], end[g]) of A, C and D (cumulative ends in device memory, read by the kernel: no host
 // synchronisation). Each CTA builds, in shared memory, the cumulative tile count and clamped row
 // end of every expert, then walks tile indices as the dense kernels do (tile = blockIdx.x,
@@ -10,6 +12,12 @@
 // Ends are clamped on the device to [the largest earlier end, m], so an out-of-order or too-large
 // array gives empty experts, never an access outside A, C or D (the host cannot check device data
 // without a synchronisation).
+//
+// K-grouped (GroupMode::kK, wgrad): every expert has the same m x n output (its dW), so the tile
+// count is known on the host: G x tiles_m x tiles_n, expert-major, TileOrder inside an expert.
+// Expert g reduces over K columns [end[g-1], end[g]) of A and B (the per-expert padded token
+// ranges of quant/'s grouped columnwise copies), ends clamped the same way to [.., k]; its output
+// is rows g * m .. g * m + m - 1 of C and D.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +28,9 @@ namespace blockscale::gemm {
 
 constexpr int kMaxGroups = 1024;  // experts per grouped GEMM (two int32 tables in shared memory)
 
+// A kernel's scheduling mode: one dense problem, M-grouped or K-grouped.
+enum class GroupMode { kDense, kM, kK };
+
 struct GroupedRows {
   const int32_t* group_ends = nullptr;  // null: a dense problem
   int32_t num_groups = 0;
@@ -27,13 +38,16 @@ struct GroupedRows {
 
 struct GroupedTile {
   int32_t group = 0;
-  int32_t m0 = 0, n0 = 0;  // first row (of A, C, D) and column
+  int32_t m0 = 0, n0 = 0;  // first row (of A) and column
   int32_t row_end = 0;     // rows >= row_end belong to the next expert (or are past m)
+  int64_t d_row0 = 0;      // C / D row of A's row 0 (K-grouped: g * m)
+  int32_t k_begin = 0, k_end = 0;  // K columns reduced (dense, M-grouped: 0 .. k)
 };
 
 #if defined(__CUDACC__)
-// Warp 0 of the CTA fills tile_ends[g] (tiles of experts 0..g) and row_ends[g] (expert g's clamped
-// end); the caller synchronises the CTA before reading them.
+// Warp 0 of the CTA fills row_ends[g] (expert g's end, clamped to [earlier ends, m]) and, unless
+// tile_ends is null, tile_ends[g] (M-grouped tiles of experts 0..g); the caller synchronises the
+// CTA before reading them. K-grouped kernels pass their k as m and no tile table.
 __device__ inline void build_grouped_schedule(const GroupedRows& groups, int32_t m, int32_t tile_m, int32_t tiles_n,
                                               int32_t* tile_ends, int32_t* row_ends) {
   if (threadIdx.x >= 32) return;
@@ -56,7 +70,10 @@ __device__ inline void build_grouped_schedule(const GroupedRows& groups, int32_t
       if (lane >= off) tiles += other;
     }
     tiles += carry_tiles;
-    if (g < groups.num_groups) tile_ends[g] = tiles, row_ends[g] = end;
+    if (g < groups.num_groups) {
+      row_ends[g] = end;
+      if (tile_ends != nullptr) tile_ends[g] = tiles;
+    }
     carry_end = __shfl_sync(0xFFFFFFFFu, end, 31);
     carry_tiles = __shfl_sync(0xFFFFFFFFu, tiles, 31);
   }
@@ -87,6 +104,24 @@ __device__ inline GroupedTile grouped_tile(int32_t t, int32_t num_groups, int32_
   order.coords(t - first_tile, &tm, &tn);
   out.m0 = row_begin + tm * tile_m;
   out.n0 = tn * tile_n;
+  return out;
+}
+
+// Tile t (< num_groups * order.num_tiles()) of the K-grouped schedule; k_ends from
+// build_grouped_schedule (with k as its m).
+__device__ inline GroupedTile k_grouped_tile(int32_t t, const TileOrder& order, int32_t m, int32_t tile_m,
+                                             int32_t tile_n, const int32_t* k_ends) {
+  const int32_t per_group = order.num_tiles();
+  GroupedTile out;
+  out.group = t / per_group;
+  int32_t tm, tn;
+  order.coords(t - out.group * per_group, &tm, &tn);
+  out.m0 = tm * tile_m;
+  out.n0 = tn * tile_n;
+  out.row_end = m;
+  out.d_row0 = int64_t{out.group} * m;
+  out.k_begin = out.group > 0 ? k_ends[out.group - 1] : 0;
+  out.k_end = k_ends[out.group];
   return out;
 }
 #endif

@@ -33,8 +33,9 @@ struct Prepare {
   template <class FmtA, class FmtB>
   Status run() const {
     int sms = 0;
-    BS_RETURN_IF_ERROR((prepare_block_scaled<FmtA, FmtB, false>(&sms)));
-    return prepare_block_scaled<FmtA, FmtB, true>(&sms);
+    BS_RETURN_IF_ERROR((prepare_block_scaled<FmtA, FmtB, GroupMode::kDense>(&sms)));
+    BS_RETURN_IF_ERROR((prepare_block_scaled<FmtA, FmtB, GroupMode::kM>(&sms)));
+    return prepare_block_scaled<FmtA, FmtB, GroupMode::kK>(&sms);
   }
 };
 
@@ -45,8 +46,9 @@ struct Launch {
   const Grouping* grouping;
   template <class FmtA, class FmtB>
   Status run() const {
-    return grouping ? launch_block_scaled<FmtA, FmtB, true>(p, args, stream, grouping)
-                    : launch_block_scaled<FmtA, FmtB, false>(p, args, stream, nullptr);
+    if (grouping == nullptr) return launch_block_scaled<FmtA, FmtB, GroupMode::kDense>(p, args, stream, nullptr);
+    return grouping->mode == GroupMode::kK ? launch_block_scaled<FmtA, FmtB, GroupMode::kK>(p, args, stream, grouping)
+                                           : launch_block_scaled<FmtA, FmtB, GroupMode::kM>(p, args, stream, grouping);
   }
 };
 

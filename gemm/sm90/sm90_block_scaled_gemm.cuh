@@ -64,9 +64,10 @@ using Mxfp8E5M2 = OperandFormat<ElementCode::kE5M2, ScaleCode::kE8M0>;
 using Mxfp4 = OperandFormat<ElementCode::kE2M1, ScaleCode::kE8M0>;
 using Nvfp4 = OperandFormat<ElementCode::kE2M1, ScaleCode::kUE4M3>;
 
-// kGrouped: the M-grouped (MoE) mode (gemm/common/grouped_schedule.h). An expert's first row need
-// not be a multiple of 128, so a 256-row tile spans up to 3 of A's 128-row scale tiles.
-template <class FmtA, class FmtB, bool kGrouped>
+// kMode: dense, M-grouped or K-grouped (gemm/common/grouped_schedule.h). M-grouped: an expert's
+// first row need not be a multiple of 128, so a 256-row tile spans up to 3 of A's 128-row scale
+// tiles.
+template <class FmtA, class FmtB, GroupMode kMode>
 struct BlockScaledGemmConfig {
   static constexpr int kTileM = 256;  // two consumer warpgroups x two m64 halves
   static constexpr int kTileN = 128;
@@ -77,13 +78,14 @@ struct BlockScaledGemmConfig {
   static constexpr int kConsumerRegisters = 232;
   static constexpr int kTileABytes = kTileM * FmtA::kRowBytes;
   static constexpr int kTileBBytes = kTileN * FmtB::kRowBytes;
-  static constexpr int kARowTiles = kTileM / 128 + (kGrouped ? 1 : 0);  // A scale row tiles per stage
+  static constexpr int kARowTiles = kTileM / 128 + (kMode == GroupMode::kM ? 1 : 0);  // A scale row tiles per stage
   static constexpr int kScaleABytes = kARowTiles * FmtA::kScaleTilesPerStage * 512;
   static constexpr int kScaleBBytes = (kTileN / 128) * FmtB::kScaleTilesPerStage * 512;
   static constexpr int kStageBytes = kTileABytes + kTileBBytes + kScaleABytes + kScaleBBytes;
   static constexpr int kBf16AtomBytes = kTileN * 128;  // 64 of K x 128 rows of bf16
   static constexpr int kBf16BBytes = 2 * kBf16AtomBytes;  // one stage of B in bf16
-  static constexpr int kFixedBytes = 1024 + 2 * kBf16BBytes + 2 * 8 * 8 + (kGrouped ? 2 * kMaxGroups * 4 : 0);
+  static constexpr int kFixedBytes =
+      1024 + 2 * kBf16BBytes + 2 * 8 * 8 + (kMode != GroupMode::kDense ? 2 * kMaxGroups * 4 : 0);
   static constexpr int kStagesFit = (227 * 1024 - kFixedBytes) / kStageBytes;
   static constexpr int kStages = kStagesFit < 6 ? kStagesFit : 6;
   static constexpr int kSmemBytes = kFixedBytes + kStages * kStageBytes;
@@ -97,11 +99,14 @@ struct BlockScaledGemmConfig {
 struct BlockScaledGemmParams {
   int32_t m = 0, n = 0;
   int32_t k_stages = 0;  // ceil(K / 128); the last stage's missing K arrives as zero codes
+  int32_t k_limit = 0;   // K (K-grouped: the groups' ends are clamped to it)
   TileOrder order;
   const float* a_scale_dec = nullptr;  // NVFP4 tensor decode scales (null: 1)
-  const float* b_scale_dec = nullptr;  // grouped: one per expert
+  const float* b_scale_dec = nullptr;  // M-grouped: one per expert
   EpilogueParams epilogue;
-  GroupedRows groups;  // grouped mode: expert g's B is rows g * n.. of b_map, scale row tiles g * b_row_tiles..
+  // M-grouped: expert g's B is rows g * n.. of b_map, scale row tiles g * b_row_tiles... K-grouped:
+  // the groups' ends split K.
+  GroupedRows groups;
   int32_t b_row_tiles = 0;
 };
 
@@ -172,14 +177,15 @@ __device__ __forceinline__ uint32_t scale_offset(int r, int col) {
 
 }  // namespace block_scaled
 
-template <class FmtA, class FmtB, bool kGrouped>
-__global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB, kGrouped>::kThreads, 1)
+template <class FmtA, class FmtB, GroupMode kMode>
+__global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB, kMode>::kThreads, 1)
     sm90_block_scaled_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                                   const __grid_constant__ CUtensorMap a_scale_map,
                                   const __grid_constant__ CUtensorMap b_scale_map, const BlockScaledGemmParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace block_scaled;
-  using Cfg = BlockScaledGemmConfig<FmtA, FmtB, kGrouped>;
+  using Cfg = BlockScaledGemmConfig<FmtA, FmtB, kMode>;
+  constexpr bool kMGrouped = kMode == GroupMode::kM, kKGrouped = kMode == GroupMode::kK;
   constexpr int kStages = Cfg::kStages;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
@@ -202,23 +208,37 @@ __global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB, kGrouped>::k
     }
     fence_barrier_init();
   }
-  if constexpr (kGrouped) build_grouped_schedule(p.groups, p.m, Cfg::kTileM, p.order.tiles_n, tile_ends, row_ends);
+  if constexpr (kMGrouped) build_grouped_schedule(p.groups, p.m, Cfg::kTileM, p.order.tiles_n, tile_ends, row_ends);
+  if constexpr (kKGrouped) build_grouped_schedule(p.groups, p.k_limit, 1, 0, nullptr, row_ends);
   __syncthreads();
 
-  const int32_t num_tiles = !kGrouped ? p.order.num_tiles()
-                            : p.groups.num_groups > 0 ? tile_ends[p.groups.num_groups - 1]
-                                                      : 0;
-  // Tile index -> its expert, first row and column, and where its rows end.
+  const int32_t num_tiles = kMode == GroupMode::kDense ? p.order.num_tiles()
+                            : kKGrouped                ? p.groups.num_groups * p.order.num_tiles()
+                            : p.groups.num_groups > 0  ? tile_ends[p.groups.num_groups - 1]
+                                                       : 0;
+  // Tile index -> its expert, first row and column, where its rows end and the K it reduces.
   const auto tile_at = [&](int32_t tile) {
-    if constexpr (kGrouped) {
-      return grouped_tile(tile, p.groups.num_groups, Cfg::kTileM, Cfg::kTileN, p.order.tiles_n, tile_ends, row_ends);
+    if constexpr (kMGrouped) {
+      GroupedTile t =
+          grouped_tile(tile, p.groups.num_groups, Cfg::kTileM, Cfg::kTileN, p.order.tiles_n, tile_ends, row_ends);
+      t.k_end = p.k_stages * Cfg::kTileK;
+      return t;
+    } else if constexpr (kKGrouped) {
+      return k_grouped_tile(tile, p.order, p.m, Cfg::kTileM, Cfg::kTileN, row_ends);
     } else {
       GroupedTile t;
       int32_t tile_m, tile_n;
       p.order.coords(tile, &tile_m, &tile_n);
       t.m0 = tile_m * Cfg::kTileM, t.n0 = tile_n * Cfg::kTileN, t.row_end = p.m;
+      t.k_end = p.k_stages * Cfg::kTileK;
       return t;
     }
+  };
+  // A tile's stages: the 128-column K stages its range touches. K-grouped ranges start and end on
+  // block boundaries, not stage boundaries: the blocks of a stage outside the range are masked.
+  const auto first_stage = [](const GroupedTile& t) { return t.k_begin / Cfg::kTileK; };
+  const auto stage_count = [&](const GroupedTile& t) {
+    return t.k_end > t.k_begin ? (t.k_end + Cfg::kTileK - 1) / Cfg::kTileK - first_stage(t) : 0;
   };
   if (warpgroup == 2) {
     // ---- producer ----
@@ -232,9 +252,9 @@ __global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB, kGrouped>::k
       uint32_t phase = 0;
       for (int32_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
         const GroupedTile t = tile_at(tile);
-        const int32_t m0 = t.m0, b_row = t.group * p.n + t.n0;
-        const int32_t b_row_tile = t.group * p.b_row_tiles + t.n0 / 128;
-        for (int32_t kb = 0; kb < p.k_stages; ++kb) {
+        const int32_t m0 = t.m0, b_row = (kMGrouped ? t.group * p.n : 0) + t.n0;
+        const int32_t b_row_tile = (kMGrouped ? t.group * p.b_row_tiles : 0) + t.n0 / 128;
+        for (int32_t kb = first_stage(t), kb_end = kb + stage_count(t); kb < kb_end; ++kb) {
           mbarrier_wait(&empty[slot], phase ^ 1);
           mbarrier_arrive_expect_tx(&full[slot], Cfg::kStageBytes);  // boxes past the edges count in full
           tma_load_2d(a_ring + slot * Cfg::kTileABytes, &a_map, &full[slot], kb * FmtA::kRowBytes, m0);
@@ -259,9 +279,27 @@ __global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB, kGrouped>::k
   const int row0 = warpgroup * 128 + warp_in_group * 16 + g;
   const float alpha_a = p.epilogue.alpha * (p.a_scale_dec ? __ldg(p.a_scale_dec) : 1.0f);
 
+  // Bit c of a stage's mask: its physical k 16c .. 16c + 15 lie in the tile's K range (ranges
+  // start and end on block boundaries, so a 32-block's two halves agree). The k outside it (a
+  // neighbouring expert's tokens, K-grouped only) are converted as zero codes with a zero scale,
+  // so even a NaN there cannot reach the sum. A's half stage hs of thread q and B's piece half
+  // `half` of block q' are bits 2q + hs and 2q' + half.
+  const auto block_mask = [&](const GroupedTile& t, int32_t kb) {
+    uint32_t mask = 0xFFu;
+    if constexpr (kKGrouped) {
+      const int32_t base = (first_stage(t) + kb) * Cfg::kTileK;
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        const int32_t start = base + 16 * c;
+        if (start < t.k_begin || start >= t.k_end) mask &= ~(1u << c);
+      }
+    }
+    return mask;
+  };
+
   // Converts the B pieces of ring slot `slot` owned by this thread into bf16 buffer `buf`:
   // piece (row n, q') = the 32 physical k of block q' (item = thread + 256 it, n = item / 4).
-  const auto convert_b_piece = [&](int slot, int buf, int it) {
+  const auto convert_b_piece = [&](int slot, int buf, int it, uint32_t mask) {
     const int item = thread + 256 * it;
     const int n = item >> 2, qb = item & 3;
     const uint8_t* tile = b_ring + slot * Cfg::kTileBBytes;
@@ -284,6 +322,17 @@ __global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB, kGrouped>::k
     } else {
       scale[0] = scale[1] = scale_bf16x2<FmtB::kScale>(scales[scale_offset<FmtB::kScaleTilesPerStage>(n, qb)]);
     }
+    if constexpr (kKGrouped) {
+      constexpr int kHalfWords = FmtB::kFp4 ? 2 : 4;  // the words of 16 physical k
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        if (!((mask >> (2 * qb + half)) & 1u)) {
+          scale[half] = 0;
+#pragma unroll
+          for (int w = 0; w < kHalfWords; ++w) words[half * kHalfWords + w] = 0;
+        }
+      }
+    }
 #pragma unroll
     for (int s = 0; s < Cfg::kSteps; ++s) {
       const uint32_t codes = FmtB::kFp4 ? words[s / 2] >> (16 * (s % 2)) : words[s];
@@ -296,29 +345,76 @@ __global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB, kGrouped>::k
     }
   };
 
-  int32_t my_tiles = 0;
-  for (int32_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) ++my_tiles;
-  const int32_t total = my_tiles * p.k_stages;
+  // This CTA's (tile, stage) pairs in order, tiles without stages (K-grouped empty experts)
+  // skipped: `cur` is the stage being multiplied, `nxt` the one whose B is converted meanwhile.
+  struct Cursor {
+    int32_t tile;
+    GroupedTile t;
+    int32_t kb, stages;  // stage index inside the tile, and the tile's stage count
+  };
+  const auto advance = [&](Cursor& c) {
+    if (++c.kb < c.stages) return;
+    c.kb = 0;
+    for (c.tile += gridDim.x; c.tile < num_tiles; c.tile += gridDim.x) {
+      c.t = tile_at(c.tile);
+      c.stages = stage_count(c.t);
+      if (c.stages > 0) return;
+    }
+  };
+
+  float acc[2][64];
+  // alpha * acc + beta * C for the tile's rows and columns (rows past its expert skipped).
+  const auto store_tile = [&](const GroupedTile& t) {
+    const float alpha = alpha_a * (p.b_scale_dec ? __ldg(p.b_scale_dec + (kMGrouped ? t.group : 0)) : 1.0f);
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int32_t row = t.m0 + row0 + 64 * h + 8 * i;
+        if (row >= t.row_end) continue;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          const int32_t col = t.n0 + 8 * j + 2 * q;
+          if (col < p.n)
+            store_pair(p.epilogue, alpha, t.d_row0 + row, col, acc[h][4 * j + 2 * i], acc[h][4 * j + 2 * i + 1],
+                       col + 1 < p.n);
+        }
+      }
+  };
+
+  int32_t total = 0;
+  for (int32_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+    const GroupedTile t = tile_at(tile);
+    const int32_t stages = stage_count(t);
+    total += stages;
+    if (kKGrouped && stages == 0) {  // an empty expert's dW: beta * C
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int j = 0; j < 64; ++j) acc[h][j] = 0.0f;
+      store_tile(t);
+    }
+  }
   if (total == 0) return;
 
+  Cursor nxt{static_cast<int32_t>(blockIdx.x) - static_cast<int32_t>(gridDim.x), GroupedTile{}, 0, 0};
+  advance(nxt);
   // Prologue: B of the first stage.
   mbarrier_wait(&full[0], 0);
-  convert_b_piece(0, 0, 0);
-  convert_b_piece(0, 0, 1);
+  convert_b_piece(0, 0, 0, block_mask(nxt.t, nxt.kb));
+  convert_b_piece(0, 0, 1, block_mask(nxt.t, nxt.kb));
   fence_proxy_async_shared();
   named_barrier_sync(1, 256);
 
-  float acc[2][64];
   uint32_t frag[2][2][4];  // [step parity][half h][register]
-  int32_t tile = blockIdx.x;
-  GroupedTile t;
   for (int32_t gs = 0; gs < total; ++gs) {
-    const int32_t kb = gs % p.k_stages;
-    if (kb == 0) {
-      if (gs > 0) tile += gridDim.x;
-      t = tile_at(tile);
-    }
-    // This tile's rows in its A scale box: the box starts at row tile m0 / 128 (grouped: an
+    const Cursor cur = nxt;
+    advance(nxt);
+    const GroupedTile& t = cur.t;
+    const int32_t kb = cur.kb;
+    const uint32_t mask = block_mask(t, kb);
+    const uint32_t next_mask = block_mask(nxt.t, nxt.kb);
+    // This tile's rows in its A scale box: the box starts at row tile m0 / 128 (M-grouped: an
     // expert's first row need not be a multiple of 128).
     const int a_row_shift = t.m0 & 127;
     const int slot = gs % kStages, buf = gs & 1;
@@ -334,6 +430,8 @@ __global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB, kGrouped>::k
       // This half stage's A codes (physical k 32q + 16hs .. + 15 of each row) and scales.
       uint32_t a_words[2][2][4];
       uint32_t a_scale[2][2];
+      const int col = FmtA::kBlock == 16 ? 2 * q + hs : q;
+      const bool in_range = (mask >> (2 * q + hs)) & 1u;
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -347,8 +445,12 @@ __global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB, kGrouped>::k
             const uint4 v = *reinterpret_cast<const uint4*>(a_tile + swizzled<128>(r, 2 * q + hs));
             a_words[h][i][0] = v.x, a_words[h][i][1] = v.y, a_words[h][i][2] = v.z, a_words[h][i][3] = v.w;
           }
-          const int col = FmtA::kBlock == 16 ? 2 * q + hs : q;
           a_scale[h][i] = scale_bf16x2<FmtA::kScale>(a_scales[scale_offset<FmtA::kScaleTilesPerStage>(r_scale, col)]);
+          if (kKGrouped && !in_range) {
+            a_scale[h][i] = 0;
+#pragma unroll
+            for (int w = 0; w < 4; ++w) a_words[h][i][w] = 0;
+          }
         }
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
@@ -372,7 +474,7 @@ __global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB, kGrouped>::k
           named_barrier_sync(2, 256);
           if (has_next) mbarrier_wait_uniform(&full[next_slot], ((gs + 1) / kStages) & 1);
         } else {
-          if (has_next && (s == 2 || s == 5)) convert_b_piece(next_slot, buf ^ 1, s == 2 ? 0 : 1);
+          if (has_next && (s == 2 || s == 5)) convert_b_piece(next_slot, buf ^ 1, s == 2 ? 0 : 1, next_mask);
           wgmma_wait_group<1>();  // frees the fragment registers of step s - 1
         }
       }
@@ -385,26 +487,13 @@ __global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB, kGrouped>::k
       named_barrier_sync(1, 256);  // the next stage's bf16 B is complete
     }
 
-    if (kb == p.k_stages - 1) {
+    if (kb == cur.stages - 1) {
       wgmma_wait_group<0>();
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int j = 0; j < 64; ++j) fence_accumulator(acc[h][j]);
-      const float alpha = alpha_a * (p.b_scale_dec ? __ldg(p.b_scale_dec + t.group) : 1.0f);
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int64_t row = int64_t{t.m0} + row0 + 64 * h + 8 * i;
-          if (row >= t.row_end) continue;
-#pragma unroll
-          for (int j = 0; j < 16; ++j) {
-            const int32_t col = t.n0 + 8 * j + 2 * q;
-            if (col < p.n)
-              store_pair(p.epilogue, alpha, row, col, acc[h][4 * j + 2 * i], acc[h][4 * j + 2 * i + 1], col + 1 < p.n);
-          }
-        }
+      store_tile(t);
     }
   }
 #else

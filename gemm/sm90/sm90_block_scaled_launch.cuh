@@ -15,10 +15,10 @@
 
 namespace blockscale::gemm::detail {
 
-template <class FmtA, class FmtB, bool kGrouped>
+template <class FmtA, class FmtB, GroupMode kMode>
 Status prepare_block_scaled(int* sm_count) {
-  return prepare_kernel(reinterpret_cast<const void*>(&sm90::sm90_block_scaled_gemm_kernel<FmtA, FmtB, kGrouped>),
-                        sm90::BlockScaledGemmConfig<FmtA, FmtB, kGrouped>::kSmemBytes,
+  return prepare_kernel(reinterpret_cast<const void*>(&sm90::sm90_block_scaled_gemm_kernel<FmtA, FmtB, kMode>),
+                        sm90::BlockScaledGemmConfig<FmtA, FmtB, kMode>::kSmemBytes,
                         "sm90_block_scaled_gemm_kernel", sm_count);
 }
 
@@ -45,16 +45,17 @@ TensorMap3d scale_map(const void* scales, int64_t rows, int64_t k, uint32_t box_
   return t;
 }
 
-// grouping: null for a dense problem; otherwise B holds num_groups experts of p.n rows, their
+// grouping: null for a dense problem. M-grouped: B holds num_groups experts of p.n rows, their
 // swizzled scales back to back (each padded to 128-row tiles, so the scale map spans
-// num_groups * ceil(n / 128) row tiles).
-template <class FmtA, class FmtB, bool kGrouped>
+// num_groups * ceil(n / 128) row tiles). K-grouped: one A and one B; the groups split K.
+template <class FmtA, class FmtB, GroupMode kMode>
 Status launch_block_scaled(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream,
                            const Grouping* grouping) {
-  using Cfg = sm90::BlockScaledGemmConfig<FmtA, FmtB, kGrouped>;
+  using Cfg = sm90::BlockScaledGemmConfig<FmtA, FmtB, kMode>;
   int sm_count = 0;
-  BS_RETURN_IF_ERROR((prepare_block_scaled<FmtA, FmtB, kGrouped>(&sm_count)));
-  const int64_t groups = kGrouped ? grouping->num_groups : 1;
+  BS_RETURN_IF_ERROR((prepare_block_scaled<FmtA, FmtB, kMode>(&sm_count)));
+  constexpr bool kMGrouped = kMode == GroupMode::kM;
+  const int64_t groups = kMGrouped ? grouping->num_groups : 1;  // experts in B
   const int64_t b_row_tiles = (p.n + 127) / 128;
   CUtensorMap a_map, b_map, a_scale_map, b_scale_map;
   BS_RETURN_IF_ERROR(encode_tensor_map(code_map<FmtA>(args.a_data, p.m, p.k, Cfg::kTileM), "a_data", &a_map));
@@ -74,16 +75,18 @@ Status launch_block_scaled(const GemmProblem& p, const GemmArguments& args, cuda
   params.a_scale_dec = p.a_recipe == formats::Recipe::kNvfp4 ? args.a_scale_dec : nullptr;
   params.b_scale_dec = p.b_recipe == formats::Recipe::kNvfp4 ? args.b_scale_dec : nullptr;
   params.epilogue = sm90::make_epilogue(p, args);
-  if (kGrouped) {
-    params.groups = {grouping->group_ends, grouping->num_groups};
+  params.k_limit = static_cast<int32_t>(p.k);
+  if (kMode != GroupMode::kDense) params.groups = {grouping->group_ends, grouping->num_groups};
+  if (kMGrouped) {
     params.b_row_tiles = static_cast<int32_t>(b_row_tiles);
     params.b_scale_dec = p.b_recipe == formats::Recipe::kNvfp4 ? grouping->b_scale_dec : nullptr;
   }
 
-  // Grouped: the tile count lives on the device, so one CTA per SM (the extra ones exit at once).
-  const int64_t tiles = kGrouped ? sm_count : int64_t{params.order.tiles_m} * params.order.tiles_n;
+  // M-grouped: the tile count lives on the device, so one CTA per SM (the extra ones exit at once).
+  const int64_t tile_groups = kMode == GroupMode::kK ? grouping->num_groups : 1;
+  const int64_t tiles = kMGrouped ? sm_count : tile_groups * params.order.tiles_m * params.order.tiles_n;
   const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(tiles, sm_count)));
-  sm90::sm90_block_scaled_gemm_kernel<FmtA, FmtB, kGrouped><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
+  sm90::sm90_block_scaled_gemm_kernel<FmtA, FmtB, kMode><<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(
       a_map, b_map, a_scale_map, b_scale_map, params);
   return cuda_status(cudaGetLastError(), "sm90_block_scaled_gemm_kernel launch");
 }
@@ -96,14 +99,16 @@ Status launch_block_scaled(const GemmProblem& p, const GemmArguments& args, cuda
   X(sm90::Mxfp8E4M3, sm90::Nvfp4) X(sm90::Mxfp8E5M2, sm90::Nvfp4) X(sm90::Mxfp4, sm90::Mxfp4)                \
   X(sm90::Nvfp4, sm90::Nvfp4)
 
-#define BLOCKSCALE_DECLARE_PAIR(A, B)                                                                    \
-  extern template Status launch_block_scaled<A, B, false>(const GemmProblem&, const GemmArguments&, cudaStream_t, \
-                                                          const Grouping*);                                 \
-  extern template Status launch_block_scaled<A, B, true>(const GemmProblem&, const GemmArguments&, cudaStream_t,  \
-                                                         const Grouping*);                                  \
-  extern template Status prepare_block_scaled<A, B, false>(int*);                                          \
-  extern template Status prepare_block_scaled<A, B, true>(int*);
+#define BLOCKSCALE_DECLARE_PAIR_MODE(A, B, MODE)                                                          \
+  extern template Status launch_block_scaled<A, B, MODE>(const GemmProblem&, const GemmArguments&, cudaStream_t, \
+                                                         const Grouping*);                                 \
+  extern template Status prepare_block_scaled<A, B, MODE>(int*);
+#define BLOCKSCALE_DECLARE_PAIR(A, B)                     \
+  BLOCKSCALE_DECLARE_PAIR_MODE(A, B, GroupMode::kDense) \
+  BLOCKSCALE_DECLARE_PAIR_MODE(A, B, GroupMode::kM)     \
+  BLOCKSCALE_DECLARE_PAIR_MODE(A, B, GroupMode::kK)
 BLOCKSCALE_SM90_BLOCK_SCALED_PAIRS(BLOCKSCALE_DECLARE_PAIR)
 #undef BLOCKSCALE_DECLARE_PAIR
+#undef BLOCKSCALE_DECLARE_PAIR_MODE
 
 }  // namespace blockscale::gemm::detail

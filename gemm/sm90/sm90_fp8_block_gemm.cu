@@ -20,23 +20,25 @@ using sm90::Fp8BlockGemmParams;
 
 std::atomic<Sm90Fp8Tile> g_tile{Sm90Fp8Tile::kAuto};
 
-template <int kTileN, bool kBScalePerRow, bool kGrouped>
+template <int kTileN, GroupMode kMode>
 constexpr int smem_bytes() {
-  return kGrouped ? Fp8BlockGemmConfig<kTileN>::kGroupedSmemBytes : Fp8BlockGemmConfig<kTileN>::kSmemBytes;
+  return kMode != GroupMode::kDense ? Fp8BlockGemmConfig<kTileN>::kGroupedSmemBytes
+                                    : Fp8BlockGemmConfig<kTileN>::kSmemBytes;
 }
 
-template <int kTileN, bool kBScalePerRow, bool kGrouped = false>
+template <int kTileN, bool kBScalePerRow, GroupMode kMode = GroupMode::kDense>
 Status prepare(int* sm_count) {
-  return prepare_kernel(reinterpret_cast<const void*>(&sm90::sm90_fp8_block_gemm_kernel<kTileN, kBScalePerRow, kGrouped>),
-                        smem_bytes<kTileN, kBScalePerRow, kGrouped>(), "sm90_fp8_block_gemm_kernel", sm_count);
+  return prepare_kernel(reinterpret_cast<const void*>(&sm90::sm90_fp8_block_gemm_kernel<kTileN, kBScalePerRow, kMode>),
+                        smem_bytes<kTileN, kMode>(), "sm90_fp8_block_gemm_kernel", sm_count);
 }
 
-template <int kTileN, bool kBScalePerRow, bool kGrouped>
+template <int kTileN, bool kBScalePerRow, GroupMode kMode>
 Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream, const Grouping* grouping) {
   using Cfg = Fp8BlockGemmConfig<kTileN>;
+  constexpr bool kMGrouped = kMode == GroupMode::kM;
   int sm_count = 0;
-  BS_RETURN_IF_ERROR((prepare<kTileN, kBScalePerRow, kGrouped>(&sm_count)));
-  const int64_t b_rows = kGrouped ? p.n * grouping->num_groups : p.n;  // every expert's B, back to back
+  BS_RETURN_IF_ERROR((prepare<kTileN, kBScalePerRow, kMode>(&sm_count)));
+  const int64_t b_rows = kMGrouped ? p.n * grouping->num_groups : p.n;  // every expert's B, back to back
 
   const int64_t k_blocks = p.k / 128;
   // Operand tiles: 128 (A) or kTileN (B) rows x 128 bytes of K, 128-byte swizzle (the wgmma
@@ -75,17 +77,16 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
   params.b_block_scales_ld = static_cast<int32_t>(formats::blk128_scale_ld(k_blocks));
   params.b_scale_blocks = static_cast<int32_t>((p.n + 127) / 128);
   params.epilogue = sm90::make_epilogue(p, args);
-  if (kGrouped) {
-    params.groups = {grouping->group_ends, grouping->num_groups};
-    params.b_block_scales_group_stride = grouping->b_scale_stride_bytes / 4;
-  }
+  params.k_limit = static_cast<int32_t>(p.k);
+  if (kMode != GroupMode::kDense) params.groups = {grouping->group_ends, grouping->num_groups};
+  if (kMGrouped) params.b_block_scales_group_stride = grouping->b_scale_stride_bytes / 4;
 
-  // Grouped: the tile count lives on the device, so one CTA per SM (the extra ones exit at once).
-  const int64_t tiles = kGrouped ? sm_count : int64_t{params.order.tiles_m} * params.order.tiles_n;
+  // M-grouped: the tile count lives on the device, so one CTA per SM (the extra ones exit at once).
+  const int64_t groups = kMode == GroupMode::kK ? grouping->num_groups : 1;
+  const int64_t tiles = kMGrouped ? sm_count : groups * params.order.tiles_m * params.order.tiles_n;
   const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(tiles, sm_count)));
-  sm90::sm90_fp8_block_gemm_kernel<kTileN, kBScalePerRow, kGrouped>
-      <<<grid, Cfg::kThreads, smem_bytes<kTileN, kBScalePerRow, kGrouped>(), stream>>>(a_map, b_map, a_scale_map,
-                                                                                        b_scale_map, params);
+  sm90::sm90_fp8_block_gemm_kernel<kTileN, kBScalePerRow, kMode>
+      <<<grid, Cfg::kThreads, smem_bytes<kTileN, kMode>(), stream>>>(a_map, b_map, a_scale_map, b_scale_map, params);
   return cuda_status(cudaGetLastError(), "sm90_fp8_block_gemm_kernel launch");
 }
 
@@ -101,8 +102,9 @@ Status sm90_fp8_block_gemm_loadable() {
   BS_RETURN_IF_ERROR((prepare<128, true>(&sms)));
   BS_RETURN_IF_ERROR((prepare<192, false>(&sms)));
   BS_RETURN_IF_ERROR((prepare<192, true>(&sms)));
-  BS_RETURN_IF_ERROR((prepare<128, false, true>(&sms)));
-  return prepare<192, false, true>(&sms);
+  BS_RETURN_IF_ERROR((prepare<128, false, GroupMode::kM>(&sms)));
+  BS_RETURN_IF_ERROR((prepare<192, false, GroupMode::kM>(&sms)));
+  return prepare<128, true, GroupMode::kK>(&sms);
 }
 
 Status launch_sm90_fp8_block_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream,
@@ -116,15 +118,19 @@ Status launch_sm90_fp8_block_gemm(const GemmProblem& p, const GemmArguments& arg
     const int64_t wide_tiles = (p.m + 127) / 128 * ((p.n + 191) / 192);
     tile = !b_scale_per_row && wide_tiles >= 3 * int64_t{sms} ? Sm90Fp8Tile::kN192 : Sm90Fp8Tile::kN128;
   }
-  if (grouping != nullptr) {  // 128x128 B only (gemm/grouped.cpp checks the recipes)
-    return tile == Sm90Fp8Tile::kN192 ? launch<192, false, true>(p, args, stream, grouping)
-                                      : launch<128, false, true>(p, args, stream, grouping);
+  // gemm/grouped.cpp checks the recipes: 128x128 B when M-grouped, 1x128 B when K-grouped.
+  if (grouping != nullptr && grouping->mode == GroupMode::kK)  // 128-wide, as dense wgrad
+    return launch<128, true, GroupMode::kK>(p, args, stream, grouping);
+  if (grouping != nullptr) {
+    return tile == Sm90Fp8Tile::kN192 ? launch<192, false, GroupMode::kM>(p, args, stream, grouping)
+                                      : launch<128, false, GroupMode::kM>(p, args, stream, grouping);
   }
+  constexpr GroupMode kDense = GroupMode::kDense;
   if (tile == Sm90Fp8Tile::kN192)
-    return b_scale_per_row ? launch<192, true, false>(p, args, stream, nullptr)
-                           : launch<192, false, false>(p, args, stream, nullptr);
-  return b_scale_per_row ? launch<128, true, false>(p, args, stream, nullptr)
-                         : launch<128, false, false>(p, args, stream, nullptr);
+    return b_scale_per_row ? launch<192, true, kDense>(p, args, stream, nullptr)
+                           : launch<192, false, kDense>(p, args, stream, nullptr);
+  return b_scale_per_row ? launch<128, true, kDense>(p, args, stream, nullptr)
+                         : launch<128, false, kDense>(p, args, stream, nullptr);
 }
 
 }  // namespace blockscale::gemm::detail

@@ -99,18 +99,20 @@ struct Fp8BlockGemmParams {
   int32_t b_block_scales_ld = 0;
   int32_t b_scale_blocks = 0;  // 128x128 B: ceil(n / 128) rows of scales
   EpilogueParams epilogue;
-  // Grouped mode: expert g's B is rows g * n .. g * n + n - 1 of b_map, its 128x128 scales start
-  // at b_block_scales + g * b_block_scales_group_stride.
+  // M-grouped: expert g's B is rows g * n .. g * n + n - 1 of b_map, its 128x128 scales start at
+  // b_block_scales + g * b_block_scales_group_stride. K-grouped: groups' ends split K (k_limit
+  // columns); the 1x128 scales of A and B are K-block rows of the whole matrices.
   GroupedRows groups;
+  int32_t k_limit = 0;
   int64_t b_block_scales_group_stride = 0;
 };
 
 
 // kTileN: the tile width (Fp8BlockGemmConfig). kBScalePerRow: B has 1x128 scales (one per row of
 // B = column of D; wgrad), read from a TMA-loaded vector per stage; otherwise 128x128 scales (one
-// per 128 columns and K block), read from global memory. kGrouped: M-grouped (MoE) scheduling
-// (gemm/common/grouped_schedule.h), 128x128 B per expert.
-template <int kTileN, bool kBScalePerRow, bool kGrouped>
+// per 128 columns and K block), read from global memory. kMode: dense, M-grouped (128x128 B per
+// expert) or K-grouped (1x128 B; wgrad) scheduling (gemm/common/grouped_schedule.h).
+template <int kTileN, bool kBScalePerRow, GroupMode kMode>
 __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
     sm90_fp8_block_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                                const __grid_constant__ CUtensorMap a_scale_map,
@@ -143,24 +145,37 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
     }
     fence_barrier_init();
   }
-  if constexpr (kGrouped) build_grouped_schedule(p.groups, p.m, Cfg::kTileM, p.order.tiles_n, tile_ends, row_ends);
+  static_assert(kMode != GroupMode::kM || !kBScalePerRow, "M-grouped: 128x128 B per expert");
+  static_assert(kMode != GroupMode::kK || kBScalePerRow, "K-grouped: 1x128 B (wgrad)");
+  if constexpr (kMode == GroupMode::kM)
+    build_grouped_schedule(p.groups, p.m, Cfg::kTileM, p.order.tiles_n, tile_ends, row_ends);
+  if constexpr (kMode == GroupMode::kK) build_grouped_schedule(p.groups, p.k_limit, 1, 0, nullptr, row_ends);
   __syncthreads();
 
-  const int32_t num_tiles = !kGrouped ? p.order.num_tiles()
-                            : p.groups.num_groups > 0 ? tile_ends[p.groups.num_groups - 1]
-                                                      : 0;
-  // Tile index -> its expert, first row and column, and where its rows end.
+  const int32_t num_tiles = kMode == GroupMode::kDense ? p.order.num_tiles()
+                            : kMode == GroupMode::kK   ? p.groups.num_groups * p.order.num_tiles()
+                            : p.groups.num_groups > 0  ? tile_ends[p.groups.num_groups - 1]
+                                                       : 0;
+  // Tile index -> its expert, first row and column, where its rows end and the K it reduces.
   const auto tile_at = [&](int32_t tile) {
-    if constexpr (kGrouped) {
-      return grouped_tile(tile, p.groups.num_groups, Cfg::kTileM, kTileN, p.order.tiles_n, tile_ends, row_ends);
+    if constexpr (kMode == GroupMode::kM) {
+      GroupedTile t = grouped_tile(tile, p.groups.num_groups, Cfg::kTileM, kTileN, p.order.tiles_n, tile_ends, row_ends);
+      t.k_end = p.k_blocks * Cfg::kTileK;
+      return t;
+    } else if constexpr (kMode == GroupMode::kK) {
+      return k_grouped_tile(tile, p.order, p.m, Cfg::kTileM, kTileN, row_ends);
     } else {
       GroupedTile t;
       int32_t tile_m, tile_n;
       p.order.coords(tile, &tile_m, &tile_n);
       t.m0 = tile_m * Cfg::kTileM, t.n0 = tile_n * kTileN, t.row_end = p.m;
+      t.k_end = p.k_blocks * Cfg::kTileK;
       return t;
     }
   };
+  // The K blocks a tile reduces: whole 128-column blocks (K-grouped ends are multiples of 128).
+  const auto first_block = [](const GroupedTile& t) { return t.k_begin / Cfg::kTileK; };
+  const auto end_block = [](const GroupedTile& t) { return (t.k_end + Cfg::kTileK - 1) / Cfg::kTileK; };
   if (warpgroup == Cfg::kConsumerWarpgroups) {
     // ---- producer ----
     warpgroup_registers_shrink<Cfg::kProducerRegisters>();
@@ -176,8 +191,8 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
       uint32_t phase = 0;
       for (int32_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
         const GroupedTile t = tile_at(tile);
-        const int32_t m0 = t.m0, n0 = t.n0, b_row = t.group * p.n + t.n0;
-        for (int32_t kb = 0; kb < p.k_blocks; ++kb) {
+        const int32_t m0 = t.m0, n0 = t.n0, b_row = (kMode == GroupMode::kM ? t.group * p.n : 0) + t.n0;
+        for (int32_t kb = first_block(t), kb_end = end_block(t); kb < kb_end; ++kb) {
           mbarrier_wait(&empty[stage], phase ^ 1);  // round 0 passes at once (fresh barrier)
           mbarrier_arrive_expect_tx(&full[stage], kStageBytes);
           tma_load_2d(a_ring + stage * Cfg::kTileABytes, &a_map, &full[stage], kb * Cfg::kTileK, m0);
@@ -222,7 +237,7 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) main_acc[i] = 0.0f;
 
-    for (int32_t kb = 0; kb < p.k_blocks; ++kb) {
+    for (int32_t kb = first_block(t), kb_end = end_block(t); kb < kb_end; ++kb) {
       // Issued before the wait so their latency hides behind it.
       const float b_lo = kBScalePerRow ? 1.0f : __ldg(b_scales_lo + kb);
       const float b_hi = kBScalePerRow || kTileN == 128 ? b_lo : __ldg(b_scales_hi + kb);
@@ -288,14 +303,14 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
     // ---- epilogue: registers -> global, bounds-checked (rows >= M and columns >= N skipped) ----
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int64_t row = int64_t{m0} + row_in_tile + 8 * h;
+      const int32_t row = m0 + row_in_tile + 8 * h;
       if (row >= t.row_end) continue;
 #pragma unroll
       for (int j = 0; j < kGroups; ++j) {
         const int32_t col = n0 + 8 * j + col_in_group;
         if (col < p.n)
-          store_pair(p.epilogue, p.epilogue.alpha, row, col, main_acc[4 * j + 2 * h], main_acc[4 * j + 2 * h + 1],
-                     col + 1 < p.n);
+          store_pair(p.epilogue, p.epilogue.alpha, t.d_row0 + row, col, main_acc[4 * j + 2 * h],
+                     main_acc[4 * j + 2 * h + 1], col + 1 < p.n);
       }
     }
   }

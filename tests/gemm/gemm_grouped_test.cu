@@ -45,6 +45,9 @@ using blockscale_test::element_bytes;
 using blockscale_test::element_value;
 using blockscale_test::encode;
 using blockscale_test::expect_error;
+using blockscale_test::frobenius;
+using blockscale_test::gemm_scales;
+using blockscale_test::is_fp8_blockwise;
 
 struct Pair {
   Recipe a, b;
@@ -63,8 +66,6 @@ std::string pair_name(const ::testing::TestParamInfo<Pair>& info) {
   return std::string(bf::recipe_name(info.param.a)) + "_x_" + bf::recipe_name(info.param.b);
 }
 
-bool is_fp8_blockwise(Recipe r) { return r == Recipe::kFp8Block1x128 || r == Recipe::kFp8Block128x128; }
-
 // rows x k normal values (scaled by 2^[-3, 3] per 16 elements) quantized with formats::quantize.
 bf::QuantizedMatrix random_quantized(int64_t rows, int64_t k, Recipe recipe, std::mt19937_64* rng) {
   std::normal_distribution<double> normal(0.0, 1.0);
@@ -80,31 +81,6 @@ bf::QuantizedMatrix random_quantized(int64_t rows, int64_t k, Recipe recipe, std
   const blockscale::Status s = bf::quantize(x.data(), rows, k, k, options, bf::Direction::kRowwise, &q);
   EXPECT_TRUE(s.is_ok()) << s.message();
   return q;
-}
-
-// q's scales in the GEMM layout of its recipe (gemm/gemm.h), as bytes.
-std::vector<uint8_t> gemm_scales(const bf::QuantizedMatrix& q) {
-  std::vector<uint8_t> bytes;
-  blockscale::Status s = blockscale::Status::ok();
-  if (is_fp8_blockwise(q.recipe)) {
-    std::vector<float> packed;
-    s = q.recipe == Recipe::kFp8Block1x128
-            ? bf::pack_vec128_scales(q.scales_f32.data(), q.rows, q.scale_cols(), &packed)
-            : bf::pack_blk128_scales(q.scales_f32.data(), q.scale_rows(), q.scale_cols(), &packed);
-    bytes.resize(packed.size() * 4);
-    std::memcpy(bytes.data(), packed.data(), bytes.size());
-  } else {
-    s = bf::pack_swizzled_scales(q.scales.data(), q.rows, q.scale_cols(), &bytes);
-  }
-  EXPECT_TRUE(s.is_ok()) << s.message();
-  return bytes;
-}
-
-
-double frobenius(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x * x;
-  return std::sqrt(s);
 }
 
 struct GroupedCase {

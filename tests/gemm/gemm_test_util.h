@@ -1,13 +1,17 @@
-// Shared by the GEMM tests: C and D elements (bf16 or fp32) as bytes and back, and a value
-// rounded once to D's type.
+// Shared by the GEMM tests: C and D elements (bf16 or fp32) as bytes and back, a value rounded
+// once to D's type, |A| for error bounds, operand scales in the GEMM layout, Frobenius norms.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
 #include "formats/recipe.h"
 #include "formats/scalar_codecs.h"
+#include "formats/scale_layout.h"
 #include "gemm/gemm.h"
 
 namespace blockscale_test {
@@ -58,6 +62,35 @@ inline blockscale::formats::QuantizedMatrix absolute(const blockscale::formats::
   const uint8_t sign_bits = blockscale::formats::is_fp4(q.recipe) ? 0x88 : 0x80;
   for (auto& byte : a.data) byte = static_cast<uint8_t>(byte & ~sign_bits);
   return a;
+}
+
+inline bool is_fp8_blockwise(blockscale::formats::Recipe r) {
+  return r == blockscale::formats::Recipe::kFp8Block1x128 || r == blockscale::formats::Recipe::kFp8Block128x128;
+}
+
+// q's scales in the GEMM layout of its recipe (gemm/gemm.h), as bytes.
+inline std::vector<uint8_t> gemm_scales(const blockscale::formats::QuantizedMatrix& q) {
+  namespace bf = blockscale::formats;
+  std::vector<uint8_t> bytes;
+  blockscale::Status s = blockscale::Status::ok();
+  if (is_fp8_blockwise(q.recipe)) {
+    std::vector<float> packed;
+    s = q.recipe == bf::Recipe::kFp8Block1x128
+            ? bf::pack_vec128_scales(q.scales_f32.data(), q.rows, q.scale_cols(), &packed)
+            : bf::pack_blk128_scales(q.scales_f32.data(), q.scale_rows(), q.scale_cols(), &packed);
+    bytes.resize(packed.size() * 4);
+    std::memcpy(bytes.data(), packed.data(), bytes.size());
+  } else {
+    s = bf::pack_swizzled_scales(q.scales.data(), q.rows, q.scale_cols(), &bytes);
+  }
+  EXPECT_TRUE(s.is_ok()) << s.message();
+  return bytes;
+}
+
+inline double frobenius(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return std::sqrt(s);
 }
 
 }  // namespace blockscale_test
