@@ -1,5 +1,6 @@
 // MoE grouped columnwise quantize: each expert's token range is padded with zero rows to a
 // multiple of the block length, so that no columnwise block mixes two experts' tokens.
+#include <cstring>
 #include <string>
 
 #include "formats/quantize.h"
@@ -51,6 +52,30 @@ Status quantize_grouped_columnwise(const float* x, int64_t rows, int64_t cols, i
   BS_RETURN_IF_ERROR(
       quantize(padded.data(), padded_rows, cols, cols, options, Direction::kColumnwise, out));
   *padded_group_ends = std::move(padded_ends);
+  return Status::ok();
+}
+
+Status pad_columns(const QuantizedMatrix& q, int64_t cols, QuantizedMatrix* out) {
+  if (out == nullptr) return Status::error("out: must not be null");
+  if (q.cols % q.block_cols != 0 || cols % q.block_cols != 0 || cols < q.cols)
+    return Status::error("cols: must be a multiple of the block (" + std::to_string(q.block_cols) +
+                         ") and >= q.cols (" + std::to_string(q.cols) + "), with q.cols a multiple too; got " +
+                         std::to_string(cols));
+  QuantizedMatrix w = q;
+  w.cols = cols;
+  const int64_t from = q.data_row_bytes(), to = w.data_row_bytes();
+  w.data.assign(static_cast<size_t>(q.rows * to), 0);
+  for (int64_t r = 0; r < q.rows; ++r)
+    std::memcpy(&w.data[static_cast<size_t>(r * to)], &q.data[static_cast<size_t>(r * from)], static_cast<size_t>(from));
+  const int64_t sc_from = q.scale_cols(), sc_to = w.scale_cols(), sr = q.scale_rows();
+  const auto widen = [&](const auto& src, auto* dst) {
+    dst->assign(static_cast<size_t>(sr * sc_to), 0);
+    for (int64_t r = 0; r < sr; ++r)
+      for (int64_t c = 0; c < sc_from; ++c) (*dst)[static_cast<size_t>(r * sc_to + c)] = src[static_cast<size_t>(r * sc_from + c)];
+  };
+  if (!q.scales_f32.empty()) widen(q.scales_f32, &w.scales_f32);
+  if (!q.scales.empty()) widen(q.scales, &w.scales);
+  *out = std::move(w);
   return Status::ok();
 }
 

@@ -28,6 +28,11 @@ Status quantize_grouped_columnwise(const float* x, int64_t rows, int64_t cols, i
                                    const QuantizeOptions& options, QuantizedMatrix* out,
                                    std::vector<int64_t>* padded_group_ends);
 
+// q widened to `cols` columns with zero codes and zero scales (FP8 blockwise: 0.0f): the bytes
+// quant/'s grouped quantize writes past the padded total of its columnwise copy, up to the
+// capacity its buffers hold. q.cols and cols must be multiples of q.block_cols, cols >= q.cols.
+Status pad_columns(const QuantizedMatrix& q, int64_t cols, QuantizedMatrix* out);
+
 // Dequantizes to fp32 exactly as docs/numerics.md defines (rows x cols, stored orientation).
 Status dequantize(const QuantizedMatrix& q, std::vector<float>* out);
 

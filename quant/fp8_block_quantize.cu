@@ -93,6 +93,10 @@ struct Fp8BlockArgs {
   const int32_t* group_ends;
   int32_t* padded_group_ends;
   int num_groups;
+  // Gather (the kGather template argument): quantized row r reads input row row_index[r] of the
+  // input_rows rows of x; an index outside [0, input_rows) reads a zero row.
+  const int32_t* row_index;
+  int64_t input_rows;
 };
 
 // ---- The shared tile: 128 rows of 32-bit words, 16-byte granules.
@@ -149,7 +153,9 @@ __device__ __forceinline__ Tile make_tile(const Fp8BlockArgs& a, int tr, int tc,
 
 // ---- Load: thread t copies granule t % G of rows t / G + k * (256 / G) (G granules per row):
 // a warp copies 512 contiguous bytes of the input per instruction.
-template <InputType kIn>
+// kGather: tile row r (r < t.nr) is quantized row t.r0 + r, read from input row row_index[t.r0 + r]
+// (-1: a zero row, for an index outside the input); the indices of all steps are fetched first.
+template <InputType kIn, bool kGather>
 __device__ __forceinline__ void fetch_tile(const Fp8BlockArgs& a, const Tile& t, uint32_t* stage) {
   using S = Smem<kIn>;
   constexpr int kRowsPerStep = kThreads / S::kRowGranules;  // 16 or 8
@@ -158,6 +164,39 @@ __device__ __forceinline__ void fetch_tile(const Fp8BlockArgs& a, const Tile& t,
   const int tid = static_cast<int>(threadIdx.x);
   const int g = tid % S::kRowGranules, r_first = tid / S::kRowGranules;
   const int64_t row_bytes = a.ld * S::kElemBytes;
+  if constexpr (kGather) {
+    int64_t src[kSteps];
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k) {
+      const int r = r_first + k * kRowsPerStep;
+      const int32_t i = r < t.nr ? __ldg(a.row_index + t.r0 + r) : -1;
+      src[k] = i >= 0 && i < a.input_rows ? i : -1;
+    }
+    const int64_t col = t.c0 + kGranuleElems * g;
+    const int n_in = max(0, min(kGranuleElems, t.nc - kGranuleElems * g));  // elements inside the row
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k) {
+      const int r = r_first + k * kRowsPerStep;
+      const char* from = static_cast<const char*>(a.x) + (src[k] * a.ld + col) * S::kElemBytes;
+      if (a.async_load) {
+        const int n = src[k] >= 0 ? n_in * S::kElemBytes : 0;
+        cp_async_16B(stage + S::at(r, g), n > 0 ? static_cast<const void*>(from) : a.x, n);
+        continue;
+      }
+      uint32_t w[4] = {0u, 0u, 0u, 0u};
+      const int n = src[k] >= 0 ? n_in : 0;
+#pragma unroll
+      for (int e = 0; e < kGranuleElems; ++e) {
+        if (e >= n) break;
+        if constexpr (S::kElemBytes == 2)
+          w[e >> 1] |= uint32_t{reinterpret_cast<const uint16_t*>(from)[e]} << (16 * (e & 1));
+        else
+          w[e] = reinterpret_cast<const uint32_t*>(from)[e];
+      }
+      *reinterpret_cast<uint4*>(stage + S::at(r, g)) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    return;
+  }
   const char* base = static_cast<const char*>(a.x) + t.r0 * row_bytes + (t.c0 + kGranuleElems * g) * S::kElemBytes;
   if (a.async_load) {
     // Bytes of this granule inside the matrix, for rows inside it (the rest is zero-filled).
@@ -558,7 +597,7 @@ __device__ void grouped_prologue(const Fp8BlockArgs& a, const uint32_t* pends) {
   }
 }
 
-template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, bool kGrouped>
+template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, bool kGrouped, bool kGather>
 __global__ void __launch_bounds__(kThreads, 3) fp8_block_quantize_kernel(const __grid_constant__ Fp8BlockArgs a) {
   using S = Smem<kIn>;
   // S::kStages tiles; grouped: then the clamped ends and the padded ends (num_groups words each).
@@ -586,7 +625,7 @@ __global__ void __launch_bounds__(kThreads, 3) fp8_block_quantize_kernel(const _
   Cursor ahead = cur;  // the next tile to copy
   auto fetch = [&](int stage) {
     if (ahead.tr < a.tiles_r)
-      fetch_tile<kIn>(a, make_tile<kGrouped>(a, ahead.tr, ahead.tc, offsets), stages + stage * S::kWords);
+      fetch_tile<kIn, kGather>(a, make_tile<kGrouped>(a, ahead.tr, ahead.tc, offsets), stages + stage * S::kWords);
     cp_async_commit();
     advance(ahead);
   };
@@ -627,9 +666,9 @@ __global__ void __launch_bounds__(kThreads, 3) fp8_block_quantize_kernel(const _
 
 // Dense: tile_grid (one CTA per tile beyond two resident rounds). Grouped: persistent, since
 // every CTA scans the group ends before its first tile.
-template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, bool kGrouped>
+template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, bool kGrouped, bool kGather>
 Status launch(const Fp8BlockArgs& args, cudaStream_t stream) {
-  auto* kernel = fp8_block_quantize_kernel<kIn, kRecipe, kRow, kCol, kGrouped>;
+  auto* kernel = fp8_block_quantize_kernel<kIn, kRecipe, kRow, kCol, kGrouped, kGather>;
   // Grouped: 8 bytes of offsets per expert past the tiles (the limit raised for kMaxGroups once).
   const int tile_smem = Smem<kIn>::kStages * Smem<kIn>::kWords * 4;
   const int smem = tile_smem + (kGrouped ? 8 * args.num_groups : 0);
@@ -642,33 +681,40 @@ Status launch(const Fp8BlockArgs& args, cudaStream_t stream) {
   return cuda_status(cudaGetLastError(), "fp8_block_quantize_kernel launch");
 }
 
-template <InputType kIn, Recipe kRecipe, bool kGrouped>
+// kGather && !kGrouped: a gathered grouped run without a columnwise copy (dense tiles, rowwise only).
+template <InputType kIn, Recipe kRecipe, bool kGrouped, bool kGather>
 Status pick_directions(Directions d, const Fp8BlockArgs& args, cudaStream_t stream) {
   switch (d) {
     case Directions::kRowwise:
-      if constexpr (!kGrouped) return launch<kIn, kRecipe, true, false, false>(args, stream);
+      if constexpr (!kGrouped) return launch<kIn, kRecipe, true, false, false, kGather>(args, stream);
       break;  // grouped rowwise-only runs are dense runs
-    case Directions::kColumnwise: return launch<kIn, kRecipe, false, true, kGrouped>(args, stream);
-    case Directions::kBoth: return launch<kIn, kRecipe, true, true, kGrouped>(args, stream);
+    case Directions::kColumnwise:
+      if constexpr (kGrouped || !kGather) return launch<kIn, kRecipe, false, true, kGrouped, kGather>(args, stream);
+      break;
+    case Directions::kBoth:
+      if constexpr (kGrouped || !kGather) return launch<kIn, kRecipe, true, true, kGrouped, kGather>(args, stream);
+      break;
   }
   return Status::error("problem.directions: unknown value");
 }
 
-template <InputType kIn, bool kGrouped>
+template <InputType kIn, bool kGrouped, bool kGather>
 Status pick_recipe(const QuantizeProblem& p, const Fp8BlockArgs& args, cudaStream_t stream) {
   if (p.recipe == Recipe::kFp8Block1x128)
-    return pick_directions<kIn, Recipe::kFp8Block1x128, kGrouped>(p.directions, args, stream);
-  if (p.recipe == Recipe::kFp8Block128x128 && !kGrouped)
-    return pick_directions<kIn, Recipe::kFp8Block128x128, false>(p.directions, args, stream);
+    return pick_directions<kIn, Recipe::kFp8Block1x128, kGrouped, kGather>(p.directions, args, stream);
+  if constexpr (!kGrouped && !kGather) {
+    if (p.recipe == Recipe::kFp8Block128x128)
+      return pick_directions<kIn, Recipe::kFp8Block128x128, false, false>(p.directions, args, stream);
+  }
   return Status::error("problem.recipe: not an FP8 blockwise recipe the kernel implements");
 }
 
-template <bool kGrouped>
+template <bool kGrouped, bool kGather = false>
 Status pick_input(const QuantizeProblem& p, const Fp8BlockArgs& a, cudaStream_t stream) {
   switch (p.input_type) {
-    case InputType::kBf16: return pick_recipe<InputType::kBf16, kGrouped>(p, a, stream);
-    case InputType::kFp16: return pick_recipe<InputType::kFp16, kGrouped>(p, a, stream);
-    case InputType::kFp32: return pick_recipe<InputType::kFp32, kGrouped>(p, a, stream);
+    case InputType::kBf16: return pick_recipe<InputType::kBf16, kGrouped, kGather>(p, a, stream);
+    case InputType::kFp16: return pick_recipe<InputType::kFp16, kGrouped, kGather>(p, a, stream);
+    case InputType::kFp32: return pick_recipe<InputType::kFp32, kGrouped, kGather>(p, a, stream);
   }
   return Status::error("problem.input_type: unknown value");
 }
@@ -728,7 +774,13 @@ Status launch_fp8_block_grouped_quantize(const GroupedQuantizeProblem& p, const 
   if (p.dense.directions == Directions::kRowwise || empty) {  // the padded ends, then the dense rowwise copy
     BS_RETURN_IF_ERROR(launch_grouped_offsets(in.group_ends, p.num_groups, p.dense.rows, kDim,
                                               out.padded_group_ends, stream));
-    return empty ? Status::ok() : launch_fp8_block_quantize(p.dense, QuantizeInputs{in.x}, out.dense, stream);
+    if (empty) return Status::ok();
+    if (in.row_index == nullptr) return launch_fp8_block_quantize(p.dense, QuantizeInputs{in.x}, out.dense, stream);
+    Fp8BlockArgs a;
+    BS_RETURN_IF_ERROR(make_args(p.dense, in.x, out.dense, p.dense.rows, &a));
+    a.row_index = in.row_index;
+    a.input_rows = p.input_rows;
+    return pick_input<false, true>(p.dense, a, stream);
   }
   if (p.num_groups < 1 || p.num_groups > kMaxGroups)
     return Status::error("problem.num_groups: must be in [1, " + std::to_string(kMaxGroups) + "]");
@@ -737,7 +789,10 @@ Status launch_fp8_block_grouped_quantize(const GroupedQuantizeProblem& p, const 
   a.group_ends = in.group_ends;
   a.padded_group_ends = out.padded_group_ends;
   a.num_groups = p.num_groups;
-  return pick_input<true>(p.dense, a, stream);
+  if (in.row_index == nullptr) return pick_input<true>(p.dense, a, stream);
+  a.row_index = in.row_index;
+  a.input_rows = p.input_rows;
+  return pick_input<true, true>(p.dense, a, stream);
 }
 
 }  // namespace blockscale::quant::detail

@@ -90,6 +90,10 @@ struct MxParams {
   const int32_t* group_ends;
   int32_t* padded_group_ends;
   int num_groups;
+  // Gather (the kGather template argument): quantized row r reads input row row_index[r] of the
+  // input_rows rows of x; an index outside [0, input_rows) reads a zero row.
+  const int32_t* row_index;
+  int64_t input_rows;
   GridPolicy grid_policy;  // host side only: how many CTAs the launch asks for
 };
 
@@ -171,10 +175,11 @@ __device__ __forceinline__ LaneSegment lane_segment(const MxParams& p, TileIndex
 // One 16-byte granule (8 or 4 elements) of row gr, columns gc.. of the input, by scalar loads
 // (zeros outside the matrix): the path for inputs whose pointer or stride rules out cp.async.
 template <InputType kIn>
-__device__ __forceinline__ uint4 load_granule_scalar(const MxParams& p, int64_t gr, int64_t gc) {
+__device__ __forceinline__ uint4 load_granule_scalar(const MxParams& p, int64_t gr, int64_t gc,
+                                                     int64_t row_limit) {
   constexpr int kBytes = InputTraits<kIn>::kBytes;
   uint32_t w[4] = {0, 0, 0, 0};
-  if (gr < p.rows) {
+  if (gr >= 0 && gr < row_limit) {
     const char* src = static_cast<const char*>(p.x) + (gr * p.ld + gc) * kBytes;
 #pragma unroll
     for (int e = 0; e < 16 / kBytes; ++e) {
@@ -217,7 +222,7 @@ __device__ __forceinline__ void load_tile(const MxParams& p, const TilePos& tp, 
     for (int s = 0; s < S::kPasses; ++s) {
       const int rt = S::kRowsPerPass * s + row0;
       *reinterpret_cast<uint4*>(stage + granule_word<kIn>(rt, g)) =
-          load_granule_scalar<kIn>(p, tp.r0 + rt, tp.c0 + S::kElems * g);
+          load_granule_scalar<kIn>(p, tp.r0 + rt, tp.c0 + S::kElems * g, p.rows);
     }
   }
 }
@@ -251,8 +256,59 @@ __device__ __forceinline__ void load_tile_grouped(const MxParams& p, const TileP
         cp_async_16B(dst, bytes > 0 ? static_cast<const void*>(src + s2 * pass_stride) : p.x, bytes);
       } else {
         const int64_t gr = rs < static_cast<int>(seg_valid) ? int64_t{seg_src} + rs : p.rows;  // p.rows: zeros
-        *reinterpret_cast<uint4*>(dst) = load_granule_scalar<kIn>(p, gr, tp.c0 + S::kElems * g);
+        *reinterpret_cast<uint4*>(dst) = load_granule_scalar<kIn>(p, gr, tp.c0 + S::kElems * g, p.rows);
       }
+    }
+  }
+}
+
+// Gather: the input row quantized row r reads, or -1 (a zero row) for an index outside the input.
+__device__ __forceinline__ int64_t gathered_row(const MxParams& p, int64_t r) {
+  const int32_t src = __ldg(p.row_index + r);
+  return src >= 0 && src < p.input_rows ? src : -1;
+}
+
+// The copy of a tile whose rows are gathered through row_index (dense tiles, or the grouped tiles
+// of the padded row space). The copy's thread mapping is load_tile's, so pass s covers tile row
+// kRowsPerPass * s + row0, which lies in segment s / kPassesPerSegment. Every pass's row index
+// is fetched first (independent loads, one wait), then the granules are copied.
+template <InputType kIn, bool kGroupedTiles>
+__device__ __forceinline__ void load_tile_gathered(const MxParams& p, const TilePos& tp, const LaneSegment& ls,
+                                                   uint32_t* stage) {
+  using S = TileShape<kIn>;
+  constexpr int kBytes = S::kBytes;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int g = tid % S::kLanesPerRow, row0 = tid / S::kLanesPerRow;
+  int64_t src[S::kPasses];
+#pragma unroll
+  for (int s = 0; s < S::kPasses; ++s) {
+    const int rt = S::kRowsPerPass * s + row0;
+    bool row_ok;
+    int64_t sorted;
+    if constexpr (kGroupedTiles) {
+      constexpr int kPerSeg = S::kPassesPerSegment;
+      const uint32_t seg_src = __shfl_sync(kFullMask, ls.seg.src, s / kPerSeg);
+      const uint32_t seg_valid = __shfl_sync(kFullMask, ls.seg.valid, s / kPerSeg);
+      const int rs = rt - 32 * (s / kPerSeg);
+      row_ok = rs < static_cast<int>(seg_valid);
+      sorted = int64_t{seg_src} + rs;
+    } else {
+      row_ok = rt < tp.rows_in;
+      sorted = tp.r0 + rt;
+    }
+    src[s] = row_ok ? gathered_row(p, sorted) : -1;
+  }
+  const int64_t col = tp.c0 + S::kElems * g;
+  const int bytes_in_row = max(0, min(S::kElems, tp.cols_in - S::kElems * g)) * kBytes;
+#pragma unroll
+  for (int s = 0; s < S::kPasses; ++s) {
+    uint32_t* dst = stage + granule_word<kIn>(S::kRowsPerPass * s + row0, g);
+    if (p.vec_load) {
+      const int bytes = src[s] >= 0 ? bytes_in_row : 0;
+      const char* from = static_cast<const char*>(p.x) + (src[s] * p.ld + col) * kBytes;
+      cp_async_16B(dst, bytes > 0 ? static_cast<const void*>(from) : p.x, bytes);
+    } else {
+      *reinterpret_cast<uint4*>(dst) = load_granule_scalar<kIn>(p, src[s], col, p.input_rows);
     }
   }
 }
@@ -465,7 +521,8 @@ __device__ __forceinline__ void store_scale_chunk(const MxParams& p, uint8_t* ds
 // kGrouped: the grouped mode with a columnwise copy (the tiles walk the padded row space, see the
 // file comment; CTA 0 writes the padded ends). A rowwise-only grouped run is the dense kernel plus
 // launch_grouped_offsets.
-template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kGrouped>
+// kGather: the input rows are read through p.row_index (load_tile_gathered); nothing else changes.
+template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kGrouped, bool kGather>
 __global__ void __launch_bounds__(kThreads, 3) mx_quantize_kernel(const __grid_constant__ MxParams p) {
   using In = InputTraits<kIn>;
   using S = TileShape<kIn>;
@@ -521,7 +578,8 @@ __global__ void __launch_bounds__(kThreads, 3) mx_quantize_kernel(const __grid_c
     else return LaneSegment{{0u, 0u}, false};
   };
   auto load = [&](TileIndex t, const LaneSegment& ls, uint32_t* stage) {
-    if constexpr (kGroupedTiles) load_tile_grouped<kIn>(p, tile_pos(p, t), ls, stage);
+    if constexpr (kGather) load_tile_gathered<kIn, kGroupedTiles>(p, tile_pos(p, t), ls, stage);
+    else if constexpr (kGroupedTiles) load_tile_grouped<kIn>(p, tile_pos(p, t), ls, stage);
     else load_tile<kIn>(p, tile_pos(p, t), stage);
   };
 
@@ -589,9 +647,9 @@ enum class Action { kCheck, kLaunch };
 
 bool aligned(const void* ptr, int64_t n) { return reinterpret_cast<uintptr_t>(ptr) % n == 0; }
 
-template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kGrouped>
+template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kGrouped, bool kGather>
 Status leaf(Action action, const MxParams& params, cudaStream_t stream) {
-  auto* kernel = mx_quantize_kernel<kIn, kRecipe, kRow, kCol, kEnc, kGrouped>;
+  auto* kernel = mx_quantize_kernel<kIn, kRecipe, kRow, kCol, kEnc, kGrouped, kGather>;
   int dev = 0;
   BS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
   if (action == Action::kCheck) {
@@ -629,50 +687,56 @@ Status leaf(Action action, const MxParams& params, cudaStream_t stream) {
   return cuda_status(cudaGetLastError(), "mx_quantize_kernel launch");
 }
 
-template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, bool kGrouped>
+template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, bool kGrouped, bool kGather>
 Status dispatch_encoder(ElementEncoder enc, Action a, const MxParams& params, cudaStream_t s) {
-  if constexpr (kRecipe == Recipe::kMxfp4 || kGrouped) {
-    // E2M1 has one (software) encoder; the grouped mode runs the default FP8 encoder.
+  if constexpr (kRecipe == Recipe::kMxfp4 || kGrouped || kGather) {
+    // E2M1 has one (software) encoder; the grouped and gathered modes run the default FP8 encoder.
     (void)enc;
     constexpr ElementEncoder kEnc = kRecipe == Recipe::kMxfp4 ? ElementEncoder::kSoftware : kDefaultEncoder;
-    return leaf<kIn, kRecipe, kRow, kCol, kEnc, kGrouped>(a, params, s);
+    return leaf<kIn, kRecipe, kRow, kCol, kEnc, kGrouped, kGather>(a, params, s);
   } else {
     switch (enc) {
-      case ElementEncoder::kHardware: return leaf<kIn, kRecipe, kRow, kCol, ElementEncoder::kHardware, false>(a, params, s);
-      case ElementEncoder::kSoftware: return leaf<kIn, kRecipe, kRow, kCol, ElementEncoder::kSoftware, false>(a, params, s);
+      case ElementEncoder::kHardware: return leaf<kIn, kRecipe, kRow, kCol, ElementEncoder::kHardware, false, false>(a, params, s);
+      case ElementEncoder::kSoftware: return leaf<kIn, kRecipe, kRow, kCol, ElementEncoder::kSoftware, false, false>(a, params, s);
     }
     return Status::error("encoder: unknown element encoder");
   }
 }
 
-template <InputType kIn, Recipe kRecipe, bool kGrouped>
+// kGather && !kGrouped: a gathered grouped run without a columnwise copy (the dense tiles, rowwise only).
+template <InputType kIn, Recipe kRecipe, bool kGrouped, bool kGather>
 Status dispatch_directions(const QuantizeProblem& p, ElementEncoder enc, Action a, const MxParams& params,
                            cudaStream_t s) {
-  switch (p.directions) {  // rowwise only: the dense tiles (grouped: the rowwise copy is the dense one)
-    case Directions::kRowwise: return dispatch_encoder<kIn, kRecipe, true, false, false>(enc, a, params, s);
-    case Directions::kColumnwise: return dispatch_encoder<kIn, kRecipe, false, true, kGrouped>(enc, a, params, s);
-    case Directions::kBoth: return dispatch_encoder<kIn, kRecipe, true, true, kGrouped>(enc, a, params, s);
+  if constexpr (kGather && !kGrouped) {
+    if (p.directions != Directions::kRowwise) return Status::error("gathered dense tiles: rowwise only");
+    return dispatch_encoder<kIn, kRecipe, true, false, false, true>(enc, a, params, s);
+  } else {
+    switch (p.directions) {  // rowwise only: the dense tiles (grouped: the rowwise copy is the dense one)
+      case Directions::kRowwise: return dispatch_encoder<kIn, kRecipe, true, false, false, false>(enc, a, params, s);
+      case Directions::kColumnwise: return dispatch_encoder<kIn, kRecipe, false, true, kGrouped, kGather>(enc, a, params, s);
+      case Directions::kBoth: return dispatch_encoder<kIn, kRecipe, true, true, kGrouped, kGather>(enc, a, params, s);
+    }
   }
   return Status::error("problem.directions: unknown value");
 }
 
-template <InputType kIn, bool kGrouped>
+template <InputType kIn, bool kGrouped, bool kGather>
 Status dispatch_recipe(const QuantizeProblem& p, ElementEncoder enc, Action a, const MxParams& params,
                        cudaStream_t s) {
   switch (p.recipe) {
-    case Recipe::kMxfp8E4M3: return dispatch_directions<kIn, Recipe::kMxfp8E4M3, kGrouped>(p, enc, a, params, s);
-    case Recipe::kMxfp8E5M2: return dispatch_directions<kIn, Recipe::kMxfp8E5M2, kGrouped>(p, enc, a, params, s);
-    case Recipe::kMxfp4: return dispatch_directions<kIn, Recipe::kMxfp4, kGrouped>(p, enc, a, params, s);
+    case Recipe::kMxfp8E4M3: return dispatch_directions<kIn, Recipe::kMxfp8E4M3, kGrouped, kGather>(p, enc, a, params, s);
+    case Recipe::kMxfp8E5M2: return dispatch_directions<kIn, Recipe::kMxfp8E5M2, kGrouped, kGather>(p, enc, a, params, s);
+    case Recipe::kMxfp4: return dispatch_directions<kIn, Recipe::kMxfp4, kGrouped, kGather>(p, enc, a, params, s);
     default: return Status::error("problem.recipe: not an MX recipe with a GPU kernel (mxfp8, mxfp8_e5m2, mxfp4)");
   }
 }
 
-template <bool kGrouped>
+template <bool kGrouped, bool kGather = false>
 Status dispatch(const QuantizeProblem& p, ElementEncoder enc, Action a, const MxParams& params, cudaStream_t s) {
   switch (p.input_type) {
-    case InputType::kBf16: return dispatch_recipe<InputType::kBf16, kGrouped>(p, enc, a, params, s);
-    case InputType::kFp16: return dispatch_recipe<InputType::kFp16, kGrouped>(p, enc, a, params, s);
-    case InputType::kFp32: return dispatch_recipe<InputType::kFp32, kGrouped>(p, enc, a, params, s);
+    case InputType::kBf16: return dispatch_recipe<InputType::kBf16, kGrouped, kGather>(p, enc, a, params, s);
+    case InputType::kFp16: return dispatch_recipe<InputType::kFp16, kGrouped, kGather>(p, enc, a, params, s);
+    case InputType::kFp32: return dispatch_recipe<InputType::kFp32, kGrouped, kGather>(p, enc, a, params, s);
   }
   return Status::error("problem.input_type: unknown value");
 }
@@ -755,11 +819,16 @@ Status launch_mx_grouped_quantize(const GroupedQuantizeProblem& p, const Grouped
     return Status::error("problem.num_groups: must be in [1, " + std::to_string(kMaxGroups) + "]");
   const bool col = p.dense.directions != Directions::kRowwise;
   const bool empty = p.dense.rows == 0 || p.dense.cols == 0;
+  const bool gather = in.row_index != nullptr;
   if (!col || empty) {  // the padded ends alone; then the dense kernel writes the rowwise copy
     BS_RETURN_IF_ERROR(launch_grouped_offsets(in.group_ends, p.num_groups, p.dense.rows, 32,
                                               out.padded_group_ends, stream));
     if (empty) return Status::ok();
-    return launch_mx_dense(p.dense, in.x, out.dense, kDefaultEncoder, stream);
+    if (!gather) return launch_mx_dense(p.dense, in.x, out.dense, kDefaultEncoder, stream);
+    MxParams params = make_params(p.dense, in.x, out.dense, p.dense.rows);
+    params.row_index = in.row_index;
+    params.input_rows = p.input_rows;
+    return dispatch<false, true>(p.dense, kDefaultEncoder, Action::kLaunch, params, stream);
   }
   // The columnwise copy walks the padded row space (capacity rows).
   MxParams params = make_params(p.dense, in.x, out.dense, grouped_capacity(p));
@@ -769,7 +838,10 @@ Status launch_mx_grouped_quantize(const GroupedQuantizeProblem& p, const Grouped
   params.group_ends = in.group_ends;
   params.padded_group_ends = out.padded_group_ends;
   params.num_groups = p.num_groups;
-  return dispatch<true>(p.dense, kDefaultEncoder, Action::kLaunch, params, stream);
+  if (!gather) return dispatch<true>(p.dense, kDefaultEncoder, Action::kLaunch, params, stream);
+  params.row_index = in.row_index;
+  params.input_rows = p.input_rows;
+  return dispatch<true, true>(p.dense, kDefaultEncoder, Action::kLaunch, params, stream);
 }
 
 }  // namespace blockscale::quant::detail

@@ -126,8 +126,10 @@ Status check_float_ptr(const char* name, const void* ptr, bool required) {
 }
 
 // Pointer checks shared by the dense and grouped calls; the columnwise sizes are passed in.
+// x_rows: rows of the input x (the problem's rows, or a gather's input rows).
 Status check_pointers(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
-                      int64_t col_data_bytes, int64_t col_scale_bytes, std::vector<Range>* ranges) {
+                      int64_t col_data_bytes, int64_t col_scale_bytes, std::vector<Range>* ranges,
+                      int64_t x_rows) {
   BS_RETURN_IF_ERROR(check_float_ptr("outputs.amax", out.amax, false));
   BS_RETURN_IF_ERROR(check_float_ptr("outputs.columnwise_amax", out.columnwise_amax, false));
   if (out.nonfinite != nullptr && !aligned(out.nonfinite, 4))
@@ -140,7 +142,7 @@ Status check_pointers(const QuantizeProblem& p, const QuantizeInputs& in, const 
   if (in.x == nullptr) return Status::error("inputs.x: must not be null");
   if (!aligned(in.x, esize))
     return Status::error("inputs.x: must be aligned to its element size (" + std::to_string(esize) + " bytes)");
-  ranges->push_back(range("inputs.x", in.x, ((p.rows - 1) * p.ld + p.cols) * esize));
+  ranges->push_back(range("inputs.x", in.x, x_rows > 0 ? ((x_rows - 1) * p.ld + p.cols) * esize : 0));
   const bool nvfp4 = is_nvfp4(p.recipe);
   const bool given = p.tensor_amax == TensorAmax::kGiven;
   const bool f32_scales = formats::is_fp8_block(p.recipe);
@@ -293,7 +295,7 @@ Status can_implement(const QuantizeProblem& p) {
 Status can_implement(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out) {
   BS_RETURN_IF_ERROR(can_implement(p));
   std::vector<Range> ranges;
-  BS_RETURN_IF_ERROR(check_pointers(p, in, out, columnwise_data_bytes(p), columnwise_scale_bytes(p), &ranges));
+  BS_RETURN_IF_ERROR(check_pointers(p, in, out, columnwise_data_bytes(p), columnwise_scale_bytes(p), &ranges, p.rows));
   BS_RETURN_IF_ERROR(check_no_overlap(ranges));
   return check_given_amax_apart(in, ranges);
 }
@@ -342,15 +344,21 @@ Status can_implement(const GroupedQuantizeProblem& p) {
     return Status::error("problem.num_groups: must be in [1, 4096] (got " + std::to_string(p.num_groups) + ")");
   if (grouped_capacity(p) > kMaxDim)
     return Status::error("problem: rows + num_groups * (block - 1) must be <= 2^31");
-  return Status::ok();
+  return check_dim("problem.input_rows", p.input_rows);
 }
 
 Status can_implement(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,
                      const GroupedQuantizeOutputs& out) {
   BS_RETURN_IF_ERROR(can_implement(p));
   std::vector<Range> ranges;
+  const bool gather = in.row_index != nullptr;
+  if (gather && is_nvfp4(p.dense.recipe))
+    return Status::error("inputs.row_index: the gathered grouped quantize supports mxfp8, mxfp8_e5m2, mxfp4 and "
+                         "fp8_block128, not nvfp4 (gather the rows first, or pass row_index = null)");
+  if (gather && !aligned(in.row_index, 4)) return Status::error("inputs.row_index: must be 4-byte aligned");
   BS_RETURN_IF_ERROR(check_pointers(p.dense, QuantizeInputs{in.x, in.rowwise_tensor_amax, in.columnwise_tensor_amax}, out.dense, grouped_columnwise_data_bytes(p),
-                                    grouped_columnwise_scale_bytes(p), &ranges));
+                                    grouped_columnwise_scale_bytes(p), &ranges, gather ? p.input_rows : p.dense.rows));
+  if (gather && !empty(p.dense)) ranges.push_back(range("inputs.row_index", in.row_index, 4 * p.dense.rows));
   if (in.group_ends == nullptr) return Status::error("inputs.group_ends: must not be null");
   if (!aligned(in.group_ends, 4)) return Status::error("inputs.group_ends: must be 4-byte aligned");
   if (out.padded_group_ends == nullptr) return Status::error("outputs.padded_group_ends: must not be null");

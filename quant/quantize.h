@@ -127,13 +127,25 @@ Status run(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOut
 // block and of 32: what gemm/grouped.h's K-grouped GEMM takes as its k); bytes past the
 // padded total are written as 0, and so are their scales. padded_group_ends (int32 device,
 // num_groups entries) receives the padded cumulative ends. Nothing is read back to the host.
+//
+// Fused gather (MoE permute + quantize, quant/moe.h): with inputs.row_index (int32 device, rows
+// entries), quantized row r is input row row_index[r] of x, which then has input_rows rows (row
+// stride ld): the tokens are quantized in expert order straight from the unpermuted activations,
+// with no permuted copy; the bytes are those of the same run on the gathered matrix. An index
+// outside [0, input_rows) reads a ZERO row (never out of bounds). group_ends' last entry may then
+// be below rows (dropped slots: routing's rows past the routed total carry index -1): those rows
+// belong to no expert and the columnwise copy leaves them out; their rowwise rows are unspecified
+// (zero codes from rowwise-only runs; not written by runs with a columnwise copy).
+// MXFP8 / MXFP4 and FP8 1x128 only (NVFP4 is refused).
 struct GroupedQuantizeProblem {
-  QuantizeProblem dense;  // rows = all tokens
+  QuantizeProblem dense;  // rows = all tokens (with row_index: the quantized, gathered rows)
   int num_groups = 0;
+  int64_t input_rows = 0;  // with inputs.row_index: rows of x; ignored without
 };
 struct GroupedQuantizeInputs {
   const void* x = nullptr;
   const int32_t* group_ends = nullptr;
+  const int32_t* row_index = nullptr;  // optional: the gather (see above)
   // NVFP4 with TensorAmax::kGiven, as QuantizeInputs (the columnwise one: the amax of the padded,
   // transformed expert blocks when the RHT is on).
   const float* rowwise_tensor_amax = nullptr;

@@ -10,6 +10,7 @@
 #include "formats/quantize.h"        // defines: quantize (the emulator, same bytes as quant/)
 #include "formats/reference_gemm.h"  // defines: reference_gemm (fp64)
 #include "tools/cli.h"
+#include "tools/cli_gemm.h"
 #ifdef BLOCKSCALE_GPU_GEMM
 #include <cuda_runtime_api.h>
 
@@ -18,26 +19,16 @@
 #endif
 
 namespace blockscale::tools {
+
 namespace {
-
-struct GemmArgs {
-  std::string recipe = "fp8_block128";
-  std::string b_recipe;  // default: the weights' recipe that goes with `recipe`
-  int64_t m = 0, n = 0, k = 0;
-  bool check = false;
-  int check_rows = 64;
-  std::string out_type = "bf16";
-  int iters = 20;
-  uint64_t seed = 1;
-  bool quiet = false;
-};
-
-// Random operand values: roughly normal, each row at its own magnitude in 2^[-8, 8], so that
-// block scales differ along both dimensions. A counter hash keeps it fast and seedable.
 uint64_t mix(uint64_t x) {
   x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33, x *= 0xc4ceb9fe1a85ec53ull, x ^= x >> 33;
   return x;
 }
+}  // namespace
+
+// Roughly normal values, each row at its own magnitude in 2^[-8, 8], so that block scales differ
+// along both dimensions. A counter hash keeps it fast and seedable.
 std::vector<float> random_matrix(int64_t rows, int64_t cols, uint64_t seed) {
   std::vector<float> x(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) {
@@ -81,7 +72,18 @@ void progress(const GemmArgs& a, const char* what) {
   if (!a.quiet) std::fprintf(stderr, "blockscale gemm: %s\n", what);
 }
 
+std::vector<int64_t> sample_indices(int64_t n, int64_t s) {
+  std::vector<int64_t> out;
+  s = std::min(n, s);
+  for (int64_t i = 0; i < s; ++i) out.push_back(s == 1 ? 0 : i * (n - 1) / (s - 1));
+  return out;
+}
+
+namespace {
+
 void run_gemm(const GemmArgs& a) {
+  if (!a.grouped.empty()) return run_grouped_gemm(a);
+  if (a.m <= 0) fail("gemm", "--m: required (rows of A and D) unless --grouped");
   formats::Recipe ra, rb;
   formats::parse_recipe(a.recipe, &ra);  // the validator accepted it
   const std::string b_name = !a.b_recipe.empty() ? a.b_recipe
@@ -112,9 +114,7 @@ void run_gemm(const GemmArgs& a) {
               a.out_type.c_str(), res.median_us, tflops, a.iters);
   if (!a.check) return;
   // A sample of D's rows, evenly spread (all of them when m <= check_rows), against fp64.
-  std::vector<int64_t> rows;
-  const int64_t s = std::min<int64_t>(a.m, a.check_rows);
-  for (int64_t i = 0; i < s; ++i) rows.push_back(s == 1 ? 0 : i * (a.m - 1) / (s - 1));
+  const std::vector<int64_t> rows = sample_indices(a.m, a.check_rows);
   progress(a, "fp64 reference of the sampled rows (formats::reference_gemm)");
   std::vector<double> ref;
   check("gemm", formats::reference_gemm(take_rows(qa, rows), qb, 1.0, 0.0, nullptr, 0, &ref));
@@ -146,8 +146,9 @@ void run_gemm(const GemmArgs& a) {
 void add_gemm_command(CLI::App& app) {
   auto a = std::make_shared<GemmArgs>();
   CLI::App* c = app.add_subcommand(
-      "gemm", "Run one block-scaled GEMM of gemm/ (D = A B^T, A m x k, B n x k) on random operands quantized by "
-              "formats/, on the GPU; time it and optionally check it against the fp64 reference");
+      "gemm", "Run one block-scaled GEMM of gemm/ (D = A B^T, A m x k, B n x k), or a grouped MoE one (--grouped), "
+              "on random operands quantized by formats/, on the GPU; time it and optionally check it against the fp64 "
+              "reference");
   c->add_option("--recipe", a->recipe,
                 "A's recipe: fp8_block128 (1x128 blocks, the default), mxfp8, mxfp8_e5m2, mxfp4 or nvfp4")
       ->check(recipe_validator());
@@ -155,12 +156,28 @@ void add_gemm_command(CLI::App& app) {
                 "B's recipe (default: fp8_block128x128 with fp8_block128, the weights'; fp8_block128 is wgrad's; "
                 "otherwise A's recipe; mxfp8 / mxfp8_e5m2 A also take mxfp4 or nvfp4 B)")
       ->check(recipe_validator());
-  c->add_option("--m", a->m, "rows of A and D")->required()->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
-  c->add_option("--n", a->n, "rows of B, columns of D")->required()->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
-  c->add_option("--k", a->k, "reduction length (a multiple of 128 for FP8 blockwise, of 32 for MX / NVFP4)")
+  c->add_option("--m", a->m, "rows of A and D (not with --grouped)")->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
+  c->add_option("--n", a->n, "rows of B, columns of D (--grouped: each expert's output features)")
       ->required()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
-  c->add_flag("--check", a->check, "compare a sample of D's rows with formats::reference_gemm (fp64); exit 1 if off");
+  c->add_option("--k", a->k,
+                "reduction length, a multiple of 128 for FP8 blockwise, of 32 for MX / NVFP4 (--grouped: the input "
+                "features; any length with --grouped k)")
+      ->required()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
+  c->add_option("--grouped", a->grouped,
+                "a grouped (MoE) GEMM of gemm/grouped.h: m = fprop (tokens x k times each expert's n x k weight), "
+                "k = wgrad (dW_g = dY_g^T X_g, n x k per expert, from the columnwise copies)")
+      ->check(CLI::IsMember({"m", "k"}));
+  c->add_option("--experts", a->experts, "--grouped: number of experts (default 8)")->check(CLI::Range(1, 1024));
+  c->add_option("--tokens", a->tokens, "--grouped: tokens of all experts together")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
+  c->add_option("--skew", a->skew, "--grouped: share of the tokens routed to expert 0, the rest spread evenly "
+                                   "(default 0: balanced)")
+      ->check(CLI::Range(0.0, 1.0));
+  c->add_flag("--check", a->check,
+              "compare a sample of D's rows (--grouped k: of each expert's dW) with formats' fp64 reference GEMM; "
+              "exit 1 if off");
   c->add_option("--check-rows", a->check_rows, "rows of D the check compares (default 64)")->check(CLI::Range(1, 1 << 20));
   c->add_option("--out-type", a->out_type, "D's type: bf16 (default) or fp32")->check(CLI::IsMember({"bf16", "fp32"}));
   c->add_option("--iters", a->iters, "timed runs after one untimed one (default 20)")->check(CLI::Range(0, 100000));

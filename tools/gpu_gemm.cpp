@@ -8,6 +8,7 @@
 
 #include "formats/scale_layout.h"  // defines: pack_vec128_scales, pack_blk128_scales, pack_swizzled_scales
 #include "gemm/gemm.h"             // defines: the four-call GEMM API
+#include "gemm/grouped.h"          // defines: the grouped (MoE) GEMM API
 
 namespace blockscale::tools {
 namespace {
@@ -54,6 +55,46 @@ float bf16_to_float(uint16_t h) {
   return f;
 }
 
+// D (count elements of bf16 or fp32) widened to fp32 on the host.
+Status fetch(const void* d, int64_t count, bool fp32_d, std::vector<float>* out) {
+  std::vector<uint8_t> raw(static_cast<size_t>(count) * (fp32_d ? 4 : 2));
+  BS_RETURN_IF_ERROR(cuda_check(cudaMemcpy(raw.data(), d, raw.size(), cudaMemcpyDeviceToHost), "copy D back"));
+  out->resize(static_cast<size_t>(count));
+  for (size_t i = 0; i < out->size(); ++i) {
+    if (fp32_d) {
+      std::memcpy(&(*out)[i], &raw[4 * i], 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, &raw[2 * i], 2);
+      (*out)[i] = bf16_to_float(h);
+    }
+  }
+  return Status::ok();
+}
+
+// Median time in us of `iters` runs of launch (each bracketed by events).
+template <typename Launch>
+Status median_us(int iters, const Launch& launch, double* us) {
+  Events ev;
+  BS_RETURN_IF_ERROR(cuda_check(cudaEventCreate(&ev.start), "cudaEventCreate"));
+  BS_RETURN_IF_ERROR(cuda_check(cudaEventCreate(&ev.stop), "cudaEventCreate"));
+  std::vector<float> times;
+  for (int i = 0; i < iters; ++i) {
+    BS_RETURN_IF_ERROR(cuda_check(cudaEventRecord(ev.start), "cudaEventRecord"));
+    BS_RETURN_IF_ERROR(launch());
+    BS_RETURN_IF_ERROR(cuda_check(cudaEventRecord(ev.stop), "cudaEventRecord"));
+    BS_RETURN_IF_ERROR(cuda_check(cudaEventSynchronize(ev.stop), "the GEMM kernel"));
+    float ms = 0;
+    BS_RETURN_IF_ERROR(cuda_check(cudaEventElapsedTime(&ms, ev.start, ev.stop), "cudaEventElapsedTime"));
+    times.push_back(ms);
+  }
+  if (!times.empty()) {
+    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+    *us = 1000.0 * times[times.size() / 2];
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status gpu_gemm(const formats::QuantizedMatrix& a, const formats::QuantizedMatrix& b, bool fp32_d, int iters,
@@ -88,38 +129,52 @@ Status gpu_gemm(const formats::QuantizedMatrix& a, const formats::QuantizedMatri
   BS_RETURN_IF_ERROR(cuda_check(cudaMalloc(&ws.p, std::max<size_t>(ws_bytes, 1)), "allocate the workspace"));
   BS_RETURN_IF_ERROR(gemm::run(p, args, ws.p, ws_bytes, nullptr));
   BS_RETURN_IF_ERROR(cuda_check(cudaDeviceSynchronize(), "the GEMM kernel"));
-  if (fetch_d) {
-    std::vector<uint8_t> raw(d_bytes);
-    BS_RETURN_IF_ERROR(cuda_check(cudaMemcpy(raw.data(), dd.p, d_bytes, cudaMemcpyDeviceToHost), "copy D back"));
-    result->d.resize(static_cast<size_t>(p.m * p.n));
-    for (size_t i = 0; i < result->d.size(); ++i) {
-      if (fp32_d) {
-        std::memcpy(&result->d[i], &raw[4 * i], 4);
-      } else {
-        uint16_t h;
-        std::memcpy(&h, &raw[2 * i], 2);
-        result->d[i] = bf16_to_float(h);
-      }
-    }
+  if (fetch_d) BS_RETURN_IF_ERROR(fetch(dd.p, p.m * p.n, fp32_d, &result->d));
+  return median_us(iters, [&] { return gemm::run(p, args, ws.p, ws_bytes, nullptr); }, &result->median_us);
+}
+
+Status gpu_grouped_gemm(bool k_grouped, const formats::QuantizedMatrix& a, const std::vector<formats::QuantizedMatrix>& b,
+                        const std::vector<int64_t>& ends, bool fp32_d, int iters, bool fetch_d, GpuGemmResult* result) {
+  if (b.empty() || ends.empty()) return Status::error("b, ends: need at least one expert");
+  gemm::GroupedGemmProblem p;
+  p.mode = k_grouped ? gemm::GroupedGemmMode::kK : gemm::GroupedGemmMode::kM;
+  p.num_groups = static_cast<int>(ends.size());
+  p.m = a.rows, p.n = b[0].rows, p.k = a.cols;
+  p.a_recipe = a.recipe, p.b_recipe = b[0].recipe;
+  p.d_type = fp32_d ? gemm::MatrixType::kFp32 : gemm::MatrixType::kBf16;
+  p.ldd = p.ldc = p.n;
+  BS_RETURN_IF_ERROR(gemm::can_implement(p));
+  std::vector<uint8_t> a_scales, b_codes, b_scales, one;
+  std::vector<float> b_dec;
+  BS_RETURN_IF_ERROR(packed_scales(a, &a_scales));
+  for (const formats::QuantizedMatrix& q : b) {
+    b_codes.insert(b_codes.end(), q.data.begin(), q.data.end());
+    BS_RETURN_IF_ERROR(packed_scales(q, &one));
+    b_scales.insert(b_scales.end(), one.begin(), one.end());
+    b_dec.push_back(q.global_scale_dec);
   }
-  Events ev;
-  BS_RETURN_IF_ERROR(cuda_check(cudaEventCreate(&ev.start), "cudaEventCreate"));
-  BS_RETURN_IF_ERROR(cuda_check(cudaEventCreate(&ev.stop), "cudaEventCreate"));
-  std::vector<float> times;
-  for (int i = 0; i < iters; ++i) {
-    BS_RETURN_IF_ERROR(cuda_check(cudaEventRecord(ev.start), "cudaEventRecord"));
-    BS_RETURN_IF_ERROR(gemm::run(p, args, ws.p, ws_bytes, nullptr));
-    BS_RETURN_IF_ERROR(cuda_check(cudaEventRecord(ev.stop), "cudaEventRecord"));
-    BS_RETURN_IF_ERROR(cuda_check(cudaEventSynchronize(ev.stop), "the GEMM kernel"));
-    float ms = 0;
-    BS_RETURN_IF_ERROR(cuda_check(cudaEventElapsedTime(&ms, ev.start, ev.stop), "cudaEventElapsedTime"));
-    times.push_back(ms);
-  }
-  if (!times.empty()) {
-    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-    result->median_us = 1000.0 * times[times.size() / 2];
-  }
-  return Status::ok();
+  const std::vector<int32_t> ends32(ends.begin(), ends.end());
+  DeviceBuffer da, dsa, db, dsb, dd, dec_a, dec_b, dends;
+  BS_RETURN_IF_ERROR(da.upload(a.data.data(), a.data.size(), "copy A to the GPU"));
+  BS_RETURN_IF_ERROR(dsa.upload(a_scales.data(), a_scales.size(), "copy A's scales to the GPU"));
+  BS_RETURN_IF_ERROR(db.upload(b_codes.data(), b_codes.size(), "copy B to the GPU"));
+  BS_RETURN_IF_ERROR(dsb.upload(b_scales.data(), b_scales.size(), "copy B's scales to the GPU"));
+  BS_RETURN_IF_ERROR(dec_a.upload(&a.global_scale_dec, 4, "copy A's tensor scale to the GPU"));
+  BS_RETURN_IF_ERROR(dec_b.upload(b_dec.data(), b_dec.size() * 4, "copy B's tensor scales to the GPU"));
+  BS_RETURN_IF_ERROR(dends.upload(ends32.data(), ends32.size() * 4, "copy the expert ends to the GPU"));
+  const int64_t d_count = (k_grouped ? p.num_groups : 1) * p.m * p.n;
+  BS_RETURN_IF_ERROR(cuda_check(cudaMalloc(&dd.p, static_cast<size_t>(d_count) * (fp32_d ? 4 : 2)), "allocate D"));
+  gemm::GroupedGemmArguments args;
+  args.a_data = static_cast<const uint8_t*>(da.p), args.a_scales = dsa.p;
+  args.b_data = static_cast<const uint8_t*>(db.p), args.b_scales = dsb.p;
+  args.a_scale_dec = static_cast<const float*>(dec_a.p), args.b_scale_dec = static_cast<const float*>(dec_b.p);
+  args.group_ends = static_cast<const int32_t*>(dends.p);
+  args.d = dd.p;
+  BS_RETURN_IF_ERROR(gemm::can_implement(p, args));
+  BS_RETURN_IF_ERROR(gemm::run(p, args, nullptr, 0, nullptr));
+  BS_RETURN_IF_ERROR(cuda_check(cudaDeviceSynchronize(), "the grouped GEMM kernel"));
+  if (fetch_d) BS_RETURN_IF_ERROR(fetch(dd.p, d_count, fp32_d, &result->d));
+  return median_us(iters, [&] { return gemm::run(p, args, nullptr, 0, nullptr); }, &result->median_us);
 }
 
 }  // namespace blockscale::tools

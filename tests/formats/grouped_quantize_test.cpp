@@ -231,4 +231,36 @@ TEST(GroupedValidation, BadArgumentsRejected) {
   check({70}, x.data(), false, false, "hadamard");
 }
 
+// pad_columns: the codes and MX / NVFP4 scales of quantizing the input with zero rows appended
+// (zero codes; E8M0 / UE4M3 0 for an all-zero block). FP8 blockwise: quantize() gives an all-zero
+// block the scale 1.0f, but quant/ writes 0.0f past the padded total, and pad_columns does too.
+TEST(PadColumns, EqualsQuantizingZeroPaddedTokens) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (Recipe r : {Recipe::kMxfp8E4M3, Recipe::kMxfp4, Recipe::kNvfp4, Recipe::kFp8Block1x128}) {
+    SCOPED_TRACE(bf::recipe_name(r));
+    const int64_t block = bf::default_block_cols(r), tokens = 2 * block, cols = 40, capacity = 5 * block;
+    std::vector<float> x(static_cast<size_t>(capacity * cols), 0.0f);
+    for (size_t i = 0; i < static_cast<size_t>(tokens * cols); ++i) x[i] = normal(rng);
+    QuantizeOptions o;
+    o.recipe = r;
+    QuantizedMatrix short_q, long_q, padded;
+    ASSERT_TRUE(bf::quantize(x.data(), tokens, cols, cols, o, Direction::kColumnwise, &short_q).is_ok());
+    ASSERT_TRUE(bf::quantize(x.data(), capacity, cols, cols, o, Direction::kColumnwise, &long_q).is_ok());
+    ASSERT_TRUE(bf::pad_columns(short_q, capacity, &padded).is_ok());
+    EXPECT_EQ(padded.cols, long_q.cols);
+    EXPECT_EQ(padded.data, long_q.data);
+    EXPECT_EQ(padded.scales, long_q.scales);
+    std::vector<float> want_f32 = long_q.scales_f32;
+    for (int64_t r = 0; !want_f32.empty() && r < long_q.scale_rows(); ++r)
+      for (int64_t c = short_q.scale_cols(); c < long_q.scale_cols(); ++c)
+        want_f32[static_cast<size_t>(r * long_q.scale_cols() + c)] = 0.0f;
+    EXPECT_EQ(padded.scales_f32, want_f32);
+  }
+  QuantizedMatrix q, out;
+  q.recipe = Recipe::kMxfp8E4M3, q.rows = 1, q.cols = 32, q.data.assign(32, 0), q.scales.assign(1, 0);
+  EXPECT_FALSE(bf::pad_columns(q, 48, &out).is_ok()) << "not a multiple of the block";
+  EXPECT_FALSE(bf::pad_columns(q, 0, &out).is_ok()) << "narrower than q";
+}
+
 }  // namespace

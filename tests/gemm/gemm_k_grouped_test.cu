@@ -80,26 +80,11 @@ int64_t capacity_of(const Pair& pair, int64_t tokens, int groups) {
   return cap;
 }
 
-// q (rows x padded tokens) widened to rows x capacity: zero codes, zero scales past its columns.
+// q (rows x padded tokens) widened to rows x capacity, as quant/ writes it.
 bf::QuantizedMatrix widened(const bf::QuantizedMatrix& q, int64_t capacity) {
-  bf::QuantizedMatrix w = q;
-  w.cols = capacity;
-  const int64_t from = q.data_row_bytes(), to = w.data_row_bytes();
-  w.data.assign(static_cast<size_t>(q.rows * to), 0);
-  for (int64_t r = 0; r < q.rows; ++r)
-    std::memcpy(&w.data[static_cast<size_t>(r * to)], &q.data[static_cast<size_t>(r * from)], static_cast<size_t>(from));
-  const int64_t sc_from = q.scale_cols(), sc_to = w.scale_cols();
-  if (is_fp8_blockwise(q.recipe)) {
-    w.scales_f32.assign(static_cast<size_t>(q.scale_rows() * sc_to), 0.0f);
-    for (int64_t r = 0; r < q.scale_rows(); ++r)
-      for (int64_t c = 0; c < sc_from; ++c)
-        w.scales_f32[static_cast<size_t>(r * sc_to + c)] = q.scales_f32[static_cast<size_t>(r * sc_from + c)];
-  } else {
-    w.scales.assign(static_cast<size_t>(q.scale_rows() * sc_to), 0);
-    for (int64_t r = 0; r < q.scale_rows(); ++r)
-      for (int64_t c = 0; c < sc_from; ++c)
-        w.scales[static_cast<size_t>(r * sc_to + c)] = q.scales[static_cast<size_t>(r * sc_from + c)];
-  }
+  bf::QuantizedMatrix w;
+  const blockscale::Status s = bf::pad_columns(q, capacity, &w);
+  EXPECT_TRUE(s.is_ok()) << s.message();
   return w;
 }
 

@@ -190,6 +190,13 @@ def main():
             print(f"ok   gemm k not a multiple of 128: {err.strip()}")
         else:
             FAILURES.append(f"gemm k not a multiple of 128: exit {rc}, stderr {err.strip()!r}")
+        # gemm --grouped: a bad mode is a usage error; the rules on its options are checked before
+        # any work (exit 1, also in a build without CUDA).
+        gg = ["gemm", "--n", "64", "--k", "128", "--grouped"]
+        E("gemm bad --grouped", gg + ["x", "--tokens", "100"], 2, "--grouped")
+        E("gemm --grouped without --tokens", gg + ["m"], 1, "--tokens")
+        E("gemm --grouped with --m", gg + ["m", "--tokens", "100", "--m", "5"], 1, "--m")
+        E("gemm --grouped bad --skew", gg + ["k", "--tokens", "100", "--skew", "2"], 2, "--skew")
 
     if FAILURES:
         print("\n".join("FAIL " + f for f in FAILURES))
