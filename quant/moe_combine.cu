@@ -31,9 +31,12 @@ __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w 
 
 template <bool kVec, bool kBf16Out>
 __global__ void __launch_bounds__(kThreads) moe_combine_kernel(const __grid_constant__ CombineParams p) {
-  extern __shared__ int32_t token_slots[];  // top_k rows, then top_k gates (as bits)
+  // top_k rows, then top_k gates from a 16-byte boundary; combine_smem_bytes leaves 16 bytes of
+  // slack after each, so a vectorised read of the last entries stays inside the allocation
+  // (compute-sanitizer flagged a 12-byte read past the end without it).
+  extern __shared__ int32_t token_slots[];
   int32_t* const rows = token_slots;
-  float* const gates = reinterpret_cast<float*>(token_slots + p.top_k);
+  float* const gates = reinterpret_cast<float*>(token_slots + (p.top_k + 7) / 4 * 4);
   const int tid = static_cast<int>(threadIdx.x);
   for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) {
     __syncthreads();  // the previous token's slots are no longer read
@@ -93,7 +96,7 @@ __global__ void __launch_bounds__(kThreads) moe_combine_kernel(const __grid_cons
 template <bool kVec, bool kBf16Out>
 Status launch(const CombineParams& params, cudaStream_t stream) {
   auto* kernel = moe_combine_kernel<kVec, kBf16Out>;
-  const int smem = 8 * params.top_k;
+  const int smem = 8 * ((params.top_k + 7) / 4 * 4);
   int resident = 0;
   BS_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), kThreads, smem, "moe_combine_kernel",
                                    &resident));

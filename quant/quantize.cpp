@@ -320,9 +320,10 @@ Status run(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOut
 int64_t grouped_capacity(const GroupedQuantizeProblem& p) {
   const int64_t b = columnwise_block(p.dense.recipe);
   if (p.dense.rows <= 0 || p.num_groups <= 0) return 0;
-  // A multiple of 32 too: the K-grouped GEMM's K rule (NVFP4's packed rows are 16-byte aligned).
-  const int64_t multiple = std::max<int64_t>(b, 32);
-  return (p.dense.rows + int64_t{p.num_groups} * (b - 1) + multiple - 1) / multiple * multiple;
+  // The padded total is at most rows + G (b - 1), a multiple of b; then a multiple of 32 too: the
+  // K-grouped GEMM's K rule (NVFP4's packed rows are 16-byte aligned).
+  const int64_t bound = (p.dense.rows + int64_t{p.num_groups} * (b - 1)) / b * b;
+  return (bound + 31) / 32 * 32;
 }
 int64_t grouped_columnwise_data_bytes(const GroupedQuantizeProblem& p) {
   return wants_columnwise(p.dense) && p.dense.cols > 0 ? p.dense.cols * row_bytes(p.dense.recipe, grouped_capacity(p)) : 0;

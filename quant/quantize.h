@@ -145,11 +145,11 @@ struct GroupedQuantizeProblem {
 struct GroupedQuantizeInputs {
   const void* x = nullptr;
   const int32_t* group_ends = nullptr;
-  const int32_t* row_index = nullptr;  // optional: the gather (see above)
   // NVFP4 with TensorAmax::kGiven, as QuantizeInputs (the columnwise one: the amax of the padded,
   // transformed expert blocks when the RHT is on).
   const float* rowwise_tensor_amax = nullptr;
   const float* columnwise_tensor_amax = nullptr;
+  const int32_t* row_index = nullptr;  // optional: the gather (see above)
 };
 struct GroupedQuantizeOutputs {
   QuantizeOutputs dense;  // columnwise_* sized by the grouped_* functions below

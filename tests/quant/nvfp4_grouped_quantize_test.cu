@@ -592,7 +592,7 @@ TEST(Nvfp4GroupedQuantizeApi, CapacitySizesOptionsAndWorkspace) {
   p.dense.rows = 100, p.dense.cols = 64, p.dense.ld = 64, p.dense.directions = Directions::kBoth;
   p.num_groups = 4;
   EXPECT_TRUE(bq::can_implement(p).is_ok()) << bq::can_implement(p).message();
-  EXPECT_EQ(bq::grouped_capacity(p), (100 + 4 * 15 + 31) / 32 * 32) << "each expert padded to 16 rows, in all a multiple of 32";
+  EXPECT_EQ(bq::grouped_capacity(p), ((100 + 4 * 15) / 16 * 16 + 31) / 32 * 32) << "each expert padded to 16 rows, in all a multiple of 32";
   EXPECT_EQ(bq::grouped_columnwise_data_bytes(p), 64 * bq::grouped_capacity(p) / 2);
   EXPECT_EQ(bq::grouped_columnwise_scale_bytes(p), bf::swizzled_scale_bytes(64, bq::grouped_capacity(p) / 16));
   EXPECT_EQ(bq::workspace_size(p), 8192u) << "a measured amax keeps 2 x 1024 partial maxima";
