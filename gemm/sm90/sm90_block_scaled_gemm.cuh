@@ -32,6 +32,9 @@
 //   (one 16-byte load per row and half stage, one MX block, so one scale), and a B piece (row n,
 //   32 physical k) is one 32-block with one scale too.
 //   Epilogue: after a tile's last stage, alpha * S_dec_a * S_dec_b * acc + beta * C from registers.
+//   Modes (kMode): dense, M-grouped, K-grouped (wgrad: a tile's stages are those its expert's K
+//   range touches on the global 128-column grid; 16-column chunks outside the range are converted
+//   as zeros; the consumers walk (tile, stage) pairs with a cursor, as stage counts vary).
 #pragma once
 
 #include <cuda.h>

@@ -12,6 +12,10 @@
 //               tests/gemm/gemm_test.cu (exactly, for inputs whose sums are exact in fp32); the
 //               two tile widths do the same operations per element, so they give the same bits
 //
+// Scheduling modes (kMode, gemm/common/grouped_schedule.h): dense; M-grouped (MoE fprop / dgrad:
+// experts own row ranges of A, each its own B); K-grouped (MoE wgrad, 1x128 B: each expert's
+// tile reduces over its own 128-aligned K block range, output rows offset by expert).
+//
 // Structure (one CTA = 3 warpgroups, one 128 x kTileN output tile at a time, persistent):
 //   warpgroup 2 (producer, one thread): for each tile of the CTA's share (TileOrder) and each K
 //     block, waits for a free ring stage, then TMA-loads the A tile (128 x 128 B), the B tile
