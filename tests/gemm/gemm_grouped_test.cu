@@ -49,9 +49,7 @@ using blockscale_test::frobenius;
 using blockscale_test::gemm_scales;
 using blockscale_test::is_fp8_blockwise;
 
-struct Pair {
-  Recipe a, b;
-};
+using Pair = blockscale_test::RecipePair;
 
 std::vector<Pair> all_pairs() {
   std::vector<Pair> pairs = {{Recipe::kFp8Block1x128, Recipe::kFp8Block128x128}};
@@ -60,10 +58,6 @@ std::vector<Pair> all_pairs() {
   pairs.push_back({Recipe::kMxfp4, Recipe::kMxfp4});
   pairs.push_back({Recipe::kNvfp4, Recipe::kNvfp4});
   return pairs;
-}
-
-std::string pair_name(const ::testing::TestParamInfo<Pair>& info) {
-  return std::string(bf::recipe_name(info.param.a)) + "_x_" + bf::recipe_name(info.param.b);
 }
 
 // rows x k normal values (scaled by 2^[-3, 3] per 16 elements) quantized with formats::quantize.
@@ -217,7 +211,7 @@ TEST_P(GroupedPair, OneExpert) {
   check_case({GetParam(), 257, 512, {300}}, 4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Pairs, GroupedPair, ::testing::ValuesIn(all_pairs()), pair_name);
+INSTANTIATE_TEST_SUITE_P(Pairs, GroupedPair, ::testing::ValuesIn(all_pairs()), blockscale_test::recipe_pair_name);
 
 // Ends past m and a decreasing end are clamped on the device: experts become empty or shorter,
 // rows outside [0, m) are never written (D sits between two poisoned guard regions).

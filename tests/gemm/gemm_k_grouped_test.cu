@@ -50,9 +50,7 @@ using blockscale_test::frobenius;
 using blockscale_test::gemm_scales;
 using blockscale_test::is_fp8_blockwise;
 
-struct Pair {
-  Recipe a, b;
-};
+using Pair = blockscale_test::RecipePair;
 
 std::vector<Pair> all_pairs() {
   std::vector<Pair> pairs = {{Recipe::kFp8Block1x128, Recipe::kFp8Block1x128}};
@@ -61,10 +59,6 @@ std::vector<Pair> all_pairs() {
   pairs.push_back({Recipe::kMxfp4, Recipe::kMxfp4});
   pairs.push_back({Recipe::kNvfp4, Recipe::kNvfp4});
   return pairs;
-}
-
-std::string pair_name(const ::testing::TestParamInfo<Pair>& info) {
-  return std::string(bf::recipe_name(info.param.a)) + "_x_" + bf::recipe_name(info.param.b);
 }
 
 // The token capacity quant/'s grouped quantize would allocate for these recipes (the larger).
@@ -276,7 +270,7 @@ TEST_P(KGroupedPair, NanStaysInItsExpert) {
   check_case(kc, 15, /*skip_expert=*/1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Pairs, KGroupedPair, ::testing::ValuesIn(all_pairs()), pair_name);
+INSTANTIATE_TEST_SUITE_P(Pairs, KGroupedPair, ::testing::ValuesIn(all_pairs()), blockscale_test::recipe_pair_name);
 
 // quant/'s GPU grouped quantize writes the operands and the padded ends; the GEMM consumes them
 // as they are (no host round trip), checked against the reference on formats' copies.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "formats/recipe.h"
@@ -62,6 +63,15 @@ inline blockscale::formats::QuantizedMatrix absolute(const blockscale::formats::
   const uint8_t sign_bits = blockscale::formats::is_fp4(q.recipe) ? 0x88 : 0x80;
   for (auto& byte : a.data) byte = static_cast<uint8_t>(byte & ~sign_bits);
   return a;
+}
+
+// An (A, B) recipe pair, a test parameter, named "a_x_b" in test names.
+struct RecipePair {
+  blockscale::formats::Recipe a, b;
+};
+inline std::string recipe_pair_name(const ::testing::TestParamInfo<RecipePair>& info) {
+  return std::string(blockscale::formats::recipe_name(info.param.a)) + "_x_" +
+         blockscale::formats::recipe_name(info.param.b);
 }
 
 inline bool is_fp8_blockwise(blockscale::formats::Recipe r) {
