@@ -1,0 +1,96 @@
+#include "train/model_config.h"
+
+namespace blockscale::train {
+namespace {
+
+Status require(bool ok, const std::string& message) {
+  return ok ? Status::ok() : Status::error(message);
+}
+
+}  // namespace
+
+const char* recipe_name(TrainRecipe r) {
+  switch (r) {
+    case TrainRecipe::kFp32: return "fp32";
+    case TrainRecipe::kBf16: return "bf16";
+    case TrainRecipe::kFp8Block: return "fp8_block";
+    case TrainRecipe::kMxfp8: return "mxfp8";
+    case TrainRecipe::kNvfp4: return "nvfp4";
+  }
+  return "?";
+}
+
+Status parse_recipe(const std::string& name, TrainRecipe* out) {
+  for (TrainRecipe r : {TrainRecipe::kFp32, TrainRecipe::kBf16, TrainRecipe::kFp8Block,
+                        TrainRecipe::kMxfp8, TrainRecipe::kNvfp4}) {
+    if (name == recipe_name(r)) {
+      *out = r;
+      return Status::ok();
+    }
+  }
+  return Status::error("--recipe: unknown recipe '" + name +
+                       "' (expected fp32, bf16, fp8_block, mxfp8 or nvfp4)");
+}
+
+bool is_quantized(TrainRecipe r) {
+  return r == TrainRecipe::kFp8Block || r == TrainRecipe::kMxfp8 || r == TrainRecipe::kNvfp4;
+}
+
+int recipe_alignment(TrainRecipe r) {
+  switch (r) {
+    case TrainRecipe::kFp8Block: return 128;
+    case TrainRecipe::kMxfp8:
+    case TrainRecipe::kNvfp4: return 32;
+    default: return 1;
+  }
+}
+
+Status validate(const ModelConfig& c, TrainRecipe recipe, int64_t tokens_per_micro_batch) {
+  BS_RETURN_IF_ERROR(require(c.vocab >= 2 && c.vocab <= (1 << 24), "--vocab must be in [2, 2^24]"));
+  BS_RETURN_IF_ERROR(require(c.n_layers >= 1 && c.n_layers <= 1024, "--layers must be in [1, 1024]"));
+  BS_RETURN_IF_ERROR(require(c.n_heads >= 1, "--heads must be >= 1"));
+  BS_RETURN_IF_ERROR(require(c.d_model >= 2 && c.d_model % c.n_heads == 0,
+                             "--d-model must be a positive multiple of --heads"));
+  BS_RETURN_IF_ERROR(require(c.d_ff >= 1, "--d-ff must be >= 1"));
+  BS_RETURN_IF_ERROR(require(c.seq_len >= 1 && c.seq_len <= 65536, "--seq-len must be in [1, 65536]"));
+  BS_RETURN_IF_ERROR(require(c.n_experts >= 0 && c.n_experts <= 4096, "--experts must be in [0, 4096]"));
+  if (c.moe()) {
+    BS_RETURN_IF_ERROR(require(c.top_k >= 1 && c.top_k <= c.n_experts,
+                               "--top-k must be in [1, --experts]"));
+  }
+  BS_RETURN_IF_ERROR(require(c.aux_loss_coef >= 0.0f, "--aux-loss-coef must be >= 0"));
+  BS_RETURN_IF_ERROR(require(tokens_per_micro_batch >= 1, "--batch x --seq-len must be >= 1"));
+  const int a = recipe_alignment(recipe);
+  if (a > 1) {
+    const std::string rule = std::string(" must be a multiple of ") + std::to_string(a) + " for --recipe " +
+                             recipe_name(recipe) + " (its block length)";
+    BS_RETURN_IF_ERROR(require(c.d_model % a == 0, "--d-model" + rule));
+    BS_RETURN_IF_ERROR(require(c.d_ff % a == 0, "--d-ff" + rule));
+    BS_RETURN_IF_ERROR(require(tokens_per_micro_batch % a == 0, "--batch x --seq-len" + rule));
+  }
+  return Status::ok();
+}
+
+int64_t parameter_count(const ModelConfig& c) {
+  const int64_t d = c.d_model, f = c.d_ff;
+  const int64_t ffn = c.moe() ? c.n_experts * 3 * d * f + c.n_experts * d : 3 * d * f;
+  const int64_t layer = 2 * d + 4 * d * d + ffn;
+  return 2 * int64_t{c.vocab} * d + int64_t{c.seq_len} * d + c.n_layers * layer + d;
+}
+
+int64_t active_parameter_count(const ModelConfig& c) {
+  if (!c.moe()) return parameter_count(c);
+  const int64_t d = c.d_model, f = c.d_ff;
+  return parameter_count(c) - c.n_layers * (c.n_experts - c.top_k) * 3 * d * f;
+}
+
+double train_flops_per_token(const ModelConfig& c) {
+  const double d = c.d_model, f = c.d_ff;
+  const double ffn = c.moe() ? c.top_k * 3 * d * f + c.n_experts * d : 3 * d * f;
+  const double matmul_params = c.n_layers * (4 * d * d + ffn) + double(c.vocab) * d;
+  // QK^T and PV: 2 matmuls x 2 flops x seq_len x d_model per token, half of it causal-masked.
+  const double attention = c.n_layers * 2.0 * 2.0 * c.seq_len * d * 0.5;
+  return 3.0 * (2.0 * matmul_params + attention);
+}
+
+}  // namespace blockscale::train

@@ -1,0 +1,66 @@
+// The model the driver trains and the precision recipe of its linear layers.
+//
+// A decoder-only transformer language model with MoE feed-forward layers:
+//   x = embed[token] + pos_embed[position]
+//   per layer:  x += Wo · attention(RMSNorm(x) · Wqkv)          (causal, bf16 matmuls)
+//               x += MoE(RMSNorm(x))                              (or a dense SwiGLU FFN)
+//   logits = RMSNorm(x) · lm_head^T, loss = mean cross-entropy of the next token
+// MoE: router logits = h · Wr^T (fp32), softmax, top-k (ties to the lower expert), gate weights =
+// the top-k probabilities renormalised to sum 1 (k > 1) or the probability itself (k = 1); each
+// expert is a SwiGLU: y = W2 · (silu(W1 h) * W3 h), with W1 and W3 stacked as W13 = [W1; W3];
+// a Switch-style load-balancing loss  aux = E * sum_e f_e * P_e  (f_e: fraction of routed slots,
+// P_e: mean router probability) is added with weight aux_loss_coef.
+// Which matmuls a recipe quantizes: Wqkv, Wo and every expert / FFN matrix (fprop, dgrad, wgrad).
+// The router and the LM head stay in higher precision (fp32 / bf16), as in the published FP8 and
+// NVFP4 pretraining recipes; attention's two batched matmuls are bf16.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "formats/status.h"
+
+namespace blockscale::train {
+
+enum class TrainRecipe {
+  kFp32,      // fp32 matmuls: the CPU reference's exact mode (gradient checks)
+  kBf16,      // bf16 operands, fp32 accumulation (the baseline)
+  kFp8Block,  // E4M3, 1x128 activations / gradients, 128x128 weights, fp32 scales (Hopper-native)
+  kMxfp8,     // E4M3 for every tensor, 1x32 blocks, E8M0 ceil scales
+  kNvfp4,     // E2M1 with UE4M3 scales: 16x16 weight blocks, stochastic rounding of gradients,
+              // 16-point random Hadamard transform on both wgrad operands
+};
+
+const char* recipe_name(TrainRecipe r);  // fp32, bf16, fp8_block, mxfp8, nvfp4
+Status parse_recipe(const std::string& name, TrainRecipe* out);
+bool is_quantized(TrainRecipe r);
+// The block length every quantized dimension (model width, expert width, tokens per micro-batch)
+// must be a multiple of: 128 (fp8_block), 32 (mxfp8, nvfp4), 1 otherwise.
+int recipe_alignment(TrainRecipe r);
+
+struct ModelConfig {
+  int vocab = 256;
+  int d_model = 128;
+  int n_layers = 2;
+  int n_heads = 4;
+  int n_experts = 4;  // 0: a dense SwiGLU FFN instead of MoE
+  int top_k = 2;
+  int d_ff = 256;  // hidden width of each expert (or of the dense FFN)
+  int seq_len = 128;
+  float aux_loss_coef = 0.01f;
+
+  bool moe() const { return n_experts > 0; }
+  int head_dim() const { return d_model / n_heads; }
+};
+
+// Range and divisibility rules; `tokens_per_micro_batch` must be a multiple of the recipe's
+// alignment (dense wgrad reduces over the tokens). Messages name the flag.
+Status validate(const ModelConfig& c, TrainRecipe recipe, int64_t tokens_per_micro_batch);
+
+int64_t parameter_count(const ModelConfig& c);
+int64_t active_parameter_count(const ModelConfig& c);  // per token: top_k experts of n_experts
+// Training FLOPs per token (forward + backward = 3x forward): 6 x active matmul parameters plus
+// attention's 2 x 2 x seq_len x d_model x 3 per layer (causal: half counted). For MFU.
+double train_flops_per_token(const ModelConfig& c);
+
+}  // namespace blockscale::train
