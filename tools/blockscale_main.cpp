@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   t::add_dequantize_command(app);  // the exact inverse
   t::add_study_command(app);       // accuracy of every recipe on real or synthetic tensors
   t::add_gemm_command(app);        // one GPU GEMM of gemm/ on random operands, timed and checked
+  t::add_train_command(app);       // the MoE transformer of train/ in a precision recipe
   // CLI11 would call an unknown word a missing subcommand; name it instead.
   std::string names;
   bool known = false;

@@ -29,6 +29,7 @@ void add_quantize_command(CLI::App& app);
 void add_dequantize_command(CLI::App& app);
 void add_study_command(CLI::App& app);
 void add_gemm_command(CLI::App& app);
+void add_train_command(CLI::App& app);
 
 // --recipe values: formats::recipe_name() spellings, checked by parse_recipe().
 CLI::Validator recipe_validator();

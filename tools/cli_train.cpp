@@ -1,0 +1,118 @@
+// `blockscale train`: trains the MoE transformer of train/ on the built-in synthetic corpus, a
+// token file or raw text, in one precision recipe or several compared against each other.
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tools/cli.h"        // defines: fail, check
+#include "train/trainer.h"    // defines: TrainConfig, train, compare_recipes
+
+namespace blockscale::tools {
+namespace {
+
+struct TrainArgs {
+  train::TrainConfig config;
+  std::string recipe = "bf16";
+  std::string compare;
+};
+
+constexpr const char* kFooter = R"(
+The model: token + position embeddings, then per layer RMSNorm -> causal attention (bf16) ->
+residual, RMSNorm -> MoE (softmax top-k router with a load-balancing loss, SwiGLU experts) or a
+dense SwiGLU FFN (--experts 0) -> residual; final RMSNorm, LM head, cross-entropy. Recipes set
+how the attention projections and the experts multiply (fprop, dgrad, wgrad): bf16, fp8_block,
+mxfp8, nvfp4, or fp32 (the CPU reference's exact mode). Master weights and AdamW state are fp32.
+
+Outputs in --out: train.csv (every step), eval.csv, summary.json, checkpoints step_*/ with
+`latest` (resume with --resume <out>); with --compare, one such directory per recipe plus
+compare.svg (eval loss curves) and a table of each recipe against the first.
+Devices: --device auto uses the GPU when the build has CUDA and a GPU is present, else the CPU
+(the CPU runs the reference model: fine for tiny models, slow for anything else).
+Exit status: 0 success, 1 failure (bad data or checkpoint file, I/O error), 2 bad usage.)";
+
+std::vector<train::TrainRecipe> parse_recipe_list(const std::string& list) {
+  std::vector<train::TrainRecipe> out;
+  std::stringstream ss(list);
+  std::string name;
+  while (std::getline(ss, name, ',')) {
+    train::TrainRecipe r;
+    check("train", train::parse_recipe(name, &r));
+    out.push_back(r);
+  }
+  return out;
+}
+
+void run_train(TrainArgs& args) {
+  train::TrainConfig& c = args.config;
+  check("train", train::parse_recipe(args.recipe, &c.recipe));
+  if (c.optimizer.total_steps <= 0) c.optimizer.total_steps = c.steps;
+  if (!args.compare.empty()) {
+    std::vector<train::TrainSummary> summaries;
+    check("train", train::compare_recipes(c, parse_recipe_list(args.compare), std::cerr, &summaries));
+    for (const train::TrainSummary& s : summaries)
+      std::printf("%s: final eval loss %.4f, %.1f tokens/s (%s)\n", s.out_dir.c_str(), s.final_eval_loss,
+                  s.tokens_per_s, s.device.c_str());
+    return;
+  }
+  train::TrainSummary s;
+  check("train", train::train(c, std::cerr, &s));
+  std::printf("%s: %lld steps, final eval loss %.4f, train loss %.4f, %.1f tokens/s (%s)\n", s.out_dir.c_str(),
+              static_cast<long long>(s.steps), s.final_eval_loss, s.final_train_loss, s.tokens_per_s,
+              s.device.c_str());
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  train::TrainConfig& c = args->config;
+  c.optimizer.total_steps = 0;  // default: --steps
+  CLI::App* cmd = app.add_subcommand("train", "train the MoE transformer of train/ in a precision recipe");
+  cmd->footer(kFooter);
+  cmd->add_option("--recipe", args->recipe, "bf16, fp8_block, mxfp8, nvfp4 or fp32")->capture_default_str();
+  cmd->add_option("--compare", args->compare, "comma-separated recipes trained one after another, e.g. bf16,mxfp8");
+  cmd->add_option("--device", c.device, "auto, cpu or gpu")->capture_default_str();
+  cmd->add_option("--out", c.out_dir, "run directory (logs, checkpoints)")->capture_default_str();
+  cmd->add_option("--resume", c.resume, "continue from a checkpoint or run directory");
+  // model
+  cmd->add_option("--layers", c.model.n_layers, "transformer layers")->capture_default_str();
+  cmd->add_option("--d-model", c.model.d_model, "model width")->capture_default_str();
+  cmd->add_option("--heads", c.model.n_heads, "attention heads")->capture_default_str();
+  cmd->add_option("--experts", c.model.n_experts, "experts per MoE layer (0: dense FFN)")->capture_default_str();
+  cmd->add_option("--top-k", c.model.top_k, "experts per token")->capture_default_str();
+  cmd->add_option("--d-ff", c.model.d_ff, "expert (or dense FFN) hidden width")->capture_default_str();
+  cmd->add_option("--seq-len", c.model.seq_len, "tokens per sequence")->capture_default_str();
+  cmd->add_option("--vocab", c.model.vocab, "vocabulary size (synthetic data: its vocabulary)")->capture_default_str();
+  cmd->add_option("--aux-loss-coef", c.model.aux_loss_coef, "load-balancing loss weight")->capture_default_str();
+  // data
+  cmd->add_option("--data", c.data.source, "synthetic, tokens or text")->capture_default_str();
+  cmd->add_option("--data-path", c.data.path, "token file (--data tokens) or text file (--data text)");
+  cmd->add_option("--token-dtype", c.data.dtype, "token file element type: uint16 or uint32")->capture_default_str();
+  cmd->add_option("--synthetic-tokens", c.data.synthetic_tokens, "length of the synthetic corpus")->capture_default_str();
+  cmd->add_option("--eval-fraction", c.data.eval_fraction, "held-out share of the data")->capture_default_str();
+  // loop
+  cmd->add_option("--steps", c.steps, "optimizer steps")->capture_default_str();
+  cmd->add_option("--batch", c.batch, "sequences per micro-batch")->capture_default_str();
+  cmd->add_option("--grad-accum", c.grad_accum, "micro-batches per step")->capture_default_str();
+  cmd->add_option("--eval-every", c.eval_every, "steps between evaluations (0: at the end)")->capture_default_str();
+  cmd->add_option("--eval-batches", c.eval_batches, "batches per evaluation")->capture_default_str();
+  cmd->add_option("--log-every", c.log_every, "steps between progress lines")->capture_default_str();
+  cmd->add_option("--checkpoint-every", c.checkpoint_every, "steps between checkpoints (0: at the end)")
+      ->capture_default_str();
+  cmd->add_option("--keep-checkpoints", c.keep_checkpoints, "checkpoints kept")->capture_default_str();
+  cmd->add_option("--seed", c.seed, "data, initialisation and rounding seed")->capture_default_str();
+  // optimizer
+  cmd->add_option("--lr", c.optimizer.lr, "peak learning rate")->capture_default_str();
+  cmd->add_option("--min-lr-ratio", c.optimizer.min_lr_ratio, "final lr / peak lr (cosine)")->capture_default_str();
+  cmd->add_option("--warmup", c.optimizer.warmup_steps, "linear warmup steps")->capture_default_str();
+  cmd->add_option("--schedule-steps", c.optimizer.total_steps, "cosine length (default: --steps)");
+  cmd->add_option("--weight-decay", c.optimizer.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
+  cmd->add_option("--beta1", c.optimizer.beta1, "AdamW beta1")->capture_default_str();
+  cmd->add_option("--beta2", c.optimizer.beta2, "AdamW beta2")->capture_default_str();
+  cmd->add_option("--clip", c.optimizer.clip_norm, "global gradient-norm clip (0: off)")->capture_default_str();
+  cmd->add_option("--stop-after", c.stop_after, "stop after this many steps, as if killed (tests resume)");
+  cmd->callback([args] { run_train(*args); });
+}
+
+}  // namespace blockscale::tools

@@ -1,0 +1,40 @@
+// Where a training step runs: the CPU model (train/cpu_backend.h) or the GPU step
+// (train/gpu_backend.h). The loop in train/trainer.cpp sees only this interface.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "formats/status.h"
+#include "train/cpu_model.h"
+#include "train/optimizer.h"
+
+namespace blockscale::train {
+
+class StepBackend {
+ public:
+  virtual ~StepBackend() = default;
+  virtual std::string device_name() const = 0;
+  // Peak dense bf16 tensor FLOP/s of the device, for MFU; 0 when unknown (CPU).
+  virtual double peak_flops() const { return 0.0; }
+
+  virtual Status zero_grads() = 0;
+  // grads += d(grad_scale * loss)/d params for one micro-batch (batch x seq_len tokens).
+  virtual Status forward_backward(const int32_t* tokens, const int32_t* targets, int batch, float grad_scale,
+                                  uint64_t run_seed, int64_t micro_step, StepLosses* losses) = 0;
+  virtual Status evaluate(const int32_t* tokens, const int32_t* targets, int batch, StepLosses* losses) = 0;
+  // Reduces gradients across ranks (data parallel), clips them to the global norm and applies
+  // AdamW; *grad_norm receives the norm before clipping.
+  virtual Status optimizer_step(const OptimizerConfig& config, float lr, int64_t step, double* grad_norm) = 0;
+
+  // The master weights and AdamW moments, for checkpoints (host copies, layout().total floats).
+  virtual Status read_state(std::vector<float>* params, std::vector<float>* m, std::vector<float>* v) = 0;
+  virtual Status write_state(const std::vector<float>& params, const std::vector<float>& m,
+                             const std::vector<float>& v) = 0;
+};
+
+std::unique_ptr<StepBackend> make_cpu_backend(const ModelConfig& config, TrainRecipe recipe, uint64_t init_seed);
+
+}  // namespace blockscale::train

@@ -1,0 +1,275 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <ostream>
+
+#include <nlohmann/json.hpp>
+
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/run_log.h"
+#include "train/step_backend.h"
+#include "train/svg_plot.h"
+#ifdef BLOCKSCALE_TRAIN_GPU
+#include "train/gpu_backend.h"
+#endif
+
+namespace blockscale::train {
+namespace {
+
+using nlohmann::json;
+
+json model_json(const ModelConfig& m) {
+  return {{"vocab", m.vocab},     {"d_model", m.d_model}, {"layers", m.n_layers}, {"heads", m.n_heads},
+          {"experts", m.n_experts}, {"top_k", m.top_k},   {"d_ff", m.d_ff},       {"seq_len", m.seq_len},
+          {"aux_loss_coef", m.aux_loss_coef}};
+}
+
+// What a checkpoint must agree on to be resumed (the run's length and logging may change).
+json resume_json(const TrainConfig& c) {
+  const OptimizerConfig& o = c.optimizer;
+  return {{"model", model_json(c.model)},
+          {"recipe", recipe_name(c.recipe)},
+          {"batch", c.batch},
+          {"grad_accum", c.grad_accum},
+          {"seed", c.seed},
+          {"data", {{"source", c.data.source}, {"path", c.data.path}, {"dtype", c.data.dtype},
+                    {"synthetic_tokens", c.data.synthetic_tokens}, {"eval_fraction", c.data.eval_fraction}}},
+          {"optimizer", {{"lr", o.lr}, {"min_lr_ratio", o.min_lr_ratio}, {"warmup_steps", o.warmup_steps},
+                         {"total_steps", o.total_steps}, {"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps},
+                         {"weight_decay", o.weight_decay}, {"clip_norm", o.clip_norm}}}};
+}
+
+Status load_corpus(const TrainConfig& c, TokenCorpus* all) {
+  const DataConfig& d = c.data;
+  if (d.source == "synthetic") return make_synthetic_corpus(c.model.vocab, d.synthetic_tokens, c.seed, all);
+  if (d.source == "text") return load_text_bytes(d.path, all);
+  if (d.source == "tokens") {
+    TokenDtype dtype;
+    BS_RETURN_IF_ERROR(parse_token_dtype(d.dtype, &dtype));
+    return load_token_file(d.path, dtype, c.model.vocab, all);
+  }
+  return Status::error("--data: unknown source '" + d.source + "' (expected synthetic, tokens or text)");
+}
+
+Status make_backend(const TrainConfig& c, std::unique_ptr<StepBackend>* out) {
+  const bool want_gpu = c.device == "gpu";
+  if (c.device != "auto" && c.device != "cpu" && !want_gpu)
+    return Status::error("--device: expected auto, cpu or gpu (got '" + c.device + "')");
+#ifdef BLOCKSCALE_TRAIN_GPU
+  if (c.device != "cpu" && gpu_available()) return make_gpu_backend(c.model, c.recipe, c.seed, out);
+#endif
+  if (want_gpu) return Status::error("--device gpu: no CUDA device (or a build without CUDA)");
+  *out = make_cpu_backend(c.model, c.recipe, c.seed);
+  return Status::ok();
+}
+
+// Checkpoint tensor names: param/<name>, adam_m/<name>, adam_v/<name>.
+template <typename Entry, typename Ptr>
+std::vector<Entry> checkpoint_entries(const ParamLayout& layout, Ptr params, Ptr m, Ptr v) {
+  std::vector<Entry> entries;
+  for (const char* kind : {"param/", "adam_m/", "adam_v/"}) {
+    Ptr base = kind[0] == 'p' ? params : (kind[5] == 'm' ? m : v);
+    for (const ParamTensor& t : layout.tensors) entries.push_back({kind + t.name, t.shape, base + t.offset});
+  }
+  return entries;
+}
+
+Status save(const TrainConfig& c, StepBackend& backend, const ParamLayout& layout, int64_t step, int64_t tokens) {
+  std::vector<float> p, m, v;
+  BS_RETURN_IF_ERROR(backend.read_state(&p, &m, &v));
+  const json state = {{"step", step}, {"tokens", tokens}, {"config", resume_json(c)}};
+  BS_RETURN_IF_ERROR(save_checkpoint(c.out_dir, step, checkpoint_entries<TensorRef, const float*>(
+                                                          layout, p.data(), m.data(), v.data()),
+                                     state));
+  return prune_checkpoints(c.out_dir, c.keep_checkpoints);
+}
+
+Status resume(const TrainConfig& c, StepBackend& backend, const ParamLayout& layout, int64_t* step,
+              int64_t* tokens, std::ostream& progress) {
+  std::vector<float> p(layout.total), m(layout.total), v(layout.total);
+  json state;
+  std::string dir;
+  BS_RETURN_IF_ERROR(load_checkpoint(c.resume, checkpoint_entries<TensorSlot, float*>(layout, p.data(), m.data(), v.data()),
+                                     &state, &dir));
+  if (!state.contains("config") || state["config"] != resume_json(c))
+    return Status::error("--resume: " + dir + " was saved by a run with a different configuration (saved: " +
+                         (state.contains("config") ? state["config"].dump() : std::string("none")) +
+                         ", this run: " + resume_json(c).dump() + ")");
+  *step = state.value("step", int64_t{-1});
+  *tokens = state.value("tokens", int64_t{0});
+  if (*step < 0) return Status::error("--resume: " + dir + "/state.json has no step");
+  progress << "resumed from " << dir << " at step " << *step << "\n";
+  return backend.write_state(p, m, v);
+}
+
+double evaluate(const TrainConfig& c, StepBackend& backend, const TokenCorpus& eval, Status* status) {
+  const int64_t n = int64_t{c.batch} * c.model.seq_len;
+  std::vector<int32_t> in(n), tg(n);
+  double sum = 0;
+  for (int b = 0; b < c.eval_batches; ++b) {
+    StepLosses l;
+    *status = make_eval_batch(eval, c.model.seq_len, b, c.batch, in.data(), tg.data());
+    if (status->is_ok()) *status = backend.evaluate(in.data(), tg.data(), c.batch, &l);
+    if (!status->is_ok()) return NAN;
+    sum += l.loss;
+  }
+  return sum / c.eval_batches;
+}
+
+}  // namespace
+
+Status validate(const TrainConfig& c) {
+  BS_RETURN_IF_ERROR(validate(c.model, c.recipe, int64_t{c.batch} * c.model.seq_len));
+  auto require = [](bool ok, const char* message) { return ok ? Status::ok() : Status::error(message); };
+  BS_RETURN_IF_ERROR(require(c.batch >= 1, "--batch must be >= 1"));
+  BS_RETURN_IF_ERROR(require(c.grad_accum >= 1, "--grad-accum must be >= 1"));
+  BS_RETURN_IF_ERROR(require(c.steps >= 1, "--steps must be >= 1"));
+  BS_RETURN_IF_ERROR(require(c.eval_every >= 0 && c.eval_batches >= 1,
+                             "--eval-every must be >= 0 and --eval-batches >= 1"));
+  BS_RETURN_IF_ERROR(require(c.log_every >= 1, "--log-every must be >= 1"));
+  BS_RETURN_IF_ERROR(require(c.checkpoint_every >= 0 && c.keep_checkpoints >= 1,
+                             "--checkpoint-every must be >= 0 and --keep-checkpoints >= 1"));
+  BS_RETURN_IF_ERROR(require(!c.out_dir.empty(), "--out must not be empty"));
+  const OptimizerConfig& o = c.optimizer;
+  BS_RETURN_IF_ERROR(require(o.lr > 0 && std::isfinite(o.lr), "--lr must be > 0"));
+  BS_RETURN_IF_ERROR(require(o.warmup_steps >= 0, "--warmup must be >= 0"));
+  BS_RETURN_IF_ERROR(require(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1, "--min-lr-ratio must be in [0, 1]"));
+  BS_RETURN_IF_ERROR(require(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1,
+                             "--beta1 and --beta2 must be in [0, 1)"));
+  BS_RETURN_IF_ERROR(require(o.weight_decay >= 0 && o.clip_norm >= 0, "--weight-decay and --clip must be >= 0"));
+  BS_RETURN_IF_ERROR(require(c.data.eval_fraction > 0 && c.data.eval_fraction <= 0.5,
+                             "--eval-fraction must be in (0, 0.5]"));
+  return Status::ok();
+}
+
+Status train(const TrainConfig& c, std::ostream& progress, TrainSummary* summary) {
+  BS_RETURN_IF_ERROR(validate(c));
+  TokenCorpus all, train_data, eval_data;
+  BS_RETURN_IF_ERROR(load_corpus(c, &all));
+  if (all.vocab_size > c.model.vocab)
+    return Status::error("--vocab (" + std::to_string(c.model.vocab) + ") is below the data's vocabulary (" +
+                         std::to_string(all.vocab_size) + ")");
+  BS_RETURN_IF_ERROR(split_corpus(all, c.data.eval_fraction, &train_data, &eval_data));
+  if (eval_windows(eval_data, c.model.seq_len) < 1 || int64_t(train_data.tokens.size()) <= c.model.seq_len)
+    return Status::error("--data: too few tokens for --seq-len " + std::to_string(c.model.seq_len));
+
+  std::unique_ptr<StepBackend> backend;
+  BS_RETURN_IF_ERROR(make_backend(c, &backend));
+  const ParamLayout layout = make_param_layout(c.model);
+  int64_t step = 0, tokens = 0;
+  if (!c.resume.empty()) BS_RETURN_IF_ERROR(resume(c, *backend, layout, &step, &tokens, progress));
+  RunLog log;
+  BS_RETURN_IF_ERROR(RunLog::open(c.out_dir, c.resume.empty() ? -1 : step, &log));
+
+  const int64_t tokens_per_step = int64_t{c.batch} * c.grad_accum * c.model.seq_len;
+  const double flops_per_step = train_flops_per_token(c.model) * tokens_per_step;
+  progress << "train: " << recipe_name(c.recipe) << " on " << backend->device_name() << ", "
+           << parameter_count(c.model) / 1e6 << "M parameters (" << active_parameter_count(c.model) / 1e6
+           << "M active), " << tokens_per_step << " tokens/step, data: " << all.description << "\n";
+
+  const int64_t n = int64_t{c.batch} * c.model.seq_len;
+  std::vector<int32_t> in(n), tg(n);
+  double timed_ms = 0;
+  int64_t timed_steps = 0, run_steps = 0;
+  StepRecord last{};
+  while (step < c.steps && run_steps != c.stop_after) {
+    const auto start = std::chrono::steady_clock::now();
+    BS_RETURN_IF_ERROR(backend->zero_grads());
+    double loss = 0, aux = 0;
+    for (int micro = 0; micro < c.grad_accum; ++micro) {
+      BS_RETURN_IF_ERROR(make_batch(train_data, c.model.seq_len, c.seed, step, int64_t{micro} * c.batch, c.batch,
+                                    in.data(), tg.data()));
+      StepLosses l;
+      BS_RETURN_IF_ERROR(backend->forward_backward(in.data(), tg.data(), c.batch, 1.0f / c.grad_accum, c.seed,
+                                                   step * c.grad_accum + micro, &l));
+      loss += l.loss / c.grad_accum;
+      aux += l.aux_loss / c.grad_accum;
+    }
+    const float lr = learning_rate(c.optimizer, step);
+    double grad_norm = 0;
+    BS_RETURN_IF_ERROR(backend->optimizer_step(c.optimizer, lr, step + 1, &grad_norm));
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    ++step;
+    ++run_steps;
+    tokens += tokens_per_step;
+    if (run_steps > 1) {
+      timed_ms += ms;
+      ++timed_steps;
+    }
+    const double peak = backend->peak_flops();
+    last = {step, tokens, lr, loss, aux, grad_norm, ms, tokens_per_step / (ms / 1e3),
+            peak > 0 ? flops_per_step / (ms / 1e3) / peak : NAN};
+    BS_RETURN_IF_ERROR(log.add_step(last));
+    if (step == 1 || step % c.log_every == 0 || step == c.steps)
+      progress << format_progress(last, c.steps, estimate_seconds_remaining(log.steps(), c.steps)) << "\n";
+    if ((c.eval_every > 0 && step % c.eval_every == 0) || step == c.steps) {
+      Status s = Status::ok();
+      const double eval_loss = evaluate(c, *backend, eval_data, &s);
+      BS_RETURN_IF_ERROR(s);
+      BS_RETURN_IF_ERROR(log.add_eval({step, tokens, eval_loss}));
+      progress << "eval step " << step << ": loss " << eval_loss << "\n";
+    }
+    if ((c.checkpoint_every > 0 && step % c.checkpoint_every == 0) || step == c.steps)
+      BS_RETURN_IF_ERROR(save(c, *backend, layout, step, tokens));
+  }
+  json config = resume_json(c);
+  config["steps"] = c.steps;
+  config["device"] = backend->device_name();
+  BS_RETURN_IF_ERROR(log.write_summary(config));
+  if (summary != nullptr) {
+    summary->out_dir = c.out_dir;
+    summary->device = backend->device_name();
+    summary->steps = step;
+    summary->final_train_loss = log.steps().empty() ? NAN : log.steps().back().train_loss;
+    summary->final_eval_loss = log.evals().empty() ? NAN : log.evals().back().eval_loss;
+    summary->mean_step_ms = timed_steps > 0 ? timed_ms / timed_steps : last.step_ms;
+    summary->tokens_per_s = tokens_per_step / (summary->mean_step_ms / 1e3);
+  }
+  return Status::ok();
+}
+
+Status compare_recipes(const TrainConfig& base, const std::vector<TrainRecipe>& recipes, std::ostream& progress,
+                       std::vector<TrainSummary>* summaries) {
+  if (recipes.empty()) return Status::error("--compare: needs at least one recipe");
+  std::vector<PlotSeries> curves;
+  summaries->clear();
+  for (TrainRecipe r : recipes) {
+    TrainConfig c = base;
+    c.recipe = r;
+    c.out_dir = base.out_dir + "/" + recipe_name(r);
+    TrainSummary s;
+    BS_RETURN_IF_ERROR(train(c, progress, &s));
+    summaries->push_back(s);
+    std::vector<EvalRecord> evals;
+    BS_RETURN_IF_ERROR(read_eval_csv(c.out_dir + "/eval.csv", &evals));
+    PlotSeries curve{recipe_name(r), {}, {}};
+    for (const EvalRecord& e : evals) {
+      curve.x.push_back(double(e.step));
+      curve.y.push_back(e.eval_loss);
+    }
+    curves.push_back(curve);
+  }
+  PlotOptions options;
+  options.title = "eval loss by recipe (" + std::to_string(parameter_count(base.model) / 1000) + "k parameters, " +
+                  (*summaries)[0].device + ")";
+  options.y_label = "eval loss (nats)";
+  BS_RETURN_IF_ERROR(write_svg(base.out_dir + "/compare.svg", curves, options));
+  const TrainSummary& ref = (*summaries)[0];
+  progress << "\nrecipe      eval loss   vs " << recipe_name(recipes[0]) << "   step ms   vs "
+           << recipe_name(recipes[0]) << "\n";
+  for (size_t i = 0; i < recipes.size(); ++i) {
+    const TrainSummary& s = (*summaries)[i];
+    char line[160];
+    std::snprintf(line, sizeof(line), "%-10s %10.4f  %+7.2f%%  %8.2f  %6.3fx\n", recipe_name(recipes[i]),
+                  s.final_eval_loss, 100.0 * (s.final_eval_loss / ref.final_eval_loss - 1.0), s.mean_step_ms,
+                  s.mean_step_ms / ref.mean_step_ms);
+    progress << line;
+  }
+  progress << "plot: " << base.out_dir << "/compare.svg\n";
+  return Status::ok();
+}
+
+}  // namespace blockscale::train

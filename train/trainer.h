@@ -1,0 +1,64 @@
+// The training loop: data -> micro-batches -> StepBackend (CPU or GPU) -> AdamW, with periodic
+// evaluation, progress lines, CSV logs, atomic checkpoints and bit-identical resume; and the
+// recipe comparison that trains several recipes on the same data and plots their curves.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "formats/status.h"
+#include "train/model_config.h"
+#include "train/optimizer.h"
+
+namespace blockscale::train {
+
+struct DataConfig {
+  std::string source = "synthetic";  // synthetic | tokens | text
+  std::string path;                  // tokens / text
+  std::string dtype = "uint16";      // tokens: uint16 | uint32
+  int64_t synthetic_tokens = 2'000'000;
+  double eval_fraction = 0.05;
+};
+
+struct TrainConfig {
+  ModelConfig model;
+  TrainRecipe recipe = TrainRecipe::kBf16;
+  OptimizerConfig optimizer;
+  DataConfig data;
+  int batch = 8;       // sequences per micro-batch (per rank)
+  int grad_accum = 1;  // micro-batches per optimizer step
+  int64_t steps = 200;
+  int eval_every = 50;  // 0: only at the end
+  int eval_batches = 8;
+  int log_every = 10;
+  int checkpoint_every = 0;  // 0: only at the end
+  int keep_checkpoints = 2;
+  std::string out_dir = "runs/train";
+  std::string resume;  // a checkpoint or run directory ("" starts afresh)
+  uint64_t seed = 1;   // data order, initialisation, stochastic rounding
+  std::string device = "auto";  // auto | cpu | gpu
+  int64_t stop_after = -1;      // stop (as if killed) after this many steps of this run; tests
+};
+
+struct TrainSummary {
+  std::string out_dir;
+  std::string device;
+  int64_t steps = 0;
+  double final_train_loss = 0;
+  double final_eval_loss = 0;
+  double mean_step_ms = 0;  // over the steps after the first (warm-up) of this run
+  double tokens_per_s = 0;
+};
+
+Status validate(const TrainConfig& c);
+Status train(const TrainConfig& c, std::ostream& progress, TrainSummary* summary);
+
+// Trains each recipe (out_dir/<recipe>) on the same data and seed, then writes
+// out_dir/compare.svg (eval loss against step) and out_dir/compare.csv, and prints each recipe's
+// final eval loss and step time against the first recipe's (the baseline, usually bf16).
+Status compare_recipes(const TrainConfig& base, const std::vector<TrainRecipe>& recipes, std::ostream& progress,
+                       std::vector<TrainSummary>* summaries);
+
+}  // namespace blockscale::train
