@@ -35,6 +35,25 @@ Status operand_values(TrainRecipe recipe, OperandRole role, bool wgrad_operand, 
   return Status::ok();
 }
 
+// The experts' stacked weights (experts x n x k), each expert quantized on its own (its own NVFP4
+// tensor scale, as the grouped GEMM takes them): rowwise gives (experts*n) x k, columnwise
+// k x (experts*n) with expert g's W_g^T in columns g*n ...
+Status expert_weight_values(TrainRecipe recipe, const float* w, int64_t experts, int64_t n, int64_t k,
+                            Direction direction, MatrixD* out) {
+  const bool columnwise = direction == Direction::kColumnwise;
+  out->resize(columnwise ? k : experts * n, columnwise ? experts * n : k);
+  for (int64_t g = 0; g < experts; ++g) {
+    MatrixD one;
+    BS_RETURN_IF_ERROR(operand_values(recipe, OperandRole::kWeight, false, {}, w + g * n * k, n, k, direction, &one));
+    if (columnwise) {
+      out->middleCols(g * n, n) = one;
+    } else {
+      out->middleRows(g * n, n) = one;
+    }
+  }
+  return Status::ok();
+}
+
 // The wgrad operand: x (rows x cols, tokens sorted by expert) quantized columnwise with each
 // expert's tokens padded to whole blocks; returns cols x padded_rows and the padded ends.
 Status wgrad_operand_values(TrainRecipe recipe, OperandRole role, SrKey sr, const float* x, int64_t rows,
@@ -114,8 +133,7 @@ Status grouped_linear_forward(TrainRecipe recipe, const float* x, const std::vec
   if (m == 0) return Status::ok();
   MatrixD xv, wv;
   BS_RETURN_IF_ERROR(operand_values(recipe, OperandRole::kActivation, false, {}, x, m, k, Direction::kRowwise, &xv));
-  BS_RETURN_IF_ERROR(
-      operand_values(recipe, OperandRole::kWeight, false, {}, w, experts * n, k, Direction::kRowwise, &wv));
+  BS_RETURN_IF_ERROR(expert_weight_values(recipe, w, experts, n, k, Direction::kRowwise, &wv));
   MatrixD yv(m, n);
   int64_t begin = 0;
   for (int64_t g = 0; g < experts; ++g) {
@@ -136,8 +154,7 @@ Status grouped_linear_backward(TrainRecipe recipe, SrKey sr, const float* dy, co
   if (dx != nullptr) {  // dgrad: dY rowwise x W columnwise (k x experts*n: W_g^T in columns g*n..)
     MatrixD dyv, wt;
     BS_RETURN_IF_ERROR(operand_values(recipe, OperandRole::kGradient, false, sr, dy, m, n, Direction::kRowwise, &dyv));
-    BS_RETURN_IF_ERROR(
-        operand_values(recipe, OperandRole::kWeight, false, {}, w, experts * n, k, Direction::kColumnwise, &wt));
+    BS_RETURN_IF_ERROR(expert_weight_values(recipe, w, experts, n, k, Direction::kColumnwise, &wt));
     MatrixD dxv(m, k);
     int64_t begin = 0;
     for (int64_t g = 0; g < experts; ++g) {

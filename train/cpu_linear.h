@@ -12,8 +12,9 @@
 //              SrKey; both wgrad operands through the 16-point random Hadamard transform.
 //   bf16     : operands rounded to bf16.   fp32: operands as they are.
 // Grouped (MoE) layers: x holds the routed tokens sorted by expert (group_ends: cumulative ends),
-// w stacks the experts' matrices (experts x n x k) and is quantized as ONE tensor (one NVFP4
-// tensor scale), as the GPU does; the wgrad operands are padded per expert to whole blocks.
+// w stacks the experts' matrices (experts x n x k), each quantized on its own (its own NVFP4
+// tensor scale), as the grouped GEMM takes them; the routed tokens are one tensor; the wgrad
+// operands are padded per expert to whole blocks.
 #pragma once
 
 #include <cstdint>

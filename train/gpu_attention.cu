@@ -97,15 +97,15 @@ __global__ void causal_softmax_kernel(const float* scores, int64_t rows, int seq
   for (int64_t r = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kWarp; r < rows;
        r += int64_t{gridDim.x} * blockDim.x / kWarp) {
     const int i = static_cast<int>(r % seq);
-    const float* srow = scores + r * seq;
+    const float* srow = scores + r * seq;  // s = S * scale rounded (as the CPU), never fused into s - max
     float mx = -INFINITY;
-    for (int j = lane; j <= i; j += kWarp) mx = fmaxf(mx, srow[j] * scale);
+    for (int j = lane; j <= i; j += kWarp) mx = fmaxf(mx, __fmul_rn(srow[j], scale));
     mx = warp_max(mx);
     float sum = 0.0f;
-    for (int j = lane; j <= i; j += kWarp) sum += expf(srow[j] * scale - mx);
+    for (int j = lane; j <= i; j += kWarp) sum += expf(__fmul_rn(srow[j], scale) - mx);
     sum = warp_sum(sum);
     for (int j = lane; j < seq; j += kWarp) {
-      const float p = j <= i ? expf(srow[j] * scale - mx) / sum : 0.0f;
+      const float p = j <= i ? expf(__fmul_rn(srow[j], scale) - mx) / sum : 0.0f;
       probs[r * seq + j] = formats::float_to_bf16_bits_rn(p);
     }
   }

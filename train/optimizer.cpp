@@ -15,12 +15,13 @@ float learning_rate(const OptimizerConfig& c, int64_t step) {
 
 void adamw_update(const OptimizerConfig& c, float lr, int64_t step, const float* grads, float* params, float* m,
                   float* v, const std::vector<uint8_t>& decay, int64_t n) {
-  const float bias1 = 1.0f - std::pow(c.beta1, float(step));
-  const float bias2 = 1.0f - std::pow(c.beta2, float(step));
+  // The order of train/gpu_ops.h adamw_step, so that the CPU and GPU updates give the same bits.
+  const float bias1 = 1.0f - float(std::pow(double(c.beta1), double(step)));
+  const float bias2 = 1.0f - float(std::pow(double(c.beta2), double(step)));
   for (int64_t i = 0; i < n; ++i) {
     const float g = grads[i];
     m[i] = c.beta1 * m[i] + (1.0f - c.beta1) * g;
-    v[i] = c.beta2 * v[i] + (1.0f - c.beta2) * (g * g);
+    v[i] = c.beta2 * v[i] + (1.0f - c.beta2) * g * g;
     const float m_hat = m[i] / bias1;
     const float v_hat = v[i] / bias2;
     float update = m_hat / (std::sqrt(v_hat) + c.eps);

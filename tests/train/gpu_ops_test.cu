@@ -1,6 +1,815 @@
-// Tests of train/gpu_ops.h against train/cpu_ops.h (being written).
+// Tests of train/gpu_ops.h against the CPU reference train/cpu_ops.h, one op at a time, on seeded
+// random inputs (never all zeros) and odd sizes; every output buffer starts poisoned (0xFF bytes:
+// NaN in fp32 and bf16, -1 in int32) so an element the kernel never writes fails the comparison.
+// Tolerances, each stated where it is used:
+//   - bit-identical: embedding forward / backward (same additions in the same order), x * factor
+//     (scale), the combine's dy (one product), bf16 conversion, AdamW (a host loop of the formula
+//     in gpu_ops.h, compiled without fma contraction: -std=c++17 turns GCC's contraction off);
+//   - fp32 vs the CPU's double sums: relative 1e-5 of the terms' magnitude (a sum of n fp32 terms in
+//     the kernels' chunked / tree order is off by at most ~(n/chunks + log2 n) * 2^-24 of the sum of
+//     |terms|: < 3e-6 for every size here; expf/logf add a few ulps);
+//   - attention: 1e-2 of the largest reference value (bf16 rounding points; see AttentionTest);
+//   - router ids: exact (the logits keep a clear gap between probabilities).
+// Determinism: embedding_backward, rmsnorm_backward, attention_backward, load_balance_loss and
+// sum / sum_of_squares run twice and compare bits. GPU tests skip without a GPU; the argument
+// checks run everywhere.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "formats/scalar_codecs.h"
+#include "tests/quant/gpu_test_util.h"  // SKIP_WITHOUT_GPU, ASSERT_CUDA, expect_error
+#include "train/cpu_ops.h"
 #include "train/gpu_ops.h"
 
-TEST(GpuOps, Placeholder) {}
+namespace {
+
+namespace cpu = blockscale::train;
+namespace gpu = blockscale::train::gpu;
+using blockscale_test::expect_error;
+
+#define ASSERT_OK(expr)                                    \
+  do {                                                     \
+    const blockscale::Status s_ = (expr);                  \
+    ASSERT_TRUE(s_.is_ok()) << #expr << ": " << s_.message(); \
+  } while (0)
+
+// ---- Device arrays, poisoned on allocation -------------------------------------------------------
+
+template <class T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(size_t n) : n_(n) {
+    err_ = cudaMalloc(&ptr_, sizeof(T) * std::max<size_t>(n, 1));
+    if (err_ == cudaSuccess) err_ = cudaMemset(ptr_, 0xFF, sizeof(T) * std::max<size_t>(n, 1));
+  }
+  explicit DeviceArray(const std::vector<T>& h) : DeviceArray(h.size()) {
+    if (err_ == cudaSuccess && !h.empty()) err_ = cudaMemcpy(ptr_, h.data(), sizeof(T) * n_, cudaMemcpyHostToDevice);
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  T* get() const { return ptr_; }
+  size_t bytes() const { return sizeof(T) * n_; }
+  // The contents after the device finished (a failed copy fails the test and returns poison-free zeros).
+  std::vector<T> host() const {
+    std::vector<T> h(n_);
+    cudaError_t err = err_ != cudaSuccess ? err_ : cudaDeviceSynchronize();
+    if (err == cudaSuccess && n_ > 0) err = cudaMemcpy(h.data(), ptr_, sizeof(T) * n_, cudaMemcpyDeviceToHost);
+    if (err != cudaSuccess) ADD_FAILURE() << "device array: " << cudaGetErrorString(err);
+    return h;
+  }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t n_;
+  cudaError_t err_;
+};
+
+// ---- Inputs --------------------------------------------------------------------------------------
+
+std::vector<float> normal(size_t n, float sd, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+std::vector<int32_t> uniform_ints(size_t n, int32_t lo, int32_t hi, uint64_t seed) {  // [lo, hi]
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(lo, hi);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// ---- Comparisons ---------------------------------------------------------------------------------
+
+template <class T>
+::testing::AssertionResult same_bits(const std::vector<T>& got, const std::vector<T>& want) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "sizes " << got.size() << " vs " << want.size();
+  int64_t bad = 0;
+  std::string first;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) == 0) continue;
+    if (bad++ < 4) first += " [" + std::to_string(i) + "] got " + std::to_string(got[i]) + " want " + std::to_string(want[i]);
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " of " << got.size() << " elements differ:" << first;
+}
+
+// |got - want| <= rtol * |want| + atol[i] for every i (atol: one bound per element); NaN fails.
+::testing::AssertionResult all_near(const std::vector<float>& got, const std::vector<float>& want, double rtol,
+                                    const std::vector<double>& atol) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "sizes " << got.size() << " vs " << want.size();
+  int64_t bad = 0;
+  double worst = 0;
+  std::string first;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(double(got[i]) - want[i]), tol = rtol * std::fabs(want[i]) + atol[i];
+    if (err <= tol) continue;
+    worst = std::isnan(err) ? err : std::max(worst, err / std::max(tol, 1e-300));
+    if (bad++ < 4)
+      first += " [" + std::to_string(i) + "] got " + std::to_string(got[i]) + " want " + std::to_string(want[i]);
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " of " << got.size() << " elements out of tolerance (worst "
+                                       << worst << " x tol):" << first;
+}
+::testing::AssertionResult all_near(const std::vector<float>& got, const std::vector<float>& want, double rtol,
+                                    double atol) {
+  return all_near(got, want, rtol, std::vector<double>(want.size(), atol));
+}
+uint32_t bits(float f) { return blockscale::formats::float_bits(f); }
+double max_abs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, std::fabs(double(x)));
+  return m;
+}
+// max |got - want| <= tol * max |want| (a norm-wise bound for outputs of long bf16 products).
+::testing::AssertionResult normwise_near(const std::vector<float>& got, const std::vector<float>& want, double tol) {
+  return all_near(got, want, 0.0, tol * max_abs(want));
+}
+
+// ---- Argument checks (no GPU needed: every check fails before a launch) ---------------------------
+
+TEST(GpuOpsArguments, NameTheArgumentAndTheRule) {
+  float f[4] = {};
+  int32_t i[4] = {};
+  expect_error(gpu::embedding_forward(i, 4, 0, 2, 10, f, f, f, nullptr), "seq_len");
+  expect_error(gpu::embedding_forward(i, 4, 2, 2, 0, f, f, f, nullptr), "vocab");
+  expect_error(gpu::embedding_backward(i, 4, 2, 2, 10, nullptr, f, f, f, 16, nullptr), "dx must not be null");
+  expect_error(gpu::rmsnorm_forward(nullptr, f, 2, 2, f, f, nullptr), "x must not be null");
+  expect_error(gpu::rmsnorm_backward(f, f, f, f, 2, 0, f, f, f, 16, nullptr), "d must be in");
+  expect_error(gpu::rmsnorm_backward(f, f, f, f, 2, 2, f, f, nullptr, 0, nullptr), "workspace");
+  auto* handle = reinterpret_cast<cublasHandle_t>(f);  // never used: the checks fail first
+  expect_error(gpu::attention_forward(f, 1, 4, 1, 8, nullptr, f, f, 16, handle, nullptr), "workspace");
+  expect_error(gpu::attention_forward(f, 1, 0, 1, 8, nullptr, f, f, 16, handle, nullptr), "seq");
+  expect_error(gpu::attention_backward(f, nullptr, f, 1, 4, 1, 8, f, f, 16, nullptr, nullptr), "cublas");
+  expect_error(gpu::swiglu_forward(f, 2, 0, f, nullptr), "f must be in");
+  expect_error(gpu::router_forward(f, 2, 257, 1, f, i, f, nullptr), "experts");
+  expect_error(gpu::router_forward(f, 2, 2, 3, f, i, f, nullptr), "top_k");
+  expect_error(gpu::load_balance_loss(f, i, 2, 4, 1, f, nullptr, 0, nullptr), "workspace");
+  expect_error(gpu::router_backward(f, i, f, nullptr, 2, 4, 1, 0.1f, f, f, 16, nullptr), "d_gates");
+  expect_error(gpu::moe_combine_backward(f, f, f, i, 2, 0, 4, 4, f, f, nullptr), "top_k");
+  expect_error(gpu::moe_scatter_add(f, i, 2, 1, -1, 4, f, nullptr), "rows");
+  expect_error(gpu::cross_entropy(f, i, 2, 0, 1.0f, f, f, nullptr), "vocab");
+  expect_error(gpu::sum(f, 4, f, nullptr, 0, nullptr), "workspace");
+  expect_error(gpu::sum_of_squares(f, 4, nullptr, f, 4096, nullptr), "out_device");
+  expect_error(gpu::scale(f, 4, nullptr, nullptr), "factor_device");
+  expect_error(gpu::adamw_step(f, f, f, f, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0, nullptr, nullptr), "step");
+  expect_error(gpu::adamw_step(f, f, f, f, 4, 1e-3f, 1.0f, 0.95f, 1e-8f, 0.1f, 1, nullptr, nullptr), "beta1");
+  expect_error(gpu::to_bf16(f, 4, nullptr, nullptr), "y must not be null");
+}
+
+// ---- Embedding: bit-identical to the CPU (the same fp32 additions in the same order) ----------------
+
+struct EmbeddingCase {
+  int64_t n_tokens;
+  int seq_len, d, vocab;
+};
+class EmbeddingTest : public ::testing::TestWithParam<EmbeddingCase> {};
+
+TEST_P(EmbeddingTest, ForwardAndBackwardMatchTheCpuBitForBit) {
+  SKIP_WITHOUT_GPU();
+  const EmbeddingCase c = GetParam();
+  const size_t nd = size_t(c.n_tokens) * c.d;
+  const auto tokens = uniform_ints(c.n_tokens, 0, c.vocab - 1, 1);
+  const auto embed = normal(size_t(c.vocab) * c.d, 1.0f, 2), pos = normal(size_t(c.seq_len) * c.d, 1.0f, 3);
+  const auto dx = normal(nd, 1.0f, 4);
+  const auto d_embed0 = normal(embed.size(), 0.1f, 5), d_pos0 = normal(pos.size(), 0.1f, 6);
+
+  std::vector<float> x_ref(nd), d_embed_ref = d_embed0, d_pos_ref = d_pos0;
+  cpu::embedding_forward(tokens.data(), c.n_tokens, c.seq_len, c.d, embed.data(), pos.data(), x_ref.data());
+  cpu::embedding_backward(tokens.data(), c.n_tokens, c.seq_len, c.d, dx.data(), d_embed_ref.data(), d_pos_ref.data());
+
+  DeviceArray<int32_t> d_tokens(tokens);
+  DeviceArray<float> d_embed_in(embed), d_pos_in(pos), d_dx(dx), x(nd);
+  ASSERT_OK(gpu::embedding_forward(d_tokens.get(), c.n_tokens, c.seq_len, c.d, c.vocab, d_embed_in.get(),
+                                   d_pos_in.get(), x.get(), nullptr));
+  EXPECT_TRUE(same_bits(x.host(), x_ref)) << "x";
+
+  size_t ws_bytes = 0;
+  ASSERT_OK(gpu::embedding_backward_workspace_bytes(c.n_tokens, c.vocab, &ws_bytes));
+  DeviceArray<uint8_t> ws(ws_bytes);
+  std::vector<float> first_embed, first_pos;
+  for (int run = 0; run < 2; ++run) {
+    DeviceArray<float> d_embed(d_embed0), d_pos(d_pos0);
+    ASSERT_OK(gpu::embedding_backward(d_tokens.get(), c.n_tokens, c.seq_len, c.d, c.vocab, d_dx.get(), d_embed.get(),
+                                      d_pos.get(), ws.get(), ws_bytes, nullptr));
+    const auto ge = d_embed.host(), gp = d_pos.host();
+    EXPECT_TRUE(same_bits(ge, d_embed_ref)) << "d_embed, run " << run;
+    EXPECT_TRUE(same_bits(gp, d_pos_ref)) << "d_pos_embed, run " << run;
+    if (run == 0) first_embed = ge, first_pos = gp;
+    else EXPECT_TRUE(same_bits(ge, first_embed) && same_bits(gp, first_pos)) << "second run differs";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, EmbeddingTest,
+                         ::testing::Values(EmbeddingCase{1, 1, 1, 50}, EmbeddingCase{7, 7, 33, 50},
+                                           EmbeddingCase{5, 64, 8, 50},  // fewer tokens than positions
+                                           EmbeddingCase{258, 129, 40, 1000}, EmbeddingCase{192, 64, 96, 50},
+                                           EmbeddingCase{4099, 129, 65, 1000}));
+
+// Out-of-range tokens: a NaN row forward, skipped backward (d_pos_embed still takes every row).
+TEST(EmbeddingRangeTest, OutOfRangeTokensPoisonTheRowAndAreSkipped) {
+  SKIP_WITHOUT_GPU();
+  const int n = 20, seq = 8, d = 5, vocab = 10;
+  auto tokens = uniform_ints(n, 0, vocab - 1, 7);
+  tokens[3] = -1, tokens[8] = vocab, tokens[15] = INT_MIN;
+  auto is_bad = [&](int t) { return tokens[t] < 0 || tokens[t] >= vocab; };
+  const auto embed = normal(size_t(vocab + 1) * d, 1.0f, 8), pos = normal(size_t(seq) * d, 1.0f, 9);
+  const auto dx = normal(size_t(n) * d, 1.0f, 10);
+  // The CPU reference with every bad token sent to an extra row `vocab`, dropped afterwards.
+  std::vector<int32_t> cpu_tokens = tokens;
+  for (int t = 0; t < n; ++t)
+    if (is_bad(t)) cpu_tokens[t] = vocab;
+  std::vector<float> x_ref(size_t(n) * d), d_embed_ref(embed.size(), 0.5f), d_pos_ref(pos.size(), 0.25f);
+  cpu::embedding_forward(cpu_tokens.data(), n, seq, d, embed.data(), pos.data(), x_ref.data());
+  cpu::embedding_backward(cpu_tokens.data(), n, seq, d, dx.data(), d_embed_ref.data(), d_pos_ref.data());
+  d_embed_ref.resize(size_t(vocab) * d);
+
+  DeviceArray<int32_t> d_tokens(tokens);
+  DeviceArray<float> d_embed_in(embed), d_pos_in(pos), d_dx(dx), x(size_t(n) * d);
+  DeviceArray<float> d_embed(std::vector<float>(size_t(vocab) * d, 0.5f)), d_pos(std::vector<float>(pos.size(), 0.25f));
+  ASSERT_OK(gpu::embedding_forward(d_tokens.get(), n, seq, d, vocab, d_embed_in.get(), d_pos_in.get(), x.get(), nullptr));
+  size_t ws_bytes = 0;
+  ASSERT_OK(gpu::embedding_backward_workspace_bytes(n, vocab, &ws_bytes));
+  DeviceArray<uint8_t> ws(ws_bytes);
+  ASSERT_OK(gpu::embedding_backward(d_tokens.get(), n, seq, d, vocab, d_dx.get(), d_embed.get(), d_pos.get(),
+                                    ws.get(), ws_bytes, nullptr));
+  const auto gx = x.host();
+  for (int t = 0; t < n; ++t)
+    for (int c = 0; c < d; ++c) {
+      const float g = gx[size_t(t) * d + c];
+      if (is_bad(t)) EXPECT_TRUE(std::isnan(g)) << "token " << t;
+      else EXPECT_EQ(bits(g), bits(x_ref[size_t(t) * d + c])) << "token " << t;
+    }
+  EXPECT_TRUE(same_bits(d_embed.host(), d_embed_ref)) << "d_embed";
+  EXPECT_TRUE(same_bits(d_pos.host(), d_pos_ref)) << "d_pos_embed";
+}
+
+// ---- RMSNorm -------------------------------------------------------------------------------------
+
+struct RowsCase {
+  int64_t rows;
+  int cols;
+};
+std::string rows_case_name(const ::testing::TestParamInfo<RowsCase>& info) {
+  return "rows" + std::to_string(info.param.rows) + "_cols" + std::to_string(info.param.cols);
+}
+class RmsNormTest : public ::testing::TestWithParam<RowsCase> {};
+
+TEST_P(RmsNormTest, ForwardAndBackwardMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = GetParam().rows;
+  const int d = GetParam().cols;
+  const size_t n = size_t(rows) * d;
+  const auto x = normal(n, 1.5f, 21), gain = normal(d, 1.0f, 22), dy = normal(n, 1.0f, 23);
+  const auto dx0 = normal(n, 0.5f, 24), d_gain0 = normal(d, 0.5f, 25);
+  std::vector<float> y_ref(n), rstd_ref(rows), dx_ref = dx0, d_gain_ref = d_gain0;
+  cpu::rmsnorm_forward(x.data(), gain.data(), rows, d, y_ref.data(), rstd_ref.data());
+  cpu::rmsnorm_backward(dy.data(), x.data(), gain.data(), rstd_ref.data(), rows, d, dx_ref.data(), d_gain_ref.data());
+
+  DeviceArray<float> dev_x(x), dev_gain(gain), dev_dy(dy), y(n), rstd(rows);
+  ASSERT_OK(gpu::rmsnorm_forward(dev_x.get(), dev_gain.get(), rows, d, y.get(), rstd.get(), nullptr));
+  // rstd: an fp32 sum of d positive squares (lanes of d/32 terms, then a 5-level tree) is within
+  // (d/32 + 5) * 2^-24 < 1e-5 of the double sum; the square root halves it. y adds two roundings.
+  EXPECT_TRUE(all_near(rstd.host(), rstd_ref, 1e-5, 0.0)) << "rstd";
+  EXPECT_TRUE(all_near(y.host(), y_ref, 1e-5, 0.0)) << "y";
+
+  // The backward from the CPU's rstd on both sides. dx: the row's dot is fp32, and gain*dy - x*m
+  // can cancel, so each element is bounded by 1e-5 of its terms' magnitudes; d_gain: fp32 chunked
+  // column sums, bounded by 1e-5 of the sum of |terms|.
+  std::vector<double> dx_atol(n), gain_atol(d);
+  for (int c = 0; c < d; ++c) gain_atol[c] = std::fabs(d_gain0[c]);
+  for (int64_t r = 0; r < rows; ++r) {
+    const double s = rstd_ref[r];
+    double dot = 0;
+    for (int c = 0; c < d; ++c) dot += double(gain[c]) * dy[r * d + c] * x[r * d + c];
+    const double m = dot / d * s * s;
+    for (int c = 0; c < d; ++c) {
+      const size_t i = size_t(r) * d + c;
+      dx_atol[i] = 1e-5 * (std::fabs(dx0[i]) + s * (std::fabs(gain[c] * dy[i]) + std::fabs(x[i] * m)));
+      gain_atol[c] += std::fabs(double(dy[i]) * x[i] * s);
+    }
+  }
+  for (auto& a : gain_atol) a *= 1e-5;
+  DeviceArray<float> dev_rstd(rstd_ref);
+  const size_t ws_bytes = gpu::rmsnorm_backward_workspace_bytes(rows, d);
+  DeviceArray<uint8_t> ws(ws_bytes);
+  std::vector<float> first_dx, first_gain;
+  for (int run = 0; run < 2; ++run) {
+    DeviceArray<float> dx(dx0), d_gain(d_gain0);
+    ASSERT_OK(gpu::rmsnorm_backward(dev_dy.get(), dev_x.get(), dev_gain.get(), dev_rstd.get(), rows, d, dx.get(),
+                                    d_gain.get(), ws.get(), ws_bytes, nullptr));
+    const auto gdx = dx.host(), gg = d_gain.host();
+    EXPECT_TRUE(all_near(gdx, dx_ref, 0.0, dx_atol)) << "dx, run " << run;
+    EXPECT_TRUE(all_near(gg, d_gain_ref, 0.0, gain_atol)) << "d_gain, run " << run;
+    if (run == 0) first_dx = gdx, first_gain = gg;
+    else EXPECT_TRUE(same_bits(gdx, first_dx) && same_bits(gg, first_gain)) << "second run differs";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormTest,
+                         ::testing::Values(RowsCase{1, 1}, RowsCase{7, 33}, RowsCase{129, 100}, RowsCase{1000, 768},
+                                           RowsCase{300, 4096}, RowsCase{70001, 17}),  // 70001: 274 row chunks
+                         rows_case_name);
+
+// ---- Attention -----------------------------------------------------------------------------------
+
+struct AttentionCase {
+  int batch, seq, heads, head_dim;
+};
+std::string attention_case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
+  const auto& c = info.param;
+  return "b" + std::to_string(c.batch) + "_t" + std::to_string(c.seq) + "_h" + std::to_string(c.heads) + "_hd" +
+         std::to_string(c.head_dim);
+}
+class AttentionTest : public ::testing::TestWithParam<AttentionCase> {};
+
+struct CublasAndStream {
+  cublasHandle_t handle = nullptr;
+  cudaStream_t stream = nullptr;
+  ~CublasAndStream() {
+    if (handle) cublasDestroy(handle);
+    if (stream) cudaStreamDestroy(stream);
+  }
+};
+
+// Tolerance: q, k, v and dout are rounded to bf16 the same way on both sides, so the products
+// differ only by fp32 (cuBLAS) vs double accumulation, ~1e-6 relative, until a value is rounded to
+// bf16 again (P, dS): where the two land on either side of a bf16 rounding boundary they differ by
+// one bf16 ulp (<= 2^-7 relative). Such flips are rare (~1e-6 / 2^-8 per element) and each moves
+// an output by <= 2^-7 of one of its terms, so outputs stay well within 1e-2 of the largest
+// reference value, while an indexing error is O(1). P itself: within one bf16 ulp, < 1% flipped.
+TEST_P(AttentionTest, ForwardAndBackwardMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const AttentionCase c = GetParam();
+  const int B = c.batch, T = c.seq, H = c.heads, hd = c.head_dim;
+  const size_t rows = size_t(B) * T, width = 3 * size_t(H) * hd, square = size_t(B) * H * T * T;
+  const auto qkv = normal(rows * width, 1.0f, 31), dout = normal(rows * H * hd, 1.0f, 32);
+  std::vector<float> probs_ref(square), out_ref(rows * H * hd);
+  cpu::attention_forward(qkv.data(), B, T, H, hd, probs_ref.data(), out_ref.data());
+
+  CublasAndStream cs;
+  ASSERT_EQ(cublasCreate(&cs.handle), CUBLAS_STATUS_SUCCESS);
+  ASSERT_CUDA(cudaStreamCreate(&cs.stream));  // not the default stream: the handle must follow it
+  const size_t ws_bytes = gpu::attention_workspace_bytes(B, T, H, hd);
+  DeviceArray<uint8_t> ws(ws_bytes);
+  DeviceArray<float> d_qkv(qkv), d_dout(dout), out(rows * H * hd), dqkv(rows * width);
+  DeviceArray<uint16_t> probs(square);
+  ASSERT_OK(gpu::attention_forward(d_qkv.get(), B, T, H, hd, probs.get(), out.get(), ws.get(), ws_bytes, cs.handle,
+                                   cs.stream));
+  ASSERT_CUDA(cudaStreamSynchronize(cs.stream));
+  const auto p_bits = probs.host();
+  std::vector<float> p(square);
+  int64_t above_diagonal = 0, flips = 0, far = 0;
+  for (size_t idx = 0; idx < square; ++idx) {
+    const size_t i = idx / T % T, j = idx % T;
+    p[idx] = blockscale::formats::bf16_bits_to_float(p_bits[idx]);
+    if (j > i) {
+      above_diagonal += p_bits[idx] != 0;
+      continue;
+    }
+    if (p[idx] == probs_ref[idx]) continue;
+    ++flips;
+    if (!(std::fabs(p[idx] - probs_ref[idx]) <= 0x1p-7 * std::fabs(probs_ref[idx]))) ++far;
+  }
+  EXPECT_EQ(above_diagonal, 0) << "probabilities above the diagonal must be +0";
+  EXPECT_EQ(far, 0) << "probabilities more than one bf16 ulp from the CPU's";
+  EXPECT_LE(flips, 1 + int64_t(square) / 100) << "probabilities one bf16 ulp off";
+  EXPECT_TRUE(normwise_near(out.host(), out_ref, 1e-2)) << "out";
+
+  // The backward from the GPU's probabilities on both sides.
+  std::vector<float> dqkv_ref(rows * width);
+  cpu::attention_backward(qkv.data(), p.data(), dout.data(), B, T, H, hd, dqkv_ref.data());
+  std::vector<float> first;
+  for (int run = 0; run < 2; ++run) {
+    ASSERT_CUDA(cudaMemset(dqkv.get(), 0xFF, dqkv.bytes()));
+    ASSERT_OK(gpu::attention_backward(d_qkv.get(), probs.get(), d_dout.get(), B, T, H, hd, dqkv.get(), ws.get(),
+                                      ws_bytes, cs.handle, cs.stream));
+    ASSERT_CUDA(cudaStreamSynchronize(cs.stream));
+    const auto g = dqkv.host();
+    for (int part = 0; part < 3; ++part) {  // q, k, v columns of each row, compared separately
+      std::vector<float> got, want;
+      for (size_t r = 0; r < rows; ++r)
+        for (size_t col = part * width / 3; col < (part + 1) * width / 3; ++col) {
+          got.push_back(g[r * width + col]);
+          want.push_back(dqkv_ref[r * width + col]);
+        }
+      EXPECT_TRUE(normwise_near(got, want, 1e-2)) << "d" << "qkv"[part] << ", run " << run;
+    }
+    if (run == 0) first = g;
+    else EXPECT_TRUE(same_bits(g, first)) << "second backward differs";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
+                         ::testing::Values(AttentionCase{1, 1, 1, 8}, AttentionCase{2, 7, 3, 24},
+                                           AttentionCase{1, 33, 2, 17}, AttentionCase{1, 64, 2, 64},
+                                           AttentionCase{2, 129, 2, 40}, AttentionCase{1, 256, 4, 128}),
+                         attention_case_name);
+
+// ---- SwiGLU --------------------------------------------------------------------------------------
+
+class SwigluTest : public ::testing::TestWithParam<RowsCase> {};
+
+TEST_P(SwigluTest, ForwardAndBackwardMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = GetParam().rows;
+  const int f = GetParam().cols;
+  const auto u = normal(size_t(rows) * 2 * f, 2.0f, 41), da = normal(size_t(rows) * f, 1.0f, 42);
+  std::vector<float> a_ref(da.size()), du_ref(u.size());
+  cpu::swiglu_forward(u.data(), rows, f, a_ref.data());
+  cpu::swiglu_backward(u.data(), da.data(), rows, f, du_ref.data());
+  DeviceArray<float> d_u(u), d_da(da), a(da.size()), du(u.size());
+  ASSERT_OK(gpu::swiglu_forward(d_u.get(), rows, f, a.get(), nullptr));
+  ASSERT_OK(gpu::swiglu_backward(d_u.get(), d_da.get(), rows, f, du.get(), nullptr));
+  // The device expf and the host's differ by a few ulps: 1e-5 relative; du's gate half also gets
+  // 1e-6 of the largest value, where 1 + g * (1 - sig) crosses zero (g ~ -1.28) and cancels.
+  EXPECT_TRUE(all_near(a.host(), a_ref, 1e-5, 0.0)) << "a";
+  EXPECT_TRUE(all_near(du.host(), du_ref, 1e-5, 1e-6 * max_abs(du_ref))) << "du";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SwigluTest,
+                         ::testing::Values(RowsCase{1, 1}, RowsCase{7, 33}, RowsCase{300, 100}, RowsCase{129, 1000}),
+                         rows_case_name);
+
+// ---- Router --------------------------------------------------------------------------------------
+
+struct RouterCase {
+  int64_t tokens;
+  int experts, top_k;
+};
+std::string router_case_name(const ::testing::TestParamInfo<RouterCase>& info) {
+  const auto& c = info.param;
+  return "t" + std::to_string(c.tokens) + "_e" + std::to_string(c.experts) + "_k" + std::to_string(c.top_k);
+}
+class RouterTest : public ::testing::TestWithParam<RouterCase> {};
+
+// Each token's experts get offset + 0.1 * (a random permutation of 0..experts-1): neighbouring
+// probabilities differ by a factor e^0.1, far beyond fp32 noise, so the top-k is unambiguous.
+std::vector<float> gapped_logits(int64_t tokens, int experts, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> offset(0.0f, 1.0f);
+  std::vector<float> z(size_t(tokens) * experts);
+  std::vector<int> rank(experts);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::iota(rank.begin(), rank.end(), 0);
+    std::shuffle(rank.begin(), rank.end(), rng);
+    const float o = offset(rng);
+    for (int e = 0; e < experts; ++e) z[t * experts + e] = o + 0.1f * rank[e];
+  }
+  return z;
+}
+
+TEST_P(RouterTest, ForwardLossAndBackwardMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const RouterCase c = GetParam();
+  const size_t te = size_t(c.tokens) * c.experts, slots = size_t(c.tokens) * c.top_k;
+  const auto logits = gapped_logits(c.tokens, c.experts, 51);
+  std::vector<float> probs_ref(te), gates_ref(slots);
+  std::vector<int32_t> ids_ref(slots);
+  cpu::router_forward(logits.data(), c.tokens, c.experts, c.top_k, probs_ref.data(), ids_ref.data(), gates_ref.data());
+
+  DeviceArray<float> d_logits(logits), probs(te), gates(slots);
+  DeviceArray<int32_t> ids(slots);
+  ASSERT_OK(gpu::router_forward(d_logits.get(), c.tokens, c.experts, c.top_k, probs.get(), ids.get(), gates.get(),
+                                nullptr));
+  // Probabilities: expf vs exp and an fp32 vs double sum of <= 256 terms: 1e-5 relative.
+  EXPECT_TRUE(same_bits(ids.host(), ids_ref)) << "expert_ids";
+  EXPECT_TRUE(all_near(probs.host(), probs_ref, 1e-5, 0.0)) << "probs";
+  EXPECT_TRUE(all_near(gates.host(), gates_ref, 1e-5, 0.0)) << "gates";
+
+  // The loss and the backward take the CPU's routing on both sides.
+  DeviceArray<float> d_probs(probs_ref), d_gates_in(gates_ref);
+  DeviceArray<int32_t> d_ids(ids_ref);
+  const size_t ws_bytes = gpu::router_workspace_bytes(c.tokens, c.experts);
+  DeviceArray<uint8_t> ws(ws_bytes);
+  const float loss_ref = cpu::load_balance_loss(probs_ref.data(), ids_ref.data(), c.tokens, c.experts, c.top_k);
+  std::vector<float> first_loss;
+  for (int run = 0; run < 2; ++run) {
+    DeviceArray<float> loss(1);
+    ASSERT_OK(gpu::load_balance_loss(d_probs.get(), d_ids.get(), c.tokens, c.experts, c.top_k, loss.get(), ws.get(),
+                                     ws_bytes, nullptr));
+    const auto l = loss.host();
+    EXPECT_TRUE(all_near(l, {loss_ref}, 1e-5, 0.0)) << "load-balancing loss (fp32 column sums of probabilities)";
+    if (run == 0) first_loss = l;
+    else EXPECT_TRUE(same_bits(l, first_loss)) << "second loss differs";
+  }
+
+  const auto d_gates = normal(slots, 1.0f, 53);
+  const float aux_weight = 0.01f;
+  std::vector<float> dlogits_ref(te);
+  cpu::router_backward(probs_ref.data(), ids_ref.data(), gates_ref.data(), d_gates.data(), c.tokens, c.experts,
+                       c.top_k, aux_weight, dlogits_ref.data());
+  DeviceArray<float> d_d_gates(d_gates), dlogits(te);
+  ASSERT_OK(gpu::router_backward(d_probs.get(), d_ids.get(), d_gates_in.get(), d_d_gates.get(), c.tokens, c.experts,
+                                 c.top_k, aux_weight, dlogits.get(), ws.get(), ws_bytes, nullptr));
+  // p * (dp - sum dp * p): the sum is fp32 here, double there; it can cancel, so the bound is
+  // 1e-5 of each value plus 1e-5 of the largest.
+  EXPECT_TRUE(all_near(dlogits.host(), dlogits_ref, 1e-5, 1e-5 * max_abs(dlogits_ref))) << "dlogits";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RouterTest,
+                         ::testing::Values(RouterCase{1, 1, 1}, RouterCase{7, 5, 1}, RouterCase{7, 5, 2},
+                                           RouterCase{257, 8, 2}, RouterCase{100, 64, 1}, RouterCase{33, 256, 2},
+                                           RouterCase{3000, 8, 2}),
+                         router_case_name);
+
+TEST(RouterTieTest, EqualProbabilitiesPickTheLowerIndex) {
+  SKIP_WITHOUT_GPU();
+  const int experts = 5, top_k = 2;
+  const std::vector<float> logits = {0.25f, 0.25f, 0.25f, 0.25f, 0.25f,  // all tied
+                                     1.0f,  3.0f,  3.0f,  0.0f,  3.0f};  // three tied at the top
+  DeviceArray<float> d_logits(logits), probs(10), gates(4);
+  DeviceArray<int32_t> ids(4);
+  ASSERT_OK(gpu::router_forward(d_logits.get(), 2, experts, top_k, probs.get(), ids.get(), gates.get(), nullptr));
+  EXPECT_EQ(ids.host(), (std::vector<int32_t>{0, 1, 1, 2}));
+  EXPECT_EQ(gates.host(), (std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f}));  // equal probabilities, renormalised
+}
+
+// ---- MoE combine backward and scatter-add ----------------------------------------------------------
+
+struct MoeCase {
+  int64_t tokens;
+  int top_k, d;
+};
+std::string moe_case_name(const ::testing::TestParamInfo<MoeCase>& info) {
+  const auto& c = info.param;
+  return "t" + std::to_string(c.tokens) + "_k" + std::to_string(c.top_k) + "_d" + std::to_string(c.d);
+}
+class MoeTest : public ::testing::TestWithParam<MoeCase> {};
+
+// A routing as quant::run(RoutingProblem) leaves it: about one slot in 8 dropped (-1), the routed
+// slots on distinct sorted rows 0..rows-1 (a random permutation), row_source the inverse.
+struct Routing {
+  std::vector<int32_t> slot_row, row_source;
+  int64_t rows = 0;
+};
+Routing make_routing(int64_t tokens, int top_k, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Routing r;
+  r.slot_row.assign(size_t(tokens) * top_k, -1);
+  std::vector<size_t> routed;
+  for (size_t s = 0; s < r.slot_row.size(); ++s)
+    if (rng() % 8 != 0) routed.push_back(s);
+  std::vector<int32_t> perm(routed.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  r.rows = int64_t(routed.size());
+  r.row_source.resize(routed.size());
+  for (size_t i = 0; i < routed.size(); ++i) {
+    r.slot_row[routed[i]] = perm[i];
+    r.row_source[perm[i]] = int32_t(routed[i] / top_k);
+  }
+  return r;
+}
+
+TEST_P(MoeTest, CombineBackwardMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const MoeCase c = GetParam();
+  const size_t slots = size_t(c.tokens) * c.top_k;
+  Routing routing = make_routing(c.tokens, c.top_k, 71);
+  const int64_t y_rows = int64_t(slots);  // rows past routing.rows are named by no slot: zeroed
+  if (slots >= 4) routing.slot_row[1] = int32_t(y_rows + 3);  // past y: skipped like a dropped slot
+  const auto dout = normal(size_t(c.tokens) * c.d, 1.0f, 72), y = normal(size_t(y_rows) * c.d, 1.0f, 73);
+  const auto gates = normal(slots, 0.5f, 74);
+  std::vector<float> dy_ref(size_t(y_rows) * c.d), d_gates_ref(slots);
+  cpu::moe_combine_backward(dout.data(), y.data(), gates.data(), routing.slot_row.data(), c.tokens, c.top_k, c.d,
+                            y_rows, dy_ref.data(), d_gates_ref.data());
+  DeviceArray<float> d_dout(dout), d_y(y), d_gates_in(gates), dy(dy_ref.size()), d_gates(slots);
+  DeviceArray<int32_t> d_slot_row(routing.slot_row);
+  ASSERT_OK(gpu::moe_combine_backward(d_dout.get(), d_y.get(), d_gates_in.get(), d_slot_row.get(), c.tokens, c.top_k,
+                                      c.d, y_rows, dy.get(), d_gates.get(), nullptr));
+  EXPECT_TRUE(same_bits(dy.host(), dy_ref)) << "dy (one product per element)";
+  // d_gates: an fp32 dot of d terms, within 1e-5 of the sum of |terms| (dropped slots: exactly 0).
+  std::vector<double> atol(slots, 0.0);
+  for (size_t s = 0; s < slots; ++s) {
+    const int32_t r = routing.slot_row[s];
+    if (r < 0 || r >= y_rows) continue;
+    for (int col = 0; col < c.d; ++col)
+      atol[s] += 1e-5 * std::fabs(double(dout[s / c.top_k * c.d + col]) * y[size_t(r) * c.d + col]);
+  }
+  EXPECT_TRUE(all_near(d_gates.host(), d_gates_ref, 0.0, atol)) << "d_gates";
+}
+
+TEST_P(MoeTest, ScatterAddPerTokenMatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const MoeCase c = GetParam();
+  const Routing routing = make_routing(c.tokens, c.top_k, 81);
+  const auto dx_sorted = normal(size_t(routing.rows) * c.d, 1.0f, 82), dx0 = normal(size_t(c.tokens) * c.d, 1.0f, 83);
+  std::vector<float> dx_ref = dx0;
+  cpu::moe_scatter_add(dx_sorted.data(), routing.row_source.data(), routing.rows, c.d, dx_ref.data());
+  DeviceArray<float> d_sorted(dx_sorted), dx(dx0);
+  DeviceArray<int32_t> d_slot_row(routing.slot_row);
+  ASSERT_OK(gpu::moe_scatter_add(d_sorted.get(), d_slot_row.get(), c.tokens, c.top_k, routing.rows, c.d, dx.get(),
+                                 nullptr));
+  // The same <= top_k + 1 terms added in another order (slot order here, sorted-row order there):
+  // within 1e-6 of the sum of their magnitudes.
+  std::vector<double> atol(dx0.size());
+  for (int64_t t = 0; t < c.tokens; ++t)
+    for (int col = 0; col < c.d; ++col) {
+      double mag = std::fabs(dx0[t * c.d + col]);
+      for (int j = 0; j < c.top_k; ++j) {
+        const int32_t r = routing.slot_row[t * c.top_k + j];
+        if (r >= 0) mag += std::fabs(dx_sorted[size_t(r) * c.d + col]);
+      }
+      atol[t * c.d + col] = 1e-6 * mag;
+    }
+  EXPECT_TRUE(all_near(dx.host(), dx_ref, 0.0, atol)) << "dx";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MoeTest,
+                         ::testing::Values(MoeCase{1, 1, 1}, MoeCase{7, 2, 33}, MoeCase{129, 2, 100},
+                                           MoeCase{64, 1, 65}, MoeCase{1000, 2, 40}),
+                         moe_case_name);
+
+// ---- Cross-entropy -------------------------------------------------------------------------------
+
+struct CrossEntropyCase {
+  int64_t rows;
+  int vocab;
+};
+std::string ce_case_name(const ::testing::TestParamInfo<CrossEntropyCase>& info) {
+  return "rows" + std::to_string(info.param.rows) + "_vocab" + std::to_string(info.param.vocab);
+}
+class CrossEntropyTest : public ::testing::TestWithParam<CrossEntropyCase> {};
+
+TEST_P(CrossEntropyTest, LossesAndGradientMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = GetParam().rows;
+  const int vocab = GetParam().vocab;
+  const size_t n = size_t(rows) * vocab;
+  const auto logits = normal(n, 2.0f, 91);
+  const auto targets = uniform_ints(rows, 0, vocab - 1, 92);
+  const float grad_scale = 1.0f / float(rows);
+  std::vector<float> loss_ref(rows), dlogits_ref(n);
+  for (int64_t r = 0; r < rows; ++r)  // one row at a time: the CPU returns only the sum
+    loss_ref[r] = float(cpu::cross_entropy(logits.data() + r * vocab, targets.data() + r, 1, vocab, grad_scale,
+                                           dlogits_ref.data() + r * vocab));
+  const double total_ref = cpu::cross_entropy(logits.data(), targets.data(), rows, vocab, grad_scale, nullptr);
+
+  // loss: the fp32 sum of exps (per-thread runs of <= 256 terms, then a tree) is within
+  // (256 + 8) * 2^-24 ~ 1.6e-5 of the double one at worst (~1e-6 typically), which becomes an
+  // absolute error of the logsumexp; plus a few ulps of it (< 20 here): 3e-5 absolute. dlogits:
+  // p = expf(z - logsumexp) inherits that as a relative error: 3e-5; the target's p - 1 cancels,
+  // so plus 3e-5 of grad_scale.
+  DeviceArray<int32_t> d_targets(targets);
+  enum Mode { kSeparate, kInPlace, kLossOnly };
+  for (Mode mode : {kSeparate, kInPlace, kLossOnly}) {
+    SCOPED_TRACE(mode == kSeparate ? "separate dlogits" : mode == kInPlace ? "dlogits aliasing logits" : "no dlogits");
+    DeviceArray<float> d_logits(logits), losses(rows), dlogits(mode == kSeparate ? n : 0);
+    float* dl = mode == kSeparate ? dlogits.get() : mode == kInPlace ? d_logits.get() : nullptr;
+    ASSERT_OK(gpu::cross_entropy(d_logits.get(), d_targets.get(), rows, vocab, grad_scale, losses.get(), dl, nullptr));
+    const auto gl = losses.host();
+    EXPECT_TRUE(all_near(gl, loss_ref, 0.0, 3e-5)) << "losses";
+    if (mode == kSeparate) EXPECT_TRUE(all_near(dlogits.host(), dlogits_ref, 3e-5, 3e-5 * grad_scale)) << "dlogits";
+    if (mode == kInPlace) EXPECT_TRUE(all_near(d_logits.host(), dlogits_ref, 3e-5, 3e-5 * grad_scale)) << "dlogits";
+    if (mode == kLossOnly) EXPECT_TRUE(same_bits(d_logits.host(), logits)) << "logits must be untouched";
+    DeviceArray<float> total(1);
+    DeviceArray<uint8_t> ws(gpu::reduction_workspace_bytes(rows));
+    ASSERT_OK(gpu::sum(losses.get(), rows, total.get(), ws.get(), ws.bytes(), nullptr));
+    EXPECT_NEAR(total.host()[0], total_ref, 3e-5 * rows + 1e-5 * std::fabs(total_ref)) << "summed loss";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CrossEntropyTest,
+                         ::testing::Values(CrossEntropyCase{1, 50}, CrossEntropyCase{7, 1000}, CrossEntropyCase{129, 50},
+                                           CrossEntropyCase{5, 65536}, CrossEntropyCase{3, 50257}),
+                         ce_case_name);
+
+TEST(CrossEntropyTargetTest, OutOfRangeTargetGivesNanLossAndNoOneHot) {
+  SKIP_WITHOUT_GPU();
+  const int vocab = 50;
+  const auto logits = normal(2 * vocab, 2.0f, 93);
+  DeviceArray<float> d_logits(logits), losses(2), dlogits(2 * vocab);
+  DeviceArray<int32_t> targets(std::vector<int32_t>{-1, vocab});
+  ASSERT_OK(gpu::cross_entropy(d_logits.get(), targets.get(), 2, vocab, 0.5f, losses.get(), dlogits.get(), nullptr));
+  for (float l : losses.host()) EXPECT_TRUE(std::isnan(l));
+  const auto g = dlogits.host();
+  for (int r = 0; r < 2; ++r) {  // softmax * 0.5: positive, summing to 0.5
+    double s = 0;
+    for (int v = 0; v < vocab; ++v) {
+      EXPECT_GT(g[r * vocab + v], 0.0f);
+      s += g[r * vocab + v];
+    }
+    EXPECT_NEAR(s, 0.5, 1e-5);
+  }
+}
+
+// ---- Sums, scale ---------------------------------------------------------------------------------
+
+class ReductionTest : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(ReductionTest, SumsMatchDoubleAndRepeatBitForBit) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = GetParam();
+  const auto x = normal(size_t(n), 1.0f, 101);
+  double sum_ref = 0, sq_ref = 0, abs_ref = 0;
+  for (float v : x) sum_ref += v, sq_ref += double(v) * v, abs_ref += std::fabs(v);
+  DeviceArray<float> d_x(x);
+  DeviceArray<uint8_t> ws(gpu::reduction_workspace_bytes(n));
+  std::vector<float> first;
+  for (int run = 0; run < 2; ++run) {
+    DeviceArray<float> out(2);
+    ASSERT_OK(gpu::sum(d_x.get(), n, out.get(), ws.get(), ws.bytes(), nullptr));
+    ASSERT_OK(gpu::sum_of_squares(d_x.get(), n, out.get() + 1, ws.get(), ws.bytes(), nullptr));
+    const auto o = out.host();
+    // Per-thread runs of <= 16 (or n / 262144) terms, then trees of 256 and <= 1024: the error is
+    // far below 1e-5 of the sum of |terms| (which bounds the sum's cancellation too).
+    EXPECT_NEAR(o[0], sum_ref, 1e-5 * abs_ref) << "sum";
+    EXPECT_NEAR(o[1], sq_ref, 1e-5 * sq_ref) << "sum_of_squares";
+    if (run == 0) first = o;
+    else EXPECT_TRUE(same_bits(o, first)) << "second run differs";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, ReductionTest, ::testing::Values(1, 1000, (1 << 20) + 3, 5000003));
+
+TEST(ScaleTest, MultipliesEveryElementByTheDeviceFactor) {
+  SKIP_WITHOUT_GPU();
+  const auto x = normal(10007, 3.0f, 111);
+  const float factor = 0.37f;
+  std::vector<float> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = x[i] * factor;
+  DeviceArray<float> d_x(x), d_factor(std::vector<float>{factor});
+  ASSERT_OK(gpu::scale(d_x.get(), int64_t(x.size()), d_factor.get(), nullptr));
+  EXPECT_TRUE(same_bits(d_x.host(), want));
+}
+
+// ---- AdamW ---------------------------------------------------------------------------------------
+
+struct AdamWHyper {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+};
+
+// The formula of gpu_ops.h written as a host loop (ISO C++: GCC does not contract into fma).
+void adamw_host(std::vector<float>& p, const std::vector<float>& g, std::vector<float>& m, std::vector<float>& v,
+                const AdamWHyper& h, int64_t step, const std::vector<uint8_t>* mask) {
+  const float bias1 = 1.0f - float(std::pow(double(h.beta1), double(step)));
+  const float bias2 = 1.0f - float(std::pow(double(h.beta2), double(step)));
+  for (size_t i = 0; i < p.size(); ++i) {
+    m[i] = h.beta1 * m[i] + (1.0f - h.beta1) * g[i];
+    v[i] = h.beta2 * v[i] + (1.0f - h.beta2) * g[i] * g[i];
+    const float mhat = m[i] / bias1, vhat = v[i] / bias2;
+    float u = mhat / (std::sqrt(vhat) + h.eps);
+    if (mask == nullptr || (*mask)[i] != 0) u = u + h.weight_decay * p[i];
+    p[i] = p[i] - h.lr * u;
+  }
+}
+
+TEST(AdamWTest, MatchesTheHostFormulaBitForBit) {
+  SKIP_WITHOUT_GPU();
+  const size_t n = 4103;
+  const AdamWHyper h;
+  std::vector<uint8_t> mask(n);
+  for (size_t i = 0; i < n; ++i) mask[i] = uint8_t(i % 3 != 0);
+  for (const bool masked : {false, true}) {
+    SCOPED_TRACE(masked ? "decay mask" : "no mask: every element decays");
+    std::vector<float> p = normal(n, 0.02f, 121), m(n, 0.0f), v(n, 0.0f);
+    DeviceArray<float> d_p(p), d_m(m), d_v(v);
+    DeviceArray<uint8_t> d_mask(mask);
+    for (const int64_t step : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{1000}}) {
+      const auto g = normal(n, 1e-2f, 122 + uint64_t(step));
+      DeviceArray<float> d_g(g);
+      adamw_host(p, g, m, v, h, step, masked ? &mask : nullptr);
+      ASSERT_OK(gpu::adamw_step(d_p.get(), d_g.get(), d_m.get(), d_v.get(), int64_t(n), h.lr, h.beta1, h.beta2, h.eps,
+                                h.weight_decay, step, masked ? d_mask.get() : nullptr, nullptr));
+      EXPECT_TRUE(same_bits(d_p.host(), p)) << "params, step " << step;
+      EXPECT_TRUE(same_bits(d_m.host(), m)) << "m, step " << step;
+      EXPECT_TRUE(same_bits(d_v.host(), v)) << "v, step " << step;
+    }
+  }
+}
+
+// ---- bf16 conversion -----------------------------------------------------------------------------
+
+TEST(ToBf16Test, MatchesTheFormatsCodecBitForBit) {
+  SKIP_WITHOUT_GPU();
+  auto x = normal(10007, 100.0f, 131);
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 3.4028235e38f, 1.0e-45f, 1.17549435e-38f,
+                            1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -(1.0f + 0x1p-8f), 0x1.fffffep-127f};
+  x.insert(x.begin(), std::begin(specials), std::end(specials));
+  std::vector<uint16_t> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = blockscale::formats::float_to_bf16_bits_rn(x[i]);
+  DeviceArray<float> d_x(x);
+  DeviceArray<uint16_t> y(x.size());
+  ASSERT_OK(gpu::to_bf16(d_x.get(), int64_t(x.size()), y.get(), nullptr));
+  EXPECT_TRUE(same_bits(y.host(), want));
+}
+
+}  // namespace

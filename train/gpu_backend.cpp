@@ -1,0 +1,777 @@
+// The GPU step. Per linear layer and recipe:
+//   bf16 (and the LM head of every recipe): cuBLAS, bf16 operands, fp32 accumulation and output.
+//   fp8_block / mxfp8 / nvfp4: quant::run writes each operand's rowwise and columnwise copies in
+//   one pass (train/cpu_linear.h gives the roles and options), gemm::run multiplies: fprop
+//   X.row x W.row, dgrad dY.row x W.col, wgrad dY.col x X.col accumulated (beta = 1) into the fp32
+//   gradient. MoE experts use the grouped forms: M-grouped fprop / dgrad over the routed tokens,
+//   K-grouped wgrad over each expert's padded tokens; each expert's weight is its own operand.
+// Activations are fp32; what the backward needs is kept per layer in named device buffers that
+// are allocated on first use and reused every step.
+#include "train/gpu_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gemm/gemm.h"
+#include "gemm/grouped.h"
+#include "quant/moe.h"
+#include "quant/quantize.h"
+#include "train/cpu_linear.h"
+#include "train/gpu_glue.h"
+#include "train/gpu_ops.h"
+
+namespace blockscale::train {
+namespace {
+
+#define BS_CUDA(expr)                                                                         \
+  do {                                                                                        \
+    const cudaError_t bs_err_ = (expr);                                                       \
+    if (bs_err_ != cudaSuccess) return Status::error(std::string(#expr) + ": " + cudaGetErrorString(bs_err_)); \
+  } while (0)
+#define BS_CUBLAS(expr)                                                                                    \
+  do {                                                                                                     \
+    const cublasStatus_t bs_st_ = (expr);                                                                  \
+    if (bs_st_ != CUBLAS_STATUS_SUCCESS) return Status::error(std::string(#expr) + ": cuBLAS status " + std::to_string(int(bs_st_))); \
+  } while (0)
+
+// Device buffers by name, allocated on first use (grown if a later use needs more).
+class DeviceBuffers {
+ public:
+  ~DeviceBuffers() {
+    for (auto& [name, b] : buffers_) cudaFree(b.ptr);
+  }
+  template <typename T>
+  Status get(const std::string& name, int64_t count, T** out) {
+    const size_t bytes = static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(T);
+    Buffer& b = buffers_[name];
+    if (b.bytes < bytes) {
+      cudaFree(b.ptr);
+      b.ptr = nullptr;
+      b.bytes = 0;
+      const cudaError_t e = cudaMalloc(&b.ptr, bytes);
+      if (e != cudaSuccess)
+        return Status::error("out of GPU memory allocating " + name + " (" + std::to_string(bytes >> 20) + " MiB)");
+      b.bytes = bytes;
+    }
+    *out = static_cast<T*>(b.ptr);
+    return Status::ok();
+  }
+
+ private:
+  struct Buffer {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  std::map<std::string, Buffer> buffers_;
+};
+
+// Row-major products through cuBLAS (column-major underneath: a row-major M x N matrix is its
+// column-major transpose). Inputs bf16 bits or fp32; output fp32, c = product + beta * c.
+enum class Product {
+  kXWt,   // y[m,n]  = x[m,k] · w[n,k]^T
+  kDyW,   // dx[m,k] = dy[m,n] · w[n,k]          (here: m, n, k as named in the comment)
+  kDytX,  // dw[n,k] = dy[m,n]^T · x[m,k]
+};
+
+Status cublas_product(cublasHandle_t h, Product p, cudaDataType type, const void* a, const void* b, int64_t m,
+                      int64_t n, int64_t k, float* c, float beta) {
+  const float alpha = 1.0f;
+  switch (p) {
+    case Product::kXWt:  // a = x, b = w: C^T (n x m) = W (n x k) X^T
+      BS_CUBLAS(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &alpha, b, type, int(k), a, type,
+                             int(k), &beta, c, CUDA_R_32F, int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      break;
+    case Product::kDyW:  // a = dy, b = w: dX^T (k x m) = W^T (k x n) dY^T
+      BS_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, int(k), int(m), int(n), &alpha, b, type, int(k), a, type,
+                             int(n), &beta, c, CUDA_R_32F, int(k), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      break;
+    case Product::kDytX:  // a = dy, b = x: dW^T (k x n) = X^T (k x m) dY
+      BS_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, int(k), int(n), int(m), &alpha, b, type, int(k), a, type,
+                             int(n), &beta, c, CUDA_R_32F, int(k), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      break;
+  }
+  return Status::ok();
+}
+
+// One tensor's quantized copies (device pointers into named buffers).
+struct Quantized {
+  uint8_t* row_data = nullptr;
+  void* row_scales = nullptr;
+  float* row_dec = nullptr;
+  uint8_t* col_data = nullptr;
+  void* col_scales = nullptr;
+  float* col_dec = nullptr;
+  int32_t* padded_ends = nullptr;  // grouped columnwise copies
+  int64_t capacity = 0;            // grouped: padded token columns the columnwise copy holds
+};
+
+quant::QuantizeProblem quant_problem(TrainRecipe recipe, OperandRole role, SrKey sr, int64_t rows, int64_t cols) {
+  const formats::QuantizeOptions o = quantize_options(recipe, role, false, sr);
+  quant::QuantizeProblem p;
+  p.recipe = o.recipe;
+  p.rounding = o.rounding;
+  p.input_type = quant::InputType::kFp32;
+  p.rows = rows;
+  p.cols = cols;
+  p.ld = cols;
+  p.directions = quant::Directions::kBoth;
+  p.nvfp4_2d = o.nvfp4_2d;
+  p.stochastic_rounding = o.stochastic_rounding;
+  p.sr_seed = o.sr_seed;
+  p.sr_offset = o.sr_offset;
+  // The columnwise copy of an activation or gradient is a wgrad operand.
+  p.hadamard_columnwise = role != OperandRole::kWeight && quantize_options(recipe, role, true, sr).hadamard;
+  return p;
+}
+
+class GpuBackend final : public StepBackend {
+ public:
+  GpuBackend(const ModelConfig& config, TrainRecipe recipe) : config_(config), recipe_(recipe), layout_(make_param_layout(config)) {}
+  ~GpuBackend() override {
+    if (cublas_) cublasDestroy(cublas_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  Status init(uint64_t seed) {
+    BS_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    BS_CUBLAS(cublasCreate(&cublas_));
+    BS_CUBLAS(cublasSetStream(cublas_, stream_));
+    int dev = 0, sms = 0, clock_khz = 0, major = 0;
+    BS_CUDA(cudaGetDevice(&dev));
+    cudaDeviceProp prop{};
+    BS_CUDA(cudaGetDeviceProperties(&prop, dev));
+    device_name_ = prop.name;
+    BS_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    BS_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev));
+    BS_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    // Dense bf16 tensor-core FLOP per SM per clock: 4096 on sm_90 (H100 SXM: 132 SMs, 1.83 GHz ->
+    // 989 TFLOP/s); other architectures report no MFU.
+    peak_ = major == 9 ? double(sms) * clock_khz * 1e3 * 4096.0 : 0.0;
+    const int64_t n = layout_.total;
+    std::vector<float> host(n);
+    init_params(layout_, config_, seed, host.data());
+    BS_RETURN_IF_ERROR(buffers_.get("params", n, &params_));
+    BS_RETURN_IF_ERROR(buffers_.get("grads", n, &grads_));
+    BS_RETURN_IF_ERROR(buffers_.get("adam_m", n, &m_));
+    BS_RETURN_IF_ERROR(buffers_.get("adam_v", n, &v_));
+    BS_RETURN_IF_ERROR(buffers_.get("decay", n, &decay_));
+    BS_CUDA(cudaMemcpy(params_, host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    BS_CUDA(cudaMemset(m_, 0, n * sizeof(float)));
+    BS_CUDA(cudaMemset(v_, 0, n * sizeof(float)));
+    const std::vector<uint8_t> mask = decay_mask(layout_);
+    BS_CUDA(cudaMemcpy(decay_, mask.data(), n, cudaMemcpyHostToDevice));
+    return Status::ok();
+  }
+
+  std::string device_name() const override { return device_name_; }
+  double peak_flops() const override { return peak_; }
+
+  Status zero_grads() override {
+    BS_CUDA(cudaMemsetAsync(grads_, 0, layout_.total * sizeof(float), stream_));
+    return Status::ok();
+  }
+
+  Status forward_backward(const int32_t* tokens, const int32_t* targets, int batch, float grad_scale,
+                          uint64_t run_seed, int64_t micro_step, StepLosses* losses) override {
+    return run(tokens, targets, batch, grad_scale, run_seed, micro_step, true, losses);
+  }
+  Status evaluate(const int32_t* tokens, const int32_t* targets, int batch, StepLosses* losses) override {
+    return run(tokens, targets, batch, 0.0f, 0, 0, false, losses);
+  }
+
+  Status optimizer_step(const OptimizerConfig& c, float lr, int64_t step, double* grad_norm) override {
+    const int64_t n = layout_.total;
+    void* work = nullptr;
+    float* scalars = nullptr;
+    BS_RETURN_IF_ERROR(buffers_.get("reduce_ws", int64_t(gpu::reduction_workspace_bytes(n)), reinterpret_cast<uint8_t**>(&work)));
+    BS_RETURN_IF_ERROR(buffers_.get("opt_scalars", 2, &scalars));
+    BS_RETURN_IF_ERROR(gpu::sum_of_squares(grads_, n, scalars, work, gpu::reduction_workspace_bytes(n), stream_));
+    float sum_sq = 0;
+    BS_CUDA(cudaMemcpyAsync(&sum_sq, scalars, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    BS_CUDA(cudaStreamSynchronize(stream_));
+    *grad_norm = std::sqrt(double(sum_sq));
+    const float factor = clip_factor(*grad_norm, c.clip_norm);
+    if (factor != 1.0f) {
+      BS_CUDA(cudaMemcpyAsync(scalars + 1, &factor, sizeof(float), cudaMemcpyHostToDevice, stream_));
+      BS_RETURN_IF_ERROR(gpu::scale(grads_, n, scalars + 1, stream_));
+    }
+    BS_RETURN_IF_ERROR(gpu::adamw_step(params_, grads_, m_, v_, n, lr, c.beta1, c.beta2, c.eps, c.weight_decay, step,
+                                       decay_, stream_));
+    BS_CUDA(cudaStreamSynchronize(stream_));  // `factor` lives on this stack frame
+    return Status::ok();
+  }
+
+  Status read_state(std::vector<float>* p, std::vector<float>* m, std::vector<float>* v) override {
+    const size_t bytes = layout_.total * sizeof(float);
+    p->resize(layout_.total);
+    m->resize(layout_.total);
+    v->resize(layout_.total);
+    BS_CUDA(cudaStreamSynchronize(stream_));
+    BS_CUDA(cudaMemcpy(p->data(), params_, bytes, cudaMemcpyDeviceToHost));
+    BS_CUDA(cudaMemcpy(m->data(), m_, bytes, cudaMemcpyDeviceToHost));
+    BS_CUDA(cudaMemcpy(v->data(), v_, bytes, cudaMemcpyDeviceToHost));
+    return Status::ok();
+  }
+  Status write_state(const std::vector<float>& p, const std::vector<float>& m, const std::vector<float>& v) override {
+    const int64_t n = layout_.total;
+    if (int64_t(p.size()) != n || int64_t(m.size()) != n || int64_t(v.size()) != n)
+      return Status::error("write_state: sizes differ from the model's parameter count");
+    BS_CUDA(cudaStreamSynchronize(stream_));
+    BS_CUDA(cudaMemcpy(params_, p.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    BS_CUDA(cudaMemcpy(m_, m.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    BS_CUDA(cudaMemcpy(v_, v.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    return Status::ok();
+  }
+
+  // Test access: device gradients (host copy).
+  Status read_grads(std::vector<float>* g) {
+    g->resize(layout_.total);
+    BS_CUDA(cudaStreamSynchronize(stream_));
+    BS_CUDA(cudaMemcpy(g->data(), grads_, layout_.total * sizeof(float), cudaMemcpyDeviceToHost));
+    return Status::ok();
+  }
+
+ private:
+  template <typename T>
+  Status buf(const std::string& name, int64_t count, T** out) {
+    return buffers_.get(name, count, out);
+  }
+  float* P(int index) { return params_ + layout_.at(index).offset; }
+  float* G(int index) { return grads_ + layout_.at(index).offset; }
+
+  // ---- quantization of one operand (both copies) ----
+  Status quantize(const std::string& name, TrainRecipe recipe, OperandRole role, SrKey sr, const float* x,
+                  int64_t rows, int64_t cols, Quantized* q) {
+    const quant::QuantizeProblem p = quant_problem(recipe, role, sr, rows, cols);
+    BS_RETURN_IF_ERROR(buf(name + ".rd", quant::rowwise_data_bytes(p), &q->row_data));
+    uint8_t *rs, *cs;
+    BS_RETURN_IF_ERROR(buf(name + ".rs", quant::rowwise_scale_bytes(p), &rs));
+    BS_RETURN_IF_ERROR(buf(name + ".cd", quant::columnwise_data_bytes(p), &q->col_data));
+    BS_RETURN_IF_ERROR(buf(name + ".cs", quant::columnwise_scale_bytes(p), &cs));
+    BS_RETURN_IF_ERROR(buf(name + ".dec", 2, &q->row_dec));
+    q->row_scales = rs;
+    q->col_scales = cs;
+    q->col_dec = q->row_dec + 1;
+    quant::QuantizeInputs in;
+    in.x = x;
+    quant::QuantizeOutputs out;
+    out.rowwise_data = q->row_data;
+    out.rowwise_scales = rs;
+    out.rowwise_scale_dec = q->row_dec;
+    out.columnwise_data = q->col_data;
+    out.columnwise_scales = cs;
+    out.columnwise_scale_dec = q->col_dec;
+    saved_[name] = *q;
+    return run_quant(name, p, in, out);
+  }
+
+  Status run_quant(const std::string& name, const quant::QuantizeProblem& p, const quant::QuantizeInputs& in,
+                   const quant::QuantizeOutputs& out) {
+    uint8_t* ws = nullptr;
+    const size_t ws_bytes = quant::workspace_size(p);
+    BS_RETURN_IF_ERROR(buf(name + ".ws", int64_t(ws_bytes), &ws));
+    return quant::run(p, in, out, ws, ws_bytes, stream_);
+  }
+
+  // Each expert's weight (experts x n x k) quantized on its own: codes and scales back to back,
+  // one decode scale per expert and copy.
+  Status quantize_experts(const std::string& name, const float* w, int experts, int64_t n, int64_t k, Quantized* q) {
+    const quant::QuantizeProblem p = quant_problem(recipe_, OperandRole::kWeight, {}, n, k);
+    const int64_t rd = quant::rowwise_data_bytes(p), rs = quant::rowwise_scale_bytes(p);
+    const int64_t cd = quant::columnwise_data_bytes(p), cs = quant::columnwise_scale_bytes(p);
+    uint8_t *rsp, *csp;
+    BS_RETURN_IF_ERROR(buf(name + ".rd", rd * experts, &q->row_data));
+    BS_RETURN_IF_ERROR(buf(name + ".rs", rs * experts, &rsp));
+    BS_RETURN_IF_ERROR(buf(name + ".cd", cd * experts, &q->col_data));
+    BS_RETURN_IF_ERROR(buf(name + ".cs", cs * experts, &csp));
+    BS_RETURN_IF_ERROR(buf(name + ".dec", 2 * experts, &q->row_dec));
+    q->row_scales = rsp;
+    q->col_scales = csp;
+    q->col_dec = q->row_dec + experts;
+    for (int g = 0; g < experts; ++g) {
+      quant::QuantizeInputs in;
+      in.x = w + g * n * k;
+      quant::QuantizeOutputs out;
+      out.rowwise_data = q->row_data + g * rd;
+      out.rowwise_scales = rsp + g * rs;
+      out.rowwise_scale_dec = q->row_dec + g;
+      out.columnwise_data = q->col_data + g * cd;
+      out.columnwise_scales = csp + g * cs;
+      out.columnwise_scale_dec = q->col_dec + g;
+      BS_RETURN_IF_ERROR(run_quant(name, p, in, out));
+    }
+    expert_scale_bytes_[name] = {rs, cs};
+    saved_[name] = *q;
+    return Status::ok();
+  }
+
+  // Routed tokens (rows x cols, sorted by expert): rowwise copy plus the per-expert padded
+  // columnwise copy, from one pass.
+  Status quantize_grouped(const std::string& name, OperandRole role, SrKey sr, const float* x, int64_t rows,
+                          int64_t cols, const int32_t* ends, int experts, Quantized* q) {
+    quant::GroupedQuantizeProblem p;
+    p.dense = quant_problem(recipe_, role, sr, rows, cols);
+    p.num_groups = experts;
+    q->capacity = quant::grouped_capacity(p);
+    uint8_t *rs, *cs;
+    BS_RETURN_IF_ERROR(buf(name + ".rd", quant::rowwise_data_bytes(p.dense), &q->row_data));
+    BS_RETURN_IF_ERROR(buf(name + ".rs", quant::rowwise_scale_bytes(p.dense), &rs));
+    BS_RETURN_IF_ERROR(buf(name + ".cd", quant::grouped_columnwise_data_bytes(p), &q->col_data));
+    BS_RETURN_IF_ERROR(buf(name + ".cs", quant::grouped_columnwise_scale_bytes(p), &cs));
+    BS_RETURN_IF_ERROR(buf(name + ".dec", 2, &q->row_dec));
+    BS_RETURN_IF_ERROR(buf(name + ".ends", experts, &q->padded_ends));
+    q->row_scales = rs;
+    q->col_scales = cs;
+    q->col_dec = q->row_dec + 1;
+    quant::GroupedQuantizeInputs in;
+    in.x = x;
+    in.group_ends = ends;
+    quant::GroupedQuantizeOutputs out;
+    out.dense.rowwise_data = q->row_data;
+    out.dense.rowwise_scales = rs;
+    out.dense.rowwise_scale_dec = q->row_dec;
+    out.dense.columnwise_data = q->col_data;
+    out.dense.columnwise_scales = cs;
+    out.dense.columnwise_scale_dec = q->col_dec;
+    out.padded_group_ends = q->padded_ends;
+    saved_[name] = *q;
+    uint8_t* ws = nullptr;
+    const size_t ws_bytes = quant::workspace_size(p);
+    BS_RETURN_IF_ERROR(buf(name + ".ws", int64_t(ws_bytes), &ws));
+    return quant::run(p, in, out, ws, ws_bytes, stream_);
+  }
+
+  formats::Recipe recipe_of(OperandRole role) const { return quantize_options(recipe_, role, false, {}).recipe; }
+
+  // ---- linear layers ----
+  // y (m x n) = x · w^T; the forward keeps x's quantized copies (or bf16 bits) under `name`.
+  Status linear_forward(const std::string& name, TrainRecipe recipe, const float* x, const float* w, int64_t m,
+                        int64_t n, int64_t k, float* y) {
+    if (!is_quantized(recipe)) return cublas_linear(name, recipe, Product::kXWt, x, w, m, n, k, y, 0.0f);
+    Quantized qx, qw;
+    BS_RETURN_IF_ERROR(quantize(name + ".x", recipe, OperandRole::kActivation, {}, x, m, k, &qx));
+    BS_RETURN_IF_ERROR(quantize(name + ".w", recipe, OperandRole::kWeight, {}, w, n, k, &qw));
+    gemm::GemmProblem p;
+    p.m = m, p.n = n, p.k = k;
+    p.a_recipe = recipe_of(OperandRole::kActivation);
+    p.b_recipe = recipe_of(OperandRole::kWeight);
+    p.d_type = gemm::MatrixType::kFp32;
+    p.ldd = n;
+    gemm::GemmArguments a;
+    a.a_data = qx.row_data, a.a_scales = qx.row_scales, a.a_scale_dec = qx.row_dec;
+    a.b_data = qw.row_data, a.b_scales = qw.row_scales, a.b_scale_dec = qw.row_dec;
+    a.d = y;
+    return gemm::run(p, a, nullptr, 0, stream_);
+  }
+
+  // dx (m x k) = dy · w (skipped when dx is null); dw += dy^T · x. x's copies come from the forward.
+  Status linear_backward(const std::string& name, TrainRecipe recipe, SrKey sr, const float* dy, const float* x,
+                         const float* w, int64_t m, int64_t n, int64_t k, float* dx, float* dw) {
+    if (!is_quantized(recipe)) {
+      if (dx) BS_RETURN_IF_ERROR(cublas_linear(name, recipe, Product::kDyW, dy, w, m, n, k, dx, 0.0f));
+      return cublas_linear(name, recipe, Product::kDytX, dy, x, m, n, k, dw, 1.0f);
+    }
+    // x's and w's copies are the forward's (nothing writes them between the two).
+    Quantized qdy;
+    const Quantized qx = saved_[name + ".x"], qw = saved_[name + ".w"];
+    BS_RETURN_IF_ERROR(quantize(name + ".dy", recipe, OperandRole::kGradient, sr, dy, m, n, &qdy));
+    if (dx) {
+      gemm::GemmProblem p;
+      p.m = m, p.n = k, p.k = n;
+      p.a_recipe = recipe_of(OperandRole::kGradient);
+      p.b_recipe = recipe_of(OperandRole::kWeight);
+      p.d_type = gemm::MatrixType::kFp32;
+      p.ldd = k;
+      gemm::GemmArguments a;
+      a.a_data = qdy.row_data, a.a_scales = qdy.row_scales, a.a_scale_dec = qdy.row_dec;
+      a.b_data = qw.col_data, a.b_scales = qw.col_scales, a.b_scale_dec = qw.col_dec;
+      a.d = dx;
+      BS_RETURN_IF_ERROR(gemm::run(p, a, nullptr, 0, stream_));
+    }
+    gemm::GemmProblem p;
+    p.m = n, p.n = k, p.k = m;
+    p.a_recipe = recipe_of(OperandRole::kGradient);
+    p.b_recipe = recipe_of(OperandRole::kActivation);
+    p.c_type = p.d_type = gemm::MatrixType::kFp32;
+    p.ldc = p.ldd = k;
+    p.beta = 1.0f;
+    gemm::GemmArguments a;
+    a.a_data = qdy.col_data, a.a_scales = qdy.col_scales, a.a_scale_dec = qdy.col_dec;
+    a.b_data = qx.col_data, a.b_scales = qx.col_scales, a.b_scale_dec = qx.col_dec;
+    a.c = dw;
+    a.d = dw;
+    return gemm::run(p, a, nullptr, 0, stream_);
+  }
+
+  // cuBLAS product with bf16 (rounded copies of both inputs) or fp32 operands.
+  Status cublas_linear(const std::string& name, TrainRecipe recipe, Product prod, const float* a, const float* b,
+                       int64_t m, int64_t n, int64_t k, float* c, float beta) {
+    if (recipe == TrainRecipe::kFp32) return cublas_product(cublas_, prod, CUDA_R_32F, a, b, m, n, k, c, beta);
+    const int64_t a_count = prod == Product::kXWt ? m * k : m * n;
+    const int64_t b_count = prod == Product::kDytX ? m * k : n * k;
+    uint16_t *a16, *b16;
+    BS_RETURN_IF_ERROR(buf(name + ".a16", a_count, &a16));
+    BS_RETURN_IF_ERROR(buf(name + ".b16", b_count, &b16));
+    BS_RETURN_IF_ERROR(gpu::to_bf16(a, a_count, a16, stream_));
+    BS_RETURN_IF_ERROR(gpu::to_bf16(b, b_count, b16, stream_));
+    return cublas_product(cublas_, prod, CUDA_R_16BF, a16, b16, m, n, k, c, beta);
+  }
+
+  // ---- grouped (MoE expert) layers: x holds rows = tokens * top_k routed rows sorted by expert ----
+  Status grouped_forward(const std::string& name, const float* x, int64_t rows, const int32_t* ends,
+                         const float* w, int64_t n, int64_t k, float* y) {
+    const int e = config_.n_experts;
+    if (!is_quantized(recipe_)) {
+      for (int g = 0; g < e; ++g) {
+        const int64_t b = g ? host_ends_[g - 1] : 0, r = host_ends_[g] - b;
+        if (r > 0)
+          BS_RETURN_IF_ERROR(cublas_linear(name, recipe_, Product::kXWt, x + b * k, w + g * n * k, r, n, k, y + b * n, 0.0f));
+      }
+      return Status::ok();
+    }
+    Quantized qx, qw;
+    BS_RETURN_IF_ERROR(quantize_grouped(name + ".x", OperandRole::kActivation, {}, x, rows, k, ends, e, &qx));
+    BS_RETURN_IF_ERROR(quantize_experts(name + ".w", w, e, n, k, &qw));
+    gemm::GroupedGemmProblem p;
+    p.mode = gemm::GroupedGemmMode::kM;
+    p.num_groups = e;
+    p.m = rows, p.n = n, p.k = k;
+    p.a_recipe = recipe_of(OperandRole::kActivation);
+    p.b_recipe = recipe_of(OperandRole::kWeight);
+    p.d_type = gemm::MatrixType::kFp32;
+    p.ldd = n;
+    if (gemm::grouped_b_scale_bytes(p) != expert_scale_bytes_[name + ".w"].first)
+      return Status::error(name + ": the grouped GEMM's expert scale stride differs from quant/'s");
+    gemm::GroupedGemmArguments a;
+    a.a_data = qx.row_data, a.a_scales = qx.row_scales, a.a_scale_dec = qx.row_dec;
+    a.b_data = qw.row_data, a.b_scales = qw.row_scales, a.b_scale_dec = qw.row_dec;
+    a.group_ends = ends;
+    a.d = y;
+    return gemm::run(p, a, nullptr, 0, stream_);
+  }
+
+  Status grouped_backward(const std::string& name, SrKey sr, const float* dy, const float* x, int64_t rows,
+                          const int32_t* ends, const float* w, int64_t n, int64_t k, float* dx, float* dw) {
+    const int e = config_.n_experts;
+    if (!is_quantized(recipe_)) {
+      for (int g = 0; g < e; ++g) {
+        const int64_t b = g ? host_ends_[g - 1] : 0, r = host_ends_[g] - b;
+        if (r == 0) continue;
+        BS_RETURN_IF_ERROR(cublas_linear(name, recipe_, Product::kDyW, dy + b * n, w + g * n * k, r, n, k, dx + b * k, 0.0f));
+        BS_RETURN_IF_ERROR(cublas_linear(name, recipe_, Product::kDytX, dy + b * n, x + b * k, r, n, k, dw + g * n * k, 1.0f));
+      }
+      return Status::ok();
+    }
+    Quantized qdy;
+    const Quantized qx = saved_[name + ".x"], qw = saved_[name + ".w"];
+    BS_RETURN_IF_ERROR(quantize_grouped(name + ".dy", OperandRole::kGradient, sr, dy, rows, n, ends, e, &qdy));
+    gemm::GroupedGemmProblem p;
+    p.mode = gemm::GroupedGemmMode::kM;
+    p.num_groups = e;
+    p.m = rows, p.n = k, p.k = n;
+    p.a_recipe = recipe_of(OperandRole::kGradient);
+    p.b_recipe = recipe_of(OperandRole::kWeight);
+    p.d_type = gemm::MatrixType::kFp32;
+    p.ldd = k;
+    if (gemm::grouped_b_scale_bytes(p) != expert_scale_bytes_[name + ".w"].second)
+      return Status::error(name + ": the grouped GEMM's expert scale stride differs from quant/'s (dgrad)");
+    gemm::GroupedGemmArguments a;
+    a.a_data = qdy.row_data, a.a_scales = qdy.row_scales, a.a_scale_dec = qdy.row_dec;
+    a.b_data = qw.col_data, a.b_scales = qw.col_scales, a.b_scale_dec = qw.col_dec;
+    a.group_ends = ends;
+    a.d = dx;
+    BS_RETURN_IF_ERROR(gemm::run(p, a, nullptr, 0, stream_));
+    gemm::GroupedGemmProblem pw;
+    pw.mode = gemm::GroupedGemmMode::kK;
+    pw.num_groups = e;
+    pw.m = n, pw.n = k, pw.k = qdy.capacity;
+    pw.a_recipe = recipe_of(OperandRole::kGradient);
+    pw.b_recipe = recipe_of(OperandRole::kActivation);
+    pw.c_type = pw.d_type = gemm::MatrixType::kFp32;
+    pw.ldc = pw.ldd = k;
+    pw.beta = 1.0f;
+    gemm::GroupedGemmArguments aw;
+    aw.a_data = qdy.col_data, aw.a_scales = qdy.col_scales, aw.a_scale_dec = qdy.col_dec;
+    aw.b_data = qx.col_data, aw.b_scales = qx.col_scales, aw.b_scale_dec = qx.col_dec;
+    aw.group_ends = qdy.padded_ends;
+    aw.c = dw;
+    aw.d = dw;
+    return gemm::run(pw, aw, nullptr, 0, stream_);
+  }
+
+  Status run(const int32_t* tokens_host, const int32_t* targets_host, int batch, float grad_scale, uint64_t run_seed,
+             int64_t micro_step, bool backward, StepLosses* losses);
+
+  ModelConfig config_;
+  TrainRecipe recipe_;
+  ParamLayout layout_;
+  DeviceBuffers buffers_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  std::string device_name_;
+  double peak_ = 0;
+  float *params_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
+  uint8_t* decay_ = nullptr;
+  std::vector<int32_t> host_ends_;  // bf16 / fp32 experts: this layer's group ends on the host
+  std::map<int, std::vector<int32_t>> all_host_ends_;  // ... per layer, for the backward
+  std::map<std::string, std::pair<int64_t, int64_t>> expert_scale_bytes_;
+  std::map<std::string, Quantized> saved_;  // each operand's latest copies, by name
+};
+
+Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, int batch, float grad_scale,
+                       uint64_t run_seed, int64_t micro_step, bool backward, StepLosses* losses) {
+  const ModelConfig& c = config_;
+  const int64_t m = int64_t{batch} * c.seq_len;
+  const int d = c.d_model, f = c.d_ff, e = c.n_experts, k = c.top_k, hd = c.head_dim(), L = c.n_layers;
+  const TrainRecipe lin = recipe_, head = recipe_ == TrainRecipe::kFp32 ? TrainRecipe::kFp32 : TrainRecipe::kBf16;
+  for (int64_t t = 0; t < m; ++t) {
+    if (tokens_host[t] < 0 || tokens_host[t] >= c.vocab || targets_host[t] < 0 || targets_host[t] >= c.vocab)
+      return Status::error("tokens/targets: entry " + std::to_string(t) + " is outside [0, vocab)");
+  }
+  int32_t *tokens, *targets;
+  BS_RETURN_IF_ERROR(buf("tokens", m, &tokens));
+  BS_RETURN_IF_ERROR(buf("targets", m, &targets));
+  BS_CUDA(cudaMemcpyAsync(tokens, tokens_host, m * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  BS_CUDA(cudaMemcpyAsync(targets, targets_host, m * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  const size_t attn_ws_bytes = gpu::attention_workspace_bytes(batch, c.seq_len, c.n_heads, hd);
+  uint8_t* attn_ws;
+  BS_RETURN_IF_ERROR(buf("attn_ws", int64_t(attn_ws_bytes), &attn_ws));
+  float* aux;  // one load-balancing loss per layer
+  BS_RETURN_IF_ERROR(buf("aux", std::max(L, 1), &aux));
+  BS_CUDA(cudaMemsetAsync(aux, 0, sizeof(float) * std::max(L, 1), stream_));
+  const int64_t rows = m * k;  // routed rows: every token takes top_k experts, none dropped
+  const size_t router_ws_bytes = c.moe() ? gpu::router_workspace_bytes(m, e) : 0;
+  uint8_t* router_ws;
+  BS_RETURN_IF_ERROR(buf("router_ws", int64_t(router_ws_bytes), &router_ws));
+
+  // ---- forward ----
+  float* x;
+  BS_RETURN_IF_ERROR(buf("x", m * d, &x));
+  BS_RETURN_IF_ERROR(gpu::embedding_forward(tokens, m, c.seq_len, d, c.vocab, P(layout_.embed), P(layout_.pos_embed),
+                                            x, stream_));
+  for (int l = 0; l < L; ++l) {
+    const LayerParams& lp = layout_.layers[l];
+    const std::string n = "l" + std::to_string(l);
+    float *x_in, *h, *rstd1, *qkv, *att, *o, *x_mid, *h2, *rstd2, *ffn_out;
+    uint16_t* probs;
+    BS_RETURN_IF_ERROR(buf(n + ".x_in", m * d, &x_in));
+    BS_RETURN_IF_ERROR(buf(n + ".h", m * d, &h));
+    BS_RETURN_IF_ERROR(buf(n + ".rstd1", m, &rstd1));
+    BS_RETURN_IF_ERROR(buf(n + ".qkv", m * 3 * d, &qkv));
+    BS_RETURN_IF_ERROR(buf(n + ".probs", int64_t{batch} * c.n_heads * c.seq_len * c.seq_len, &probs));
+    BS_RETURN_IF_ERROR(buf(n + ".att", m * d, &att));
+    BS_RETURN_IF_ERROR(buf("o", m * d, &o));
+    BS_RETURN_IF_ERROR(buf(n + ".x_mid", m * d, &x_mid));
+    BS_RETURN_IF_ERROR(buf(n + ".h2", m * d, &h2));
+    BS_RETURN_IF_ERROR(buf(n + ".rstd2", m, &rstd2));
+    BS_RETURN_IF_ERROR(buf("ffn_out", m * d, &ffn_out));
+    BS_CUDA(cudaMemcpyAsync(x_in, x, m * d * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+    BS_RETURN_IF_ERROR(gpu::rmsnorm_forward(x, P(lp.attn_norm), m, d, h, rstd1, stream_));
+    BS_RETURN_IF_ERROR(linear_forward(n + ".wqkv", lin, h, P(lp.wqkv), m, 3 * d, d, qkv));
+    BS_RETURN_IF_ERROR(gpu::attention_forward(qkv, batch, c.seq_len, c.n_heads, hd, probs, att, attn_ws, attn_ws_bytes,
+                                              cublas_, stream_));
+    BS_RETURN_IF_ERROR(linear_forward(n + ".wo", lin, att, P(lp.wo), m, d, d, o));
+    gpu::add_inplace(x, o, m * d, stream_);
+    BS_CUDA(cudaMemcpyAsync(x_mid, x, m * d * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+    BS_RETURN_IF_ERROR(gpu::rmsnorm_forward(x, P(lp.ffn_norm), m, d, h2, rstd2, stream_));
+    float *u, *a;
+    if (c.moe()) {
+      float *logits, *rprobs, *gates, *xs, *y;
+      int32_t *ids, *ends, *row_source, *slot_row;
+      uint16_t* y16;
+      BS_RETURN_IF_ERROR(buf("router_logits", m * e, &logits));
+      BS_RETURN_IF_ERROR(buf(n + ".rprobs", m * e, &rprobs));
+      BS_RETURN_IF_ERROR(buf(n + ".gates", m * k, &gates));
+      BS_RETURN_IF_ERROR(buf(n + ".ids", m * k, &ids));
+      BS_RETURN_IF_ERROR(buf(n + ".ends", e, &ends));
+      BS_RETURN_IF_ERROR(buf(n + ".row_source", rows, &row_source));
+      BS_RETURN_IF_ERROR(buf(n + ".slot_row", rows, &slot_row));
+      BS_RETURN_IF_ERROR(buf(n + ".xs", rows * d, &xs));
+      BS_RETURN_IF_ERROR(buf(n + ".u", rows * 2 * f, &u));
+      BS_RETURN_IF_ERROR(buf(n + ".a", rows * f, &a));
+      BS_RETURN_IF_ERROR(buf(n + ".y", rows * d, &y));
+      BS_RETURN_IF_ERROR(buf("y16", rows * d, &y16));
+      BS_RETURN_IF_ERROR(cublas_product(cublas_, Product::kXWt, CUDA_R_32F, h2, P(lp.router), m, e, d, logits, 0.0f));
+      BS_RETURN_IF_ERROR(gpu::router_forward(logits, m, e, k, rprobs, ids, gates, stream_));
+      BS_RETURN_IF_ERROR(gpu::load_balance_loss(rprobs, ids, m, e, k, aux + l, router_ws, router_ws_bytes, stream_));
+      quant::RoutingProblem rp{m, k, e};
+      uint8_t* route_ws;
+      const size_t route_ws_bytes = quant::workspace_size(rp);
+      BS_RETURN_IF_ERROR(buf("route_ws", int64_t(route_ws_bytes), &route_ws));
+      BS_RETURN_IF_ERROR(quant::run(rp, quant::RoutingInputs{ids}, quant::RoutingOutputs{ends, row_source, slot_row},
+                                    route_ws, route_ws_bytes, stream_));
+      if (!is_quantized(recipe_)) {  // cuBLAS experts loop on the host: their sizes are needed there
+        host_ends_.resize(e);
+        BS_CUDA(cudaMemcpyAsync(host_ends_.data(), ends, e * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+        BS_CUDA(cudaStreamSynchronize(stream_));
+        all_host_ends_[l] = host_ends_;
+      }
+      gpu::gather_rows(h2, m, d, row_source, rows, xs, stream_);
+      BS_RETURN_IF_ERROR(grouped_forward(n + ".w13", xs, rows, ends, P(lp.w13), 2 * f, d, u));
+      BS_RETURN_IF_ERROR(gpu::swiglu_forward(u, rows, f, a, stream_));
+      BS_RETURN_IF_ERROR(grouped_forward(n + ".w2", a, rows, ends, P(lp.w2), d, f, y));
+      gpu::round_to_bf16(y, y16, rows * d, stream_);  // the combine takes bf16 expert outputs
+      quant::CombineProblem cp;
+      cp.tokens = m, cp.top_k = k, cp.cols = d, cp.y_rows = rows, cp.ld_y = d, cp.ld_out = d;
+      cp.out_type = quant::CombineOutputType::kFp32;
+      BS_RETURN_IF_ERROR(quant::run(cp, quant::CombineInputs{y16, gates, slot_row}, quant::CombineOutputs{ffn_out},
+                                    nullptr, 0, stream_));
+    } else {
+      BS_RETURN_IF_ERROR(buf(n + ".u", m * 2 * f, &u));
+      BS_RETURN_IF_ERROR(buf(n + ".a", m * f, &a));
+      BS_RETURN_IF_ERROR(linear_forward(n + ".w13", lin, h2, P(lp.w13), m, 2 * f, d, u));
+      BS_RETURN_IF_ERROR(gpu::swiglu_forward(u, m, f, a, stream_));
+      BS_RETURN_IF_ERROR(linear_forward(n + ".w2", lin, a, P(lp.w2), m, d, f, ffn_out));
+    }
+    gpu::add_inplace(x, ffn_out, m * d, stream_);
+  }
+  float *hf, *rstd_f, *logits, *row_loss, *loss_sum;
+  uint8_t* reduce_ws;
+  BS_RETURN_IF_ERROR(buf("hf", m * d, &hf));
+  BS_RETURN_IF_ERROR(buf("rstd_f", m, &rstd_f));
+  BS_RETURN_IF_ERROR(buf("logits", m * c.vocab, &logits));
+  BS_RETURN_IF_ERROR(buf("row_loss", m, &row_loss));
+  BS_RETURN_IF_ERROR(buf("loss_sum", 1, &loss_sum));
+  const size_t reduce_bytes = gpu::reduction_workspace_bytes(m);
+  BS_RETURN_IF_ERROR(buf("loss_ws", int64_t(reduce_bytes), &reduce_ws));
+  BS_RETURN_IF_ERROR(gpu::rmsnorm_forward(x, P(layout_.final_norm), m, d, hf, rstd_f, stream_));
+  BS_RETURN_IF_ERROR(linear_forward("lm_head", head, hf, P(layout_.lm_head), m, c.vocab, d, logits));
+  BS_RETURN_IF_ERROR(gpu::cross_entropy(logits, targets, m, c.vocab, grad_scale / float(m), row_loss,
+                                        backward ? logits : nullptr, stream_));
+  BS_RETURN_IF_ERROR(gpu::sum(row_loss, m, loss_sum, reduce_ws, reduce_bytes, stream_));
+  float loss_host = 0;
+  std::vector<float> aux_host(std::max(L, 1));
+  BS_CUDA(cudaMemcpyAsync(&loss_host, loss_sum, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  BS_CUDA(cudaMemcpyAsync(aux_host.data(), aux, aux_host.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  BS_CUDA(cudaStreamSynchronize(stream_));
+  losses->loss = double(loss_host) / m;
+  losses->aux_loss = 0;
+  for (int l = 0; l < L && c.moe(); ++l) losses->aux_loss += aux_host[l];
+  if (!backward) return Status::ok();
+
+  // ---- backward (logits holds dlogits) ----
+  float *dhf, *dx, *dh2, *datt, *dqkv, *dh;
+  BS_RETURN_IF_ERROR(buf("dhf", m * d, &dhf));
+  BS_RETURN_IF_ERROR(buf("dx", m * d, &dx));
+  BS_RETURN_IF_ERROR(buf("dh2", m * d, &dh2));
+  BS_RETURN_IF_ERROR(buf("datt", m * d, &datt));
+  BS_RETURN_IF_ERROR(buf("dqkv", m * 3 * d, &dqkv));
+  BS_RETURN_IF_ERROR(buf("dh", m * d, &dh));
+  const size_t norm_ws_bytes = gpu::rmsnorm_backward_workspace_bytes(m, d);
+  uint8_t* norm_ws;
+  BS_RETURN_IF_ERROR(buf("norm_ws", int64_t(norm_ws_bytes), &norm_ws));
+  BS_CUDA(cudaMemsetAsync(dx, 0, m * d * sizeof(float), stream_));
+  BS_RETURN_IF_ERROR(linear_backward("lm_head", head, {}, logits, hf, P(layout_.lm_head), m, c.vocab, d, dhf,
+                                     G(layout_.lm_head)));
+  BS_RETURN_IF_ERROR(gpu::rmsnorm_backward(dhf, x, P(layout_.final_norm), rstd_f, m, d, dx, G(layout_.final_norm),
+                                           norm_ws, norm_ws_bytes, stream_));
+  const float aux_weight = grad_scale * c.aux_loss_coef;
+  for (int l = L - 1; l >= 0; --l) {
+    const LayerParams& lp = layout_.layers[l];
+    const std::string n = "l" + std::to_string(l);
+    float *x_in, *h, *rstd1, *qkv, *att, *x_mid, *h2, *rstd2, *u, *a;
+    uint16_t* probs;
+    BS_RETURN_IF_ERROR(buf(n + ".x_in", m * d, &x_in));
+    BS_RETURN_IF_ERROR(buf(n + ".h", m * d, &h));
+    BS_RETURN_IF_ERROR(buf(n + ".rstd1", m, &rstd1));
+    BS_RETURN_IF_ERROR(buf(n + ".qkv", m * 3 * d, &qkv));
+    BS_RETURN_IF_ERROR(buf(n + ".probs", int64_t{batch} * c.n_heads * c.seq_len * c.seq_len, &probs));
+    BS_RETURN_IF_ERROR(buf(n + ".att", m * d, &att));
+    BS_RETURN_IF_ERROR(buf(n + ".x_mid", m * d, &x_mid));
+    BS_RETURN_IF_ERROR(buf(n + ".h2", m * d, &h2));
+    BS_RETURN_IF_ERROR(buf(n + ".rstd2", m, &rstd2));
+    BS_CUDA(cudaMemsetAsync(dh2, 0, m * d * sizeof(float), stream_));
+    if (c.moe()) {
+      float *rprobs, *gates, *xs, *y, *dy, *d_gates, *da, *du, *dxs, *dlogits;
+      int32_t *ids, *ends, *slot_row;
+      BS_RETURN_IF_ERROR(buf(n + ".rprobs", m * e, &rprobs));
+      BS_RETURN_IF_ERROR(buf(n + ".gates", m * k, &gates));
+      BS_RETURN_IF_ERROR(buf(n + ".ids", m * k, &ids));
+      BS_RETURN_IF_ERROR(buf(n + ".ends", e, &ends));
+      BS_RETURN_IF_ERROR(buf(n + ".slot_row", rows, &slot_row));
+      BS_RETURN_IF_ERROR(buf(n + ".xs", rows * d, &xs));
+      BS_RETURN_IF_ERROR(buf(n + ".u", rows * 2 * f, &u));
+      BS_RETURN_IF_ERROR(buf(n + ".a", rows * f, &a));
+      BS_RETURN_IF_ERROR(buf(n + ".y", rows * d, &y));
+      BS_RETURN_IF_ERROR(buf("dy", rows * d, &dy));
+      BS_RETURN_IF_ERROR(buf("d_gates", m * k, &d_gates));
+      BS_RETURN_IF_ERROR(buf("da", rows * f, &da));
+      BS_RETURN_IF_ERROR(buf("du", rows * 2 * f, &du));
+      BS_RETURN_IF_ERROR(buf("dxs", rows * d, &dxs));
+      BS_RETURN_IF_ERROR(buf("router_dlogits", m * e, &dlogits));
+      if (!is_quantized(recipe_)) host_ends_ = all_host_ends_[l];
+      BS_RETURN_IF_ERROR(gpu::moe_combine_backward(dx, y, gates, slot_row, m, k, d, rows, dy, d_gates, stream_));
+      BS_RETURN_IF_ERROR(grouped_backward(n + ".w2", gradient_sr_key(run_seed, micro_step, l, 3), dy, a, rows, ends,
+                                          P(lp.w2), d, f, da, G(lp.w2)));
+      BS_RETURN_IF_ERROR(gpu::swiglu_backward(u, da, rows, f, du, stream_));
+      BS_RETURN_IF_ERROR(grouped_backward(n + ".w13", gradient_sr_key(run_seed, micro_step, l, 2), du, xs, rows, ends,
+                                          P(lp.w13), 2 * f, d, dxs, G(lp.w13)));
+      BS_RETURN_IF_ERROR(gpu::moe_scatter_add(dxs, slot_row, m, k, rows, d, dh2, stream_));
+      BS_RETURN_IF_ERROR(gpu::router_backward(rprobs, ids, gates, d_gates, m, e, k, aux_weight, dlogits, router_ws,
+                                              router_ws_bytes, stream_));
+      // router in fp32: dWr += dlogits^T h2, dh2 += dlogits · Wr
+      BS_RETURN_IF_ERROR(cublas_product(cublas_, Product::kDytX, CUDA_R_32F, dlogits, h2, m, e, d, G(lp.router), 1.0f));
+      BS_RETURN_IF_ERROR(cublas_product(cublas_, Product::kDyW, CUDA_R_32F, dlogits, P(lp.router), m, e, d, dh2, 1.0f));
+    } else {
+      float *da, *du;
+      BS_RETURN_IF_ERROR(buf(n + ".u", m * 2 * f, &u));
+      BS_RETURN_IF_ERROR(buf(n + ".a", m * f, &a));
+      BS_RETURN_IF_ERROR(buf("da", m * f, &da));
+      BS_RETURN_IF_ERROR(buf("du", m * 2 * f, &du));
+      BS_RETURN_IF_ERROR(linear_backward(n + ".w2", lin, gradient_sr_key(run_seed, micro_step, l, 3), dx, a, P(lp.w2), m,
+                                         d, f, da, G(lp.w2)));
+      BS_RETURN_IF_ERROR(gpu::swiglu_backward(u, da, m, f, du, stream_));
+      BS_RETURN_IF_ERROR(linear_backward(n + ".w13", lin, gradient_sr_key(run_seed, micro_step, l, 2), du, h2, P(lp.w13),
+                                         m, 2 * f, d, dh2, G(lp.w13)));
+    }
+    BS_RETURN_IF_ERROR(gpu::rmsnorm_backward(dh2, x_mid, P(lp.ffn_norm), rstd2, m, d, dx, G(lp.ffn_norm), norm_ws,
+                                             norm_ws_bytes, stream_));
+    BS_CUDA(cudaMemsetAsync(dh, 0, m * d * sizeof(float), stream_));
+    BS_RETURN_IF_ERROR(linear_backward(n + ".wo", lin, gradient_sr_key(run_seed, micro_step, l, 1), dx, att, P(lp.wo), m,
+                                       d, d, datt, G(lp.wo)));
+    BS_RETURN_IF_ERROR(gpu::attention_backward(qkv, probs, datt, batch, c.seq_len, c.n_heads, hd, dqkv, attn_ws,
+                                               attn_ws_bytes, cublas_, stream_));
+    BS_RETURN_IF_ERROR(linear_backward(n + ".wqkv", lin, gradient_sr_key(run_seed, micro_step, l, 0), dqkv, h,
+                                       P(lp.wqkv), m, 3 * d, d, dh, G(lp.wqkv)));
+    BS_RETURN_IF_ERROR(gpu::rmsnorm_backward(dh, x_in, P(lp.attn_norm), rstd1, m, d, dx, G(lp.attn_norm), norm_ws,
+                                             norm_ws_bytes, stream_));
+  }
+  size_t emb_ws_bytes = 0;
+  BS_RETURN_IF_ERROR(gpu::embedding_backward_workspace_bytes(m, c.vocab, &emb_ws_bytes));
+  uint8_t* emb_ws;
+  BS_RETURN_IF_ERROR(buf("emb_ws", int64_t(emb_ws_bytes), &emb_ws));
+  BS_RETURN_IF_ERROR(gpu::embedding_backward(tokens, m, c.seq_len, d, c.vocab, dx, G(layout_.embed),
+                                             G(layout_.pos_embed), emb_ws, emb_ws_bytes, stream_));
+  BS_CUDA(cudaStreamSynchronize(stream_));
+  BS_CUDA(cudaGetLastError());
+  return Status::ok();
+}
+
+}  // namespace
+
+bool gpu_available() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+Status make_gpu_backend(const ModelConfig& config, TrainRecipe recipe, uint64_t init_seed,
+                        std::unique_ptr<StepBackend>* out) {
+  auto backend = std::make_unique<GpuBackend>(config, recipe);
+  BS_RETURN_IF_ERROR(backend->init(init_seed));
+  *out = std::move(backend);
+  return Status::ok();
+}
+
+Status gpu_backend_gradients(StepBackend& backend, std::vector<float>* grads) {
+  auto* gpu = dynamic_cast<GpuBackend*>(&backend);
+  if (gpu == nullptr) return Status::error("gpu_backend_gradients: not a GPU backend");
+  return gpu->read_grads(grads);
+}
+
+}  // namespace blockscale::train

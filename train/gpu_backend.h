@@ -1,0 +1,18 @@
+// The training step on one GPU: the model of train/cpu_model.h with every quantized matmul through
+// quant/ (quantize, both copies in one pass) and gemm/ (dense and grouped block-scaled GEMMs),
+// attention and the bf16 baseline through cuBLAS, the rest through train/gpu_ops.h.
+#pragma once
+
+#include <memory>
+
+#include "train/step_backend.h"
+
+namespace blockscale::train {
+
+bool gpu_available();
+Status make_gpu_backend(const ModelConfig& config, TrainRecipe recipe, uint64_t init_seed,
+                        std::unique_ptr<StepBackend>* out);
+// The gradients of the last forward_backward (tests compare them with the CPU model's).
+Status gpu_backend_gradients(StepBackend& backend, std::vector<float>* grads);
+
+}  // namespace blockscale::train
