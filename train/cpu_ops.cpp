@@ -278,6 +278,7 @@ void moe_combine_backward(const float* dout, const float* y, const float* gates,
 
 void moe_scatter_add(const float* dx_sorted, const int32_t* row_source, int64_t rows, int d, float* dx) {
   for (int64_t r = 0; r < rows; ++r) {
+    if (row_source[r] < 0) continue;
     float* dst = dx + int64_t{row_source[r]} * d;
     for (int c = 0; c < d; ++c) dst[c] += dx_sorted[r * d + c];
   }

@@ -1,5 +1,5 @@
 // The model's non-GEMM operations on the CPU, in fp32: the reference the GPU kernels of the
-// training step (train/gpu_ops.cuh) are tested against, operation by operation. Every array is
+// training step (train/gpu_ops.h) are tested against, operation by operation. Every array is
 // row-major and contiguous. Outputs named "+=" accumulate (residual and parameter gradients);
 // all others are overwritten.
 //
@@ -62,7 +62,8 @@ void router_backward(const float* probs, const int32_t* expert_ids, const float*
 // names are zeroed), d_gates[t*top_k+j] = dot(dout[t], y[r]); a dropped slot gets d_gate 0.
 void moe_combine_backward(const float* dout, const float* y, const float* gates, const int32_t* slot_row,
                           int64_t tokens, int top_k, int d, int64_t y_rows, float* dy, float* d_gates);
-// dx[row_source[r]] += dx_sorted[r] for r < rows (the gather's backward).
+// dx[row_source[r]] += dx_sorted[r] for r < rows (the gather's backward); rows whose source is
+// negative (routing's rows past the routed total) are skipped.
 void moe_scatter_add(const float* dx_sorted, const int32_t* row_source, int64_t rows, int d, float* dx);
 
 // Cross-entropy of rows x vocab logits against targets: returns the summed loss (nats, double);

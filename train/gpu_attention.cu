@@ -190,6 +190,12 @@ class HandleScope {
   bool ok_ = false;
 };
 
+// Element counts within 2^40 (in double: the int64 products could overflow for absurd arguments).
+bool sizes_fit(const Shape& s) {
+  const double b = s.batch, t = s.seq, h = s.heads, hd = s.hd;
+  return b * t * 3 * h * hd <= 0x1p40 && b * h * t * t <= 0x1p40;
+}
+
 Status check_attention(const char* fn, const Shape& s, const void* workspace, size_t workspace_bytes,
                        cublasHandle_t cublas) {
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
@@ -198,9 +204,9 @@ Status check_attention(const char* fn, const Shape& s, const void* workspace, si
   BS_RETURN_IF_ERROR(check_range(fn, "heads", s.heads, 1, kMax));
   BS_RETURN_IF_ERROR(check_range(fn, "head_dim", s.hd, 1, kMax));
   BS_RETURN_IF_ERROR(check_range(fn, "batch * heads", int64_t{s.batch} * s.heads, 1, kMax));
-  BS_RETURN_IF_ERROR(check_range(fn, "batch * seq * 3 * heads * head_dim", s.rows() * 3 * s.heads * s.hd, 1,
-                                 int64_t{1} << 40));
-  BS_RETURN_IF_ERROR(check_range(fn, "batch * heads * seq * seq", s.square_elems(), 1, int64_t{1} << 40));
+  if (!sizes_fit(s))
+    return Status::error(std::string(fn) + ": batch * seq * 3 * heads * head_dim and batch * heads * seq^2 must "
+                                           "be <= 2^40");
   BS_RETURN_IF_ERROR(check_ptr(fn, "cublas", cublas));
   return check_workspace(fn, carve(s, nullptr).bytes, workspace, workspace_bytes);
 }
@@ -208,8 +214,9 @@ Status check_attention(const char* fn, const Shape& s, const void* workspace, si
 }  // namespace
 
 size_t attention_workspace_bytes(int batch, int seq, int heads, int head_dim) {
-  if (batch < 1 || seq < 1 || heads < 1 || head_dim < 1) return 0;
-  return carve(Shape{batch, seq, heads, head_dim}, nullptr).bytes;
+  const Shape s{batch, seq, heads, head_dim};
+  if (batch < 1 || seq < 1 || heads < 1 || head_dim < 1 || !sizes_fit(s)) return 0;
+  return carve(s, nullptr).bytes;
 }
 
 Status attention_forward(const float* qkv, int batch, int seq, int heads, int head_dim, uint16_t* probs,

@@ -62,7 +62,7 @@ def check_readme(cli, readme):
     text = open(readme).read()
     section = text[text.index("## The `blockscale` CLI"):]
     section = section[:section.index("\n## ", 3)]
-    for cmd in ("quantize", "dequantize", "study", "gemm"):
+    for cmd in ("quantize", "dequantize", "study", "gemm", "train"):
         _, out, _ = run(cli, [cmd, "--help"], ".")
         options = set(re.findall(r"^\s+(?:-\w,)?(--[\w-]+)", out, re.M)) - {"--help"}
         missing = sorted(o for o in options if o not in section)
@@ -197,6 +197,12 @@ def main():
         E("gemm --grouped without --tokens", gg + ["m"], 1, "--tokens")
         E("gemm --grouped with --m", gg + ["m", "--tokens", "100", "--m", "5"], 1, "--m")
         E("gemm --grouped bad --skew", gg + ["k", "--tokens", "100", "--skew", "2"], 2, "--skew")
+        tr = ["train", "--device", "cpu", "--steps", "2"]
+        E("train unknown recipe", tr + ["--recipe", "fp4"], 1, "--recipe", "fp4")
+        E("train d-model not a multiple of the block", tr + ["--recipe", "fp8_block", "--d-model", "96"], 1,
+          "--d-model", "128")
+        E("train missing token file", tr + ["--data", "tokens", "--data-path", "nope.bin"], 1, "nope.bin")
+        E("train resume from nothing", tr + ["--resume", "no_such_run"], 1, "no_such_run")
 
     if FAILURES:
         print("\n".join("FAIL " + f for f in FAILURES))
