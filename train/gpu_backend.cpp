@@ -505,6 +505,42 @@ class GpuBackend final : public StepBackend {
     return gemm::run(pw, aw, nullptr, 0, stream_);
   }
 
+  // What the backward needs of layer l's forward, in buffers named "l<l>.*" (one place for their
+  // names and sizes: the forward writes them, the backward reads them).
+  struct LayerActivations {
+    float *x_in, *h, *rstd1, *qkv, *att, *x_mid, *h2, *rstd2, *u, *a;
+    uint16_t* probs;                      // bf16 attention probabilities
+    float *rprobs, *gates, *xs, *y;       // MoE only (null for a dense FFN)
+    int32_t *ids, *ends, *row_source, *slot_row;
+  };
+  Status layer_activations(int l, int batch, LayerActivations* s) {
+    const ModelConfig& c = config_;
+    const std::string n = "l" + std::to_string(l);
+    const int64_t m = int64_t{batch} * c.seq_len, d = c.d_model, f = c.d_ff, e = c.n_experts, k = c.top_k;
+    const int64_t ffn_rows = c.moe() ? m * k : m;  // MoE: every token's top_k routed rows
+    *s = LayerActivations{};
+    BS_RETURN_IF_ERROR(buf(n + ".x_in", m * d, &s->x_in));
+    BS_RETURN_IF_ERROR(buf(n + ".h", m * d, &s->h));
+    BS_RETURN_IF_ERROR(buf(n + ".rstd1", m, &s->rstd1));
+    BS_RETURN_IF_ERROR(buf(n + ".qkv", m * 3 * d, &s->qkv));
+    BS_RETURN_IF_ERROR(buf(n + ".probs", int64_t{batch} * c.n_heads * c.seq_len * c.seq_len, &s->probs));
+    BS_RETURN_IF_ERROR(buf(n + ".att", m * d, &s->att));
+    BS_RETURN_IF_ERROR(buf(n + ".x_mid", m * d, &s->x_mid));
+    BS_RETURN_IF_ERROR(buf(n + ".h2", m * d, &s->h2));
+    BS_RETURN_IF_ERROR(buf(n + ".rstd2", m, &s->rstd2));
+    BS_RETURN_IF_ERROR(buf(n + ".u", ffn_rows * 2 * f, &s->u));
+    BS_RETURN_IF_ERROR(buf(n + ".a", ffn_rows * f, &s->a));
+    if (!c.moe()) return Status::ok();
+    BS_RETURN_IF_ERROR(buf(n + ".rprobs", m * e, &s->rprobs));
+    BS_RETURN_IF_ERROR(buf(n + ".gates", m * k, &s->gates));
+    BS_RETURN_IF_ERROR(buf(n + ".ids", m * k, &s->ids));
+    BS_RETURN_IF_ERROR(buf(n + ".ends", e, &s->ends));
+    BS_RETURN_IF_ERROR(buf(n + ".row_source", ffn_rows, &s->row_source));
+    BS_RETURN_IF_ERROR(buf(n + ".slot_row", ffn_rows, &s->slot_row));
+    BS_RETURN_IF_ERROR(buf(n + ".xs", ffn_rows * d, &s->xs));
+    return buf(n + ".y", ffn_rows * d, &s->y);
+  }
+
   Status run(const int32_t* tokens_host, const int32_t* targets_host, int batch, float grad_scale, uint64_t run_seed,
              int64_t micro_step, bool backward, StepLosses* losses);
 
@@ -558,18 +594,12 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
   for (int l = 0; l < L; ++l) {
     const LayerParams& lp = layout_.layers[l];
     const std::string n = "l" + std::to_string(l);
-    float *x_in, *h, *rstd1, *qkv, *att, *o, *x_mid, *h2, *rstd2, *ffn_out;
-    uint16_t* probs;
-    BS_RETURN_IF_ERROR(buf(n + ".x_in", m * d, &x_in));
-    BS_RETURN_IF_ERROR(buf(n + ".h", m * d, &h));
-    BS_RETURN_IF_ERROR(buf(n + ".rstd1", m, &rstd1));
-    BS_RETURN_IF_ERROR(buf(n + ".qkv", m * 3 * d, &qkv));
-    BS_RETURN_IF_ERROR(buf(n + ".probs", int64_t{batch} * c.n_heads * c.seq_len * c.seq_len, &probs));
-    BS_RETURN_IF_ERROR(buf(n + ".att", m * d, &att));
+    LayerActivations s;
+    BS_RETURN_IF_ERROR(layer_activations(l, batch, &s));
+    float *x_in = s.x_in, *h = s.h, *rstd1 = s.rstd1, *qkv = s.qkv, *att = s.att, *x_mid = s.x_mid, *h2 = s.h2,
+          *rstd2 = s.rstd2, *u = s.u, *a = s.a, *o, *ffn_out;
+    uint16_t* probs = s.probs;
     BS_RETURN_IF_ERROR(buf("o", m * d, &o));
-    BS_RETURN_IF_ERROR(buf(n + ".x_mid", m * d, &x_mid));
-    BS_RETURN_IF_ERROR(buf(n + ".h2", m * d, &h2));
-    BS_RETURN_IF_ERROR(buf(n + ".rstd2", m, &rstd2));
     BS_RETURN_IF_ERROR(buf("ffn_out", m * d, &ffn_out));
     BS_CUDA(cudaMemcpyAsync(x_in, x, m * d * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
     BS_RETURN_IF_ERROR(gpu::rmsnorm_forward(x, P(lp.attn_norm), m, d, h, rstd1, stream_));
@@ -580,22 +610,11 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
     gpu::add_inplace(x, o, m * d, stream_);
     BS_CUDA(cudaMemcpyAsync(x_mid, x, m * d * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
     BS_RETURN_IF_ERROR(gpu::rmsnorm_forward(x, P(lp.ffn_norm), m, d, h2, rstd2, stream_));
-    float *u, *a;
     if (c.moe()) {
-      float *logits, *rprobs, *gates, *xs, *y;
-      int32_t *ids, *ends, *row_source, *slot_row;
+      float *logits, *rprobs = s.rprobs, *gates = s.gates, *xs = s.xs, *y = s.y;
+      int32_t *ids = s.ids, *ends = s.ends, *row_source = s.row_source, *slot_row = s.slot_row;
       uint16_t* y16;
       BS_RETURN_IF_ERROR(buf("router_logits", m * e, &logits));
-      BS_RETURN_IF_ERROR(buf(n + ".rprobs", m * e, &rprobs));
-      BS_RETURN_IF_ERROR(buf(n + ".gates", m * k, &gates));
-      BS_RETURN_IF_ERROR(buf(n + ".ids", m * k, &ids));
-      BS_RETURN_IF_ERROR(buf(n + ".ends", e, &ends));
-      BS_RETURN_IF_ERROR(buf(n + ".row_source", rows, &row_source));
-      BS_RETURN_IF_ERROR(buf(n + ".slot_row", rows, &slot_row));
-      BS_RETURN_IF_ERROR(buf(n + ".xs", rows * d, &xs));
-      BS_RETURN_IF_ERROR(buf(n + ".u", rows * 2 * f, &u));
-      BS_RETURN_IF_ERROR(buf(n + ".a", rows * f, &a));
-      BS_RETURN_IF_ERROR(buf(n + ".y", rows * d, &y));
       BS_RETURN_IF_ERROR(buf("y16", rows * d, &y16));
       BS_RETURN_IF_ERROR(cublas_product(cublas_, Product::kXWt, CUDA_R_32F, h2, P(lp.router), m, e, d, logits, 0.0f));
       BS_RETURN_IF_ERROR(gpu::router_forward(logits, m, e, k, rprobs, ids, gates, stream_));
@@ -623,8 +642,6 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
       BS_RETURN_IF_ERROR(quant::run(cp, quant::CombineInputs{y16, gates, slot_row}, quant::CombineOutputs{ffn_out},
                                     nullptr, 0, stream_));
     } else {
-      BS_RETURN_IF_ERROR(buf(n + ".u", m * 2 * f, &u));
-      BS_RETURN_IF_ERROR(buf(n + ".a", m * f, &a));
       BS_RETURN_IF_ERROR(linear_forward(n + ".w13", lin, h2, P(lp.w13), m, 2 * f, d, u));
       BS_RETURN_IF_ERROR(gpu::swiglu_forward(u, m, f, a, stream_));
       BS_RETURN_IF_ERROR(linear_forward(n + ".w2", lin, a, P(lp.w2), m, d, f, ffn_out));
@@ -675,30 +692,15 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
   for (int l = L - 1; l >= 0; --l) {
     const LayerParams& lp = layout_.layers[l];
     const std::string n = "l" + std::to_string(l);
-    float *x_in, *h, *rstd1, *qkv, *att, *x_mid, *h2, *rstd2, *u, *a;
-    uint16_t* probs;
-    BS_RETURN_IF_ERROR(buf(n + ".x_in", m * d, &x_in));
-    BS_RETURN_IF_ERROR(buf(n + ".h", m * d, &h));
-    BS_RETURN_IF_ERROR(buf(n + ".rstd1", m, &rstd1));
-    BS_RETURN_IF_ERROR(buf(n + ".qkv", m * 3 * d, &qkv));
-    BS_RETURN_IF_ERROR(buf(n + ".probs", int64_t{batch} * c.n_heads * c.seq_len * c.seq_len, &probs));
-    BS_RETURN_IF_ERROR(buf(n + ".att", m * d, &att));
-    BS_RETURN_IF_ERROR(buf(n + ".x_mid", m * d, &x_mid));
-    BS_RETURN_IF_ERROR(buf(n + ".h2", m * d, &h2));
-    BS_RETURN_IF_ERROR(buf(n + ".rstd2", m, &rstd2));
+    LayerActivations s;
+    BS_RETURN_IF_ERROR(layer_activations(l, batch, &s));
+    float *x_in = s.x_in, *h = s.h, *rstd1 = s.rstd1, *qkv = s.qkv, *att = s.att, *x_mid = s.x_mid, *h2 = s.h2,
+          *rstd2 = s.rstd2, *u = s.u, *a = s.a;
+    const uint16_t* probs = s.probs;
     BS_CUDA(cudaMemsetAsync(dh2, 0, m * d * sizeof(float), stream_));
     if (c.moe()) {
-      float *rprobs, *gates, *xs, *y, *dy, *d_gates, *da, *du, *dxs, *dlogits;
-      int32_t *ids, *ends, *slot_row;
-      BS_RETURN_IF_ERROR(buf(n + ".rprobs", m * e, &rprobs));
-      BS_RETURN_IF_ERROR(buf(n + ".gates", m * k, &gates));
-      BS_RETURN_IF_ERROR(buf(n + ".ids", m * k, &ids));
-      BS_RETURN_IF_ERROR(buf(n + ".ends", e, &ends));
-      BS_RETURN_IF_ERROR(buf(n + ".slot_row", rows, &slot_row));
-      BS_RETURN_IF_ERROR(buf(n + ".xs", rows * d, &xs));
-      BS_RETURN_IF_ERROR(buf(n + ".u", rows * 2 * f, &u));
-      BS_RETURN_IF_ERROR(buf(n + ".a", rows * f, &a));
-      BS_RETURN_IF_ERROR(buf(n + ".y", rows * d, &y));
+      float *rprobs = s.rprobs, *gates = s.gates, *xs = s.xs, *y = s.y, *dy, *d_gates, *da, *du, *dxs, *dlogits;
+      int32_t *ids = s.ids, *ends = s.ends, *slot_row = s.slot_row;
       BS_RETURN_IF_ERROR(buf("dy", rows * d, &dy));
       BS_RETURN_IF_ERROR(buf("d_gates", m * k, &d_gates));
       BS_RETURN_IF_ERROR(buf("da", rows * f, &da));
@@ -720,8 +722,6 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
       BS_RETURN_IF_ERROR(cublas_product(cublas_, Product::kDyW, CUDA_R_32F, dlogits, P(lp.router), m, e, d, dh2, 1.0f));
     } else {
       float *da, *du;
-      BS_RETURN_IF_ERROR(buf(n + ".u", m * 2 * f, &u));
-      BS_RETURN_IF_ERROR(buf(n + ".a", m * f, &a));
       BS_RETURN_IF_ERROR(buf("da", m * f, &da));
       BS_RETURN_IF_ERROR(buf("du", m * 2 * f, &du));
       BS_RETURN_IF_ERROR(linear_backward(n + ".w2", lin, gradient_sr_key(run_seed, micro_step, l, 3), dx, a, P(lp.w2), m,

@@ -6,7 +6,6 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cmath>
-#include <cstdarg>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -17,25 +16,12 @@
 #include <system_error>
 
 #include "formats/io/tensor_view.h"  // defines: io::detail::AtomicFile (temp + fsync + rename)
+#include "train/printf_string.h"  // defines: printf_string
 
 namespace blockscale::train {
 namespace {
 
 namespace fs = std::filesystem;
-
-// printf into a std::string of whatever length it takes (%.6f of 1e300 is 300 digits).
-std::string printf_string(const char* format, ...) __attribute__((format(printf, 1, 2)));
-std::string printf_string(const char* format, ...) {
-  va_list args, again;
-  va_start(args, format);
-  va_copy(again, args);
-  const int n = std::vsnprintf(nullptr, 0, format, args);
-  va_end(args);
-  std::string out(n > 0 ? static_cast<size_t>(n) : 0, '\0');
-  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, format, again);
-  va_end(again);
-  return out;
-}
 
 // Whole-field parses: "12x", "" and " 12" are errors, as a hand-edited file should get one.
 bool parse_int(const std::string& s, int64_t* v) {

@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <exception>
 
 #include "formats/io/tensor_view.h"  // defines: io::detail::AtomicFile (temp + fsync + rename)
+#include "train/printf_string.h"  // defines: printf_string
 
 namespace blockscale::train {
 namespace {
@@ -18,20 +18,6 @@ constexpr const char* kPalette[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
 constexpr int kPaletteSize = sizeof(kPalette) / sizeof(kPalette[0]);
 constexpr double kMarginLeft = 70, kMarginRight = 20, kMarginBottom = 50;
 constexpr double kCharWidth = 7;  // rough width of a 12px sans-serif character, for the legend box
-
-// printf into a std::string of whatever length it takes (%.6f of 1e300 is 300 digits).
-std::string printf_string(const char* format, ...) __attribute__((format(printf, 1, 2)));
-std::string printf_string(const char* format, ...) {
-  va_list args, again;
-  va_start(args, format);
-  va_copy(again, args);
-  const int n = std::vsnprintf(nullptr, 0, format, args);
-  va_end(args);
-  std::string out(n > 0 ? static_cast<size_t>(n) : 0, '\0');
-  if (n > 0) std::vsnprintf(out.data(), out.size() + 1, format, again);
-  va_end(again);
-  return out;
-}
 
 std::string escape(const std::string& text) {
   std::string out;
