@@ -1,12 +1,18 @@
 // `blockscale train`: trains the MoE transformer of train/ on the built-in synthetic corpus, a
 // token file or raw text, in one precision recipe or several compared against each other.
+#include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "tools/cli.h"        // defines: fail, check
+#include "train/distributed_env.h"  // defines: read_distributed_env
 #include "train/trainer.h"    // defines: TrainConfig, train, compare_recipes
+#ifdef BLOCKSCALE_TRAIN_NCCL
+#include "train/gpu_nccl.h"   // defines: make_nccl_communicator
+#endif
 
 namespace blockscale::tools {
 namespace {
@@ -43,23 +49,44 @@ std::vector<train::TrainRecipe> parse_recipe_list(const std::string& list) {
   return out;
 }
 
+// Under a launcher (torchrun, srun) this process is one rank of several, one per GPU, joined
+// through NCCL; started on its own it is the only one.
+std::unique_ptr<train::Communicator> join_ranks() {
+  train::DistributedEnv env;
+  check("train", train::read_distributed_env(&env));
+  if (!env.distributed() && std::getenv("WORLD_SIZE") == nullptr) return nullptr;
+#ifdef BLOCKSCALE_TRAIN_NCCL
+  std::unique_ptr<train::Communicator> comm;
+  check("train", train::make_nccl_communicator(env, &comm));
+  return comm;
+#else
+  if (env.distributed()) fail("train", "WORLD_SIZE > 1 needs a build with CUDA and NCCL");
+  return nullptr;
+#endif
+}
+
 void run_train(TrainArgs& args) {
   train::TrainConfig& c = args.config;
   check("train", train::parse_recipe(args.recipe, &c.recipe));
   if (c.optimizer.total_steps <= 0) c.optimizer.total_steps = c.steps;
+  const std::unique_ptr<train::Communicator> comm = join_ranks();
+  const bool leader = comm == nullptr || comm->rank() == 0;  // rank 0 prints the results
   if (!args.compare.empty()) {
     std::vector<train::TrainSummary> summaries;
-    check("train", train::compare_recipes(c, parse_recipe_list(args.compare), std::cerr, &summaries));
-    for (const train::TrainSummary& s : summaries)
-      std::printf("%s: final eval loss %.4f, %.1f tokens/s (%s)\n", s.out_dir.c_str(), s.final_eval_loss,
-                  s.tokens_per_s, s.device.c_str());
+    check("train", train::compare_recipes(c, parse_recipe_list(args.compare), std::cerr, &summaries, comm.get()));
+    for (const train::TrainSummary& s : summaries) {
+      if (leader)
+        std::printf("%s: final eval loss %.4f, %.1f tokens/s (%s)\n", s.out_dir.c_str(), s.final_eval_loss,
+                    s.tokens_per_s, s.device.c_str());
+    }
     return;
   }
   train::TrainSummary s;
-  check("train", train::train(c, std::cerr, &s));
-  std::printf("%s: %lld steps, final eval loss %.4f, train loss %.4f, %.1f tokens/s (%s)\n", s.out_dir.c_str(),
-              static_cast<long long>(s.steps), s.final_eval_loss, s.final_train_loss, s.tokens_per_s,
-              s.device.c_str());
+  check("train", train::train(c, std::cerr, &s, comm.get()));
+  if (leader)
+    std::printf("%s: %lld steps, final eval loss %.4f, train loss %.4f, %.1f tokens/s (%s)\n", s.out_dir.c_str(),
+                static_cast<long long>(s.steps), s.final_eval_loss, s.final_train_loss, s.tokens_per_s,
+                s.device.c_str());
 }
 
 }  // namespace

@@ -1,5 +1,8 @@
 // The GPU step. Per linear layer and recipe:
-//   bf16 (and the LM head of every recipe): cuBLAS, bf16 operands, fp32 accumulation and output.
+//   bf16 (and the LM head of every recipe): cuBLAS, fp32 accumulation and output, on bf16 copies
+//   made once per operand (the forward's copies of x and w serve the backward too). Its MoE
+//   experts run one product per expert, with the group sizes copied to the host once per layer
+//   (as Megatron's grouped linear layers take their splits).
 //   fp8_block / mxfp8 / nvfp4: quant::run writes each operand's rowwise and columnwise copies in
 //   one pass (train/cpu_linear.h gives the roles and options), gemm::run multiplies: fprop
 //   X.row x W.row, dgrad dY.row x W.col, wgrad dY.col x X.col accumulated (beta = 1) into the fp32
@@ -23,8 +26,10 @@
 #include "quant/moe.h"
 #include "quant/quantize.h"
 #include "train/cpu_linear.h"
+#include "train/gpu_blas.h"
 #include "train/gpu_glue.h"
 #include "train/gpu_ops.h"
+#include "train/gpu_phase_timer.h"
 
 namespace blockscale::train {
 namespace {
@@ -71,34 +76,6 @@ class DeviceBuffers {
   std::map<std::string, Buffer> buffers_;
 };
 
-// Row-major products through cuBLAS (column-major underneath: a row-major M x N matrix is its
-// column-major transpose). Inputs bf16 bits or fp32; output fp32, c = product + beta * c.
-enum class Product {
-  kXWt,   // y[m,n]  = x[m,k] · w[n,k]^T
-  kDyW,   // dx[m,k] = dy[m,n] · w[n,k]          (here: m, n, k as named in the comment)
-  kDytX,  // dw[n,k] = dy[m,n]^T · x[m,k]
-};
-
-Status cublas_product(cublasHandle_t h, Product p, cudaDataType type, const void* a, const void* b, int64_t m,
-                      int64_t n, int64_t k, float* c, float beta) {
-  const float alpha = 1.0f;
-  switch (p) {
-    case Product::kXWt:  // a = x, b = w: C^T (n x m) = W (n x k) X^T
-      BS_CUBLAS(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &alpha, b, type, int(k), a, type,
-                             int(k), &beta, c, CUDA_R_32F, int(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      break;
-    case Product::kDyW:  // a = dy, b = w: dX^T (k x m) = W^T (k x n) dY^T
-      BS_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, int(k), int(m), int(n), &alpha, b, type, int(k), a, type,
-                             int(n), &beta, c, CUDA_R_32F, int(k), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      break;
-    case Product::kDytX:  // a = dy, b = x: dW^T (k x n) = X^T (k x m) dY
-      BS_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, int(k), int(n), int(m), &alpha, b, type, int(k), a, type,
-                             int(n), &beta, c, CUDA_R_32F, int(k), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      break;
-  }
-  return Status::ok();
-}
-
 // One tensor's quantized copies (device pointers into named buffers).
 struct Quantized {
   uint8_t* row_data = nullptr;
@@ -142,6 +119,7 @@ class GpuBackend final : public StepBackend {
     BS_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     BS_CUBLAS(cublasCreate(&cublas_));
     BS_CUBLAS(cublasSetStream(cublas_, stream_));
+    BS_RETURN_IF_ERROR(blas_.init(stream_));
     int dev = 0, sms = 0, clock_khz = 0, major = 0;
     BS_CUDA(cudaGetDevice(&dev));
     cudaDeviceProp prop{};
@@ -173,20 +151,32 @@ class GpuBackend final : public StepBackend {
   double peak_flops() const override { return peak_; }
 
   Status zero_grads() override {
+    timer_.start(stream_);  // a step begins here and ends with optimizer_step
+    PhaseScope phase(timer_, Phase::kOptimizer);
     BS_CUDA(cudaMemsetAsync(grads_, 0, layout_.total * sizeof(float), stream_));
     return Status::ok();
   }
 
   Status forward_backward(const int32_t* tokens, const int32_t* targets, int batch, float grad_scale,
                           uint64_t run_seed, int64_t micro_step, StepLosses* losses) override {
-    return run(tokens, targets, batch, grad_scale, run_seed, micro_step, true, losses);
+    const bool reduce = reduce_next_;
+    reduce_next_ = false;
+    return run(tokens, targets, batch, grad_scale, run_seed, micro_step, true, reduce, losses);
   }
+  void reduce_in_next_backward() override { reduce_next_ = comm_ != nullptr && comm_->world_size() > 1; }
   Status evaluate(const int32_t* tokens, const int32_t* targets, int batch, StepLosses* losses) override {
-    return run(tokens, targets, batch, 0.0f, 0, 0, false, losses);
+    return run(tokens, targets, batch, 0.0f, 0, 0, false, false, losses);
   }
 
   Status optimizer_step(const OptimizerConfig& c, float lr, int64_t step, double* grad_norm) override {
     const int64_t n = layout_.total;
+    if (comm_ != nullptr && comm_->world_size() > 1) {
+      PhaseScope phase(timer_, Phase::kCommunication);  // what the backward did not hide
+      if (!reduce_pending_) BS_RETURN_IF_ERROR(reduce_gradients(0, n));
+      BS_RETURN_IF_ERROR(comm_->wait_device(stream_));
+      reduce_pending_ = false;
+    }
+    timer_.enter(Phase::kOptimizer);
     void* work = nullptr;
     float* scalars = nullptr;
     BS_RETURN_IF_ERROR(buffers_.get("reduce_ws", int64_t(gpu::reduction_workspace_bytes(n)), reinterpret_cast<uint8_t**>(&work)));
@@ -204,8 +194,16 @@ class GpuBackend final : public StepBackend {
     BS_RETURN_IF_ERROR(gpu::adamw_step(params_, grads_, m_, v_, n, lr, c.beta1, c.beta2, c.eps, c.weight_decay, step,
                                        decay_, stream_));
     BS_CUDA(cudaStreamSynchronize(stream_));  // `factor` lives on this stack frame
-    return Status::ok();
+    timer_.leave();
+    return timer_.finish(&phase_totals_);
   }
+
+  std::vector<std::pair<std::string, double>> phase_ms() const override {
+    std::vector<std::pair<std::string, double>> out;
+    for (size_t i = 0; i < phase_totals_.size(); ++i) out.emplace_back(phase_name(Phase(i)), phase_totals_[i]);
+    return out;
+  }
+  void reset_phase_ms() override { phase_totals_ = {}; }
 
   Status read_state(std::vector<float>* p, std::vector<float>* m, std::vector<float>* v) override {
     const size_t bytes = layout_.total * sizeof(float);
@@ -276,7 +274,14 @@ class GpuBackend final : public StepBackend {
     uint8_t* ws = nullptr;
     const size_t ws_bytes = quant::workspace_size(p);
     BS_RETURN_IF_ERROR(buf(name + ".ws", int64_t(ws_bytes), &ws));
+    PhaseScope phase(timer_, Phase::kQuantize);
     return quant::run(p, in, out, ws, ws_bytes, stream_);
+  }
+
+  template <typename Problem, typename Arguments>
+  Status gemm_run(const Problem& p, const Arguments& a) {
+    PhaseScope phase(timer_, Phase::kGemm);
+    return gemm::run(p, a, nullptr, 0, stream_);
   }
 
   // Each expert's weight (experts x n x k) quantized on its own: codes and scales back to back,
@@ -344,6 +349,7 @@ class GpuBackend final : public StepBackend {
     uint8_t* ws = nullptr;
     const size_t ws_bytes = quant::workspace_size(p);
     BS_RETURN_IF_ERROR(buf(name + ".ws", int64_t(ws_bytes), &ws));
+    PhaseScope phase(timer_, Phase::kQuantize);
     return quant::run(p, in, out, ws, ws_bytes, stream_);
   }
 
@@ -353,7 +359,11 @@ class GpuBackend final : public StepBackend {
   // y (m x n) = x · w^T; the forward keeps x's quantized copies (or bf16 bits) under `name`.
   Status linear_forward(const std::string& name, TrainRecipe recipe, const float* x, const float* w, int64_t m,
                         int64_t n, int64_t k, float* y) {
-    if (!is_quantized(recipe)) return cublas_linear(name, recipe, Product::kXWt, x, w, m, n, k, y, 0.0f);
+    if (!is_quantized(recipe)) {
+      CublasOperands o;
+      BS_RETURN_IF_ERROR(cublas_forward_operands(name, recipe, x, m * k, w, n * k, &o));
+      return cublas_gemm(Product::kXWt, o.type, o.x, o.w, m, n, k, y, 0.0f);
+    }
     Quantized qx, qw;
     BS_RETURN_IF_ERROR(quantize(name + ".x", recipe, OperandRole::kActivation, {}, x, m, k, &qx));
     BS_RETURN_IF_ERROR(quantize(name + ".w", recipe, OperandRole::kWeight, {}, w, n, k, &qw));
@@ -367,15 +377,17 @@ class GpuBackend final : public StepBackend {
     a.a_data = qx.row_data, a.a_scales = qx.row_scales, a.a_scale_dec = qx.row_dec;
     a.b_data = qw.row_data, a.b_scales = qw.row_scales, a.b_scale_dec = qw.row_dec;
     a.d = y;
-    return gemm::run(p, a, nullptr, 0, stream_);
+    return gemm_run(p, a);
   }
 
   // dx (m x k) = dy · w (skipped when dx is null); dw += dy^T · x. x's copies come from the forward.
   Status linear_backward(const std::string& name, TrainRecipe recipe, SrKey sr, const float* dy, const float* x,
                          const float* w, int64_t m, int64_t n, int64_t k, float* dx, float* dw) {
     if (!is_quantized(recipe)) {
-      if (dx) BS_RETURN_IF_ERROR(cublas_linear(name, recipe, Product::kDyW, dy, w, m, n, k, dx, 0.0f));
-      return cublas_linear(name, recipe, Product::kDytX, dy, x, m, n, k, dw, 1.0f);
+      CublasOperands o;
+      BS_RETURN_IF_ERROR(cublas_backward_operands(name, recipe, dy, m * n, x, m * k, w, n * k, &o));
+      if (dx) BS_RETURN_IF_ERROR(cublas_gemm(Product::kDyW, o.type, o.dy, o.w, m, n, k, dx, 0.0f));
+      return cublas_gemm(Product::kDytX, o.type, o.dy, o.x, m, n, k, dw, 1.0f);
     }
     // x's and w's copies are the forward's (nothing writes them between the two).
     Quantized qdy;
@@ -392,7 +404,7 @@ class GpuBackend final : public StepBackend {
       a.a_data = qdy.row_data, a.a_scales = qdy.row_scales, a.a_scale_dec = qdy.row_dec;
       a.b_data = qw.col_data, a.b_scales = qw.col_scales, a.b_scale_dec = qw.col_dec;
       a.d = dx;
-      BS_RETURN_IF_ERROR(gemm::run(p, a, nullptr, 0, stream_));
+      BS_RETURN_IF_ERROR(gemm_run(p, a));
     }
     gemm::GemmProblem p;
     p.m = n, p.n = k, p.k = m;
@@ -406,32 +418,75 @@ class GpuBackend final : public StepBackend {
     a.b_data = qx.col_data, a.b_scales = qx.col_scales, a.b_scale_dec = qx.col_dec;
     a.c = dw;
     a.d = dw;
-    return gemm::run(p, a, nullptr, 0, stream_);
+    return gemm_run(p, a);
   }
 
-  // cuBLAS product with bf16 (rounded copies of both inputs) or fp32 operands.
-  Status cublas_linear(const std::string& name, TrainRecipe recipe, Product prod, const float* a, const float* b,
-                       int64_t m, int64_t n, int64_t k, float* c, float beta) {
-    if (recipe == TrainRecipe::kFp32) return cublas_product(cublas_, prod, CUDA_R_32F, a, b, m, n, k, c, beta);
-    const int64_t a_count = prod == Product::kXWt ? m * k : m * n;
-    const int64_t b_count = prod == Product::kDytX ? m * k : n * k;
-    uint16_t *a16, *b16;
-    BS_RETURN_IF_ERROR(buf(name + ".a16", a_count, &a16));
-    BS_RETURN_IF_ERROR(buf(name + ".b16", b_count, &b16));
-    BS_RETURN_IF_ERROR(gpu::to_bf16(a, a_count, a16, stream_));
-    BS_RETURN_IF_ERROR(gpu::to_bf16(b, b_count, b16, stream_));
-    return cublas_product(cublas_, prod, CUDA_R_16BF, a16, b16, m, n, k, c, beta);
+  // cuBLAS product of fp32 operands or their bf16 copies (fp32 accumulation and output).
+  Status cublas_gemm(Product prod, cudaDataType type, const void* a, const void* b, int64_t m, int64_t n, int64_t k,
+                     float* c, float beta) {
+    PhaseScope phase(timer_, Phase::kGemm);
+    return blas_.product(prod, type, a, b, m, n, k, c, beta);
+  }
+
+  // The bf16 recipe's "quantization": a rounded copy in the named buffer, made once per operand
+  // (the forward's copies of x and w are the backward's too, as the quantized recipes reuse theirs).
+  Status bf16_copy(const std::string& name, const float* x, int64_t count, const void** out) {
+    PhaseScope phase(timer_, Phase::kQuantize);
+    uint16_t* copy;
+    BS_RETURN_IF_ERROR(buf(name, count, &copy));
+    *out = copy;
+    return gpu::to_bf16(x, count, copy, stream_);
+  }
+  // The forward's bf16 copy of an operand (buffers keep their contents between uses).
+  Status saved_bf16(const std::string& name, int64_t count, const void** out) {
+    uint16_t* copy;
+    BS_RETURN_IF_ERROR(buf(name, count, &copy));
+    *out = copy;
+    return Status::ok();
+  }
+
+  // Operands of an unquantized (bf16 / fp32) linear layer as cuBLAS takes them: forward, the
+  // copies of x and w (bf16) or the tensors themselves (fp32).
+  struct CublasOperands {
+    cudaDataType type = CUDA_R_32F;
+    size_t elem_bytes = 4;
+    const void *x = nullptr, *w = nullptr, *dy = nullptr;
+    const void* at(const void* p, int64_t elems) const { return static_cast<const char*>(p) + elems * elem_bytes; }
+  };
+  Status cublas_forward_operands(const std::string& name, TrainRecipe recipe, const float* x, int64_t x_count,
+                                 const float* w, int64_t w_count, CublasOperands* o) {
+    *o = CublasOperands{};
+    o->x = x, o->w = w;
+    if (recipe == TrainRecipe::kFp32) return Status::ok();
+    o->type = CUDA_R_16BF, o->elem_bytes = 2;
+    BS_RETURN_IF_ERROR(bf16_copy(name + ".x16", x, x_count, &o->x));
+    return bf16_copy(name + ".w16", w, w_count, &o->w);
+  }
+  // Backward: the forward's copies of x and w, and a new one of dy.
+  Status cublas_backward_operands(const std::string& name, TrainRecipe recipe, const float* dy, int64_t dy_count,
+                                  const float* x, int64_t x_count, const float* w, int64_t w_count,
+                                  CublasOperands* o) {
+    *o = CublasOperands{};
+    o->x = x, o->w = w, o->dy = dy;
+    if (recipe == TrainRecipe::kFp32) return Status::ok();
+    o->type = CUDA_R_16BF, o->elem_bytes = 2;
+    BS_RETURN_IF_ERROR(saved_bf16(name + ".x16", x_count, &o->x));
+    BS_RETURN_IF_ERROR(saved_bf16(name + ".w16", w_count, &o->w));
+    return bf16_copy(name + ".dy16", dy, dy_count, &o->dy);
   }
 
   // ---- grouped (MoE expert) layers: x holds rows = tokens * top_k routed rows sorted by expert ----
   Status grouped_forward(const std::string& name, const float* x, int64_t rows, const int32_t* ends,
                          const float* w, int64_t n, int64_t k, float* y) {
     const int e = config_.n_experts;
-    if (!is_quantized(recipe_)) {
+    if (!is_quantized(recipe_)) {  // one cuBLAS product per expert, sizes from the host
+      CublasOperands o;
+      BS_RETURN_IF_ERROR(cublas_forward_operands(name, recipe_, x, rows * k, w, e * n * k, &o));
       for (int g = 0; g < e; ++g) {
         const int64_t b = g ? host_ends_[g - 1] : 0, r = host_ends_[g] - b;
         if (r > 0)
-          BS_RETURN_IF_ERROR(cublas_linear(name, recipe_, Product::kXWt, x + b * k, w + g * n * k, r, n, k, y + b * n, 0.0f));
+          BS_RETURN_IF_ERROR(cublas_gemm(Product::kXWt, o.type, o.at(o.x, b * k), o.at(o.w, g * n * k), r, n, k,
+                                         y + b * n, 0.0f));
       }
       return Status::ok();
     }
@@ -453,18 +508,22 @@ class GpuBackend final : public StepBackend {
     a.b_data = qw.row_data, a.b_scales = qw.row_scales, a.b_scale_dec = qw.row_dec;
     a.group_ends = ends;
     a.d = y;
-    return gemm::run(p, a, nullptr, 0, stream_);
+    return gemm_run(p, a);
   }
 
   Status grouped_backward(const std::string& name, SrKey sr, const float* dy, const float* x, int64_t rows,
                           const int32_t* ends, const float* w, int64_t n, int64_t k, float* dx, float* dw) {
     const int e = config_.n_experts;
     if (!is_quantized(recipe_)) {
+      CublasOperands o;
+      BS_RETURN_IF_ERROR(cublas_backward_operands(name, recipe_, dy, rows * n, x, rows * k, w, e * n * k, &o));
       for (int g = 0; g < e; ++g) {
         const int64_t b = g ? host_ends_[g - 1] : 0, r = host_ends_[g] - b;
         if (r == 0) continue;
-        BS_RETURN_IF_ERROR(cublas_linear(name, recipe_, Product::kDyW, dy + b * n, w + g * n * k, r, n, k, dx + b * k, 0.0f));
-        BS_RETURN_IF_ERROR(cublas_linear(name, recipe_, Product::kDytX, dy + b * n, x + b * k, r, n, k, dw + g * n * k, 1.0f));
+        BS_RETURN_IF_ERROR(cublas_gemm(Product::kDyW, o.type, o.at(o.dy, b * n), o.at(o.w, g * n * k), r, n, k,
+                                       dx + b * k, 0.0f));
+        BS_RETURN_IF_ERROR(cublas_gemm(Product::kDytX, o.type, o.at(o.dy, b * n), o.at(o.x, b * k), r, n, k,
+                                       dw + g * n * k, 1.0f));
       }
       return Status::ok();
     }
@@ -486,7 +545,7 @@ class GpuBackend final : public StepBackend {
     a.b_data = qw.col_data, a.b_scales = qw.col_scales, a.b_scale_dec = qw.col_dec;
     a.group_ends = ends;
     a.d = dx;
-    BS_RETURN_IF_ERROR(gemm::run(p, a, nullptr, 0, stream_));
+    BS_RETURN_IF_ERROR(gemm_run(p, a));
     gemm::GroupedGemmProblem pw;
     pw.mode = gemm::GroupedGemmMode::kK;
     pw.num_groups = e;
@@ -502,7 +561,7 @@ class GpuBackend final : public StepBackend {
     aw.group_ends = qdy.padded_ends;
     aw.c = dw;
     aw.d = dw;
-    return gemm::run(pw, aw, nullptr, 0, stream_);
+    return gemm_run(pw, aw);
   }
 
   // What the backward needs of layer l's forward, in buffers named "l<l>.*" (one place for their
@@ -542,14 +601,24 @@ class GpuBackend final : public StepBackend {
   }
 
   Status run(const int32_t* tokens_host, const int32_t* targets_host, int batch, float grad_scale, uint64_t run_seed,
-             int64_t micro_step, bool backward, StepLosses* losses);
+             int64_t micro_step, bool backward, bool reduce, StepLosses* losses);
+
+  // Sums grads_[begin, end) across ranks once the backward enqueued so far has written it.
+  Status reduce_gradients(int64_t begin, int64_t end) {
+    reduce_pending_ = true;
+    return comm_->all_reduce_device(grads_ + begin, end - begin, stream_);
+  }
+  int64_t layer_begin(int l) const {
+    return l < config_.n_layers ? layout_.at(layout_.layers[l].attn_norm).offset : layout_.at(layout_.final_norm).offset;
+  }
 
   ModelConfig config_;
   TrainRecipe recipe_;
   ParamLayout layout_;
   DeviceBuffers buffers_;
   cudaStream_t stream_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;  // attention's batched products
+  GpuBlas blas_;                      // the linear layers' products
   std::string device_name_;
   double peak_ = 0;
   float *params_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
@@ -558,10 +627,14 @@ class GpuBackend final : public StepBackend {
   std::map<int, std::vector<int32_t>> all_host_ends_;  // ... per layer, for the backward
   std::map<std::string, std::pair<int64_t, int64_t>> expert_scale_bytes_;
   std::map<std::string, Quantized> saved_;  // each operand's latest copies, by name
+  PhaseTimer timer_;
+  bool reduce_next_ = false;     // the next backward sums gradients across ranks
+  bool reduce_pending_ = false;  // sums enqueued that optimizer_step must wait for
+  PhaseTimes phase_totals_{};  // since reset_phase_ms()
 };
 
 Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, int batch, float grad_scale,
-                       uint64_t run_seed, int64_t micro_step, bool backward, StepLosses* losses) {
+                       uint64_t run_seed, int64_t micro_step, bool backward, bool reduce, StepLosses* losses) {
   const ModelConfig& c = config_;
   const int64_t m = int64_t{batch} * c.seq_len;
   const int d = c.d_model, f = c.d_ff, e = c.n_experts, k = c.top_k, hd = c.head_dim(), L = c.n_layers;
@@ -604,8 +677,11 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
     BS_CUDA(cudaMemcpyAsync(x_in, x, m * d * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
     BS_RETURN_IF_ERROR(gpu::rmsnorm_forward(x, P(lp.attn_norm), m, d, h, rstd1, stream_));
     BS_RETURN_IF_ERROR(linear_forward(n + ".wqkv", lin, h, P(lp.wqkv), m, 3 * d, d, qkv));
-    BS_RETURN_IF_ERROR(gpu::attention_forward(qkv, batch, c.seq_len, c.n_heads, hd, probs, att, attn_ws, attn_ws_bytes,
-                                              cublas_, stream_));
+    {
+      PhaseScope phase(timer_, Phase::kAttention);
+      BS_RETURN_IF_ERROR(gpu::attention_forward(qkv, batch, c.seq_len, c.n_heads, hd, probs, att, attn_ws,
+                                                attn_ws_bytes, cublas_, stream_));
+    }
     BS_RETURN_IF_ERROR(linear_forward(n + ".wo", lin, att, P(lp.wo), m, d, d, o));
     gpu::add_inplace(x, o, m * d, stream_);
     BS_CUDA(cudaMemcpyAsync(x_mid, x, m * d * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
@@ -616,7 +692,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
       uint16_t* y16;
       BS_RETURN_IF_ERROR(buf("router_logits", m * e, &logits));
       BS_RETURN_IF_ERROR(buf("y16", rows * d, &y16));
-      BS_RETURN_IF_ERROR(cublas_product(cublas_, Product::kXWt, CUDA_R_32F, h2, P(lp.router), m, e, d, logits, 0.0f));
+      BS_RETURN_IF_ERROR(cublas_gemm(Product::kXWt, CUDA_R_32F, h2, P(lp.router), m, e, d, logits, 0.0f));
       BS_RETURN_IF_ERROR(gpu::router_forward(logits, m, e, k, rprobs, ids, gates, stream_));
       BS_RETURN_IF_ERROR(gpu::load_balance_loss(rprobs, ids, m, e, k, aux + l, router_ws, router_ws_bytes, stream_));
       quant::RoutingProblem rp{m, k, e};
@@ -688,6 +764,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
                                      G(layout_.lm_head)));
   BS_RETURN_IF_ERROR(gpu::rmsnorm_backward(dhf, x, P(layout_.final_norm), rstd_f, m, d, dx, G(layout_.final_norm),
                                            norm_ws, norm_ws_bytes, stream_));
+  if (reduce) BS_RETURN_IF_ERROR(reduce_gradients(layer_begin(L), layout_.total));  // final norm, LM head
   const float aux_weight = grad_scale * c.aux_loss_coef;
   for (int l = L - 1; l >= 0; --l) {
     const LayerParams& lp = layout_.layers[l];
@@ -718,8 +795,8 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
       BS_RETURN_IF_ERROR(gpu::router_backward(rprobs, ids, gates, d_gates, m, e, k, aux_weight, dlogits, router_ws,
                                               router_ws_bytes, stream_));
       // router in fp32: dWr += dlogits^T h2, dh2 += dlogits · Wr
-      BS_RETURN_IF_ERROR(cublas_product(cublas_, Product::kDytX, CUDA_R_32F, dlogits, h2, m, e, d, G(lp.router), 1.0f));
-      BS_RETURN_IF_ERROR(cublas_product(cublas_, Product::kDyW, CUDA_R_32F, dlogits, P(lp.router), m, e, d, dh2, 1.0f));
+      BS_RETURN_IF_ERROR(cublas_gemm(Product::kDytX, CUDA_R_32F, dlogits, h2, m, e, d, G(lp.router), 1.0f));
+      BS_RETURN_IF_ERROR(cublas_gemm(Product::kDyW, CUDA_R_32F, dlogits, P(lp.router), m, e, d, dh2, 1.0f));
     } else {
       float *da, *du;
       BS_RETURN_IF_ERROR(buf("da", m * f, &da));
@@ -735,12 +812,16 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
     BS_CUDA(cudaMemsetAsync(dh, 0, m * d * sizeof(float), stream_));
     BS_RETURN_IF_ERROR(linear_backward(n + ".wo", lin, gradient_sr_key(run_seed, micro_step, l, 1), dx, att, P(lp.wo), m,
                                        d, d, datt, G(lp.wo)));
-    BS_RETURN_IF_ERROR(gpu::attention_backward(qkv, probs, datt, batch, c.seq_len, c.n_heads, hd, dqkv, attn_ws,
-                                               attn_ws_bytes, cublas_, stream_));
+    {
+      PhaseScope phase(timer_, Phase::kAttention);
+      BS_RETURN_IF_ERROR(gpu::attention_backward(qkv, probs, datt, batch, c.seq_len, c.n_heads, hd, dqkv, attn_ws,
+                                                 attn_ws_bytes, cublas_, stream_));
+    }
     BS_RETURN_IF_ERROR(linear_backward(n + ".wqkv", lin, gradient_sr_key(run_seed, micro_step, l, 0), dqkv, h,
                                        P(lp.wqkv), m, 3 * d, d, dh, G(lp.wqkv)));
     BS_RETURN_IF_ERROR(gpu::rmsnorm_backward(dh, x_in, P(lp.attn_norm), rstd1, m, d, dx, G(lp.attn_norm), norm_ws,
                                              norm_ws_bytes, stream_));
+    if (reduce) BS_RETURN_IF_ERROR(reduce_gradients(layer_begin(l), layer_begin(l + 1)));  // layer l is done
   }
   size_t emb_ws_bytes = 0;
   BS_RETURN_IF_ERROR(gpu::embedding_backward_workspace_bytes(m, c.vocab, &emb_ws_bytes));
@@ -748,6 +829,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
   BS_RETURN_IF_ERROR(buf("emb_ws", int64_t(emb_ws_bytes), &emb_ws));
   BS_RETURN_IF_ERROR(gpu::embedding_backward(tokens, m, c.seq_len, d, c.vocab, dx, G(layout_.embed),
                                              G(layout_.pos_embed), emb_ws, emb_ws_bytes, stream_));
+  if (reduce) BS_RETURN_IF_ERROR(reduce_gradients(0, layer_begin(0)));  // embeddings
   BS_CUDA(cudaStreamSynchronize(stream_));
   BS_CUDA(cudaGetLastError());
   return Status::ok();

@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "formats/status.h"
+#include "train/communicator.h"
 #include "train/cpu_model.h"
 #include "train/optimizer.h"
 
@@ -24,15 +26,29 @@ class StepBackend {
   // grads += d(grad_scale * loss)/d params for one micro-batch (batch x seq_len tokens).
   virtual Status forward_backward(const int32_t* tokens, const int32_t* targets, int batch, float grad_scale,
                                   uint64_t run_seed, int64_t micro_step, StepLosses* losses) = 0;
+  // Data parallelism: gradients are summed over comm's ranks before optimizer_step uses them.
+  // Called before the first step; nullptr (the default) is a single rank.
+  virtual void set_communicator(Communicator* comm) { comm_ = comm; }
+  // The next forward_backward is the step's last micro-batch: the GPU step starts summing each
+  // layer's gradients across ranks as soon as its backward has them, overlapping the rest.
+  virtual void reduce_in_next_backward() {}
   virtual Status evaluate(const int32_t* tokens, const int32_t* targets, int batch, StepLosses* losses) = 0;
   // Reduces gradients across ranks (data parallel), clips them to the global norm and applies
   // AdamW; *grad_norm receives the norm before clipping.
   virtual Status optimizer_step(const OptimizerConfig& config, float lr, int64_t step, double* grad_norm) = 0;
 
+  // GPU time per phase of the step (quantize, gemm, attention, ...), summed over the steps since
+  // reset_phase_ms(), in milliseconds; empty where the backend does not time phases (CPU).
+  virtual std::vector<std::pair<std::string, double>> phase_ms() const { return {}; }
+  virtual void reset_phase_ms() {}
+
   // The master weights and AdamW moments, for checkpoints (host copies, layout().total floats).
   virtual Status read_state(std::vector<float>* params, std::vector<float>* m, std::vector<float>* v) = 0;
   virtual Status write_state(const std::vector<float>& params, const std::vector<float>& m,
                              const std::vector<float>& v) = 0;
+
+ protected:
+  Communicator* comm_ = nullptr;
 };
 
 std::unique_ptr<StepBackend> make_cpu_backend(const ModelConfig& config, TrainRecipe recipe, uint64_t init_seed);

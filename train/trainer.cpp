@@ -1,9 +1,12 @@
 #include "train/trainer.h"
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <ostream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -105,18 +108,56 @@ Status resume(const TrainConfig& c, StepBackend& backend, const ParamLayout& lay
   return backend.write_state(p, m, v);
 }
 
-double evaluate(const TrainConfig& c, StepBackend& backend, const TokenCorpus& eval, Status* status) {
+// This process's place among the data-parallel ranks.
+struct Ranks {
+  Communicator* comm = nullptr;
+  int rank = 0, world = 1;
+  explicit Ranks(Communicator* c) : comm(c), rank(c ? c->rank() : 0), world(c ? c->world_size() : 1) {}
+  bool leader() const { return rank == 0; }
+  Status sum(double* v, int n) const { return world > 1 ? comm->all_reduce_host(v, n) : Status::ok(); }
+  // Every rank learns whether all ranks succeeded (rank 0 alone writes files): an error on one
+  // stops all, instead of leaving the others waiting in their next sum.
+  Status agree(const Status& mine) const {
+    if (world == 1) return mine;
+    double failed = mine.is_ok() ? 0.0 : 1.0;
+    BS_RETURN_IF_ERROR(comm->all_reduce_host(&failed, 1));
+    if (!mine.is_ok()) return mine;
+    return failed > 0 ? Status::error("another rank failed (its error is in its own output)") : Status::ok();
+  }
+};
+
+// " quantize 1.20 ms (10%), gemm ..." from per-step phase times.
+std::string format_phases(const std::vector<std::pair<std::string, double>>& phases) {
+  double total = 0;
+  for (const auto& p : phases) total += p.second;
+  std::string out;
+  for (const auto& [name, ms] : phases) {
+    if (ms == 0) continue;  // e.g. communication on one GPU
+    char part[96];
+    std::snprintf(part, sizeof(part), " %s %.2f ms (%.0f%%)", name.c_str(), ms, total > 0 ? 100.0 * ms / total : 0.0);
+    out += part;
+  }
+  return out;
+}
+
+// Mean loss over the eval batches. Eval batch b of the whole run is `batch x world` windows; rank
+// r takes its r-th slice (make_eval_batch's batch b * world + r of `batch` windows), so any
+// number of ranks evaluates the same windows as one rank with world x batch.
+double evaluate(const TrainConfig& c, StepBackend& backend, const TokenCorpus& eval, const Ranks& ranks,
+                Status* status) {
   const int64_t n = int64_t{c.batch} * c.model.seq_len;
   std::vector<int32_t> in(n), tg(n);
   double sum = 0;
   for (int b = 0; b < c.eval_batches; ++b) {
     StepLosses l;
-    *status = make_eval_batch(eval, c.model.seq_len, b, c.batch, in.data(), tg.data());
+    *status = make_eval_batch(eval, c.model.seq_len, int64_t{b} * ranks.world + ranks.rank, c.batch, in.data(),
+                              tg.data());
     if (status->is_ok()) *status = backend.evaluate(in.data(), tg.data(), c.batch, &l);
     if (!status->is_ok()) return NAN;
     sum += l.loss;
   }
-  return sum / c.eval_batches;
+  *status = ranks.sum(&sum, 1);
+  return sum / (double(c.eval_batches) * ranks.world);
 }
 
 }  // namespace
@@ -145,8 +186,11 @@ Status validate(const TrainConfig& c) {
   return Status::ok();
 }
 
-Status train(const TrainConfig& c, std::ostream& progress, TrainSummary* summary) {
+Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* summary, Communicator* comm) {
   BS_RETURN_IF_ERROR(validate(c));
+  const Ranks ranks(comm);
+  std::ostringstream quiet;  // ranks other than 0 print nothing
+  std::ostream& progress = ranks.leader() ? progress_out : quiet;
   TokenCorpus all, train_data, eval_data;
   BS_RETURN_IF_ERROR(load_corpus(c, &all));
   if (all.vocab_size > c.model.vocab)
@@ -158,36 +202,48 @@ Status train(const TrainConfig& c, std::ostream& progress, TrainSummary* summary
 
   std::unique_ptr<StepBackend> backend;
   BS_RETURN_IF_ERROR(make_backend(c, &backend));
+  if (ranks.world > 1) backend->set_communicator(comm);
   const ParamLayout layout = make_param_layout(c.model);
   int64_t step = 0, tokens = 0;
-  if (!c.resume.empty()) BS_RETURN_IF_ERROR(resume(c, *backend, layout, &step, &tokens, progress));
-  RunLog log;
-  BS_RETURN_IF_ERROR(RunLog::open(c.out_dir, c.resume.empty() ? -1 : step, &log));
+  if (!c.resume.empty()) BS_RETURN_IF_ERROR(ranks.agree(resume(c, *backend, layout, &step, &tokens, progress)));
+  RunLog log;  // rank 0 writes the logs
+  if (ranks.leader()) BS_RETURN_IF_ERROR(RunLog::open(c.out_dir, c.resume.empty() ? -1 : step, &log));
 
-  const int64_t tokens_per_step = int64_t{c.batch} * c.grad_accum * c.model.seq_len;
+  // A step takes batch x grad_accum sequences on each rank: sample (micro * world + rank) * batch
+  // + i, so any number of ranks sees the samples of one rank with world x batch.
+  const int64_t tokens_per_step = int64_t{c.batch} * c.grad_accum * c.model.seq_len * ranks.world;
   const double flops_per_step = train_flops_per_token(c.model) * tokens_per_step;
   progress << "train: " << recipe_name(c.recipe) << " on " << backend->device_name() << ", "
            << parameter_count(c.model) / 1e6 << "M parameters (" << active_parameter_count(c.model) / 1e6
-           << "M active), " << tokens_per_step << " tokens/step, data: " << all.description << "\n";
+           << "M active), " << tokens_per_step << " tokens/step"
+           << (ranks.world > 1 ? " over " + std::to_string(ranks.world) + " ranks" : std::string()) << ", data: "
+           << all.description << "\n";
 
   const int64_t n = int64_t{c.batch} * c.model.seq_len;
   std::vector<int32_t> in(n), tg(n);
   double timed_ms = 0;
   int64_t timed_steps = 0, run_steps = 0;
   StepRecord last{};
+  double last_eval = NAN;
   while (step < c.steps && run_steps != c.stop_after) {
     const auto start = std::chrono::steady_clock::now();
     BS_RETURN_IF_ERROR(backend->zero_grads());
     double loss = 0, aux = 0;
     for (int micro = 0; micro < c.grad_accum; ++micro) {
-      BS_RETURN_IF_ERROR(make_batch(train_data, c.model.seq_len, c.seed, step, int64_t{micro} * c.batch, c.batch,
-                                    in.data(), tg.data()));
+      const int64_t first_sample = (int64_t{micro} * ranks.world + ranks.rank) * c.batch;
+      BS_RETURN_IF_ERROR(make_batch(train_data, c.model.seq_len, c.seed, step, first_sample, c.batch, in.data(),
+                                    tg.data()));
       StepLosses l;
-      BS_RETURN_IF_ERROR(backend->forward_backward(in.data(), tg.data(), c.batch, 1.0f / c.grad_accum, c.seed,
+      if (micro == c.grad_accum - 1) backend->reduce_in_next_backward();
+      BS_RETURN_IF_ERROR(backend->forward_backward(in.data(), tg.data(), c.batch,
+                                                   1.0f / float(c.grad_accum * ranks.world), c.seed,
                                                    step * c.grad_accum + micro, &l));
       loss += l.loss / c.grad_accum;
       aux += l.aux_loss / c.grad_accum;
     }
+    double losses[2] = {loss, aux};  // the step's mean over all ranks' tokens
+    BS_RETURN_IF_ERROR(ranks.sum(losses, 2));
+    loss = losses[0] / ranks.world, aux = losses[1] / ranks.world;
     const float lr = learning_rate(c.optimizer, step);
     double grad_norm = 0;
     BS_RETURN_IF_ERROR(backend->optimizer_step(c.optimizer, lr, step + 1, &grad_norm));
@@ -198,41 +254,55 @@ Status train(const TrainConfig& c, std::ostream& progress, TrainSummary* summary
     if (run_steps > 1) {
       timed_ms += ms;
       ++timed_steps;
+    } else {
+      backend->reset_phase_ms();  // the first step warms up (allocations, cuBLAS heuristics)
     }
-    const double peak = backend->peak_flops();
+    const double peak = backend->peak_flops() * ranks.world;
     last = {step, tokens, lr, loss, aux, grad_norm, ms, tokens_per_step / (ms / 1e3),
             peak > 0 ? flops_per_step / (ms / 1e3) / peak : NAN};
-    BS_RETURN_IF_ERROR(log.add_step(last));
-    if (step == 1 || step % c.log_every == 0 || step == c.steps)
+    if (ranks.leader()) BS_RETURN_IF_ERROR(log.add_step(last));
+    if (ranks.leader() && (step == 1 || step % c.log_every == 0 || step == c.steps))
       progress << format_progress(last, c.steps, estimate_seconds_remaining(log.steps(), c.steps)) << "\n";
     if ((c.eval_every > 0 && step % c.eval_every == 0) || step == c.steps) {
       Status s = Status::ok();
-      const double eval_loss = evaluate(c, *backend, eval_data, &s);
+      last_eval = evaluate(c, *backend, eval_data, ranks, &s);
+      const double eval_loss = last_eval;
       BS_RETURN_IF_ERROR(s);
-      BS_RETURN_IF_ERROR(log.add_eval({step, tokens, eval_loss}));
+      if (ranks.leader()) BS_RETURN_IF_ERROR(log.add_eval({step, tokens, eval_loss}));
       progress << "eval step " << step << ": loss " << eval_loss << "\n";
     }
     if ((c.checkpoint_every > 0 && step % c.checkpoint_every == 0) || step == c.steps)
-      BS_RETURN_IF_ERROR(save(c, *backend, layout, step, tokens));
+      BS_RETURN_IF_ERROR(ranks.agree(ranks.leader() ? save(c, *backend, layout, step, tokens) : Status::ok()));
   }
+  std::vector<std::pair<std::string, double>> phases = backend->phase_ms();
+  for (auto& [name, ms] : phases) ms /= std::max<int64_t>(timed_steps, 1);
   json config = resume_json(c);
   config["steps"] = c.steps;
   config["device"] = backend->device_name();
-  BS_RETURN_IF_ERROR(log.write_summary(config));
+  if (!phases.empty() && timed_steps > 0) {
+    config["phase_ms_per_step"] = json::object();
+    for (const auto& [name, ms] : phases) config["phase_ms_per_step"][name] = ms;
+    progress << "GPU time per step:" << format_phases(phases) << "\n";
+  }
+  if (ranks.leader()) BS_RETURN_IF_ERROR(log.write_summary(config));
   if (summary != nullptr) {
     summary->out_dir = c.out_dir;
     summary->device = backend->device_name();
     summary->steps = step;
-    summary->final_train_loss = log.steps().empty() ? NAN : log.steps().back().train_loss;
-    summary->final_eval_loss = log.evals().empty() ? NAN : log.evals().back().eval_loss;
+    summary->final_train_loss = run_steps > 0 ? last.train_loss : NAN;
+    summary->final_eval_loss = last_eval;
     summary->mean_step_ms = timed_steps > 0 ? timed_ms / timed_steps : last.step_ms;
     summary->tokens_per_s = tokens_per_step / (summary->mean_step_ms / 1e3);
+    summary->phase_ms = timed_steps > 0 ? phases : decltype(phases){};
   }
   return Status::ok();
 }
 
-Status compare_recipes(const TrainConfig& base, const std::vector<TrainRecipe>& recipes, std::ostream& progress,
-                       std::vector<TrainSummary>* summaries) {
+Status compare_recipes(const TrainConfig& base, const std::vector<TrainRecipe>& recipes, std::ostream& progress_out,
+                       std::vector<TrainSummary>* summaries, Communicator* comm) {
+  const Ranks ranks(comm);
+  std::ostringstream quiet;
+  std::ostream& progress = ranks.leader() ? progress_out : quiet;
   if (recipes.empty()) return Status::error("--compare: needs at least one recipe");
   std::vector<PlotSeries> curves;
   summaries->clear();
@@ -241,8 +311,9 @@ Status compare_recipes(const TrainConfig& base, const std::vector<TrainRecipe>& 
     c.recipe = r;
     c.out_dir = base.out_dir + "/" + recipe_name(r);
     TrainSummary s;
-    BS_RETURN_IF_ERROR(train(c, progress, &s));
+    BS_RETURN_IF_ERROR(train(c, progress_out, &s, comm));
     summaries->push_back(s);
+    if (!ranks.leader()) continue;  // rank 0 writes the plot and the table
     std::vector<EvalRecord> evals;
     BS_RETURN_IF_ERROR(read_eval_csv(c.out_dir + "/eval.csv", &evals));
     PlotSeries curve{recipe_name(r), {}, {}};
@@ -252,6 +323,7 @@ Status compare_recipes(const TrainConfig& base, const std::vector<TrainRecipe>& 
     }
     curves.push_back(curve);
   }
+  if (!ranks.leader()) return Status::ok();
   PlotOptions options;
   options.title = "eval loss by recipe (" + std::to_string(parameter_count(base.model) / 1000) + "k parameters, " +
                   (*summaries)[0].device + ")";
@@ -268,6 +340,9 @@ Status compare_recipes(const TrainConfig& base, const std::vector<TrainRecipe>& 
                   s.mean_step_ms / ref.mean_step_ms);
     progress << line;
   }
+  for (size_t i = 0; i < recipes.size(); ++i)
+    if (!(*summaries)[i].phase_ms.empty())
+      progress << recipe_name(recipes[i]) << " GPU time per step:" << format_phases((*summaries)[i].phase_ms) << "\n";
   progress << "plot: " << base.out_dir << "/compare.svg\n";
   return Status::ok();
 }

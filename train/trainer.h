@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "formats/status.h"
+#include "train/communicator.h"
 #include "train/model_config.h"
 #include "train/optimizer.h"
 
@@ -27,7 +29,7 @@ struct TrainConfig {
   TrainRecipe recipe = TrainRecipe::kBf16;
   OptimizerConfig optimizer;
   DataConfig data;
-  int batch = 8;       // sequences per micro-batch (per rank)
+  int batch = 8;       // sequences per micro-batch, per rank
   int grad_accum = 1;  // micro-batches per optimizer step
   int64_t steps = 200;
   int eval_every = 50;  // 0: only at the end
@@ -50,15 +52,19 @@ struct TrainSummary {
   double final_eval_loss = 0;
   double mean_step_ms = 0;  // over the steps after the first (warm-up) of this run
   double tokens_per_s = 0;
+  std::vector<std::pair<std::string, double>> phase_ms;  // GPU ms per step by phase (timed steps)
 };
 
 Status validate(const TrainConfig& c);
-Status train(const TrainConfig& c, std::ostream& progress, TrainSummary* summary);
+// With a communicator of several ranks, each rank runs this with the same config: --batch
+// sequences per micro-batch per rank; gradients, losses and eval are summed across ranks; rank 0
+// alone prints, logs and writes checkpoints (every rank resumes from them).
+Status train(const TrainConfig& c, std::ostream& progress, TrainSummary* summary, Communicator* comm = nullptr);
 
 // Trains each recipe (out_dir/<recipe>) on the same data and seed, then writes
 // out_dir/compare.svg (eval loss against step) and out_dir/compare.csv, and prints each recipe's
 // final eval loss and step time against the first recipe's (the baseline, usually bf16).
 Status compare_recipes(const TrainConfig& base, const std::vector<TrainRecipe>& recipes, std::ostream& progress,
-                       std::vector<TrainSummary>* summaries);
+                       std::vector<TrainSummary>* summaries, Communicator* comm = nullptr);
 
 }  // namespace blockscale::train

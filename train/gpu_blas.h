@@ -1,0 +1,45 @@
+// Row-major products of the GPU step's unquantized layers (bf16 copies or fp32), through cublasLt
+// with the algorithm cached per shape. MoE experts see a new token count nearly every call; a
+// plain cublasGemmEx runs cuBLAS's heuristic for each new shape, which on an H100 cost more host
+// time than the products themselves (bf16 MoE steps ran at ~12 TFLOP/s). Here the heuristic runs
+// once per (product, operand type, n, k, token count rounded up to 128) and is reused.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "formats/status.h"
+
+namespace blockscale::train {
+
+enum class Product {
+  kXWt,   // y[m,n]  = x[m,k] · w[n,k]^T
+  kDyW,   // dx[m,k] = dy[m,n] · w[n,k]
+  kDytX,  // dw[n,k] = dy[m,n]^T · x[m,k]
+};
+
+class GpuBlas {
+ public:
+  GpuBlas() = default;
+  GpuBlas(const GpuBlas&) = delete;
+  GpuBlas& operator=(const GpuBlas&) = delete;
+  ~GpuBlas();
+  Status init(cudaStream_t stream);
+  // c (fp32) = product + beta * c; a and b are `type` (CUDA_R_16BF or CUDA_R_32F), fp32 accumulation.
+  Status product(Product p, cudaDataType type, const void* a, const void* b, int64_t m, int64_t n, int64_t k,
+                 float* c, float beta);
+
+ private:
+  using Key = std::tuple<int, int, int64_t, int64_t, int64_t, bool>;  // product, type, n, k, m bucket, beta != 0
+  cublasLtHandle_t lt_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::map<Key, cublasLtMatmulAlgo_t> algos_;
+};
+
+}  // namespace blockscale::train

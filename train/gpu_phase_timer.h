@@ -1,0 +1,101 @@
+// Where a GPU step's time goes. The step's work runs in order on one stream; an event is recorded
+// there at every change of phase, and the time between two events belongs to the phase that the
+// first one opened. Idle gaps (the host waiting on a copy, launches catching up) land in whatever
+// phase was open, so the phases add up to the stream's wall time.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "formats/status.h"
+
+namespace blockscale::train {
+
+enum class Phase { kQuantize, kGemm, kAttention, kOptimizer, kCommunication, kOther, kCount };
+
+inline const char* phase_name(Phase p) {
+  switch (p) {
+    case Phase::kQuantize: return "quantize";  // quant/ kernels; for bf16, the fp32 -> bf16 casts
+    case Phase::kGemm: return "gemm";          // gemm/ and the linear layers' cuBLAS products
+    case Phase::kAttention: return "attention";
+    case Phase::kOptimizer: return "optimizer";  // zeroing, norm, clipping, AdamW
+    case Phase::kCommunication: return "communication";  // NCCL waits that backward did not hide
+    default: return "other";  // norms, router, MoE permutes, embedding, loss, glue
+  }
+}
+
+using PhaseTimes = std::array<double, size_t(Phase::kCount)>;  // milliseconds per phase
+
+class PhaseTimer {
+ public:
+  ~PhaseTimer() {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  void start(cudaStream_t stream) {
+    stream_ = stream;
+    stack_.assign(1, Phase::kOther);
+    marks_.clear();
+    record(Phase::kOther);
+  }
+  void enter(Phase p) {
+    if (stream_ == nullptr || stack_.back() == p) {
+      stack_.push_back(p);
+      return;
+    }
+    stack_.push_back(p);
+    record(p);
+  }
+  void leave() {
+    const Phase was = stack_.back();
+    stack_.pop_back();
+    if (stream_ != nullptr && stack_.back() != was) record(stack_.back());
+  }
+  // Waits for the stream, adds each phase's time since start() to *totals.
+  Status finish(PhaseTimes* totals) {
+    if (stream_ == nullptr) return Status::ok();
+    record(Phase::kOther);
+    if (cudaEventSynchronize(events_[marks_.size() - 1]) != cudaSuccess)
+      return Status::error("phase timer: cudaEventSynchronize failed");
+    for (size_t i = 0; i + 1 < marks_.size(); ++i) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, events_[i], events_[i + 1]) != cudaSuccess)
+        return Status::error("phase timer: cudaEventElapsedTime failed");
+      (*totals)[size_t(marks_[i])] += ms;
+    }
+    stream_ = nullptr;
+    return Status::ok();
+  }
+
+ private:
+  void record(Phase p) {
+    if (marks_.size() == events_.size()) {
+      cudaEvent_t e;
+      cudaEventCreate(&e);
+      events_.push_back(e);
+    }
+    cudaEventRecord(events_[marks_.size()], stream_);
+    marks_.push_back(p);
+  }
+
+  cudaStream_t stream_ = nullptr;
+  std::vector<Phase> stack_{Phase::kOther};
+  std::vector<Phase> marks_;
+  std::vector<cudaEvent_t> events_;
+};
+
+// Opens a phase for a scope.
+class PhaseScope {
+ public:
+  PhaseScope(PhaseTimer& t, Phase p) : t_(t) { t_.enter(p); }
+  ~PhaseScope() { t_.leave(); }
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+
+ private:
+  PhaseTimer& t_;
+};
+
+}  // namespace blockscale::train
