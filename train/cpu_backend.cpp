@@ -37,7 +37,7 @@ class CpuBackend final : public StepBackend {
 
   Status optimizer_step(const OptimizerConfig& config, float lr, int64_t step, double* grad_norm) override {
     const int64_t n = static_cast<int64_t>(grads_.size());
-    if (comm_ != nullptr && comm_->world_size() > 1) BS_RETURN_IF_ERROR(comm_->all_reduce_host(grads_.data(), n));
+    if (comm_ != nullptr) BS_RETURN_IF_ERROR(comm_->all_reduce_host(grads_.data(), n));
     *grad_norm = gradient_norm(grads_.data(), n);
     const float factor = clip_factor(*grad_norm, config.clip_norm);
     if (factor != 1.0f) {

@@ -163,14 +163,14 @@ class GpuBackend final : public StepBackend {
     reduce_next_ = false;
     return run(tokens, targets, batch, grad_scale, run_seed, micro_step, true, reduce, losses);
   }
-  void reduce_in_next_backward() override { reduce_next_ = comm_ != nullptr && comm_->world_size() > 1; }
+  void reduce_in_next_backward() override { reduce_next_ = comm_ != nullptr; }
   Status evaluate(const int32_t* tokens, const int32_t* targets, int batch, StepLosses* losses) override {
     return run(tokens, targets, batch, 0.0f, 0, 0, false, false, losses);
   }
 
   Status optimizer_step(const OptimizerConfig& c, float lr, int64_t step, double* grad_norm) override {
     const int64_t n = layout_.total;
-    if (comm_ != nullptr && comm_->world_size() > 1) {
+    if (comm_ != nullptr) {
       PhaseScope phase(timer_, Phase::kCommunication);  // what the backward did not hide
       if (!reduce_pending_) BS_RETURN_IF_ERROR(reduce_gradients(0, n));
       BS_RETURN_IF_ERROR(comm_->wait_device(stream_));

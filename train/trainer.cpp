@@ -114,11 +114,11 @@ struct Ranks {
   int rank = 0, world = 1;
   explicit Ranks(Communicator* c) : comm(c), rank(c ? c->rank() : 0), world(c ? c->world_size() : 1) {}
   bool leader() const { return rank == 0; }
-  Status sum(double* v, int n) const { return world > 1 ? comm->all_reduce_host(v, n) : Status::ok(); }
+  Status sum(double* v, int n) const { return comm ? comm->all_reduce_host(v, n) : Status::ok(); }
   // Every rank learns whether all ranks succeeded (rank 0 alone writes files): an error on one
   // stops all, instead of leaving the others waiting in their next sum.
   Status agree(const Status& mine) const {
-    if (world == 1) return mine;
+    if (comm == nullptr) return mine;
     double failed = mine.is_ok() ? 0.0 : 1.0;
     BS_RETURN_IF_ERROR(comm->all_reduce_host(&failed, 1));
     if (!mine.is_ok()) return mine;
@@ -202,7 +202,7 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
 
   std::unique_ptr<StepBackend> backend;
   BS_RETURN_IF_ERROR(make_backend(c, &backend));
-  if (ranks.world > 1) backend->set_communicator(comm);
+  if (comm != nullptr) backend->set_communicator(comm);  // one rank too: torchrun with one GPU
   const ParamLayout layout = make_param_layout(c.model);
   int64_t step = 0, tokens = 0;
   if (!c.resume.empty()) BS_RETURN_IF_ERROR(ranks.agree(resume(c, *backend, layout, &step, &tokens, progress)));
@@ -279,6 +279,11 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
   json config = resume_json(c);
   config["steps"] = c.steps;
   config["device"] = backend->device_name();
+  config["ranks"] = ranks.world;
+  if (timed_steps > 0) {  // steps after this run's first, which warms up
+    config["mean_step_ms"] = timed_ms / timed_steps;
+    config["mean_tokens_per_s"] = tokens_per_step / (timed_ms / timed_steps / 1e3);
+  }
   if (!phases.empty() && timed_steps > 0) {
     config["phase_ms_per_step"] = json::object();
     for (const auto& [name, ms] : phases) config["phase_ms_per_step"][name] = ms;

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs `blockscale train` as N ranks on this host's GPUs, one process per GPU, with the variables
+# torchrun would set (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). torchrun works as
+# well: torchrun --nproc-per-node N --no-python ./build/blockscale train ...
+#   usage: tools/train_ranks.sh N [blockscale train options]
+# Rank 0 prints and writes --out; the others' output goes to <out>/rank<r>.log. NVLink multicast
+# stays off (NCCL_NVLS_ENABLE=0): the multi-GPU hosts this was built on are shared.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+n=${1:?usage: tools/train_ranks.sh N [blockscale train options]}
+shift
+[[ $n =~ ^[1-9][0-9]*$ ]] || { echo "train_ranks.sh: N must be a positive integer (got '$n')" >&2; exit 2; }
+bs=${BLOCKSCALE:-./build/blockscale}  # the binary (BLOCKSCALE overrides)
+out=runs/train
+args=("$@")
+for ((i = 0; i < ${#args[@]}; ++i)); do [[ ${args[i]} == --out ]] && out=${args[i + 1]:-$out}; done
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0 WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=${MASTER_PORT:-$((20000 + RANDOM % 20000))}
+pids=()
+for ((r = n - 1; r >= 0; --r)); do
+  if ((r == 0)); then
+    RANK=0 LOCAL_RANK=0 "$bs" train "$@" &
+  else
+    RANK=$r LOCAL_RANK=$r "$bs" train "$@" >"$out/rank$r.log" 2>&1 &
+  fi
+  pids+=($!)
+done
+status=0
+for p in "${pids[@]}"; do wait "$p" || status=1; done
+((status == 0)) || echo "train_ranks.sh: a rank failed (see $out/rank*.log)" >&2
+exit $status
