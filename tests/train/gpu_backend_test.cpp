@@ -1,14 +1,18 @@
 // The GPU step against the CPU model (its reference) on tiny configurations: the loss and every
-// parameter's gradient, for each recipe, MoE and dense. Skips without a GPU.
+// parameter's gradient, for each recipe, MoE and dense; and its data-parallel gradient sums.
+// Skips without a GPU.
 #include "train/gpu_backend.h"
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <thread>
 #include <vector>
 
+#include "train/communicator.h"
 #include "train/cpu_model.h"
 
 namespace blockscale::train {
@@ -99,6 +103,98 @@ INSTANTIATE_TEST_SUITE_P(Recipes, GpuBackendTest,
                                          Case{TrainRecipe::kMxfp8, true}, Case{TrainRecipe::kMxfp8, false},
                                          Case{TrainRecipe::kNvfp4, true}, Case{TrainRecipe::kNvfp4, false}),
                          case_name);
+
+// A LocalGroup member whose device sums go through the host, synchronously: GPU steps in threads
+// of one process, on one GPU, act as data-parallel ranks.
+class HostStagedMember final : public Communicator {
+ public:
+  explicit HostStagedMember(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int world_size() const override { return inner_->world_size(); }
+  Status all_reduce_host(double* d, int64_t n) override { return inner_->all_reduce_host(d, n); }
+  Status all_reduce_host(float* d, int64_t n) override { return inner_->all_reduce_host(d, n); }
+  Status all_reduce_device(float* data, int64_t n, void* after) override {
+    std::vector<float> host(n);
+    if (cudaStreamSynchronize(static_cast<cudaStream_t>(after)) != cudaSuccess ||
+        cudaMemcpy(host.data(), data, n * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess)
+      return Status::error("HostStagedMember: copy out failed");
+    BS_RETURN_IF_ERROR(inner_->all_reduce_host(host.data(), n));
+    if (cudaMemcpy(data, host.data(), n * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess)
+      return Status::error("HostStagedMember: copy in failed");
+    return Status::ok();
+  }
+  Status wait_device(void*) override { return Status::ok(); }
+
+ private:
+  std::unique_ptr<Communicator> inner_;
+};
+
+// Data parallelism inside the GPU step: two ranks with half the batch each, their gradients
+// summed layer by layer while the backward runs, equal one rank's gradients on the whole batch.
+// bf16: to summation order. mxfp8: the per-expert wgrad blocks hold other tokens on each rank,
+// so their scales differ (quantization noise). A layer whose sum was missed would be off by about
+// half. The load-balancing loss is off here: each rank takes it over its own tokens.
+TEST(GpuBackendDataParallel, TwoRanksSumToOneRank) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  for (TrainRecipe recipe : {TrainRecipe::kBf16, TrainRecipe::kMxfp8}) {
+    ModelConfig c;
+    c.vocab = 96, c.d_model = 128, c.n_layers = 2, c.n_heads = 4, c.n_experts = 4, c.top_k = 2, c.d_ff = 128;
+    c.seq_len = 64, c.aux_loss_coef = 0;
+    const int batch = 4, half = batch / 2;
+    std::mt19937 rng(11);
+    std::vector<int32_t> tokens(batch * c.seq_len), targets(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      tokens[i] = int32_t(rng() % c.vocab);
+      targets[i] = int32_t(rng() % c.vocab);
+    }
+    std::unique_ptr<StepBackend> one;
+    ASSERT_TRUE(make_gpu_backend(c, recipe, 3, &one).is_ok());
+    StepLosses l;
+    ASSERT_TRUE(one->zero_grads().is_ok());
+    ASSERT_TRUE(one->forward_backward(tokens.data(), targets.data(), batch, 1.0f, 7, 3, &l).is_ok());
+    std::vector<float> g_one;
+    ASSERT_TRUE(gpu_backend_gradients(*one, &g_one).is_ok());
+
+    LocalGroup group(2);
+    std::vector<std::vector<float>> g_rank(2);
+    std::vector<Status> status(2, Status::ok());
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        HostStagedMember comm(group.member(r));
+        std::unique_ptr<StepBackend> b;
+        StepLosses lr;
+        status[r] = make_gpu_backend(c, recipe, 3, &b);
+        if (!status[r].is_ok()) return;
+        b->set_communicator(&comm);
+        b->reduce_in_next_backward();
+        const int64_t first = int64_t{r} * half * c.seq_len;
+        status[r] = b->zero_grads();
+        if (status[r].is_ok())
+          status[r] = b->forward_backward(tokens.data() + first, targets.data() + first, half, 0.5f, 7, 3, &lr);
+        if (status[r].is_ok()) status[r] = gpu_backend_gradients(*b, &g_rank[r]);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    ASSERT_TRUE(status[0].is_ok()) << status[0].message();
+    ASSERT_TRUE(status[1].is_ok()) << status[1].message();
+    EXPECT_EQ(g_rank[0], g_rank[1]) << "the ranks hold different sums";
+    const double bound = recipe == TrainRecipe::kBf16 ? 1e-4 : 0.05;
+    double worst = 0;
+    for (const ParamTensor& t : make_param_layout(c).tensors) {
+      double diff = 0, ref = 0;
+      for (int64_t i = t.offset; i < t.offset + t.size; ++i) {
+        diff += double(g_rank[0][i] - g_one[i]) * (g_rank[0][i] - g_one[i]);
+        ref += double(g_one[i]) * g_one[i];
+      }
+      const double rel = std::sqrt(diff / std::max(ref, 1e-30));
+      worst = std::max(worst, rel);
+      EXPECT_LE(rel, bound) << recipe_name(recipe) << " " << t.name;
+    }
+    std::printf("%s: 2 ranks vs 1, worst per-tensor gradient difference %.2e (bound %.0e)\n", recipe_name(recipe),
+                worst, bound);
+  }
+}
 
 }  // namespace
 }  // namespace blockscale::train
