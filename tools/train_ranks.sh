@@ -13,9 +13,13 @@ shift
 bs=${BLOCKSCALE:-./build/blockscale}  # the binary (BLOCKSCALE overrides)
 out=runs/train
 args=("$@")
-for ((i = 0; i < ${#args[@]}; ++i)); do [[ ${args[i]} == --out ]] && out=${args[i + 1]:-$out}; done
-mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0 WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=${MASTER_PORT:-$((20000 + RANDOM % 20000))}
+for ((i = 0; i < ${#args[@]}; ++i)); do
+  [[ ${args[i]} == --out ]] && out=${args[i + 1]:-$out}
+  [[ ${args[i]} == --out=* ]] && out=${args[i]#--out=}
+done
+mkdir -p "$out" || exit 1
+# A port below Linux's ephemeral range (32768+), so no outgoing connection holds it.
+export NCCL_NVLS_ENABLE=0 WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=${MASTER_PORT:-$((20000 + RANDOM % 12000))}
 pids=()
 for ((r = n - 1; r >= 0; --r)); do
   if ((r == 0)); then
@@ -25,7 +29,15 @@ for ((r = n - 1; r >= 0; --r)); do
   fi
   pids+=($!)
 done
+# The first rank to fail stops the others (they would wait for it in NCCL forever).
 status=0
-for p in "${pids[@]}"; do wait "$p" || status=1; done
-((status == 0)) || echo "train_ranks.sh: a rank failed (see $out/rank*.log)" >&2
+for ((left = n; left > 0; --left)); do
+  if ! wait -n; then  # the next rank to finish (the ranks are this script's only jobs)
+    status=1
+    echo "train_ranks.sh: a rank failed (see $out/rank*.log); stopping the others" >&2
+    kill "${pids[@]}" 2>/dev/null
+    wait
+    break
+  fi
+done
 exit $status

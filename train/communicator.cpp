@@ -1,5 +1,6 @@
 #include "train/communicator.h"
 
+#include <algorithm>
 #include <string>
 
 namespace blockscale::train {

@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <type_traits>
 
 namespace blockscale::train {
 namespace {
@@ -107,10 +108,15 @@ Status GpuBlas::product(Product p, cudaDataType type, const void* a, const void*
   const float alpha = 1.0f;
   cublasStatus_t s = cublasLtMatmul(lt_, d.desc, &alpha, g.a, d.a, g.b, d.b, &beta, c, d.c, c, d.c, &it->second,
                                     workspace_, workspace_bytes_, stream_);
-  if (s != CUBLAS_STATUS_SUCCESS) {  // the bucket's algorithm does not take this size: ask for this one
-    cublasLtMatmulAlgo_t algo;
-    BS_RETURN_IF_ERROR(heuristic(g, &algo));
-    s = cublasLtMatmul(lt_, d.desc, &alpha, g.a, d.a, g.b, d.b, &beta, c, d.c, c, d.c, &algo, workspace_,
+  if (s != CUBLAS_STATUS_SUCCESS) {  // the bucket's algorithm does not take this size: one for this size
+    const Key exact{int(p), int(type), n, k, -m, beta != 0.0f};  // negative: an exact size, not a bucket
+    auto e = algos_.find(exact);
+    if (e == algos_.end()) {
+      cublasLtMatmulAlgo_t algo;
+      BS_RETURN_IF_ERROR(heuristic(g, &algo));
+      e = algos_.emplace(exact, algo).first;
+    }
+    s = cublasLtMatmul(lt_, d.desc, &alpha, g.a, d.a, g.b, d.b, &beta, c, d.c, c, d.c, &e->second, workspace_,
                        workspace_bytes_, stream_);
   }
   return lt_check(s, "matmul");

@@ -32,10 +32,13 @@ class NcclCommunicator final : public Communicator {
     setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/1);
     int devices = 0;
     BS_RETURN_IF_ERROR(cuda_check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount"));
-    if (env.local_rank >= devices)
-      return Status::error("LOCAL_RANK=" + std::to_string(env.local_rank) + " but this node has " +
-                           std::to_string(devices) + " GPU(s)");
-    BS_RETURN_IF_ERROR(cuda_check(cudaSetDevice(env.local_rank), "cudaSetDevice(LOCAL_RANK)"));
+    // A launcher that gives each process one GPU (CUDA_VISIBLE_DEVICES, srun --gpus-per-task=1)
+    // leaves one visible device whatever LOCAL_RANK says.
+    const int device = devices == 1 ? 0 : env.local_rank;
+    if (device >= devices)
+      return Status::error("LOCAL_RANK=" + std::to_string(env.local_rank) + " but this process sees " +
+                           std::to_string(devices) + " GPUs");
+    BS_RETURN_IF_ERROR(cuda_check(cudaSetDevice(device), "cudaSetDevice(LOCAL_RANK)"));
     ncclUniqueId id;
     std::vector<uint8_t> blob;
     if (rank_ == 0) {

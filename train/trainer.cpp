@@ -31,12 +31,13 @@ json model_json(const ModelConfig& m) {
 }
 
 // What a checkpoint must agree on to be resumed (the run's length and logging may change).
-json resume_json(const TrainConfig& c) {
+json resume_json(const TrainConfig& c, int world) {
   const OptimizerConfig& o = c.optimizer;
   return {{"model", model_json(c.model)},
           {"recipe", recipe_name(c.recipe)},
           {"batch", c.batch},
           {"grad_accum", c.grad_accum},
+          {"ranks", world},  // the global batch and the sample order depend on it
           {"seed", c.seed},
           {"data", {{"source", c.data.source}, {"path", c.data.path}, {"dtype", c.data.dtype},
                     {"synthetic_tokens", c.data.synthetic_tokens}, {"eval_fraction", c.data.eval_fraction}}},
@@ -80,27 +81,28 @@ std::vector<Entry> checkpoint_entries(const ParamLayout& layout, Ptr params, Ptr
   return entries;
 }
 
-Status save(const TrainConfig& c, StepBackend& backend, const ParamLayout& layout, int64_t step, int64_t tokens) {
+Status save(const TrainConfig& c, int world, StepBackend& backend, const ParamLayout& layout, int64_t step,
+            int64_t tokens) {
   std::vector<float> p, m, v;
   BS_RETURN_IF_ERROR(backend.read_state(&p, &m, &v));
-  const json state = {{"step", step}, {"tokens", tokens}, {"config", resume_json(c)}};
+  const json state = {{"step", step}, {"tokens", tokens}, {"config", resume_json(c, world)}};
   BS_RETURN_IF_ERROR(save_checkpoint(c.out_dir, step, checkpoint_entries<TensorRef, const float*>(
                                                           layout, p.data(), m.data(), v.data()),
                                      state));
   return prune_checkpoints(c.out_dir, c.keep_checkpoints);
 }
 
-Status resume(const TrainConfig& c, StepBackend& backend, const ParamLayout& layout, int64_t* step,
+Status resume(const TrainConfig& c, int world, StepBackend& backend, const ParamLayout& layout, int64_t* step,
               int64_t* tokens, std::ostream& progress) {
   std::vector<float> p(layout.total), m(layout.total), v(layout.total);
   json state;
   std::string dir;
   BS_RETURN_IF_ERROR(load_checkpoint(c.resume, checkpoint_entries<TensorSlot, float*>(layout, p.data(), m.data(), v.data()),
                                      &state, &dir));
-  if (!state.contains("config") || state["config"] != resume_json(c))
+  if (!state.contains("config") || state["config"] != resume_json(c, world))
     return Status::error("--resume: " + dir + " was saved by a run with a different configuration (saved: " +
                          (state.contains("config") ? state["config"].dump() : std::string("none")) +
-                         ", this run: " + resume_json(c).dump() + ")");
+                         ", this run: " + resume_json(c, world).dump() + ")");
   *step = state.value("step", int64_t{-1});
   *tokens = state.value("tokens", int64_t{0});
   if (*step < 0) return Status::error("--resume: " + dir + "/state.json has no step");
@@ -148,14 +150,16 @@ double evaluate(const TrainConfig& c, StepBackend& backend, const TokenCorpus& e
   const int64_t n = int64_t{c.batch} * c.model.seq_len;
   std::vector<int32_t> in(n), tg(n);
   double sum = 0;
-  for (int b = 0; b < c.eval_batches; ++b) {
+  Status mine = Status::ok();
+  for (int b = 0; b < c.eval_batches && mine.is_ok(); ++b) {
     StepLosses l;
-    *status = make_eval_batch(eval, c.model.seq_len, int64_t{b} * ranks.world + ranks.rank, c.batch, in.data(),
-                              tg.data());
-    if (status->is_ok()) *status = backend.evaluate(in.data(), tg.data(), c.batch, &l);
-    if (!status->is_ok()) return NAN;
+    mine = make_eval_batch(eval, c.model.seq_len, int64_t{b} * ranks.world + ranks.rank, c.batch, in.data(),
+                           tg.data());
+    if (mine.is_ok()) mine = backend.evaluate(in.data(), tg.data(), c.batch, &l);
     sum += l.loss;
   }
+  *status = ranks.agree(mine);  // a failure on one rank must not leave the others in the sum
+  if (!status->is_ok()) return NAN;
   *status = ranks.sum(&sum, 1);
   return sum / (double(c.eval_batches) * ranks.world);
 }
@@ -205,9 +209,11 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
   if (comm != nullptr) backend->set_communicator(comm);  // one rank too: torchrun with one GPU
   const ParamLayout layout = make_param_layout(c.model);
   int64_t step = 0, tokens = 0;
-  if (!c.resume.empty()) BS_RETURN_IF_ERROR(ranks.agree(resume(c, *backend, layout, &step, &tokens, progress)));
+  if (!c.resume.empty())
+    BS_RETURN_IF_ERROR(ranks.agree(resume(c, ranks.world, *backend, layout, &step, &tokens, progress)));
   RunLog log;  // rank 0 writes the logs
-  if (ranks.leader()) BS_RETURN_IF_ERROR(RunLog::open(c.out_dir, c.resume.empty() ? -1 : step, &log));
+  BS_RETURN_IF_ERROR(
+      ranks.agree(ranks.leader() ? RunLog::open(c.out_dir, c.resume.empty() ? -1 : step, &log) : Status::ok()));
 
   // A step takes batch x grad_accum sequences on each rank: sample (micro * world + rank) * batch
   // + i, so any number of ranks sees the samples of one rank with world x batch.
@@ -241,12 +247,14 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
       loss += l.loss / c.grad_accum;
       aux += l.aux_loss / c.grad_accum;
     }
-    double losses[2] = {loss, aux};  // the step's mean over all ranks' tokens
-    BS_RETURN_IF_ERROR(ranks.sum(losses, 2));
-    loss = losses[0] / ranks.world, aux = losses[1] / ranks.world;
     const float lr = learning_rate(c.optimizer, step);
     double grad_norm = 0;
     BS_RETURN_IF_ERROR(backend->optimizer_step(c.optimizer, lr, step + 1, &grad_norm));
+    // The step's mean loss over all ranks' tokens; after optimizer_step, which waits (as
+    // "communication") for the gradient sums queued ahead of this one.
+    double losses[2] = {loss, aux};
+    BS_RETURN_IF_ERROR(ranks.sum(losses, 2));
+    loss = losses[0] / ranks.world, aux = losses[1] / ranks.world;
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     ++step;
     ++run_steps;
@@ -260,7 +268,7 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
     const double peak = backend->peak_flops() * ranks.world;
     last = {step, tokens, lr, loss, aux, grad_norm, ms, tokens_per_step / (ms / 1e3),
             peak > 0 ? flops_per_step / (ms / 1e3) / peak : NAN};
-    if (ranks.leader()) BS_RETURN_IF_ERROR(log.add_step(last));
+    BS_RETURN_IF_ERROR(ranks.agree(ranks.leader() ? log.add_step(last) : Status::ok()));
     if (ranks.leader() && (step == 1 || step % c.log_every == 0 || step == c.steps))
       progress << format_progress(last, c.steps, estimate_seconds_remaining(log.steps(), c.steps)) << "\n";
     if ((c.eval_every > 0 && step % c.eval_every == 0) || step == c.steps) {
@@ -268,15 +276,16 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
       last_eval = evaluate(c, *backend, eval_data, ranks, &s);
       const double eval_loss = last_eval;
       BS_RETURN_IF_ERROR(s);
-      if (ranks.leader()) BS_RETURN_IF_ERROR(log.add_eval({step, tokens, eval_loss}));
+      BS_RETURN_IF_ERROR(ranks.agree(ranks.leader() ? log.add_eval({step, tokens, eval_loss}) : Status::ok()));
       progress << "eval step " << step << ": loss " << eval_loss << "\n";
     }
     if ((c.checkpoint_every > 0 && step % c.checkpoint_every == 0) || step == c.steps)
-      BS_RETURN_IF_ERROR(ranks.agree(ranks.leader() ? save(c, *backend, layout, step, tokens) : Status::ok()));
+      BS_RETURN_IF_ERROR(
+          ranks.agree(ranks.leader() ? save(c, ranks.world, *backend, layout, step, tokens) : Status::ok()));
   }
   std::vector<std::pair<std::string, double>> phases = backend->phase_ms();
   for (auto& [name, ms] : phases) ms /= std::max<int64_t>(timed_steps, 1);
-  json config = resume_json(c);
+  json config = resume_json(c, ranks.world);
   config["steps"] = c.steps;
   config["device"] = backend->device_name();
   config["ranks"] = ranks.world;
@@ -289,7 +298,7 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
     for (const auto& [name, ms] : phases) config["phase_ms_per_step"][name] = ms;
     progress << "GPU time per step:" << format_phases(phases) << "\n";
   }
-  if (ranks.leader()) BS_RETURN_IF_ERROR(log.write_summary(config));
+  BS_RETURN_IF_ERROR(ranks.agree(ranks.leader() ? log.write_summary(config) : Status::ok()));
   if (summary != nullptr) {
     summary->out_dir = c.out_dir;
     summary->device = backend->device_name();
@@ -320,7 +329,7 @@ Status compare_recipes(const TrainConfig& base, const std::vector<TrainRecipe>& 
     summaries->push_back(s);
     if (!ranks.leader()) continue;  // rank 0 writes the plot and the table
     std::vector<EvalRecord> evals;
-    BS_RETURN_IF_ERROR(read_eval_csv(c.out_dir + "/eval.csv", &evals));
+    BS_RETURN_IF_ERROR(read_eval_csv(c.out_dir + "/eval.csv", &evals));  // rank 0 only (see above)
     PlotSeries curve{recipe_name(r), {}, {}};
     for (const EvalRecord& e : evals) {
       curve.x.push_back(double(e.step));
