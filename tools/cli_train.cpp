@@ -100,6 +100,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--recipe", args->recipe, "bf16, fp8_block, mxfp8, nvfp4 or fp32")->capture_default_str();
   cmd->add_option("--compare", args->compare, "comma-separated recipes trained one after another, e.g. bf16,mxfp8");
   cmd->add_option("--device", c.device, "auto, cpu or gpu")->capture_default_str();
+  cmd->add_flag("--expert-parallel", c.expert_parallel,
+                "split each MoE layer's experts across the ranks (all-to-all token exchange; GPU, under a launcher)");
   cmd->add_option("--out", c.out_dir, "run directory (logs, checkpoints)")->capture_default_str();
   cmd->add_option("--resume", c.resume, "continue from a checkpoint or run directory");
   // model

@@ -27,6 +27,7 @@
 #include "quant/quantize.h"
 #include "train/cpu_linear.h"
 #include "train/gpu_blas.h"
+#include "train/gpu_expert_parallel.h"
 #include "train/gpu_glue.h"
 #include "train/gpu_ops.h"
 #include "train/gpu_phase_timer.h"
@@ -164,6 +165,16 @@ class GpuBackend final : public StepBackend {
     return run(tokens, targets, batch, grad_scale, run_seed, micro_step, true, reduce, losses);
   }
   void reduce_in_next_backward() override { reduce_next_ = comm_ != nullptr; }
+  Status set_expert_parallel() override {
+    if (comm_ == nullptr)
+      return Status::error("--expert-parallel: needs ranks from a launcher (torchrun, srun or tools/train_ranks.sh)");
+    if (!config_.moe()) return Status::error("--expert-parallel: needs MoE layers (--experts > 0)");
+    if (config_.n_experts % comm_->world_size() != 0)
+      return Status::error("--expert-parallel: --experts (" + std::to_string(config_.n_experts) +
+                           ") must be a multiple of the number of ranks (" + std::to_string(comm_->world_size()) + ")");
+    expert_parallel_ = true;
+    return Status::ok();
+  }
   Status evaluate(const int32_t* tokens, const int32_t* targets, int batch, StepLosses* losses) override {
     return run(tokens, targets, batch, 0.0f, 0, 0, false, false, losses);
   }
@@ -172,7 +183,7 @@ class GpuBackend final : public StepBackend {
     const int64_t n = layout_.total;
     if (comm_ != nullptr) {
       PhaseScope phase(timer_, Phase::kCommunication);  // what the backward did not hide
-      if (!reduce_pending_) BS_RETURN_IF_ERROR(reduce_gradients(0, n));
+      if (!reduce_pending_) BS_RETURN_IF_ERROR(reduce_shared_gradients());
       BS_RETURN_IF_ERROR(comm_->wait_device(stream_));
       reduce_pending_ = false;
     }
@@ -185,7 +196,23 @@ class GpuBackend final : public StepBackend {
     float sum_sq = 0;
     BS_CUDA(cudaMemcpyAsync(&sum_sq, scalars, sizeof(float), cudaMemcpyDeviceToHost, stream_));
     BS_CUDA(cudaStreamSynchronize(stream_));
-    *grad_norm = std::sqrt(double(sum_sq));
+    double norm_sq = sum_sq;
+    if (expert_parallel_ && comm_->world_size() > 1) {  // each rank holds its own experts' gradients
+      double own = 0;
+      for (int l = 0; l < config_.n_layers; ++l) {
+        const int64_t begin = shared_end(l), end = layer_begin(l + 1);
+        float part = 0;
+        BS_RETURN_IF_ERROR(gpu::sum_of_squares(grads_ + begin, end - begin, scalars, work,
+                                               gpu::reduction_workspace_bytes(n), stream_));
+        BS_CUDA(cudaMemcpyAsync(&part, scalars, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+        BS_CUDA(cudaStreamSynchronize(stream_));
+        own += part;
+      }
+      double all = own;
+      BS_RETURN_IF_ERROR(comm_->all_reduce_host(&all, 1));
+      norm_sq = std::max(0.0, norm_sq - own + all);
+    }
+    *grad_norm = std::sqrt(norm_sq);
     const float factor = clip_factor(*grad_norm, c.clip_norm);
     if (factor != 1.0f) {
       BS_CUDA(cudaMemcpyAsync(scalars + 1, &factor, sizeof(float), cudaMemcpyHostToDevice, stream_));
@@ -214,6 +241,22 @@ class GpuBackend final : public StepBackend {
     BS_CUDA(cudaMemcpy(p->data(), params_, bytes, cudaMemcpyDeviceToHost));
     BS_CUDA(cudaMemcpy(m->data(), m_, bytes, cudaMemcpyDeviceToHost));
     BS_CUDA(cudaMemcpy(v->data(), v_, bytes, cudaMemcpyDeviceToHost));
+    if (!expert_parallel_) return Status::ok();
+    // Each rank's copy is current for its own experts only: every rank contributes those (zeros
+    // elsewhere) to a sum, which gives every rank the whole state.
+    const int world = comm_->world_size(), per_rank = config_.n_experts / world, me = comm_->rank();
+    for (int l = 0; l < config_.n_layers; ++l) {
+      for (int index : {layout_.layers[l].w13, layout_.layers[l].w2}) {
+        const ParamTensor& t = layout_.at(index);
+        const int64_t slice = t.size / config_.n_experts;
+        for (std::vector<float>* state : {p, m, v}) {
+          float* base = state->data() + t.offset;
+          std::fill(base, base + me * per_rank * slice, 0.0f);
+          std::fill(base + (me + 1) * per_rank * slice, base + t.size, 0.0f);
+          BS_RETURN_IF_ERROR(comm_->all_reduce_host(base, t.size));
+        }
+      }
+    }
     return Status::ok();
   }
   Status write_state(const std::vector<float>& p, const std::vector<float>& m, const std::vector<float>& v) override {
@@ -475,10 +518,11 @@ class GpuBackend final : public StepBackend {
     return bf16_copy(name + ".dy16", dy, dy_count, &o->dy);
   }
 
-  // ---- grouped (MoE expert) layers: x holds rows = tokens * top_k routed rows sorted by expert ----
-  Status grouped_forward(const std::string& name, const float* x, int64_t rows, const int32_t* ends,
+  // ---- grouped (MoE expert) layers: x holds `rows` routed rows sorted by expert (tokens * top_k,
+  // or with expert parallelism the rows this rank's experts received); `e` experts, host_ends_
+  // their group ends on the host (bf16 / fp32 only) ----
+  Status grouped_forward(const std::string& name, const float* x, int64_t rows, const int32_t* ends, int e,
                          const float* w, int64_t n, int64_t k, float* y) {
-    const int e = config_.n_experts;
     if (!is_quantized(recipe_)) {  // one cuBLAS product per expert, sizes from the host
       CublasOperands o;
       BS_RETURN_IF_ERROR(cublas_forward_operands(name, recipe_, x, rows * k, w, e * n * k, &o));
@@ -512,8 +556,7 @@ class GpuBackend final : public StepBackend {
   }
 
   Status grouped_backward(const std::string& name, SrKey sr, const float* dy, const float* x, int64_t rows,
-                          const int32_t* ends, const float* w, int64_t n, int64_t k, float* dx, float* dw) {
-    const int e = config_.n_experts;
+                          const int32_t* ends, int e, const float* w, int64_t n, int64_t k, float* dx, float* dw) {
     if (!is_quantized(recipe_)) {
       CublasOperands o;
       BS_RETURN_IF_ERROR(cublas_backward_operands(name, recipe_, dy, rows * n, x, rows * k, w, e * n * k, &o));
@@ -564,6 +607,13 @@ class GpuBackend final : public StepBackend {
     return gemm_run(pw, aw);
   }
 
+  struct ExpertRows {  // the experts a rank runs and the rows they take
+    int experts;
+    int64_t rows;
+    const int32_t* ends;
+    int64_t first;  // the first expert's index in the layer
+  };
+
   // What the backward needs of layer l's forward, in buffers named "l<l>.*" (one place for their
   // names and sizes: the forward writes them, the backward reads them).
   struct LayerActivations {
@@ -576,7 +626,9 @@ class GpuBackend final : public StepBackend {
     const ModelConfig& c = config_;
     const std::string n = "l" + std::to_string(l);
     const int64_t m = int64_t{batch} * c.seq_len, d = c.d_model, f = c.d_ff, e = c.n_experts, k = c.top_k;
-    const int64_t ffn_rows = c.moe() ? m * k : m;  // MoE: every token's top_k routed rows
+    // MoE: every token's top_k routed rows; with expert parallelism, what this rank's experts can
+    // receive (at most every rank's rows)
+    const int64_t ffn_rows = c.moe() ? m * k * (expert_parallel_ ? comm_->world_size() : 1) : m;
     *s = LayerActivations{};
     BS_RETURN_IF_ERROR(buf(n + ".x_in", m * d, &s->x_in));
     BS_RETURN_IF_ERROR(buf(n + ".h", m * d, &s->h));
@@ -597,7 +649,7 @@ class GpuBackend final : public StepBackend {
     BS_RETURN_IF_ERROR(buf(n + ".row_source", ffn_rows, &s->row_source));
     BS_RETURN_IF_ERROR(buf(n + ".slot_row", ffn_rows, &s->slot_row));
     BS_RETURN_IF_ERROR(buf(n + ".xs", ffn_rows * d, &s->xs));
-    return buf(n + ".y", ffn_rows * d, &s->y);
+    return buf(n + ".y", ffn_rows * d, &s->y);  // (expert parallelism: xs are the experts' inputs)
   }
 
   Status run(const int32_t* tokens_host, const int32_t* targets_host, int batch, float grad_scale, uint64_t run_seed,
@@ -610,6 +662,23 @@ class GpuBackend final : public StepBackend {
   }
   int64_t layer_begin(int l) const {
     return l < config_.n_layers ? layout_.at(layout_.layers[l].attn_norm).offset : layout_.at(layout_.final_norm).offset;
+  }
+  // The end of layer l's gradients that every rank sums: all of them, except that with expert
+  // parallelism each rank's experts (w13 and w2, the layer's last tensors) are its own.
+  int64_t shared_end(int l) const {
+    return expert_parallel_ ? layout_.at(layout_.layers[l].w13).offset : layer_begin(l + 1);
+  }
+  // What optimizer_step sums when no backward did: the same segments.
+  Status reduce_shared_gradients() {
+    BS_RETURN_IF_ERROR(reduce_gradients(layer_begin(config_.n_layers), layout_.total));
+    for (int l = config_.n_layers - 1; l >= 0; --l) BS_RETURN_IF_ERROR(reduce_gradients(layer_begin(l), shared_end(l)));
+    return reduce_gradients(0, layer_begin(0));
+  }
+  int64_t ffn_capacity(int64_t rows) const { return expert_parallel_ ? rows * comm_->world_size() : rows; }
+  ExpertExchange& exchange(int l) {
+    if (exchanges_.size() <= size_t(l)) exchanges_.resize(l + 1);
+    if (!exchanges_[l]) exchanges_[l] = std::make_unique<ExpertExchange>();
+    return *exchanges_[l];
   }
 
   ModelConfig config_;
@@ -628,6 +697,8 @@ class GpuBackend final : public StepBackend {
   std::map<std::string, std::pair<int64_t, int64_t>> expert_scale_bytes_;
   std::map<std::string, Quantized> saved_;  // each operand's latest copies, by name
   PhaseTimer timer_;
+  bool expert_parallel_ = false;
+  std::vector<std::unique_ptr<ExpertExchange>> exchanges_;  // per MoE layer, from its forward
   bool reduce_next_ = false;     // the next backward sums gradients across ranks
   bool reduce_pending_ = false;  // sums enqueued that optimizer_step must wait for
   PhaseTimes phase_totals_{};  // since reset_phase_ms()
@@ -701,16 +772,41 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
       BS_RETURN_IF_ERROR(buf("route_ws", int64_t(route_ws_bytes), &route_ws));
       BS_RETURN_IF_ERROR(quant::run(rp, quant::RoutingInputs{ids}, quant::RoutingOutputs{ends, row_source, slot_row},
                                     route_ws, route_ws_bytes, stream_));
-      if (!is_quantized(recipe_)) {  // cuBLAS experts loop on the host: their sizes are needed there
+      // The group sizes on the host: for the cuBLAS experts loop, and for the exchange plan.
+      if (!is_quantized(recipe_) || expert_parallel_) {
         host_ends_.resize(e);
         BS_CUDA(cudaMemcpyAsync(host_ends_.data(), ends, e * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
         BS_CUDA(cudaStreamSynchronize(stream_));
         all_host_ends_[l] = host_ends_;
       }
-      gpu::gather_rows(h2, m, d, row_source, rows, xs, stream_);
-      BS_RETURN_IF_ERROR(grouped_forward(n + ".w13", xs, rows, ends, P(lp.w13), 2 * f, d, u));
-      BS_RETURN_IF_ERROR(gpu::swiglu_forward(u, rows, f, a, stream_));
-      BS_RETURN_IF_ERROR(grouped_forward(n + ".w2", a, rows, ends, P(lp.w2), d, f, y));
+      ExpertRows er{e, rows, ends, 0};  // the experts this rank runs, and their rows
+      float* ye = y;
+      if (expert_parallel_) {  // xs: the rows every rank routed to this rank's experts
+        float *routed, *scratch;
+        BS_RETURN_IF_ERROR(buf("ep_routed", rows * d, &routed));
+        BS_RETURN_IF_ERROR(buf("ep_scratch", ffn_capacity(rows) * d, &scratch));
+        BS_RETURN_IF_ERROR(buf("ep_y", ffn_capacity(rows) * d, &ye));
+        gpu::gather_rows(h2, m, d, row_source, rows, routed, stream_);
+        ExpertExchange& xc = exchange(l);
+        BS_RETURN_IF_ERROR(xc.plan(*comm_, host_ends_, e, stream_));
+        BS_RETURN_IF_ERROR(xc.dispatch(*comm_, routed, xs, d, scratch, stream_));
+        er = {xc.local_experts(), xc.received_rows(), xc.local_ends_device(), xc.first_expert()};
+        host_ends_ = xc.local_ends_host();
+      } else {
+        gpu::gather_rows(h2, m, d, row_source, rows, xs, stream_);
+      }
+      if (er.rows > 0) {
+        BS_RETURN_IF_ERROR(grouped_forward(n + ".w13", xs, er.rows, er.ends, er.experts,
+                                           P(lp.w13) + er.first * 2 * f * d, 2 * f, d, u));
+        BS_RETURN_IF_ERROR(gpu::swiglu_forward(u, er.rows, f, a, stream_));
+        BS_RETURN_IF_ERROR(grouped_forward(n + ".w2", a, er.rows, er.ends, er.experts, P(lp.w2) + er.first * d * f, d,
+                                           f, ye));
+      }
+      if (expert_parallel_) {
+        float* scratch;
+        BS_RETURN_IF_ERROR(buf("ep_scratch", ffn_capacity(rows) * d, &scratch));
+        BS_RETURN_IF_ERROR(exchange(l).give_back(*comm_, ye, y, d, scratch, stream_));
+      }
       gpu::round_to_bf16(y, y16, rows * d, stream_);  // the combine takes bf16 expert outputs
       quant::CombineProblem cp;
       cp.tokens = m, cp.top_k = k, cp.cols = d, cp.y_rows = rows, cp.ld_y = d, cp.ld_out = d;
@@ -778,19 +874,37 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
     if (c.moe()) {
       float *rprobs = s.rprobs, *gates = s.gates, *xs = s.xs, *y = s.y, *dy, *d_gates, *da, *du, *dxs, *dlogits;
       int32_t *ids = s.ids, *ends = s.ends, *slot_row = s.slot_row;
+      const int64_t cap = ffn_capacity(rows);
       BS_RETURN_IF_ERROR(buf("dy", rows * d, &dy));
       BS_RETURN_IF_ERROR(buf("d_gates", m * k, &d_gates));
-      BS_RETURN_IF_ERROR(buf("da", rows * f, &da));
-      BS_RETURN_IF_ERROR(buf("du", rows * 2 * f, &du));
+      BS_RETURN_IF_ERROR(buf("da", cap * f, &da));
+      BS_RETURN_IF_ERROR(buf("du", cap * 2 * f, &du));
       BS_RETURN_IF_ERROR(buf("dxs", rows * d, &dxs));
       BS_RETURN_IF_ERROR(buf("router_dlogits", m * e, &dlogits));
-      if (!is_quantized(recipe_)) host_ends_ = all_host_ends_[l];
       BS_RETURN_IF_ERROR(gpu::moe_combine_backward(dx, y, gates, slot_row, m, k, d, rows, dy, d_gates, stream_));
-      BS_RETURN_IF_ERROR(grouped_backward(n + ".w2", gradient_sr_key(run_seed, micro_step, l, 3), dy, a, rows, ends,
-                                          P(lp.w2), d, f, da, G(lp.w2)));
-      BS_RETURN_IF_ERROR(gpu::swiglu_backward(u, da, rows, f, du, stream_));
-      BS_RETURN_IF_ERROR(grouped_backward(n + ".w13", gradient_sr_key(run_seed, micro_step, l, 2), du, xs, rows, ends,
-                                          P(lp.w13), 2 * f, d, dxs, G(lp.w13)));
+      ExpertRows er{e, rows, ends, 0};
+      float *dye = dy, *dxe = dxs, *scratch = nullptr;
+      if (expert_parallel_) {  // each dy row to its expert's rank, as in the forward
+        const ExpertExchange& xc = exchange(l);
+        er = {xc.local_experts(), xc.received_rows(), xc.local_ends_device(), xc.first_expert()};
+        host_ends_ = xc.local_ends_host();
+        BS_RETURN_IF_ERROR(buf("ep_scratch", cap * d, &scratch));
+        BS_RETURN_IF_ERROR(buf("ep_dy", cap * d, &dye));
+        BS_RETURN_IF_ERROR(buf("ep_dx", cap * d, &dxe));
+        BS_RETURN_IF_ERROR(xc.dispatch(*comm_, dy, dye, d, scratch, stream_));
+      } else if (!is_quantized(recipe_)) {
+        host_ends_ = all_host_ends_[l];
+      }
+      if (er.rows > 0) {
+        const int64_t w2_at = er.first * d * f, w13_at = er.first * 2 * f * d;
+        BS_RETURN_IF_ERROR(grouped_backward(n + ".w2", gradient_sr_key(run_seed, micro_step, l, 3), dye, a, er.rows,
+                                            er.ends, er.experts, P(lp.w2) + w2_at, d, f, da, G(lp.w2) + w2_at));
+        BS_RETURN_IF_ERROR(gpu::swiglu_backward(u, da, er.rows, f, du, stream_));
+        BS_RETURN_IF_ERROR(grouped_backward(n + ".w13", gradient_sr_key(run_seed, micro_step, l, 2), du, xs, er.rows,
+                                            er.ends, er.experts, P(lp.w13) + w13_at, 2 * f, d, dxe,
+                                            G(lp.w13) + w13_at));
+      }
+      if (expert_parallel_) BS_RETURN_IF_ERROR(exchange(l).give_back(*comm_, dxe, dxs, d, scratch, stream_));
       BS_RETURN_IF_ERROR(gpu::moe_scatter_add(dxs, slot_row, m, k, rows, d, dh2, stream_));
       BS_RETURN_IF_ERROR(gpu::router_backward(rprobs, ids, gates, d_gates, m, e, k, aux_weight, dlogits, router_ws,
                                               router_ws_bytes, stream_));
@@ -821,7 +935,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
                                        P(lp.wqkv), m, 3 * d, d, dh, G(lp.wqkv)));
     BS_RETURN_IF_ERROR(gpu::rmsnorm_backward(dh, x_in, P(lp.attn_norm), rstd1, m, d, dx, G(lp.attn_norm), norm_ws,
                                              norm_ws_bytes, stream_));
-    if (reduce) BS_RETURN_IF_ERROR(reduce_gradients(layer_begin(l), layer_begin(l + 1)));  // layer l is done
+    if (reduce) BS_RETURN_IF_ERROR(reduce_gradients(layer_begin(l), shared_end(l)));  // layer l is done
   }
   size_t emb_ws_bytes = 0;
   BS_RETURN_IF_ERROR(gpu::embedding_backward_workspace_bytes(m, c.vocab, &emb_ws_bytes));

@@ -63,6 +63,22 @@ class NcclCommunicator final : public Communicator {
     BS_RETURN_IF_ERROR(join(static_cast<cudaStream_t>(after), stream_));
     return nccl_check(ncclAllReduce(data, data, size_t(n), ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
   }
+  Status all_to_all_device(const void* send, const int64_t* send_bytes, void* recv, const int64_t* recv_bytes,
+                           void* after) override {
+    BS_RETURN_IF_ERROR(join(static_cast<cudaStream_t>(after), stream_));
+    const auto* s = static_cast<const uint8_t*>(send);
+    auto* r = static_cast<uint8_t*>(recv);
+    BS_RETURN_IF_ERROR(nccl_check(ncclGroupStart(), "ncclGroupStart"));
+    for (int peer = 0; peer < world_; ++peer) {
+      if (send_bytes[peer] > 0)
+        BS_RETURN_IF_ERROR(nccl_check(ncclSend(s, size_t(send_bytes[peer]), ncclUint8, peer, comm_, stream_), "ncclSend"));
+      if (recv_bytes[peer] > 0)
+        BS_RETURN_IF_ERROR(nccl_check(ncclRecv(r, size_t(recv_bytes[peer]), ncclUint8, peer, comm_, stream_), "ncclRecv"));
+      s += send_bytes[peer];
+      r += recv_bytes[peer];
+    }
+    return nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+  }
   Status wait_device(void* stream) override { return join(stream_, static_cast<cudaStream_t>(stream)); }
 
  private:

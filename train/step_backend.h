@@ -32,6 +32,12 @@ class StepBackend {
   // The next forward_backward is the step's last micro-batch: the GPU step starts summing each
   // layer's gradients across ranks as soon as its backward has them, overlapping the rest.
   virtual void reduce_in_next_backward() {}
+  // Expert parallelism (after set_communicator): each rank runs E / ranks experts of every MoE
+  // layer, the routed tokens exchanged all-to-all; read_state gathers the experts (every rank
+  // calls it). The GPU step only.
+  virtual Status set_expert_parallel() {
+    return Status::error("--expert-parallel: needs the GPU step (--device gpu)");
+  }
   virtual Status evaluate(const int32_t* tokens, const int32_t* targets, int batch, StepLosses* losses) = 0;
   // Reduces gradients across ranks (data parallel), clips them to the global norm and applies
   // AdamW; *grad_norm receives the norm before clipping.

@@ -81,10 +81,12 @@ std::vector<Entry> checkpoint_entries(const ParamLayout& layout, Ptr params, Ptr
   return entries;
 }
 
-Status save(const TrainConfig& c, int world, StepBackend& backend, const ParamLayout& layout, int64_t step,
-            int64_t tokens) {
+// Every rank reads the state (with expert parallelism that gathers the experts); rank 0 writes.
+Status save(const TrainConfig& c, bool leader, int world, StepBackend& backend, const ParamLayout& layout,
+            int64_t step, int64_t tokens) {
   std::vector<float> p, m, v;
   BS_RETURN_IF_ERROR(backend.read_state(&p, &m, &v));
+  if (!leader) return Status::ok();
   const json state = {{"step", step}, {"tokens", tokens}, {"config", resume_json(c, world)}};
   BS_RETURN_IF_ERROR(save_checkpoint(c.out_dir, step, checkpoint_entries<TensorRef, const float*>(
                                                           layout, p.data(), m.data(), v.data()),
@@ -207,6 +209,7 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
   std::unique_ptr<StepBackend> backend;
   BS_RETURN_IF_ERROR(make_backend(c, &backend));
   if (comm != nullptr) backend->set_communicator(comm);  // one rank too: torchrun with one GPU
+  if (c.expert_parallel) BS_RETURN_IF_ERROR(backend->set_expert_parallel());
   const ParamLayout layout = make_param_layout(c.model);
   int64_t step = 0, tokens = 0;
   if (!c.resume.empty())
@@ -281,7 +284,7 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
     }
     if ((c.checkpoint_every > 0 && step % c.checkpoint_every == 0) || step == c.steps)
       BS_RETURN_IF_ERROR(
-          ranks.agree(ranks.leader() ? save(c, ranks.world, *backend, layout, step, tokens) : Status::ok()));
+          ranks.agree(save(c, ranks.leader(), ranks.world, *backend, layout, step, tokens)));
   }
   std::vector<std::pair<std::string, double>> phases = backend->phase_ms();
   for (auto& [name, ms] : phases) ms /= std::max<int64_t>(timed_steps, 1);

@@ -41,6 +41,7 @@ struct TrainConfig {
   std::string resume;  // a checkpoint or run directory ("" starts afresh)
   uint64_t seed = 1;   // data order, initialisation, stochastic rounding
   std::string device = "auto";  // auto | cpu | gpu
+  bool expert_parallel = false;  // split each MoE layer's experts across the ranks (GPU)
   int64_t stop_after = -1;      // stop (as if killed) after this many steps of this run; tests
 };
 

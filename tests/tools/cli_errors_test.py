@@ -203,6 +203,7 @@ def main():
           "--d-model", "128")
         E("train missing token file", tr + ["--data", "tokens", "--data-path", "nope.bin"], 1, "nope.bin")
         E("train resume from nothing", tr + ["--resume", "no_such_run"], 1, "no_such_run")
+        E("train expert parallel without ranks", tr + ["--expert-parallel"], 1, "--expert-parallel")
 
     if FAILURES:
         print("\n".join("FAIL " + f for f in FAILURES))

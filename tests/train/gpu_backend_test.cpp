@@ -123,6 +123,20 @@ class HostStagedMember final : public Communicator {
       return Status::error("HostStagedMember: copy in failed");
     return Status::ok();
   }
+  Status all_to_all_device(const void* send, const int64_t* send_bytes, void* recv, const int64_t* recv_bytes,
+                           void* after) override {
+    const int world = world_size();
+    int64_t out = 0, in = 0;
+    for (int r = 0; r < world; ++r) out += send_bytes[r], in += recv_bytes[r];
+    std::vector<uint8_t> send_host(out), recv_host(in);
+    if (cudaStreamSynchronize(static_cast<cudaStream_t>(after)) != cudaSuccess ||
+        cudaMemcpy(send_host.data(), send, out, cudaMemcpyDeviceToHost) != cudaSuccess)
+      return Status::error("HostStagedMember: copy out failed");
+    BS_RETURN_IF_ERROR(inner_->all_to_all_host(send_host.data(), send_bytes, recv_host.data(), recv_bytes));
+    if (cudaMemcpy(recv, recv_host.data(), in, cudaMemcpyHostToDevice) != cudaSuccess)
+      return Status::error("HostStagedMember: copy in failed");
+    return Status::ok();
+  }
   Status wait_device(void*) override { return Status::ok(); }
 
  private:
@@ -193,6 +207,89 @@ TEST(GpuBackendDataParallel, TwoRanksSumToOneRank) {
     }
     std::printf("%s: 2 ranks vs 1, worst per-tensor gradient difference %.2e (bound %.0e)\n", recipe_name(recipe),
                 worst, bound);
+  }
+}
+
+// Expert parallelism: two ranks (threads, one GPU), each running 2 of the 4 experts of every MoE
+// layer on the rows both ranks route to them, match one rank on the whole batch: the shared
+// gradients, and each rank's own experts' gradients; the experts of the other rank stay zero.
+TEST(GpuBackendExpertParallel, TwoRanksMatchOneRank) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  for (TrainRecipe recipe : {TrainRecipe::kBf16, TrainRecipe::kMxfp8, TrainRecipe::kFp8Block}) {
+    ModelConfig c;
+    c.vocab = 96, c.d_model = 128, c.n_layers = 2, c.n_heads = 4, c.n_experts = 4, c.top_k = 2, c.d_ff = 128;
+    c.seq_len = 64, c.aux_loss_coef = 0;
+    const int batch = 4, half = batch / 2;
+    std::mt19937 rng(13);
+    std::vector<int32_t> tokens(batch * c.seq_len), targets(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      tokens[i] = int32_t(rng() % c.vocab);
+      targets[i] = int32_t(rng() % c.vocab);
+    }
+    std::unique_ptr<StepBackend> one;
+    ASSERT_TRUE(make_gpu_backend(c, recipe, 3, &one).is_ok());
+    StepLosses l_one;
+    ASSERT_TRUE(one->zero_grads().is_ok());
+    ASSERT_TRUE(one->forward_backward(tokens.data(), targets.data(), batch, 1.0f, 7, 3, &l_one).is_ok());
+    std::vector<float> g_one, p_one, m_one, v_one;
+    ASSERT_TRUE(gpu_backend_gradients(*one, &g_one).is_ok());
+    ASSERT_TRUE(one->read_state(&p_one, &m_one, &v_one).is_ok());
+
+    LocalGroup group(2);
+    std::vector<std::vector<float>> g_rank(2), p_rank(2);
+    std::vector<double> loss(2);
+    std::vector<Status> status(2, Status::ok());
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        HostStagedMember comm(group.member(r));
+        std::unique_ptr<StepBackend> b;
+        StepLosses lr;
+        std::vector<float> m, v;
+        status[r] = make_gpu_backend(c, recipe, 3, &b);
+        if (!status[r].is_ok()) return;
+        b->set_communicator(&comm);
+        status[r] = b->set_expert_parallel();
+        if (!status[r].is_ok()) return;
+        b->reduce_in_next_backward();
+        const int64_t first = int64_t{r} * half * c.seq_len;
+        status[r] = b->zero_grads();
+        if (status[r].is_ok())
+          status[r] = b->forward_backward(tokens.data() + first, targets.data() + first, half, 0.5f, 7, 3, &lr);
+        loss[r] = lr.loss;
+        if (status[r].is_ok()) status[r] = gpu_backend_gradients(*b, &g_rank[r]);
+        if (status[r].is_ok()) status[r] = b->read_state(&p_rank[r], &m, &v);  // gathers the experts
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    ASSERT_TRUE(status[0].is_ok()) << status[0].message();
+    ASSERT_TRUE(status[1].is_ok()) << status[1].message();
+    EXPECT_NEAR((loss[0] + loss[1]) / 2, l_one.loss, 1e-5 * l_one.loss);
+    EXPECT_EQ(p_rank[0], p_one);
+    EXPECT_EQ(p_rank[1], p_one);
+    const double bound = recipe == TrainRecipe::kBf16 ? 1e-4 : 0.05;
+    const ParamLayout layout = make_param_layout(c);
+    double worst = 0;
+    for (const ParamTensor& t : layout.tensors) {
+      const bool expert = t.name.find(".w13") != std::string::npos || t.name.find(".w2") != std::string::npos;
+      const int64_t slice = expert ? t.size / c.n_experts : t.size;
+      for (int64_t part = 0; part < t.size / slice; ++part) {
+        const int owner = expert ? int(part / (c.n_experts / 2)) : 0;
+        const std::vector<float>& g = g_rank[owner];
+        double diff = 0, ref = 0, other = 0;
+        for (int64_t i = t.offset + part * slice; i < t.offset + (part + 1) * slice; ++i) {
+          diff += double(g[i] - g_one[i]) * (g[i] - g_one[i]);
+          ref += double(g_one[i]) * g_one[i];
+          if (expert) other += double(g_rank[1 - owner][i]) * g_rank[1 - owner][i];
+        }
+        const double rel = std::sqrt(diff / std::max(ref, 1e-30));
+        worst = std::max(worst, rel);
+        EXPECT_LE(rel, bound) << recipe_name(recipe) << " " << t.name << " part " << part;
+        EXPECT_EQ(other, 0.0) << t.name << " part " << part << ": the other rank's expert has a gradient";
+      }
+    }
+    std::printf("%s: expert parallel, 2 ranks vs 1, worst gradient difference %.2e (bound %.0e)\n",
+                recipe_name(recipe), worst, bound);
   }
 }
 
