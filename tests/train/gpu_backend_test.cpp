@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -143,65 +144,105 @@ class HostStagedMember final : public Communicator {
   std::unique_ptr<Communicator> inner_;
 };
 
+// The data- and expert-parallel tests: a tiny MoE model, random tokens, the load-balancing loss
+// off (each rank takes it over its own tokens, so it would differ from one rank's).
+struct ParallelCase {
+  ModelConfig c;
+  int batch = 4;
+  std::vector<int32_t> tokens, targets;
+};
+
+ParallelCase parallel_case(uint32_t seed) {
+  ParallelCase pc;
+  ModelConfig& c = pc.c;
+  c.vocab = 96, c.d_model = 128, c.n_layers = 2, c.n_heads = 4, c.n_experts = 4, c.top_k = 2, c.d_ff = 128;
+  c.seq_len = 64, c.aux_loss_coef = 0;
+  std::mt19937 rng(seed);
+  pc.tokens.resize(pc.batch * c.seq_len);
+  pc.targets.resize(pc.tokens.size());
+  for (size_t i = 0; i < pc.tokens.size(); ++i) {
+    pc.tokens[i] = int32_t(rng() % c.vocab);
+    pc.targets[i] = int32_t(rng() % c.vocab);
+  }
+  return pc;
+}
+
+// What one rank ends a step with: its gradients, loss and state (read_state).
+struct RankResult {
+  Status status = Status::ok();
+  std::vector<float> grads, params;
+  double loss = 0;
+};
+
+// One forward + backward of `batch` sequences from `first` on a backend joined to `comm` (none:
+// a single rank), then its gradients and state.
+RankResult step_on(const ParallelCase& pc, TrainRecipe recipe, Communicator* comm, bool expert_parallel,
+                   int first, int batch) {
+  RankResult out;
+  std::unique_ptr<StepBackend> b;
+  StepLosses l;
+  std::vector<float> m, v;
+  out.status = make_gpu_backend(pc.c, recipe, 3, &b);
+  if (!out.status.is_ok()) return out;
+  if (comm != nullptr) {
+    b->set_communicator(comm);
+    if (expert_parallel) out.status = b->set_expert_parallel();
+    b->reduce_in_next_backward();
+  }
+  const int64_t at = int64_t{first} * pc.c.seq_len;
+  const float scale = float(batch) / float(pc.batch);  // the mean over the whole batch's tokens
+  if (out.status.is_ok()) out.status = b->zero_grads();
+  if (out.status.is_ok())
+    out.status = b->forward_backward(pc.tokens.data() + at, pc.targets.data() + at, batch, scale, 7, 3, &l);
+  out.loss = l.loss;
+  if (out.status.is_ok()) out.status = gpu_backend_gradients(*b, &out.grads);
+  if (out.status.is_ok()) out.status = b->read_state(&out.params, &m, &v);  // expert parallel: a gather
+  return out;
+}
+
+// Two ranks as threads on one GPU, half the batch each.
+std::vector<RankResult> two_ranks(const ParallelCase& pc, TrainRecipe recipe, bool expert_parallel) {
+  LocalGroup group(2);
+  std::vector<RankResult> out(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      HostStagedMember comm(group.member(r));
+      out[r] = step_on(pc, recipe, &comm, expert_parallel, r * pc.batch / 2, pc.batch / 2);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return out;
+}
+
+// ||a - b|| / ||b|| over [begin, end).
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b, int64_t begin, int64_t end) {
+  double diff = 0, ref = 0;
+  for (int64_t i = begin; i < end; ++i) {
+    diff += double(a[i] - b[i]) * (a[i] - b[i]);
+    ref += double(b[i]) * b[i];
+  }
+  return std::sqrt(diff / std::max(ref, 1e-30));
+}
+
 // Data parallelism inside the GPU step: two ranks with half the batch each, their gradients
-// summed layer by layer while the backward runs, equal one rank's gradients on the whole batch.
-// bf16: to summation order. mxfp8: the per-expert wgrad blocks hold other tokens on each rank,
-// so their scales differ (quantization noise). A layer whose sum was missed would be off by about
-// half. The load-balancing loss is off here: each rank takes it over its own tokens.
+// summed layer by layer while the backward runs, equal one rank's gradients on the whole batch
+// (bf16: to summation order; mxfp8: the per-expert wgrad blocks may hold other tokens on each
+// rank, so a scale can differ). A layer whose sum was missed would be off by about half.
 TEST(GpuBackendDataParallel, TwoRanksSumToOneRank) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const ParallelCase pc = parallel_case(11);
   for (TrainRecipe recipe : {TrainRecipe::kBf16, TrainRecipe::kMxfp8}) {
-    ModelConfig c;
-    c.vocab = 96, c.d_model = 128, c.n_layers = 2, c.n_heads = 4, c.n_experts = 4, c.top_k = 2, c.d_ff = 128;
-    c.seq_len = 64, c.aux_loss_coef = 0;
-    const int batch = 4, half = batch / 2;
-    std::mt19937 rng(11);
-    std::vector<int32_t> tokens(batch * c.seq_len), targets(tokens.size());
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      tokens[i] = int32_t(rng() % c.vocab);
-      targets[i] = int32_t(rng() % c.vocab);
-    }
-    std::unique_ptr<StepBackend> one;
-    ASSERT_TRUE(make_gpu_backend(c, recipe, 3, &one).is_ok());
-    StepLosses l;
-    ASSERT_TRUE(one->zero_grads().is_ok());
-    ASSERT_TRUE(one->forward_backward(tokens.data(), targets.data(), batch, 1.0f, 7, 3, &l).is_ok());
-    std::vector<float> g_one;
-    ASSERT_TRUE(gpu_backend_gradients(*one, &g_one).is_ok());
-
-    LocalGroup group(2);
-    std::vector<std::vector<float>> g_rank(2);
-    std::vector<Status> status(2, Status::ok());
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r] {
-        HostStagedMember comm(group.member(r));
-        std::unique_ptr<StepBackend> b;
-        StepLosses lr;
-        status[r] = make_gpu_backend(c, recipe, 3, &b);
-        if (!status[r].is_ok()) return;
-        b->set_communicator(&comm);
-        b->reduce_in_next_backward();
-        const int64_t first = int64_t{r} * half * c.seq_len;
-        status[r] = b->zero_grads();
-        if (status[r].is_ok())
-          status[r] = b->forward_backward(tokens.data() + first, targets.data() + first, half, 0.5f, 7, 3, &lr);
-        if (status[r].is_ok()) status[r] = gpu_backend_gradients(*b, &g_rank[r]);
-      });
-    }
-    for (std::thread& t : threads) t.join();
-    ASSERT_TRUE(status[0].is_ok()) << status[0].message();
-    ASSERT_TRUE(status[1].is_ok()) << status[1].message();
-    EXPECT_EQ(g_rank[0], g_rank[1]) << "the ranks hold different sums";
+    const RankResult one = step_on(pc, recipe, nullptr, false, 0, pc.batch);
+    ASSERT_TRUE(one.status.is_ok()) << one.status.message();
+    const std::vector<RankResult> ranks = two_ranks(pc, recipe, false);
+    ASSERT_TRUE(ranks[0].status.is_ok()) << ranks[0].status.message();
+    ASSERT_TRUE(ranks[1].status.is_ok()) << ranks[1].status.message();
+    EXPECT_EQ(ranks[0].grads, ranks[1].grads) << "the ranks hold different sums";
     const double bound = recipe == TrainRecipe::kBf16 ? 1e-4 : 0.05;
     double worst = 0;
-    for (const ParamTensor& t : make_param_layout(c).tensors) {
-      double diff = 0, ref = 0;
-      for (int64_t i = t.offset; i < t.offset + t.size; ++i) {
-        diff += double(g_rank[0][i] - g_one[i]) * (g_rank[0][i] - g_one[i]);
-        ref += double(g_one[i]) * g_one[i];
-      }
-      const double rel = std::sqrt(diff / std::max(ref, 1e-30));
+    for (const ParamTensor& t : make_param_layout(pc.c).tensors) {
+      const double rel = relative_difference(ranks[0].grads, one.grads, t.offset, t.offset + t.size);
       worst = std::max(worst, rel);
       EXPECT_LE(rel, bound) << recipe_name(recipe) << " " << t.name;
     }
@@ -212,80 +253,36 @@ TEST(GpuBackendDataParallel, TwoRanksSumToOneRank) {
 
 // Expert parallelism: two ranks (threads, one GPU), each running 2 of the 4 experts of every MoE
 // layer on the rows both ranks route to them, match one rank on the whole batch: the shared
-// gradients, and each rank's own experts' gradients; the experts of the other rank stay zero.
+// gradients, and each rank's own experts' gradients; the other rank's experts stay zero; the
+// gathered state is the whole model.
 TEST(GpuBackendExpertParallel, TwoRanksMatchOneRank) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const ParallelCase pc = parallel_case(13);
   for (TrainRecipe recipe : {TrainRecipe::kBf16, TrainRecipe::kMxfp8, TrainRecipe::kFp8Block}) {
-    ModelConfig c;
-    c.vocab = 96, c.d_model = 128, c.n_layers = 2, c.n_heads = 4, c.n_experts = 4, c.top_k = 2, c.d_ff = 128;
-    c.seq_len = 64, c.aux_loss_coef = 0;
-    const int batch = 4, half = batch / 2;
-    std::mt19937 rng(13);
-    std::vector<int32_t> tokens(batch * c.seq_len), targets(tokens.size());
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      tokens[i] = int32_t(rng() % c.vocab);
-      targets[i] = int32_t(rng() % c.vocab);
-    }
-    std::unique_ptr<StepBackend> one;
-    ASSERT_TRUE(make_gpu_backend(c, recipe, 3, &one).is_ok());
-    StepLosses l_one;
-    ASSERT_TRUE(one->zero_grads().is_ok());
-    ASSERT_TRUE(one->forward_backward(tokens.data(), targets.data(), batch, 1.0f, 7, 3, &l_one).is_ok());
-    std::vector<float> g_one, p_one, m_one, v_one;
-    ASSERT_TRUE(gpu_backend_gradients(*one, &g_one).is_ok());
-    ASSERT_TRUE(one->read_state(&p_one, &m_one, &v_one).is_ok());
-
-    LocalGroup group(2);
-    std::vector<std::vector<float>> g_rank(2), p_rank(2);
-    std::vector<double> loss(2);
-    std::vector<Status> status(2, Status::ok());
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r] {
-        HostStagedMember comm(group.member(r));
-        std::unique_ptr<StepBackend> b;
-        StepLosses lr;
-        std::vector<float> m, v;
-        status[r] = make_gpu_backend(c, recipe, 3, &b);
-        if (!status[r].is_ok()) return;
-        b->set_communicator(&comm);
-        status[r] = b->set_expert_parallel();
-        if (!status[r].is_ok()) return;
-        b->reduce_in_next_backward();
-        const int64_t first = int64_t{r} * half * c.seq_len;
-        status[r] = b->zero_grads();
-        if (status[r].is_ok())
-          status[r] = b->forward_backward(tokens.data() + first, targets.data() + first, half, 0.5f, 7, 3, &lr);
-        loss[r] = lr.loss;
-        if (status[r].is_ok()) status[r] = gpu_backend_gradients(*b, &g_rank[r]);
-        if (status[r].is_ok()) status[r] = b->read_state(&p_rank[r], &m, &v);  // gathers the experts
-      });
-    }
-    for (std::thread& t : threads) t.join();
-    ASSERT_TRUE(status[0].is_ok()) << status[0].message();
-    ASSERT_TRUE(status[1].is_ok()) << status[1].message();
-    EXPECT_NEAR((loss[0] + loss[1]) / 2, l_one.loss, 1e-5 * l_one.loss);
-    EXPECT_EQ(p_rank[0], p_one);
-    EXPECT_EQ(p_rank[1], p_one);
+    const RankResult one = step_on(pc, recipe, nullptr, false, 0, pc.batch);
+    ASSERT_TRUE(one.status.is_ok()) << one.status.message();
+    const std::vector<RankResult> ranks = two_ranks(pc, recipe, true);
+    ASSERT_TRUE(ranks[0].status.is_ok()) << ranks[0].status.message();
+    ASSERT_TRUE(ranks[1].status.is_ok()) << ranks[1].status.message();
+    EXPECT_NEAR((ranks[0].loss + ranks[1].loss) / 2, one.loss, 1e-5 * one.loss);
+    EXPECT_EQ(ranks[0].params, one.params);
+    EXPECT_EQ(ranks[1].params, one.params);
     const double bound = recipe == TrainRecipe::kBf16 ? 1e-4 : 0.05;
-    const ParamLayout layout = make_param_layout(c);
+    const int per_rank = pc.c.n_experts / 2;
     double worst = 0;
-    for (const ParamTensor& t : layout.tensors) {
+    for (const ParamTensor& t : make_param_layout(pc.c).tensors) {
       const bool expert = t.name.find(".w13") != std::string::npos || t.name.find(".w2") != std::string::npos;
-      const int64_t slice = expert ? t.size / c.n_experts : t.size;
+      const int64_t slice = expert ? t.size / pc.c.n_experts : t.size;
       for (int64_t part = 0; part < t.size / slice; ++part) {
-        const int owner = expert ? int(part / (c.n_experts / 2)) : 0;
-        const std::vector<float>& g = g_rank[owner];
-        double diff = 0, ref = 0, other = 0;
-        for (int64_t i = t.offset + part * slice; i < t.offset + (part + 1) * slice; ++i) {
-          diff += double(g[i] - g_one[i]) * (g[i] - g_one[i]);
-          ref += double(g_one[i]) * g_one[i];
-          if (expert) other += double(g_rank[1 - owner][i]) * g_rank[1 - owner][i];
-        }
-        const double rel = std::sqrt(diff / std::max(ref, 1e-30));
+        const int owner = expert ? int(part / per_rank) : 0;
+        const int64_t begin = t.offset + part * slice, end = begin + slice;
+        const double rel = relative_difference(ranks[owner].grads, one.grads, begin, end);
         worst = std::max(worst, rel);
         EXPECT_LE(rel, bound) << recipe_name(recipe) << " " << t.name << " part " << part;
-        EXPECT_EQ(other, 0.0) << t.name << " part " << part << ": the other rank's expert has a gradient";
+        if (!expert) continue;
+        const std::vector<float>& other = ranks[1 - owner].grads;
+        EXPECT_TRUE(std::all_of(other.begin() + begin, other.begin() + end, [](float g) { return g == 0.0f; }))
+            << t.name << " part " << part << ": the other rank's expert has a gradient";
       }
     }
     std::printf("%s: expert parallel, 2 ranks vs 1, worst gradient difference %.2e (bound %.0e)\n",
