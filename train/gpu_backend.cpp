@@ -360,12 +360,18 @@ class GpuBackend final : public StepBackend {
   }
 
   // Routed tokens (rows x cols, sorted by expert): rowwise copy plus the per-expert padded
-  // columnwise copy, from one pass.
+  // columnwise copy, from one pass. With `gather` (row r is x's row gather->index[r]), the tokens
+  // are permuted while they are quantized (quant/moe.h's fused permute + quantize).
+  struct Gather {
+    const int32_t* index;
+    int64_t input_rows;
+  };
   Status quantize_grouped(const std::string& name, OperandRole role, SrKey sr, const float* x, int64_t rows,
-                          int64_t cols, const int32_t* ends, int experts, Quantized* q) {
+                          int64_t cols, const int32_t* ends, int experts, Quantized* q, const Gather* gather = nullptr) {
     quant::GroupedQuantizeProblem p;
     p.dense = quant_problem(recipe_, role, sr, rows, cols);
     p.num_groups = experts;
+    if (gather != nullptr) p.input_rows = gather->input_rows;
     q->capacity = quant::grouped_capacity(p);
     uint8_t *rs, *cs;
     BS_RETURN_IF_ERROR(buf(name + ".rd", quant::rowwise_data_bytes(p.dense), &q->row_data));
@@ -380,6 +386,7 @@ class GpuBackend final : public StepBackend {
     quant::GroupedQuantizeInputs in;
     in.x = x;
     in.group_ends = ends;
+    if (gather != nullptr) in.row_index = gather->index;
     quant::GroupedQuantizeOutputs out;
     out.dense.rowwise_data = q->row_data;
     out.dense.rowwise_scales = rs;
@@ -522,7 +529,7 @@ class GpuBackend final : public StepBackend {
   // or with expert parallelism the rows this rank's experts received); `e` experts, host_ends_
   // their group ends on the host (bf16 / fp32 only) ----
   Status grouped_forward(const std::string& name, const float* x, int64_t rows, const int32_t* ends, int e,
-                         const float* w, int64_t n, int64_t k, float* y) {
+                         const float* w, int64_t n, int64_t k, float* y, const Gather* gather = nullptr) {
     if (!is_quantized(recipe_)) {  // one cuBLAS product per expert, sizes from the host
       CublasOperands o;
       BS_RETURN_IF_ERROR(cublas_forward_operands(name, recipe_, x, rows * k, w, e * n * k, &o));
@@ -535,7 +542,7 @@ class GpuBackend final : public StepBackend {
       return Status::ok();
     }
     Quantized qx, qw;
-    BS_RETURN_IF_ERROR(quantize_grouped(name + ".x", OperandRole::kActivation, {}, x, rows, k, ends, e, &qx));
+    BS_RETURN_IF_ERROR(quantize_grouped(name + ".x", OperandRole::kActivation, {}, x, rows, k, ends, e, &qx, gather));
     BS_RETURN_IF_ERROR(quantize_experts(name + ".w", w, e, n, k, &qw));
     gemm::GroupedGemmProblem p;
     p.mode = gemm::GroupedGemmMode::kM;
@@ -733,6 +740,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
   // ---- forward ----
   float* x;
   BS_RETURN_IF_ERROR(buf("x", m * d, &x));
+  timer_.mark(Phase::kEmbedLoss);
   BS_RETURN_IF_ERROR(gpu::embedding_forward(tokens, m, c.seq_len, d, c.vocab, P(layout_.embed), P(layout_.pos_embed),
                                             x, stream_));
   for (int l = 0; l < L; ++l) {
@@ -745,7 +753,9 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
     uint16_t* probs = s.probs;
     BS_RETURN_IF_ERROR(buf("o", m * d, &o));
     BS_RETURN_IF_ERROR(buf("ffn_out", m * d, &ffn_out));
+    timer_.mark(Phase::kOther);
     BS_CUDA(cudaMemcpyAsync(x_in, x, m * d * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+    timer_.mark(Phase::kNorm);
     BS_RETURN_IF_ERROR(gpu::rmsnorm_forward(x, P(lp.attn_norm), m, d, h, rstd1, stream_));
     BS_RETURN_IF_ERROR(linear_forward(n + ".wqkv", lin, h, P(lp.wqkv), m, 3 * d, d, qkv));
     {
@@ -754,8 +764,10 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
                                                 attn_ws_bytes, cublas_, stream_));
     }
     BS_RETURN_IF_ERROR(linear_forward(n + ".wo", lin, att, P(lp.wo), m, d, d, o));
+    timer_.mark(Phase::kOther);
     gpu::add_inplace(x, o, m * d, stream_);
     BS_CUDA(cudaMemcpyAsync(x_mid, x, m * d * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+    timer_.mark(Phase::kNorm);
     BS_RETURN_IF_ERROR(gpu::rmsnorm_forward(x, P(lp.ffn_norm), m, d, h2, rstd2, stream_));
     if (c.moe()) {
       float *logits, *rprobs = s.rprobs, *gates = s.gates, *xs = s.xs, *y = s.y;
@@ -764,6 +776,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
       BS_RETURN_IF_ERROR(buf("router_logits", m * e, &logits));
       BS_RETURN_IF_ERROR(buf("y16", rows * d, &y16));
       BS_RETURN_IF_ERROR(cublas_gemm(Product::kXWt, CUDA_R_32F, h2, P(lp.router), m, e, d, logits, 0.0f));
+      timer_.mark(Phase::kRouting);
       BS_RETURN_IF_ERROR(gpu::router_forward(logits, m, e, k, rprobs, ids, gates, stream_));
       BS_RETURN_IF_ERROR(gpu::load_balance_loss(rprobs, ids, m, e, k, aux + l, router_ws, router_ws_bytes, stream_));
       quant::RoutingProblem rp{m, k, e};
@@ -789,15 +802,22 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
         gpu::gather_rows(h2, m, d, row_source, rows, routed, stream_);
         ExpertExchange& xc = exchange(l);
         BS_RETURN_IF_ERROR(xc.plan(*comm_, host_ends_, e, stream_));
-        BS_RETURN_IF_ERROR(xc.dispatch(*comm_, routed, xs, d, scratch, stream_));
+        {
+          PhaseScope phase(timer_, Phase::kCommunication);
+          BS_RETURN_IF_ERROR(xc.dispatch(*comm_, routed, xs, d, scratch, stream_));
+        }
         er = {xc.local_experts(), xc.received_rows(), xc.local_ends_device(), xc.first_expert()};
         host_ends_ = xc.local_ends_host();
-      } else {
-        gpu::gather_rows(h2, m, d, row_source, rows, xs, stream_);
       }
+      // MXFP8 and FP8 blockwise permute the tokens while quantizing them (the backward needs only
+      // their quantized copies); NVFP4 and the cuBLAS recipes take a permuted fp32 copy.
+      const bool fused = !expert_parallel_ && (recipe_ == TrainRecipe::kMxfp8 || recipe_ == TrainRecipe::kFp8Block);
+      const Gather gather{row_source, m};
+      if (!expert_parallel_ && !fused) gpu::gather_rows(h2, m, d, row_source, rows, xs, stream_);
       if (er.rows > 0) {
-        BS_RETURN_IF_ERROR(grouped_forward(n + ".w13", xs, er.rows, er.ends, er.experts,
-                                           P(lp.w13) + er.first * 2 * f * d, 2 * f, d, u));
+        BS_RETURN_IF_ERROR(grouped_forward(n + ".w13", fused ? h2 : xs, er.rows, er.ends, er.experts,
+                                           P(lp.w13) + er.first * 2 * f * d, 2 * f, d, u, fused ? &gather : nullptr));
+        timer_.mark(Phase::kOther);
         BS_RETURN_IF_ERROR(gpu::swiglu_forward(u, er.rows, f, a, stream_));
         BS_RETURN_IF_ERROR(grouped_forward(n + ".w2", a, er.rows, er.ends, er.experts, P(lp.w2) + er.first * d * f, d,
                                            f, ye));
@@ -805,8 +825,12 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
       if (expert_parallel_) {
         float* scratch;
         BS_RETURN_IF_ERROR(buf("ep_scratch", ffn_capacity(rows) * d, &scratch));
-        BS_RETURN_IF_ERROR(exchange(l).give_back(*comm_, ye, y, d, scratch, stream_));
+        {
+          PhaseScope phase(timer_, Phase::kCommunication);
+          BS_RETURN_IF_ERROR(exchange(l).give_back(*comm_, ye, y, d, scratch, stream_));
+        }
       }
+      timer_.mark(Phase::kRouting);
       gpu::round_to_bf16(y, y16, rows * d, stream_);  // the combine takes bf16 expert outputs
       quant::CombineProblem cp;
       cp.tokens = m, cp.top_k = k, cp.cols = d, cp.y_rows = rows, cp.ld_y = d, cp.ld_out = d;
@@ -815,9 +839,11 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
                                     nullptr, 0, stream_));
     } else {
       BS_RETURN_IF_ERROR(linear_forward(n + ".w13", lin, h2, P(lp.w13), m, 2 * f, d, u));
+      timer_.mark(Phase::kOther);
       BS_RETURN_IF_ERROR(gpu::swiglu_forward(u, m, f, a, stream_));
       BS_RETURN_IF_ERROR(linear_forward(n + ".w2", lin, a, P(lp.w2), m, d, f, ffn_out));
     }
+    timer_.mark(Phase::kOther);
     gpu::add_inplace(x, ffn_out, m * d, stream_);
   }
   float *hf, *rstd_f, *logits, *row_loss, *loss_sum;
@@ -829,8 +855,10 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
   BS_RETURN_IF_ERROR(buf("loss_sum", 1, &loss_sum));
   const size_t reduce_bytes = gpu::reduction_workspace_bytes(m);
   BS_RETURN_IF_ERROR(buf("loss_ws", int64_t(reduce_bytes), &reduce_ws));
+  timer_.mark(Phase::kNorm);
   BS_RETURN_IF_ERROR(gpu::rmsnorm_forward(x, P(layout_.final_norm), m, d, hf, rstd_f, stream_));
   BS_RETURN_IF_ERROR(linear_forward("lm_head", head, hf, P(layout_.lm_head), m, c.vocab, d, logits));
+  timer_.mark(Phase::kEmbedLoss);
   BS_RETURN_IF_ERROR(gpu::cross_entropy(logits, targets, m, c.vocab, grad_scale / float(m), row_loss,
                                         backward ? logits : nullptr, stream_));
   BS_RETURN_IF_ERROR(gpu::sum(row_loss, m, loss_sum, reduce_ws, reduce_bytes, stream_));
@@ -858,6 +886,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
   BS_CUDA(cudaMemsetAsync(dx, 0, m * d * sizeof(float), stream_));
   BS_RETURN_IF_ERROR(linear_backward("lm_head", head, {}, logits, hf, P(layout_.lm_head), m, c.vocab, d, dhf,
                                      G(layout_.lm_head)));
+  timer_.mark(Phase::kNorm);
   BS_RETURN_IF_ERROR(gpu::rmsnorm_backward(dhf, x, P(layout_.final_norm), rstd_f, m, d, dx, G(layout_.final_norm),
                                            norm_ws, norm_ws_bytes, stream_));
   if (reduce) BS_RETURN_IF_ERROR(reduce_gradients(layer_begin(L), layout_.total));  // final norm, LM head
@@ -870,6 +899,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
     float *x_in = s.x_in, *h = s.h, *rstd1 = s.rstd1, *qkv = s.qkv, *att = s.att, *x_mid = s.x_mid, *h2 = s.h2,
           *rstd2 = s.rstd2, *u = s.u, *a = s.a;
     const uint16_t* probs = s.probs;
+    timer_.mark(Phase::kOther);
     BS_CUDA(cudaMemsetAsync(dh2, 0, m * d * sizeof(float), stream_));
     if (c.moe()) {
       float *rprobs = s.rprobs, *gates = s.gates, *xs = s.xs, *y = s.y, *dy, *d_gates, *da, *du, *dxs, *dlogits;
@@ -881,6 +911,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
       BS_RETURN_IF_ERROR(buf("du", cap * 2 * f, &du));
       BS_RETURN_IF_ERROR(buf("dxs", rows * d, &dxs));
       BS_RETURN_IF_ERROR(buf("router_dlogits", m * e, &dlogits));
+      timer_.mark(Phase::kRouting);
       BS_RETURN_IF_ERROR(gpu::moe_combine_backward(dx, y, gates, slot_row, m, k, d, rows, dy, d_gates, stream_));
       ExpertRows er{e, rows, ends, 0};
       float *dye = dy, *dxe = dxs, *scratch = nullptr;
@@ -891,7 +922,10 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
         BS_RETURN_IF_ERROR(buf("ep_scratch", cap * d, &scratch));
         BS_RETURN_IF_ERROR(buf("ep_dy", cap * d, &dye));
         BS_RETURN_IF_ERROR(buf("ep_dx", cap * d, &dxe));
-        BS_RETURN_IF_ERROR(xc.dispatch(*comm_, dy, dye, d, scratch, stream_));
+        {
+          PhaseScope phase(timer_, Phase::kCommunication);
+          BS_RETURN_IF_ERROR(xc.dispatch(*comm_, dy, dye, d, scratch, stream_));
+        }
       } else if (!is_quantized(recipe_)) {
         host_ends_ = all_host_ends_[l];
       }
@@ -899,12 +933,17 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
         const int64_t w2_at = er.first * d * f, w13_at = er.first * 2 * f * d;
         BS_RETURN_IF_ERROR(grouped_backward(n + ".w2", gradient_sr_key(run_seed, micro_step, l, 3), dye, a, er.rows,
                                             er.ends, er.experts, P(lp.w2) + w2_at, d, f, da, G(lp.w2) + w2_at));
+        timer_.mark(Phase::kOther);
         BS_RETURN_IF_ERROR(gpu::swiglu_backward(u, da, er.rows, f, du, stream_));
         BS_RETURN_IF_ERROR(grouped_backward(n + ".w13", gradient_sr_key(run_seed, micro_step, l, 2), du, xs, er.rows,
                                             er.ends, er.experts, P(lp.w13) + w13_at, 2 * f, d, dxe,
                                             G(lp.w13) + w13_at));
       }
-      if (expert_parallel_) BS_RETURN_IF_ERROR(exchange(l).give_back(*comm_, dxe, dxs, d, scratch, stream_));
+      if (expert_parallel_) {
+        PhaseScope phase(timer_, Phase::kCommunication);
+        BS_RETURN_IF_ERROR(exchange(l).give_back(*comm_, dxe, dxs, d, scratch, stream_));
+      }
+      timer_.mark(Phase::kRouting);
       BS_RETURN_IF_ERROR(gpu::moe_scatter_add(dxs, slot_row, m, k, rows, d, dh2, stream_));
       BS_RETURN_IF_ERROR(gpu::router_backward(rprobs, ids, gates, d_gates, m, e, k, aux_weight, dlogits, router_ws,
                                               router_ws_bytes, stream_));
@@ -917,12 +956,15 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
       BS_RETURN_IF_ERROR(buf("du", m * 2 * f, &du));
       BS_RETURN_IF_ERROR(linear_backward(n + ".w2", lin, gradient_sr_key(run_seed, micro_step, l, 3), dx, a, P(lp.w2), m,
                                          d, f, da, G(lp.w2)));
+      timer_.mark(Phase::kOther);
       BS_RETURN_IF_ERROR(gpu::swiglu_backward(u, da, m, f, du, stream_));
       BS_RETURN_IF_ERROR(linear_backward(n + ".w13", lin, gradient_sr_key(run_seed, micro_step, l, 2), du, h2, P(lp.w13),
                                          m, 2 * f, d, dh2, G(lp.w13)));
     }
+    timer_.mark(Phase::kNorm);
     BS_RETURN_IF_ERROR(gpu::rmsnorm_backward(dh2, x_mid, P(lp.ffn_norm), rstd2, m, d, dx, G(lp.ffn_norm), norm_ws,
                                              norm_ws_bytes, stream_));
+    timer_.mark(Phase::kOther);
     BS_CUDA(cudaMemsetAsync(dh, 0, m * d * sizeof(float), stream_));
     BS_RETURN_IF_ERROR(linear_backward(n + ".wo", lin, gradient_sr_key(run_seed, micro_step, l, 1), dx, att, P(lp.wo), m,
                                        d, d, datt, G(lp.wo)));
@@ -933,6 +975,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
     }
     BS_RETURN_IF_ERROR(linear_backward(n + ".wqkv", lin, gradient_sr_key(run_seed, micro_step, l, 0), dqkv, h,
                                        P(lp.wqkv), m, 3 * d, d, dh, G(lp.wqkv)));
+    timer_.mark(Phase::kNorm);
     BS_RETURN_IF_ERROR(gpu::rmsnorm_backward(dh, x_in, P(lp.attn_norm), rstd1, m, d, dx, G(lp.attn_norm), norm_ws,
                                              norm_ws_bytes, stream_));
     if (reduce) BS_RETURN_IF_ERROR(reduce_gradients(layer_begin(l), shared_end(l)));  // layer l is done
@@ -941,6 +984,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
   BS_RETURN_IF_ERROR(gpu::embedding_backward_workspace_bytes(m, c.vocab, &emb_ws_bytes));
   uint8_t* emb_ws;
   BS_RETURN_IF_ERROR(buf("emb_ws", int64_t(emb_ws_bytes), &emb_ws));
+  timer_.mark(Phase::kEmbedLoss);
   BS_RETURN_IF_ERROR(gpu::embedding_backward(tokens, m, c.seq_len, d, c.vocab, dx, G(layout_.embed),
                                              G(layout_.pos_embed), emb_ws, emb_ws_bytes, stream_));
   if (reduce) BS_RETURN_IF_ERROR(reduce_gradients(0, layer_begin(0)));  // embeddings

@@ -60,19 +60,20 @@ __global__ void embedding_sort_keys_kernel(const int32_t* tokens, int64_t n_toke
   }
 }
 
-// One warp per run of equal sorted ids (the warp at the run's first index): d_embed[id] += the
-// run's dx rows in position order (the stable sort kept it), the CPU's order of additions.
+// One thread per (sorted index, column): the thread at a run of equal sorted ids' first index adds
+// the run's dx rows to d_embed[id] in position order (the stable sort kept it), the CPU's order of
+// additions. Threads, not a warp per run: a frequent token's run is long, and the columns of all
+// runs are what can proceed in parallel.
 __global__ void embedding_rows_backward_kernel(const uint32_t* keys, const int32_t* positions, int64_t n_tokens,
                                                int d, int vocab, const float* dx, float* d_embed) {
-  const int lane = threadIdx.x % kWarp;
-  for (int64_t i = warp_index(); i < n_tokens; i += warp_stride()) {
+  for (int64_t g = thread_index(); g < n_tokens * d; g += thread_stride()) {
+    const int64_t i = g / d;
+    const int c = static_cast<int>(g - i * d);
     const uint32_t id = keys[i];
     if (id >= static_cast<uint32_t>(vocab) || (i > 0 && keys[i - 1] == id)) continue;
-    for (int c = lane; c < d; c += kWarp) {
-      float acc = d_embed[int64_t{id} * d + c];
-      for (int64_t k = i; k < n_tokens && keys[k] == id; ++k) acc += dx[int64_t{positions[k]} * d + c];
-      d_embed[int64_t{id} * d + c] = acc;
-    }
+    float acc = d_embed[int64_t{id} * d + c];
+    for (int64_t k = i; k < n_tokens && keys[k] == id; ++k) acc += dx[int64_t{positions[k]} * d + c];
+    d_embed[int64_t{id} * d + c] = acc;
   }
 }
 
@@ -344,7 +345,7 @@ Status embedding_backward(const int32_t* tokens, int64_t n_tokens, int seq_len, 
   BS_RETURN_IF_ERROR(cuda_status(fn, cub::DeviceRadixSort::SortPairs(
                                          b.cub_temp, b.cub_bytes, b.keys_in, b.keys_out, b.positions_in,
                                          b.positions_out, static_cast<int>(n_tokens), 0, sort_bits(vocab), stream)));
-  embedding_rows_backward_kernel<<<blocks_for(n_tokens * kWarp, kThreads), kThreads, 0, stream>>>(
+  embedding_rows_backward_kernel<<<blocks_for(n_tokens * d, kThreads), kThreads, 0, stream>>>(
       b.keys_out, b.positions_out, n_tokens, d, vocab, dx, d_embed);
   const int64_t positions = std::min<int64_t>(n_tokens, seq_len);
   embedding_pos_backward_kernel<<<blocks_for(positions * d, kThreads), kThreads, 0, stream>>>(n_tokens, seq_len, d,

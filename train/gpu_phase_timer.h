@@ -14,16 +14,19 @@
 
 namespace blockscale::train {
 
-enum class Phase { kQuantize, kGemm, kAttention, kOptimizer, kCommunication, kOther, kCount };
+enum class Phase { kQuantize, kGemm, kAttention, kNorm, kRouting, kEmbedLoss, kOptimizer, kCommunication, kOther, kCount };
 
 inline const char* phase_name(Phase p) {
   switch (p) {
     case Phase::kQuantize: return "quantize";  // quant/ kernels; for bf16, the fp32 -> bf16 casts
     case Phase::kGemm: return "gemm";          // gemm/ and the linear layers' cuBLAS products
     case Phase::kAttention: return "attention";
+    case Phase::kNorm: return "norms";                 // RMSNorm forward and backward
+    case Phase::kRouting: return "moe_routing";        // router, permutes, combine, scatter
+    case Phase::kEmbedLoss: return "embedding_loss";   // embeddings, cross-entropy
     case Phase::kOptimizer: return "optimizer";  // zeroing, norm, clipping, AdamW
     case Phase::kCommunication: return "communication";  // NCCL waits that backward did not hide
-    default: return "other";  // norms, router, MoE permutes, embedding, loss, glue
+    default: return "other";  // SwiGLU, residual adds and copies, zeroing
   }
 }
 
@@ -52,6 +55,12 @@ class PhaseTimer {
     const Phase was = stack_.back();
     stack_.pop_back();
     if (stream_ != nullptr && stack_.back() != was) record(stack_.back());
+  }
+  // The phase of what follows, until the next mark (scoped phases nest on top of it).
+  void mark(Phase p) {
+    if (stack_.front() == p) return;
+    stack_.front() = p;
+    if (stream_ != nullptr && stack_.size() == 1) record(p);
   }
   // Waits for the stream, adds each phase's time since start() to *totals.
   Status finish(PhaseTimes* totals) {
