@@ -165,6 +165,7 @@ class GpuBackend final : public StepBackend {
     return run(tokens, targets, batch, grad_scale, run_seed, micro_step, true, reduce, losses);
   }
   void reduce_in_next_backward() override { reduce_next_ = comm_ != nullptr; }
+  bool state_needs_every_rank() const override { return expert_parallel_; }
   Status set_expert_parallel() override {
     if (comm_ == nullptr)
       return Status::error("--expert-parallel: needs ranks from a launcher (torchrun, srun or tools/train_ranks.sh)");
@@ -197,20 +198,28 @@ class GpuBackend final : public StepBackend {
     BS_CUDA(cudaMemcpyAsync(&sum_sq, scalars, sizeof(float), cudaMemcpyDeviceToHost, stream_));
     BS_CUDA(cudaStreamSynchronize(stream_));
     double norm_sq = sum_sq;
-    if (expert_parallel_ && comm_->world_size() > 1) {  // each rank holds its own experts' gradients
-      double own = 0;
-      for (int l = 0; l < config_.n_layers; ++l) {
-        const int64_t begin = shared_end(l), end = layer_begin(l + 1);
+    if (expert_parallel_ && comm_->world_size() > 1) {
+      // The shared gradients are the same bits on every rank, and so is their sum of squares;
+      // each rank's experts' are its own, summed across ranks. (Not the whole sum minus the
+      // experts': that leaves a rounding error that differs by rank, and so would the clipping.)
+      auto sum_sq_of = [&](int64_t begin, int64_t end, double* out) -> Status {
         float part = 0;
         BS_RETURN_IF_ERROR(gpu::sum_of_squares(grads_ + begin, end - begin, scalars, work,
                                                gpu::reduction_workspace_bytes(n), stream_));
         BS_CUDA(cudaMemcpyAsync(&part, scalars, sizeof(float), cudaMemcpyDeviceToHost, stream_));
         BS_CUDA(cudaStreamSynchronize(stream_));
-        own += part;
+        *out += part;
+        return Status::ok();
+      };
+      double shared = 0, experts = 0;
+      BS_RETURN_IF_ERROR(sum_sq_of(0, layer_begin(0), &shared));
+      for (int l = 0; l < config_.n_layers; ++l) {
+        BS_RETURN_IF_ERROR(sum_sq_of(layer_begin(l), shared_end(l), &shared));
+        BS_RETURN_IF_ERROR(sum_sq_of(shared_end(l), layer_begin(l + 1), &experts));
       }
-      double all = own;
-      BS_RETURN_IF_ERROR(comm_->all_reduce_host(&all, 1));
-      norm_sq = std::max(0.0, norm_sq - own + all);
+      BS_RETURN_IF_ERROR(sum_sq_of(layer_begin(config_.n_layers), n, &shared));
+      BS_RETURN_IF_ERROR(comm_->all_reduce_host(&experts, 1));
+      norm_sq = shared + experts;
     }
     *grad_norm = std::sqrt(norm_sq);
     const float factor = clip_factor(*grad_norm, c.clip_norm);
@@ -635,7 +644,7 @@ class GpuBackend final : public StepBackend {
     const int64_t m = int64_t{batch} * c.seq_len, d = c.d_model, f = c.d_ff, e = c.n_experts, k = c.top_k;
     // MoE: every token's top_k routed rows; with expert parallelism, what this rank's experts can
     // receive (at most every rank's rows)
-    const int64_t ffn_rows = c.moe() ? m * k * (expert_parallel_ ? comm_->world_size() : 1) : m;
+    const int64_t ffn_rows = c.moe() ? ffn_capacity(m * k) : m;
     *s = LayerActivations{};
     BS_RETURN_IF_ERROR(buf(n + ".x_in", m * d, &s->x_in));
     BS_RETURN_IF_ERROR(buf(n + ".h", m * d, &s->h));
@@ -653,10 +662,12 @@ class GpuBackend final : public StepBackend {
     BS_RETURN_IF_ERROR(buf(n + ".gates", m * k, &s->gates));
     BS_RETURN_IF_ERROR(buf(n + ".ids", m * k, &s->ids));
     BS_RETURN_IF_ERROR(buf(n + ".ends", e, &s->ends));
-    BS_RETURN_IF_ERROR(buf(n + ".row_source", ffn_rows, &s->row_source));
-    BS_RETURN_IF_ERROR(buf(n + ".slot_row", ffn_rows, &s->slot_row));
+    BS_RETURN_IF_ERROR(buf(n + ".row_source", m * k, &s->row_source));
+    BS_RETURN_IF_ERROR(buf(n + ".slot_row", m * k, &s->slot_row));
+    // The experts' inputs (expert parallelism: the rows they received; MXFP8 / FP8 blockwise
+    // without it: unused, their quantized copies are kept instead), and this rank's routed outputs.
     BS_RETURN_IF_ERROR(buf(n + ".xs", ffn_rows * d, &s->xs));
-    return buf(n + ".y", ffn_rows * d, &s->y);  // (expert parallelism: xs are the experts' inputs)
+    return buf(n + ".y", m * k * d, &s->y);
   }
 
   Status run(const int32_t* tokens_host, const int32_t* targets_host, int batch, float grad_scale, uint64_t run_seed,

@@ -69,15 +69,17 @@ class NcclCommunicator final : public Communicator {
     const auto* s = static_cast<const uint8_t*>(send);
     auto* r = static_cast<uint8_t*>(recv);
     BS_RETURN_IF_ERROR(nccl_check(ncclGroupStart(), "ncclGroupStart"));
-    for (int peer = 0; peer < world_; ++peer) {
+    Status status = Status::ok();
+    for (int peer = 0; peer < world_ && status.is_ok(); ++peer) {
       if (send_bytes[peer] > 0)
-        BS_RETURN_IF_ERROR(nccl_check(ncclSend(s, size_t(send_bytes[peer]), ncclUint8, peer, comm_, stream_), "ncclSend"));
-      if (recv_bytes[peer] > 0)
-        BS_RETURN_IF_ERROR(nccl_check(ncclRecv(r, size_t(recv_bytes[peer]), ncclUint8, peer, comm_, stream_), "ncclRecv"));
+        status = nccl_check(ncclSend(s, size_t(send_bytes[peer]), ncclUint8, peer, comm_, stream_), "ncclSend");
+      if (status.is_ok() && recv_bytes[peer] > 0)
+        status = nccl_check(ncclRecv(r, size_t(recv_bytes[peer]), ncclUint8, peer, comm_, stream_), "ncclRecv");
       s += send_bytes[peer];
       r += recv_bytes[peer];
     }
-    return nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    const Status end = nccl_check(ncclGroupEnd(), "ncclGroupEnd");  // a started group is always ended
+    return status.is_ok() ? end : status;
   }
   Status wait_device(void* stream) override { return join(stream_, static_cast<cudaStream_t>(stream)); }
 

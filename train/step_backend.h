@@ -38,6 +38,8 @@ class StepBackend {
   virtual Status set_expert_parallel() {
     return Status::error("--expert-parallel: needs the GPU step (--device gpu)");
   }
+  // Whether read_state is a collective that every rank must call (expert parallelism).
+  virtual bool state_needs_every_rank() const { return false; }
   virtual Status evaluate(const int32_t* tokens, const int32_t* targets, int batch, StepLosses* losses) = 0;
   // Reduces gradients across ranks (data parallel), clips them to the global norm and applies
   // AdamW; *grad_norm receives the norm before clipping.

@@ -81,9 +81,11 @@ std::vector<Entry> checkpoint_entries(const ParamLayout& layout, Ptr params, Ptr
   return entries;
 }
 
-// Every rank reads the state (with expert parallelism that gathers the experts); rank 0 writes.
+// Rank 0 writes; the others read the state only where that is a collective (expert parallelism
+// gathers the experts).
 Status save(const TrainConfig& c, bool leader, int world, StepBackend& backend, const ParamLayout& layout,
             int64_t step, int64_t tokens) {
+  if (!leader && !backend.state_needs_every_rank()) return Status::ok();
   std::vector<float> p, m, v;
   BS_RETURN_IF_ERROR(backend.read_state(&p, &m, &v));
   if (!leader) return Status::ok();

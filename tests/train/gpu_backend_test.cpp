@@ -167,11 +167,12 @@ ParallelCase parallel_case(uint32_t seed) {
   return pc;
 }
 
-// What one rank ends a step with: its gradients, loss and state (read_state).
+// What one rank ends a step with: its gradients, loss, state (read_state) and the optimizer's
+// gradient norm.
 struct RankResult {
   Status status = Status::ok();
   std::vector<float> grads, params;
-  double loss = 0;
+  double loss = 0, grad_norm = 0;
 };
 
 // One forward + backward of `batch` sequences from `first` on a backend joined to `comm` (none:
@@ -197,6 +198,7 @@ RankResult step_on(const ParallelCase& pc, TrainRecipe recipe, Communicator* com
   out.loss = l.loss;
   if (out.status.is_ok()) out.status = gpu_backend_gradients(*b, &out.grads);
   if (out.status.is_ok()) out.status = b->read_state(&out.params, &m, &v);  // expert parallel: a gather
+  if (out.status.is_ok()) out.status = b->optimizer_step(OptimizerConfig{}, 1e-3f, 1, &out.grad_norm);
   return out;
 }
 
@@ -239,6 +241,8 @@ TEST(GpuBackendDataParallel, TwoRanksSumToOneRank) {
     ASSERT_TRUE(ranks[0].status.is_ok()) << ranks[0].status.message();
     ASSERT_TRUE(ranks[1].status.is_ok()) << ranks[1].status.message();
     EXPECT_EQ(ranks[0].grads, ranks[1].grads) << "the ranks hold different sums";
+    EXPECT_EQ(ranks[0].grad_norm, ranks[1].grad_norm);
+    EXPECT_NEAR(ranks[0].grad_norm, one.grad_norm, 1e-5 * one.grad_norm);
     const double bound = recipe == TrainRecipe::kBf16 ? 1e-4 : 0.05;
     double worst = 0;
     for (const ParamTensor& t : make_param_layout(pc.c).tensors) {
@@ -267,6 +271,9 @@ TEST(GpuBackendExpertParallel, TwoRanksMatchOneRank) {
     EXPECT_NEAR((ranks[0].loss + ranks[1].loss) / 2, one.loss, 1e-5 * one.loss);
     EXPECT_EQ(ranks[0].params, one.params);
     EXPECT_EQ(ranks[1].params, one.params);
+    // The clipping must agree bit for bit on every rank, or the replicas drift apart.
+    EXPECT_EQ(ranks[0].grad_norm, ranks[1].grad_norm);
+    EXPECT_NEAR(ranks[0].grad_norm, one.grad_norm, 1e-5 * one.grad_norm);
     const double bound = recipe == TrainRecipe::kBf16 ? 1e-4 : 0.05;
     const int per_rank = pc.c.n_experts / 2;
     double worst = 0;
