@@ -1,13 +1,6 @@
-// The GPU step. Per linear layer and recipe:
-//   bf16 (and the LM head of every recipe): cuBLAS, fp32 accumulation and output, on bf16 copies
-//   made once per operand (the forward's copies of x and w serve the backward too). Its MoE
-//   experts run one product per expert, with the group sizes copied to the host once per layer
-//   (as Megatron's grouped linear layers take their splits).
-//   fp8_block / mxfp8 / nvfp4: quant::run writes each operand's rowwise and columnwise copies in
-//   one pass (train/cpu_linear.h gives the roles and options), gemm::run multiplies: fprop
-//   X.row x W.row, dgrad dY.row x W.col, wgrad dY.col x X.col accumulated (beta = 1) into the fp32
-//   gradient. MoE experts use the grouped forms: M-grouped fprop / dgrad over the routed tokens,
-//   K-grouped wgrad over each expert's padded tokens; each expert's weight is its own operand.
+// The GPU step: the model of train/cpu_model.h on one GPU (or one rank of several), its linear
+// layers through train/gpu_layers.h (quant/ + gemm/, or cuBLASLt for bf16), attention through
+// cuBLAS, the rest through train/gpu_ops.h; data and expert parallelism through a Communicator.
 // Activations are fp32; what the backward needs is kept per layer in named device buffers that
 // are allocated on first use and reused every step.
 #include "train/gpu_backend.h"
@@ -21,15 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "gemm/gemm.h"
-#include "gemm/grouped.h"
-#include "quant/moe.h"
-#include "quant/quantize.h"
-#include "train/cpu_linear.h"
-#include "train/gpu_blas.h"
-#include "train/gpu_expert_parallel.h"
-#include "train/gpu_glue.h"
-#include "train/gpu_ops.h"
+#include "quant/moe.h"                 // routing, unpermute-combine
+#include "train/cpu_linear.h"           // gradient_sr_key
+#include "train/gpu_expert_parallel.h"  // ExpertExchange
+#include "train/gpu_glue.h"             // gather_rows, round_to_bf16, add_inplace
+#include "train/gpu_layers.h"           // GpuLayers, DeviceBuffers
+#include "train/gpu_ops.h"              // norms, attention, router, loss, AdamW
 #include "train/gpu_phase_timer.h"
 
 namespace blockscale::train {
@@ -46,68 +36,6 @@ namespace {
     if (bs_st_ != CUBLAS_STATUS_SUCCESS) return Status::error(std::string(#expr) + ": cuBLAS status " + std::to_string(int(bs_st_))); \
   } while (0)
 
-// Device buffers by name, allocated on first use (grown if a later use needs more).
-class DeviceBuffers {
- public:
-  ~DeviceBuffers() {
-    for (auto& [name, b] : buffers_) cudaFree(b.ptr);
-  }
-  template <typename T>
-  Status get(const std::string& name, int64_t count, T** out) {
-    const size_t bytes = static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(T);
-    Buffer& b = buffers_[name];
-    if (b.bytes < bytes) {
-      cudaFree(b.ptr);
-      b.ptr = nullptr;
-      b.bytes = 0;
-      const cudaError_t e = cudaMalloc(&b.ptr, bytes);
-      if (e != cudaSuccess)
-        return Status::error("out of GPU memory allocating " + name + " (" + std::to_string(bytes >> 20) + " MiB)");
-      b.bytes = bytes;
-    }
-    *out = static_cast<T*>(b.ptr);
-    return Status::ok();
-  }
-
- private:
-  struct Buffer {
-    void* ptr = nullptr;
-    size_t bytes = 0;
-  };
-  std::map<std::string, Buffer> buffers_;
-};
-
-// One tensor's quantized copies (device pointers into named buffers).
-struct Quantized {
-  uint8_t* row_data = nullptr;
-  void* row_scales = nullptr;
-  float* row_dec = nullptr;
-  uint8_t* col_data = nullptr;
-  void* col_scales = nullptr;
-  float* col_dec = nullptr;
-  int32_t* padded_ends = nullptr;  // grouped columnwise copies
-  int64_t capacity = 0;            // grouped: padded token columns the columnwise copy holds
-};
-
-quant::QuantizeProblem quant_problem(TrainRecipe recipe, OperandRole role, SrKey sr, int64_t rows, int64_t cols) {
-  const formats::QuantizeOptions o = quantize_options(recipe, role, false, sr);
-  quant::QuantizeProblem p;
-  p.recipe = o.recipe;
-  p.rounding = o.rounding;
-  p.input_type = quant::InputType::kFp32;
-  p.rows = rows;
-  p.cols = cols;
-  p.ld = cols;
-  p.directions = quant::Directions::kBoth;
-  p.nvfp4_2d = o.nvfp4_2d;
-  p.stochastic_rounding = o.stochastic_rounding;
-  p.sr_seed = o.sr_seed;
-  p.sr_offset = o.sr_offset;
-  // The columnwise copy of an activation or gradient is a wgrad operand.
-  p.hadamard_columnwise = role != OperandRole::kWeight && quantize_options(recipe, role, true, sr).hadamard;
-  return p;
-}
-
 class GpuBackend final : public StepBackend {
  public:
   GpuBackend(const ModelConfig& config, TrainRecipe recipe) : config_(config), recipe_(recipe), layout_(make_param_layout(config)) {}
@@ -120,7 +48,7 @@ class GpuBackend final : public StepBackend {
     BS_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     BS_CUBLAS(cublasCreate(&cublas_));
     BS_CUBLAS(cublasSetStream(cublas_, stream_));
-    BS_RETURN_IF_ERROR(blas_.init(stream_));
+    BS_RETURN_IF_ERROR(layers_.init(stream_));
     int dev = 0, sms = 0, clock_khz = 0, major = 0;
     BS_CUDA(cudaGetDevice(&dev));
     cudaDeviceProp prop{};
@@ -295,334 +223,6 @@ class GpuBackend final : public StepBackend {
   float* P(int index) { return params_ + layout_.at(index).offset; }
   float* G(int index) { return grads_ + layout_.at(index).offset; }
 
-  // ---- quantization of one operand (both copies) ----
-  Status quantize(const std::string& name, TrainRecipe recipe, OperandRole role, SrKey sr, const float* x,
-                  int64_t rows, int64_t cols, Quantized* q) {
-    const quant::QuantizeProblem p = quant_problem(recipe, role, sr, rows, cols);
-    BS_RETURN_IF_ERROR(buf(name + ".rd", quant::rowwise_data_bytes(p), &q->row_data));
-    uint8_t *rs, *cs;
-    BS_RETURN_IF_ERROR(buf(name + ".rs", quant::rowwise_scale_bytes(p), &rs));
-    BS_RETURN_IF_ERROR(buf(name + ".cd", quant::columnwise_data_bytes(p), &q->col_data));
-    BS_RETURN_IF_ERROR(buf(name + ".cs", quant::columnwise_scale_bytes(p), &cs));
-    BS_RETURN_IF_ERROR(buf(name + ".dec", 2, &q->row_dec));
-    q->row_scales = rs;
-    q->col_scales = cs;
-    q->col_dec = q->row_dec + 1;
-    quant::QuantizeInputs in;
-    in.x = x;
-    quant::QuantizeOutputs out;
-    out.rowwise_data = q->row_data;
-    out.rowwise_scales = rs;
-    out.rowwise_scale_dec = q->row_dec;
-    out.columnwise_data = q->col_data;
-    out.columnwise_scales = cs;
-    out.columnwise_scale_dec = q->col_dec;
-    saved_[name] = *q;
-    return run_quant(name, p, in, out);
-  }
-
-  Status run_quant(const std::string& name, const quant::QuantizeProblem& p, const quant::QuantizeInputs& in,
-                   const quant::QuantizeOutputs& out) {
-    uint8_t* ws = nullptr;
-    const size_t ws_bytes = quant::workspace_size(p);
-    BS_RETURN_IF_ERROR(buf(name + ".ws", int64_t(ws_bytes), &ws));
-    PhaseScope phase(timer_, Phase::kQuantize);
-    return quant::run(p, in, out, ws, ws_bytes, stream_);
-  }
-
-  template <typename Problem, typename Arguments>
-  Status gemm_run(const Problem& p, const Arguments& a) {
-    PhaseScope phase(timer_, Phase::kGemm);
-    return gemm::run(p, a, nullptr, 0, stream_);
-  }
-
-  // Each expert's weight (experts x n x k) quantized on its own: codes and scales back to back,
-  // one decode scale per expert and copy.
-  Status quantize_experts(const std::string& name, const float* w, int experts, int64_t n, int64_t k, Quantized* q) {
-    const quant::QuantizeProblem p = quant_problem(recipe_, OperandRole::kWeight, {}, n, k);
-    const int64_t rd = quant::rowwise_data_bytes(p), rs = quant::rowwise_scale_bytes(p);
-    const int64_t cd = quant::columnwise_data_bytes(p), cs = quant::columnwise_scale_bytes(p);
-    uint8_t *rsp, *csp;
-    BS_RETURN_IF_ERROR(buf(name + ".rd", rd * experts, &q->row_data));
-    BS_RETURN_IF_ERROR(buf(name + ".rs", rs * experts, &rsp));
-    BS_RETURN_IF_ERROR(buf(name + ".cd", cd * experts, &q->col_data));
-    BS_RETURN_IF_ERROR(buf(name + ".cs", cs * experts, &csp));
-    BS_RETURN_IF_ERROR(buf(name + ".dec", 2 * experts, &q->row_dec));
-    q->row_scales = rsp;
-    q->col_scales = csp;
-    q->col_dec = q->row_dec + experts;
-    for (int g = 0; g < experts; ++g) {
-      quant::QuantizeInputs in;
-      in.x = w + g * n * k;
-      quant::QuantizeOutputs out;
-      out.rowwise_data = q->row_data + g * rd;
-      out.rowwise_scales = rsp + g * rs;
-      out.rowwise_scale_dec = q->row_dec + g;
-      out.columnwise_data = q->col_data + g * cd;
-      out.columnwise_scales = csp + g * cs;
-      out.columnwise_scale_dec = q->col_dec + g;
-      BS_RETURN_IF_ERROR(run_quant(name, p, in, out));
-    }
-    expert_scale_bytes_[name] = {rs, cs};
-    saved_[name] = *q;
-    return Status::ok();
-  }
-
-  // Routed tokens (rows x cols, sorted by expert): rowwise copy plus the per-expert padded
-  // columnwise copy, from one pass. With `gather` (row r is x's row gather->index[r]), the tokens
-  // are permuted while they are quantized (quant/moe.h's fused permute + quantize).
-  struct Gather {
-    const int32_t* index;
-    int64_t input_rows;
-  };
-  Status quantize_grouped(const std::string& name, OperandRole role, SrKey sr, const float* x, int64_t rows,
-                          int64_t cols, const int32_t* ends, int experts, Quantized* q, const Gather* gather = nullptr) {
-    quant::GroupedQuantizeProblem p;
-    p.dense = quant_problem(recipe_, role, sr, rows, cols);
-    p.num_groups = experts;
-    if (gather != nullptr) p.input_rows = gather->input_rows;
-    q->capacity = quant::grouped_capacity(p);
-    uint8_t *rs, *cs;
-    BS_RETURN_IF_ERROR(buf(name + ".rd", quant::rowwise_data_bytes(p.dense), &q->row_data));
-    BS_RETURN_IF_ERROR(buf(name + ".rs", quant::rowwise_scale_bytes(p.dense), &rs));
-    BS_RETURN_IF_ERROR(buf(name + ".cd", quant::grouped_columnwise_data_bytes(p), &q->col_data));
-    BS_RETURN_IF_ERROR(buf(name + ".cs", quant::grouped_columnwise_scale_bytes(p), &cs));
-    BS_RETURN_IF_ERROR(buf(name + ".dec", 2, &q->row_dec));
-    BS_RETURN_IF_ERROR(buf(name + ".ends", experts, &q->padded_ends));
-    q->row_scales = rs;
-    q->col_scales = cs;
-    q->col_dec = q->row_dec + 1;
-    quant::GroupedQuantizeInputs in;
-    in.x = x;
-    in.group_ends = ends;
-    if (gather != nullptr) in.row_index = gather->index;
-    quant::GroupedQuantizeOutputs out;
-    out.dense.rowwise_data = q->row_data;
-    out.dense.rowwise_scales = rs;
-    out.dense.rowwise_scale_dec = q->row_dec;
-    out.dense.columnwise_data = q->col_data;
-    out.dense.columnwise_scales = cs;
-    out.dense.columnwise_scale_dec = q->col_dec;
-    out.padded_group_ends = q->padded_ends;
-    saved_[name] = *q;
-    uint8_t* ws = nullptr;
-    const size_t ws_bytes = quant::workspace_size(p);
-    BS_RETURN_IF_ERROR(buf(name + ".ws", int64_t(ws_bytes), &ws));
-    PhaseScope phase(timer_, Phase::kQuantize);
-    return quant::run(p, in, out, ws, ws_bytes, stream_);
-  }
-
-  formats::Recipe recipe_of(OperandRole role) const { return quantize_options(recipe_, role, false, {}).recipe; }
-
-  // ---- linear layers ----
-  // y (m x n) = x · w^T; the forward keeps x's quantized copies (or bf16 bits) under `name`.
-  Status linear_forward(const std::string& name, TrainRecipe recipe, const float* x, const float* w, int64_t m,
-                        int64_t n, int64_t k, float* y) {
-    if (!is_quantized(recipe)) {
-      CublasOperands o;
-      BS_RETURN_IF_ERROR(cublas_forward_operands(name, recipe, x, m * k, w, n * k, &o));
-      return cublas_gemm(Product::kXWt, o.type, o.x, o.w, m, n, k, y, 0.0f);
-    }
-    Quantized qx, qw;
-    BS_RETURN_IF_ERROR(quantize(name + ".x", recipe, OperandRole::kActivation, {}, x, m, k, &qx));
-    BS_RETURN_IF_ERROR(quantize(name + ".w", recipe, OperandRole::kWeight, {}, w, n, k, &qw));
-    gemm::GemmProblem p;
-    p.m = m, p.n = n, p.k = k;
-    p.a_recipe = recipe_of(OperandRole::kActivation);
-    p.b_recipe = recipe_of(OperandRole::kWeight);
-    p.d_type = gemm::MatrixType::kFp32;
-    p.ldd = n;
-    gemm::GemmArguments a;
-    a.a_data = qx.row_data, a.a_scales = qx.row_scales, a.a_scale_dec = qx.row_dec;
-    a.b_data = qw.row_data, a.b_scales = qw.row_scales, a.b_scale_dec = qw.row_dec;
-    a.d = y;
-    return gemm_run(p, a);
-  }
-
-  // dx (m x k) = dy · w (skipped when dx is null); dw += dy^T · x. x's copies come from the forward.
-  Status linear_backward(const std::string& name, TrainRecipe recipe, SrKey sr, const float* dy, const float* x,
-                         const float* w, int64_t m, int64_t n, int64_t k, float* dx, float* dw) {
-    if (!is_quantized(recipe)) {
-      CublasOperands o;
-      BS_RETURN_IF_ERROR(cublas_backward_operands(name, recipe, dy, m * n, x, m * k, w, n * k, &o));
-      if (dx) BS_RETURN_IF_ERROR(cublas_gemm(Product::kDyW, o.type, o.dy, o.w, m, n, k, dx, 0.0f));
-      return cublas_gemm(Product::kDytX, o.type, o.dy, o.x, m, n, k, dw, 1.0f);
-    }
-    // x's and w's copies are the forward's (nothing writes them between the two).
-    Quantized qdy;
-    const Quantized qx = saved_[name + ".x"], qw = saved_[name + ".w"];
-    BS_RETURN_IF_ERROR(quantize(name + ".dy", recipe, OperandRole::kGradient, sr, dy, m, n, &qdy));
-    if (dx) {
-      gemm::GemmProblem p;
-      p.m = m, p.n = k, p.k = n;
-      p.a_recipe = recipe_of(OperandRole::kGradient);
-      p.b_recipe = recipe_of(OperandRole::kWeight);
-      p.d_type = gemm::MatrixType::kFp32;
-      p.ldd = k;
-      gemm::GemmArguments a;
-      a.a_data = qdy.row_data, a.a_scales = qdy.row_scales, a.a_scale_dec = qdy.row_dec;
-      a.b_data = qw.col_data, a.b_scales = qw.col_scales, a.b_scale_dec = qw.col_dec;
-      a.d = dx;
-      BS_RETURN_IF_ERROR(gemm_run(p, a));
-    }
-    gemm::GemmProblem p;
-    p.m = n, p.n = k, p.k = m;
-    p.a_recipe = recipe_of(OperandRole::kGradient);
-    p.b_recipe = recipe_of(OperandRole::kActivation);
-    p.c_type = p.d_type = gemm::MatrixType::kFp32;
-    p.ldc = p.ldd = k;
-    p.beta = 1.0f;
-    gemm::GemmArguments a;
-    a.a_data = qdy.col_data, a.a_scales = qdy.col_scales, a.a_scale_dec = qdy.col_dec;
-    a.b_data = qx.col_data, a.b_scales = qx.col_scales, a.b_scale_dec = qx.col_dec;
-    a.c = dw;
-    a.d = dw;
-    return gemm_run(p, a);
-  }
-
-  // cuBLAS product of fp32 operands or their bf16 copies (fp32 accumulation and output).
-  Status cublas_gemm(Product prod, cudaDataType type, const void* a, const void* b, int64_t m, int64_t n, int64_t k,
-                     float* c, float beta) {
-    PhaseScope phase(timer_, Phase::kGemm);
-    return blas_.product(prod, type, a, b, m, n, k, c, beta);
-  }
-
-  // The bf16 recipe's "quantization": a rounded copy in the named buffer, made once per operand
-  // (the forward's copies of x and w are the backward's too, as the quantized recipes reuse theirs).
-  Status bf16_copy(const std::string& name, const float* x, int64_t count, const void** out) {
-    PhaseScope phase(timer_, Phase::kQuantize);
-    uint16_t* copy;
-    BS_RETURN_IF_ERROR(buf(name, count, &copy));
-    *out = copy;
-    return gpu::to_bf16(x, count, copy, stream_);
-  }
-  // The forward's bf16 copy of an operand (buffers keep their contents between uses).
-  Status saved_bf16(const std::string& name, int64_t count, const void** out) {
-    uint16_t* copy;
-    BS_RETURN_IF_ERROR(buf(name, count, &copy));
-    *out = copy;
-    return Status::ok();
-  }
-
-  // Operands of an unquantized (bf16 / fp32) linear layer as cuBLAS takes them: forward, the
-  // copies of x and w (bf16) or the tensors themselves (fp32).
-  struct CublasOperands {
-    cudaDataType type = CUDA_R_32F;
-    size_t elem_bytes = 4;
-    const void *x = nullptr, *w = nullptr, *dy = nullptr;
-    const void* at(const void* p, int64_t elems) const { return static_cast<const char*>(p) + elems * elem_bytes; }
-  };
-  Status cublas_forward_operands(const std::string& name, TrainRecipe recipe, const float* x, int64_t x_count,
-                                 const float* w, int64_t w_count, CublasOperands* o) {
-    *o = CublasOperands{};
-    o->x = x, o->w = w;
-    if (recipe == TrainRecipe::kFp32) return Status::ok();
-    o->type = CUDA_R_16BF, o->elem_bytes = 2;
-    BS_RETURN_IF_ERROR(bf16_copy(name + ".x16", x, x_count, &o->x));
-    return bf16_copy(name + ".w16", w, w_count, &o->w);
-  }
-  // Backward: the forward's copies of x and w, and a new one of dy.
-  Status cublas_backward_operands(const std::string& name, TrainRecipe recipe, const float* dy, int64_t dy_count,
-                                  const float* x, int64_t x_count, const float* w, int64_t w_count,
-                                  CublasOperands* o) {
-    *o = CublasOperands{};
-    o->x = x, o->w = w, o->dy = dy;
-    if (recipe == TrainRecipe::kFp32) return Status::ok();
-    o->type = CUDA_R_16BF, o->elem_bytes = 2;
-    BS_RETURN_IF_ERROR(saved_bf16(name + ".x16", x_count, &o->x));
-    BS_RETURN_IF_ERROR(saved_bf16(name + ".w16", w_count, &o->w));
-    return bf16_copy(name + ".dy16", dy, dy_count, &o->dy);
-  }
-
-  // ---- grouped (MoE expert) layers: x holds `rows` routed rows sorted by expert (tokens * top_k,
-  // or with expert parallelism the rows this rank's experts received); `e` experts, host_ends_
-  // their group ends on the host (bf16 / fp32 only) ----
-  Status grouped_forward(const std::string& name, const float* x, int64_t rows, const int32_t* ends, int e,
-                         const float* w, int64_t n, int64_t k, float* y, const Gather* gather = nullptr) {
-    if (!is_quantized(recipe_)) {  // one cuBLAS product per expert, sizes from the host
-      CublasOperands o;
-      BS_RETURN_IF_ERROR(cublas_forward_operands(name, recipe_, x, rows * k, w, e * n * k, &o));
-      for (int g = 0; g < e; ++g) {
-        const int64_t b = g ? host_ends_[g - 1] : 0, r = host_ends_[g] - b;
-        if (r > 0)
-          BS_RETURN_IF_ERROR(cublas_gemm(Product::kXWt, o.type, o.at(o.x, b * k), o.at(o.w, g * n * k), r, n, k,
-                                         y + b * n, 0.0f));
-      }
-      return Status::ok();
-    }
-    Quantized qx, qw;
-    BS_RETURN_IF_ERROR(quantize_grouped(name + ".x", OperandRole::kActivation, {}, x, rows, k, ends, e, &qx, gather));
-    BS_RETURN_IF_ERROR(quantize_experts(name + ".w", w, e, n, k, &qw));
-    gemm::GroupedGemmProblem p;
-    p.mode = gemm::GroupedGemmMode::kM;
-    p.num_groups = e;
-    p.m = rows, p.n = n, p.k = k;
-    p.a_recipe = recipe_of(OperandRole::kActivation);
-    p.b_recipe = recipe_of(OperandRole::kWeight);
-    p.d_type = gemm::MatrixType::kFp32;
-    p.ldd = n;
-    if (gemm::grouped_b_scale_bytes(p) != expert_scale_bytes_[name + ".w"].first)
-      return Status::error(name + ": the grouped GEMM's expert scale stride differs from quant/'s");
-    gemm::GroupedGemmArguments a;
-    a.a_data = qx.row_data, a.a_scales = qx.row_scales, a.a_scale_dec = qx.row_dec;
-    a.b_data = qw.row_data, a.b_scales = qw.row_scales, a.b_scale_dec = qw.row_dec;
-    a.group_ends = ends;
-    a.d = y;
-    return gemm_run(p, a);
-  }
-
-  Status grouped_backward(const std::string& name, SrKey sr, const float* dy, const float* x, int64_t rows,
-                          const int32_t* ends, int e, const float* w, int64_t n, int64_t k, float* dx, float* dw) {
-    if (!is_quantized(recipe_)) {
-      CublasOperands o;
-      BS_RETURN_IF_ERROR(cublas_backward_operands(name, recipe_, dy, rows * n, x, rows * k, w, e * n * k, &o));
-      for (int g = 0; g < e; ++g) {
-        const int64_t b = g ? host_ends_[g - 1] : 0, r = host_ends_[g] - b;
-        if (r == 0) continue;
-        BS_RETURN_IF_ERROR(cublas_gemm(Product::kDyW, o.type, o.at(o.dy, b * n), o.at(o.w, g * n * k), r, n, k,
-                                       dx + b * k, 0.0f));
-        BS_RETURN_IF_ERROR(cublas_gemm(Product::kDytX, o.type, o.at(o.dy, b * n), o.at(o.x, b * k), r, n, k,
-                                       dw + g * n * k, 1.0f));
-      }
-      return Status::ok();
-    }
-    Quantized qdy;
-    const Quantized qx = saved_[name + ".x"], qw = saved_[name + ".w"];
-    BS_RETURN_IF_ERROR(quantize_grouped(name + ".dy", OperandRole::kGradient, sr, dy, rows, n, ends, e, &qdy));
-    gemm::GroupedGemmProblem p;
-    p.mode = gemm::GroupedGemmMode::kM;
-    p.num_groups = e;
-    p.m = rows, p.n = k, p.k = n;
-    p.a_recipe = recipe_of(OperandRole::kGradient);
-    p.b_recipe = recipe_of(OperandRole::kWeight);
-    p.d_type = gemm::MatrixType::kFp32;
-    p.ldd = k;
-    if (gemm::grouped_b_scale_bytes(p) != expert_scale_bytes_[name + ".w"].second)
-      return Status::error(name + ": the grouped GEMM's expert scale stride differs from quant/'s (dgrad)");
-    gemm::GroupedGemmArguments a;
-    a.a_data = qdy.row_data, a.a_scales = qdy.row_scales, a.a_scale_dec = qdy.row_dec;
-    a.b_data = qw.col_data, a.b_scales = qw.col_scales, a.b_scale_dec = qw.col_dec;
-    a.group_ends = ends;
-    a.d = dx;
-    BS_RETURN_IF_ERROR(gemm_run(p, a));
-    gemm::GroupedGemmProblem pw;
-    pw.mode = gemm::GroupedGemmMode::kK;
-    pw.num_groups = e;
-    pw.m = n, pw.n = k, pw.k = qdy.capacity;
-    pw.a_recipe = recipe_of(OperandRole::kGradient);
-    pw.b_recipe = recipe_of(OperandRole::kActivation);
-    pw.c_type = pw.d_type = gemm::MatrixType::kFp32;
-    pw.ldc = pw.ldd = k;
-    pw.beta = 1.0f;
-    gemm::GroupedGemmArguments aw;
-    aw.a_data = qdy.col_data, aw.a_scales = qdy.col_scales, aw.a_scale_dec = qdy.col_dec;
-    aw.b_data = qx.col_data, aw.b_scales = qx.col_scales, aw.b_scale_dec = qx.col_dec;
-    aw.group_ends = qdy.padded_ends;
-    aw.c = dw;
-    aw.d = dw;
-    return gemm_run(pw, aw);
-  }
-
   struct ExpertRows {  // the experts a rank runs and the rows they take
     int experts;
     int64_t rows;
@@ -703,18 +303,15 @@ class GpuBackend final : public StepBackend {
   TrainRecipe recipe_;
   ParamLayout layout_;
   DeviceBuffers buffers_;
+  PhaseTimer timer_;
+  GpuLayers layers_{recipe_, buffers_, timer_};  // the linear layers, dense and grouped
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;  // attention's batched products
-  GpuBlas blas_;                      // the linear layers' products
   std::string device_name_;
   double peak_ = 0;
   float *params_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
   uint8_t* decay_ = nullptr;
-  std::vector<int32_t> host_ends_;  // bf16 / fp32 experts: this layer's group ends on the host
-  std::map<int, std::vector<int32_t>> all_host_ends_;  // ... per layer, for the backward
-  std::map<std::string, std::pair<int64_t, int64_t>> expert_scale_bytes_;
-  std::map<std::string, Quantized> saved_;  // each operand's latest copies, by name
-  PhaseTimer timer_;
+  std::map<int, std::vector<int32_t>> all_host_ends_;  // each MoE layer's group ends, for the backward
   bool expert_parallel_ = false;
   std::vector<std::unique_ptr<ExpertExchange>> exchanges_;  // per MoE layer, from its forward
   bool reduce_next_ = false;     // the next backward sums gradients across ranks
@@ -768,13 +365,13 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
     BS_CUDA(cudaMemcpyAsync(x_in, x, m * d * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
     timer_.mark(Phase::kNorm);
     BS_RETURN_IF_ERROR(gpu::rmsnorm_forward(x, P(lp.attn_norm), m, d, h, rstd1, stream_));
-    BS_RETURN_IF_ERROR(linear_forward(n + ".wqkv", lin, h, P(lp.wqkv), m, 3 * d, d, qkv));
+    BS_RETURN_IF_ERROR(layers_.linear_forward(n + ".wqkv", lin, h, P(lp.wqkv), m, 3 * d, d, qkv));
     {
       PhaseScope phase(timer_, Phase::kAttention);
       BS_RETURN_IF_ERROR(gpu::attention_forward(qkv, batch, c.seq_len, c.n_heads, hd, probs, att, attn_ws,
                                                 attn_ws_bytes, cublas_, stream_));
     }
-    BS_RETURN_IF_ERROR(linear_forward(n + ".wo", lin, att, P(lp.wo), m, d, d, o));
+    BS_RETURN_IF_ERROR(layers_.linear_forward(n + ".wo", lin, att, P(lp.wo), m, d, d, o));
     timer_.mark(Phase::kOther);
     gpu::add_inplace(x, o, m * d, stream_);
     BS_CUDA(cudaMemcpyAsync(x_mid, x, m * d * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
@@ -786,7 +383,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
       uint16_t* y16;
       BS_RETURN_IF_ERROR(buf("router_logits", m * e, &logits));
       BS_RETURN_IF_ERROR(buf("y16", rows * d, &y16));
-      BS_RETURN_IF_ERROR(cublas_gemm(Product::kXWt, CUDA_R_32F, h2, P(lp.router), m, e, d, logits, 0.0f));
+      BS_RETURN_IF_ERROR(layers_.cublas_gemm(Product::kXWt, CUDA_R_32F, h2, P(lp.router), m, e, d, logits, 0.0f));
       timer_.mark(Phase::kRouting);
       BS_RETURN_IF_ERROR(gpu::router_forward(logits, m, e, k, rprobs, ids, gates, stream_));
       BS_RETURN_IF_ERROR(gpu::load_balance_loss(rprobs, ids, m, e, k, aux + l, router_ws, router_ws_bytes, stream_));
@@ -798,10 +395,11 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
                                     route_ws, route_ws_bytes, stream_));
       // The group sizes on the host: for the cuBLAS experts loop, and for the exchange plan.
       if (!is_quantized(recipe_) || expert_parallel_) {
-        host_ends_.resize(e);
-        BS_CUDA(cudaMemcpyAsync(host_ends_.data(), ends, e * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+        layers_.host_ends().resize(e);
+        BS_CUDA(cudaMemcpyAsync(layers_.host_ends().data(), ends, e * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                stream_));
         BS_CUDA(cudaStreamSynchronize(stream_));
-        all_host_ends_[l] = host_ends_;
+        all_host_ends_[l] = layers_.host_ends();
       }
       ExpertRows er{e, rows, ends, 0};  // the experts this rank runs, and their rows
       float* ye = y;
@@ -812,25 +410,25 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
         BS_RETURN_IF_ERROR(buf("ep_y", ffn_capacity(rows) * d, &ye));
         gpu::gather_rows(h2, m, d, row_source, rows, routed, stream_);
         ExpertExchange& xc = exchange(l);
-        BS_RETURN_IF_ERROR(xc.plan(*comm_, host_ends_, e, stream_));
+        BS_RETURN_IF_ERROR(xc.plan(*comm_, layers_.host_ends(), e, stream_));
         {
           PhaseScope phase(timer_, Phase::kCommunication);
           BS_RETURN_IF_ERROR(xc.dispatch(*comm_, routed, xs, d, scratch, stream_));
         }
         er = {xc.local_experts(), xc.received_rows(), xc.local_ends_device(), xc.first_expert()};
-        host_ends_ = xc.local_ends_host();
+        layers_.host_ends() = xc.local_ends_host();
       }
       // MXFP8 and FP8 blockwise permute the tokens while quantizing them (the backward needs only
       // their quantized copies); NVFP4 and the cuBLAS recipes take a permuted fp32 copy.
       const bool fused = !expert_parallel_ && (recipe_ == TrainRecipe::kMxfp8 || recipe_ == TrainRecipe::kFp8Block);
-      const Gather gather{row_source, m};
+      const GpuLayers::Gather gather{row_source, m};
       if (!expert_parallel_ && !fused) gpu::gather_rows(h2, m, d, row_source, rows, xs, stream_);
       if (er.rows > 0) {
-        BS_RETURN_IF_ERROR(grouped_forward(n + ".w13", fused ? h2 : xs, er.rows, er.ends, er.experts,
+        BS_RETURN_IF_ERROR(layers_.grouped_forward(n + ".w13", fused ? h2 : xs, er.rows, er.ends, er.experts,
                                            P(lp.w13) + er.first * 2 * f * d, 2 * f, d, u, fused ? &gather : nullptr));
         timer_.mark(Phase::kOther);
         BS_RETURN_IF_ERROR(gpu::swiglu_forward(u, er.rows, f, a, stream_));
-        BS_RETURN_IF_ERROR(grouped_forward(n + ".w2", a, er.rows, er.ends, er.experts, P(lp.w2) + er.first * d * f, d,
+        BS_RETURN_IF_ERROR(layers_.grouped_forward(n + ".w2", a, er.rows, er.ends, er.experts, P(lp.w2) + er.first * d * f, d,
                                            f, ye));
       }
       if (expert_parallel_) {
@@ -849,10 +447,10 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
       BS_RETURN_IF_ERROR(quant::run(cp, quant::CombineInputs{y16, gates, slot_row}, quant::CombineOutputs{ffn_out},
                                     nullptr, 0, stream_));
     } else {
-      BS_RETURN_IF_ERROR(linear_forward(n + ".w13", lin, h2, P(lp.w13), m, 2 * f, d, u));
+      BS_RETURN_IF_ERROR(layers_.linear_forward(n + ".w13", lin, h2, P(lp.w13), m, 2 * f, d, u));
       timer_.mark(Phase::kOther);
       BS_RETURN_IF_ERROR(gpu::swiglu_forward(u, m, f, a, stream_));
-      BS_RETURN_IF_ERROR(linear_forward(n + ".w2", lin, a, P(lp.w2), m, d, f, ffn_out));
+      BS_RETURN_IF_ERROR(layers_.linear_forward(n + ".w2", lin, a, P(lp.w2), m, d, f, ffn_out));
     }
     timer_.mark(Phase::kOther);
     gpu::add_inplace(x, ffn_out, m * d, stream_);
@@ -868,7 +466,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
   BS_RETURN_IF_ERROR(buf("loss_ws", int64_t(reduce_bytes), &reduce_ws));
   timer_.mark(Phase::kNorm);
   BS_RETURN_IF_ERROR(gpu::rmsnorm_forward(x, P(layout_.final_norm), m, d, hf, rstd_f, stream_));
-  BS_RETURN_IF_ERROR(linear_forward("lm_head", head, hf, P(layout_.lm_head), m, c.vocab, d, logits));
+  BS_RETURN_IF_ERROR(layers_.linear_forward("lm_head", head, hf, P(layout_.lm_head), m, c.vocab, d, logits));
   timer_.mark(Phase::kEmbedLoss);
   BS_RETURN_IF_ERROR(gpu::cross_entropy(logits, targets, m, c.vocab, grad_scale / float(m), row_loss,
                                         backward ? logits : nullptr, stream_));
@@ -895,7 +493,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
   uint8_t* norm_ws;
   BS_RETURN_IF_ERROR(buf("norm_ws", int64_t(norm_ws_bytes), &norm_ws));
   BS_CUDA(cudaMemsetAsync(dx, 0, m * d * sizeof(float), stream_));
-  BS_RETURN_IF_ERROR(linear_backward("lm_head", head, {}, logits, hf, P(layout_.lm_head), m, c.vocab, d, dhf,
+  BS_RETURN_IF_ERROR(layers_.linear_backward("lm_head", head, {}, logits, hf, P(layout_.lm_head), m, c.vocab, d, dhf,
                                      G(layout_.lm_head)));
   timer_.mark(Phase::kNorm);
   BS_RETURN_IF_ERROR(gpu::rmsnorm_backward(dhf, x, P(layout_.final_norm), rstd_f, m, d, dx, G(layout_.final_norm),
@@ -929,7 +527,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
       if (expert_parallel_) {  // each dy row to its expert's rank, as in the forward
         const ExpertExchange& xc = exchange(l);
         er = {xc.local_experts(), xc.received_rows(), xc.local_ends_device(), xc.first_expert()};
-        host_ends_ = xc.local_ends_host();
+        layers_.host_ends() = xc.local_ends_host();
         BS_RETURN_IF_ERROR(buf("ep_scratch", cap * d, &scratch));
         BS_RETURN_IF_ERROR(buf("ep_dy", cap * d, &dye));
         BS_RETURN_IF_ERROR(buf("ep_dx", cap * d, &dxe));
@@ -938,15 +536,15 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
           BS_RETURN_IF_ERROR(xc.dispatch(*comm_, dy, dye, d, scratch, stream_));
         }
       } else if (!is_quantized(recipe_)) {
-        host_ends_ = all_host_ends_[l];
+        layers_.host_ends() = all_host_ends_[l];
       }
       if (er.rows > 0) {
         const int64_t w2_at = er.first * d * f, w13_at = er.first * 2 * f * d;
-        BS_RETURN_IF_ERROR(grouped_backward(n + ".w2", gradient_sr_key(run_seed, micro_step, l, 3), dye, a, er.rows,
+        BS_RETURN_IF_ERROR(layers_.grouped_backward(n + ".w2", gradient_sr_key(run_seed, micro_step, l, 3), dye, a, er.rows,
                                             er.ends, er.experts, P(lp.w2) + w2_at, d, f, da, G(lp.w2) + w2_at));
         timer_.mark(Phase::kOther);
         BS_RETURN_IF_ERROR(gpu::swiglu_backward(u, da, er.rows, f, du, stream_));
-        BS_RETURN_IF_ERROR(grouped_backward(n + ".w13", gradient_sr_key(run_seed, micro_step, l, 2), du, xs, er.rows,
+        BS_RETURN_IF_ERROR(layers_.grouped_backward(n + ".w13", gradient_sr_key(run_seed, micro_step, l, 2), du, xs, er.rows,
                                             er.ends, er.experts, P(lp.w13) + w13_at, 2 * f, d, dxe,
                                             G(lp.w13) + w13_at));
       }
@@ -959,17 +557,17 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
       BS_RETURN_IF_ERROR(gpu::router_backward(rprobs, ids, gates, d_gates, m, e, k, aux_weight, dlogits, router_ws,
                                               router_ws_bytes, stream_));
       // router in fp32: dWr += dlogits^T h2, dh2 += dlogits · Wr
-      BS_RETURN_IF_ERROR(cublas_gemm(Product::kDytX, CUDA_R_32F, dlogits, h2, m, e, d, G(lp.router), 1.0f));
-      BS_RETURN_IF_ERROR(cublas_gemm(Product::kDyW, CUDA_R_32F, dlogits, P(lp.router), m, e, d, dh2, 1.0f));
+      BS_RETURN_IF_ERROR(layers_.cublas_gemm(Product::kDytX, CUDA_R_32F, dlogits, h2, m, e, d, G(lp.router), 1.0f));
+      BS_RETURN_IF_ERROR(layers_.cublas_gemm(Product::kDyW, CUDA_R_32F, dlogits, P(lp.router), m, e, d, dh2, 1.0f));
     } else {
       float *da, *du;
       BS_RETURN_IF_ERROR(buf("da", m * f, &da));
       BS_RETURN_IF_ERROR(buf("du", m * 2 * f, &du));
-      BS_RETURN_IF_ERROR(linear_backward(n + ".w2", lin, gradient_sr_key(run_seed, micro_step, l, 3), dx, a, P(lp.w2), m,
+      BS_RETURN_IF_ERROR(layers_.linear_backward(n + ".w2", lin, gradient_sr_key(run_seed, micro_step, l, 3), dx, a, P(lp.w2), m,
                                          d, f, da, G(lp.w2)));
       timer_.mark(Phase::kOther);
       BS_RETURN_IF_ERROR(gpu::swiglu_backward(u, da, m, f, du, stream_));
-      BS_RETURN_IF_ERROR(linear_backward(n + ".w13", lin, gradient_sr_key(run_seed, micro_step, l, 2), du, h2, P(lp.w13),
+      BS_RETURN_IF_ERROR(layers_.linear_backward(n + ".w13", lin, gradient_sr_key(run_seed, micro_step, l, 2), du, h2, P(lp.w13),
                                          m, 2 * f, d, dh2, G(lp.w13)));
     }
     timer_.mark(Phase::kNorm);
@@ -977,14 +575,14 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
                                              norm_ws_bytes, stream_));
     timer_.mark(Phase::kOther);
     BS_CUDA(cudaMemsetAsync(dh, 0, m * d * sizeof(float), stream_));
-    BS_RETURN_IF_ERROR(linear_backward(n + ".wo", lin, gradient_sr_key(run_seed, micro_step, l, 1), dx, att, P(lp.wo), m,
+    BS_RETURN_IF_ERROR(layers_.linear_backward(n + ".wo", lin, gradient_sr_key(run_seed, micro_step, l, 1), dx, att, P(lp.wo), m,
                                        d, d, datt, G(lp.wo)));
     {
       PhaseScope phase(timer_, Phase::kAttention);
       BS_RETURN_IF_ERROR(gpu::attention_backward(qkv, probs, datt, batch, c.seq_len, c.n_heads, hd, dqkv, attn_ws,
                                                  attn_ws_bytes, cublas_, stream_));
     }
-    BS_RETURN_IF_ERROR(linear_backward(n + ".wqkv", lin, gradient_sr_key(run_seed, micro_step, l, 0), dqkv, h,
+    BS_RETURN_IF_ERROR(layers_.linear_backward(n + ".wqkv", lin, gradient_sr_key(run_seed, micro_step, l, 0), dqkv, h,
                                        P(lp.wqkv), m, 3 * d, d, dh, G(lp.wqkv)));
     timer_.mark(Phase::kNorm);
     BS_RETURN_IF_ERROR(gpu::rmsnorm_backward(dh, x_in, P(lp.attn_norm), rstd1, m, d, dx, G(lp.attn_norm), norm_ws,

@@ -1,0 +1,344 @@
+#include "train/gpu_layers.h"
+
+#include "gemm/gemm.h"
+#include "gemm/grouped.h"
+#include "train/gpu_ops.h"
+
+namespace blockscale::train {
+namespace {
+
+quant::QuantizeProblem quant_problem(TrainRecipe recipe, OperandRole role, SrKey sr, int64_t rows, int64_t cols) {
+  const formats::QuantizeOptions o = quantize_options(recipe, role, false, sr);
+  quant::QuantizeProblem p;
+  p.recipe = o.recipe;
+  p.rounding = o.rounding;
+  p.input_type = quant::InputType::kFp32;
+  p.rows = rows;
+  p.cols = cols;
+  p.ld = cols;
+  p.directions = quant::Directions::kBoth;
+  p.nvfp4_2d = o.nvfp4_2d;
+  p.stochastic_rounding = o.stochastic_rounding;
+  p.sr_seed = o.sr_seed;
+  p.sr_offset = o.sr_offset;
+  // The columnwise copy of an activation or gradient is a wgrad operand.
+  p.hadamard_columnwise = role != OperandRole::kWeight && quantize_options(recipe, role, true, sr).hadamard;
+  return p;
+}
+
+}  // namespace
+
+// ---- quantization of one operand (both copies) ----
+Status GpuLayers::quantize(const std::string& name, TrainRecipe recipe, OperandRole role, SrKey sr, const float* x,
+                           int64_t rows, int64_t cols, Quantized* q) {
+  const quant::QuantizeProblem p = quant_problem(recipe, role, sr, rows, cols);
+  BS_RETURN_IF_ERROR(buf(name + ".rd", quant::rowwise_data_bytes(p), &q->row_data));
+  uint8_t *rs, *cs;
+  BS_RETURN_IF_ERROR(buf(name + ".rs", quant::rowwise_scale_bytes(p), &rs));
+  BS_RETURN_IF_ERROR(buf(name + ".cd", quant::columnwise_data_bytes(p), &q->col_data));
+  BS_RETURN_IF_ERROR(buf(name + ".cs", quant::columnwise_scale_bytes(p), &cs));
+  BS_RETURN_IF_ERROR(buf(name + ".dec", 2, &q->row_dec));
+  q->row_scales = rs;
+  q->col_scales = cs;
+  q->col_dec = q->row_dec + 1;
+  quant::QuantizeInputs in;
+  in.x = x;
+  quant::QuantizeOutputs out;
+  out.rowwise_data = q->row_data;
+  out.rowwise_scales = rs;
+  out.rowwise_scale_dec = q->row_dec;
+  out.columnwise_data = q->col_data;
+  out.columnwise_scales = cs;
+  out.columnwise_scale_dec = q->col_dec;
+  saved_[name] = *q;
+  return run_quant(name, p, in, out);
+}
+
+Status GpuLayers::run_quant(const std::string& name, const quant::QuantizeProblem& p, const quant::QuantizeInputs& in,
+                            const quant::QuantizeOutputs& out) {
+  uint8_t* ws = nullptr;
+  const size_t ws_bytes = quant::workspace_size(p);
+  BS_RETURN_IF_ERROR(buf(name + ".ws", int64_t(ws_bytes), &ws));
+  PhaseScope phase(timer_, Phase::kQuantize);
+  return quant::run(p, in, out, ws, ws_bytes, stream_);
+}
+
+template <typename Problem, typename Arguments>
+Status GpuLayers::gemm_run(const Problem& p, const Arguments& a) {
+  PhaseScope phase(timer_, Phase::kGemm);
+  return gemm::run(p, a, nullptr, 0, stream_);
+}
+
+// Each expert's weight (experts x n x k) quantized on its own: codes and scales back to back,
+// one decode scale per expert and copy.
+Status GpuLayers::quantize_experts(const std::string& name, const float* w, int experts, int64_t n, int64_t k, Quantized* q) {
+  const quant::QuantizeProblem p = quant_problem(recipe_, OperandRole::kWeight, {}, n, k);
+  const int64_t rd = quant::rowwise_data_bytes(p), rs = quant::rowwise_scale_bytes(p);
+  const int64_t cd = quant::columnwise_data_bytes(p), cs = quant::columnwise_scale_bytes(p);
+  uint8_t *rsp, *csp;
+  BS_RETURN_IF_ERROR(buf(name + ".rd", rd * experts, &q->row_data));
+  BS_RETURN_IF_ERROR(buf(name + ".rs", rs * experts, &rsp));
+  BS_RETURN_IF_ERROR(buf(name + ".cd", cd * experts, &q->col_data));
+  BS_RETURN_IF_ERROR(buf(name + ".cs", cs * experts, &csp));
+  BS_RETURN_IF_ERROR(buf(name + ".dec", 2 * experts, &q->row_dec));
+  q->row_scales = rsp;
+  q->col_scales = csp;
+  q->col_dec = q->row_dec + experts;
+  for (int g = 0; g < experts; ++g) {
+    quant::QuantizeInputs in;
+    in.x = w + g * n * k;
+    quant::QuantizeOutputs out;
+    out.rowwise_data = q->row_data + g * rd;
+    out.rowwise_scales = rsp + g * rs;
+    out.rowwise_scale_dec = q->row_dec + g;
+    out.columnwise_data = q->col_data + g * cd;
+    out.columnwise_scales = csp + g * cs;
+    out.columnwise_scale_dec = q->col_dec + g;
+    BS_RETURN_IF_ERROR(run_quant(name, p, in, out));
+  }
+  expert_scale_bytes_[name] = {rs, cs};
+  saved_[name] = *q;
+  return Status::ok();
+}
+
+Status GpuLayers::quantize_grouped(const std::string& name, OperandRole role, SrKey sr, const float* x, int64_t rows,
+                                   int64_t cols, const int32_t* ends, int experts, Quantized* q, const Gather* gather) {
+  quant::GroupedQuantizeProblem p;
+  p.dense = quant_problem(recipe_, role, sr, rows, cols);
+  p.num_groups = experts;
+  if (gather != nullptr) p.input_rows = gather->input_rows;
+  q->capacity = quant::grouped_capacity(p);
+  uint8_t *rs, *cs;
+  BS_RETURN_IF_ERROR(buf(name + ".rd", quant::rowwise_data_bytes(p.dense), &q->row_data));
+  BS_RETURN_IF_ERROR(buf(name + ".rs", quant::rowwise_scale_bytes(p.dense), &rs));
+  BS_RETURN_IF_ERROR(buf(name + ".cd", quant::grouped_columnwise_data_bytes(p), &q->col_data));
+  BS_RETURN_IF_ERROR(buf(name + ".cs", quant::grouped_columnwise_scale_bytes(p), &cs));
+  BS_RETURN_IF_ERROR(buf(name + ".dec", 2, &q->row_dec));
+  BS_RETURN_IF_ERROR(buf(name + ".ends", experts, &q->padded_ends));
+  q->row_scales = rs;
+  q->col_scales = cs;
+  q->col_dec = q->row_dec + 1;
+  quant::GroupedQuantizeInputs in;
+  in.x = x;
+  in.group_ends = ends;
+  if (gather != nullptr) in.row_index = gather->index;
+  quant::GroupedQuantizeOutputs out;
+  out.dense.rowwise_data = q->row_data;
+  out.dense.rowwise_scales = rs;
+  out.dense.rowwise_scale_dec = q->row_dec;
+  out.dense.columnwise_data = q->col_data;
+  out.dense.columnwise_scales = cs;
+  out.dense.columnwise_scale_dec = q->col_dec;
+  out.padded_group_ends = q->padded_ends;
+  saved_[name] = *q;
+  uint8_t* ws = nullptr;
+  const size_t ws_bytes = quant::workspace_size(p);
+  BS_RETURN_IF_ERROR(buf(name + ".ws", int64_t(ws_bytes), &ws));
+  PhaseScope phase(timer_, Phase::kQuantize);
+  return quant::run(p, in, out, ws, ws_bytes, stream_);
+}
+
+formats::Recipe GpuLayers::recipe_of(OperandRole role) const { return quantize_options(recipe_, role, false, {}).recipe; }
+
+// ---- linear layers ----
+// y (m x n) = x · w^T; the forward keeps x's quantized copies (or bf16 bits) under `name`.
+Status GpuLayers::linear_forward(const std::string& name, TrainRecipe recipe, const float* x, const float* w, int64_t m,
+                                 int64_t n, int64_t k, float* y) {
+  if (!is_quantized(recipe)) {
+    CublasOperands o;
+    BS_RETURN_IF_ERROR(cublas_forward_operands(name, recipe, x, m * k, w, n * k, &o));
+    return cublas_gemm(Product::kXWt, o.type, o.x, o.w, m, n, k, y, 0.0f);
+  }
+  Quantized qx, qw;
+  BS_RETURN_IF_ERROR(quantize(name + ".x", recipe, OperandRole::kActivation, {}, x, m, k, &qx));
+  BS_RETURN_IF_ERROR(quantize(name + ".w", recipe, OperandRole::kWeight, {}, w, n, k, &qw));
+  gemm::GemmProblem p;
+  p.m = m, p.n = n, p.k = k;
+  p.a_recipe = recipe_of(OperandRole::kActivation);
+  p.b_recipe = recipe_of(OperandRole::kWeight);
+  p.d_type = gemm::MatrixType::kFp32;
+  p.ldd = n;
+  gemm::GemmArguments a;
+  a.a_data = qx.row_data, a.a_scales = qx.row_scales, a.a_scale_dec = qx.row_dec;
+  a.b_data = qw.row_data, a.b_scales = qw.row_scales, a.b_scale_dec = qw.row_dec;
+  a.d = y;
+  return gemm_run(p, a);
+}
+
+// dx (m x k) = dy · w (skipped when dx is null); dw += dy^T · x. x's copies come from the forward.
+Status GpuLayers::linear_backward(const std::string& name, TrainRecipe recipe, SrKey sr, const float* dy, const float* x,
+                                  const float* w, int64_t m, int64_t n, int64_t k, float* dx, float* dw) {
+  if (!is_quantized(recipe)) {
+    CublasOperands o;
+    BS_RETURN_IF_ERROR(cublas_backward_operands(name, recipe, dy, m * n, x, m * k, w, n * k, &o));
+    if (dx) BS_RETURN_IF_ERROR(cublas_gemm(Product::kDyW, o.type, o.dy, o.w, m, n, k, dx, 0.0f));
+    return cublas_gemm(Product::kDytX, o.type, o.dy, o.x, m, n, k, dw, 1.0f);
+  }
+  // x's and w's copies are the forward's (nothing writes them between the two).
+  Quantized qdy;
+  const Quantized qx = saved_[name + ".x"], qw = saved_[name + ".w"];
+  BS_RETURN_IF_ERROR(quantize(name + ".dy", recipe, OperandRole::kGradient, sr, dy, m, n, &qdy));
+  if (dx) {
+    gemm::GemmProblem p;
+    p.m = m, p.n = k, p.k = n;
+    p.a_recipe = recipe_of(OperandRole::kGradient);
+    p.b_recipe = recipe_of(OperandRole::kWeight);
+    p.d_type = gemm::MatrixType::kFp32;
+    p.ldd = k;
+    gemm::GemmArguments a;
+    a.a_data = qdy.row_data, a.a_scales = qdy.row_scales, a.a_scale_dec = qdy.row_dec;
+    a.b_data = qw.col_data, a.b_scales = qw.col_scales, a.b_scale_dec = qw.col_dec;
+    a.d = dx;
+    BS_RETURN_IF_ERROR(gemm_run(p, a));
+  }
+  gemm::GemmProblem p;
+  p.m = n, p.n = k, p.k = m;
+  p.a_recipe = recipe_of(OperandRole::kGradient);
+  p.b_recipe = recipe_of(OperandRole::kActivation);
+  p.c_type = p.d_type = gemm::MatrixType::kFp32;
+  p.ldc = p.ldd = k;
+  p.beta = 1.0f;
+  gemm::GemmArguments a;
+  a.a_data = qdy.col_data, a.a_scales = qdy.col_scales, a.a_scale_dec = qdy.col_dec;
+  a.b_data = qx.col_data, a.b_scales = qx.col_scales, a.b_scale_dec = qx.col_dec;
+  a.c = dw;
+  a.d = dw;
+  return gemm_run(p, a);
+}
+
+// cuBLAS product of fp32 operands or their bf16 copies (fp32 accumulation and output).
+Status GpuLayers::cublas_gemm(Product prod, cudaDataType type, const void* a, const void* b, int64_t m, int64_t n, int64_t k,
+                              float* c, float beta) {
+  PhaseScope phase(timer_, Phase::kGemm);
+  return blas_.product(prod, type, a, b, m, n, k, c, beta);
+}
+
+// The bf16 recipe's "quantization": a rounded copy in the named buffer, made once per operand
+// (the forward's copies of x and w are the backward's too, as the quantized recipes reuse theirs).
+Status GpuLayers::bf16_copy(const std::string& name, const float* x, int64_t count, const void** out) {
+  PhaseScope phase(timer_, Phase::kQuantize);
+  uint16_t* copy;
+  BS_RETURN_IF_ERROR(buf(name, count, &copy));
+  *out = copy;
+  return gpu::to_bf16(x, count, copy, stream_);
+}
+// The forward's bf16 copy of an operand (buffers keep their contents between uses).
+Status GpuLayers::saved_bf16(const std::string& name, int64_t count, const void** out) {
+  uint16_t* copy;
+  BS_RETURN_IF_ERROR(buf(name, count, &copy));
+  *out = copy;
+  return Status::ok();
+}
+
+Status GpuLayers::cublas_forward_operands(const std::string& name, TrainRecipe recipe, const float* x, int64_t x_count,
+                                          const float* w, int64_t w_count, CublasOperands* o) {
+  *o = CublasOperands{};
+  o->x = x, o->w = w;
+  if (recipe == TrainRecipe::kFp32) return Status::ok();
+  o->type = CUDA_R_16BF, o->elem_bytes = 2;
+  BS_RETURN_IF_ERROR(bf16_copy(name + ".x16", x, x_count, &o->x));
+  return bf16_copy(name + ".w16", w, w_count, &o->w);
+}
+// Backward: the forward's copies of x and w, and a new one of dy.
+Status GpuLayers::cublas_backward_operands(const std::string& name, TrainRecipe recipe, const float* dy, int64_t dy_count,
+                                           const float* x, int64_t x_count, const float* w, int64_t w_count,
+                                           CublasOperands* o) {
+  *o = CublasOperands{};
+  o->x = x, o->w = w, o->dy = dy;
+  if (recipe == TrainRecipe::kFp32) return Status::ok();
+  o->type = CUDA_R_16BF, o->elem_bytes = 2;
+  BS_RETURN_IF_ERROR(saved_bf16(name + ".x16", x_count, &o->x));
+  BS_RETURN_IF_ERROR(saved_bf16(name + ".w16", w_count, &o->w));
+  return bf16_copy(name + ".dy16", dy, dy_count, &o->dy);
+}
+
+// ---- grouped (MoE expert) layers: x holds `rows` routed rows sorted by expert (tokens * top_k,
+// or with expert parallelism the rows this rank's experts received); `e` experts, host_ends_
+// their group ends on the host (bf16 / fp32 only) ----
+Status GpuLayers::grouped_forward(const std::string& name, const float* x, int64_t rows, const int32_t* ends, int e,
+                                  const float* w, int64_t n, int64_t k, float* y, const Gather* gather) {
+  if (!is_quantized(recipe_)) {  // one cuBLAS product per expert, sizes from the host
+    CublasOperands o;
+    BS_RETURN_IF_ERROR(cublas_forward_operands(name, recipe_, x, rows * k, w, e * n * k, &o));
+    for (int g = 0; g < e; ++g) {
+      const int64_t b = g ? host_ends_[g - 1] : 0, r = host_ends_[g] - b;
+      if (r > 0)
+        BS_RETURN_IF_ERROR(cublas_gemm(Product::kXWt, o.type, o.at(o.x, b * k), o.at(o.w, g * n * k), r, n, k,
+                                       y + b * n, 0.0f));
+    }
+    return Status::ok();
+  }
+  Quantized qx, qw;
+  BS_RETURN_IF_ERROR(quantize_grouped(name + ".x", OperandRole::kActivation, {}, x, rows, k, ends, e, &qx, gather));
+  BS_RETURN_IF_ERROR(quantize_experts(name + ".w", w, e, n, k, &qw));
+  gemm::GroupedGemmProblem p;
+  p.mode = gemm::GroupedGemmMode::kM;
+  p.num_groups = e;
+  p.m = rows, p.n = n, p.k = k;
+  p.a_recipe = recipe_of(OperandRole::kActivation);
+  p.b_recipe = recipe_of(OperandRole::kWeight);
+  p.d_type = gemm::MatrixType::kFp32;
+  p.ldd = n;
+  if (gemm::grouped_b_scale_bytes(p) != expert_scale_bytes_[name + ".w"].first)
+    return Status::error(name + ": the grouped GEMM's expert scale stride differs from quant/'s");
+  gemm::GroupedGemmArguments a;
+  a.a_data = qx.row_data, a.a_scales = qx.row_scales, a.a_scale_dec = qx.row_dec;
+  a.b_data = qw.row_data, a.b_scales = qw.row_scales, a.b_scale_dec = qw.row_dec;
+  a.group_ends = ends;
+  a.d = y;
+  return gemm_run(p, a);
+}
+
+Status GpuLayers::grouped_backward(const std::string& name, SrKey sr, const float* dy, const float* x, int64_t rows,
+                                   const int32_t* ends, int e, const float* w, int64_t n, int64_t k, float* dx, float* dw) {
+  if (!is_quantized(recipe_)) {
+    CublasOperands o;
+    BS_RETURN_IF_ERROR(cublas_backward_operands(name, recipe_, dy, rows * n, x, rows * k, w, e * n * k, &o));
+    for (int g = 0; g < e; ++g) {
+      const int64_t b = g ? host_ends_[g - 1] : 0, r = host_ends_[g] - b;
+      if (r == 0) continue;
+      BS_RETURN_IF_ERROR(cublas_gemm(Product::kDyW, o.type, o.at(o.dy, b * n), o.at(o.w, g * n * k), r, n, k,
+                                     dx + b * k, 0.0f));
+      BS_RETURN_IF_ERROR(cublas_gemm(Product::kDytX, o.type, o.at(o.dy, b * n), o.at(o.x, b * k), r, n, k,
+                                     dw + g * n * k, 1.0f));
+    }
+    return Status::ok();
+  }
+  Quantized qdy;
+  const Quantized qx = saved_[name + ".x"], qw = saved_[name + ".w"];
+  BS_RETURN_IF_ERROR(quantize_grouped(name + ".dy", OperandRole::kGradient, sr, dy, rows, n, ends, e, &qdy));
+  gemm::GroupedGemmProblem p;
+  p.mode = gemm::GroupedGemmMode::kM;
+  p.num_groups = e;
+  p.m = rows, p.n = k, p.k = n;
+  p.a_recipe = recipe_of(OperandRole::kGradient);
+  p.b_recipe = recipe_of(OperandRole::kWeight);
+  p.d_type = gemm::MatrixType::kFp32;
+  p.ldd = k;
+  if (gemm::grouped_b_scale_bytes(p) != expert_scale_bytes_[name + ".w"].second)
+    return Status::error(name + ": the grouped GEMM's expert scale stride differs from quant/'s (dgrad)");
+  gemm::GroupedGemmArguments a;
+  a.a_data = qdy.row_data, a.a_scales = qdy.row_scales, a.a_scale_dec = qdy.row_dec;
+  a.b_data = qw.col_data, a.b_scales = qw.col_scales, a.b_scale_dec = qw.col_dec;
+  a.group_ends = ends;
+  a.d = dx;
+  BS_RETURN_IF_ERROR(gemm_run(p, a));
+  gemm::GroupedGemmProblem pw;
+  pw.mode = gemm::GroupedGemmMode::kK;
+  pw.num_groups = e;
+  pw.m = n, pw.n = k, pw.k = qdy.capacity;
+  pw.a_recipe = recipe_of(OperandRole::kGradient);
+  pw.b_recipe = recipe_of(OperandRole::kActivation);
+  pw.c_type = pw.d_type = gemm::MatrixType::kFp32;
+  pw.ldc = pw.ldd = k;
+  pw.beta = 1.0f;
+  gemm::GroupedGemmArguments aw;
+  aw.a_data = qdy.col_data, aw.a_scales = qdy.col_scales, aw.a_scale_dec = qdy.col_dec;
+  aw.b_data = qx.col_data, aw.b_scales = qx.col_scales, aw.b_scale_dec = qx.col_dec;
+  aw.group_ends = qdy.padded_ends;
+  aw.c = dw;
+  aw.d = dw;
+  return gemm_run(pw, aw);
+}
+
+}  // namespace blockscale::train

@@ -1,0 +1,162 @@
+// The GPU step's linear layers in one recipe, dense and grouped (the MoE experts), forward and
+// backward:
+//   bf16 (and the LM head of every recipe): cuBLASLt (train/gpu_blas.h), fp32 accumulation and
+//   output, on bf16 copies made once per operand (the forward's copies of x and w serve the
+//   backward too). The MoE experts run one product per expert, with the group sizes on the host
+//   (host_ends(), set by the step once per layer, as Megatron's grouped linear layers take their
+//   splits).
+//   fp8_block / mxfp8 / nvfp4: quant::run writes each operand's rowwise and columnwise copies in
+//   one pass (train/cpu_linear.h gives the roles and options), gemm::run multiplies: fprop
+//   X.row x W.row, dgrad dY.row x W.col, wgrad dY.col x X.col accumulated (beta = 1) into the fp32
+//   gradient. MoE experts use the grouped forms: M-grouped fprop / dgrad over the routed tokens,
+//   K-grouped wgrad over each expert's padded tokens; each expert's weight is its own operand.
+// A layer's operand copies are kept under its name from the forward to the backward.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "formats/status.h"
+#include "quant/quantize.h"
+#include "train/cpu_linear.h"
+#include "train/gpu_blas.h"
+#include "train/gpu_phase_timer.h"
+#include "train/model_config.h"
+
+namespace blockscale::train {
+
+// Device buffers by name, allocated on first use (grown if a later use needs more).
+class DeviceBuffers {
+ public:
+  ~DeviceBuffers() {
+    for (auto& [name, b] : buffers_) cudaFree(b.ptr);
+  }
+  template <typename T>
+  Status get(const std::string& name, int64_t count, T** out) {
+    const size_t bytes = static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(T);
+    Buffer& b = buffers_[name];
+    if (b.bytes < bytes) {
+      cudaFree(b.ptr);
+      b.ptr = nullptr;
+      b.bytes = 0;
+      const cudaError_t e = cudaMalloc(&b.ptr, bytes);
+      if (e != cudaSuccess)
+        return Status::error("out of GPU memory allocating " + name + " (" + std::to_string(bytes >> 20) + " MiB)");
+      b.bytes = bytes;
+    }
+    *out = static_cast<T*>(b.ptr);
+    return Status::ok();
+  }
+
+ private:
+  struct Buffer {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  std::map<std::string, Buffer> buffers_;
+};
+
+// One tensor's quantized copies (device pointers into named buffers).
+struct Quantized {
+  uint8_t* row_data = nullptr;
+  void* row_scales = nullptr;
+  float* row_dec = nullptr;
+  uint8_t* col_data = nullptr;
+  void* col_scales = nullptr;
+  float* col_dec = nullptr;
+  int32_t* padded_ends = nullptr;  // grouped columnwise copies
+  int64_t capacity = 0;            // grouped: padded token columns the columnwise copy holds
+};
+
+class GpuLayers {
+ public:
+  GpuLayers(TrainRecipe recipe, DeviceBuffers& buffers, PhaseTimer& timer)
+      : recipe_(recipe), buffers_(buffers), timer_(timer) {}
+  Status init(cudaStream_t stream) {
+    stream_ = stream;
+    return blas_.init(stream);
+  }
+
+  // Routed tokens (rows x cols, sorted by expert): rowwise copy plus the per-expert padded
+  // columnwise copy, from one pass. With `gather` (row r is x's row gather->index[r]), the tokens
+  // are permuted while they are quantized (quant/moe.h's fused permute + quantize).
+  struct Gather {
+    const int32_t* index;
+    int64_t input_rows;
+  };
+
+  // ---- linear layers ----
+  // y (m x n) = x · w^T; the forward keeps x's quantized copies (or bf16 bits) under `name`.
+  Status linear_forward(const std::string& name, TrainRecipe recipe, const float* x, const float* w, int64_t m,
+                        int64_t n, int64_t k, float* y);
+  // dx (m x k) = dy · w (skipped when dx is null); dw += dy^T · x. x's copies come from the forward.
+  Status linear_backward(const std::string& name, TrainRecipe recipe, SrKey sr, const float* dy, const float* x,
+                         const float* w, int64_t m, int64_t n, int64_t k, float* dx, float* dw);
+  // cuBLAS product of fp32 operands or their bf16 copies (fp32 accumulation and output).
+  Status cublas_gemm(Product prod, cudaDataType type, const void* a, const void* b, int64_t m, int64_t n, int64_t k,
+                     float* c, float beta);
+  // ---- grouped (MoE expert) layers: x holds `rows` routed rows sorted by expert (tokens * top_k,
+  // or with expert parallelism the rows this rank's experts received); `e` experts, host_ends_
+  // their group ends on the host (bf16 / fp32 only) ----
+  Status grouped_forward(const std::string& name, const float* x, int64_t rows, const int32_t* ends, int e,
+                         const float* w, int64_t n, int64_t k, float* y, const Gather* gather = nullptr);
+  Status grouped_backward(const std::string& name, SrKey sr, const float* dy, const float* x, int64_t rows,
+                          const int32_t* ends, int e, const float* w, int64_t n, int64_t k, float* dx, float* dw);
+  // bf16 / fp32 experts: the group ends on the host, set before grouped_forward / _backward.
+  std::vector<int32_t>& host_ends() { return host_ends_; }
+
+ private:
+  template <typename T>
+  Status buf(const std::string& name, int64_t count, T** out) {
+    return buffers_.get(name, count, out);
+  }
+  // Operands of an unquantized (bf16 / fp32) linear layer as cuBLAS takes them: forward, the
+  // copies of x and w (bf16) or the tensors themselves (fp32).
+  struct CublasOperands {
+    cudaDataType type = CUDA_R_32F;
+    size_t elem_bytes = 4;
+    const void *x = nullptr, *w = nullptr, *dy = nullptr;
+    const void* at(const void* p, int64_t elems) const { return static_cast<const char*>(p) + elems * elem_bytes; }
+  };
+  // ---- quantization of one operand (both copies) ----
+  Status quantize(const std::string& name, TrainRecipe recipe, OperandRole role, SrKey sr, const float* x,
+                  int64_t rows, int64_t cols, Quantized* q);
+  Status run_quant(const std::string& name, const quant::QuantizeProblem& p, const quant::QuantizeInputs& in,
+                   const quant::QuantizeOutputs& out);
+  template <typename Problem, typename Arguments>
+  Status gemm_run(const Problem& p, const Arguments& a);
+  // Each expert's weight (experts x n x k) quantized on its own: codes and scales back to back,
+  // one decode scale per expert and copy.
+  Status quantize_experts(const std::string& name, const float* w, int experts, int64_t n, int64_t k, Quantized* q);
+  Status quantize_grouped(const std::string& name, OperandRole role, SrKey sr, const float* x, int64_t rows,
+                          int64_t cols, const int32_t* ends, int experts, Quantized* q, const Gather* gather = nullptr);
+  formats::Recipe recipe_of(OperandRole role) const;
+  // The bf16 recipe's "quantization": a rounded copy in the named buffer, made once per operand
+  // (the forward's copies of x and w are the backward's too, as the quantized recipes reuse theirs).
+  Status bf16_copy(const std::string& name, const float* x, int64_t count, const void** out);
+  // The forward's bf16 copy of an operand (buffers keep their contents between uses).
+  Status saved_bf16(const std::string& name, int64_t count, const void** out);
+  Status cublas_forward_operands(const std::string& name, TrainRecipe recipe, const float* x, int64_t x_count,
+                                 const float* w, int64_t w_count, CublasOperands* o);
+  // Backward: the forward's copies of x and w, and a new one of dy.
+  Status cublas_backward_operands(const std::string& name, TrainRecipe recipe, const float* dy, int64_t dy_count,
+                                  const float* x, int64_t x_count, const float* w, int64_t w_count,
+                                  CublasOperands* o);
+
+  TrainRecipe recipe_;
+  DeviceBuffers& buffers_;
+  PhaseTimer& timer_;
+  cudaStream_t stream_ = nullptr;
+  GpuBlas blas_;
+  std::vector<int32_t> host_ends_;
+  std::map<std::string, std::pair<int64_t, int64_t>> expert_scale_bytes_;  // rowwise, columnwise
+  std::map<std::string, Quantized> saved_;  // each operand's latest copies, by name
+};
+
+}  // namespace blockscale::train
