@@ -26,6 +26,36 @@ quant::QuantizeProblem quant_problem(TrainRecipe recipe, OperandRole role, SrKey
   return p;
 }
 
+// One quantized copy (rowwise or columnwise) as a GEMM operand, in its role's recipe.
+struct Operand {
+  const uint8_t* data;
+  const void* scales;
+  const float* dec;
+  formats::Recipe recipe;
+};
+Operand row_copy(const Quantized& q, formats::Recipe r) { return {q.row_data, q.row_scales, q.row_dec, r}; }
+Operand col_copy(const Quantized& q, formats::Recipe r) { return {q.col_data, q.col_scales, q.col_dec, r}; }
+
+// d (m x n, fp32) = A B^T, or d += A B^T (accumulate: wgrad into the fp32 main gradient), for the
+// dense and the grouped GEMM alike (their problems and arguments share these fields).
+template <typename Problem, typename Arguments>
+void describe(const Operand& a_op, const Operand& b_op, int64_t m, int64_t n, int64_t k, float* d, bool accumulate,
+              Problem* p, Arguments* a) {
+  p->m = m, p->n = n, p->k = k;
+  p->a_recipe = a_op.recipe;
+  p->b_recipe = b_op.recipe;
+  p->d_type = gemm::MatrixType::kFp32;
+  p->ldd = n;
+  a->a_data = a_op.data, a->a_scales = a_op.scales, a->a_scale_dec = a_op.dec;
+  a->b_data = b_op.data, a->b_scales = b_op.scales, a->b_scale_dec = b_op.dec;
+  a->d = d;
+  if (!accumulate) return;
+  p->c_type = gemm::MatrixType::kFp32;
+  p->ldc = n;
+  p->beta = 1.0f;
+  a->c = d;
+}
+
 }  // namespace
 
 // ---- quantization of one operand (both copies) ----
@@ -153,15 +183,9 @@ Status GpuLayers::linear_forward(const std::string& name, TrainRecipe recipe, co
   BS_RETURN_IF_ERROR(quantize(name + ".x", recipe, OperandRole::kActivation, {}, x, m, k, &qx));
   BS_RETURN_IF_ERROR(quantize(name + ".w", recipe, OperandRole::kWeight, {}, w, n, k, &qw));
   gemm::GemmProblem p;
-  p.m = m, p.n = n, p.k = k;
-  p.a_recipe = recipe_of(OperandRole::kActivation);
-  p.b_recipe = recipe_of(OperandRole::kWeight);
-  p.d_type = gemm::MatrixType::kFp32;
-  p.ldd = n;
   gemm::GemmArguments a;
-  a.a_data = qx.row_data, a.a_scales = qx.row_scales, a.a_scale_dec = qx.row_dec;
-  a.b_data = qw.row_data, a.b_scales = qw.row_scales, a.b_scale_dec = qw.row_dec;
-  a.d = y;
+  describe(row_copy(qx, recipe_of(OperandRole::kActivation)), row_copy(qw, recipe_of(OperandRole::kWeight)), m, n, k,
+           y, false, &p, &a);
   return gemm_run(p, a);
 }
 
@@ -178,31 +202,16 @@ Status GpuLayers::linear_backward(const std::string& name, TrainRecipe recipe, S
   Quantized qdy;
   const Quantized qx = saved_[name + ".x"], qw = saved_[name + ".w"];
   BS_RETURN_IF_ERROR(quantize(name + ".dy", recipe, OperandRole::kGradient, sr, dy, m, n, &qdy));
-  if (dx) {
+  const formats::Recipe gradient = recipe_of(OperandRole::kGradient);
+  if (dx) {  // dgrad: dY.row x W.col
     gemm::GemmProblem p;
-    p.m = m, p.n = k, p.k = n;
-    p.a_recipe = recipe_of(OperandRole::kGradient);
-    p.b_recipe = recipe_of(OperandRole::kWeight);
-    p.d_type = gemm::MatrixType::kFp32;
-    p.ldd = k;
     gemm::GemmArguments a;
-    a.a_data = qdy.row_data, a.a_scales = qdy.row_scales, a.a_scale_dec = qdy.row_dec;
-    a.b_data = qw.col_data, a.b_scales = qw.col_scales, a.b_scale_dec = qw.col_dec;
-    a.d = dx;
+    describe(row_copy(qdy, gradient), col_copy(qw, recipe_of(OperandRole::kWeight)), m, k, n, dx, false, &p, &a);
     BS_RETURN_IF_ERROR(gemm_run(p, a));
   }
-  gemm::GemmProblem p;
-  p.m = n, p.n = k, p.k = m;
-  p.a_recipe = recipe_of(OperandRole::kGradient);
-  p.b_recipe = recipe_of(OperandRole::kActivation);
-  p.c_type = p.d_type = gemm::MatrixType::kFp32;
-  p.ldc = p.ldd = k;
-  p.beta = 1.0f;
+  gemm::GemmProblem p;  // wgrad: dY.col x X.col, accumulated
   gemm::GemmArguments a;
-  a.a_data = qdy.col_data, a.a_scales = qdy.col_scales, a.a_scale_dec = qdy.col_dec;
-  a.b_data = qx.col_data, a.b_scales = qx.col_scales, a.b_scale_dec = qx.col_dec;
-  a.c = dw;
-  a.d = dw;
+  describe(col_copy(qdy, gradient), col_copy(qx, recipe_of(OperandRole::kActivation)), n, k, m, dw, true, &p, &a);
   return gemm_run(p, a);
 }
 
@@ -272,20 +281,14 @@ Status GpuLayers::grouped_forward(const std::string& name, const float* x, int64
   BS_RETURN_IF_ERROR(quantize_grouped(name + ".x", OperandRole::kActivation, {}, x, rows, k, ends, e, &qx, gather));
   BS_RETURN_IF_ERROR(quantize_experts(name + ".w", w, e, n, k, &qw));
   gemm::GroupedGemmProblem p;
+  gemm::GroupedGemmArguments a;
   p.mode = gemm::GroupedGemmMode::kM;
   p.num_groups = e;
-  p.m = rows, p.n = n, p.k = k;
-  p.a_recipe = recipe_of(OperandRole::kActivation);
-  p.b_recipe = recipe_of(OperandRole::kWeight);
-  p.d_type = gemm::MatrixType::kFp32;
-  p.ldd = n;
+  describe(row_copy(qx, recipe_of(OperandRole::kActivation)), row_copy(qw, recipe_of(OperandRole::kWeight)), rows, n,
+           k, y, false, &p, &a);
+  a.group_ends = ends;
   if (gemm::grouped_b_scale_bytes(p) != expert_scale_bytes_[name + ".w"].first)
     return Status::error(name + ": the grouped GEMM's expert scale stride differs from quant/'s");
-  gemm::GroupedGemmArguments a;
-  a.a_data = qx.row_data, a.a_scales = qx.row_scales, a.a_scale_dec = qx.row_dec;
-  a.b_data = qw.row_data, a.b_scales = qw.row_scales, a.b_scale_dec = qw.row_dec;
-  a.group_ends = ends;
-  a.d = y;
   return gemm_run(p, a);
 }
 
@@ -307,37 +310,23 @@ Status GpuLayers::grouped_backward(const std::string& name, SrKey sr, const floa
   Quantized qdy;
   const Quantized qx = saved_[name + ".x"], qw = saved_[name + ".w"];
   BS_RETURN_IF_ERROR(quantize_grouped(name + ".dy", OperandRole::kGradient, sr, dy, rows, n, ends, e, &qdy));
-  gemm::GroupedGemmProblem p;
+  const formats::Recipe gradient = recipe_of(OperandRole::kGradient);
+  gemm::GroupedGemmProblem p;  // dgrad: dY.row x W.col, M-grouped
+  gemm::GroupedGemmArguments a;
   p.mode = gemm::GroupedGemmMode::kM;
   p.num_groups = e;
-  p.m = rows, p.n = k, p.k = n;
-  p.a_recipe = recipe_of(OperandRole::kGradient);
-  p.b_recipe = recipe_of(OperandRole::kWeight);
-  p.d_type = gemm::MatrixType::kFp32;
-  p.ldd = k;
+  describe(row_copy(qdy, gradient), col_copy(qw, recipe_of(OperandRole::kWeight)), rows, k, n, dx, false, &p, &a);
+  a.group_ends = ends;
   if (gemm::grouped_b_scale_bytes(p) != expert_scale_bytes_[name + ".w"].second)
     return Status::error(name + ": the grouped GEMM's expert scale stride differs from quant/'s (dgrad)");
-  gemm::GroupedGemmArguments a;
-  a.a_data = qdy.row_data, a.a_scales = qdy.row_scales, a.a_scale_dec = qdy.row_dec;
-  a.b_data = qw.col_data, a.b_scales = qw.col_scales, a.b_scale_dec = qw.col_dec;
-  a.group_ends = ends;
-  a.d = dx;
   BS_RETURN_IF_ERROR(gemm_run(p, a));
-  gemm::GroupedGemmProblem pw;
+  gemm::GroupedGemmProblem pw;  // wgrad: dY.col x X.col over each expert's padded tokens, accumulated
+  gemm::GroupedGemmArguments aw;
   pw.mode = gemm::GroupedGemmMode::kK;
   pw.num_groups = e;
-  pw.m = n, pw.n = k, pw.k = qdy.capacity;
-  pw.a_recipe = recipe_of(OperandRole::kGradient);
-  pw.b_recipe = recipe_of(OperandRole::kActivation);
-  pw.c_type = pw.d_type = gemm::MatrixType::kFp32;
-  pw.ldc = pw.ldd = k;
-  pw.beta = 1.0f;
-  gemm::GroupedGemmArguments aw;
-  aw.a_data = qdy.col_data, aw.a_scales = qdy.col_scales, aw.a_scale_dec = qdy.col_dec;
-  aw.b_data = qx.col_data, aw.b_scales = qx.col_scales, aw.b_scale_dec = qx.col_dec;
+  describe(col_copy(qdy, gradient), col_copy(qx, recipe_of(OperandRole::kActivation)), n, k, qdy.capacity, dw, true,
+           &pw, &aw);
   aw.group_ends = qdy.padded_ends;
-  aw.c = dw;
-  aw.d = dw;
   return gemm_run(pw, aw);
 }
 
