@@ -252,7 +252,9 @@ int main(int argc, char** argv) {
   if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) return 1;
   const Case cases[] = {{"8x4096 N4096 K7168", 8, 4096, 4096, 7168, false},
                         {"32x512 N2048 K7168", 32, 512, 2048, 7168, false},
-                        {"8x4096 N4096 K7168 skew 50%", 8, 4096, 4096, 7168, true}};
+                        {"8x4096 N4096 K7168 skew 50%", 8, 4096, 4096, 7168, true},
+                        // the MoE layer of the width-2048 training step (docs/performance.md): w13
+                        {"8x1024 N2816 K2048 (train)", 8, 1024, 2816, 2048, false}};
   struct Row {
     std::string name;
     double fp8, mx;

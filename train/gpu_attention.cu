@@ -17,6 +17,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -61,16 +62,33 @@ AttentionWorkspace carve(const Shape& s, void* base) {
 
 // ---- Kernels -------------------------------------------------------------------------------------
 
+// Both layout changes walk the head segments: segment = (token row, part, head), hd contiguous
+// elements on both sides. A warp per segment (grid-stride), its lanes over the hd elements: the
+// index arithmetic is per segment, not per element (per element it cost more than the copy).
+struct Segment {
+  int64_t heads_at;  // element offset of the segment in the parts x [batch, heads, seq, hd] layout
+  int64_t rows_at;   // element offset in the rows x parts*heads*hd layout
+  int part;
+};
+__device__ Segment segment_at(const Shape& s, int parts, int64_t seg) {
+  const int64_t per_row = int64_t{parts} * s.heads;
+  const int64_t row = seg / per_row;
+  const int ph = static_cast<int>(seg - row * per_row), part = ph / s.heads, h = ph - part * s.heads;
+  const int64_t b = row / s.seq, t = row - b * s.seq;
+  return {part * s.head_elems() + ((b * s.heads + h) * s.seq + t) * s.hd, seg * s.hd, part};
+}
+__host__ __device__ int64_t segments(const Shape& s, int parts) { return s.rows() * parts * s.heads; }
+__device__ int64_t first_segment() { return (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kWarp; }
+__device__ int64_t segment_stride() { return int64_t{gridDim.x} * blockDim.x / kWarp; }
+unsigned segment_blocks(const Shape& s, int parts) {
+  return static_cast<unsigned>(std::min<int64_t>((segments(s, parts) + kThreads / kWarp - 1) / (kThreads / kWarp), 1 << 16));
+}
+
 // src: rows x parts*heads*hd fp32 token rows -> dst: parts x [batch, heads, seq, hd] bf16.
 __global__ void split_heads_kernel(const float* src, Shape s, int parts, uint16_t* dst) {
-  const int64_t width = int64_t{parts} * s.heads * s.hd, total = s.rows() * width;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = i / width;
-    const int64_t col = i - row * width;
-    const int64_t part = col / (int64_t{s.heads} * s.hd);
-    const int64_t h = col / s.hd % s.heads, c = col % s.hd;
-    const int64_t b = row / s.seq, t = row % s.seq;
-    dst[part * s.head_elems() + ((b * s.heads + h) * s.seq + t) * s.hd + c] = formats::float_to_bf16_bits_rn(src[i]);
+  for (int64_t seg = first_segment(); seg < segments(s, parts); seg += segment_stride()) {
+    const Segment g = segment_at(s, parts, seg);
+    for (int c = threadIdx.x % kWarp; c < s.hd; c += kWarp) dst[g.heads_at + c] = formats::float_to_bf16_bits_rn(src[g.rows_at + c]);
   }
 }
 
@@ -79,15 +97,10 @@ struct PartScales {
   float s[3];
 };
 __global__ void merge_heads_kernel(const float* src, Shape s, int parts, PartScales scales, float* dst) {
-  const int64_t width = int64_t{parts} * s.heads * s.hd, total = s.rows() * width;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total; i += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t row = i / width;
-    const int64_t col = i - row * width;
-    const int64_t part = col / (int64_t{s.heads} * s.hd);
-    const int64_t h = col / s.hd % s.heads, c = col % s.hd;
-    const int64_t b = row / s.seq, t = row % s.seq;
-    const float v = src[part * s.head_elems() + ((b * s.heads + h) * s.seq + t) * s.hd + c];
-    dst[i] = part == 0 ? v * scales.s[0] : part == 1 ? v * scales.s[1] : v * scales.s[2];
+  for (int64_t seg = first_segment(); seg < segments(s, parts); seg += segment_stride()) {
+    const Segment g = segment_at(s, parts, seg);
+    const float f = scales.s[g.part];
+    for (int c = threadIdx.x % kWarp; c < s.hd; c += kWarp) dst[g.rows_at + c] = src[g.heads_at + c] * f;
   }
 }
 
@@ -234,8 +247,7 @@ Status attention_forward(const float* qkv, int batch, int seq, int heads, int he
   HandleScope scope(cublas, stream);
   if (!scope.ok()) return Status::error(std::string(fn) + ": cublas: cannot set the handle's stream");
 
-  split_heads_kernel<<<blocks_for(s.rows() * 3 * heads * head_dim, kThreads), kThreads, 0, stream>>>(qkv, s, 3,
-                                                                                                    w.qkv);
+  split_heads_kernel<<<segment_blocks(s, 3), kThreads, 0, stream>>>(qkv, s, 3, w.qkv);
   BS_RETURN_IF_ERROR(launch_status(fn));
   const Products mm{cublas, s};
   BS_RETURN_IF_ERROR(cublas_status(fn, "S = Q K^T", mm.x_yt(q, k, w.scores)));
@@ -244,8 +256,8 @@ Status attention_forward(const float* qkv, int batch, int seq, int heads, int he
                                                                                    probs);
   BS_RETURN_IF_ERROR(launch_status(fn));
   BS_RETURN_IF_ERROR(cublas_status(fn, "O = P V", mm.m_x(probs, v, w.heads_out)));
-  merge_heads_kernel<<<blocks_for(s.rows() * heads * head_dim, kThreads), kThreads, 0, stream>>>(
-      w.heads_out, s, 1, PartScales{{1.0f, 1.0f, 1.0f}}, out);
+  merge_heads_kernel<<<segment_blocks(s, 1), kThreads, 0, stream>>>(w.heads_out, s, 1,
+                                                                         PartScales{{1.0f, 1.0f, 1.0f}}, out);
   return launch_status(fn);
 }
 
@@ -267,9 +279,8 @@ Status attention_backward(const float* qkv, const uint16_t* probs, const float* 
   HandleScope scope(cublas, stream);
   if (!scope.ok()) return Status::error(std::string(fn) + ": cublas: cannot set the handle's stream");
 
-  split_heads_kernel<<<blocks_for(s.rows() * 3 * heads * head_dim, kThreads), kThreads, 0, stream>>>(qkv, s, 3,
-                                                                                                    w.qkv);
-  split_heads_kernel<<<blocks_for(s.rows() * heads * head_dim, kThreads), kThreads, 0, stream>>>(dout, s, 1, w.dout);
+  split_heads_kernel<<<segment_blocks(s, 3), kThreads, 0, stream>>>(qkv, s, 3, w.qkv);
+  split_heads_kernel<<<segment_blocks(s, 1), kThreads, 0, stream>>>(dout, s, 1, w.dout);
   BS_RETURN_IF_ERROR(launch_status(fn));
   const Products mm{cublas, s};
   BS_RETURN_IF_ERROR(cublas_status(fn, "dP = dO V^T", mm.x_yt(w.dout, v, w.scores)));
@@ -280,8 +291,8 @@ Status attention_backward(const float* qkv, const uint16_t* probs, const float* 
   BS_RETURN_IF_ERROR(cublas_status(fn, "dQ = dS K", mm.m_x(w.dscores, k, dq)));
   BS_RETURN_IF_ERROR(cublas_status(fn, "dK = dS^T Q", mm.mt_x(w.dscores, q, dk)));
   BS_RETURN_IF_ERROR(cublas_status(fn, "dV = P^T dO", mm.mt_x(probs, w.dout, dv)));
-  merge_heads_kernel<<<blocks_for(s.rows() * 3 * heads * head_dim, kThreads), kThreads, 0, stream>>>(
-      w.heads_out, s, 3, PartScales{{scale, scale, 1.0f}}, dqkv);
+  merge_heads_kernel<<<segment_blocks(s, 3), kThreads, 0, stream>>>(w.heads_out, s, 3,
+                                                                         PartScales{{scale, scale, 1.0f}}, dqkv);
   return launch_status(fn);
 }
 

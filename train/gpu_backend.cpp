@@ -120,7 +120,7 @@ class GpuBackend final : public StepBackend {
     void* work = nullptr;
     float* scalars = nullptr;
     BS_RETURN_IF_ERROR(buffers_.get("reduce_ws", int64_t(gpu::reduction_workspace_bytes(n)), reinterpret_cast<uint8_t**>(&work)));
-    BS_RETURN_IF_ERROR(buffers_.get("opt_scalars", 2, &scalars));
+    BS_RETURN_IF_ERROR(buffers_.get("opt_scalars", 1, &scalars));
     BS_RETURN_IF_ERROR(gpu::sum_of_squares(grads_, n, scalars, work, gpu::reduction_workspace_bytes(n), stream_));
     float sum_sq = 0;
     BS_CUDA(cudaMemcpyAsync(&sum_sq, scalars, sizeof(float), cudaMemcpyDeviceToHost, stream_));
@@ -150,14 +150,9 @@ class GpuBackend final : public StepBackend {
       norm_sq = shared + experts;
     }
     *grad_norm = std::sqrt(norm_sq);
-    const float factor = clip_factor(*grad_norm, c.clip_norm);
-    if (factor != 1.0f) {
-      BS_CUDA(cudaMemcpyAsync(scalars + 1, &factor, sizeof(float), cudaMemcpyHostToDevice, stream_));
-      BS_RETURN_IF_ERROR(gpu::scale(grads_, n, scalars + 1, stream_));
-    }
-    BS_RETURN_IF_ERROR(gpu::adamw_step(params_, grads_, m_, v_, n, lr, c.beta1, c.beta2, c.eps, c.weight_decay, step,
-                                       decay_, stream_));
-    BS_CUDA(cudaStreamSynchronize(stream_));  // `factor` lives on this stack frame
+    // Clipping is AdamW's gradient scale: one pass over the gradients, not two.
+    BS_RETURN_IF_ERROR(gpu::adamw_step(params_, grads_, clip_factor(*grad_norm, c.clip_norm), m_, v_, n, lr, c.beta1,
+                                       c.beta2, c.eps, c.weight_decay, step, decay_, stream_));
     timer_.leave();
     return timer_.finish(&phase_totals_);
   }

@@ -78,7 +78,12 @@ Status GpuBlas::product(Product p, cudaDataType type, const void* a, const void*
   const ColumnMajor g = column_major(p, a, b, m, n, k);
   Descriptors d;
   BS_RETURN_IF_ERROR(d.make(g, type));
-  const int64_t bucket = (m + 127) / 128 * 128;
+  // Power-of-two buckets of m (at least 128): each new bucket costs a heuristic query and its
+  // kernel's first launch (~2.5 ms of host time, the GPU idle). With 128-row buckets the moving
+  // expert sizes kept meeting new ones for dozens of steps (~200 in a 30-step run), which inflated
+  // the bf16 step time; power-of-two buckets are a handful per shape, met in the first steps.
+  int64_t bucket = 128;
+  while (bucket < m) bucket *= 2;
   const Key key{int(p), int(type), n, k, bucket, beta != 0.0f};
   auto heuristic = [&](const ColumnMajor& shape, cublasLtMatmulAlgo_t* algo) -> Status {
     Descriptors q;

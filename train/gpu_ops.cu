@@ -260,14 +260,14 @@ Status reduce(const char* fn, const float* x, int64_t n, float* out, void* works
 // ---- Optimizer and conversion ------------------------------------------------------------------
 
 struct AdamWScalars {
-  float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, bias1, bias2, eps, weight_decay;
+  float grad_scale, lr, beta1, beta2, one_minus_beta1, one_minus_beta2, bias1, bias2, eps, weight_decay;
 };
 
 // Each operation rounded once (the _rn intrinsics are never fused into an fma).
 __global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, int64_t n, AdamWScalars k,
                              const uint8_t* decay_mask) {
   for (int64_t i = thread_index(); i < n; i += thread_stride()) {
-    const float g = grads[i], p = params[i];
+    const float g = __fmul_rn(grads[i], k.grad_scale), p = params[i];
     const float mi = __fadd_rn(__fmul_rn(k.beta1, m[i]), __fmul_rn(k.one_minus_beta1, g));
     const float vi = __fadd_rn(__fmul_rn(k.beta2, v[i]), __fmul_rn(__fmul_rn(k.one_minus_beta2, g), g));
     const float mhat = __fdiv_rn(mi, k.bias1), vhat = __fdiv_rn(vi, k.bias2);
@@ -277,11 +277,6 @@ __global__ void adamw_kernel(float* params, const float* grads, float* m, float*
     m[i] = mi;
     v[i] = vi;
   }
-}
-
-__global__ void scale_kernel(float* x, int64_t n, const float* factor) {
-  const float f = *factor;
-  for (int64_t i = thread_index(); i < n; i += thread_stride()) x[i] = x[i] * f;
 }
 
 __global__ void to_bf16_kernel(const float* x, int64_t n, uint16_t* y) {
@@ -444,19 +439,9 @@ Status sum_of_squares(const float* x, int64_t n, float* out_device, void* worksp
   return reduce<true>("sum_of_squares", x, n, out_device, workspace, workspace_bytes, stream);
 }
 
-Status scale(float* x, int64_t n, const float* factor_device, cudaStream_t stream) {
-  constexpr const char* fn = "scale";
-  BS_RETURN_IF_ERROR(check_range(fn, "n", n, 0, std::numeric_limits<int64_t>::max() / 2));
-  if (n == 0) return Status::ok();
-  BS_RETURN_IF_ERROR(check_ptr(fn, "x", x));
-  BS_RETURN_IF_ERROR(check_ptr(fn, "factor_device", factor_device));
-  scale_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(x, n, factor_device);
-  return launch_status(fn);
-}
-
 // ---- Optimizer -------------------------------------------------------------------------------------
 
-Status adamw_step(float* params, const float* grads, float* m, float* v, int64_t n, float lr, float beta1,
+Status adamw_step(float* params, const float* grads, float grad_scale, float* m, float* v, int64_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, int64_t step, const uint8_t* decay_mask_or_null,
                   cudaStream_t stream) {
   constexpr const char* fn = "adamw_step";
@@ -467,13 +452,14 @@ Status adamw_step(float* params, const float* grads, float* m, float* v, int64_t
   if (!(eps > 0.0f)) return Status::error("adamw_step: eps must be > 0");
   if (!std::isfinite(lr) || !std::isfinite(weight_decay))
     return Status::error("adamw_step: lr and weight_decay must be finite");
+  if (!(grad_scale >= 0.0f && grad_scale <= 1.0f)) return Status::error("adamw_step: grad_scale must be in [0, 1]");
   if (n == 0) return Status::ok();
   BS_RETURN_IF_ERROR(check_ptr(fn, "params", params));
   BS_RETURN_IF_ERROR(check_ptr(fn, "grads", grads));
   BS_RETURN_IF_ERROR(check_ptr(fn, "m", m));
   BS_RETURN_IF_ERROR(check_ptr(fn, "v", v));
   AdamWScalars k{};
-  k.lr = lr, k.beta1 = beta1, k.beta2 = beta2, k.eps = eps, k.weight_decay = weight_decay;
+  k.grad_scale = grad_scale, k.lr = lr, k.beta1 = beta1, k.beta2 = beta2, k.eps = eps, k.weight_decay = weight_decay;
   k.one_minus_beta1 = 1.0f - beta1;
   k.one_minus_beta2 = 1.0f - beta2;
   k.bias1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(beta1), static_cast<double>(step)));

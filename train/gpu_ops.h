@@ -108,21 +108,20 @@ Status sum(const float* x, int64_t n, float* out_device, void* workspace, size_t
            cudaStream_t stream);
 Status sum_of_squares(const float* x, int64_t n, float* out_device, void* workspace, size_t workspace_bytes,
                       cudaStream_t stream);
-// x[i] *= *factor_device (gradient clipping).
-Status scale(float* x, int64_t n, const float* factor_device, cudaStream_t stream);
 
 // ---- Optimizer -------------------------------------------------------------------------------------
 // Decoupled AdamW in fp32, each operation rounded once (no fma contraction, IEEE sqrt and division),
 // in exactly this order (a host loop written the same way gives the same bits):
 //   bias1 = 1.0f - float(std::pow(double(beta1), double(step)))   (host; step is 1-based)
 //   bias2 = 1.0f - float(std::pow(double(beta2), double(step)))
+//   g = grads * grad_scale                          (the clipping factor; grads are not written)
 //   m = beta1 * m + (1.0f - beta1) * g
 //   v = beta2 * v + (1.0f - beta2) * g * g          ((1 - beta2) * g first, then * g)
 //   mhat = m / bias1;  vhat = v / bias2
 //   u = mhat / (std::sqrt(vhat) + eps)
 //   if decayed: u = u + weight_decay * p            (decayed: mask null, or mask[i] != 0)
 //   p = p - lr * u
-Status adamw_step(float* params, const float* grads, float* m, float* v, int64_t n, float lr, float beta1,
+Status adamw_step(float* params, const float* grads, float grad_scale, float* m, float* v, int64_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, int64_t step, const uint8_t* decay_mask_or_null,
                   cudaStream_t stream);
 

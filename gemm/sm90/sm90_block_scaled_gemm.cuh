@@ -370,19 +370,11 @@ __global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB, kMode>::kThr
   const auto store_tile = [&](const GroupedTile& t) {
     const float alpha = alpha_a * (p.b_scale_dec ? __ldg(p.b_scale_dec + (kMGrouped ? t.group : 0)) : 1.0f);
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int32_t row = t.m0 + row0 + 64 * h + 8 * i;
-        if (row >= t.row_end) continue;
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          const int32_t col = t.n0 + 8 * j + 2 * q;
-          if (col < p.n)
-            store_pair(p.epilogue, alpha, t.d_row0 + row, col, acc[h][4 * j + 2 * i], acc[h][4 * j + 2 * i + 1],
-                       col + 1 < p.n);
-        }
-      }
+    for (int h = 0; h < 2; ++h) {
+      const int32_t row = t.m0 + row0 + 64 * h;
+      const int rows = row >= t.row_end ? 0 : row + 8 >= t.row_end ? 1 : 2;
+      store_fragment<16>(p.epilogue, alpha, acc[h], t.d_row0 + row, rows, t.n0 + 2 * q, p.n);
+    }
   };
 
   int32_t total = 0;

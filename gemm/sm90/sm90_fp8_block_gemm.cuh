@@ -305,18 +305,9 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
     }
 
     // ---- epilogue: registers -> global, bounds-checked (rows >= M and columns >= N skipped) ----
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int32_t row = m0 + row_in_tile + 8 * h;
-      if (row >= t.row_end) continue;
-#pragma unroll
-      for (int j = 0; j < kGroups; ++j) {
-        const int32_t col = n0 + 8 * j + col_in_group;
-        if (col < p.n)
-          store_pair(p.epilogue, p.epilogue.alpha, t.d_row0 + row, col, main_acc[4 * j + 2 * h],
-                     main_acc[4 * j + 2 * h + 1], col + 1 < p.n);
-      }
-    }
+    const int32_t row = m0 + row_in_tile;
+    const int rows = row >= t.row_end ? 0 : row + 8 >= t.row_end ? 1 : 2;
+    store_fragment<kGroups>(p.epilogue, p.epilogue.alpha, main_acc, t.d_row0 + row, rows, n0 + col_in_group, p.n);
   }
 #else
   // Built for an architecture without wgmma: the launcher never selects this image.
