@@ -165,18 +165,9 @@ __global__ void __launch_bounds__(Config::kThreads, 1)
       if (++stage == Cfg::kStages) stage = 0, phase ^= 1;
     }
 
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row = int64_t{m0} + row_in_tile + 8 * h;
-      if (row >= p.m) continue;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const int32_t col = n0 + 8 * j + col_in_group;
-        if (col < p.n)
-          store_pair(p.epilogue, p.epilogue.alpha, row, col, main_acc[4 * j + 2 * h], main_acc[4 * j + 2 * h + 1],
-                     col + 1 < p.n);
-      }
-    }
+    const int64_t row = int64_t{m0} + row_in_tile;
+    const int rows = row >= p.m ? 0 : row + 8 >= p.m ? 1 : 2;
+    store_fragment<16>(p.epilogue, p.epilogue.alpha, main_acc, row, rows, n0 + col_in_group, p.n);
   }
 #else
   __trap();
