@@ -83,6 +83,7 @@ class GpuBackend final : public StepBackend {
     timer_.start(stream_);  // a step begins here and ends with optimizer_step
     PhaseScope phase(timer_, Phase::kOptimizer);
     BS_CUDA(cudaMemsetAsync(grads_, 0, layout_.total * sizeof(float), stream_));
+    fresh_gradients_ = true;
     return Status::ok();
   }
 
@@ -90,6 +91,8 @@ class GpuBackend final : public StepBackend {
                           uint64_t run_seed, int64_t micro_step, StepLosses* losses) override {
     const bool reduce = reduce_next_;
     reduce_next_ = false;
+    layers_.set_fresh_gradients(fresh_gradients_);  // the first backward after zero_grads writes the wgrads
+    fresh_gradients_ = false;
     return run(tokens, targets, batch, grad_scale, run_seed, micro_step, true, reduce, losses);
   }
   void reduce_in_next_backward() override { reduce_next_ = comm_ != nullptr; }
@@ -309,6 +312,7 @@ class GpuBackend final : public StepBackend {
   std::map<int, std::vector<int32_t>> all_host_ends_;  // each MoE layer's group ends, for the backward
   bool expert_parallel_ = false;
   std::vector<std::unique_ptr<ExpertExchange>> exchanges_;  // per MoE layer, from its forward
+  bool fresh_gradients_ = false;  // zero_grads ran and no backward since
   bool reduce_next_ = false;     // the next backward sums gradients across ranks
   bool reduce_pending_ = false;  // sums enqueued that optimizer_step must wait for
   PhaseTimes phase_totals_{};  // since reset_phase_ms()
@@ -552,7 +556,8 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
       BS_RETURN_IF_ERROR(gpu::router_backward(rprobs, ids, gates, d_gates, m, e, k, aux_weight, dlogits, router_ws,
                                               router_ws_bytes, stream_));
       // router in fp32: dWr += dlogits^T h2, dh2 += dlogits · Wr
-      BS_RETURN_IF_ERROR(layers_.cublas_gemm(Product::kDytX, CUDA_R_32F, dlogits, h2, m, e, d, G(lp.router), 1.0f));
+      BS_RETURN_IF_ERROR(
+          layers_.cublas_gemm(Product::kDytX, CUDA_R_32F, dlogits, h2, m, e, d, G(lp.router), layers_.wgrad_beta()));
       BS_RETURN_IF_ERROR(layers_.cublas_gemm(Product::kDyW, CUDA_R_32F, dlogits, P(lp.router), m, e, d, dh2, 1.0f));
     } else {
       float *da, *du;

@@ -196,7 +196,7 @@ Status GpuLayers::linear_backward(const std::string& name, TrainRecipe recipe, S
     CublasOperands o;
     BS_RETURN_IF_ERROR(cublas_backward_operands(name, recipe, dy, m * n, x, m * k, w, n * k, &o));
     if (dx) BS_RETURN_IF_ERROR(cublas_gemm(Product::kDyW, o.type, o.dy, o.w, m, n, k, dx, 0.0f));
-    return cublas_gemm(Product::kDytX, o.type, o.dy, o.x, m, n, k, dw, 1.0f);
+    return cublas_gemm(Product::kDytX, o.type, o.dy, o.x, m, n, k, dw, wgrad_beta());
   }
   // x's and w's copies are the forward's (nothing writes them between the two).
   Quantized qdy;
@@ -211,7 +211,8 @@ Status GpuLayers::linear_backward(const std::string& name, TrainRecipe recipe, S
   }
   gemm::GemmProblem p;  // wgrad: dY.col x X.col, accumulated
   gemm::GemmArguments a;
-  describe(col_copy(qdy, gradient), col_copy(qx, recipe_of(OperandRole::kActivation)), n, k, m, dw, true, &p, &a);
+  describe(col_copy(qdy, gradient), col_copy(qx, recipe_of(OperandRole::kActivation)), n, k, m, dw, !fresh_gradients_,
+           &p, &a);
   return gemm_run(p, a);
 }
 
@@ -303,7 +304,7 @@ Status GpuLayers::grouped_backward(const std::string& name, SrKey sr, const floa
       BS_RETURN_IF_ERROR(cublas_gemm(Product::kDyW, o.type, o.at(o.dy, b * n), o.at(o.w, g * n * k), r, n, k,
                                      dx + b * k, 0.0f));
       BS_RETURN_IF_ERROR(cublas_gemm(Product::kDytX, o.type, o.at(o.dy, b * n), o.at(o.x, b * k), r, n, k,
-                                     dw + g * n * k, 1.0f));
+                                     dw + g * n * k, wgrad_beta()));
     }
     return Status::ok();
   }
@@ -324,8 +325,8 @@ Status GpuLayers::grouped_backward(const std::string& name, SrKey sr, const floa
   gemm::GroupedGemmArguments aw;
   pw.mode = gemm::GroupedGemmMode::kK;
   pw.num_groups = e;
-  describe(col_copy(qdy, gradient), col_copy(qx, recipe_of(OperandRole::kActivation)), n, k, qdy.capacity, dw, true,
-           &pw, &aw);
+  describe(col_copy(qdy, gradient), col_copy(qx, recipe_of(OperandRole::kActivation)), n, k, qdy.capacity, dw,
+           !fresh_gradients_, &pw, &aw);
   aw.group_ends = qdy.padded_ends;
   return gemm_run(pw, aw);
 }

@@ -8,8 +8,9 @@
 //   fp8_block / mxfp8 / nvfp4: quant::run writes each operand's rowwise and columnwise copies in
 //   one pass (train/cpu_linear.h gives the roles and options), gemm::run multiplies: fprop
 //   X.row x W.row, dgrad dY.row x W.col, wgrad dY.col x X.col accumulated (beta = 1) into the fp32
-//   gradient. MoE experts use the grouped forms: M-grouped fprop / dgrad over the routed tokens,
-//   K-grouped wgrad over each expert's padded tokens; each expert's weight is its own operand.
+//   gradient, or written (beta = 0) in a step's first backward (set_fresh_gradients). MoE experts
+//   use the grouped forms: M-grouped fprop / dgrad over the routed tokens, K-grouped wgrad over
+//   each expert's padded tokens; each expert's weight is its own operand.
 // A layer's operand copies are kept under its name from the forward to the backward.
 #pragma once
 
@@ -110,6 +111,11 @@ class GpuLayers {
                           const int32_t* ends, int e, const float* w, int64_t n, int64_t k, float* dx, float* dw);
   // bf16 / fp32 experts: the group ends on the host, set before grouped_forward / _backward.
   std::vector<int32_t>& host_ends() { return host_ends_; }
+  // fresh: the gradients are all zero (a step's first backward), so each wgrad writes its product
+  // (beta 0) instead of adding it (beta 1): the same values without reading the gradient. An
+  // expert with no tokens is skipped by the cuBLAS loop and written as zeros by the grouped GEMM.
+  void set_fresh_gradients(bool fresh) { fresh_gradients_ = fresh; }
+  float wgrad_beta() const { return fresh_gradients_ ? 0.0f : 1.0f; }
 
  private:
   template <typename T>
@@ -155,6 +161,7 @@ class GpuLayers {
   cudaStream_t stream_ = nullptr;
   GpuBlas blas_;
   std::vector<int32_t> host_ends_;
+  bool fresh_gradients_ = false;
   std::map<std::string, std::pair<int64_t, int64_t>> expert_scale_bytes_;  // rowwise, columnwise
   std::map<std::string, Quantized> saved_;  // each operand's latest copies, by name
 };

@@ -98,6 +98,65 @@ TEST_P(GpuBackendTest, MatchesCpuModel) {
   std::printf("  worst per-tensor gradient error %.2e (bound %.2e)\n", worst, grad_bound(tc.recipe));
 }
 
+// Gradient accumulation on the GPU against the GPU itself: a step's first backward writes the
+// weight gradients (beta 0) and later ones add to them (beta 1), so two micro-batches into one
+// set of gradients must equal the two micro-batches' gradients taken apart and summed. Each side
+// quantizes the same inputs to the same bytes, so this holds to fp32 rounding: a beta-0 product in
+// the second micro-batch would drop the first one's share, a missed write would keep a stale one.
+TEST_P(GpuBackendTest, AccumulatesMicroBatches) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const Case tc = GetParam();
+  ModelConfig c;
+  c.vocab = 96;
+  c.d_model = 128;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_experts = tc.moe ? 4 : 0;
+  c.top_k = 2;
+  c.d_ff = 128;
+  c.seq_len = 64;
+  const int batch = 2;
+  const int64_t per_micro = int64_t{batch} * c.seq_len;
+  std::mt19937 rng(11);
+  std::vector<int32_t> tokens(2 * per_micro), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = int32_t(rng() % c.vocab);
+    targets[i] = int32_t(rng() % c.vocab);
+  }
+  StepLosses l;
+  std::unique_ptr<StepBackend> together, apart;
+  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &together).is_ok());
+  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &apart).is_ok());
+  std::vector<float> g_together, g_first, g_second;
+  ASSERT_TRUE(together->zero_grads().is_ok());
+  for (int mb = 0; mb < 2; ++mb)
+    ASSERT_TRUE(together->forward_backward(tokens.data() + mb * per_micro, targets.data() + mb * per_micro, batch, 0.5f,
+                                           7, 3 + mb, &l)
+                    .is_ok());
+  ASSERT_TRUE(gpu_backend_gradients(*together, &g_together).is_ok());
+  for (int mb = 0; mb < 2; ++mb) {
+    ASSERT_TRUE(apart->zero_grads().is_ok());
+    ASSERT_TRUE(apart->forward_backward(tokens.data() + mb * per_micro, targets.data() + mb * per_micro, batch, 0.5f,
+                                        7, 3 + mb, &l)
+                    .is_ok());
+    ASSERT_TRUE(gpu_backend_gradients(*apart, mb == 0 ? &g_first : &g_second).is_ok());
+  }
+  ASSERT_EQ(g_together.size(), g_first.size());
+  double diff = 0, ref = 0, first = 0;
+  for (size_t i = 0; i < g_together.size(); ++i) {
+    const double sum = double(g_first[i]) + g_second[i];
+    diff += (g_together[i] - sum) * (g_together[i] - sum);
+    ref += sum * sum;
+    first += double(g_first[i]) * g_first[i];
+  }
+  const double rel = std::sqrt(diff / ref);
+  std::printf("%s %s: two micro-batches vs their sum, relative difference %.2e (first micro-batch alone: %.2e of "
+              "the sum)\n",
+              recipe_name(tc.recipe), tc.moe ? "moe" : "dense", rel, std::sqrt(first / ref));
+  EXPECT_LE(rel, 1e-6);
+  EXPECT_GT(first, 0.0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Recipes, GpuBackendTest,
                          testing::Values(Case{TrainRecipe::kBf16, true}, Case{TrainRecipe::kBf16, false},
                                          Case{TrainRecipe::kFp8Block, true}, Case{TrainRecipe::kFp8Block, false},
