@@ -41,18 +41,24 @@ class GpuBackendTest : public testing::TestWithParam<Case> {};
 double loss_bound(TrainRecipe r) { return r == TrainRecipe::kBf16 ? 1e-3 : 5e-3; }
 double grad_bound(TrainRecipe r) { return r == TrainRecipe::kNvfp4 ? 0.1 : (r == TrainRecipe::kBf16 ? 0.02 : 0.05); }
 
-TEST_P(GpuBackendTest, MatchesCpuModel) {
-  if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
-  const Case tc = GetParam();
+// The tiny model both sides run: 2 layers, width 128, 4 heads, 4 experts top-2 (or a dense FFN).
+ModelConfig tiny_config(bool moe) {
   ModelConfig c;
   c.vocab = 96;
   c.d_model = 128;
   c.n_layers = 2;
   c.n_heads = 4;
-  c.n_experts = tc.moe ? 4 : 0;
+  c.n_experts = moe ? 4 : 0;
   c.top_k = 2;
   c.d_ff = 128;
   c.seq_len = 64;
+  return c;
+}
+
+TEST_P(GpuBackendTest, MatchesCpuModel) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const Case tc = GetParam();
+  const ModelConfig c = tiny_config(tc.moe);
   const int batch = 2;
   ASSERT_TRUE(validate(c, tc.recipe, batch * c.seq_len).is_ok());
   std::mt19937 rng(5);
@@ -106,15 +112,7 @@ TEST_P(GpuBackendTest, MatchesCpuModel) {
 TEST_P(GpuBackendTest, AccumulatesMicroBatches) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
   const Case tc = GetParam();
-  ModelConfig c;
-  c.vocab = 96;
-  c.d_model = 128;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_experts = tc.moe ? 4 : 0;
-  c.top_k = 2;
-  c.d_ff = 128;
-  c.seq_len = 64;
+  const ModelConfig c = tiny_config(tc.moe);
   const int batch = 2;
   const int64_t per_micro = int64_t{batch} * c.seq_len;
   std::mt19937 rng(11);
