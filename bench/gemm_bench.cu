@@ -91,6 +91,12 @@ std::vector<Case> all_cases() {
   }
   cases.push_back({8192, 8192, 8192, Recipe::kFp8Block1x128});  // wgrad recipe
   cases.push_back({4096, 4096, 16384, Recipe::kFp8Block1x128});
+  // The attention projections of the width-2048 training step (docs/performance.md, 4096 tokens):
+  // wqkv and wo fprop, wqkv dgrad, wqkv wgrad (dW = dY^T X over the tokens).
+  cases.push_back({4096, 6144, 2048, Recipe::kFp8Block128x128});
+  cases.push_back({4096, 2048, 2048, Recipe::kFp8Block128x128});
+  cases.push_back({4096, 2048, 6144, Recipe::kFp8Block128x128});
+  cases.push_back({6144, 2048, 4096, Recipe::kFp8Block1x128});
   return cases;
 }
 

@@ -13,7 +13,8 @@
 // Random codes: E4M3 never NaN, fp32 scales 2^[-4, 4), E8M0 scales 2^[-4, 4]
 // (bench/block_scaled_operands.cuh). TFLOP/s = 2 * tokens * N * K / time, median of --iters.
 //
-// Usage: gemm_grouped_bench [--iters N]. One line per case, then a markdown table (last).
+// Usage: gemm_grouped_bench [--iters N] [--only I,J,...] (case indices, 0-based, in the order above).
+// One line per case, then a markdown table (last).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -22,6 +23,7 @@
 #include <cstdlib>
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -236,11 +238,14 @@ PeerTflops peer_tflops(const Case& c, bool wgrad, const std::vector<int64_t>& co
 
 int main(int argc, char** argv) {
   int iters = 20;
+  std::vector<int> only;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) {
       iters = std::max(3, std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) {
+      for (char* t = std::strtok(argv[++i], ","); t; t = std::strtok(nullptr, ",")) only.push_back(std::atoi(t));
     } else {
-      std::fprintf(stderr, "usage: gemm_grouped_bench [--iters N]\n");
+      std::fprintf(stderr, "usage: gemm_grouped_bench [--iters N] [--only I,J,...]\n");
       return 2;
     }
   }
@@ -262,7 +267,9 @@ int main(int argc, char** argv) {
   };
   std::vector<Row> rows;
   for (const bool wgrad : {false, true}) {
-    for (const Case& c : cases) {
+    for (int index = 0; index < static_cast<int>(std::size(cases)); ++index) {
+      if (!only.empty() && std::find(only.begin(), only.end(), index) == only.end()) continue;
+      const Case& c = cases[index];
       const std::vector<int64_t> counts = expert_counts(c);
       const auto ours = wgrad ? ours_wgrad_tflops : ours_fprop_tflops;
       Row r{std::string(wgrad ? "wgrad " : "fprop ") + c.name, ours(c, Recipe::kFp8Block1x128, counts, iters),
