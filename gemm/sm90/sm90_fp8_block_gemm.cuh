@@ -31,8 +31,8 @@
 //     1's, and warpgroup 0 promotes while warpgroup 1's group runs (and the other way round);
 //     issued together, the two groups share the tensor cores, finish together, and both
 //     warpgroups promote while the tensor cores idle. Measured on an H100 (docs/performance.md):
-//     +5-11% for 128x128 B at both widths; -2 to -5% for the 128-wide 1x128-B (wgrad) kernels,
-//     which therefore issue unordered.
+//     +3-13% for 128x128 B at both widths (one shape slower: M 128, N 14336, -4 to -7%); -2 to -5%
+//     for the 128-wide 1x128-B (wgrad) kernels, which therefore issue unordered.
 //   Registers: partial + main are kTileN fp32 per consumer thread (192 at kTileN 192, of the 232
 //     setmaxnreg gives; ptxas: no spills). A 192-wide tile spans two 128x128 B-scale blocks
 //     (scale_blocks.h picks one per 8-column group); its 1x128 B scales (48 per thread) do not
