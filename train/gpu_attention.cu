@@ -81,14 +81,16 @@ __host__ __device__ int64_t segments(const Shape& s, int parts) { return s.rows(
 __device__ int64_t first_segment() { return (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kWarp; }
 __device__ int64_t segment_stride() { return int64_t{gridDim.x} * blockDim.x / kWarp; }
 unsigned segment_blocks(const Shape& s, int parts) {
-  return static_cast<unsigned>(std::min<int64_t>((segments(s, parts) + kThreads / kWarp - 1) / (kThreads / kWarp), 1 << 16));
+  constexpr int64_t kWarpsPerBlock = kThreads / kWarp;
+  return static_cast<unsigned>(std::min<int64_t>((segments(s, parts) + kWarpsPerBlock - 1) / kWarpsPerBlock, 1 << 16));
 }
 
 // src: rows x parts*heads*hd fp32 token rows -> dst: parts x [batch, heads, seq, hd] bf16.
 __global__ void split_heads_kernel(const float* src, Shape s, int parts, uint16_t* dst) {
   for (int64_t seg = first_segment(); seg < segments(s, parts); seg += segment_stride()) {
     const Segment g = segment_at(s, parts, seg);
-    for (int c = threadIdx.x % kWarp; c < s.hd; c += kWarp) dst[g.heads_at + c] = formats::float_to_bf16_bits_rn(src[g.rows_at + c]);
+    for (int c = threadIdx.x % kWarp; c < s.hd; c += kWarp)
+      dst[g.heads_at + c] = formats::float_to_bf16_bits_rn(src[g.rows_at + c]);
   }
 }
 

@@ -441,9 +441,9 @@ Status sum_of_squares(const float* x, int64_t n, float* out_device, void* worksp
 
 // ---- Optimizer -------------------------------------------------------------------------------------
 
-Status adamw_step(float* params, const float* grads, float grad_scale, float* m, float* v, int64_t n, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, int64_t step, const uint8_t* decay_mask_or_null,
-                  cudaStream_t stream) {
+Status adamw_step(float* params, const float* grads, float grad_scale, float* m, float* v, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int64_t step,
+                  const uint8_t* decay_mask_or_null, cudaStream_t stream) {
   constexpr const char* fn = "adamw_step";
   BS_RETURN_IF_ERROR(check_range(fn, "n", n, 0, std::numeric_limits<int64_t>::max() / 2));
   BS_RETURN_IF_ERROR(check_range(fn, "step", step, 1, std::numeric_limits<int64_t>::max()));

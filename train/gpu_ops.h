@@ -121,9 +121,9 @@ Status sum_of_squares(const float* x, int64_t n, float* out_device, void* worksp
 //   u = mhat / (std::sqrt(vhat) + eps)
 //   if decayed: u = u + weight_decay * p            (decayed: mask null, or mask[i] != 0)
 //   p = p - lr * u
-Status adamw_step(float* params, const float* grads, float grad_scale, float* m, float* v, int64_t n, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, int64_t step, const uint8_t* decay_mask_or_null,
-                  cudaStream_t stream);
+Status adamw_step(float* params, const float* grads, float grad_scale, float* m, float* v, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int64_t step,
+                  const uint8_t* decay_mask_or_null, cudaStream_t stream);
 
 // ---- Conversion ------------------------------------------------------------------------------------
 // bf16 bits, RNE (formats::float_to_bf16_bits_rn, NaN stays NaN).

@@ -107,7 +107,8 @@ __device__ __forceinline__ void store_fragment(const EpilogueParams& e, float al
     for (int h = 0; h < 2; ++h) {  // a row at a time: kGroups pairs of registers for C, not twice that
       float2 c2[kGroups];
 #pragma unroll
-      for (int j = 0; j < kGroups; ++j) c2[j] = *reinterpret_cast<const float2*>(c + (row + 8 * h) * e.ldc + col + 8 * j);
+      for (int j = 0; j < kGroups; ++j)
+        c2[j] = *reinterpret_cast<const float2*>(c + (row + 8 * h) * e.ldc + col + 8 * j);
 #pragma unroll
       for (int j = 0; j < kGroups; ++j) {
         float& v0 = frag[4 * j + 2 * h];

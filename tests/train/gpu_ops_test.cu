@@ -170,7 +170,8 @@ TEST(GpuOpsArguments, NameTheArgumentAndTheRule) {
   expect_error(gpu::sum_of_squares(f, 4, nullptr, f, 4096, nullptr), "out_device");
   expect_error(gpu::adamw_step(f, f, 1.0f, f, f, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0, nullptr, nullptr), "step");
   expect_error(gpu::adamw_step(f, f, 1.0f, f, f, 4, 1e-3f, 1.0f, 0.95f, 1e-8f, 0.1f, 1, nullptr, nullptr), "beta1");
-  expect_error(gpu::adamw_step(f, f, 1.5f, f, f, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, nullptr, nullptr), "grad_scale");
+  expect_error(gpu::adamw_step(f, f, 1.5f, f, f, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, nullptr, nullptr),
+               "grad_scale");
   expect_error(gpu::to_bf16(f, 4, nullptr, nullptr), "y must not be null");
 }
 
