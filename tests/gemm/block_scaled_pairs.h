@@ -1,0 +1,52 @@
+// Shared by the block-scaled GEMM tests (gemm_block_scaled_test.cu: the GPU runs and premises;
+// gemm_block_scaled_checks_test.cu: the argument checks and the dispatch rule): the ten supported
+// recipe pairs, their labels and test names, and a GemmProblem for a pair.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "formats/recipe.h"
+#include "gemm/gemm.h"
+
+namespace blockscale_test {
+
+struct Pair {
+  blockscale::formats::Recipe a, b;
+};
+
+inline std::vector<Pair> supported_pairs() {
+  using blockscale::formats::Recipe;
+  std::vector<Pair> pairs;
+  for (Recipe a : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2})
+    for (Recipe b : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2, Recipe::kMxfp4, Recipe::kNvfp4}) pairs.push_back({a, b});
+  pairs.push_back({Recipe::kMxfp4, Recipe::kMxfp4});
+  pairs.push_back({Recipe::kNvfp4, Recipe::kNvfp4});
+  return pairs;
+}
+
+inline std::string pair_label(const Pair& p) {
+  return std::string(blockscale::formats::recipe_name(p.a)) + " x " + blockscale::formats::recipe_name(p.b);
+}
+inline std::string pair_name(const ::testing::TestParamInfo<Pair>& info) {
+  return std::string(blockscale::formats::recipe_name(info.param.a)) + "_x_" +
+         blockscale::formats::recipe_name(info.param.b);
+}
+
+// m x n x k with D of d_type (row stride ldd, also C's), alpha, beta.
+inline blockscale::gemm::GemmProblem problem(const Pair& pair, int64_t m, int64_t n, int64_t k,
+                                             blockscale::gemm::MatrixType d_type, int64_t ldd, float alpha, float beta,
+                                             blockscale::gemm::MatrixType c_type = blockscale::gemm::MatrixType::kFp32) {
+  blockscale::gemm::GemmProblem p;
+  p.m = m, p.n = n, p.k = k;
+  p.a_recipe = pair.a, p.b_recipe = pair.b;
+  p.d_type = d_type, p.c_type = c_type;
+  p.ldd = ldd, p.ldc = ldd;
+  p.alpha = alpha, p.beta = beta;
+  return p;
+}
+
+}  // namespace blockscale_test
