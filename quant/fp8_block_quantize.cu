@@ -97,6 +97,13 @@ struct Fp8BlockArgs {
   // input_rows rows of x; an index outside [0, input_rows) reads a zero row.
   const int32_t* row_index;
   int64_t input_rows;
+  // Batched 128x128 (BatchedQuantizeProblem): tiles_r counts the tile rows of every matrix,
+  // batch_tiles_r those of one. Matrix b's input and rowwise copy start at row b * batch_rows of
+  // the stacked rows (its scale rows follow the previous matrix's), its columnwise codes at
+  // b * col_batch_bytes, its columnwise scales at b * col_batch_scales floats. One matrix:
+  // batch_tiles_r = tiles_r.
+  int batch_tiles_r;
+  int64_t batch_rows, col_batch_bytes, col_batch_scales;
 };
 
 // ---- The shared tile: 128 rows of 32-bit words, 16-byte granules.
@@ -127,11 +134,13 @@ struct Tile {
   int nr, nc;       // rows / columns inside the matrix: 1..128 (grouped: 0..128 rows)
   int64_t col_r0;   // first position of the tile's rows in the columnwise copy
   int col_n;        // codes of a transposed row to write: nr, or 128 in grouped mode
+  int batch, batch_tr;  // batched 128x128: the tile's matrix and its tile row within it
   bool whole;
 };
 
-// offsets: grouped mode's ends and padded ends in shared memory (null: dense).
-template <bool kGrouped>
+// offsets: grouped mode's ends and padded ends in shared memory (null: dense). kBatched: the
+// 128x128 recipe, whose tile rows may span several stacked matrices (one division per tile).
+template <bool kGrouped, bool kBatched>
 __device__ __forceinline__ Tile make_tile(const Fp8BlockArgs& a, int tr, int tc, const uint32_t* offsets) {
   Tile t;
   t.tr = tr, t.tc = tc;
@@ -142,6 +151,12 @@ __device__ __forceinline__ Tile make_tile(const Fp8BlockArgs& a, int tr, int tc,
     const Segment seg = grouped_segment<kDim>(static_cast<uint32_t>(tr) * kDim, offsets, offsets + a.num_groups,
                                               a.num_groups);
     t.r0 = seg.src, t.nr = static_cast<int>(seg.valid), t.col_n = kDim;
+  } else if constexpr (kBatched) {
+    t.batch = tr / a.batch_tiles_r, t.batch_tr = tr - t.batch * a.batch_tiles_r;
+    t.col_r0 = int64_t{t.batch_tr} * kDim;
+    t.r0 = t.batch * a.batch_rows + t.col_r0;
+    t.nr = static_cast<int>(min(a.batch_rows - t.col_r0, int64_t{kDim}));
+    t.col_n = t.nr;
   } else {
     t.r0 = t.col_r0;
     t.nr = static_cast<int>(min(a.rows - t.r0, int64_t{kDim}));
@@ -462,7 +477,7 @@ __device__ __forceinline__ void columnwise_tile_scale(const Fp8BlockArgs& a, con
                                                       float tile_mult) {
   using M = ColLanes<kIn>;
   const M m;
-  uint8_t* dst = col_dst<kIn>(a, t, m);
+  uint8_t* dst = col_dst<kIn>(a, t, m) + t.batch * a.col_batch_bytes;
 #pragma unroll
   for (int n = 0; n < M::kItems; ++n) {
     uint32_t w[16];
@@ -548,7 +563,9 @@ __device__ __forceinline__ Fp8BlockScale tile_block_scale(const Fp8BlockArgs& a,
   return fp8_block_scale(InputTraits<kIn>::widen(mx), a.pow2);
 }
 
-// 128x128: the tile's scale into both BLK128 buffers (thread 0), padding at the layout's edge.
+// 128x128: the tile's scale into both BLK128 buffers (thread 0), padding at the layout's edge;
+// the columnwise one in its matrix's buffer (batched: tile row t.tr of the stacked rows is tile
+// row t.batch_tr of matrix t.batch).
 template <bool kRow, bool kCol>
 __device__ __forceinline__ void store_tile_scale(const Fp8BlockArgs& a, const Tile& t, float s) {
   if (kRow) {
@@ -558,10 +575,11 @@ __device__ __forceinline__ void store_tile_scale(const Fp8BlockArgs& a, const Ti
         a.row_scales[formats::blk128_scale_offset(t.tr, kb, a.tiles_c)] = 0.0f;
   }
   if (kCol) {
-    a.col_scales[formats::blk128_scale_offset(t.tc, t.tr, a.tiles_r)] = s;
-    if (t.tr == a.tiles_r - 1)
-      for (int kb = a.tiles_r; kb < formats::blk128_scale_ld(a.tiles_r); ++kb)
-        a.col_scales[formats::blk128_scale_offset(t.tc, kb, a.tiles_r)] = 0.0f;
+    float* scales = a.col_scales + t.batch * a.col_batch_scales;
+    scales[formats::blk128_scale_offset(t.tc, t.batch_tr, a.batch_tiles_r)] = s;
+    if (t.batch_tr == a.batch_tiles_r - 1)
+      for (int kb = a.batch_tiles_r; kb < formats::blk128_scale_ld(a.batch_tiles_r); ++kb)
+        scales[formats::blk128_scale_offset(t.tc, kb, a.batch_tiles_r)] = 0.0f;
   }
 }
 
@@ -600,6 +618,7 @@ __device__ void grouped_prologue(const Fp8BlockArgs& a, const uint32_t* pends) {
 template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, bool kGrouped, bool kGather>
 __global__ void __launch_bounds__(kThreads, 3) fp8_block_quantize_kernel(const __grid_constant__ Fp8BlockArgs a) {
   using S = Smem<kIn>;
+  constexpr bool kBatched = kRecipe == Recipe::kFp8Block128x128;
   // S::kStages tiles; grouped: then the clamped ends and the padded ends (num_groups words each).
   extern __shared__ uint4 fp8_block_smem[];
   __shared__ uint32_t partial[kWarps];  // 128x128: per-warp tile amax; grouped: the scan's warp totals
@@ -625,12 +644,12 @@ __global__ void __launch_bounds__(kThreads, 3) fp8_block_quantize_kernel(const _
   Cursor ahead = cur;  // the next tile to copy
   auto fetch = [&](int stage) {
     if (ahead.tr < a.tiles_r)
-      fetch_tile<kIn, kGather>(a, make_tile<kGrouped>(a, ahead.tr, ahead.tc, offsets), stages + stage * S::kWords);
+      fetch_tile<kIn, kGather>(a, make_tile<kGrouped, kBatched>(a, ahead.tr, ahead.tc, offsets), stages + stage * S::kWords);
     cp_async_commit();
     advance(ahead);
   };
   auto quantize = [&](const uint32_t* tile) {
-    const Tile t = make_tile<kGrouped>(a, cur.tr, cur.tc, offsets);
+    const Tile t = make_tile<kGrouped, kBatched>(a, cur.tr, cur.tc, offsets);
     if (t.whole && whole_stores)
       quantize_tile<kIn, kRecipe, kRow, kCol, true, kGrouped>(a, tile, t, partial, tensor_amax, saw_nonfinite);
     else
@@ -750,6 +769,8 @@ Status make_args(const QuantizeProblem& p, const void* x, const QuantizeOutputs&
     return Status::error("problem: " + std::to_string(p.rows) + " x " + std::to_string(p.cols) +
                          " has more 128x128 tiles than the FP8 blockwise kernel indexes (2^30)");
   a.tiles_r = static_cast<int>(tiles_r), a.tiles_c = static_cast<int>(tiles_c);
+  a.batch_tiles_r = a.tiles_r;
+  a.batch_rows = p.rows;
   a.pow2 = p.pow2_scales;
   a.async_load = is_aligned(x, 16) && (p.ld * esize) % 16 == 0;
   a.row_align = row ? store_align(out.rowwise_data, p.cols) : 16;
@@ -764,6 +785,22 @@ Status launch_fp8_block_quantize(const QuantizeProblem& p, const QuantizeInputs&
   Fp8BlockArgs a;
   BS_RETURN_IF_ERROR(make_args(p, in.x, out, p.rows, &a));
   return pick_input<false>(p, a, stream);
+}
+
+Status launch_fp8_block_batched_quantize(const BatchedQuantizeProblem& p, const QuantizeInputs& in,
+                                         const QuantizeOutputs& out, cudaStream_t stream) {
+  const QuantizeProblem& m = p.matrix;
+  if (m.recipe != Recipe::kFp8Block128x128)
+    return Status::error("problem.matrix.recipe: the batched FP8 blockwise kernel takes fp8_block128x128");
+  Fp8BlockArgs a;
+  BS_RETURN_IF_ERROR(make_args(m, in.x, out, m.rows, &a));
+  if (int64_t{a.tiles_r} * a.tiles_c * p.batches > (int64_t{1} << 30))
+    return Status::error("problem: " + std::to_string(p.batches) + " matrices of " + std::to_string(m.rows) + " x " +
+                         std::to_string(m.cols) + " have more 128x128 tiles than the FP8 blockwise kernel indexes (2^30)");
+  a.tiles_r = static_cast<int>(a.tiles_r * p.batches);
+  a.col_batch_bytes = columnwise_data_bytes(m);
+  a.col_batch_scales = columnwise_scale_bytes(m) / 4;
+  return pick_input<false>(m, a, stream);
 }
 
 Status launch_fp8_block_grouped_quantize(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,

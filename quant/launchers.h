@@ -30,6 +30,9 @@ size_t nvfp4_grouped_workspace_size(const GroupedQuantizeProblem& p);
 // FP8 blockwise (1x128, 128x128, pow2): quant/fp8_block_quantize.cu.
 Status launch_fp8_block_quantize(const QuantizeProblem& p, const QuantizeInputs& in,
                                  const QuantizeOutputs& out, cudaStream_t stream);
+// Several stacked matrices in one launch (128x128 only): quant/fp8_block_quantize.cu.
+Status launch_fp8_block_batched_quantize(const BatchedQuantizeProblem& p, const QuantizeInputs& in,
+                                         const QuantizeOutputs& out, cudaStream_t stream);
 // The grouped (MoE) mode of the same kernel (1x128 only): quant/fp8_block_quantize.cu.
 Status launch_fp8_block_grouped_quantize(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,
                                          const GroupedQuantizeOutputs& out, cudaStream_t stream);

@@ -129,7 +129,7 @@ Status check_float_ptr(const char* name, const void* ptr, bool required) {
 // x_rows: rows of the input x (the problem's rows, or a gather's input rows).
 Status check_pointers(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
                       int64_t col_data_bytes, int64_t col_scale_bytes, std::vector<Range>* ranges,
-                      int64_t x_rows) {
+                      int64_t x_rows, int64_t row_copies = 1) {
   BS_RETURN_IF_ERROR(check_float_ptr("outputs.amax", out.amax, false));
   BS_RETURN_IF_ERROR(check_float_ptr("outputs.columnwise_amax", out.columnwise_amax, false));
   if (out.nonfinite != nullptr && !aligned(out.nonfinite, 4))
@@ -153,8 +153,8 @@ Status check_pointers(const QuantizeProblem& p, const QuantizeInputs& in, const 
       return Status::error("outputs.rowwise_scales: fp32 scales must be 4-byte aligned");
     BS_RETURN_IF_ERROR(check_float_ptr("outputs.rowwise_scale_dec", out.rowwise_scale_dec, nvfp4));
     BS_RETURN_IF_ERROR(check_float_ptr("inputs.rowwise_tensor_amax", in.rowwise_tensor_amax, given));
-    ranges->push_back(range("outputs.rowwise_data", out.rowwise_data, rowwise_data_bytes(p)));
-    ranges->push_back(range("outputs.rowwise_scales", out.rowwise_scales, rowwise_scale_bytes(p)));
+    ranges->push_back(range("outputs.rowwise_data", out.rowwise_data, row_copies * rowwise_data_bytes(p)));
+    ranges->push_back(range("outputs.rowwise_scales", out.rowwise_scales, row_copies * rowwise_scale_bytes(p)));
     if (nvfp4) ranges->push_back(range("outputs.rowwise_scale_dec", out.rowwise_scale_dec, 4));
   }
   if (wants_columnwise(p)) {
@@ -313,6 +313,36 @@ Status run(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOut
   if (formats::is_mx(p.recipe)) return detail::launch_mx_quantize(p, in, out, stream);
   if (is_nvfp4(p.recipe)) return detail::launch_nvfp4_quantize(p, in, out, workspace, stream);
   return detail::launch_fp8_block_quantize(p, in, out, stream);
+}
+
+// ---- Batched -----------------------------------------------------------------------------------
+
+Status can_implement(const BatchedQuantizeProblem& p) {
+  BS_RETURN_IF_ERROR(can_implement(p.matrix));
+  if (p.matrix.recipe != Recipe::kFp8Block128x128)
+    return Status::error("problem.matrix.recipe: batched quantize takes fp8_block128x128 (the weights' FP8 blockwise "
+                         "recipe); quantize other recipes one matrix per run()");
+  if (p.batches < 1) return Status::error("problem.batches: must be >= 1 (got " + std::to_string(p.batches) + ")");
+  if (p.batches * std::max<int64_t>(p.matrix.rows, 1) > kMaxDim)
+    return Status::error("problem: batches * matrix.rows must be <= 2^31");
+  return Status::ok();
+}
+
+Status can_implement(const BatchedQuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out) {
+  BS_RETURN_IF_ERROR(can_implement(p));
+  std::vector<Range> ranges;
+  BS_RETURN_IF_ERROR(check_pointers(p.matrix, in, out, p.batches * columnwise_data_bytes(p.matrix),
+                                    p.batches * columnwise_scale_bytes(p.matrix), &ranges,
+                                    p.batches * p.matrix.rows, p.batches));
+  return check_no_overlap(ranges);
+}
+
+Status run(const BatchedQuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
+           cudaStream_t stream) {
+  BS_RETURN_IF_ERROR(can_implement(p, in, out));
+  BS_RETURN_IF_ERROR(reset_amax(out, stream));
+  if (empty(p.matrix)) return Status::ok();
+  return detail::launch_fp8_block_batched_quantize(p, in, out, stream);
 }
 
 // ---- Grouped ----------------------------------------------------------------------------------

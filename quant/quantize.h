@@ -113,6 +113,23 @@ size_t workspace_size(const QuantizeProblem& p);
 Status run(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
            void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
+// ---- Batched: several matrices of one shape in one launch (a MoE layer's expert weights) ----
+// `batches` matrices of matrix.rows x matrix.cols, stacked in one input: matrix b is rows
+// b * rows .. b * rows + rows - 1 of x (row stride matrix.ld). Each is quantized on its own, and
+// the outputs hold each buffer of the one-matrix problem `batches` times, back to back: matrix b's
+// rowwise data at b * rowwise_data_bytes(matrix), its rowwise scales at
+// b * rowwise_scale_bytes(matrix), and so on. The bytes are those of `batches` run() calls on the
+// matrices and those offsets; amax (optional) is the maximum over all of them, nonfinite is set by
+// any. FP8 blockwise 128x128 only (the fp8_block recipe's weights); one run() per matrix for others.
+struct BatchedQuantizeProblem {
+  QuantizeProblem matrix;
+  int64_t batches = 1;
+};
+Status can_implement(const BatchedQuantizeProblem& p);
+Status can_implement(const BatchedQuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out);
+Status run(const BatchedQuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
+           cudaStream_t stream);
+
 // ---- Grouped (MoE) quantize ------------------------------------------------------------------
 // Recipes: MXFP8 / MXFP4 (block 32), FP8 blockwise 1x128 (block 128) and NVFP4 1D (block 16; SR,
 // RHT and a measured or given tensor amax as in dense mode: one tensor scale for all experts).

@@ -100,7 +100,8 @@ Status GpuLayers::gemm_run(const Problem& p, const Arguments& a) {
 }
 
 // Each expert's weight (experts x n x k) quantized on its own: codes and scales back to back,
-// one decode scale per expert and copy.
+// one decode scale per expert and copy (FP8 blockwise: one batched launch; the others one per
+// expert).
 Status GpuLayers::quantize_experts(const std::string& name, const float* w, int experts, int64_t n, int64_t k, Quantized* q) {
   const quant::QuantizeProblem p = quant_problem(recipe_, OperandRole::kWeight, {}, n, k);
   const int64_t rd = quant::rowwise_data_bytes(p), rs = quant::rowwise_scale_bytes(p);
@@ -114,6 +115,20 @@ Status GpuLayers::quantize_experts(const std::string& name, const float* w, int 
   q->row_scales = rsp;
   q->col_scales = csp;
   q->col_dec = q->row_dec + experts;
+  expert_scale_bytes_[name] = {rs, cs};
+  saved_[name] = *q;
+  if (p.recipe == formats::Recipe::kFp8Block128x128) {  // one launch for every expert
+    quant::BatchedQuantizeProblem bp;
+    bp.matrix = p;
+    bp.batches = experts;
+    quant::QuantizeInputs in;
+    in.x = w;
+    quant::QuantizeOutputs out;
+    out.rowwise_data = q->row_data, out.rowwise_scales = rsp;
+    out.columnwise_data = q->col_data, out.columnwise_scales = csp;
+    PhaseScope phase(timer_, Phase::kQuantize);
+    return quant::run(bp, in, out, stream_);
+  }
   for (int g = 0; g < experts; ++g) {
     quant::QuantizeInputs in;
     in.x = w + g * n * k;
@@ -126,8 +141,6 @@ Status GpuLayers::quantize_experts(const std::string& name, const float* w, int 
     out.columnwise_scale_dec = q->col_dec + g;
     BS_RETURN_IF_ERROR(run_quant(name, p, in, out));
   }
-  expert_scale_bytes_[name] = {rs, cs};
-  saved_[name] = *q;
   return Status::ok();
 }
 

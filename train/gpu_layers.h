@@ -138,7 +138,7 @@ class GpuLayers {
   template <typename Problem, typename Arguments>
   Status gemm_run(const Problem& p, const Arguments& a);
   // Each expert's weight (experts x n x k) quantized on its own: codes and scales back to back,
-  // one decode scale per expert and copy.
+  // one decode scale per expert and copy (FP8 blockwise: one batched launch).
   Status quantize_experts(const std::string& name, const float* w, int experts, int64_t n, int64_t k, Quantized* q);
   Status quantize_grouped(const std::string& name, OperandRole role, SrKey sr, const float* x, int64_t rows,
                           int64_t cols, const int32_t* ends, int experts, Quantized* q, const Gather* gather = nullptr);

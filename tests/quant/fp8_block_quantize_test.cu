@@ -468,7 +468,130 @@ TEST(Fp8BlockScale, DeviceMatchesHost) {
               static_cast<long long>(bad));
 }
 
+// ---- Batched (BatchedQuantizeProblem: a MoE layer's expert weights in one launch): every
+// matrix's bytes, at its offset in each buffer, are the emulator's for that matrix alone.
+struct BatchedLayout {
+  int64_t batches, rows, cols, ld;
+  InputType type;
+  bool misaligned;
+};
+
+void check_batched(const BatchedLayout& l, bool pow2, Directions dirs) {
+  const Layout stacked{l.batches * l.rows, l.cols, l.ld, l.type, l.misaligned};
+  const HostInput in = make_input(stacked.rows, l.cols, l.ld, l.type, seed_of(stacked) + 17);
+  DeviceInput x;
+  ASSERT_TRUE(upload_input(in, l.type, l.misaligned, &x));
+  Expected want;
+  for (int64_t b = 0; b < l.batches; ++b) {
+    HostInput one;  // matrix b alone
+    one.values.assign(in.values.begin() + b * l.rows * l.ld, in.values.begin() + (b + 1) * l.rows * l.ld);
+    const Expected e = references(one, l.rows, l.cols, l.ld, {{Recipe::kFp8Block128x128, pow2}})[0];
+    want.row_data.insert(want.row_data.end(), e.row_data.begin(), e.row_data.end());
+    want.row_scales.insert(want.row_scales.end(), e.row_scales.begin(), e.row_scales.end());
+    want.col_data.insert(want.col_data.end(), e.col_data.begin(), e.col_data.end());
+    want.col_scales.insert(want.col_scales.end(), e.col_scales.begin(), e.col_scales.end());
+    want.nonfinite |= e.nonfinite;
+  }
+  bq::BatchedQuantizeProblem p;
+  p.matrix.recipe = Recipe::kFp8Block128x128;
+  p.matrix.pow2_scales = pow2;
+  p.matrix.input_type = l.type;
+  p.matrix.rows = l.rows, p.matrix.cols = l.cols, p.matrix.ld = l.ld;
+  p.matrix.directions = Directions::kBoth;  // sizes every buffer; those not requested must stay poisoned
+  p.batches = l.batches;
+  const int64_t data_off = l.misaligned ? 1 : 0, scale_off = l.misaligned ? 4 : 0;
+  GuardedOutput rd, rs, cd, cs;
+  ASSERT_TRUE(poisoned(&rd, l.batches * bq::rowwise_data_bytes(p.matrix), data_off));
+  ASSERT_TRUE(poisoned(&rs, l.batches * bq::rowwise_scale_bytes(p.matrix), scale_off));
+  ASSERT_TRUE(poisoned(&cd, l.batches * bq::columnwise_data_bytes(p.matrix), data_off));
+  ASSERT_TRUE(poisoned(&cs, l.batches * bq::columnwise_scale_bytes(p.matrix), scale_off));
+  DeviceBuffer flag;
+  ASSERT_CUDA(flag.alloc(sizeof(int)));
+  ASSERT_CUDA(cudaMemset(flag.ptr, 0, sizeof(int)));
+  p.matrix.directions = dirs;
+  bq::QuantizeInputs qin;
+  qin.x = x.ptr();
+  bq::QuantizeOutputs out;
+  out.rowwise_data = rd.ptr(), out.rowwise_scales = rs.ptr();
+  out.columnwise_data = cd.ptr(), out.columnwise_scales = cs.ptr();
+  out.nonfinite = reinterpret_cast<int*>(flag.ptr);
+  const blockscale::Status st = bq::run(p, qin, out, nullptr);
+  ASSERT_TRUE(st.is_ok()) << st.message();
+  ASSERT_CUDA(cudaDeviceSynchronize());
+
+  const bool row = dirs != Directions::kColumnwise, col = dirs != Directions::kRowwise;
+  std::string report;
+  int64_t bad = 0;
+  bad += check_output(rd, row ? &want.row_data : nullptr, l.cols, "rowwise data", &report);
+  bad += check_output(rs, row ? &want.row_scales : nullptr, bf::blk128_scale_ld((l.cols + 127) / 128) * 4,
+                      "rowwise scales", &report);
+  bad += check_output(cd, col ? &want.col_data : nullptr, l.rows, "columnwise data", &report);
+  bad += check_output(cs, col ? &want.col_scales : nullptr, bf::blk128_scale_ld((l.rows + 127) / 128) * 4,
+                      "columnwise scales", &report);
+  int got_flag = -1;
+  ASSERT_CUDA(cudaMemcpy(&got_flag, flag.ptr, sizeof(int), cudaMemcpyDeviceToHost));
+  if (got_flag != (want.nonfinite ? 1 : 0)) ++bad, report += "nonfinite flag: got " + std::to_string(got_flag) + "\n";
+  EXPECT_EQ(bad, 0) << l.batches << " x " << describe(Layout{l.rows, l.cols, l.ld, l.type, l.misaligned})
+                    << (pow2 ? " pow2 " : " ") << name(dirs, true) << ": " << bad << " bad bytes\n" << report;
+  std::printf("fp8_block_quantize_test: batched %lld x %-30s %s%s, input %s non-finite, bad bytes %lld\n",
+              static_cast<long long>(l.batches), describe(Layout{l.rows, l.cols, l.ld, l.type, l.misaligned}).c_str(),
+              name(dirs, true), pow2 ? " pow2" : "", want.nonfinite ? "has" : "no", static_cast<long long>(bad));
+}
+
+// Whole tiles (the experts' shapes, scaled down), partial tiles on both edges (a matrix's last
+// tile row ends inside it, so tile rows never straddle two matrices), row strides > cols, odd
+// strides, misaligned pointers, one matrix, and enough tiles for several per CTA.
+TEST(Fp8BlockQuantizeBatched, MatchesTheEmulatorPerMatrix) {
+  SKIP_WITHOUT_GPU();
+  const BatchedLayout layouts[] = {{8, 256, 384, 384, InputType::kFp32, false},
+                                   {3, 200, 300, 300, InputType::kFp32, false},
+                                   {5, 129, 257, 264, InputType::kBf16, false},
+                                   {4, 130, 200, 203, InputType::kFp16, false},
+                                   {3, 127, 129, 131, InputType::kFp32, true},
+                                   {1, 300, 520, 600, InputType::kBf16, false},
+                                   {8, 1408, 1024, 1024, InputType::kFp32, false}};
+  for (const BatchedLayout& l : layouts)
+    for (Directions d : kAllDirs) check_batched(l, /*pow2=*/l.rows % 2 == 1, d);
+}
+
 // ---- Host-side API facts this kernel relies on (no GPU).
+TEST(Fp8BlockQuantizeApi, BatchedChecks) {
+  bq::BatchedQuantizeProblem p;
+  p.matrix.recipe = Recipe::kFp8Block128x128, p.matrix.input_type = InputType::kFp32;
+  p.matrix.rows = 256, p.matrix.cols = 128, p.matrix.ld = 128, p.matrix.directions = Directions::kBoth;
+  p.batches = 4;
+  EXPECT_TRUE(bq::can_implement(p).is_ok());
+  auto expect_error = [&](const char* field) {
+    const auto s = bq::can_implement(p);
+    ASSERT_FALSE(s.is_ok()) << field;
+    EXPECT_NE(s.message().find(field), std::string::npos) << s.message();
+  };
+  p.batches = 0;
+  expect_error("problem.batches");
+  p.batches = 4;
+  p.matrix.recipe = Recipe::kFp8Block1x128;
+  expect_error("problem.matrix.recipe");
+  p.matrix.recipe = Recipe::kFp8Block128x128;
+  p.matrix.ld = 64;
+  expect_error("problem.ld");
+  p.matrix.ld = 128;
+  // Pointers: each buffer holds `batches` copies, so a buffer one matrix long overlaps the next.
+  bq::QuantizeInputs in;
+  in.x = reinterpret_cast<const void*>(uintptr_t{1} << 40);
+  bq::QuantizeOutputs out;
+  auto at = [](uint64_t offset) { return reinterpret_cast<uint8_t*>((uintptr_t{1} << 41) + offset); };
+  const int64_t rd = bq::rowwise_data_bytes(p.matrix), rs = bq::rowwise_scale_bytes(p.matrix);
+  const int64_t cd = bq::columnwise_data_bytes(p.matrix);
+  out.rowwise_data = at(0), out.rowwise_scales = at(4 * rd), out.columnwise_data = at(4 * rd + 4 * rs);
+  out.columnwise_scales = at(4 * rd + 4 * rs + 4 * cd);
+  EXPECT_TRUE(bq::can_implement(p, in, out).is_ok());
+  out.rowwise_scales = at(rd);  // inside matrix 1's rowwise data
+  const auto s = bq::can_implement(p, in, out);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("outputs.rowwise_data"), std::string::npos) << s.message();
+}
+
+
 TEST(Fp8BlockQuantizeApi, SizesAndOptions) {
   bq::QuantizeProblem p;
   p.recipe = Recipe::kFp8Block128x128, p.rows = 300, p.cols = 129, p.ld = 130, p.directions = Directions::kBoth;
