@@ -71,12 +71,15 @@ __global__ void fill_fp16_kernel(uint16_t* x, int64_t n) {
 
 // One benchmark case: the problem (rows, cols, input type, directions, recipe options), the
 // encoder and grid policy for MX (other than the defaults: through detail::run_mx), a grouped run
-// over `groups` experts with uneven token counts when groups > 0, and whether run() also writes
-// amax.
+// over `groups` experts with uneven token counts when groups > 0, `batches` > 0 stacked matrices
+// (FP8 128x128: one batched run, or with batch_loop one run() per matrix), and whether run() also
+// writes amax.
 struct Case {
   std::string label;
   bq::QuantizeProblem p;
   int groups = 0;
+  int64_t batches = 0;
+  bool batch_loop = false;
   ElementEncoder enc = ElementEncoder::kHardware;
   bq::detail::GridPolicy grid = bq::detail::GridPolicy::kAuto;
   bool with_amax = false;
@@ -93,7 +96,8 @@ const char* name(Directions d) { return d == Directions::kRowwise ? "row" : d ==
 
 std::string describe(const Case& c) {
   char buf[256];
-  std::snprintf(buf, sizeof(buf), "%s %s %lldx%lld %s%s", c.label.c_str(), name(c.p.input_type),
+  const std::string count = c.batches > 0 ? std::to_string(c.batches) + " x " : "";
+  std::snprintf(buf, sizeof(buf), "%s %s %s%lldx%lld %s%s", c.label.c_str(), name(c.p.input_type), count.c_str(),
                 static_cast<long long>(c.p.rows), static_cast<long long>(c.p.cols), name(c.p.directions),
                 c.with_amax ? " +amax" : "");
   return buf;
@@ -175,7 +179,8 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
   const bq::GroupedQuantizeProblem gp{p, c.groups};
   const bool grouped = c.groups > 0;
   const bool nvfp4 = p.recipe == blockscale::formats::Recipe::kNvfp4;
-  const int64_t n = p.rows * p.cols;
+  const int64_t copies = std::max<int64_t>(c.batches, 1);  // stacked matrices
+  const int64_t n = copies * p.rows * p.cols;
   Buffers buf;
   void* x = buf.alloc<void>(n * elem_bytes(p.input_type));
   if (p.input_type == InputType::kFp16)
@@ -191,10 +196,12 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
   };
   bq::QuantizeOutputs out;
   const bool row = p.directions != Directions::kColumnwise, col = p.directions != Directions::kRowwise;
-  out.rowwise_data = buf.alloc<uint8_t>(counted(bq::rowwise_data_bytes(p)));
-  out.rowwise_scales = buf.alloc<void>(counted(bq::rowwise_scale_bytes(p)));
-  out.columnwise_data = buf.alloc<uint8_t>(counted(grouped ? bq::grouped_columnwise_data_bytes(gp) : bq::columnwise_data_bytes(p)));
-  out.columnwise_scales = buf.alloc<void>(counted(grouped ? bq::grouped_columnwise_scale_bytes(gp) : bq::columnwise_scale_bytes(p)));
+  out.rowwise_data = buf.alloc<uint8_t>(counted(copies * bq::rowwise_data_bytes(p)));
+  out.rowwise_scales = buf.alloc<void>(counted(copies * bq::rowwise_scale_bytes(p)));
+  out.columnwise_data = buf.alloc<uint8_t>(
+      counted(grouped ? bq::grouped_columnwise_data_bytes(gp) : copies * bq::columnwise_data_bytes(p)));
+  out.columnwise_scales = buf.alloc<void>(
+      counted(grouped ? bq::grouped_columnwise_scale_bytes(gp) : copies * bq::columnwise_scale_bytes(p)));
   if (nvfp4 && row) out.rowwise_scale_dec = buf.alloc<float>(counted(4));
   if (nvfp4 && col) out.columnwise_scale_dec = buf.alloc<float>(counted(4));
   if (c.with_amax) out.amax = buf.alloc<float>(counted(4));
@@ -229,8 +236,25 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
   const size_t ws_bytes = grouped ? bq::workspace_size(gp) : bq::workspace_size(p);
   void* ws = buf.alloc<void>(static_cast<int64_t>(ws_bytes));
   const bool mx_knobs = c.enc != ElementEncoder::kHardware || c.grid != bq::detail::GridPolicy::kAuto;
+  // One run() per stacked matrix, at its offset in the input and in every output.
+  auto run_each = [&] {
+    for (int64_t b = 0; b < c.batches; ++b) {
+      bq::QuantizeInputs one_in = in;
+      one_in.x = static_cast<const char*>(x) + b * p.rows * p.cols * elem_bytes(p.input_type);
+      bq::QuantizeOutputs one = out;
+      one.rowwise_data += b * bq::rowwise_data_bytes(p);
+      one.rowwise_scales = static_cast<char*>(out.rowwise_scales) + b * bq::rowwise_scale_bytes(p);
+      one.columnwise_data += b * bq::columnwise_data_bytes(p);
+      one.columnwise_scales = static_cast<char*>(out.columnwise_scales) + b * bq::columnwise_scale_bytes(p);
+      const auto st = bq::run(p, one_in, one, ws, ws_bytes, nullptr);
+      if (!st.is_ok()) return st;
+    }
+    return blockscale::Status::ok();
+  };
   auto launch = [&] {
     if (grouped) return bq::run(gp, gin, gout, ws, ws_bytes, nullptr);
+    if (c.batches > 0 && c.batch_loop) return run_each();
+    if (c.batches > 0) return bq::run(bq::BatchedQuantizeProblem{p, c.batches}, in, out, nullptr);
     if (mx_knobs) return bq::detail::run_mx(p, in, out, c.enc, nullptr, c.grid);
     return bq::run(p, in, out, ws, ws_bytes, nullptr);
   };
@@ -303,6 +327,19 @@ std::vector<Case> all_cases() {
     Case& c = add("grouped nvfp4 rht given 8 experts", Recipe::kNvfp4, 16384, 8192, bf16, both);
     c.groups = 8, c.p.hadamard_columnwise = true, c.p.tensor_amax = bq::TensorAmax::kGiven;
   }
+  // A MoE layer's expert weights (the width-2048 training step's w13 and w2, fp32 masters), all 8
+  // in one batched launch against one run() per expert.
+  const auto fp32 = InputType::kFp32;
+  add("fp8_block128x128 experts batched", Recipe::kFp8Block128x128, 2816, 2048, fp32, both).batches = 8;
+  {
+    Case& c = add("fp8_block128x128 experts per-expert runs", Recipe::kFp8Block128x128, 2816, 2048, fp32, both);
+    c.batches = 8, c.batch_loop = true;
+  }
+  add("fp8_block128x128 experts batched", Recipe::kFp8Block128x128, 2048, 1408, fp32, both).batches = 8;
+  {
+    Case& c = add("fp8_block128x128 experts per-expert runs", Recipe::kFp8Block128x128, 2048, 1408, fp32, both);
+    c.batches = 8, c.batch_loop = true;
+  }
   // Shapes of real layers and other input types.
   add("mxfp8", Recipe::kMxfp8E4M3, 4096, 14336, bf16, both);
   add("mxfp8", Recipe::kMxfp8E4M3, 128000, 7168, bf16, both);
@@ -367,8 +404,9 @@ int main(int argc, char** argv) {
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
   for (const Result& r : results) {
     const double gbs = r.bytes / (r.kernel_us * 1e3), copy_gbs = 2.0 * static_cast<size_t>(r.bytes / 2) / (r.copy_us * 1e3);
-    std::printf("| %s | %s | %lldx%lld | %s%s | %.1f | %.1f | %.0f | %.0f | %.1f |\n", r.c.label.c_str(),
-                name(r.c.p.input_type), static_cast<long long>(r.c.p.rows), static_cast<long long>(r.c.p.cols),
+    const std::string count = r.c.batches > 0 ? std::to_string(r.c.batches) + " x " : "";
+    std::printf("| %s | %s | %s%lldx%lld | %s%s | %.1f | %.1f | %.0f | %.0f | %.1f |\n", r.c.label.c_str(),
+                name(r.c.p.input_type), count.c_str(), static_cast<long long>(r.c.p.rows), static_cast<long long>(r.c.p.cols),
                 name(r.c.p.directions), r.c.with_amax ? " +amax" : "", r.bytes / 1e6, r.kernel_us, gbs, copy_gbs,
                 100.0 * gbs / copy_gbs);
   }

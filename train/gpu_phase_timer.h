@@ -2,11 +2,19 @@
 // there at every change of phase, and the time between two events belongs to the phase that the
 // first one opened. Idle gaps (the host waiting on a copy, launches catching up) land in whatever
 // phase was open, so the phases add up to the stream's wall time.
+//
+// BLOCKSCALE_TIMELINE=<file> appends every step's events to <file> as CSV (step, event, phase,
+// host_ms: when the host recorded it, gpu_ms: when the GPU reached it, both from the step's first
+// event). Where gpu_ms - host_ms stays large the host runs ahead and the GPU never waits for a
+// launch; where it drops to ~0 the GPU was idle until the host got there (host syncs, slow launches).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -74,16 +82,33 @@ class PhaseTimer {
         return Status::error("phase timer: cudaEventElapsedTime failed");
       (*totals)[size_t(marks_[i])] += ms;
     }
+    if (timeline_ != nullptr) write_timeline();
     stream_ = nullptr;
     return Status::ok();
   }
 
  private:
+  void write_timeline() {
+    FILE* f = std::fopen(timeline_, "a");
+    if (f == nullptr) return;  // a diagnostic: never fails the run
+    if (steps_++ == 0) std::fprintf(f, "step,event,phase,host_ms,gpu_ms\n");
+    for (size_t i = 0; i < marks_.size(); ++i) {
+      float gpu_ms = 0;
+      cudaEventElapsedTime(&gpu_ms, events_[0], events_[i]);
+      const double host_ms = std::chrono::duration<double, std::milli>(host_[i] - host_[0]).count();
+      std::fprintf(f, "%lld,%zu,%s,%.4f,%.4f\n", steps_, i, phase_name(marks_[i]), host_ms, gpu_ms);
+    }
+    std::fclose(f);
+  }
   void record(Phase p) {
     if (marks_.size() == events_.size()) {
       cudaEvent_t e;
       cudaEventCreate(&e);
       events_.push_back(e);
+    }
+    if (timeline_ != nullptr) {
+      host_.resize(marks_.size() + 1);
+      host_[marks_.size()] = std::chrono::steady_clock::now();
     }
     cudaEventRecord(events_[marks_.size()], stream_);
     marks_.push_back(p);
@@ -93,6 +118,9 @@ class PhaseTimer {
   std::vector<Phase> stack_{Phase::kOther};
   std::vector<Phase> marks_;
   std::vector<cudaEvent_t> events_;
+  const char* timeline_ = std::getenv("BLOCKSCALE_TIMELINE");
+  long long steps_ = 0;
+  std::vector<std::chrono::steady_clock::time_point> host_;
 };
 
 // Opens a phase for a scope.
