@@ -13,7 +13,12 @@
 // Random codes: E4M3 never NaN, fp32 scales 2^[-4, 4), E8M0 scales 2^[-4, 4]
 // (bench/block_scaled_operands.cuh). TFLOP/s = 2 * tokens * N * K / time, median of --iters.
 //
-// Usage: gemm_grouped_bench [--iters N] [--only I,J,...] (case indices, 0-based, in the order above).
+// The width-2048 training step's MoE layer (docs/performance.md) adds four cases: w13 fprop
+// (N 2816, K 2048), w2 fprop (N 2048, K 1408), w2 dgrad (N 1408, K 2048), w13 dgrad (N 2048,
+// K 2816), 8 experts x 1024 tokens.
+//
+// Usage: gemm_grouped_bench [--iters N] [--only I,J,...] [--tile 128|192] (case indices, 0-based,
+// in the order above; --tile: the FP8 M-grouped kernel's tile width instead of the automatic choice).
 // One line per case, then a markdown table (last).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -31,6 +36,7 @@
 #include "bench/block_scaled_operands.cuh"  // defines: DeviceBuffer, fill_bytes (E4M3, E8M0)
 #include "formats/scale_layout.h"
 #include "gemm/grouped.h"
+#include "gemm/launchers.h"  // the sm90 tile-width selector
 
 namespace {
 
@@ -244,8 +250,15 @@ int main(int argc, char** argv) {
       iters = std::max(3, std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) {
       for (char* t = std::strtok(argv[++i], ","); t; t = std::strtok(nullptr, ",")) only.push_back(std::atoi(t));
+    } else if (!std::strcmp(argv[i], "--tile") && i + 1 < argc) {
+      const int width = std::atoi(argv[++i]);
+      if (width != 128 && width != 192) {
+        std::fprintf(stderr, "--tile: 128 or 192, got %d\n", width);
+        return 2;
+      }
+      bg::detail::set_sm90_fp8_tile(width == 128 ? bg::detail::Sm90Fp8Tile::kN128 : bg::detail::Sm90Fp8Tile::kN192);
     } else {
-      std::fprintf(stderr, "usage: gemm_grouped_bench [--iters N] [--only I,J,...]\n");
+      std::fprintf(stderr, "usage: gemm_grouped_bench [--iters N] [--only I,J,...] [--tile 128|192]\n");
       return 2;
     }
   }
@@ -259,7 +272,10 @@ int main(int argc, char** argv) {
                         {"32x512 N2048 K7168", 32, 512, 2048, 7168, false},
                         {"8x4096 N4096 K7168 skew 50%", 8, 4096, 4096, 7168, true},
                         // the MoE layer of the width-2048 training step (docs/performance.md): w13
-                        {"8x1024 N2816 K2048 (train)", 8, 1024, 2816, 2048, false}};
+                        {"8x1024 N2816 K2048 (train)", 8, 1024, 2816, 2048, false},
+                        {"8x1024 N2048 K1408 (train w2)", 8, 1024, 2048, 1408, false},
+                        {"8x1024 N1408 K2048 (train w2 dgrad)", 8, 1024, 1408, 2048, false},
+                        {"8x1024 N2048 K2816 (train w13 dgrad)", 8, 1024, 2048, 2816, false}};
   struct Row {
     std::string name;
     double fp8, mx;
