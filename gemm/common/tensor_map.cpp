@@ -58,8 +58,8 @@ Status encode_tensor_map(const TensorMap3d& t, const char* what, CUtensorMap* ou
   const cuuint32_t box[3] = {t.box[0], t.box[1], t.box[2]};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   const CUresult r = encode(out, t.type, 3, const_cast<void*>(t.base), dims, strides, box, element_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, t.swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     return Status::error(std::string(what) + ": cuTensorMapEncodeTiled failed (CUresult " + std::to_string(r) +
                          ", 3-D " + std::to_string(t.dims[0]) + " x " + std::to_string(t.dims[1]) + " x " +

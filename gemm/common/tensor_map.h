@@ -25,13 +25,15 @@ struct TensorMap2d {
 Status encode_tensor_map(const TensorMap2d& t, const char* what, CUtensorMap* out);
 
 // A 3-D tensor, dimensions and boxes innermost first; strides[i] is the byte stride of dimension
-// i + 1 (multiples of 16). No swizzle. Elements outside the tensor read as zero.
+// i + 1 (multiples of 16). Elements outside the tensor read as zero (and are not written by a
+// store).
 struct TensorMap3d {
   const void* base = nullptr;
   CUtensorMapDataType type = CU_TENSOR_MAP_DATA_TYPE_UINT8;
   uint64_t dims[3] = {0, 0, 0};
   uint64_t strides[2] = {0, 0};
   uint32_t box[3] = {0, 0, 0};
+  CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE;
 };
 Status encode_tensor_map(const TensorMap3d& t, const char* what, CUtensorMap* out);
 

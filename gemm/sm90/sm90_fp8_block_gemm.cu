@@ -20,24 +20,32 @@ using sm90::Fp8BlockGemmParams;
 
 std::atomic<Sm90Fp8Tile> g_tile{Sm90Fp8Tile::kAuto};
 
-template <int kTileN, GroupMode kMode>
+template <int kTileN, GroupMode kMode, bool kStagedD = false>
 constexpr int smem_bytes() {
-  return kMode != GroupMode::kDense ? Fp8BlockGemmConfig<kTileN>::kGroupedSmemBytes
-                                    : Fp8BlockGemmConfig<kTileN>::kSmemBytes;
+  using Cfg = Fp8BlockGemmConfig<kTileN, kStagedD>;
+  return kMode != GroupMode::kDense ? Cfg::kGroupedSmemBytes : Cfg::kSmemBytes;
 }
 
-template <int kTileN, bool kBScalePerRow, GroupMode kMode = GroupMode::kDense>
+template <int kTileN, bool kBScalePerRow, GroupMode kMode = GroupMode::kDense, bool kStagedD = false>
 Status prepare(int* sm_count) {
-  return prepare_kernel(reinterpret_cast<const void*>(&sm90::sm90_fp8_block_gemm_kernel<kTileN, kBScalePerRow, kMode>),
-                        smem_bytes<kTileN, kMode>(), "sm90_fp8_block_gemm_kernel", sm_count);
+  return prepare_kernel(
+      reinterpret_cast<const void*>(&sm90::sm90_fp8_block_gemm_kernel<kTileN, kBScalePerRow, kMode, kStagedD>),
+      smem_bytes<kTileN, kMode, kStagedD>(), "sm90_fp8_block_gemm_kernel", sm_count);
 }
 
-template <int kTileN, bool kBScalePerRow, GroupMode kMode>
+// The K-grouped wgrad stores D through TMA (the staged kernel) when D is fp32, C is not read and
+// D meets TMA's rules: a 16-byte aligned base and row stride.
+bool staged_d(const GemmProblem& p, const GemmArguments& args) {
+  return p.beta == 0.0f && p.d_type == MatrixType::kFp32 && p.ldd % 4 == 0 &&
+         reinterpret_cast<uintptr_t>(args.d) % 16 == 0;
+}
+
+template <int kTileN, bool kBScalePerRow, GroupMode kMode, bool kStagedD = false>
 Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream, const Grouping* grouping) {
-  using Cfg = Fp8BlockGemmConfig<kTileN>;
+  using Cfg = Fp8BlockGemmConfig<kTileN, kStagedD>;
   constexpr bool kMGrouped = kMode == GroupMode::kM;
   int sm_count = 0;
-  BS_RETURN_IF_ERROR((prepare<kTileN, kBScalePerRow, kMode>(&sm_count)));
+  BS_RETURN_IF_ERROR((prepare<kTileN, kBScalePerRow, kMode, kStagedD>(&sm_count)));
   const int64_t b_rows = kMGrouped ? p.n * grouping->num_groups : p.n;  // every expert's B, back to back
 
   const int64_t k_blocks = p.k / 128;
@@ -65,6 +73,17 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
   BS_RETURN_IF_ERROR(encode_tensor_map(b, "b_data", &b_map));
   BS_RETURN_IF_ERROR(encode_tensor_map(a_scale, "a_scales", &a_scale_map));
   BS_RETURN_IF_ERROR(encode_tensor_map(b_scale, "b_scales", &b_scale_map));
+  CUtensorMap d_map = a_map;  // unused unless staged
+  if (kStagedD) {
+    // D of expert g is rows g * m .. g * m + m - 1: a 3-D view (columns, rows, experts), so TMA
+    // clips a tile's box at the expert's last row as well as at N. Boxes of 64 rows x 32 floats.
+    TensorMap3d d{args.d, CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+                  {static_cast<uint64_t>(p.n), static_cast<uint64_t>(p.m), static_cast<uint64_t>(grouping->num_groups)},
+                  {static_cast<uint64_t>(p.ldd * 4), static_cast<uint64_t>(p.m * p.ldd * 4)},
+                  {32, 64, 1},
+                  CU_TENSOR_MAP_SWIZZLE_128B};
+    BS_RETURN_IF_ERROR(encode_tensor_map(d, "d", &d_map));
+  }
 
   Fp8BlockGemmParams params;
   params.m = static_cast<int32_t>(p.m);
@@ -85,8 +104,9 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
   const int64_t groups = kMode == GroupMode::kK ? grouping->num_groups : 1;
   const int64_t tiles = kMGrouped ? sm_count : groups * params.order.tiles_m * params.order.tiles_n;
   const unsigned grid = static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(tiles, sm_count)));
-  sm90::sm90_fp8_block_gemm_kernel<kTileN, kBScalePerRow, kMode>
-      <<<grid, Cfg::kThreads, smem_bytes<kTileN, kMode>(), stream>>>(a_map, b_map, a_scale_map, b_scale_map, params);
+  sm90::sm90_fp8_block_gemm_kernel<kTileN, kBScalePerRow, kMode, kStagedD>
+      <<<grid, Cfg::kThreads, smem_bytes<kTileN, kMode, kStagedD>(), stream>>>(a_map, b_map, a_scale_map, b_scale_map,
+                                                                              params, d_map);
   return cuda_status(cudaGetLastError(), "sm90_fp8_block_gemm_kernel launch");
 }
 
@@ -104,7 +124,8 @@ Status sm90_fp8_block_gemm_loadable() {
   BS_RETURN_IF_ERROR((prepare<192, true>(&sms)));
   BS_RETURN_IF_ERROR((prepare<128, false, GroupMode::kM>(&sms)));
   BS_RETURN_IF_ERROR((prepare<192, false, GroupMode::kM>(&sms)));
-  return prepare<128, true, GroupMode::kK>(&sms);
+  BS_RETURN_IF_ERROR((prepare<128, true, GroupMode::kK>(&sms)));
+  return prepare<128, true, GroupMode::kK, true>(&sms);
 }
 
 Status launch_sm90_fp8_block_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream,
@@ -119,8 +140,10 @@ Status launch_sm90_fp8_block_gemm(const GemmProblem& p, const GemmArguments& arg
     tile = !b_scale_per_row && wide_tiles >= 3 * int64_t{sms} ? Sm90Fp8Tile::kN192 : Sm90Fp8Tile::kN128;
   }
   // gemm/grouped.cpp checks the recipes: 128x128 B when M-grouped, 1x128 B when K-grouped.
-  if (grouping != nullptr && grouping->mode == GroupMode::kK)  // 128-wide, as dense wgrad
-    return launch<128, true, GroupMode::kK>(p, args, stream, grouping);
+  if (grouping != nullptr && grouping->mode == GroupMode::kK) {  // 128-wide, as dense wgrad
+    return staged_d(p, args) ? launch<128, true, GroupMode::kK, true>(p, args, stream, grouping)
+                             : launch<128, true, GroupMode::kK>(p, args, stream, grouping);
+  }
   if (grouping != nullptr) {
     return tile == Sm90Fp8Tile::kN192 ? launch<192, false, GroupMode::kM>(p, args, stream, grouping)
                                       : launch<128, false, GroupMode::kM>(p, args, stream, grouping);

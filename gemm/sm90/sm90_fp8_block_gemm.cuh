@@ -33,6 +33,12 @@
 //     warpgroups promote while the tensor cores idle. Measured on an H100 (docs/performance.md):
 //     +3-13% for 128x128 B at both widths (one shape slower: M 128, N 14336, -4 to -7%); -2 to -5%
 //     for the 128-wide 1x128-B (wgrad) kernels, which therefore issue unordered.
+//   Staged D (kStagedD, the K-grouped wgrad with fp32 D and beta 0): the epilogue writes each
+//     warpgroup's 64 x kTileN fragment into a 128-byte-swizzled shared-memory buffer and one
+//     thread hands it to TMA stores, which drain while the warpgroup starts its next tile. Each
+//     expert reduces only its own tokens (~8 K blocks a tile in the training step), so a tile's
+//     fp32 store is a large share of its time when the warpgroups wait for it. The buffer
+//     (kTileM x kTileN x 4 bytes) takes the place of two ring stages.
 //   Registers: partial + main are kTileN fp32 per consumer thread (192 at kTileN 192, of the 232
 //     setmaxnreg gives; ptxas: no spills). A 192-wide tile spans two 128x128 B-scale blocks
 //     (scale_blocks.h picks one per 8-column group); its 1x128 B scales (48 per thread) do not
@@ -54,7 +60,7 @@ namespace blockscale::gemm::sm90 {
 
 // kTileN_: 128 (one wgmma m64n128 per k32 step) or 192 (m64n192: the same A tile feeds 1.5x the
 // columns, so ~20% fewer operand bytes per FLOP; 5 stages instead of 6 fit in shared memory).
-template <int kTileN_>
+template <int kTileN_, bool kStagedD_ = false>
 struct Fp8BlockGemmConfig {
   static constexpr int kTileM = 128;    // two consumer warpgroups x 64 rows
   static constexpr int kTileN = kTileN_;
@@ -62,7 +68,8 @@ struct Fp8BlockGemmConfig {
   static constexpr int kWgmmaK = 32;
   static constexpr int kAccumulators = kTileN / 2;  // fp32 per thread: 64 x kTileN over 128 threads
   static constexpr int kColumnGroups = kTileN / 8;  // fragment column groups j (columns 8j .. 8j + 7)
-  static constexpr int kStages = kTileN == 128 ? 6 : 5;
+  static constexpr int kStages = kStagedD_ ? 4 : kTileN == 128 ? 6 : 5;
+  static constexpr int kStagingBytes = kStagedD_ ? kTileM * kTileN * 4 : 0;  // fp32 D, ahead of the rings
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kThreads = 128 * (kConsumerWarpgroups + 1);
   static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
@@ -79,7 +86,7 @@ struct Fp8BlockGemmConfig {
   // Shared memory: A ring, B ring, A-scale ring, B-scale ring, barriers, plus 1 KB so the rings
   // can start on a 1024-byte boundary (the 128-byte swizzle repeats every 8 rows = 1024 B).
   static constexpr int kSmemBytes =
-      1024 + kStages * (kTileABytes + kTileBBytes + kScaleABytes + kScaleBBytes) + 2 * kStages * 8;
+      1024 + kStagingBytes + kStages * (kTileABytes + kTileBBytes + kScaleABytes + kScaleBBytes) + 2 * kStages * 8;
   // The grouped mode's schedule tables (gemm/common/grouped_schedule.h) after the barriers.
   static constexpr int kGroupedSmemBytes = kSmemBytes + 2 * kMaxGroups * 4;
   static_assert(kTileN == 128 || kTileN == 192, "wgmma widths with a wrapper in sm90_ptx.cuh");
@@ -119,17 +126,63 @@ struct Fp8BlockGemmParams {
 };
 
 
+// A warpgroup's fp32 D fragment (beta 0) through shared memory and TMA stores: `staging` holds
+// kTileN / 32 boxes of 64 rows x 128 bytes (32 columns), each 128-byte swizzled as the tensor
+// map's SWIZZLE_128B expects (16-byte chunk c of row r at c ^ (r % 8)), so a warp's stores of 8
+// rows land in different banks. d_map is 3-D (columns, rows of one expert, experts): TMA clips
+// the box at N and at the expert's last row. One thread (`elected`) issues the stores and, before
+// the buffer is rewritten, waits until they have read it (named barrier `barrier`, 128 threads),
+// and after its `last` tile's stores until they are complete (shared memory must outlive them;
+// a wait after the tile loop instead made ptxas spill the accumulators). The values are those of
+// store_fragment: alpha * acc, rounded once.
+template <int kTileN>
+__device__ __forceinline__ void store_fragment_staged(const CUtensorMap* d_map, float alpha, const float* frag,
+                                                      uint8_t* staging, int32_t row, int32_t col, int32_t expert,
+                                                      uint32_t barrier, bool last) {
+  constexpr int kBoxBytes = 64 * 128;
+  // The thread's place from an opaque read of its index, so the 2 x kTileN / 8 store addresses are
+  // computed here, per tile, and not hoisted out of the tile loop into registers the mainloop
+  // needs (they spilled).
+  uint32_t tid;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(tid));
+  const int lane = tid % 32, row_in_wg = ((tid / 32) % 4) * 16 + lane / 4;
+  const bool elected = tid % 128 == 0;
+  if (elected) bulk_wait_group_read_all();  // the previous tile's stores are done with the buffer
+  named_barrier_sync(barrier, 128);
+  const int q = lane % 4, swizzle = row_in_wg % 8;  // rows row_in_wg and row_in_wg + 8: one swizzle
+#pragma unroll
+  for (int j = 0; j < kTileN / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int chunk = 2 * (j % 4) + q / 2;
+      uint8_t* at = staging + (j / 4) * kBoxBytes + (row_in_wg + 8 * h) * 128 + ((chunk ^ swizzle) << 4) + (q % 2) * 8;
+      *reinterpret_cast<float2*>(at) = make_float2(alpha * frag[4 * j + 2 * h], alpha * frag[4 * j + 2 * h + 1]);
+    }
+  fence_proxy_async_shared();  // this thread's writes, visible to the TMA engine
+  named_barrier_sync(barrier, 128);
+  if (elected) {
+#pragma unroll
+    for (int b = 0; b < kTileN / 32; ++b) tma_store_3d(d_map, staging + b * kBoxBytes, col + 32 * b, row, expert);
+    bulk_commit_group();
+    if (last) bulk_wait_group_all();
+  }
+}
+
 // kTileN: the tile width (Fp8BlockGemmConfig). kBScalePerRow: B has 1x128 scales (one per row of
 // B = column of D; wgrad), read from a TMA-loaded vector per stage; otherwise 128x128 scales (one
 // per 128 columns and K block), read from global memory. kMode: dense, M-grouped (128x128 B per
-// expert) or K-grouped (1x128 B; wgrad) scheduling (gemm/common/grouped_schedule.h).
-template <int kTileN, bool kBScalePerRow, GroupMode kMode>
+// expert) or K-grouped (1x128 B; wgrad) scheduling (gemm/common/grouped_schedule.h). kStagedD:
+// D through d_map's TMA stores (K-grouped, fp32 D, beta 0; the launcher checks); d_map is unused
+// otherwise.
+template <int kTileN, bool kBScalePerRow, GroupMode kMode, bool kStagedD = false>
 __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
     sm90_fp8_block_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                                const __grid_constant__ CUtensorMap a_scale_map,
-                               const __grid_constant__ CUtensorMap b_scale_map, const Fp8BlockGemmParams p) {
+                               const __grid_constant__ CUtensorMap b_scale_map, const Fp8BlockGemmParams p,
+                               const __grid_constant__ CUtensorMap d_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = Fp8BlockGemmConfig<kTileN>;
+  static_assert(!kStagedD || (kMode == GroupMode::kK && kTileN == 128), "staged D: the K-grouped wgrad kernel");
+  using Cfg = Fp8BlockGemmConfig<kTileN, kStagedD>;
   constexpr int kAcc = Cfg::kAccumulators;
   constexpr int kGroups = Cfg::kColumnGroups;
   // 1x128 B scales of a 192-wide tile would be 48 more live registers across the wgmma (192
@@ -138,10 +191,12 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
   constexpr bool kHoldStage = kBScalePerRow && kTileN > 128;
   constexpr bool kOrderIssue = !(kBScalePerRow && kTileN == 128);
   constexpr uint32_t kIssueOrderBarrier = 1;  // named barrier 0 is __syncthreads
+  constexpr uint32_t kStagingBarrier = 2;     // + warpgroup: staged D
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
   uint8_t* smem = smem_raw + (((raw + 1023) & ~1023u) - raw);
-  uint8_t* a_ring = smem;
+  uint8_t* staging = smem;  // kStagedD only
+  uint8_t* a_ring = smem + Cfg::kStagingBytes;
   uint8_t* b_ring = a_ring + Cfg::kStages * Cfg::kTileABytes;
   float* a_scale_ring = reinterpret_cast<float*>(b_ring + Cfg::kStages * Cfg::kTileBBytes);
   float* b_scale_ring = a_scale_ring + Cfg::kStages * (Cfg::kScaleABytes / 4);
@@ -315,11 +370,18 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
       }
     }
 
+    if constexpr (kStagedD) {
+      store_fragment_staged<kTileN>(&d_map, p.epilogue.alpha, main_acc, staging + warpgroup * 64 * kTileN * 4,
+                                    m0 + warpgroup * 64, n0, t.group, kStagingBarrier + warpgroup,
+                                    tile + static_cast<int32_t>(gridDim.x) >= num_tiles);
+      continue;
+    }
     // ---- epilogue: registers -> global, bounds-checked (rows >= M and columns >= N skipped) ----
     const int32_t row = m0 + row_in_tile;
     const int rows = row >= t.row_end ? 0 : row + 8 >= t.row_end ? 1 : 2;
     store_fragment<kGroups>(p.epilogue, p.epilogue.alpha, main_acc, t.d_row0 + row, rows, n0 + col_in_group, p.n);
   }
+
 #else
   // Built for an architecture without wgmma: the launcher never selects this image.
   __trap();

@@ -12,7 +12,10 @@
 // Frobenius error within the bounds of the dense tests (tests/gemm/gemm_grouped_test.cu), with k
 // = the capacity. Also: a NaN token in one expert stays in that expert's dW (the neighbours'
 // stages read its blocks and must mask them), the end-to-end path through quant/'s GPU grouped
-// quantize, and the argument checks.
+// quantize, and the argument checks. FP8 blockwise with fp32 D and beta 0 takes the staged
+// kernel (TMA stores of 64-row boxes, clipped at each expert's last row and at n): a row stride
+// past n and a guard after D, both poisoned, must come back untouched, and enough tiles for
+// several per CTA reuse its shared-memory buffer.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -101,6 +104,7 @@ struct KGroupedCase {
   MatrixType d_type = MatrixType::kFp32;
   float alpha = 1.0f, beta = 0.0f;  // beta != 0: C = D, the fp32 main gradient, updated in place
   int64_t nan_token = -1;           // >= 0: dY[nan_token, 0] = NaN
+  int64_t ldd_pad = 0;              // D's row stride is n + ldd_pad (beta 0 only); the padding stays poisoned
 };
 
 struct Operands {
@@ -136,7 +140,7 @@ bg::GroupedGemmProblem problem_of(const KGroupedCase& kc, int64_t capacity) {
   p.m = kc.m, p.n = kc.n, p.k = capacity;
   p.a_recipe = kc.pair.a, p.b_recipe = kc.pair.b;
   p.c_type = kc.d_type, p.d_type = kc.d_type;
-  p.ldc = kc.n, p.ldd = kc.n;
+  p.ldc = p.ldd = kc.n + kc.ldd_pad;
   p.alpha = kc.alpha, p.beta = kc.beta;
   return p;
 }
@@ -192,6 +196,8 @@ void check_case(const KGroupedCase& kc, uint64_t seed, int skip_expert = -1) {
                std::to_string(groups) + " experts");
   const bg::GroupedGemmProblem p = problem_of(kc, o.capacity);
   const int64_t out = int64_t{groups} * kc.m * kc.n;
+  ASSERT_TRUE(kc.ldd_pad == 0 || kc.beta == 0.0f) << "a padded D row is for beta 0 cases";
+  const int64_t esize = element_bytes(kc.d_type), stored = int64_t{groups} * kc.m * p.ldd, guard = 256;
 
   std::vector<double> c;
   if (kc.beta != 0.0f) {  // an existing main gradient, exactly representable in D's type
@@ -207,15 +213,22 @@ void check_case(const KGroupedCase& kc, uint64_t seed, int skip_expert = -1) {
   ASSERT_TRUE(s.is_ok()) << s.message();
 
   const std::vector<uint8_t> d_init =
-      c.empty() ? std::vector<uint8_t>(static_cast<size_t>(out * element_bytes(kc.d_type)), 0xFF) : encode(c, kc.d_type);
+      c.empty() ? std::vector<uint8_t>(static_cast<size_t>(stored * esize + guard), 0xFF) : encode(c, kc.d_type);
   const std::vector<uint8_t> d = run_gpu(p, widened(o.a, o.capacity), widened(o.b, o.capacity), o.ends, d_init);
+  if (c.empty()) {  // nothing written past n in a row, or after D
+    int64_t touched = 0;
+    for (int64_t r = 0; r < int64_t{groups} * kc.m; ++r)
+      for (int64_t b = (r * p.ldd + kc.n) * esize; b < (r + 1) * p.ldd * esize; ++b) touched += d[static_cast<size_t>(b)] != 0xFF;
+    for (int64_t b = stored * esize; b < stored * esize + guard; ++b) touched += d[static_cast<size_t>(b)] != 0xFF;
+    EXPECT_EQ(touched, 0) << "bytes written outside D's n columns";
+  }
 
   int64_t non_finite = 0;
   std::vector<double> err, sel_ref, sel_abs, sel_c;
   for (int64_t i = 0; i < out; ++i) {
     const int g = static_cast<int>(i / (kc.m * kc.n));
     if (g == skip_expert) continue;
-    const double v = element_value(d, i, kc.d_type);
+    const double v = element_value(d, i / kc.n * p.ldd + i % kc.n, kc.d_type);
     if (!std::isfinite(v)) {
       if (non_finite++ < 3) ADD_FAILURE() << "expert " << g << " D[" << (i / kc.n) % kc.m << ", " << i % kc.n << "] = " << v;
       continue;
@@ -268,6 +281,23 @@ TEST_P(KGroupedPair, NanStaysInItsExpert) {
   KGroupedCase kc{GetParam(), 128, 128, {70, 40, 90}};
   kc.nan_token = 75;
   check_case(kc, 15, /*skip_expert=*/1);
+}
+
+// D's rows longer than n (the padding poisoned), rows per expert not a multiple of 64, an empty
+// expert: every store stays inside its expert's m x n (the staged FP8 kernel's TMA boxes clip
+// there).
+TEST_P(KGroupedPair, PaddedRowsStayUntouched) {
+  SKIP_WITHOUT_GPU();
+  KGroupedCase kc{GetParam(), 200, 136, {300, 0, 77, 513}};
+  kc.ldd_pad = 12;
+  check_case(kc, 18);
+}
+
+// 8 experts of 1024 x 640 outputs: 320 tiles, so each CTA stores several through the staged
+// kernel's one buffer (the wait for the previous tile's stores to have read it).
+TEST_P(KGroupedPair, SeveralTilesPerCta) {
+  SKIP_WITHOUT_GPU();
+  check_case({GetParam(), 1024, 640, {130, 200, 0, 310, 64, 256, 129, 90}}, 19);
 }
 
 INSTANTIATE_TEST_SUITE_P(Pairs, KGroupedPair, ::testing::ValuesIn(all_pairs()), blockscale_test::recipe_pair_name);
