@@ -406,7 +406,8 @@ int main(int argc, char** argv) {
     const double gbs = r.bytes / (r.kernel_us * 1e3), copy_gbs = 2.0 * static_cast<size_t>(r.bytes / 2) / (r.copy_us * 1e3);
     const std::string count = r.c.batches > 0 ? std::to_string(r.c.batches) + " x " : "";
     std::printf("| %s | %s | %s%lldx%lld | %s%s | %.1f | %.1f | %.0f | %.0f | %.1f |\n", r.c.label.c_str(),
-                name(r.c.p.input_type), count.c_str(), static_cast<long long>(r.c.p.rows), static_cast<long long>(r.c.p.cols),
+                name(r.c.p.input_type), count.c_str(), static_cast<long long>(r.c.p.rows),
+                static_cast<long long>(r.c.p.cols),
                 name(r.c.p.directions), r.c.with_amax ? " +amax" : "", r.bytes / 1e6, r.kernel_us, gbs, copy_gbs,
                 100.0 * gbs / copy_gbs);
   }

@@ -644,7 +644,8 @@ __global__ void __launch_bounds__(kThreads, 3) fp8_block_quantize_kernel(const _
   Cursor ahead = cur;  // the next tile to copy
   auto fetch = [&](int stage) {
     if (ahead.tr < a.tiles_r)
-      fetch_tile<kIn, kGather>(a, make_tile<kGrouped, kBatched>(a, ahead.tr, ahead.tc, offsets), stages + stage * S::kWords);
+      fetch_tile<kIn, kGather>(a, make_tile<kGrouped, kBatched>(a, ahead.tr, ahead.tc, offsets),
+                               stages + stage * S::kWords);
     cp_async_commit();
     advance(ahead);
   };
@@ -796,7 +797,8 @@ Status launch_fp8_block_batched_quantize(const BatchedQuantizeProblem& p, const 
   BS_RETURN_IF_ERROR(make_args(m, in.x, out, m.rows, &a));
   if (int64_t{a.tiles_r} * a.tiles_c * p.batches > (int64_t{1} << 30))
     return Status::error("problem: " + std::to_string(p.batches) + " matrices of " + std::to_string(m.rows) + " x " +
-                         std::to_string(m.cols) + " have more 128x128 tiles than the FP8 blockwise kernel indexes (2^30)");
+                         std::to_string(m.cols) +
+                         " have more 128x128 tiles than the FP8 blockwise kernel indexes (2^30)");
   a.tiles_r = static_cast<int>(a.tiles_r * p.batches);
   a.col_batch_bytes = columnwise_data_bytes(m);
   a.col_batch_scales = columnwise_scale_bytes(m) / 4;

@@ -218,7 +218,8 @@ void check_case(const KGroupedCase& kc, uint64_t seed, int skip_expert = -1) {
   if (c.empty()) {  // nothing written past n in a row, or after D
     int64_t touched = 0;
     for (int64_t r = 0; r < int64_t{groups} * kc.m; ++r)
-      for (int64_t b = (r * p.ldd + kc.n) * esize; b < (r + 1) * p.ldd * esize; ++b) touched += d[static_cast<size_t>(b)] != 0xFF;
+      for (int64_t b = (r * p.ldd + kc.n) * esize; b < (r + 1) * p.ldd * esize; ++b)
+        touched += d[static_cast<size_t>(b)] != 0xFF;
     for (int64_t b = stored * esize; b < stored * esize + guard; ++b) touched += d[static_cast<size_t>(b)] != 0xFF;
     EXPECT_EQ(touched, 0) << "bytes written outside D's n columns";
   }
