@@ -156,6 +156,7 @@ class GpuBackend final : public StepBackend {
     // Clipping is AdamW's gradient scale: one pass over the gradients, not two.
     BS_RETURN_IF_ERROR(gpu::adamw_step(params_, grads_, clip_factor(*grad_norm, c.clip_norm), m_, v_, n, lr, c.beta1,
                                        c.beta2, c.eps, c.weight_decay, step, decay_, stream_));
+    layers_.weights_changed();
     timer_.leave();
     return timer_.finish(&phase_totals_);
   }
@@ -200,6 +201,7 @@ class GpuBackend final : public StepBackend {
       return Status::error("write_state: sizes differ from the model's parameter count");
     BS_CUDA(cudaStreamSynchronize(stream_));
     BS_CUDA(cudaMemcpy(params_, p.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    layers_.weights_changed();
     BS_CUDA(cudaMemcpy(m_, m.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     BS_CUDA(cudaMemcpy(v_, v.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     return Status::ok();

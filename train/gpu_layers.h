@@ -11,7 +11,9 @@
 //   gradient, or written (beta = 0) in a step's first backward (set_fresh_gradients). MoE experts
 //   use the grouped forms: M-grouped fprop / dgrad over the routed tokens, K-grouped wgrad over
 //   each expert's padded tokens; each expert's weight is its own operand.
-// A layer's operand copies are kept under its name from the forward to the backward.
+// A layer's operand copies are kept under its name from the forward to the backward. A weight's
+// copies (quantized or bf16) are made by the first forward after the weights change and reused by
+// every forward until the next change (gradient accumulation's micro-batches, evaluation).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -19,6 +21,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -116,6 +119,9 @@ class GpuLayers {
   // expert with no tokens is skipped by the cuBLAS loop and written as zeros by the grouped GEMM.
   void set_fresh_gradients(bool fresh) { fresh_gradients_ = fresh; }
   float wgrad_beta() const { return fresh_gradients_ ? 0.0f : 1.0f; }
+  // The master weights changed (an optimizer step, a loaded state): the next forward copies them
+  // again.
+  void weights_changed() { current_weights_.clear(); }
 
  private:
   template <typename T>
@@ -164,6 +170,7 @@ class GpuLayers {
   bool fresh_gradients_ = false;
   std::map<std::string, std::pair<int64_t, int64_t>> expert_scale_bytes_;  // rowwise, columnwise
   std::map<std::string, Quantized> saved_;  // each operand's latest copies, by name
+  std::set<std::string> current_weights_;   // weight copies made since the weights last changed
 };
 
 }  // namespace blockscale::train

@@ -155,6 +155,46 @@ TEST_P(GpuBackendTest, AccumulatesMicroBatches) {
   EXPECT_GT(first, 0.0);
 }
 
+// A weight's copies (quantized or bf16) are made once per change of the weights and reused by the
+// forwards until the next one. After a step, evaluation must see the updated weights: a backend
+// that has trained a step and one given the stepped state must evaluate to the same bits (stale
+// copies would give the first the old weights' loss), and evaluating twice (the reuse) changes
+// nothing.
+TEST_P(GpuBackendTest, WeightCopiesFollowTheOptimizer) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const Case tc = GetParam();
+  const ModelConfig c = tiny_config(tc.moe);
+  const int batch = 2;
+  std::mt19937 rng(13);
+  std::vector<int32_t> tokens(2 * batch * c.seq_len), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = int32_t(rng() % c.vocab);
+    targets[i] = int32_t(rng() % c.vocab);
+  }
+  const int32_t* eval_tokens = tokens.data() + batch * c.seq_len;
+  const int32_t* eval_targets = targets.data() + batch * c.seq_len;
+  std::unique_ptr<StepBackend> trained, loaded;
+  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &trained).is_ok());
+  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &loaded).is_ok());
+  StepLosses l, before, after, again, fresh;
+  ASSERT_TRUE(trained->evaluate(eval_tokens, eval_targets, batch, &before).is_ok());
+  ASSERT_TRUE(trained->zero_grads().is_ok());
+  ASSERT_TRUE(trained->forward_backward(tokens.data(), targets.data(), batch, 1.0f, 7, 3, &l).is_ok());
+  double grad_norm = 0;
+  ASSERT_TRUE(trained->optimizer_step(OptimizerConfig{}, 1e-2f, 1, &grad_norm).is_ok());
+  ASSERT_TRUE(trained->evaluate(eval_tokens, eval_targets, batch, &after).is_ok());
+  ASSERT_TRUE(trained->evaluate(eval_tokens, eval_targets, batch, &again).is_ok());
+  std::vector<float> p, m, v;
+  ASSERT_TRUE(trained->read_state(&p, &m, &v).is_ok());
+  ASSERT_TRUE(loaded->write_state(p, m, v).is_ok());
+  ASSERT_TRUE(loaded->evaluate(eval_tokens, eval_targets, batch, &fresh).is_ok());
+  std::printf("%s %s: eval loss before the step %.6f, after %.6f, again %.6f, from the stepped state %.6f\n",
+              recipe_name(tc.recipe), tc.moe ? "moe" : "dense", before.loss, after.loss, again.loss, fresh.loss);
+  EXPECT_NE(after.loss, before.loss) << "the step changed nothing: the test would not see stale copies";
+  EXPECT_EQ(after.loss, fresh.loss);
+  EXPECT_EQ(again.loss, after.loss);
+}
+
 INSTANTIATE_TEST_SUITE_P(Recipes, GpuBackendTest,
                          testing::Values(Case{TrainRecipe::kBf16, true}, Case{TrainRecipe::kBf16, false},
                                          Case{TrainRecipe::kFp8Block, true}, Case{TrainRecipe::kFp8Block, false},
