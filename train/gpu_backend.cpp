@@ -105,6 +105,7 @@ class GpuBackend final : public StepBackend {
       return Status::error("--expert-parallel: --experts (" + std::to_string(config_.n_experts) +
                            ") must be a multiple of the number of ranks (" + std::to_string(comm_->world_size()) + ")");
     expert_parallel_ = true;
+    layers_.weights_changed();  // the expert weights a rank copies are now its own experts'
     return Status::ok();
   }
   Status evaluate(const int32_t* tokens, const int32_t* targets, int batch, StepLosses* losses) override {
