@@ -246,9 +246,12 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
                                     tg.data()));
       StepLosses l;
       if (micro == c.grad_accum - 1) backend->reduce_in_next_backward();
+      // The micro-batch's index over all ranks keys the gradients' stochastic rounding: each rank
+      // draws its own stream (as one GPU accumulating the same micro-batches would), not a copy.
+      const int64_t micro_index = (step * c.grad_accum + micro) * ranks.world + ranks.rank;
       BS_RETURN_IF_ERROR(backend->forward_backward(in.data(), tg.data(), c.batch,
-                                                   1.0f / float(c.grad_accum * ranks.world), c.seed,
-                                                   step * c.grad_accum + micro, &l));
+                                                   1.0f / float(c.grad_accum * ranks.world), c.seed, micro_index,
+                                                   &l));
       loss += l.loss / c.grad_accum;
       aux += l.aux_loss / c.grad_accum;
     }

@@ -216,5 +216,45 @@ TEST(Trainer, TwoRanksFollowOneRankWithTheSameGlobalBatch) {
   EXPECT_EQ(s2[0].final_eval_loss, s2[1].final_eval_loss);  // every rank learns the same eval
 }
 
+// nvfp4 rounds its gradients stochastically, keyed by the micro-batch's index over all ranks:
+// two ranks with one micro-batch each draw the streams that one rank accumulating the same two
+// micro-batches draws, so the first steps agree to summation order. (Keyed by the step alone,
+// both ranks would draw rank 0's stream: rank 1's gradients rounded otherwise, the gradient norm
+// a rounding noise apart.)
+TEST(Trainer, RanksDrawTheirOwnStochasticRounding) {
+  blockscale_test::TempDir dir;
+  TrainConfig accum = tiny(dir.file("accum"));
+  accum.recipe = TrainRecipe::kNvfp4;
+  accum.steps = accum.optimizer.total_steps = 2;
+  accum.eval_every = 0, accum.checkpoint_every = 0;
+  std::ostringstream progress;
+  TrainSummary s1;
+  ASSERT_TRUE(train(accum, progress, &s1).is_ok()) << progress.str();
+
+  LocalGroup group(2);
+  std::vector<Status> status(2, Status::ok());
+  std::ostringstream out[2];
+  TrainSummary s2[2];
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      TrainConfig c = accum;
+      c.out_dir = dir.file(r == 0 ? "two" : "two_rank1");
+      c.grad_accum = 1;
+      const std::unique_ptr<Communicator> comm = group.member(r);
+      status[r] = train(c, out[r], &s2[r], comm.get());
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  ASSERT_TRUE(status[0].is_ok()) << status[0].message();
+  ASSERT_TRUE(status[1].is_ok()) << status[1].message();
+  const std::vector<StepRecord> a = steps_of(accum.out_dir), b = steps_of(dir.file("two"));
+  ASSERT_FALSE(a.empty());
+  ASSERT_EQ(a.size(), b.size());
+  std::printf("nvfp4 step 1 gradient norm: 1 rank accumulating %.9g, 2 ranks %.9g\n", a[0].grad_norm, b[0].grad_norm);
+  EXPECT_NEAR(a[0].grad_norm, b[0].grad_norm, 1e-5 * a[0].grad_norm);
+  EXPECT_NEAR(a[0].train_loss, b[0].train_loss, 1e-6 * a[0].train_loss);
+}
+
 }  // namespace
 }  // namespace blockscale::train
