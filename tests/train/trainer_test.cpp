@@ -170,6 +170,26 @@ TEST(Trainer, ValidationNamesTheFlag) {
   EXPECT_NE(s.message().find("/nonexistent/tokens.bin"), std::string::npos) << s.message();
 }
 
+// Trains `c` as two ranks (threads of one LocalGroup), rank r into out_dirs[r], its progress into
+// out[r] and its summary into s[r].
+void train_two_ranks(TrainConfig c, const std::string (&out_dirs)[2], std::ostringstream (&out)[2],
+                     TrainSummary (&s)[2]) {
+  LocalGroup group(2);
+  std::vector<Status> status(2, Status::ok());
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      TrainConfig rank_config = c;
+      rank_config.out_dir = out_dirs[r];
+      const std::unique_ptr<Communicator> comm = group.member(r);
+      status[r] = train(rank_config, out[r], &s[r], comm.get());
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  ASSERT_TRUE(status[0].is_ok()) << status[0].message();
+  ASSERT_TRUE(status[1].is_ok()) << status[1].message();
+}
+
 // Data parallelism (ranks as threads of one LocalGroup): two ranks with 2 sequences each follow
 // the one-rank run with 4 (same global batch, same samples), to float summation order; only
 // rank 0 writes the logs.
@@ -181,22 +201,12 @@ TEST(Trainer, TwoRanksFollowOneRankWithTheSameGlobalBatch) {
   TrainSummary s1;
   ASSERT_TRUE(train(one, progress, &s1).is_ok()) << progress.str();
 
-  LocalGroup group(2);
-  std::vector<Status> status(2, Status::ok());
   std::ostringstream out[2];
   TrainSummary s2[2];
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      TrainConfig c = tiny(r == 0 ? dir.file("two") : dir.file("two_rank1"));
-      c.batch = 2;
-      const std::unique_ptr<Communicator> comm = group.member(r);
-      status[r] = train(c, out[r], &s2[r], comm.get());
-    });
-  }
-  for (std::thread& t : ranks) t.join();
-  ASSERT_TRUE(status[0].is_ok()) << status[0].message();
-  ASSERT_TRUE(status[1].is_ok()) << status[1].message();
+  TrainConfig two = tiny("");
+  two.batch = 2;
+  train_two_ranks(two, {dir.file("two"), dir.file("two_rank1")}, out, s2);
+  if (HasFatalFailure()) return;
   EXPECT_TRUE(out[1].str().empty()) << "rank 1 printed: " << out[1].str();
   EXPECT_FALSE(std::filesystem::exists(dir.file("two_rank1") + "/train.csv"));
   EXPECT_NE(out[0].str().find("over 2 ranks"), std::string::npos) << out[0].str();
@@ -231,23 +241,12 @@ TEST(Trainer, RanksDrawTheirOwnStochasticRounding) {
   TrainSummary s1;
   ASSERT_TRUE(train(accum, progress, &s1).is_ok()) << progress.str();
 
-  LocalGroup group(2);
-  std::vector<Status> status(2, Status::ok());
   std::ostringstream out[2];
   TrainSummary s2[2];
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.emplace_back([&, r] {
-      TrainConfig c = accum;
-      c.out_dir = dir.file(r == 0 ? "two" : "two_rank1");
-      c.grad_accum = 1;
-      const std::unique_ptr<Communicator> comm = group.member(r);
-      status[r] = train(c, out[r], &s2[r], comm.get());
-    });
-  }
-  for (std::thread& t : ranks) t.join();
-  ASSERT_TRUE(status[0].is_ok()) << status[0].message();
-  ASSERT_TRUE(status[1].is_ok()) << status[1].message();
+  TrainConfig two = accum;
+  two.grad_accum = 1;
+  train_two_ranks(two, {dir.file("two"), dir.file("two_rank1")}, out, s2);
+  if (HasFatalFailure()) return;
   const std::vector<StepRecord> a = steps_of(accum.out_dir), b = steps_of(dir.file("two"));
   ASSERT_FALSE(a.empty());
   ASSERT_EQ(a.size(), b.size());
