@@ -192,12 +192,11 @@ Status GpuLayers::linear_forward(const std::string& name, TrainRecipe recipe, co
     BS_RETURN_IF_ERROR(cublas_forward_operands(name, recipe, x, m * k, w, n * k, &o));
     return cublas_gemm(Product::kXWt, o.type, o.x, o.w, m, n, k, y, 0.0f);
   }
-  Quantized qx, qw = saved_[name + ".w"];
+  Quantized qx, qw;
   BS_RETURN_IF_ERROR(quantize(name + ".x", recipe, OperandRole::kActivation, {}, x, m, k, &qx));
-  if (current_weights_.count(name + ".w") == 0) {
-    BS_RETURN_IF_ERROR(quantize(name + ".w", recipe, OperandRole::kWeight, {}, w, n, k, &qw));
-    current_weights_.insert(name + ".w");
-  }
+  BS_RETURN_IF_ERROR(
+      weight_copy(name + ".w", [&] { return quantize(name + ".w", recipe, OperandRole::kWeight, {}, w, n, k, &qw); }));
+  qw = saved_[name + ".w"];
   gemm::GemmProblem p;
   gemm::GemmArguments a;
   describe(row_copy(qx, recipe_of(OperandRole::kActivation)), row_copy(qw, recipe_of(OperandRole::kWeight)), m, n, k,
@@ -263,10 +262,8 @@ Status GpuLayers::cublas_forward_operands(const std::string& name, TrainRecipe r
   if (recipe == TrainRecipe::kFp32) return Status::ok();
   o->type = CUDA_R_16BF, o->elem_bytes = 2;
   BS_RETURN_IF_ERROR(bf16_copy(name + ".x16", x, x_count, &o->x));
-  if (current_weights_.count(name + ".w16") != 0) return saved_bf16(name + ".w16", w_count, &o->w);
-  BS_RETURN_IF_ERROR(bf16_copy(name + ".w16", w, w_count, &o->w));
-  current_weights_.insert(name + ".w16");
-  return Status::ok();
+  BS_RETURN_IF_ERROR(weight_copy(name + ".w16", [&] { return bf16_copy(name + ".w16", w, w_count, &o->w); }));
+  return saved_bf16(name + ".w16", w_count, &o->w);
 }
 // Backward: the forward's copies of x and w, and a new one of dy.
 Status GpuLayers::cublas_backward_operands(const std::string& name, TrainRecipe recipe, const float* dy, int64_t dy_count,
@@ -297,12 +294,10 @@ Status GpuLayers::grouped_forward(const std::string& name, const float* x, int64
     }
     return Status::ok();
   }
-  Quantized qx, qw = saved_[name + ".w"];
+  Quantized qx, qw;
   BS_RETURN_IF_ERROR(quantize_grouped(name + ".x", OperandRole::kActivation, {}, x, rows, k, ends, e, &qx, gather));
-  if (current_weights_.count(name + ".w") == 0) {
-    BS_RETURN_IF_ERROR(quantize_experts(name + ".w", w, e, n, k, &qw));
-    current_weights_.insert(name + ".w");
-  }
+  BS_RETURN_IF_ERROR(weight_copy(name + ".w", [&] { return quantize_experts(name + ".w", w, e, n, k, &qw); }));
+  qw = saved_[name + ".w"];
   gemm::GroupedGemmProblem p;
   gemm::GroupedGemmArguments a;
   p.mode = gemm::GroupedGemmMode::kM;

@@ -143,6 +143,14 @@ class GpuLayers {
                    const quant::QuantizeOutputs& out);
   template <typename Problem, typename Arguments>
   Status gemm_run(const Problem& p, const Arguments& a);
+  // Makes the weight copy `name` with make() unless it was made since the weights last changed.
+  template <typename Make>
+  Status weight_copy(const std::string& name, Make make) {
+    if (current_weights_.count(name) != 0) return Status::ok();
+    BS_RETURN_IF_ERROR(make());
+    current_weights_.insert(name);
+    return Status::ok();
+  }
   // Each expert's weight (experts x n x k) quantized on its own: codes and scales back to back,
   // one decode scale per expert and copy (FP8 blockwise: one batched launch).
   Status quantize_experts(const std::string& name, const float* w, int experts, int64_t n, int64_t k, Quantized* q);

@@ -381,7 +381,6 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
     const int rows = row >= t.row_end ? 0 : row + 8 >= t.row_end ? 1 : 2;
     store_fragment<kGroups>(p.epilogue, p.epilogue.alpha, main_acc, t.d_row0 + row, rows, n0 + col_in_group, p.n);
   }
-
 #else
   // Built for an architecture without wgmma: the launcher never selects this image.
   __trap();
