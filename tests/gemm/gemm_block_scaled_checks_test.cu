@@ -50,10 +50,14 @@ TEST(GemmBlockScaledCanImplement, SupportedPairsAreExactlyTheTen) {
 }
 
 TEST(GemmBlockScaledCanImplement, UnsupportedPairsNameThePair) {
-  const Pair unsupported[] = {{Recipe::kMxfp4, Recipe::kMxfp8E4M3},       {Recipe::kNvfp4, Recipe::kMxfp4},
-                              {Recipe::kFp8Block1x128, Recipe::kMxfp8E4M3}, {Recipe::kMxfp8E4M3, Recipe::kFp8Block128x128},
-                              {Recipe::kMxfp4, Recipe::kNvfp4},           {Recipe::kNvfp4, Recipe::kMxfp8E5M2},
-                              {Recipe::kMxfp6E2M3, Recipe::kMxfp8E4M3},   {Recipe::kMxfp8E4M3, Recipe::kMxfp6E3M2}};
+  const Pair unsupported[] = {{Recipe::kMxfp4, Recipe::kMxfp8E4M3},
+                              {Recipe::kNvfp4, Recipe::kMxfp4},
+                              {Recipe::kFp8Block1x128, Recipe::kMxfp8E4M3},
+                              {Recipe::kMxfp8E4M3, Recipe::kFp8Block128x128},
+                              {Recipe::kMxfp4, Recipe::kNvfp4},
+                              {Recipe::kNvfp4, Recipe::kMxfp8E5M2},
+                              {Recipe::kMxfp6E2M3, Recipe::kMxfp8E4M3},
+                              {Recipe::kMxfp8E4M3, Recipe::kMxfp6E3M2}};
   for (const Pair& pair : unsupported)
     expect_error(bg::can_implement(valid_problem(pair)), std::string("a_recipe, b_recipe: the pair (") +
                                                              bf::recipe_name(pair.a) + ", " + bf::recipe_name(pair.b) +
