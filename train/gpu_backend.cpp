@@ -40,6 +40,7 @@ class GpuBackend final : public StepBackend {
  public:
   GpuBackend(const ModelConfig& config, TrainRecipe recipe) : config_(config), recipe_(recipe), layout_(make_param_layout(config)) {}
   ~GpuBackend() override {
+    if (host_scalars_) cudaFreeHost(host_scalars_);
     if (cublas_) cublasDestroy(cublas_);
     if (stream_) cudaStreamDestroy(stream_);
   }
@@ -49,6 +50,8 @@ class GpuBackend final : public StepBackend {
     BS_CUBLAS(cublasCreate(&cublas_));
     BS_CUBLAS(cublasSetStream(cublas_, stream_));
     BS_RETURN_IF_ERROR(layers_.init(stream_));
+    const size_t scalars = kAuxLosses + std::max(config_.n_layers, 1);
+    BS_CUDA(cudaMallocHost(reinterpret_cast<void**>(&host_scalars_), scalars * sizeof(float)));
     int dev = 0, sms = 0, clock_khz = 0, major = 0;
     BS_CUDA(cudaGetDevice(&dev));
     cudaDeviceProp prop{};
@@ -80,7 +83,7 @@ class GpuBackend final : public StepBackend {
   double peak_flops() const override { return peak_; }
 
   Status zero_grads() override {
-    timer_.start(stream_);  // a step begins here and ends with optimizer_step
+    if (time_phases_) timer_.start(stream_);  // a step begins here and ends with optimizer_step
     PhaseScope phase(timer_, Phase::kOptimizer);
     BS_CUDA(cudaMemsetAsync(grads_, 0, layout_.total * sizeof(float), stream_));
     fresh_gradients_ = true;
@@ -124,23 +127,26 @@ class GpuBackend final : public StepBackend {
     void* work = nullptr;
     float* scalars = nullptr;
     BS_RETURN_IF_ERROR(buffers_.get("reduce_ws", int64_t(gpu::reduction_workspace_bytes(n)), reinterpret_cast<uint8_t**>(&work)));
-    BS_RETURN_IF_ERROR(buffers_.get("opt_scalars", 1, &scalars));
-    BS_RETURN_IF_ERROR(gpu::sum_of_squares(grads_, n, scalars, work, gpu::reduction_workspace_bytes(n), stream_));
-    float sum_sq = 0;
-    BS_CUDA(cudaMemcpyAsync(&sum_sq, scalars, sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    BS_CUDA(cudaStreamSynchronize(stream_));
-    double norm_sq = sum_sq;
-    if (expert_parallel_ && comm_->world_size() > 1) {
+    BS_RETURN_IF_ERROR(buffers_.get("opt_scalars", 2, &scalars));  // the sum of squares, the clipping factor
+    const bool ranks_own_experts = expert_parallel_ && comm_->world_size() > 1;
+    gpu::GradScale scale;
+    if (!ranks_own_experts) {
+      // The update clips on the device, queued behind the norm: the host waits only at the end of
+      // the step, then reads the norm it logs from the pinned copy.
+      BS_RETURN_IF_ERROR(gpu::sum_of_squares(grads_, n, scalars, work, gpu::reduction_workspace_bytes(n), stream_));
+      BS_CUDA(cudaMemcpyAsync(host_scalars_ + kSumSq, scalars, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+      BS_RETURN_IF_ERROR(gpu::clip_factor_on_device(scalars, c.clip_norm, scalars + 1, stream_));
+      scale.device = scalars + 1;
+    } else {
       // The shared gradients are the same bits on every rank, and so is their sum of squares;
       // each rank's experts' are its own, summed across ranks. (Not the whole sum minus the
       // experts': that leaves a rounding error that differs by rank, and so would the clipping.)
       auto sum_sq_of = [&](int64_t begin, int64_t end, double* out) -> Status {
-        float part = 0;
         BS_RETURN_IF_ERROR(gpu::sum_of_squares(grads_ + begin, end - begin, scalars, work,
                                                gpu::reduction_workspace_bytes(n), stream_));
-        BS_CUDA(cudaMemcpyAsync(&part, scalars, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+        BS_CUDA(cudaMemcpyAsync(host_scalars_ + kSumSq, scalars, sizeof(float), cudaMemcpyDeviceToHost, stream_));
         BS_CUDA(cudaStreamSynchronize(stream_));
-        *out += part;
+        *out += host_scalars_[kSumSq];
         return Status::ok();
       };
       double shared = 0, experts = 0;
@@ -151,15 +157,18 @@ class GpuBackend final : public StepBackend {
       }
       BS_RETURN_IF_ERROR(sum_sq_of(layer_begin(config_.n_layers), n, &shared));
       BS_RETURN_IF_ERROR(comm_->all_reduce_host(&experts, 1));
-      norm_sq = shared + experts;
+      *grad_norm = std::sqrt(shared + experts);
+      scale = gpu::GradScale{clip_factor(*grad_norm, c.clip_norm)};
     }
-    *grad_norm = std::sqrt(norm_sq);
     // Clipping is AdamW's gradient scale: one pass over the gradients, not two.
-    BS_RETURN_IF_ERROR(gpu::adamw_step(params_, grads_, clip_factor(*grad_norm, c.clip_norm), m_, v_, n, lr, c.beta1,
-                                       c.beta2, c.eps, c.weight_decay, step, decay_, stream_));
+    BS_RETURN_IF_ERROR(gpu::adamw_step(params_, grads_, scale, m_, v_, n, lr, c.beta1, c.beta2, c.eps, c.weight_decay,
+                                       step, decay_, stream_));
     layers_.weights_changed();
     timer_.leave();
-    return timer_.finish(&phase_totals_);
+    BS_RETURN_IF_ERROR(timer_.finish(&phase_totals_));
+    BS_CUDA(cudaStreamSynchronize(stream_));  // the step's end
+    if (!ranks_own_experts) *grad_norm = std::sqrt(double(host_scalars_[kSumSq]));
+    return Status::ok();
   }
 
   std::vector<std::pair<std::string, double>> phase_ms() const override {
@@ -168,6 +177,7 @@ class GpuBackend final : public StepBackend {
     return out;
   }
   void reset_phase_ms() override { phase_totals_ = {}; }
+  void time_phases(bool on) override { time_phases_ = on; }
 
   Status read_state(std::vector<float>* p, std::vector<float>* m, std::vector<float>* v) override {
     const size_t bytes = layout_.total * sizeof(float);
@@ -311,6 +321,10 @@ class GpuBackend final : public StepBackend {
   std::string device_name_;
   double peak_ = 0;
   float *params_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
+  // Pinned host copies of the step's scalars: the loss, the gradients' sum of squares, then one
+  // load-balancing loss per layer.
+  static constexpr int kLoss = 0, kSumSq = 1, kAuxLosses = 2;
+  float* host_scalars_ = nullptr;
   uint8_t* decay_ = nullptr;
   std::map<int, std::vector<int32_t>> all_host_ends_;  // each MoE layer's group ends, for the backward
   bool expert_parallel_ = false;
@@ -319,6 +333,7 @@ class GpuBackend final : public StepBackend {
   bool reduce_next_ = false;     // the next backward sums gradients across ranks
   bool reduce_pending_ = false;  // sums enqueued that optimizer_step must wait for
   PhaseTimes phase_totals_{};  // since reset_phase_ms()
+  bool time_phases_ = true;     // whether the next step records its phases
 };
 
 Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, int batch, float grad_scale,
@@ -473,15 +488,21 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
   BS_RETURN_IF_ERROR(gpu::cross_entropy(logits, targets, m, c.vocab, grad_scale / float(m), row_loss,
                                         backward ? logits : nullptr, stream_));
   BS_RETURN_IF_ERROR(gpu::sum(row_loss, m, loss_sum, reduce_ws, reduce_bytes, stream_));
-  float loss_host = 0;
-  std::vector<float> aux_host(std::max(L, 1));
-  BS_CUDA(cudaMemcpyAsync(&loss_host, loss_sum, sizeof(float), cudaMemcpyDeviceToHost, stream_));
-  BS_CUDA(cudaMemcpyAsync(aux_host.data(), aux, aux_host.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-  BS_CUDA(cudaStreamSynchronize(stream_));
-  losses->loss = double(loss_host) / m;
-  losses->aux_loss = 0;
-  for (int l = 0; l < L && c.moe(); ++l) losses->aux_loss += aux_host[l];
-  if (!backward) return Status::ok();
+  // Into pinned memory, so the backward queues behind the copies instead of waiting for them; the
+  // host reads the losses at its next wait (at once for evaluation, after the backward otherwise).
+  BS_CUDA(cudaMemcpyAsync(host_scalars_ + kLoss, loss_sum, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  BS_CUDA(cudaMemcpyAsync(host_scalars_ + kAuxLosses, aux, std::max(L, 1) * sizeof(float), cudaMemcpyDeviceToHost,
+                          stream_));
+  const auto read_losses = [&] {
+    losses->loss = double(host_scalars_[kLoss]) / m;
+    losses->aux_loss = 0;
+    for (int l = 0; l < L && c.moe(); ++l) losses->aux_loss += host_scalars_[kAuxLosses + l];
+  };
+  if (!backward) {
+    BS_CUDA(cudaStreamSynchronize(stream_));
+    read_losses();
+    return Status::ok();
+  }
 
   // ---- backward (logits holds dlogits) ----
   float *dhf, *dx, *dh2, *datt, *dqkv, *dh;
@@ -602,6 +623,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
   if (reduce) BS_RETURN_IF_ERROR(reduce_gradients(0, layer_begin(0)));  // embeddings
   BS_CUDA(cudaStreamSynchronize(stream_));
   BS_CUDA(cudaGetLastError());
+  read_losses();
   return Status::ok();
 }
 

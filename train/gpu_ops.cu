@@ -12,6 +12,7 @@
 #include "train/cpu_ops.h"          // kRmsNormEps
 #include "train/gpu_ops.h"
 #include "train/gpu_ops_common.cuh"
+#include "train/optimizer.h"        // clip_factor
 
 namespace blockscale::train::gpu {
 namespace detail {
@@ -260,14 +261,15 @@ Status reduce(const char* fn, const float* x, int64_t n, float* out, void* works
 // ---- Optimizer and conversion ------------------------------------------------------------------
 
 struct AdamWScalars {
-  float grad_scale, lr, beta1, beta2, one_minus_beta1, one_minus_beta2, bias1, bias2, eps, weight_decay;
+  float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, bias1, bias2, eps, weight_decay;
 };
 
 // Each operation rounded once (the _rn intrinsics are never fused into an fma).
 __global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, int64_t n, AdamWScalars k,
-                             const uint8_t* decay_mask) {
+                             GradScale scale, const uint8_t* decay_mask) {
+  const float grad_scale = scale.device != nullptr ? *scale.device : scale.value;
   for (int64_t i = thread_index(); i < n; i += thread_stride()) {
-    const float g = __fmul_rn(grads[i], k.grad_scale), p = params[i];
+    const float g = __fmul_rn(grads[i], grad_scale), p = params[i];
     const float mi = __fadd_rn(__fmul_rn(k.beta1, m[i]), __fmul_rn(k.one_minus_beta1, g));
     const float vi = __fadd_rn(__fmul_rn(k.beta2, v[i]), __fmul_rn(__fmul_rn(k.one_minus_beta2, g), g));
     const float mhat = __fdiv_rn(mi, k.bias1), vhat = __fdiv_rn(vi, k.bias2);
@@ -277,6 +279,10 @@ __global__ void adamw_kernel(float* params, const float* grads, float* m, float*
     m[i] = mi;
     v[i] = vi;
   }
+}
+
+__global__ void clip_factor_kernel(const float* sum_sq, float clip_norm, float* factor) {
+  *factor = clip_factor(sqrt(double(*sum_sq)), clip_norm);
 }
 
 __global__ void to_bf16_kernel(const float* x, int64_t n, uint16_t* y) {
@@ -441,7 +447,7 @@ Status sum_of_squares(const float* x, int64_t n, float* out_device, void* worksp
 
 // ---- Optimizer -------------------------------------------------------------------------------------
 
-Status adamw_step(float* params, const float* grads, float grad_scale, float* m, float* v, int64_t n, float lr,
+Status adamw_step(float* params, const float* grads, GradScale scale, float* m, float* v, int64_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, int64_t step,
                   const uint8_t* decay_mask_or_null, cudaStream_t stream) {
   constexpr const char* fn = "adamw_step";
@@ -452,19 +458,29 @@ Status adamw_step(float* params, const float* grads, float grad_scale, float* m,
   if (!(eps > 0.0f)) return Status::error("adamw_step: eps must be > 0");
   if (!std::isfinite(lr) || !std::isfinite(weight_decay))
     return Status::error("adamw_step: lr and weight_decay must be finite");
-  if (!(grad_scale >= 0.0f && grad_scale <= 1.0f)) return Status::error("adamw_step: grad_scale must be in [0, 1]");
+  if (scale.device == nullptr && !(scale.value >= 0.0f && scale.value <= 1.0f))
+    return Status::error("adamw_step: scale.value must be in [0, 1]");
   if (n == 0) return Status::ok();
   BS_RETURN_IF_ERROR(check_ptr(fn, "params", params));
   BS_RETURN_IF_ERROR(check_ptr(fn, "grads", grads));
   BS_RETURN_IF_ERROR(check_ptr(fn, "m", m));
   BS_RETURN_IF_ERROR(check_ptr(fn, "v", v));
   AdamWScalars k{};
-  k.grad_scale = grad_scale, k.lr = lr, k.beta1 = beta1, k.beta2 = beta2, k.eps = eps, k.weight_decay = weight_decay;
+  k.lr = lr, k.beta1 = beta1, k.beta2 = beta2, k.eps = eps, k.weight_decay = weight_decay;
   k.one_minus_beta1 = 1.0f - beta1;
   k.one_minus_beta2 = 1.0f - beta2;
   k.bias1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(beta1), static_cast<double>(step)));
   k.bias2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(beta2), static_cast<double>(step)));
-  adamw_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(params, grads, m, v, n, k, decay_mask_or_null);
+  adamw_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(params, grads, m, v, n, k, scale, decay_mask_or_null);
+  return launch_status(fn);
+}
+
+Status clip_factor_on_device(const float* sum_sq, float clip_norm, float* factor, cudaStream_t stream) {
+  constexpr const char* fn = "clip_factor_on_device";
+  BS_RETURN_IF_ERROR(check_ptr(fn, "sum_sq", sum_sq));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "factor", factor));
+  if (!std::isfinite(clip_norm)) return Status::error("clip_factor_on_device: clip_norm must be finite");
+  clip_factor_kernel<<<1, 1, 0, stream>>>(sum_sq, clip_norm, factor);
   return launch_status(fn);
 }
 

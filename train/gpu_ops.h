@@ -114,14 +114,23 @@ Status sum_of_squares(const float* x, int64_t n, float* out_device, void* worksp
 // in exactly this order (a host loop written the same way gives the same bits):
 //   bias1 = 1.0f - float(std::pow(double(beta1), double(step)))   (host; step is 1-based)
 //   bias2 = 1.0f - float(std::pow(double(beta2), double(step)))
-//   g = grads * grad_scale                          (the clipping factor; grads are not written)
+//   g = grads * scale                               (the clipping factor; grads are not written)
 //   m = beta1 * m + (1.0f - beta1) * g
 //   v = beta2 * v + (1.0f - beta2) * g * g          ((1 - beta2) * g first, then * g)
 //   mhat = m / bias1;  vhat = v / bias2
 //   u = mhat / (std::sqrt(vhat) + eps)
 //   if decayed: u = u + weight_decay * p            (decayed: mask null, or mask[i] != 0)
 //   p = p - lr * u
-Status adamw_step(float* params, const float* grads, float grad_scale, float* m, float* v, int64_t n, float lr,
+// scale: a value in [0, 1] from the host, or one the update reads on the device (clip_factor_on_device's
+// output), so the host need not wait for the gradients' norm before it queues the update.
+struct GradScale {
+  float value = 1.0f;
+  const float* device = nullptr;  // when set, the scale is *device
+};
+// *factor = clip_factor(sqrt(double(*sum_sq)), clip_norm) of train/optimizer.h, on the device, the
+// same bits; sum_sq is sum_of_squares' output.
+Status clip_factor_on_device(const float* sum_sq, float clip_norm, float* factor, cudaStream_t stream);
+Status adamw_step(float* params, const float* grads, GradScale scale, float* m, float* v, int64_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, int64_t step,
                   const uint8_t* decay_mask_or_null, cudaStream_t stream);
 

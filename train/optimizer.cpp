@@ -44,9 +44,4 @@ double gradient_norm(const float* grads, int64_t n) {
   return std::sqrt(sum);
 }
 
-float clip_factor(double norm, float clip_norm) {
-  if (clip_norm <= 0.0f || !(norm > clip_norm)) return 1.0f;
-  return float(clip_norm / norm);
-}
-
 }  // namespace blockscale::train

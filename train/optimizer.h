@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "formats/host_device.h"
 #include "train/params.h"
 
 namespace blockscale::train {
@@ -36,8 +37,11 @@ void adamw_update(const OptimizerConfig& c, float lr, int64_t step, const float*
 std::vector<uint8_t> decay_mask(const ParamLayout& layout);
 
 // The global L2 norm of the gradients (double sum), and the factor that clips it to clip_norm
-// (1 when no clipping is needed or clip_norm == 0).
+// (1 when no clipping is needed or clip_norm == 0). The GPU's AdamW evaluates clip_factor itself.
 double gradient_norm(const float* grads, int64_t n);
-float clip_factor(double norm, float clip_norm);
+BS_HOST_DEVICE float clip_factor(double norm, float clip_norm) {
+  if (clip_norm <= 0.0f || !(norm > clip_norm)) return 1.0f;
+  return float(clip_norm / norm);
+}
 
 }  // namespace blockscale::train

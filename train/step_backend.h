@@ -49,6 +49,9 @@ class StepBackend {
   // reset_phase_ms(), in milliseconds; empty where the backend does not time phases (CPU).
   virtual std::vector<std::pair<std::string, double>> phase_ms() const { return {}; }
   virtual void reset_phase_ms() {}
+  // Whether the steps from the next zero_grads on record their phases (the default). The events
+  // cost the GPU time, so the loop times phases on a sample of steps and the step on the others.
+  virtual void time_phases(bool /*on*/) {}
 
   // The master weights and AdamW moments, for checkpoints (host copies, layout().total floats).
   virtual Status read_state(std::vector<float>* params, std::vector<float>* m, std::vector<float>* v) = 0;

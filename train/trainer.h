@@ -51,9 +51,11 @@ struct TrainSummary {
   int64_t steps = 0;
   double final_train_loss = 0;
   double final_eval_loss = 0;
-  double mean_step_ms = 0;  // over the steps after the first (warm-up) of this run
+  double mean_step_ms = 0;  // over the steps after the first (warm-up) of this run that do not time phases
   double tokens_per_s = 0;
-  std::vector<std::pair<std::string, double>> phase_ms;  // GPU ms per step by phase (timed steps)
+  std::vector<std::pair<std::string, double>> phase_ms;  // GPU ms per step by phase (the steps that time them)
+  double phase_step_ms = 0;  // the mean time of those steps, slowed by their events
+  int64_t phase_steps = 0;
 };
 
 Status validate(const TrainConfig& c);

@@ -15,6 +15,7 @@
 
 #include "train/communicator.h"
 #include "train/cpu_model.h"
+#include "train/optimizer.h"
 
 namespace blockscale::train {
 namespace {
@@ -153,6 +154,61 @@ TEST_P(GpuBackendTest, AccumulatesMicroBatches) {
               recipe_name(tc.recipe), tc.moe ? "moe" : "dense", rel, std::sqrt(first / ref));
   EXPECT_LE(rel, 1e-6);
   EXPECT_GT(first, 0.0);
+}
+
+// The GPU's optimizer step is the host's AdamW on the same gradients: it clips on the device from
+// its own sum of squares, so the update must equal the host's clip_factor of the norm it reports,
+// bit for bit, clipped (clip_norm a quarter of the norm) and not (clip_norm 0). The step that does
+// not time its phases adds nothing to the phase times; the one that does adds to them.
+TEST_P(GpuBackendTest, OptimizerStepIsTheHostUpdate) {
+  if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  const Case tc = GetParam();
+  const ModelConfig c = tiny_config(tc.moe);
+  const int batch = 2;
+  std::mt19937 rng(17);
+  std::vector<int32_t> tokens(batch * c.seq_len), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = int32_t(rng() % c.vocab);
+    targets[i] = int32_t(rng() % c.vocab);
+  }
+  std::unique_ptr<StepBackend> gpu;
+  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &gpu).is_ok());
+  const std::vector<uint8_t> decay = decay_mask(make_param_layout(c));
+  const auto phase_total = [&] {
+    double total = 0;
+    for (const auto& [name, ms] : gpu->phase_ms()) total += ms;
+    return total;
+  };
+  for (const int64_t step : {int64_t{1}, int64_t{2}}) {
+    const bool timed = step == 2;
+    gpu->time_phases(timed);
+    const double phases_before = phase_total();
+    StepLosses l;
+    std::vector<float> grads, p, m, v, p_gpu, m_gpu, v_gpu;
+    ASSERT_TRUE(gpu->zero_grads().is_ok());
+    ASSERT_TRUE(gpu->forward_backward(tokens.data(), targets.data(), batch, 1.0f, 7, step, &l).is_ok());
+    ASSERT_TRUE(gpu_backend_gradients(*gpu, &grads).is_ok());
+    ASSERT_TRUE(gpu->read_state(&p, &m, &v).is_ok());
+    const double host_norm = gradient_norm(grads.data(), int64_t(grads.size()));
+    OptimizerConfig oc;
+    oc.clip_norm = step == 1 ? float(host_norm / 4) : 0.0f;
+    double norm = 0;
+    ASSERT_TRUE(gpu->optimizer_step(oc, 1e-3f, step, &norm).is_ok());
+    EXPECT_NEAR(norm, host_norm, 1e-5 * host_norm) << "the reported norm, step " << step;
+    const float factor = clip_factor(norm, oc.clip_norm);
+    EXPECT_EQ(factor < 1.0f, step == 1) << "step 1 clips, step 2 does not";
+    for (float& g : grads) g *= factor;
+    adamw_update(oc, 1e-3f, step, grads.data(), p.data(), m.data(), v.data(), decay, int64_t(p.size()));
+    ASSERT_TRUE(gpu->read_state(&p_gpu, &m_gpu, &v_gpu).is_ok());
+    EXPECT_EQ(p_gpu, p) << "params, step " << step;
+    EXPECT_EQ(m_gpu, m) << "m, step " << step;
+    EXPECT_EQ(v_gpu, v) << "v, step " << step;
+    if (timed) {
+      EXPECT_GT(phase_total(), phases_before) << "a timed step adds its phases";
+    } else {
+      EXPECT_EQ(phase_total(), phases_before) << "an untimed step adds nothing";
+    }
+  }
 }
 
 // A weight's copies (quantized or bf16) are made once per change of the weights and reused by the

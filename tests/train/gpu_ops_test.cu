@@ -31,11 +31,13 @@
 #include "tests/quant/gpu_test_util.h"  // SKIP_WITHOUT_GPU, ASSERT_CUDA, expect_error
 #include "train/cpu_ops.h"
 #include "train/gpu_ops.h"
+#include "train/optimizer.h"  // clip_factor
 
 namespace {
 
 namespace cpu = blockscale::train;
 namespace gpu = blockscale::train::gpu;
+using blockscale::train::clip_factor;
 using blockscale_test::expect_error;
 
 #define ASSERT_OK(expr)                                    \
@@ -168,10 +170,13 @@ TEST(GpuOpsArguments, NameTheArgumentAndTheRule) {
   expect_error(gpu::cross_entropy(f, i, 2, 0, 1.0f, f, f, nullptr), "vocab");
   expect_error(gpu::sum(f, 4, f, nullptr, 0, nullptr), "workspace");
   expect_error(gpu::sum_of_squares(f, 4, nullptr, f, 4096, nullptr), "out_device");
-  expect_error(gpu::adamw_step(f, f, 1.0f, f, f, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0, nullptr, nullptr), "step");
-  expect_error(gpu::adamw_step(f, f, 1.0f, f, f, 4, 1e-3f, 1.0f, 0.95f, 1e-8f, 0.1f, 1, nullptr, nullptr), "beta1");
-  expect_error(gpu::adamw_step(f, f, 1.5f, f, f, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, nullptr, nullptr),
-               "grad_scale");
+  const gpu::GradScale one{1.0f};
+  expect_error(gpu::adamw_step(f, f, one, f, f, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0, nullptr, nullptr), "step");
+  expect_error(gpu::adamw_step(f, f, one, f, f, 4, 1e-3f, 1.0f, 0.95f, 1e-8f, 0.1f, 1, nullptr, nullptr), "beta1");
+  expect_error(gpu::adamw_step(f, f, {1.5f}, f, f, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, nullptr, nullptr),
+               "scale.value must be in [0, 1]");
+  expect_error(gpu::clip_factor_on_device(f, NAN, f, nullptr), "clip_norm must be finite");
+  expect_error(gpu::clip_factor_on_device(f, 1.0f, nullptr, nullptr), "factor must not be null");
   expect_error(gpu::to_bf16(f, 4, nullptr, nullptr), "y must not be null");
 }
 
@@ -779,7 +784,7 @@ TEST(AdamWTest, MatchesTheHostFormulaBitForBit) {
       const float grad_scale = step == 2 ? 0.37f : 1.0f;  // clipping, at one step
       DeviceArray<float> d_g(g);
       adamw_host(p, g, grad_scale, m, v, h, step, masked ? &mask : nullptr);
-      ASSERT_OK(gpu::adamw_step(d_p.get(), d_g.get(), grad_scale, d_m.get(), d_v.get(), int64_t(n), h.lr, h.beta1,
+      ASSERT_OK(gpu::adamw_step(d_p.get(), d_g.get(), {grad_scale}, d_m.get(), d_v.get(), int64_t(n), h.lr, h.beta1,
                                 h.beta2, h.eps, h.weight_decay, step, masked ? d_mask.get() : nullptr, nullptr));
       EXPECT_TRUE(same_bits(d_g.host(), g)) << "grads are not written, step " << step;
       EXPECT_TRUE(same_bits(d_p.host(), p)) << "params, step " << step;
@@ -787,6 +792,36 @@ TEST(AdamWTest, MatchesTheHostFormulaBitForBit) {
       EXPECT_TRUE(same_bits(d_v.host(), v)) << "v, step " << step;
     }
   }
+}
+
+// The clipping factor read on the device from a sum of squares: the host's clip_factor, bit for bit.
+TEST(AdamWTest, ClipsOnTheDeviceAsTheHostDoes) {
+  SKIP_WITHOUT_GPU();
+  const size_t n = 1031;
+  const AdamWHyper h;
+  struct Case {
+    float sum_sq, clip_norm;
+  };
+  // Clipped (two norms, one not a square), not clipped, exactly at the limit, clipping off.
+  for (const Case k : {Case{2.5f, 1.0f}, Case{1234.567f, 0.3f}, Case{0.25f, 1.0f}, Case{4.0f, 2.0f}, Case{9.0f, 0.0f}}) {
+    const float factor = clip_factor(std::sqrt(double(k.sum_sq)), k.clip_norm);
+    SCOPED_TRACE("sum of squares " + std::to_string(k.sum_sq) + ", clip_norm " + std::to_string(k.clip_norm) +
+                 ", factor " + std::to_string(factor));
+    std::vector<float> p = normal(n, 0.02f, 141), m = normal(n, 1e-3f, 142), v(n, 1e-6f);
+    const auto g = normal(n, 1e-1f, 143);
+    DeviceArray<float> d_p(p), d_m(m), d_v(v), d_g(g), d_sum_sq(std::vector<float>{k.sum_sq}), d_factor(1);
+    adamw_host(p, g, factor, m, v, h, 7, nullptr);
+    ASSERT_OK(gpu::clip_factor_on_device(d_sum_sq.get(), k.clip_norm, d_factor.get(), nullptr));
+    EXPECT_TRUE(same_bits(d_factor.host(), std::vector<float>{factor})) << "the factor";
+    ASSERT_OK(gpu::adamw_step(d_p.get(), d_g.get(), {1.0f, d_factor.get()}, d_m.get(), d_v.get(), int64_t(n), h.lr,
+                              h.beta1, h.beta2, h.eps, h.weight_decay, 7, nullptr, nullptr));
+    EXPECT_TRUE(same_bits(d_p.host(), p)) << "params";
+    EXPECT_TRUE(same_bits(d_m.host(), m)) << "m";
+    EXPECT_TRUE(same_bits(d_v.host(), v)) << "v";
+  }
+  // The cases above must clip: a factor of 1 everywhere would not test the device's formula.
+  EXPECT_LT(clip_factor(std::sqrt(2.5), 1.0f), 1.0f);
+  EXPECT_LT(clip_factor(std::sqrt(double(1234.567f)), 0.3f), 1.0f);
 }
 
 // ---- bf16 conversion -----------------------------------------------------------------------------
