@@ -1,9 +1,11 @@
 // Where a GPU step's time goes. The step's work runs in order on one stream; an event is recorded
 // there at every change of phase, and the time between two events belongs to the phase that the
 // first one opened. Idle gaps (the host waiting on a copy, launches catching up) land in whatever
-// phase was open, so the phases add up to the stream's wall time.
+// phase was open, so the phases add up to the stream's wall time. The events slow the step they
+// time (more where the host is behind the GPU), so the trainer times phases on a sample of steps
+// (StepBackend::time_phases) and the step time on the others.
 //
-// BLOCKSCALE_TIMELINE=<file> appends every step's events to <file> as CSV (step, event, phase,
+// BLOCKSCALE_TIMELINE=<file> appends every timed step's events to <file> as CSV (step, event, phase,
 // host_ms: when the host recorded it, gpu_ms: when the GPU reached it, both from the step's first
 // event). Where gpu_ms - host_ms stays large the host runs ahead and the GPU never waits for a
 // launch; where it drops to ~0 the GPU was idle until the host got there (host syncs, slow launches).
