@@ -803,7 +803,8 @@ TEST(AdamWTest, ClipsOnTheDeviceAsTheHostDoes) {
     float sum_sq, clip_norm;
   };
   // Clipped (two norms, one not a square), not clipped, exactly at the limit, clipping off.
-  for (const Case k : {Case{2.5f, 1.0f}, Case{1234.567f, 0.3f}, Case{0.25f, 1.0f}, Case{4.0f, 2.0f}, Case{9.0f, 0.0f}}) {
+  const Case cases[] = {{2.5f, 1.0f}, {1234.567f, 0.3f}, {0.25f, 1.0f}, {4.0f, 2.0f}, {9.0f, 0.0f}};
+  for (const Case k : cases) {
     const float factor = clip_factor(std::sqrt(double(k.sum_sq)), k.clip_norm);
     SCOPED_TRACE("sum of squares " + std::to_string(k.sum_sq) + ", clip_norm " + std::to_string(k.clip_norm) +
                  ", factor " + std::to_string(factor));
