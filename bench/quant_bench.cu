@@ -72,7 +72,7 @@ __global__ void fill_fp16_kernel(uint16_t* x, int64_t n) {
 // One benchmark case: the problem (rows, cols, input type, directions, recipe options), the
 // encoder and grid policy for MX (other than the defaults: through detail::run_mx), a grouped run
 // over `groups` experts with uneven token counts when groups > 0, `batches` > 0 stacked matrices
-// (FP8 128x128: one batched run, or with batch_loop one run() per matrix), and whether run() also
+// (one batched run, or with batch_loop one run() per matrix), and whether run() also
 // writes amax.
 struct Case {
   std::string label;
@@ -356,6 +356,13 @@ std::vector<Case> all_cases() {
   for (const auto& [rows, cols] : sweep)
     add("mxfp8 sweep one-tile-per-CTA", Recipe::kMxfp8E4M3, rows, cols, bf16, both).grid =
         bq::detail::GridPolicy::kOneTilePerCta;
+  // The experts' weights of cases 22-25 in the mxfp8 recipe (batched MX: whole 128-row tiles per
+  // expert) against one run() per expert.
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{2816, 2048}, {2048, 1408}}) {
+    add("mxfp8 experts batched", Recipe::kMxfp8E4M3, rows, cols, fp32, both).batches = 8;
+    Case& c = add("mxfp8 experts per-expert runs", Recipe::kMxfp8E4M3, rows, cols, fp32, both);
+    c.batches = 8, c.batch_loop = true;
+  }
   return cases;
 }
 

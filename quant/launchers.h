@@ -12,6 +12,9 @@ namespace blockscale::quant::detail {
 // MXFP8 (E4M3, E5M2) and MXFP4: quant/mx_quantize.cu.
 Status launch_mx_quantize(const QuantizeProblem& p, const QuantizeInputs& in,
                           const QuantizeOutputs& out, cudaStream_t stream);
+// Several matrices of one shape (whole 128-row tiles each) in one launch: quant/mx_quantize.cu.
+Status launch_mx_batched_quantize(const BatchedQuantizeProblem& p, const QuantizeInputs& in,
+                                  const QuantizeOutputs& out, cudaStream_t stream);
 // The grouped (MoE) mode of the same kernel: quant/mx_quantize.cu.
 Status launch_mx_grouped_quantize(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,
                                   const GroupedQuantizeOutputs& out, cudaStream_t stream);

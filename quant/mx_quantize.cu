@@ -94,8 +94,19 @@ struct MxParams {
   // input_rows rows of x; an index outside [0, input_rows) reads a zero row.
   const int32_t* row_index;
   int64_t input_rows;
+  // Batched (quant::BatchedQuantizeProblem): the rows are matrices of batch_tiles whole row tiles
+  // each, stacked; the columnwise copy of matrix b is its own transpose at col_data + b *
+  // col_batch_bytes (col_row_bytes: one matrix's rows), its scales at col_scales + b *
+  // col_batch_scale_bytes. 0: one matrix. The rowwise copy of the stack is already the matrices'.
+  int batch_tiles;
+  int64_t col_batch_bytes, col_batch_scale_bytes;
   GridPolicy grid_policy;  // host side only: how many CTAs the launch asks for
 };
+
+// The matrix (batched) that row tile tr belongs to.
+__device__ __forceinline__ int tile_batch(const MxParams& p, int tr) {
+  return p.batch_tiles > 0 ? tr / p.batch_tiles : 0;
+}
 
 // The shared tile of one input type: 128 rows of 32-bit words, in 16-byte granules.
 template <InputType kIn>
@@ -439,7 +450,9 @@ __device__ __forceinline__ void quantize_col16(const MxParams& p, const uint32_t
     }
     if (s.nonfinite) out = zero_vec(out);
 
-    uint8_t* dst = p.col_data + (tp.c0 + ct) * p.col_row_bytes + (tp.r0 + 16 * k) * C::kBytes / 16;
+    const int b = tile_batch(p, tp.tr);
+    const int64_t r0 = tp.r0 - int64_t{b} * p.batch_tiles * kTile;  // the tile's first row in its matrix
+    uint8_t* dst = p.col_data + b * p.col_batch_bytes + (tp.c0 + ct) * p.col_row_bytes + (r0 + 16 * k) * C::kBytes / 16;
     if (kFull) {
       *reinterpret_cast<typename C::Vec*>(dst) = out;
     } else if (ct < tp.cols_in) {
@@ -569,8 +582,11 @@ __global__ void __launch_bounds__(kThreads, 3) mx_quantize_kernel(const __grid_c
       if (tid < 32) store_scale_chunk(p, p.row_scales, int64_t{t.tr} * p.col_tiles + t.tc, row_chunks[buffer], tid);
     }
     if constexpr (kCol) {
-      if (tid >= 32 && tid < 64)
-        store_scale_chunk(p, p.col_scales, int64_t{t.tc} * p.row_tiles + t.tr, col_chunks[buffer], tid - 32);
+      if (tid >= 32 && tid < 64) {
+        const int b = tile_batch(p, t.tr), matrix_tiles = p.batch_tiles > 0 ? p.batch_tiles : p.row_tiles;
+        store_scale_chunk(p, p.col_scales + b * p.col_batch_scale_bytes,
+                          int64_t{t.tc} * matrix_tiles + (t.tr - b * p.batch_tiles), col_chunks[buffer], tid - 32);
+      }
     }
   };
   auto segment_of = [&](TileIndex t) {
@@ -810,6 +826,23 @@ Status run_mx(const QuantizeProblem& p, const QuantizeInputs& in, const Quantize
 Status launch_mx_quantize(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
                           cudaStream_t stream) {
   return launch_mx_dense(p, in.x, out, kDefaultEncoder, stream);
+}
+
+Status launch_mx_batched_quantize(const BatchedQuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
+                                  cudaStream_t stream) {
+  if (!is_mx_gpu_recipe(p.matrix.recipe)) return Status::error("problem.matrix.recipe: not an MX recipe");
+  if (p.matrix.rows % kTile != 0) return Status::error("problem.matrix.rows: batched MX takes whole 128-row tiles");
+  QuantizeProblem stack = p.matrix;
+  stack.rows = p.matrix.rows * p.batches;
+  MxParams params = make_params(stack, in.x, out, stack.rows);
+  params.batch_tiles = static_cast<int>(p.matrix.rows / kTile);
+  params.col_row_bytes = code_row_bytes(p.matrix.recipe, p.matrix.rows);
+  params.col_batch_bytes = columnwise_data_bytes(p.matrix);
+  params.col_batch_scale_bytes = columnwise_scale_bytes(p.matrix);
+  const int vec = is_e2m1(p.matrix.recipe) ? 8 : 16;
+  params.vec_col_store = params.vec_col_store && params.col_row_bytes % vec == 0 && params.col_batch_bytes % vec == 0;
+  params.vec_scale_store = params.vec_scale_store && params.col_batch_scale_bytes % 16 == 0;
+  return dispatch<false>(stack, kDefaultEncoder, Action::kLaunch, params, stream);
 }
 
 Status launch_mx_grouped_quantize(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,

@@ -319,9 +319,13 @@ Status run(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOut
 
 Status can_implement(const BatchedQuantizeProblem& p) {
   BS_RETURN_IF_ERROR(can_implement(p.matrix));
-  if (p.matrix.recipe != Recipe::kFp8Block128x128)
-    return Status::error("problem.matrix.recipe: batched quantize takes fp8_block128x128 (the weights' FP8 blockwise "
-                         "recipe); quantize other recipes one matrix per run()");
+  const bool mx = formats::is_mx(p.matrix.recipe);
+  if (p.matrix.recipe != Recipe::kFp8Block128x128 && !mx)
+    return Status::error("problem.matrix.recipe: batched quantize takes fp8_block128x128 and the MX recipes (the "
+                         "weights' recipes of fp8_block and mxfp8); quantize other recipes one matrix per run()");
+  if (mx && p.matrix.rows % 128 != 0)
+    return Status::error("problem.matrix.rows: batched MX quantize needs a multiple of 128 (got " +
+                         std::to_string(p.matrix.rows) + "), so that no 128-row tile spans two matrices");
   if (p.batches < 1) return Status::error("problem.batches: must be >= 1 (got " + std::to_string(p.batches) + ")");
   if (p.batches * std::max<int64_t>(p.matrix.rows, 1) > kMaxDim)
     return Status::error("problem: batches * matrix.rows must be <= 2^31");
@@ -342,6 +346,7 @@ Status run(const BatchedQuantizeProblem& p, const QuantizeInputs& in, const Quan
   BS_RETURN_IF_ERROR(can_implement(p, in, out));
   BS_RETURN_IF_ERROR(reset_amax(out, stream));
   if (empty(p.matrix)) return Status::ok();
+  if (formats::is_mx(p.matrix.recipe)) return detail::launch_mx_batched_quantize(p, in, out, stream);
   return detail::launch_fp8_block_batched_quantize(p, in, out, stream);
 }
 

@@ -120,7 +120,8 @@ Status run(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOut
 // rowwise data at b * rowwise_data_bytes(matrix), its rowwise scales at
 // b * rowwise_scale_bytes(matrix), and so on. The bytes are those of `batches` run() calls on the
 // matrices and those offsets; amax (optional) is the maximum over all of them, nonfinite is set by
-// any. FP8 blockwise 128x128 only (the fp8_block recipe's weights); one run() per matrix for others.
+// any. FP8 blockwise 128x128 (the fp8_block recipe's weights) and the MX recipes (matrix.rows a
+// multiple of 128, so each 128-row tile is one matrix's); one run() per matrix for the others.
 struct BatchedQuantizeProblem {
   QuantizeProblem matrix;
   int64_t batches = 1;

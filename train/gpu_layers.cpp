@@ -117,7 +117,8 @@ Status GpuLayers::quantize_experts(const std::string& name, const float* w, int 
   q->col_dec = q->row_dec + experts;
   expert_scale_bytes_[name] = {rs, cs};
   saved_[name] = *q;
-  if (p.recipe == formats::Recipe::kFp8Block128x128) {  // one launch for every expert
+  // One launch for every expert: FP8 blockwise, and MX where no 128-row tile spans two experts.
+  if (p.recipe == formats::Recipe::kFp8Block128x128 || (formats::is_mx(p.recipe) && n % 128 == 0)) {
     quant::BatchedQuantizeProblem bp;
     bp.matrix = p;
     bp.batches = experts;

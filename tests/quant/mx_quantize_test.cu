@@ -308,6 +308,126 @@ std::string layout_name(const ::testing::TestParamInfo<Layout>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MxQuantizeLayouts, ::testing::ValuesIn(layouts()), layout_name);
 
+// ---- Batched (BatchedQuantizeProblem: a MoE layer's expert weights in one launch): matrix b's
+// bytes, at its offset in each buffer, are the emulator's for matrix b alone; amax is the
+// maximum over all of them, the non-finite flag set by any.
+struct BatchedLayout {
+  int64_t batches;
+  Layout matrix;
+};
+
+int64_t check_batched(const BatchedLayout& bl, const HostInput& in, const DeviceInput& x, Recipe recipe,
+                      ScaleRounding rounding, Directions dirs) {
+  const Layout& l = bl.matrix;
+  Reference want;
+  std::vector<uint8_t> row_data, row_scales, col_data, col_scales;
+  bool nonfinite = false;
+  for (int64_t b = 0; b < bl.batches; ++b) {
+    HostInput one;  // matrix b alone
+    one.values.assign(in.values.begin() + b * l.rows * l.ld, in.values.begin() + (b + 1) * l.rows * l.ld);
+    const Reference r = make_reference(one, l.rows, l.cols, l.ld, recipe, rounding);
+    row_data.insert(row_data.end(), r.row.data.begin(), r.row.data.end());
+    row_scales.insert(row_scales.end(), r.row_scales.begin(), r.row_scales.end());
+    col_data.insert(col_data.end(), r.col.data.begin(), r.col.data.end());
+    col_scales.insert(col_scales.end(), r.col_scales.begin(), r.col_scales.end());
+    nonfinite = nonfinite || r.row.nonfinite_seen;
+    if (b == 0) want = r;
+  }
+  const float amax = bf::detail::block_amax(in.values.data(), l.ld, 0, bl.batches * l.rows, 0, l.cols).amax;
+  bq::BatchedQuantizeProblem p;
+  p.matrix.recipe = recipe;
+  p.matrix.rounding = rounding;
+  p.matrix.input_type = l.type;
+  p.matrix.rows = l.rows, p.matrix.cols = l.cols, p.matrix.ld = l.ld;
+  p.matrix.directions = Directions::kBoth;  // sizes every buffer; those not requested must stay poisoned
+  p.batches = bl.batches;
+  const int64_t out_off = l.misaligned ? 1 : 0;
+  GuardedOutput rd, rs, cd, cs, amax_out;
+  EXPECT_TRUE(alloc_poisoned(&rd, bl.batches * bq::rowwise_data_bytes(p.matrix), out_off));
+  EXPECT_TRUE(alloc_poisoned(&rs, bl.batches * bq::rowwise_scale_bytes(p.matrix), out_off));
+  EXPECT_TRUE(alloc_poisoned(&cd, bl.batches * bq::columnwise_data_bytes(p.matrix), out_off));
+  EXPECT_TRUE(alloc_poisoned(&cs, bl.batches * bq::columnwise_scale_bytes(p.matrix), out_off));
+  EXPECT_TRUE(alloc_poisoned(&amax_out, 4, 0));
+  DeviceBuffer flag;
+  EXPECT_EQ(flag.alloc(sizeof(int)), cudaSuccess);
+  EXPECT_EQ(cudaMemset(flag.ptr, 0, sizeof(int)), cudaSuccess);
+  p.matrix.directions = dirs;
+  bq::QuantizeInputs qin;
+  qin.x = x.ptr();
+  bq::QuantizeOutputs out;
+  out.rowwise_data = rd.ptr(), out.rowwise_scales = rs.ptr();
+  out.columnwise_data = cd.ptr(), out.columnwise_scales = cs.ptr();
+  out.amax = reinterpret_cast<float*>(amax_out.ptr());
+  out.nonfinite = reinterpret_cast<int*>(flag.ptr);
+  const blockscale::Status st = bq::run(p, qin, out, nullptr);
+  EXPECT_TRUE(st.is_ok()) << st.message();
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  const bool row = dirs != Directions::kColumnwise, col = dirs != Directions::kRowwise;
+  std::string report;
+  int64_t bad = 0;
+  bad += check_output(rd, row ? &row_data : nullptr, want.row.data_row_bytes(), "rowwise data", &report);
+  bad += check_output(rs, row ? &row_scales : nullptr, 16, "rowwise scales", &report);
+  bad += check_output(cd, col ? &col_data : nullptr, want.col.data_row_bytes(), "columnwise data", &report);
+  bad += check_output(cs, col ? &col_scales : nullptr, 16, "columnwise scales", &report);
+  std::vector<uint8_t> amax_bytes(4);
+  std::memcpy(amax_bytes.data(), &amax, 4);
+  bad += check_output(amax_out, &amax_bytes, 4, "amax", &report);
+  int got_flag = -1;
+  EXPECT_EQ(cudaMemcpy(&got_flag, flag.ptr, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  if (got_flag != (nonfinite ? 1 : 0)) ++bad, report += "nonfinite flag: got " + std::to_string(got_flag) + "\n";
+  EXPECT_EQ(bad, 0) << bl.batches << " x " << describe(l) << " " << bf::recipe_name(recipe) << " "
+                    << (rounding == ScaleRounding::kCeil ? "ceil" : "floor") << " " << name(dirs) << ": " << bad
+                    << " bad bytes\n" << report;
+  return bad;
+}
+
+// Whole 128-row tiles per matrix (the rule), partial column tiles, row strides > cols, odd
+// strides, misaligned pointers, one matrix, and enough tiles for several per CTA; every recipe
+// and rounding, each direction.
+TEST(MxQuantizeBatched, MatchesTheEmulatorPerMatrix) {
+  SKIP_WITHOUT_GPU();
+  const BatchedLayout layouts[] = {{8, {256, 384, 384, InputType::kFp32, Pattern::kMixed, false}},
+                                   {3, {128, 300, 300, InputType::kFp32, Pattern::kMixed, false}},
+                                   {5, {256, 129, 136, InputType::kBf16, Pattern::kMixed, false}},
+                                   {4, {128, 200, 203, InputType::kFp16, Pattern::kMixed, false}},
+                                   {3, {128, 129, 131, InputType::kFp32, Pattern::kMixed, true}},
+                                   {1, {384, 520, 600, InputType::kBf16, Pattern::kMixed, false}},
+                                   {8, {1408, 256, 256, InputType::kFp32, Pattern::kFinite, false}}};
+  for (const BatchedLayout& bl : layouts) {
+    const Layout& l = bl.matrix;
+    const HostInput in = make_input(bl.batches * l.rows, l.cols, l.ld, l.type, l.pattern, 7919u * l.cols + l.rows);
+    DeviceInput x;
+    ASSERT_TRUE(upload_input(in, l.type, l.misaligned, &x));
+    int runs = 0;
+    int64_t bad = 0;
+    for (Recipe recipe : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2, Recipe::kMxfp4})
+      for (ScaleRounding rounding : {ScaleRounding::kCeil, ScaleRounding::kFloor})
+        for (Directions d : {Directions::kRowwise, Directions::kColumnwise, Directions::kBoth}) {
+          bad += check_batched(bl, in, x, recipe, rounding, d);
+          ++runs;
+        }
+    std::printf("mx_quantize_test: batched %lld x %-36s %2d runs, bad bytes %lld\n",
+                static_cast<long long>(bl.batches), describe(l).c_str(), runs, static_cast<long long>(bad));
+  }
+}
+
+// Host-side checks: MX recipes batch only whole 128-row tiles per matrix.
+TEST(MxQuantizeBatched, RowsMustBeWholeTiles) {
+  bq::BatchedQuantizeProblem p;
+  p.matrix.recipe = Recipe::kMxfp8E4M3, p.matrix.input_type = InputType::kFp32;
+  p.matrix.rows = 256, p.matrix.cols = 64, p.matrix.ld = 64, p.matrix.directions = Directions::kBoth;
+  p.batches = 3;
+  EXPECT_TRUE(bq::can_implement(p).is_ok());
+  p.matrix.rows = 200;
+  const blockscale::Status s = bq::can_implement(p);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("problem.matrix.rows"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("multiple of 128"), std::string::npos) << s.message();
+  p.matrix.rows = 256, p.matrix.recipe = Recipe::kNvfp4;
+  EXPECT_FALSE(bq::can_implement(p).is_ok()) << "NVFP4 is not batched";
+}
+
 // One large bf16 tensor (not a multiple of the tile in either dimension).
 TEST(Mxfp8QuantizeLarge, Bf16_16385x7169) {
   SKIP_WITHOUT_GPU();
