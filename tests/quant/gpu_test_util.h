@@ -164,6 +164,23 @@ inline ::testing::AssertionResult alloc_poisoned(GuardedOutput* o, int64_t bytes
   return ::testing::AssertionSuccess();
 }
 
+// run()'s outputs: the four guarded buffers, an amax (optional) and the non-finite flag, which
+// this zeroes (a device int).
+inline ::testing::AssertionResult guarded_outputs(const GuardedOutput& rd, const GuardedOutput& rs,
+                                                  const GuardedOutput& cd, const GuardedOutput& cs,
+                                                  const GuardedOutput* amax, DeviceBuffer* flag,
+                                                  blockscale::quant::QuantizeOutputs* out) {
+  cudaError_t err = flag->alloc(sizeof(int));
+  if (err == cudaSuccess) err = cudaMemset(flag->ptr, 0, sizeof(int));
+  if (err != cudaSuccess) return ::testing::AssertionFailure() << "non-finite flag: " << cudaGetErrorString(err);
+  *out = blockscale::quant::QuantizeOutputs{};
+  out->rowwise_data = rd.ptr(), out->rowwise_scales = rs.ptr();
+  out->columnwise_data = cd.ptr(), out->columnwise_scales = cs.ptr();
+  out->amax = amax != nullptr ? reinterpret_cast<float*>(amax->ptr()) : nullptr;
+  out->nonfinite = reinterpret_cast<int*>(flag->ptr);
+  return ::testing::AssertionSuccess();
+}
+
 // Compares the buffer's contents with `want` (nullptr: must be untouched, still the poison) and
 // its guards with the poison. Returns the number of bad bytes (1 when `want` is not the buffer's
 // size or the copy fails); describes the first few in *report (row_len: for the row / column),

@@ -42,6 +42,18 @@ class GpuBackendTest : public testing::TestWithParam<Case> {};
 double loss_bound(TrainRecipe r) { return r == TrainRecipe::kBf16 ? 1e-3 : 5e-3; }
 double grad_bound(TrainRecipe r) { return r == TrainRecipe::kNvfp4 ? 0.1 : (r == TrainRecipe::kBf16 ? 0.02 : 0.05); }
 
+// `count` random tokens and targets below `vocab` (each position's token, then its target).
+void random_tokens(int vocab, size_t count, uint32_t seed, std::vector<int32_t>* tokens,
+                   std::vector<int32_t>* targets) {
+  std::mt19937 rng(seed);
+  tokens->resize(count);
+  targets->resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    (*tokens)[i] = int32_t(rng() % vocab);
+    (*targets)[i] = int32_t(rng() % vocab);
+  }
+}
+
 // The tiny model both sides run: 2 layers, width 128, 4 heads, 4 experts top-2 (or a dense FFN).
 ModelConfig tiny_config(bool moe) {
   ModelConfig c;
@@ -62,12 +74,8 @@ TEST_P(GpuBackendTest, MatchesCpuModel) {
   const ModelConfig c = tiny_config(tc.moe);
   const int batch = 2;
   ASSERT_TRUE(validate(c, tc.recipe, batch * c.seq_len).is_ok());
-  std::mt19937 rng(5);
-  std::vector<int32_t> tokens(batch * c.seq_len), targets(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = int32_t(rng() % c.vocab);
-    targets[i] = int32_t(rng() % c.vocab);
-  }
+  std::vector<int32_t> tokens, targets;
+  random_tokens(c.vocab, batch * c.seq_len, 5, &tokens, &targets);
   std::unique_ptr<StepBackend> gpu;
   ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &gpu).is_ok());
   std::vector<float> params, m, v;
@@ -116,12 +124,8 @@ TEST_P(GpuBackendTest, AccumulatesMicroBatches) {
   const ModelConfig c = tiny_config(tc.moe);
   const int batch = 2;
   const int64_t per_micro = int64_t{batch} * c.seq_len;
-  std::mt19937 rng(11);
-  std::vector<int32_t> tokens(2 * per_micro), targets(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = int32_t(rng() % c.vocab);
-    targets[i] = int32_t(rng() % c.vocab);
-  }
+  std::vector<int32_t> tokens, targets;
+  random_tokens(c.vocab, 2 * per_micro, 11, &tokens, &targets);
   StepLosses l;
   std::unique_ptr<StepBackend> together, apart;
   ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &together).is_ok());
@@ -165,12 +169,8 @@ TEST_P(GpuBackendTest, OptimizerStepIsTheHostUpdate) {
   const Case tc = GetParam();
   const ModelConfig c = tiny_config(tc.moe);
   const int batch = 2;
-  std::mt19937 rng(17);
-  std::vector<int32_t> tokens(batch * c.seq_len), targets(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = int32_t(rng() % c.vocab);
-    targets[i] = int32_t(rng() % c.vocab);
-  }
+  std::vector<int32_t> tokens, targets;
+  random_tokens(c.vocab, batch * c.seq_len, 17, &tokens, &targets);
   std::unique_ptr<StepBackend> gpu;
   ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &gpu).is_ok());
   const std::vector<uint8_t> decay = decay_mask(make_param_layout(c));
@@ -221,12 +221,8 @@ TEST_P(GpuBackendTest, WeightCopiesFollowTheOptimizer) {
   const Case tc = GetParam();
   const ModelConfig c = tiny_config(tc.moe);
   const int batch = 2;
-  std::mt19937 rng(13);
-  std::vector<int32_t> tokens(2 * batch * c.seq_len), targets(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    tokens[i] = int32_t(rng() % c.vocab);
-    targets[i] = int32_t(rng() % c.vocab);
-  }
+  std::vector<int32_t> tokens, targets;
+  random_tokens(c.vocab, 2 * batch * c.seq_len, 13, &tokens, &targets);
   const int32_t* eval_tokens = tokens.data() + batch * c.seq_len;
   const int32_t* eval_targets = targets.data() + batch * c.seq_len;
   std::unique_ptr<StepBackend> trained, loaded;
@@ -310,13 +306,7 @@ ParallelCase parallel_case(uint32_t seed) {
   ModelConfig& c = pc.c;
   c.vocab = 96, c.d_model = 128, c.n_layers = 2, c.n_heads = 4, c.n_experts = 4, c.top_k = 2, c.d_ff = 128;
   c.seq_len = 64, c.aux_loss_coef = 0;
-  std::mt19937 rng(seed);
-  pc.tokens.resize(pc.batch * c.seq_len);
-  pc.targets.resize(pc.tokens.size());
-  for (size_t i = 0; i < pc.tokens.size(); ++i) {
-    pc.tokens[i] = int32_t(rng() % c.vocab);
-    pc.targets[i] = int32_t(rng() % c.vocab);
-  }
+  random_tokens(c.vocab, pc.batch * c.seq_len, seed, &pc.tokens, &pc.targets);
   return pc;
 }
 
