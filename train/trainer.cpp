@@ -141,8 +141,7 @@ constexpr int64_t kPhaseEvery = 5;
 
 // " quantize 1.20 ms (10%), gemm ... (every 5th step: 3 steps of 12.50 ms)" from per-step phase
 // times and the mean time of the steps that recorded them.
-std::string format_phases(const std::vector<std::pair<std::string, double>>& phases, int64_t every, int64_t steps,
-                          double step_ms) {
+std::string format_phases(const std::vector<std::pair<std::string, double>>& phases, int64_t steps, double step_ms) {
   double total = 0;
   for (const auto& p : phases) total += p.second;
   std::string out;
@@ -153,8 +152,8 @@ std::string format_phases(const std::vector<std::pair<std::string, double>>& pha
     out += part;
   }
   char tail[96];
-  std::snprintf(tail, sizeof(tail), " (every %lldth step: %lld steps of %.2f ms)", (long long)every, (long long)steps,
-                step_ms);
+  std::snprintf(tail, sizeof(tail), " (every %lldth step: %lld steps of %.2f ms)", (long long)kPhaseEvery,
+                (long long)steps, step_ms);
   return out + tail;
 }
 
@@ -244,12 +243,14 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
 
   const int64_t n = int64_t{c.batch} * c.model.seq_len;
   std::vector<int32_t> in(n), tg(n);
+  const bool times_phases = !backend->phase_ms().empty();
   double timed_ms = 0, phase_step_ms = 0;
   int64_t timed_steps = 0, phase_steps = 0, run_steps = 0;
   StepRecord last{};
   double last_eval = NAN;
   while (step < c.steps && run_steps != c.stop_after) {
-    const bool phase_step = run_steps >= 1 && (run_steps - 1) % kPhaseEvery == 0;
+    // Only a backend that times phases (the GPU's) gives up steps to it.
+    const bool phase_step = times_phases && run_steps >= 1 && (run_steps - 1) % kPhaseEvery == 0;
     backend->time_phases(phase_step);
     const auto start = std::chrono::steady_clock::now();
     BS_RETURN_IF_ERROR(backend->zero_grads());
@@ -323,7 +324,7 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
     config["phase_ms_per_step"] = json::object();
     for (const auto& [name, ms] : phases) config["phase_ms_per_step"][name] = ms;
     config["phase_timed_step_ms"] = phase_step_ms / phase_steps;
-    progress << "GPU time per step:" << format_phases(phases, kPhaseEvery, phase_steps, phase_step_ms / phase_steps)
+    progress << "GPU time per step:" << format_phases(phases, phase_steps, phase_step_ms / phase_steps)
              << "\n";
   }
   BS_RETURN_IF_ERROR(ranks.agree(ranks.leader() ? log.write_summary(config) : Status::ok()));
@@ -387,8 +388,7 @@ Status compare_recipes(const TrainConfig& base, const std::vector<TrainRecipe>& 
   for (size_t i = 0; i < recipes.size(); ++i)
     if (!(*summaries)[i].phase_ms.empty())
       progress << recipe_name(recipes[i]) << " GPU time per step:"
-               << format_phases((*summaries)[i].phase_ms, kPhaseEvery, (*summaries)[i].phase_steps,
-                                (*summaries)[i].phase_step_ms)
+               << format_phases((*summaries)[i].phase_ms, (*summaries)[i].phase_steps, (*summaries)[i].phase_step_ms)
                << "\n";
   progress << "plot: " << base.out_dir << "/compare.svg\n";
   return Status::ok();
