@@ -1,49 +1,79 @@
 #include "train/gpu_glue.h"
 
 #include "formats/scalar_codecs.h"
+#include "train/gpu_ops_common.cuh"
 
 namespace blockscale::train::gpu {
 namespace {
 
-constexpr int kThreads = 256;
+using namespace detail;
 
-int blocks_for(int64_t n) { return static_cast<int>((n + kThreads - 1) / kThreads); }
+struct GatherRows {  // element i of out: row i / d, column i % d (with d % 4 == 0 a float4 stays in its row)
+  const float* x;
+  int64_t x_rows;
+  int d;
+  const int32_t* row_index;
+  float* out;
+  __device__ const float* source(int64_t r) const {
+    const int32_t src = row_index[r];
+    return src >= 0 && src < x_rows ? x + int64_t{src} * d : nullptr;
+  }
+  __device__ void one(int64_t i) const {
+    const int64_t r = i / d, c = i - r * d;
+    const float* row = source(r);
+    out[i] = row ? row[c] : 0.0f;
+  }
+  __device__ void four(int64_t i) const {
+    const int64_t r = i / d, c = i - r * d;
+    const float* row = source(r);
+    *reinterpret_cast<float4*>(out + i) = row ? *reinterpret_cast<const float4*>(row + c) : make_float4(0, 0, 0, 0);
+  }
+};
 
-__global__ void gather_rows_kernel(const float* x, int64_t x_rows, int d, const int32_t* row_index, int64_t rows,
-                                   float* out) {
-  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i >= rows * d) return;
-  const int64_t r = i / d, c = i % d;
-  const int32_t src = row_index[r];
-  out[i] = (src >= 0 && src < x_rows) ? x[int64_t{src} * d + c] : 0.0f;
-}
+struct RoundToBf16 {
+  float* x;
+  uint16_t* bits;
+  __device__ void one(int64_t i) const {
+    const uint16_t b = formats::float_to_bf16_bits_rn(x[i]);
+    bits[i] = b;
+    x[i] = formats::bf16_bits_to_float(b);
+  }
+  __device__ void four(int64_t i) const {
+    float4 f = *reinterpret_cast<const float4*>(x + i);
+    const uint2 b = make_uint2(bf16_pair(f.x, f.y), bf16_pair(f.z, f.w));
+    *reinterpret_cast<uint2*>(bits + i) = b;
+    f = make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xFFFF0000u), __uint_as_float(b.y << 16),
+                    __uint_as_float(b.y & 0xFFFF0000u));
+    *reinterpret_cast<float4*>(x + i) = f;
+  }
+};
 
-__global__ void round_to_bf16_kernel(float* x, uint16_t* bits, int64_t n) {
-  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const uint16_t b = formats::float_to_bf16_bits_rn(x[i]);
-  bits[i] = b;
-  x[i] = formats::bf16_bits_to_float(b);
-}
-
-__global__ void add_kernel(float* y, const float* x, int64_t n) {
-  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i < n) y[i] += x[i];
-}
+struct Add {
+  float* y;
+  const float* x;
+  __device__ void one(int64_t i) const { y[i] += x[i]; }
+  __device__ void four(int64_t i) const {
+    float4 a = *reinterpret_cast<const float4*>(y + i);
+    const float4 b = *reinterpret_cast<const float4*>(x + i);
+    a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+    *reinterpret_cast<float4*>(y + i) = a;
+  }
+};
 
 }  // namespace
 
 void gather_rows(const float* x, int64_t x_rows, int d, const int32_t* row_index, int64_t rows, float* out,
                  cudaStream_t stream) {
-  if (rows * d > 0) gather_rows_kernel<<<blocks_for(rows * d), kThreads, 0, stream>>>(x, x_rows, d, row_index, rows, out);
+  const bool vector = d % 4 == 0 && aligned_to(x, 16) && aligned_to(out, 16);
+  launch_elementwise(GatherRows{x, x_rows, d, row_index, out}, rows * d, vector, stream);
 }
 
 void round_to_bf16(float* x, uint16_t* bits, int64_t n, cudaStream_t stream) {
-  if (n > 0) round_to_bf16_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, bits, n);
+  launch_elementwise(RoundToBf16{x, bits}, n, aligned_to(x, 16) && aligned_to(bits, 8), stream);
 }
 
 void add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream) {
-  if (n > 0) add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, x, n);
+  launch_elementwise(Add{y, x}, n, aligned_to(y, 16) && aligned_to(x, 16), stream);
 }
 
 }  // namespace blockscale::train::gpu

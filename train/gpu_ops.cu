@@ -33,9 +33,6 @@ namespace {
 
 __device__ __forceinline__ float quiet_nan() { return __uint_as_float(0x7FC00000u); }
 
-// Global thread index and stride of a grid-stride loop.
-__device__ __forceinline__ int64_t thread_index() { return blockIdx.x * int64_t{blockDim.x} + threadIdx.x; }
-__device__ __forceinline__ int64_t thread_stride() { return int64_t{gridDim.x} * blockDim.x; }
 __device__ __forceinline__ int64_t warp_index() { return thread_index() / kWarp; }
 __device__ __forceinline__ int64_t warp_stride() { return thread_stride() / kWarp; }
 
@@ -129,8 +126,22 @@ Status check_embedding(const char* fn, int64_t n_tokens, int seq_len, int d, int
 
 // ---- RMSNorm -----------------------------------------------------------------------------------
 
-__global__ void rmsnorm_forward_kernel(const float* x, const float* gain, int64_t rows, int d, float* y,
-                                       float* rstd) {
+// The row kernels' element-wise pass, each lane on float4s when `vector` (d % 4 == 0, rows
+// 16-byte aligned): the per-element arithmetic is the scalar loop's, so the bits are too. The
+// reductions before it keep their scalar order (lane l sums columns l, l + 32, ...).
+template <class Body>
+__device__ __forceinline__ void for_row_columns(int d, int lane, bool vector, const Body& body) {
+  if (vector) {
+    for (int c = 4 * lane; c < d; c += 4 * kWarp) body.four(c);
+  } else {
+    for (int c = lane; c < d; c += kWarp) body.one(c);
+  }
+}
+
+__device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+
+__global__ void rmsnorm_forward_kernel(const float* x, const float* gain, int64_t rows, int d, float* y, float* rstd,
+                                       bool vector) {
   const int lane = threadIdx.x % kWarp;
   for (int64_t r = warp_index(); r < rows; r += warp_stride()) {
     const float* xr = x + r * d;
@@ -139,13 +150,25 @@ __global__ void rmsnorm_forward_kernel(const float* x, const float* gain, int64_
     ss = warp_sum(ss);
     const float s = 1.0f / sqrtf(ss / static_cast<float>(d) + kRmsNormEps);
     if (lane == 0) rstd[r] = s;
-    for (int c = lane; c < d; c += kWarp) y[r * d + c] = xr[c] * s * gain[c];
+    float* yr = y + r * d;
+    struct {
+      const float *xr, *gain;
+      float* yr;
+      float s;
+      __device__ void one(int c) const { yr[c] = xr[c] * s * gain[c]; }
+      __device__ void four(int c) const {
+        const float4 v = load4(xr + c), g = load4(gain + c);
+        *reinterpret_cast<float4*>(yr + c) =
+            make_float4(v.x * s * g.x, v.y * s * g.y, v.z * s * g.z, v.w * s * g.w);
+      }
+    } body{xr, gain, yr, s};
+    for_row_columns(d, lane, vector, body);
   }
 }
 
 // dx += s * (gain*dy - x * s^2 * mean(gain*dy*x)), one warp per row.
 __global__ void rmsnorm_backward_dx_kernel(const float* dy, const float* x, const float* gain, const float* rstd,
-                                           int64_t rows, int d, float* dx) {
+                                           int64_t rows, int d, float* dx, bool vector) {
   const int lane = threadIdx.x % kWarp;
   for (int64_t r = warp_index(); r < rows; r += warp_stride()) {
     const float* xr = x + r * d;
@@ -155,7 +178,21 @@ __global__ void rmsnorm_backward_dx_kernel(const float* dy, const float* x, cons
     dot = warp_sum(dot);
     const float s = rstd[r];
     const float m = dot / static_cast<float>(d) * s * s;
-    for (int c = lane; c < d; c += kWarp) dx[r * d + c] += s * (gain[c] * dyr[c] - xr[c] * m);
+    struct {
+      const float *xr, *dyr, *gain;
+      float* dxr;
+      float s, m;
+      __device__ float term(float g, float dy, float x) const { return s * (g * dy - x * m); }
+      __device__ void one(int c) const { dxr[c] += term(gain[c], dyr[c], xr[c]); }
+      __device__ void four(int c) const {
+        const float4 g = load4(gain + c), dy = load4(dyr + c), x = load4(xr + c);
+        float4 o = load4(dxr + c);
+        o.x += term(g.x, dy.x, x.x), o.y += term(g.y, dy.y, x.y), o.z += term(g.z, dy.z, x.z);
+        o.w += term(g.w, dy.w, x.w);
+        *reinterpret_cast<float4*>(dxr + c) = o;
+      }
+    } body{xr, dyr, gain, dx + r * d, s, m};
+    for_row_columns(d, lane, vector, body);
   }
 }
 
@@ -167,26 +204,55 @@ struct RmsNormGainTerm {  // dy * x * rstd, the CPU's order
 
 // ---- SwiGLU ------------------------------------------------------------------------------------
 
-__global__ void swiglu_forward_kernel(const float* u, int64_t rows, int f, float* a) {
-  for (int64_t i = thread_index(); i < rows * f; i += thread_stride()) {
-    const int64_t r = i / f;
-    const int64_t c = i - r * f;
-    const float g = u[r * 2 * f + c], up = u[r * 2 * f + f + c];
-    a[i] = g / (1.0f + expf(-g)) * up;
+// Both directions walk a = rows x f; with f % 4 == 0 four consecutive elements share a row.
+__device__ __forceinline__ float swiglu(float g, float up) { return g / (1.0f + expf(-g)) * up; }
+
+struct SwigluForward {
+  const float* u;
+  int f;
+  float* a;
+  __device__ void one(int64_t i) const {
+    const int64_t r = i / f, c = i - r * f;
+    a[i] = swiglu(u[r * 2 * f + c], u[r * 2 * f + f + c]);
   }
+  __device__ void four(int64_t i) const {
+    const int64_t r = i / f, c = i - r * f;
+    const float4 g = *reinterpret_cast<const float4*>(u + r * 2 * f + c);
+    const float4 up = *reinterpret_cast<const float4*>(u + r * 2 * f + f + c);
+    *reinterpret_cast<float4*>(a + i) =
+        make_float4(swiglu(g.x, up.x), swiglu(g.y, up.y), swiglu(g.z, up.z), swiglu(g.w, up.w));
+  }
+};
+
+// d/dgate and d/dup of swiglu(g, up) times d.
+__device__ __forceinline__ void swiglu_grad(float g, float up, float d, float* dg, float* dup) {
+  const float sig = 1.0f / (1.0f + expf(-g));
+  *dg = d * up * sig * (1.0f + g * (1.0f - sig));
+  *dup = d * (g * sig);
 }
 
-__global__ void swiglu_backward_kernel(const float* u, const float* da, int64_t rows, int f, float* du) {
-  for (int64_t i = thread_index(); i < rows * f; i += thread_stride()) {
-    const int64_t r = i / f;
-    const int64_t c = i - r * f;
-    const float g = u[r * 2 * f + c], up = u[r * 2 * f + f + c];
-    const float sig = 1.0f / (1.0f + expf(-g));
-    const float d = da[i];
-    du[r * 2 * f + c] = d * up * sig * (1.0f + g * (1.0f - sig));
-    du[r * 2 * f + f + c] = d * (g * sig);
+struct SwigluBackward {
+  const float *u, *da;
+  int f;
+  float* du;
+  __device__ void one(int64_t i) const {
+    const int64_t r = i / f, c = i - r * f;
+    swiglu_grad(u[r * 2 * f + c], u[r * 2 * f + f + c], da[i], &du[r * 2 * f + c], &du[r * 2 * f + f + c]);
   }
-}
+  __device__ void four(int64_t i) const {
+    const int64_t r = i / f, c = i - r * f;
+    const float4 g = *reinterpret_cast<const float4*>(u + r * 2 * f + c);
+    const float4 up = *reinterpret_cast<const float4*>(u + r * 2 * f + f + c);
+    const float4 d = *reinterpret_cast<const float4*>(da + i);
+    float4 dg, dup;
+    swiglu_grad(g.x, up.x, d.x, &dg.x, &dup.x);
+    swiglu_grad(g.y, up.y, d.y, &dg.y, &dup.y);
+    swiglu_grad(g.z, up.z, d.z, &dg.z, &dup.z);
+    swiglu_grad(g.w, up.w, d.w, &dg.w, &dup.w);
+    *reinterpret_cast<float4*>(du + r * 2 * f + c) = dg;
+    *reinterpret_cast<float4*>(du + r * 2 * f + f + c) = dup;
+  }
+};
 
 // ---- Cross-entropy -----------------------------------------------------------------------------
 
@@ -265,29 +331,58 @@ struct AdamWScalars {
 };
 
 // Each operation rounded once (the _rn intrinsics are never fused into an fma).
-__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, int64_t n, AdamWScalars k,
-                             GradScale scale, const uint8_t* decay_mask) {
-  const float grad_scale = scale.device != nullptr ? *scale.device : scale.value;
-  for (int64_t i = thread_index(); i < n; i += thread_stride()) {
-    const float g = __fmul_rn(grads[i], grad_scale), p = params[i];
-    const float mi = __fadd_rn(__fmul_rn(k.beta1, m[i]), __fmul_rn(k.one_minus_beta1, g));
-    const float vi = __fadd_rn(__fmul_rn(k.beta2, v[i]), __fmul_rn(__fmul_rn(k.one_minus_beta2, g), g));
-    const float mhat = __fdiv_rn(mi, k.bias1), vhat = __fdiv_rn(vi, k.bias2);
-    float u = __fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), k.eps));
-    if (decay_mask == nullptr || decay_mask[i] != 0) u = __fadd_rn(u, __fmul_rn(k.weight_decay, p));
-    params[i] = __fsub_rn(p, __fmul_rn(k.lr, u));
-    m[i] = mi;
-    v[i] = vi;
-  }
+__device__ __forceinline__ void adamw_update(const AdamWScalars& k, float grad, float grad_scale, bool decay,
+                                             float* p, float* m, float* v) {
+  const float g = __fmul_rn(grad, grad_scale);
+  const float mi = __fadd_rn(__fmul_rn(k.beta1, *m), __fmul_rn(k.one_minus_beta1, g));
+  const float vi = __fadd_rn(__fmul_rn(k.beta2, *v), __fmul_rn(__fmul_rn(k.one_minus_beta2, g), g));
+  const float mhat = __fdiv_rn(mi, k.bias1), vhat = __fdiv_rn(vi, k.bias2);
+  float u = __fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), k.eps));
+  if (decay) u = __fadd_rn(u, __fmul_rn(k.weight_decay, *p));
+  *p = __fsub_rn(*p, __fmul_rn(k.lr, u));
+  *m = mi;
+  *v = vi;
 }
+
+struct AdamWStep {
+  float *params, *m, *v;
+  const float* grads;
+  AdamWScalars k;
+  GradScale scale;
+  const uint8_t* decay_mask;  // null: every element decays
+  __device__ float grad_scale() const { return scale.device != nullptr ? *scale.device : scale.value; }
+  __device__ void one(int64_t i) const {
+    adamw_update(k, grads[i], grad_scale(), decay_mask == nullptr || decay_mask[i] != 0, &params[i], &m[i], &v[i]);
+  }
+  __device__ void four(int64_t i) const {
+    float4 p = *reinterpret_cast<const float4*>(params + i), mi = *reinterpret_cast<const float4*>(m + i);
+    float4 vi = *reinterpret_cast<const float4*>(v + i);
+    const float4 g = *reinterpret_cast<const float4*>(grads + i);
+    const uchar4 decay = decay_mask ? *reinterpret_cast<const uchar4*>(decay_mask + i) : make_uchar4(1, 1, 1, 1);
+    const float s = grad_scale();
+    adamw_update(k, g.x, s, decay.x != 0, &p.x, &mi.x, &vi.x);
+    adamw_update(k, g.y, s, decay.y != 0, &p.y, &mi.y, &vi.y);
+    adamw_update(k, g.z, s, decay.z != 0, &p.z, &mi.z, &vi.z);
+    adamw_update(k, g.w, s, decay.w != 0, &p.w, &mi.w, &vi.w);
+    *reinterpret_cast<float4*>(params + i) = p;
+    *reinterpret_cast<float4*>(m + i) = mi;
+    *reinterpret_cast<float4*>(v + i) = vi;
+  }
+};
 
 __global__ void clip_factor_kernel(const float* sum_sq, float clip_norm, float* factor) {
   *factor = clip_factor(sqrt(double(*sum_sq)), clip_norm);
 }
 
-__global__ void to_bf16_kernel(const float* x, int64_t n, uint16_t* y) {
-  for (int64_t i = thread_index(); i < n; i += thread_stride()) y[i] = formats::float_to_bf16_bits_rn(x[i]);
-}
+struct ToBf16 {
+  const float* x;
+  uint16_t* y;
+  __device__ void one(int64_t i) const { y[i] = formats::float_to_bf16_bits_rn(x[i]); }
+  __device__ void four(int64_t i) const {
+    const float4 f = *reinterpret_cast<const float4*>(x + i);
+    *reinterpret_cast<uint2*>(y + i) = make_uint2(bf16_pair(f.x, f.y), bf16_pair(f.z, f.w));
+  }
+};
 
 Status check_elements(const char* fn, int64_t rows, int cols, const char* cols_name) {
   BS_RETURN_IF_ERROR(check_range(fn, "rows", rows, 0, std::numeric_limits<int64_t>::max() / 4));
@@ -365,7 +460,9 @@ Status rmsnorm_forward(const float* x, const float* gain, int64_t rows, int d, f
   BS_RETURN_IF_ERROR(check_ptr(fn, "gain", gain));
   BS_RETURN_IF_ERROR(check_ptr(fn, "y", y));
   BS_RETURN_IF_ERROR(check_ptr(fn, "rstd", rstd));
-  rmsnorm_forward_kernel<<<blocks_for(rows * kWarp, kThreads), kThreads, 0, stream>>>(x, gain, rows, d, y, rstd);
+  const bool vector = d % 4 == 0 && aligned_to(x, 16) && aligned_to(gain, 16) && aligned_to(y, 16);
+  rmsnorm_forward_kernel<<<blocks_for(rows * kWarp, kThreads), kThreads, 0, stream>>>(x, gain, rows, d, y, rstd,
+                                                                                    vector);
   return launch_status(fn);
 }
 
@@ -386,8 +483,10 @@ Status rmsnorm_backward(const float* dy, const float* x, const float* gain, cons
   BS_RETURN_IF_ERROR(check_ptr(fn, "dx", dx));
   BS_RETURN_IF_ERROR(check_ptr(fn, "d_gain", d_gain));
   BS_RETURN_IF_ERROR(check_workspace(fn, rmsnorm_backward_workspace_bytes(rows, d), workspace, workspace_bytes));
+  const bool vector =
+      d % 4 == 0 && aligned_to(dy, 16) && aligned_to(x, 16) && aligned_to(gain, 16) && aligned_to(dx, 16);
   rmsnorm_backward_dx_kernel<<<blocks_for(rows * kWarp, kThreads), kThreads, 0, stream>>>(dy, x, gain, rstd, rows,
-                                                                                        d, dx);
+                                                                                        d, dx, vector);
   column_sum(RmsNormGainTerm{dy, x, rstd, d}, rows, d, /*accumulate=*/true, static_cast<float*>(workspace), d_gain,
              stream);
   return launch_status(fn);
@@ -401,7 +500,8 @@ Status swiglu_forward(const float* u, int64_t rows, int f, float* a, cudaStream_
   if (rows == 0) return Status::ok();
   BS_RETURN_IF_ERROR(check_ptr(fn, "u", u));
   BS_RETURN_IF_ERROR(check_ptr(fn, "a", a));
-  swiglu_forward_kernel<<<blocks_for(rows * f, kThreads), kThreads, 0, stream>>>(u, rows, f, a);
+  const bool vector = f % 4 == 0 && aligned_to(u, 16) && aligned_to(a, 16);
+  launch_elementwise(SwigluForward{u, f, a}, rows * f, vector, stream);
   return launch_status(fn);
 }
 
@@ -412,7 +512,8 @@ Status swiglu_backward(const float* u, const float* da, int64_t rows, int f, flo
   BS_RETURN_IF_ERROR(check_ptr(fn, "u", u));
   BS_RETURN_IF_ERROR(check_ptr(fn, "da", da));
   BS_RETURN_IF_ERROR(check_ptr(fn, "du", du));
-  swiglu_backward_kernel<<<blocks_for(rows * f, kThreads), kThreads, 0, stream>>>(u, da, rows, f, du);
+  const bool vector = f % 4 == 0 && aligned_to(u, 16) && aligned_to(da, 16) && aligned_to(du, 16);
+  launch_elementwise(SwigluBackward{u, da, f, du}, rows * f, vector, stream);
   return launch_status(fn);
 }
 
@@ -471,7 +572,9 @@ Status adamw_step(float* params, const float* grads, GradScale scale, float* m, 
   k.one_minus_beta2 = 1.0f - beta2;
   k.bias1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(beta1), static_cast<double>(step)));
   k.bias2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(beta2), static_cast<double>(step)));
-  adamw_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(params, grads, m, v, n, k, scale, decay_mask_or_null);
+  const bool vector = aligned_to(params, 16) && aligned_to(grads, 16) && aligned_to(m, 16) && aligned_to(v, 16) &&
+                      aligned_to(decay_mask_or_null, 4);
+  launch_elementwise(AdamWStep{params, m, v, grads, k, scale, decay_mask_or_null}, n, vector, stream);
   return launch_status(fn);
 }
 
@@ -492,7 +595,7 @@ Status to_bf16(const float* x, int64_t n, uint16_t* y, cudaStream_t stream) {
   if (n == 0) return Status::ok();
   BS_RETURN_IF_ERROR(check_ptr(fn, "x", x));
   BS_RETURN_IF_ERROR(check_ptr(fn, "y", y));
-  to_bf16_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream>>>(x, n, y);
+  launch_elementwise(ToBf16{x, y}, n, aligned_to(x, 16) && aligned_to(y, 8), stream);
   return launch_status(fn);
 }
 

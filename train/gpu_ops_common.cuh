@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "formats/scalar_codecs.h"  // float_to_bf16_bits_rn
 #include "formats/status.h"
 
 namespace blockscale::train::gpu::detail {
@@ -75,6 +76,35 @@ class WorkspaceCarver {
 // Blocks of `threads` covering `work` items (at least 1, at most kMaxBlocks: kernels grid-stride).
 inline unsigned blocks_for(int64_t work, int64_t threads) {
   return static_cast<unsigned>(std::clamp<int64_t>((work + threads - 1) / threads, 1, kMaxBlocks));
+}
+
+// ---- Element-wise kernels: four elements per thread where the pointers allow it -----------------
+// One 4-byte access per thread keeps too few bytes in flight to reach DRAM bandwidth (an H100 then
+// moves ~1.4 of its ~3 TB/s), so element-wise work runs on float4s: Op::four(i) handles elements
+// i..i+3 (i a multiple of 4) with 16-byte accesses, Op::one(i) a single element with the same
+// arithmetic, so both paths give the same bits. `vector` (host-checked pointer alignment) picks the
+// float4 path; the last n % 4 elements always go through one().
+
+__device__ __forceinline__ int64_t thread_index() { return blockIdx.x * int64_t{blockDim.x} + threadIdx.x; }
+__device__ __forceinline__ int64_t thread_stride() { return int64_t{gridDim.x} * blockDim.x; }
+
+inline bool aligned_to(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// Two floats' bf16 bits (RNE) in one word, the first in the low half (little-endian memory order).
+__device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
+  return uint32_t{formats::float_to_bf16_bits_rn(lo)} | uint32_t{formats::float_to_bf16_bits_rn(hi)} << 16;
+}
+
+template <class Op>
+__global__ void __launch_bounds__(kThreads) elementwise_kernel(Op op, int64_t n, bool vector) {
+  const int64_t quads = vector ? n / 4 : 0;
+  for (int64_t q = thread_index(); q < quads; q += thread_stride()) op.four(4 * q);
+  for (int64_t i = 4 * quads + thread_index(); i < n; i += thread_stride()) op.one(i);
+}
+
+template <class Op>
+void launch_elementwise(const Op& op, int64_t n, bool vector, cudaStream_t stream) {
+  if (n > 0) elementwise_kernel<<<blocks_for(vector ? (n + 3) / 4 : n, kThreads), kThreads, 0, stream>>>(op, n, vector);
 }
 
 // ---- Device: reductions in a fixed order (same bits on every run, every lane gets the result) ---

@@ -768,30 +768,42 @@ void adamw_host(std::vector<float>& p, const std::vector<float>& grads, float gr
   }
 }
 
+// Offset 0: the float4 path (and its scalar tail, n % 4 == 3); offset 1: every pointer one element
+// off 16-byte alignment, the scalar path.
 TEST(AdamWTest, MatchesTheHostFormulaBitForBit) {
   SKIP_WITHOUT_GPU();
   const size_t n = 4103;
   const AdamWHyper h;
   std::vector<uint8_t> mask(n);
   for (size_t i = 0; i < n; ++i) mask[i] = uint8_t(i % 3 != 0);
-  for (const bool masked : {false, true}) {
-    SCOPED_TRACE(masked ? "decay mask" : "no mask: every element decays");
-    std::vector<float> p = normal(n, 0.02f, 121), m(n, 0.0f), v(n, 0.0f);
-    DeviceArray<float> d_p(p), d_m(m), d_v(v);
-    DeviceArray<uint8_t> d_mask(mask);
-    for (const int64_t step : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{1000}}) {
-      const auto g = normal(n, 1e-2f, 122 + uint64_t(step));
-      const float grad_scale = step == 2 ? 0.37f : 1.0f;  // clipping, at one step
-      DeviceArray<float> d_g(g);
-      adamw_host(p, g, grad_scale, m, v, h, step, masked ? &mask : nullptr);
-      ASSERT_OK(gpu::adamw_step(d_p.get(), d_g.get(), {grad_scale}, d_m.get(), d_v.get(), int64_t(n), h.lr, h.beta1,
-                                h.beta2, h.eps, h.weight_decay, step, masked ? d_mask.get() : nullptr, nullptr));
-      EXPECT_TRUE(same_bits(d_g.host(), g)) << "grads are not written, step " << step;
-      EXPECT_TRUE(same_bits(d_p.host(), p)) << "params, step " << step;
-      EXPECT_TRUE(same_bits(d_m.host(), m)) << "m, step " << step;
-      EXPECT_TRUE(same_bits(d_v.host(), v)) << "v, step " << step;
+  for (const size_t offset : {size_t{0}, size_t{1}})
+    for (const bool masked : {false, true}) {
+      SCOPED_TRACE(std::string(masked ? "decay mask" : "no mask: every element decays") + ", offset " +
+                   std::to_string(offset));
+      std::vector<float> p = normal(n, 0.02f, 121), m(n, 0.0f), v(n, 0.0f);
+      const auto at = [offset](std::vector<float> x) {
+        x.insert(x.begin(), offset, 0.0f);
+        return x;
+      };
+      std::vector<uint8_t> shifted_mask = mask;
+      shifted_mask.insert(shifted_mask.begin(), offset, uint8_t{0});
+      DeviceArray<float> d_p(at(p)), d_m(at(m)), d_v(at(v));
+      DeviceArray<uint8_t> d_mask(shifted_mask);
+      const auto tail = [offset](const std::vector<float>& x) { return std::vector<float>(x.begin() + offset, x.end()); };
+      for (const int64_t step : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{1000}}) {
+        const auto g = normal(n, 1e-2f, 122 + uint64_t(step));
+        const float grad_scale = step == 2 ? 0.37f : 1.0f;  // clipping, at one step
+        DeviceArray<float> d_g(at(g));
+        adamw_host(p, g, grad_scale, m, v, h, step, masked ? &mask : nullptr);
+        ASSERT_OK(gpu::adamw_step(d_p.get() + offset, d_g.get() + offset, {grad_scale}, d_m.get() + offset,
+                                  d_v.get() + offset, int64_t(n), h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, step,
+                                  masked ? d_mask.get() + offset : nullptr, nullptr));
+        EXPECT_TRUE(same_bits(tail(d_g.host()), g)) << "grads are not written, step " << step;
+        EXPECT_TRUE(same_bits(tail(d_p.host()), p)) << "params, step " << step;
+        EXPECT_TRUE(same_bits(tail(d_m.host()), m)) << "m, step " << step;
+        EXPECT_TRUE(same_bits(tail(d_v.host()), v)) << "v, step " << step;
+      }
     }
-  }
 }
 
 // The clipping factor read on the device from a sum of squares: the host's clip_factor, bit for bit.
@@ -827,6 +839,7 @@ TEST(AdamWTest, ClipsOnTheDeviceAsTheHostDoes) {
 
 // ---- bf16 conversion -----------------------------------------------------------------------------
 
+// 10019 elements: the float4 path with a 3-element tail; from element 1 on, the scalar path.
 TEST(ToBf16Test, MatchesTheFormatsCodecBitForBit) {
   SKIP_WITHOUT_GPU();
   auto x = normal(10007, 100.0f, 131);
@@ -836,9 +849,14 @@ TEST(ToBf16Test, MatchesTheFormatsCodecBitForBit) {
   std::vector<uint16_t> want(x.size());
   for (size_t i = 0; i < x.size(); ++i) want[i] = blockscale::formats::float_to_bf16_bits_rn(x[i]);
   DeviceArray<float> d_x(x);
-  DeviceArray<uint16_t> y(x.size());
-  ASSERT_OK(gpu::to_bf16(d_x.get(), int64_t(x.size()), y.get(), nullptr));
-  EXPECT_TRUE(same_bits(y.host(), want));
+  for (const int64_t offset : {int64_t{0}, int64_t{1}}) {
+    SCOPED_TRACE("offset " + std::to_string(offset));
+    DeviceArray<uint16_t> y(x.size());
+    ASSERT_OK(gpu::to_bf16(d_x.get() + offset, int64_t(x.size()) - offset, y.get() + offset, nullptr));
+    auto got = y.host();
+    if (offset) got[0] = want[0];  // not written
+    EXPECT_TRUE(same_bits(got, want));
+  }
 }
 
 }  // namespace
