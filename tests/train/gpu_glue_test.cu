@@ -14,6 +14,7 @@
 
 #include "formats/scalar_codecs.h"
 #include "tests/quant/gpu_test_util.h"  // SKIP_WITHOUT_GPU, ASSERT_CUDA, DeviceBuffer
+#include "tests/train/test_inputs.h"  // normal, bf16_rounding_inputs
 #include "train/gpu_glue.h"
 
 namespace {
@@ -21,13 +22,7 @@ namespace {
 namespace gpu = blockscale::train::gpu;
 using blockscale_test::DeviceBuffer;
 
-std::vector<float> normal(size_t n, float sigma, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, sigma);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using blockscale_test::normal;
 
 // `host` on the device at element `offset` of a poisoned buffer.
 template <class T>
@@ -96,14 +91,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GatherRowsTest,
                                   "_d" + std::to_string(i.param.d);
                          });
 
-// 10015 elements (n % 4 == 3), the specials first: NaN stays a quiet NaN, infinities and -0 stay,
-// ties round to even, values near FLT_MAX round to infinity.
+// NaN stays a quiet NaN, infinities and -0 stay, ties round to even, FLT_MAX rounds to infinity.
 TEST(RoundToBf16Test, RoundsInPlaceAndWritesTheBits) {
   SKIP_WITHOUT_GPU();
-  auto x = normal(10003, 100.0f, 9);
-  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 3.4028235e38f, 1.0e-45f, 1.17549435e-38f,
-                            1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -(1.0f + 0x1p-8f), 0x1.fffffep-127f};
-  x.insert(x.begin(), std::begin(specials), std::end(specials));
+  const auto x = blockscale_test::bf16_rounding_inputs(9);
   std::vector<uint16_t> want_bits(x.size());
   std::vector<float> want_x(x.size());
   for (size_t i = 0; i < x.size(); ++i) {

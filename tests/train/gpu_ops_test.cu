@@ -29,6 +29,7 @@
 
 #include "formats/scalar_codecs.h"
 #include "tests/quant/gpu_test_util.h"  // SKIP_WITHOUT_GPU, ASSERT_CUDA, expect_error
+#include "tests/train/test_inputs.h"  // normal, bf16_rounding_inputs
 #include "train/cpu_ops.h"
 #include "train/gpu_ops.h"
 #include "train/optimizer.h"  // clip_factor
@@ -82,13 +83,7 @@ class DeviceArray {
 
 // ---- Inputs --------------------------------------------------------------------------------------
 
-std::vector<float> normal(size_t n, float sd, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> dist(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using blockscale_test::normal;
 std::vector<int32_t> uniform_ints(size_t n, int32_t lo, int32_t hi, uint64_t seed) {  // [lo, hi]
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int32_t> dist(lo, hi);
@@ -789,7 +784,9 @@ TEST(AdamWTest, MatchesTheHostFormulaBitForBit) {
       shifted_mask.insert(shifted_mask.begin(), offset, uint8_t{0});
       DeviceArray<float> d_p(at(p)), d_m(at(m)), d_v(at(v));
       DeviceArray<uint8_t> d_mask(shifted_mask);
-      const auto tail = [offset](const std::vector<float>& x) { return std::vector<float>(x.begin() + offset, x.end()); };
+      const auto tail = [offset](const std::vector<float>& x) {
+        return std::vector<float>(x.begin() + offset, x.end());
+      };
       for (const int64_t step : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{1000}}) {
         const auto g = normal(n, 1e-2f, 122 + uint64_t(step));
         const float grad_scale = step == 2 ? 0.37f : 1.0f;  // clipping, at one step
@@ -839,13 +836,10 @@ TEST(AdamWTest, ClipsOnTheDeviceAsTheHostDoes) {
 
 // ---- bf16 conversion -----------------------------------------------------------------------------
 
-// 10019 elements: the float4 path with a 3-element tail; from element 1 on, the scalar path.
+// From element 0: the float4 path with a 3-element tail; from element 1 on, the scalar path.
 TEST(ToBf16Test, MatchesTheFormatsCodecBitForBit) {
   SKIP_WITHOUT_GPU();
-  auto x = normal(10007, 100.0f, 131);
-  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 3.4028235e38f, 1.0e-45f, 1.17549435e-38f,
-                            1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -(1.0f + 0x1p-8f), 0x1.fffffep-127f};
-  x.insert(x.begin(), std::begin(specials), std::end(specials));
+  const auto x = blockscale_test::bf16_rounding_inputs(131);
   std::vector<uint16_t> want(x.size());
   for (size_t i = 0; i < x.size(); ++i) want[i] = blockscale::formats::float_to_bf16_bits_rn(x[i]);
   DeviceArray<float> d_x(x);
