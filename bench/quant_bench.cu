@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bench/bench_common.cuh"  // defines: CHECK_CUDA, hash32
+#include "quant/mx_bf16.h"
 #include "quant/mx_quantize.h"
 #include "quant/quantize.h"
 
@@ -83,6 +84,7 @@ struct Case {
   ElementEncoder enc = ElementEncoder::kHardware;
   bq::detail::GridPolicy grid = bq::detail::GridPolicy::kAuto;
   bool with_amax = false;
+  bool mx_bf16 = false;  // quant/mx_bf16.h: both copies as bf16 values (fp32 input; groups: gathered)
 };
 
 struct Result {
@@ -233,6 +235,23 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
     gin.group_ends = d_ends;
     gout.padded_group_ends = buf.alloc<int32_t>(counted(4 * c.groups));
   }
+  // MX values as bf16 (the mxfp8 training recipe's route on Hopper): every written byte is the two
+  // bf16 copies; grouped cases gather their rows from x through a permutation.
+  bq::MxBf16Problem vp{p.recipe, p.rounding, p.rows, p.cols, std::max<int64_t>(c.batches, 1), c.groups, p.rows};
+  bq::MxBf16Inputs vin{static_cast<const float*>(x), gin.group_ends, nullptr};
+  uint16_t *vrow = nullptr, *vcol = nullptr;
+  if (c.mx_bf16) {
+    bytes = static_cast<double>(n) * elem_bytes(p.input_type);
+    vrow = buf.alloc<uint16_t>(counted(2 * n));
+    vcol = buf.alloc<uint16_t>(counted(2 * n));
+    if (grouped) {
+      std::vector<int32_t> index(static_cast<size_t>(p.rows));
+      for (int64_t r = 0; r < p.rows; ++r) index[static_cast<size_t>(r)] = static_cast<int32_t>((r * 7919) % p.rows);
+      int32_t* d_index = buf.alloc<int32_t>(4 * p.rows);
+      CHECK_CUDA(cudaMemcpy(d_index, index.data(), 4 * index.size(), cudaMemcpyHostToDevice));
+      vin.row_index = d_index;
+    }
+  }
   const size_t ws_bytes = grouped ? bq::workspace_size(gp) : bq::workspace_size(p);
   void* ws = buf.alloc<void>(static_cast<int64_t>(ws_bytes));
   const bool mx_knobs = c.enc != ElementEncoder::kHardware || c.grid != bq::detail::GridPolicy::kAuto;
@@ -252,6 +271,7 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
     return blockscale::Status::ok();
   };
   auto launch = [&] {
+    if (c.mx_bf16) return bq::run(vp, vin, bq::MxBf16Outputs{vrow, vcol}, nullptr);
     if (grouped) return bq::run(gp, gin, gout, ws, ws_bytes, nullptr);
     if (c.batches > 0 && c.batch_loop) return run_each();
     if (c.batches > 0) return bq::run(bq::BatchedQuantizeProblem{p, c.batches}, in, out, nullptr);
@@ -363,6 +383,20 @@ std::vector<Case> all_cases() {
     Case& c = add("mxfp8 experts per-expert runs", Recipe::kMxfp8E4M3, rows, cols, fp32, both);
     c.batches = 8, c.batch_loop = true;
   }
+  // The mxfp8 training recipe's operands on Hopper (quant/mx_bf16.h): the width-2048 step's
+  // activations (4096 tokens), its routed tokens (8192 rows gathered, 8 experts), its experts'
+  // weights, and the large case above, all fp32 to two bf16 copies.
+  add("mx_bf16", Recipe::kMxfp8E4M3, 4096, 2048, fp32, both).mx_bf16 = true;
+  add("mx_bf16", Recipe::kMxfp8E4M3, 4096, 6144, fp32, both).mx_bf16 = true;
+  {
+    Case& c = add("mx_bf16 grouped gathered 8 experts", Recipe::kMxfp8E4M3, 8192, 2048, fp32, both);
+    c.mx_bf16 = true, c.groups = 8;
+  }
+  {
+    Case& c = add("mx_bf16 experts", Recipe::kMxfp8E4M3, 2816, 2048, fp32, both);
+    c.mx_bf16 = true, c.batches = 8;
+  }
+  add("mx_bf16", Recipe::kMxfp8E4M3, 16384, 8192, fp32, both).mx_bf16 = true;
   return cases;
 }
 

@@ -5,6 +5,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+#include <vector>
+
 #include "quant/quantize.h"
 
 namespace blockscale::quant::detail {
@@ -49,6 +52,16 @@ Status launch_grouped_offsets(const int32_t* group_ends, int num_groups, int64_t
 // Every recipe: quant/dequantize.cu.
 Status launch_dequantize(const DequantizeProblem& p, const DequantizeInputs& in, float* out,
                          cudaStream_t stream);
+
+// A device buffer's byte range, for the overlap checks of every entry point.
+struct Range {
+  const char* name;
+  uintptr_t begin;
+  uintptr_t end;
+};
+Range range(const char* name, const void* p, int64_t bytes);
+// "<later name>: overlaps <earlier name>" for the first two ranges that share a byte.
+Status check_no_overlap(const std::vector<Range>& ranges);
 
 // How many CTAs of `kernel` (threads per CTA, dynamic shared memory smem) fit on the current
 // device at once (SMs x occupancy), after checking that the device has an image of it (else an

@@ -51,24 +51,9 @@ Status check_dim(const char* name, int64_t v) {
   return Status::ok();
 }
 
-struct Range {
-  const char* name;
-  uintptr_t begin;
-  uintptr_t end;
-};
-
-Status check_no_overlap(const std::vector<Range>& ranges) {
-  for (size_t a = 0; a < ranges.size(); ++a)
-    for (size_t b = a + 1; b < ranges.size(); ++b)
-      if (ranges[a].begin < ranges[b].end && ranges[b].begin < ranges[a].end)
-        return Status::error(std::string(ranges[b].name) + ": overlaps " + ranges[a].name);
-  return Status::ok();
-}
-
-Range range(const char* name, const void* p, int64_t bytes) {
-  const auto b = reinterpret_cast<uintptr_t>(p);
-  return {name, b, b + static_cast<uintptr_t>(bytes)};
-}
+using detail::check_no_overlap;
+using detail::range;
+using detail::Range;
 
 // grouped: the columnwise copy's blocks run over each expert's zero-padded tokens, so the RHT
 // needs no particular row count.
@@ -212,6 +197,19 @@ int columnwise_block(Recipe r) {  // block length along the input's rows of a co
 }  // namespace
 
 namespace detail {
+
+Status check_no_overlap(const std::vector<Range>& ranges) {
+  for (size_t a = 0; a < ranges.size(); ++a)
+    for (size_t b = a + 1; b < ranges.size(); ++b)
+      if (ranges[a].begin < ranges[b].end && ranges[b].begin < ranges[a].end)
+        return Status::error(std::string(ranges[b].name) + ": overlaps " + ranges[a].name);
+  return Status::ok();
+}
+
+Range range(const char* name, const void* p, int64_t bytes) {
+  const auto b = reinterpret_cast<uintptr_t>(p);
+  return {name, b, b + static_cast<uintptr_t>(bytes)};
+}
 
 Status resident_ctas(const void* kernel, int threads, int smem, const char* what, int* resident, int smem_limit) {
   static std::mutex mu;

@@ -21,6 +21,7 @@ struct TrainArgs {
   train::TrainConfig config;
   std::string recipe = "bf16";
   std::string compare;
+  std::string mx_gemm = "auto";
 };
 
 constexpr const char* kFooter = R"(
@@ -68,6 +69,7 @@ std::unique_ptr<train::Communicator> join_ranks() {
 void run_train(TrainArgs& args) {
   train::TrainConfig& c = args.config;
   check("train", train::parse_recipe(args.recipe, &c.recipe));
+  check("train", train::parse_mx_gemm(args.mx_gemm, &c.mx_gemm));
   if (c.optimizer.total_steps <= 0) c.optimizer.total_steps = c.steps;
   const std::unique_ptr<train::Communicator> comm = join_ranks();
   const bool leader = comm == nullptr || comm->rank() == 0;  // rank 0 prints the results
@@ -100,6 +102,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--recipe", args->recipe, "bf16, fp8_block, mxfp8, nvfp4 or fp32")->capture_default_str();
   cmd->add_option("--compare", args->compare, "comma-separated recipes trained one after another, e.g. bf16,mxfp8");
   cmd->add_option("--device", c.device, "auto, cpu or gpu")->capture_default_str();
+  cmd->add_option("--mx-gemm", args->mx_gemm,
+                  "mxfp8's GEMMs on the GPU: bf16 (the MX values as bf16, cuBLASLt), kernel (gemm/'s block-scaled "
+                  "kernels) or auto (bf16 on Hopper, kernel elsewhere); the same exact products and fp32 sums")
+      ->capture_default_str();
   cmd->add_flag("--expert-parallel", c.expert_parallel,
                 "split each MoE layer's experts across the ranks (all-to-all token exchange; GPU, under a launcher)");
   cmd->add_option("--out", c.out_dir, "run directory (logs, checkpoints)")->capture_default_str();

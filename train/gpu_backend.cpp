@@ -38,11 +38,17 @@ namespace {
 
 class GpuBackend final : public StepBackend {
  public:
-  GpuBackend(const ModelConfig& config, TrainRecipe recipe) : config_(config), recipe_(recipe), layout_(make_param_layout(config)) {}
+  GpuBackend(const ModelConfig& config, TrainRecipe recipe, MxGemm mx_gemm)
+      : config_(config), recipe_(recipe), mx_gemm_(mx_gemm), layout_(make_param_layout(config)) {}
   ~GpuBackend() override {
     if (host_scalars_) cudaFreeHost(host_scalars_);
     if (cublas_) cublasDestroy(cublas_);
     if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  std::string gemm_route() const override {
+    if (recipe_ != TrainRecipe::kMxfp8) return "";
+    return layers_.cublas_experts() ? "MX values as bf16 + cuBLASLt" : "gemm/ block-scaled kernels";
   }
 
   Status init(uint64_t seed) {
@@ -63,6 +69,7 @@ class GpuBackend final : public StepBackend {
     // Dense bf16 tensor-core FLOP per SM per clock: 4096 on sm_90 (H100 SXM: 132 SMs, 1.83 GHz ->
     // 989 TFLOP/s); other architectures report no MFU.
     peak_ = major == 9 ? double(sms) * clock_khz * 1e3 * 4096.0 : 0.0;
+    layers_.set_mx_bf16_values(mx_gemm_ == MxGemm::kBf16Values || (mx_gemm_ == MxGemm::kAuto && major == 9));
     const int64_t n = layout_.total;
     std::vector<float> host(n);
     init_params(layout_, config_, seed, host.data());
@@ -312,6 +319,7 @@ class GpuBackend final : public StepBackend {
 
   ModelConfig config_;
   TrainRecipe recipe_;
+  MxGemm mx_gemm_;
   ParamLayout layout_;
   DeviceBuffers buffers_;
   PhaseTimer timer_;
@@ -411,7 +419,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
       BS_RETURN_IF_ERROR(quant::run(rp, quant::RoutingInputs{ids}, quant::RoutingOutputs{ends, row_source, slot_row},
                                     route_ws, route_ws_bytes, stream_));
       // The group sizes on the host: for the cuBLAS experts loop, and for the exchange plan.
-      if (!is_quantized(recipe_) || expert_parallel_) {
+      if (layers_.cublas_experts() || expert_parallel_) {
         layers_.host_ends().resize(e);
         BS_CUDA(cudaMemcpyAsync(layers_.host_ends().data(), ends, e * sizeof(int32_t), cudaMemcpyDeviceToHost,
                                 stream_));
@@ -558,7 +566,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
           PhaseScope phase(timer_, Phase::kCommunication);
           BS_RETURN_IF_ERROR(xc.dispatch(*comm_, dy, dye, d, scratch, stream_));
         }
-      } else if (!is_quantized(recipe_)) {
+      } else if (layers_.cublas_experts()) {
         layers_.host_ends() = all_host_ends_[l];
       }
       if (er.rows > 0) {
@@ -635,8 +643,8 @@ bool gpu_available() {
 }
 
 Status make_gpu_backend(const ModelConfig& config, TrainRecipe recipe, uint64_t init_seed,
-                        std::unique_ptr<StepBackend>* out) {
-  auto backend = std::make_unique<GpuBackend>(config, recipe);
+                        std::unique_ptr<StepBackend>* out, MxGemm mx_gemm) {
+  auto backend = std::make_unique<GpuBackend>(config, recipe, mx_gemm);
   BS_RETURN_IF_ERROR(backend->init(init_seed));
   *out = std::move(backend);
   return Status::ok();

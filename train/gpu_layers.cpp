@@ -2,6 +2,7 @@
 
 #include "gemm/gemm.h"
 #include "gemm/grouped.h"
+#include "quant/mx_bf16.h"
 #include "train/gpu_ops.h"
 
 namespace blockscale::train {
@@ -193,6 +194,14 @@ Status GpuLayers::linear_forward(const std::string& name, TrainRecipe recipe, co
     BS_RETURN_IF_ERROR(cublas_forward_operands(name, recipe, x, m * k, w, n * k, &o));
     return cublas_gemm(Product::kXWt, o.type, o.x, o.w, m, n, k, y, 0.0f);
   }
+  if (mx_bf16(recipe)) {
+    MxBf16Copies cx, cw;
+    BS_RETURN_IF_ERROR(mx_bf16_copies(name + ".x", x, m, k, 1, nullptr, 0, nullptr, &cx));
+    BS_RETURN_IF_ERROR(
+        weight_copy(name + ".w", [&] { return mx_bf16_copies(name + ".w", w, n, k, 1, nullptr, 0, nullptr, &cw); }));
+    BS_RETURN_IF_ERROR(saved_mx_bf16(name + ".w", n * k, &cw));
+    return cublas_gemm(Product::kXWt, CUDA_R_16BF, cx.row, cw.row, m, n, k, y, 0.0f);
+  }
   Quantized qx, qw;
   BS_RETURN_IF_ERROR(quantize(name + ".x", recipe, OperandRole::kActivation, {}, x, m, k, &qx));
   BS_RETURN_IF_ERROR(
@@ -213,6 +222,14 @@ Status GpuLayers::linear_backward(const std::string& name, TrainRecipe recipe, S
     BS_RETURN_IF_ERROR(cublas_backward_operands(name, recipe, dy, m * n, x, m * k, w, n * k, &o));
     if (dx) BS_RETURN_IF_ERROR(cublas_gemm(Product::kDyW, o.type, o.dy, o.w, m, n, k, dx, 0.0f));
     return cublas_gemm(Product::kDytX, o.type, o.dy, o.x, m, n, k, dw, wgrad_beta());
+  }
+  if (mx_bf16(recipe)) {
+    MxBf16Copies cdy, cx, cw;
+    BS_RETURN_IF_ERROR(saved_mx_bf16(name + ".x", m * k, &cx));
+    BS_RETURN_IF_ERROR(saved_mx_bf16(name + ".w", n * k, &cw));
+    BS_RETURN_IF_ERROR(mx_bf16_copies(name + ".dy", dy, m, n, 1, nullptr, 0, nullptr, &cdy));
+    if (dx) BS_RETURN_IF_ERROR(cublas_gemm(Product::kDyW, CUDA_R_16BF, cdy.row, cw.col, m, n, k, dx, 0.0f));
+    return cublas_gemm(Product::kDytX, CUDA_R_16BF, cdy.col, cx.col, m, n, k, dw, wgrad_beta());
   }
   // x's and w's copies are the forward's (nothing writes them between the two).
   Quantized qdy;
@@ -256,6 +273,29 @@ Status GpuLayers::saved_bf16(const std::string& name, int64_t count, const void*
   return Status::ok();
 }
 
+Status GpuLayers::mx_bf16_copies(const std::string& name, const float* x, int64_t rows, int64_t cols, int64_t batches,
+                                 const int32_t* ends, int groups, const Gather* gather, MxBf16Copies* out) {
+  uint16_t *row, *col;
+  BS_RETURN_IF_ERROR(buf(name + ".r16", rows * cols, &row));
+  BS_RETURN_IF_ERROR(buf(name + ".c16", rows * cols, &col));
+  out->row = row, out->col = col;
+  quant::MxBf16Problem p;
+  p.recipe = recipe_of(OperandRole::kActivation);  // mxfp8: E4M3 with ceil scales for every role
+  p.rows = rows, p.cols = cols, p.batches = batches, p.num_groups = groups;
+  quant::MxBf16Inputs in;
+  in.x = x, in.group_ends = ends;
+  if (gather != nullptr) in.row_index = gather->index, p.input_rows = gather->input_rows;
+  PhaseScope phase(timer_, Phase::kQuantize);
+  return quant::run(p, in, quant::MxBf16Outputs{row, col}, stream_);
+}
+Status GpuLayers::saved_mx_bf16(const std::string& name, int64_t count, MxBf16Copies* out) {
+  uint16_t *row, *col;
+  BS_RETURN_IF_ERROR(buf(name + ".r16", count, &row));
+  BS_RETURN_IF_ERROR(buf(name + ".c16", count, &col));
+  out->row = row, out->col = col;
+  return Status::ok();
+}
+
 Status GpuLayers::cublas_forward_operands(const std::string& name, TrainRecipe recipe, const float* x, int64_t x_count,
                                           const float* w, int64_t w_count, CublasOperands* o) {
   *o = CublasOperands{};
@@ -295,6 +335,20 @@ Status GpuLayers::grouped_forward(const std::string& name, const float* x, int64
     }
     return Status::ok();
   }
+  if (mx_bf16(recipe_)) {  // the MX values as bf16, then one cuBLAS product per expert
+    MxBf16Copies cx, cw;
+    BS_RETURN_IF_ERROR(mx_bf16_copies(name + ".x", x, rows, k, 1, ends, e, gather, &cx));
+    BS_RETURN_IF_ERROR(
+        weight_copy(name + ".w", [&] { return mx_bf16_copies(name + ".w", w, e * n, k, e, nullptr, 0, nullptr, &cw); }));
+    BS_RETURN_IF_ERROR(saved_mx_bf16(name + ".w", e * n * k, &cw));
+    for (int g = 0; g < e; ++g) {
+      const int64_t b = g ? host_ends_[g - 1] : 0, r = host_ends_[g] - b;
+      if (r > 0)
+        BS_RETURN_IF_ERROR(cublas_gemm(Product::kXWt, CUDA_R_16BF, cx.row + b * k, cw.row + g * n * k, r, n, k,
+                                       y + b * n, 0.0f));
+    }
+    return Status::ok();
+  }
   Quantized qx, qw;
   BS_RETURN_IF_ERROR(quantize_grouped(name + ".x", OperandRole::kActivation, {}, x, rows, k, ends, e, &qx, gather));
   BS_RETURN_IF_ERROR(weight_copy(name + ".w", [&] { return quantize_experts(name + ".w", w, e, n, k, &qw); }));
@@ -322,6 +376,21 @@ Status GpuLayers::grouped_backward(const std::string& name, SrKey sr, const floa
       BS_RETURN_IF_ERROR(cublas_gemm(Product::kDyW, o.type, o.at(o.dy, b * n), o.at(o.w, g * n * k), r, n, k,
                                      dx + b * k, 0.0f));
       BS_RETURN_IF_ERROR(cublas_gemm(Product::kDytX, o.type, o.at(o.dy, b * n), o.at(o.x, b * k), r, n, k,
+                                     dw + g * n * k, wgrad_beta()));
+    }
+    return Status::ok();
+  }
+  if (mx_bf16(recipe_)) {
+    MxBf16Copies cdy, cx, cw;
+    BS_RETURN_IF_ERROR(saved_mx_bf16(name + ".x", rows * k, &cx));
+    BS_RETURN_IF_ERROR(saved_mx_bf16(name + ".w", e * n * k, &cw));
+    BS_RETURN_IF_ERROR(mx_bf16_copies(name + ".dy", dy, rows, n, 1, ends, e, nullptr, &cdy));
+    for (int g = 0; g < e; ++g) {
+      const int64_t b = g ? host_ends_[g - 1] : 0, r = host_ends_[g] - b;
+      if (r == 0) continue;
+      BS_RETURN_IF_ERROR(cublas_gemm(Product::kDyW, CUDA_R_16BF, cdy.row + b * n, cw.col + g * n * k, r, n, k,
+                                     dx + b * k, 0.0f));
+      BS_RETURN_IF_ERROR(cublas_gemm(Product::kDytX, CUDA_R_16BF, cdy.col + b * n, cx.col + b * k, r, n, k,
                                      dw + g * n * k, wgrad_beta()));
     }
     return Status::ok();

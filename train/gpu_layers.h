@@ -5,6 +5,9 @@
 //   backward too). The MoE experts run one product per expert, with the group sizes on the host
 //   (host_ends(), set by the step once per layer, as Megatron's grouped linear layers take their
 //   splits).
+//   mxfp8 on its bf16-values route (MxGemm, train/model_config.h; Hopper's default): each operand's
+//   rowwise and columnwise MX values as bf16 (quant/mx_bf16.h, one pass), then the bf16 recipe's
+//   cuBLASLt products on them: fprop X.row x W.row, dgrad dY.row x W.col, wgrad dY.col x X.col.
 //   fp8_block / mxfp8 / nvfp4: quant::run writes each operand's rowwise and columnwise copies in
 //   one pass (train/cpu_linear.h gives the roles and options), gemm::run multiplies: fprop
 //   X.row x W.row, dgrad dY.row x W.col, wgrad dY.col x X.col accumulated (beta = 1) into the fp32
@@ -86,6 +89,10 @@ class GpuLayers {
     stream_ = stream;
     return blas_.init(stream);
   }
+  // mxfp8's GEMM route (kAuto resolved by the caller).
+  void set_mx_bf16_values(bool on) { mx_bf16_values_ = on; }
+  // Whether the experts run one cuBLAS product each, with the group ends on the host.
+  bool cublas_experts() const { return !is_quantized(recipe_) || mx_bf16(recipe_); }
 
   // Routed tokens (rows x cols, sorted by expert): rowwise copy plus the per-expert padded
   // columnwise copy, from one pass. With `gather` (row r is x's row gather->index[r]), the tokens
@@ -112,7 +119,7 @@ class GpuLayers {
                          const float* w, int64_t n, int64_t k, float* y, const Gather* gather = nullptr);
   Status grouped_backward(const std::string& name, SrKey sr, const float* dy, const float* x, int64_t rows,
                           const int32_t* ends, int e, const float* w, int64_t n, int64_t k, float* dx, float* dw);
-  // bf16 / fp32 experts: the group ends on the host, set before grouped_forward / _backward.
+  // cublas_experts(): the group ends on the host, set before grouped_forward / _backward.
   std::vector<int32_t>& host_ends() { return host_ends_; }
   // fresh: the gradients are all zero (a step's first backward), so each wgrad writes its product
   // (beta 0) instead of adding it (beta 1): the same values without reading the gradient. An
@@ -162,6 +169,18 @@ class GpuLayers {
   Status bf16_copy(const std::string& name, const float* x, int64_t count, const void** out);
   // The forward's bf16 copy of an operand (buffers keep their contents between uses).
   Status saved_bf16(const std::string& name, int64_t count, const void** out);
+  // mxfp8 on the bf16-values route.
+  bool mx_bf16(TrainRecipe recipe) const { return mx_bf16_values_ && recipe == TrainRecipe::kMxfp8; }
+  // An operand's MX values as bf16, rowwise and columnwise (rows x cols each, x's layout), in the
+  // buffers name.r16 / name.c16: dense (`batches` stacked matrices) or grouped (ends on the device,
+  // optionally gathered). saved_mx_bf16: the copies an earlier call made (buffers keep them).
+  struct MxBf16Copies {
+    const uint16_t* row = nullptr;
+    const uint16_t* col = nullptr;
+  };
+  Status mx_bf16_copies(const std::string& name, const float* x, int64_t rows, int64_t cols, int64_t batches,
+                        const int32_t* ends, int groups, const Gather* gather, MxBf16Copies* out);
+  Status saved_mx_bf16(const std::string& name, int64_t count, MxBf16Copies* out);
   Status cublas_forward_operands(const std::string& name, TrainRecipe recipe, const float* x, int64_t x_count,
                                  const float* w, int64_t w_count, CublasOperands* o);
   // Backward: the forward's copies of x and w, and a new one of dy.
@@ -176,6 +195,7 @@ class GpuLayers {
   GpuBlas blas_;
   std::vector<int32_t> host_ends_;
   bool fresh_gradients_ = false;
+  bool mx_bf16_values_ = false;
   std::map<std::string, std::pair<int64_t, int64_t>> expert_scale_bytes_;  // rowwise, columnwise
   std::map<std::string, Quantized> saved_;  // each operand's latest copies, by name
   std::set<std::string> current_weights_;   // weight copies made since the weights last changed

@@ -32,6 +32,25 @@ Status parse_recipe(const std::string& name, TrainRecipe* out) {
                        "' (expected fp32, bf16, fp8_block, mxfp8 or nvfp4)");
 }
 
+const char* mx_gemm_name(MxGemm g) {
+  switch (g) {
+    case MxGemm::kAuto: return "auto";
+    case MxGemm::kBf16Values: return "bf16";
+    case MxGemm::kBlockScaled: return "kernel";
+  }
+  return "?";
+}
+
+Status parse_mx_gemm(const std::string& name, MxGemm* out) {
+  for (MxGemm g : {MxGemm::kAuto, MxGemm::kBf16Values, MxGemm::kBlockScaled}) {
+    if (name == mx_gemm_name(g)) {
+      *out = g;
+      return Status::ok();
+    }
+  }
+  return Status::error("--mx-gemm: unknown route '" + name + "' (expected auto, bf16 or kernel)");
+}
+
 bool is_quantized(TrainRecipe r) {
   return r == TrainRecipe::kFp8Block || r == TrainRecipe::kMxfp8 || r == TrainRecipe::kNvfp4;
 }

@@ -33,6 +33,16 @@ enum class TrainRecipe {
 
 const char* recipe_name(TrainRecipe r);  // fp32, bf16, fp8_block, mxfp8, nvfp4
 Status parse_recipe(const std::string& name, TrainRecipe* out);
+
+// How the mxfp8 recipe's GEMMs run on the GPU. Both compute exact products summed in fp32
+// (docs/numerics.md), in different orders:
+//   kBf16Values : quant/mx_bf16.h writes each operand's MX values as bf16 (exact), cuBLASLt
+//                 multiplies them; on Hopper the faster of the two (docs/performance.md)
+//   kBlockScaled: quant/ writes codes and scales, gemm/'s block-scaled kernels multiply them
+//   kAuto       : kBf16Values on Hopper (sm_90), kBlockScaled on other GPUs
+enum class MxGemm { kAuto, kBf16Values, kBlockScaled };
+const char* mx_gemm_name(MxGemm g);  // auto, bf16, kernel
+Status parse_mx_gemm(const std::string& name, MxGemm* out);
 bool is_quantized(TrainRecipe r);
 // The block length every quantized dimension (model width, expert width, tokens per micro-batch)
 // must be a multiple of: 128 (fp8_block), 32 (mxfp8, nvfp4), 1 otherwise.

@@ -19,6 +19,8 @@ class StepBackend {
  public:
   virtual ~StepBackend() = default;
   virtual std::string device_name() const = 0;
+  // How the recipe's GEMMs run, where there is a choice (mxfp8 on the GPU); "" otherwise.
+  virtual std::string gemm_route() const { return ""; }
   // Peak dense bf16 tensor FLOP/s of the device, for MFU; 0 when unknown (CPU).
   virtual double peak_flops() const { return 0.0; }
 

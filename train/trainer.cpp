@@ -63,7 +63,7 @@ Status make_backend(const TrainConfig& c, std::unique_ptr<StepBackend>* out) {
   if (c.device != "auto" && c.device != "cpu" && !want_gpu)
     return Status::error("--device: expected auto, cpu or gpu (got '" + c.device + "')");
 #ifdef BLOCKSCALE_TRAIN_GPU
-  if (c.device != "cpu" && gpu_available()) return make_gpu_backend(c.model, c.recipe, c.seed, out);
+  if (c.device != "cpu" && gpu_available()) return make_gpu_backend(c.model, c.recipe, c.seed, out, c.mx_gemm);
 #endif
   if (want_gpu) return Status::error("--device gpu: no CUDA device (or a build without CUDA)");
   *out = make_cpu_backend(c.model, c.recipe, c.seed);
@@ -235,7 +235,9 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
   // + i, so any number of ranks sees the samples of one rank with world x batch.
   const int64_t tokens_per_step = int64_t{c.batch} * c.grad_accum * c.model.seq_len * ranks.world;
   const double flops_per_step = train_flops_per_token(c.model) * tokens_per_step;
-  progress << "train: " << recipe_name(c.recipe) << " on " << backend->device_name() << ", "
+  const std::string route = backend->gemm_route();
+  progress << "train: " << recipe_name(c.recipe) << (route.empty() ? "" : " (GEMMs: " + route + ")") << " on "
+           << backend->device_name() << ", "
            << parameter_count(c.model) / 1e6 << "M parameters (" << active_parameter_count(c.model) / 1e6
            << "M active), " << tokens_per_step << " tokens/step"
            << (ranks.world > 1 ? " over " + std::to_string(ranks.world) + " ranks" : std::string()) << ", data: "
@@ -315,6 +317,7 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
   json config = resume_json(c, ranks.world);
   config["steps"] = c.steps;
   config["device"] = backend->device_name();
+  if (!backend->gemm_route().empty()) config["gemm_route"] = backend->gemm_route();
   config["ranks"] = ranks.world;
   if (timed_steps > 0) {  // steps after this run's first, which warms up
     config["mean_step_ms"] = timed_ms / timed_steps;
