@@ -85,7 +85,8 @@ __device__ __forceinline__ float2 decode2(uint32_t codes) {
 template <Recipe kRecipe>
 __device__ __forceinline__ uint32_t bf16_pair(float a, float b, const MxScale& s) {
   if (s.nonfinite) return kBf16Nan * 0x00010001u;
-  const float2 v = decode2<kRecipe>(encode2<kRecipe, kDefaultEncoder>(formats::mul_rn(a, s.inv), formats::mul_rn(b, s.inv)));
+  const uint32_t codes = encode2<kRecipe, kDefaultEncoder>(formats::mul_rn(a, s.inv), formats::mul_rn(b, s.inv));
+  const float2 v = decode2<kRecipe>(codes);
   const float up = scale_value(s.code);
   const __nv_bfloat162 r = __floats2bfloat162_rn(v.x * up, v.y * up);
   return *reinterpret_cast<const uint32_t*>(&r);
@@ -153,7 +154,8 @@ __global__ void __launch_bounds__(kThreads) mx_bf16_kernel(Params p) {
   uint32_t* ends = reinterpret_cast<uint32_t*>(smem + kTileBytes);
   uint32_t* pends = ends + p.num_groups;
   uint32_t* warp_totals = pends + p.num_groups;
-  if constexpr (kGrouped) grouped_offsets<kThreads, kSegRows>(p.group_ends, p.num_groups, p.rows, ends, pends, warp_totals);
+  if constexpr (kGrouped)
+    grouped_offsets<kThreads, kSegRows>(p.group_ends, p.num_groups, p.rows, ends, pends, warp_totals);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t tiles = p.segments * p.col_tiles;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {

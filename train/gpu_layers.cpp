@@ -338,8 +338,8 @@ Status GpuLayers::grouped_forward(const std::string& name, const float* x, int64
   if (mx_bf16(recipe_)) {  // the MX values as bf16, then one cuBLAS product per expert
     MxBf16Copies cx, cw;
     BS_RETURN_IF_ERROR(mx_bf16_copies(name + ".x", x, rows, k, 1, ends, e, gather, &cx));
-    BS_RETURN_IF_ERROR(
-        weight_copy(name + ".w", [&] { return mx_bf16_copies(name + ".w", w, e * n, k, e, nullptr, 0, nullptr, &cw); }));
+    BS_RETURN_IF_ERROR(weight_copy(
+        name + ".w", [&] { return mx_bf16_copies(name + ".w", w, e * n, k, e, nullptr, 0, nullptr, &cw); }));
     BS_RETURN_IF_ERROR(saved_mx_bf16(name + ".w", e * n * k, &cw));
     for (int g = 0; g < e; ++g) {
       const int64_t b = g ? host_ends_[g - 1] : 0, r = host_ends_[g] - b;

@@ -27,7 +27,8 @@ struct Case {
 };
 
 std::string case_name(const testing::TestParamInfo<Case>& info) {
-  const std::string route = info.param.mx_gemm == MxGemm::kAuto ? "" : std::string("_") + mx_gemm_name(info.param.mx_gemm);
+  const MxGemm g = info.param.mx_gemm;
+  const std::string route = g == MxGemm::kAuto ? "" : std::string("_") + mx_gemm_name(g);
   return std::string(recipe_name(info.param.recipe)) + (info.param.moe ? "_moe" : "_dense") + route;
 }
 
