@@ -237,7 +237,7 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
   }
   // MX values as bf16 (the mxfp8 training recipe's route on Hopper): every written byte is the two
   // bf16 copies; grouped cases gather their rows from x through a permutation.
-  bq::MxBf16Problem vp{p.recipe, p.rounding, p.rows, p.cols, std::max<int64_t>(c.batches, 1), c.groups, p.rows};
+  bq::MxBf16Problem vp{p.recipe, p.rounding, copies * p.rows, p.cols, copies, c.groups, p.rows};
   bq::MxBf16Inputs vin{static_cast<const float*>(x), gin.group_ends, nullptr};
   uint16_t *vrow = nullptr, *vcol = nullptr;
   if (c.mx_bf16) {

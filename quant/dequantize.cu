@@ -1,8 +1,7 @@
 // Dequantize of every GPU recipe: a stored quantized matrix (rows x cols codes; E2M1 two per byte,
 // low nibble = even column) and its scales in the layout quant's run() writes (swizzled 128x4 for
-// MX / NVFP4, VEC128_32F or BLK128x128_32F fp32 for FP8 blockwise) to row-major fp32. For tests,
-// debugging and the emulated training path: one thread per element, plain loads, no bandwidth
-// target.
+// MX / NVFP4, VEC128_32F or BLK128x128_32F fp32 for FP8 blockwise) to row-major fp32. For tests
+// and debugging: one thread per element, plain loads, no bandwidth target.
 //
 // Must match formats::dequantize(): decode(q) * scale in fp32 (NVFP4: (decode(q) * float(s_b)) *
 // S_dec, left to right), each product rounded to nearest. A NaN scale gives NaN; NaN payload bits

@@ -184,7 +184,8 @@ Status run(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,
            const GroupedQuantizeOutputs& out, void* workspace, size_t workspace_bytes,
            cudaStream_t stream);
 
-// ---- Dequantize (tests, debugging, the emulated training path) ------------------------------
+// ---- Dequantize (tests, debugging) ------------------------------------------------------------
+// (MX values as bf16 for a bf16 GEMM, in one pass from the fp32 input: quant/mx_bf16.h.)
 
 // A quantized matrix in its stored orientation (a columnwise copy of an R x C input is C x R):
 // rows x cols element codes (row bytes as above) and its scales in the layout run() writes.
