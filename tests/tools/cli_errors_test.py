@@ -199,6 +199,7 @@ def main():
         E("gemm --grouped bad --skew", gg + ["k", "--tokens", "100", "--skew", "2"], 2, "--skew")
         tr = ["train", "--device", "cpu", "--steps", "2"]
         E("train unknown recipe", tr + ["--recipe", "fp4"], 1, "--recipe", "fp4")
+        E("train unknown --mx-gemm", tr + ["--mx-gemm", "fast"], 1, "--mx-gemm", "fast")
         E("train d-model not a multiple of the block", tr + ["--recipe", "fp8_block", "--d-model", "96"], 1,
           "--d-model", "128")
         E("train missing token file", tr + ["--data", "tokens", "--data-path", "nope.bin"], 1, "nope.bin")

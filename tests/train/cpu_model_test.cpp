@@ -183,6 +183,14 @@ TEST(ModelConfig, ValidationNamesTheFlag) {
   EXPECT_FALSE(parse_recipe("fp4", &r).is_ok());
   ASSERT_TRUE(parse_recipe("fp8_block", &r).is_ok());
   EXPECT_EQ(r, TrainRecipe::kFp8Block);
+  MxGemm g;
+  for (MxGemm want : {MxGemm::kAuto, MxGemm::kBf16Values, MxGemm::kBlockScaled}) {
+    ASSERT_TRUE(parse_mx_gemm(mx_gemm_name(want), &g).is_ok());
+    EXPECT_EQ(g, want);
+  }
+  s = parse_mx_gemm("fp8", &g);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("--mx-gemm"), std::string::npos) << s.message();
 }
 
 }  // namespace
