@@ -27,6 +27,7 @@
 #include "quant/grouped_offsets.cuh"  // defines: grouped_offsets, grouped_segment
 #include "quant/launchers.h"          // defines: resident_ctas, tile_grid, cuda_status, Range
 #include "quant/mx_bf16.h"
+#include "formats/host_device.h"  // defines: exp2i, mul_rn
 #include "quant/mx_device.cuh"  // defines: MxScale, MxScaleRule, mx_block_scale, mx_scale_rule
 
 namespace blockscale::quant {
@@ -59,11 +60,6 @@ struct Params {
   bool vector;          // 16-byte loads and rowwise stores (aligned pointers, cols % 8 == 0)
 };
 
-// 2^e for an E8M0 code e + 127 (2^-127 is an fp32 subnormal; code 0xFF is never passed).
-__device__ __forceinline__ float scale_value(uint32_t code) {
-  return __uint_as_float(code != 0 ? code << 23 : 0x00400000u);
-}
-
 // Two FP8 codes (the first in the low byte) -> their values, exactly.
 template <Recipe kRecipe>
 __device__ __forceinline__ float2 decode2(uint32_t codes) {
@@ -87,7 +83,7 @@ __device__ __forceinline__ uint32_t bf16_pair(float a, float b, const MxScale& s
   if (s.nonfinite) return kBf16Nan * 0x00010001u;
   const uint32_t codes = encode2<kRecipe, kDefaultEncoder>(formats::mul_rn(a, s.inv), formats::mul_rn(b, s.inv));
   const float2 v = decode2<kRecipe>(codes);
-  const float up = scale_value(s.code);
+  const float up = formats::exp2i(static_cast<int>(s.code) - 127);  // 2^e (a subnormal for e = -127)
   const __nv_bfloat162 r = __floats2bfloat162_rn(v.x * up, v.y * up);
   return *reinterpret_cast<const uint32_t*>(&r);
 }

@@ -189,18 +189,10 @@ formats::Recipe GpuLayers::recipe_of(OperandRole role) const { return quantize_o
 // y (m x n) = x · w^T; the forward keeps x's quantized copies (or bf16 bits) under `name`.
 Status GpuLayers::linear_forward(const std::string& name, TrainRecipe recipe, const float* x, const float* w, int64_t m,
                                  int64_t n, int64_t k, float* y) {
-  if (!is_quantized(recipe)) {
+  if (!is_quantized(recipe) || mx_bf16(recipe)) {
     CublasOperands o;
-    BS_RETURN_IF_ERROR(cublas_forward_operands(name, recipe, x, m * k, w, n * k, &o));
+    BS_RETURN_IF_ERROR(cublas_forward_operands(name, recipe, x, w, m, n, k, 1, {}, &o));
     return cublas_gemm(Product::kXWt, o.type, o.x, o.w, m, n, k, y, 0.0f);
-  }
-  if (mx_bf16(recipe)) {
-    MxBf16Copies cx, cw;
-    BS_RETURN_IF_ERROR(mx_bf16_copies(name + ".x", x, m, k, 1, nullptr, 0, nullptr, &cx));
-    BS_RETURN_IF_ERROR(
-        weight_copy(name + ".w", [&] { return mx_bf16_copies(name + ".w", w, n, k, 1, nullptr, 0, nullptr, &cw); }));
-    BS_RETURN_IF_ERROR(saved_mx_bf16(name + ".w", n * k, &cw));
-    return cublas_gemm(Product::kXWt, CUDA_R_16BF, cx.row, cw.row, m, n, k, y, 0.0f);
   }
   Quantized qx, qw;
   BS_RETURN_IF_ERROR(quantize(name + ".x", recipe, OperandRole::kActivation, {}, x, m, k, &qx));
@@ -217,19 +209,11 @@ Status GpuLayers::linear_forward(const std::string& name, TrainRecipe recipe, co
 // dx (m x k) = dy · w (skipped when dx is null); dw += dy^T · x. x's copies come from the forward.
 Status GpuLayers::linear_backward(const std::string& name, TrainRecipe recipe, SrKey sr, const float* dy, const float* x,
                                   const float* w, int64_t m, int64_t n, int64_t k, float* dx, float* dw) {
-  if (!is_quantized(recipe)) {
+  if (!is_quantized(recipe) || mx_bf16(recipe)) {
     CublasOperands o;
-    BS_RETURN_IF_ERROR(cublas_backward_operands(name, recipe, dy, m * n, x, m * k, w, n * k, &o));
-    if (dx) BS_RETURN_IF_ERROR(cublas_gemm(Product::kDyW, o.type, o.dy, o.w, m, n, k, dx, 0.0f));
-    return cublas_gemm(Product::kDytX, o.type, o.dy, o.x, m, n, k, dw, wgrad_beta());
-  }
-  if (mx_bf16(recipe)) {
-    MxBf16Copies cdy, cx, cw;
-    BS_RETURN_IF_ERROR(saved_mx_bf16(name + ".x", m * k, &cx));
-    BS_RETURN_IF_ERROR(saved_mx_bf16(name + ".w", n * k, &cw));
-    BS_RETURN_IF_ERROR(mx_bf16_copies(name + ".dy", dy, m, n, 1, nullptr, 0, nullptr, &cdy));
-    if (dx) BS_RETURN_IF_ERROR(cublas_gemm(Product::kDyW, CUDA_R_16BF, cdy.row, cw.col, m, n, k, dx, 0.0f));
-    return cublas_gemm(Product::kDytX, CUDA_R_16BF, cdy.col, cx.col, m, n, k, dw, wgrad_beta());
+    BS_RETURN_IF_ERROR(cublas_backward_operands(name, recipe, dy, x, w, m, n, k, 1, {}, &o));
+    if (dx) BS_RETURN_IF_ERROR(cublas_gemm(Product::kDyW, o.type, o.dy, o.w_dgrad, m, n, k, dx, 0.0f));
+    return cublas_gemm(Product::kDytX, o.type, o.dy_wgrad, o.x_wgrad, m, n, k, dw, wgrad_beta());
   }
   // x's and w's copies are the forward's (nothing writes them between the two).
   Quantized qdy;
@@ -296,55 +280,65 @@ Status GpuLayers::saved_mx_bf16(const std::string& name, int64_t count, MxBf16Co
   return Status::ok();
 }
 
-Status GpuLayers::cublas_forward_operands(const std::string& name, TrainRecipe recipe, const float* x, int64_t x_count,
-                                          const float* w, int64_t w_count, CublasOperands* o) {
+Status GpuLayers::cublas_forward_operands(const std::string& name, TrainRecipe recipe, const float* x, const float* w,
+                                          int64_t rows, int64_t n, int64_t k, int experts, const RowGroups& groups,
+                                          CublasOperands* o) {
   *o = CublasOperands{};
   o->x = x, o->w = w;
+  if (groups.gather != nullptr && !mx_bf16(recipe))
+    return Status::error(name + ": the " + recipe_name(recipe) + " experts take permuted rows, not a gather");
   if (recipe == TrainRecipe::kFp32) return Status::ok();
   o->type = CUDA_R_16BF, o->elem_bytes = 2;
-  BS_RETURN_IF_ERROR(bf16_copy(name + ".x16", x, x_count, &o->x));
-  BS_RETURN_IF_ERROR(weight_copy(name + ".w16", [&] { return bf16_copy(name + ".w16", w, w_count, &o->w); }));
-  return saved_bf16(name + ".w16", w_count, &o->w);
+  const int64_t w_rows = experts * n;
+  if (mx_bf16(recipe)) {
+    MxBf16Copies cx, cw;
+    BS_RETURN_IF_ERROR(mx_bf16_copies(name + ".x", x, rows, k, 1, groups.ends, groups.groups, groups.gather, &cx));
+    BS_RETURN_IF_ERROR(weight_copy(
+        name + ".w", [&] { return mx_bf16_copies(name + ".w", w, w_rows, k, experts, nullptr, 0, nullptr, &cw); }));
+    BS_RETURN_IF_ERROR(saved_mx_bf16(name + ".w", w_rows * k, &cw));
+    o->x = cx.row, o->w = cw.row;
+    return Status::ok();
+  }
+  BS_RETURN_IF_ERROR(bf16_copy(name + ".x16", x, rows * k, &o->x));
+  BS_RETURN_IF_ERROR(weight_copy(name + ".w16", [&] { return bf16_copy(name + ".w16", w, w_rows * k, &o->w); }));
+  return saved_bf16(name + ".w16", w_rows * k, &o->w);
 }
-// Backward: the forward's copies of x and w, and a new one of dy.
-Status GpuLayers::cublas_backward_operands(const std::string& name, TrainRecipe recipe, const float* dy, int64_t dy_count,
-                                           const float* x, int64_t x_count, const float* w, int64_t w_count,
-                                           CublasOperands* o) {
+Status GpuLayers::cublas_backward_operands(const std::string& name, TrainRecipe recipe, const float* dy, const float* x,
+                                           const float* w, int64_t rows, int64_t n, int64_t k, int experts,
+                                           const RowGroups& groups, CublasOperands* o) {
   *o = CublasOperands{};
-  o->x = x, o->w = w, o->dy = dy;
+  o->dy = o->dy_wgrad = dy, o->w_dgrad = w, o->x_wgrad = x;
   if (recipe == TrainRecipe::kFp32) return Status::ok();
   o->type = CUDA_R_16BF, o->elem_bytes = 2;
-  BS_RETURN_IF_ERROR(saved_bf16(name + ".x16", x_count, &o->x));
-  BS_RETURN_IF_ERROR(saved_bf16(name + ".w16", w_count, &o->w));
-  return bf16_copy(name + ".dy16", dy, dy_count, &o->dy);
+  const int64_t w_rows = experts * n;
+  if (mx_bf16(recipe)) {
+    MxBf16Copies cdy, cx, cw;
+    BS_RETURN_IF_ERROR(saved_mx_bf16(name + ".x", rows * k, &cx));
+    BS_RETURN_IF_ERROR(saved_mx_bf16(name + ".w", w_rows * k, &cw));
+    BS_RETURN_IF_ERROR(mx_bf16_copies(name + ".dy", dy, rows, n, 1, groups.ends, groups.groups, nullptr, &cdy));
+    o->dy = cdy.row, o->w_dgrad = cw.col, o->dy_wgrad = cdy.col, o->x_wgrad = cx.col;
+    return Status::ok();
+  }
+  const void *x16, *w16, *dy16;
+  BS_RETURN_IF_ERROR(saved_bf16(name + ".x16", rows * k, &x16));
+  BS_RETURN_IF_ERROR(saved_bf16(name + ".w16", w_rows * k, &w16));
+  BS_RETURN_IF_ERROR(bf16_copy(name + ".dy16", dy, rows * n, &dy16));
+  o->dy = o->dy_wgrad = dy16, o->w_dgrad = w16, o->x_wgrad = x16;
+  return Status::ok();
 }
 
 // ---- grouped (MoE expert) layers: x holds `rows` routed rows sorted by expert (tokens * top_k,
 // or with expert parallelism the rows this rank's experts received); `e` experts, host_ends_
-// their group ends on the host (bf16 / fp32 only) ----
+// their group ends on the host (cublas_experts() only) ----
 Status GpuLayers::grouped_forward(const std::string& name, const float* x, int64_t rows, const int32_t* ends, int e,
                                   const float* w, int64_t n, int64_t k, float* y, const Gather* gather) {
-  if (!is_quantized(recipe_)) {  // one cuBLAS product per expert, sizes from the host
+  if (cublas_experts()) {  // one cuBLAS product per expert, sizes from the host
     CublasOperands o;
-    BS_RETURN_IF_ERROR(cublas_forward_operands(name, recipe_, x, rows * k, w, e * n * k, &o));
+    BS_RETURN_IF_ERROR(cublas_forward_operands(name, recipe_, x, w, rows, n, k, e, {ends, e, gather}, &o));
     for (int g = 0; g < e; ++g) {
       const int64_t b = g ? host_ends_[g - 1] : 0, r = host_ends_[g] - b;
       if (r > 0)
         BS_RETURN_IF_ERROR(cublas_gemm(Product::kXWt, o.type, o.at(o.x, b * k), o.at(o.w, g * n * k), r, n, k,
-                                       y + b * n, 0.0f));
-    }
-    return Status::ok();
-  }
-  if (mx_bf16(recipe_)) {  // the MX values as bf16, then one cuBLAS product per expert
-    MxBf16Copies cx, cw;
-    BS_RETURN_IF_ERROR(mx_bf16_copies(name + ".x", x, rows, k, 1, ends, e, gather, &cx));
-    BS_RETURN_IF_ERROR(weight_copy(
-        name + ".w", [&] { return mx_bf16_copies(name + ".w", w, e * n, k, e, nullptr, 0, nullptr, &cw); }));
-    BS_RETURN_IF_ERROR(saved_mx_bf16(name + ".w", e * n * k, &cw));
-    for (int g = 0; g < e; ++g) {
-      const int64_t b = g ? host_ends_[g - 1] : 0, r = host_ends_[g] - b;
-      if (r > 0)
-        BS_RETURN_IF_ERROR(cublas_gemm(Product::kXWt, CUDA_R_16BF, cx.row + b * k, cw.row + g * n * k, r, n, k,
                                        y + b * n, 0.0f));
     }
     return Status::ok();
@@ -367,31 +361,16 @@ Status GpuLayers::grouped_forward(const std::string& name, const float* x, int64
 
 Status GpuLayers::grouped_backward(const std::string& name, SrKey sr, const float* dy, const float* x, int64_t rows,
                                    const int32_t* ends, int e, const float* w, int64_t n, int64_t k, float* dx, float* dw) {
-  if (!is_quantized(recipe_)) {
+  if (cublas_experts()) {
     CublasOperands o;
-    BS_RETURN_IF_ERROR(cublas_backward_operands(name, recipe_, dy, rows * n, x, rows * k, w, e * n * k, &o));
+    BS_RETURN_IF_ERROR(cublas_backward_operands(name, recipe_, dy, x, w, rows, n, k, e, {ends, e, nullptr}, &o));
     for (int g = 0; g < e; ++g) {
       const int64_t b = g ? host_ends_[g - 1] : 0, r = host_ends_[g] - b;
       if (r == 0) continue;
-      BS_RETURN_IF_ERROR(cublas_gemm(Product::kDyW, o.type, o.at(o.dy, b * n), o.at(o.w, g * n * k), r, n, k,
+      BS_RETURN_IF_ERROR(cublas_gemm(Product::kDyW, o.type, o.at(o.dy, b * n), o.at(o.w_dgrad, g * n * k), r, n, k,
                                      dx + b * k, 0.0f));
-      BS_RETURN_IF_ERROR(cublas_gemm(Product::kDytX, o.type, o.at(o.dy, b * n), o.at(o.x, b * k), r, n, k,
-                                     dw + g * n * k, wgrad_beta()));
-    }
-    return Status::ok();
-  }
-  if (mx_bf16(recipe_)) {
-    MxBf16Copies cdy, cx, cw;
-    BS_RETURN_IF_ERROR(saved_mx_bf16(name + ".x", rows * k, &cx));
-    BS_RETURN_IF_ERROR(saved_mx_bf16(name + ".w", e * n * k, &cw));
-    BS_RETURN_IF_ERROR(mx_bf16_copies(name + ".dy", dy, rows, n, 1, ends, e, nullptr, &cdy));
-    for (int g = 0; g < e; ++g) {
-      const int64_t b = g ? host_ends_[g - 1] : 0, r = host_ends_[g] - b;
-      if (r == 0) continue;
-      BS_RETURN_IF_ERROR(cublas_gemm(Product::kDyW, CUDA_R_16BF, cdy.row + b * n, cw.col + g * n * k, r, n, k,
-                                     dx + b * k, 0.0f));
-      BS_RETURN_IF_ERROR(cublas_gemm(Product::kDytX, CUDA_R_16BF, cdy.col + b * n, cx.col + b * k, r, n, k,
-                                     dw + g * n * k, wgrad_beta()));
+      BS_RETURN_IF_ERROR(cublas_gemm(Product::kDytX, o.type, o.at(o.dy_wgrad, b * n), o.at(o.x_wgrad, b * k), r, n,
+                                     k, dw + g * n * k, wgrad_beta()));
     }
     return Status::ok();
   }

@@ -114,7 +114,7 @@ class GpuLayers {
                      float* c, float beta);
   // ---- grouped (MoE expert) layers: x holds `rows` routed rows sorted by expert (tokens * top_k,
   // or with expert parallelism the rows this rank's experts received); `e` experts, host_ends_
-  // their group ends on the host (bf16 / fp32 only) ----
+  // their group ends on the host (cublas_experts() only) ----
   Status grouped_forward(const std::string& name, const float* x, int64_t rows, const int32_t* ends, int e,
                          const float* w, int64_t n, int64_t k, float* y, const Gather* gather = nullptr);
   Status grouped_backward(const std::string& name, SrKey sr, const float* dy, const float* x, int64_t rows,
@@ -135,13 +135,23 @@ class GpuLayers {
   Status buf(const std::string& name, int64_t count, T** out) {
     return buffers_.get(name, count, out);
   }
-  // Operands of an unquantized (bf16 / fp32) linear layer as cuBLAS takes them: forward, the
-  // copies of x and w (bf16) or the tensors themselves (fp32).
+  // The operands of a linear layer that cuBLASLt multiplies, per product: fprop x · w^T, dgrad
+  // dy · w, wgrad dy^T · x. fp32: the tensors themselves; bf16: one rounded copy of each; mxfp8 on
+  // its bf16-values route: the rowwise MX values for fprop and dgrad's dy, columnwise for the rest.
   struct CublasOperands {
     cudaDataType type = CUDA_R_32F;
     size_t elem_bytes = 4;
-    const void *x = nullptr, *w = nullptr, *dy = nullptr;
+    const void *x = nullptr, *w = nullptr;               // fprop
+    const void *dy = nullptr, *w_dgrad = nullptr;        // dgrad
+    const void *dy_wgrad = nullptr, *x_wgrad = nullptr;  // wgrad
     const void* at(const void* p, int64_t elems) const { return static_cast<const char*>(p) + elems * elem_bytes; }
+  };
+  // The rows of x and dy by expert (device ends, optionally gathered): mxfp8's columnwise blocks
+  // start at each expert's first row. bf16 / fp32 take the rows as they are (no gather).
+  struct RowGroups {
+    const int32_t* ends = nullptr;
+    int groups = 0;
+    const Gather* gather = nullptr;
   };
   // ---- quantization of one operand (both copies) ----
   Status quantize(const std::string& name, TrainRecipe recipe, OperandRole role, SrKey sr, const float* x,
@@ -181,12 +191,14 @@ class GpuLayers {
   Status mx_bf16_copies(const std::string& name, const float* x, int64_t rows, int64_t cols, int64_t batches,
                         const int32_t* ends, int groups, const Gather* gather, MxBf16Copies* out);
   Status saved_mx_bf16(const std::string& name, int64_t count, MxBf16Copies* out);
-  Status cublas_forward_operands(const std::string& name, TrainRecipe recipe, const float* x, int64_t x_count,
-                                 const float* w, int64_t w_count, CublasOperands* o);
-  // Backward: the forward's copies of x and w, and a new one of dy.
-  Status cublas_backward_operands(const std::string& name, TrainRecipe recipe, const float* dy, int64_t dy_count,
-                                  const float* x, int64_t x_count, const float* w, int64_t w_count,
-                                  CublasOperands* o);
+  // x (rows x k) and w (experts stacked n x k matrices); the forward's copies of x and w serve the
+  // backward, which makes a new one of dy (rows x n).
+  Status cublas_forward_operands(const std::string& name, TrainRecipe recipe, const float* x, const float* w,
+                                 int64_t rows, int64_t n, int64_t k, int experts, const RowGroups& groups,
+                                 CublasOperands* o);
+  Status cublas_backward_operands(const std::string& name, TrainRecipe recipe, const float* dy, const float* x,
+                                  const float* w, int64_t rows, int64_t n, int64_t k, int experts,
+                                  const RowGroups& groups, CublasOperands* o);
 
   TrainRecipe recipe_;
   DeviceBuffers& buffers_;
