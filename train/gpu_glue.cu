@@ -26,7 +26,7 @@ struct GatherRows {  // element i of out: row i / d, column i % d (with d % 4 ==
   __device__ void four(int64_t i) const {
     const int64_t r = i / d, c = i - r * d;
     const float* row = source(r);
-    *reinterpret_cast<float4*>(out + i) = row ? *reinterpret_cast<const float4*>(row + c) : make_float4(0, 0, 0, 0);
+    *reinterpret_cast<float4*>(out + i) = row ? load4(row + c) : make_float4(0, 0, 0, 0);
   }
 };
 
@@ -39,11 +39,12 @@ struct RoundToBf16 {
     x[i] = formats::bf16_bits_to_float(b);
   }
   __device__ void four(int64_t i) const {
-    float4 f = *reinterpret_cast<const float4*>(x + i);
+    float4 f = load4(x + i);
     const uint2 b = make_uint2(bf16_pair(f.x, f.y), bf16_pair(f.z, f.w));
     *reinterpret_cast<uint2*>(bits + i) = b;
-    f = make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xFFFF0000u), __uint_as_float(b.y << 16),
-                    __uint_as_float(b.y & 0xFFFF0000u));
+    using formats::bf16_bits_to_float;
+    f = make_float4(bf16_bits_to_float(b.x & 0xFFFFu), bf16_bits_to_float(b.x >> 16), bf16_bits_to_float(b.y & 0xFFFFu),
+                    bf16_bits_to_float(b.y >> 16));
     *reinterpret_cast<float4*>(x + i) = f;
   }
 };
@@ -53,8 +54,8 @@ struct Add {
   const float* x;
   __device__ void one(int64_t i) const { y[i] += x[i]; }
   __device__ void four(int64_t i) const {
-    float4 a = *reinterpret_cast<const float4*>(y + i);
-    const float4 b = *reinterpret_cast<const float4*>(x + i);
+    float4 a = load4(y + i);
+    const float4 b = load4(x + i);
     a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
     *reinterpret_cast<float4*>(y + i) = a;
   }

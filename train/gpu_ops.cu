@@ -138,8 +138,6 @@ __device__ __forceinline__ void for_row_columns(int d, int lane, bool vector, co
   }
 }
 
-__device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
-
 __global__ void rmsnorm_forward_kernel(const float* x, const float* gain, int64_t rows, int d, float* y, float* rstd,
                                        bool vector) {
   const int lane = threadIdx.x % kWarp;
@@ -217,8 +215,8 @@ struct SwigluForward {
   }
   __device__ void four(int64_t i) const {
     const int64_t r = i / f, c = i - r * f;
-    const float4 g = *reinterpret_cast<const float4*>(u + r * 2 * f + c);
-    const float4 up = *reinterpret_cast<const float4*>(u + r * 2 * f + f + c);
+    const float4 g = load4(u + r * 2 * f + c);
+    const float4 up = load4(u + r * 2 * f + f + c);
     *reinterpret_cast<float4*>(a + i) =
         make_float4(swiglu(g.x, up.x), swiglu(g.y, up.y), swiglu(g.z, up.z), swiglu(g.w, up.w));
   }
@@ -241,9 +239,9 @@ struct SwigluBackward {
   }
   __device__ void four(int64_t i) const {
     const int64_t r = i / f, c = i - r * f;
-    const float4 g = *reinterpret_cast<const float4*>(u + r * 2 * f + c);
-    const float4 up = *reinterpret_cast<const float4*>(u + r * 2 * f + f + c);
-    const float4 d = *reinterpret_cast<const float4*>(da + i);
+    const float4 g = load4(u + r * 2 * f + c);
+    const float4 up = load4(u + r * 2 * f + f + c);
+    const float4 d = load4(da + i);
     float4 dg, dup;
     swiglu_grad(g.x, up.x, d.x, &dg.x, &dup.x);
     swiglu_grad(g.y, up.y, d.y, &dg.y, &dup.y);
@@ -355,9 +353,9 @@ struct AdamWStep {
     adamw_update(k, grads[i], grad_scale(), decay_mask == nullptr || decay_mask[i] != 0, &params[i], &m[i], &v[i]);
   }
   __device__ void four(int64_t i) const {
-    float4 p = *reinterpret_cast<const float4*>(params + i), mi = *reinterpret_cast<const float4*>(m + i);
-    float4 vi = *reinterpret_cast<const float4*>(v + i);
-    const float4 g = *reinterpret_cast<const float4*>(grads + i);
+    float4 p = load4(params + i), mi = load4(m + i);
+    float4 vi = load4(v + i);
+    const float4 g = load4(grads + i);
     const uchar4 decay = decay_mask ? *reinterpret_cast<const uchar4*>(decay_mask + i) : make_uchar4(1, 1, 1, 1);
     const float s = grad_scale();
     adamw_update(k, g.x, s, decay.x != 0, &p.x, &mi.x, &vi.x);
@@ -379,7 +377,7 @@ struct ToBf16 {
   uint16_t* y;
   __device__ void one(int64_t i) const { y[i] = formats::float_to_bf16_bits_rn(x[i]); }
   __device__ void four(int64_t i) const {
-    const float4 f = *reinterpret_cast<const float4*>(x + i);
+    const float4 f = load4(x + i);
     *reinterpret_cast<uint2*>(y + i) = make_uint2(bf16_pair(f.x, f.y), bf16_pair(f.z, f.w));
   }
 };

@@ -90,6 +90,9 @@ __device__ __forceinline__ int64_t thread_stride() { return int64_t{gridDim.x} *
 
 inline bool aligned_to(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
+// Four floats from a 16-byte-aligned address.
+__device__ __forceinline__ float4 load4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+
 // Two floats' bf16 bits (RNE) in one word, the first in the low half (little-endian memory order).
 __device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
   return uint32_t{formats::float_to_bf16_bits_rn(lo)} | uint32_t{formats::float_to_bf16_bits_rn(hi)} << 16;
