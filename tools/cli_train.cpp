@@ -133,7 +133,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--eval-every", c.eval_every, "steps between evaluations (0: at the end)")->capture_default_str();
   cmd->add_option("--eval-batches", c.eval_batches, "batches per evaluation")->capture_default_str();
   cmd->add_option("--log-every", c.log_every, "steps between progress lines")->capture_default_str();
-  cmd->add_option("--checkpoint-every", c.checkpoint_every, "steps between checkpoints (0: at the end)")
+  cmd->add_option("--checkpoint-every", c.checkpoint_every, "steps between checkpoints (0: at the end only, -1: none)")
       ->capture_default_str();
   cmd->add_option("--keep-checkpoints", c.keep_checkpoints, "checkpoints kept")->capture_default_str();
   cmd->add_option("--seed", c.seed, "data, initialisation and rounding seed")->capture_default_str();

@@ -335,6 +335,7 @@ Status GpuLayers::grouped_forward(const std::string& name, const float* x, int64
   if (cublas_experts()) {  // one cuBLAS product per expert, sizes from the host
     CublasOperands o;
     BS_RETURN_IF_ERROR(cublas_forward_operands(name, recipe_, x, w, rows, n, k, e, {ends, e, gather}, &o));
+    PhaseScope phase(timer_, Phase::kGemm);  // one pair of phase events for the loop, not one per product
     for (int g = 0; g < e; ++g) {
       const int64_t b = g ? host_ends_[g - 1] : 0, r = host_ends_[g] - b;
       if (r > 0)
@@ -364,6 +365,7 @@ Status GpuLayers::grouped_backward(const std::string& name, SrKey sr, const floa
   if (cublas_experts()) {
     CublasOperands o;
     BS_RETURN_IF_ERROR(cublas_backward_operands(name, recipe_, dy, x, w, rows, n, k, e, {ends, e, nullptr}, &o));
+    PhaseScope phase(timer_, Phase::kGemm);
     for (int g = 0; g < e; ++g) {
       const int64_t b = g ? host_ends_[g - 1] : 0, r = host_ends_[g] - b;
       if (r == 0) continue;

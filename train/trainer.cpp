@@ -132,11 +132,13 @@ struct Ranks {
   }
 };
 
-// The GPU step records an event at every change of phase. They slow the step: by ~0.3 ms of 11 ms
-// for fp8_block at width 2048, by 0.9-2.6 ms of 12.4 ms for bf16, whose experts loop on the host
-// after a sync, where each event's host time becomes GPU idle time. So phases are timed on every
-// kPhaseEvery-th step from the second on, and the step time is the mean of the other steps (of
-// those, where a run has no others).
+// The GPU step records an event at every change of phase, which slows it a little (~0.3 ms of
+// 11 ms at width 2048), so phases are timed on every kPhaseEvery-th step and the step time is the
+// mean of the other steps (of those, where a run has no others). Neither counts the warm-up steps:
+// the first steps allocate, and the cuBLAS recipes meet new expert sizes there, each a heuristic
+// query with the GPU idle (bf16's second step took 22 ms against its 11; timed as a phase step it
+// doubled bf16's GEMM phase in a 30-step average).
+int64_t warmup_steps(int64_t steps_to_run) { return std::clamp<int64_t>(steps_to_run / 6, 1, 5); }
 constexpr int64_t kPhaseEvery = 5;
 
 // " quantize 1.20 ms (10%), gemm ... (every 5th step: 3 steps of 12.50 ms)" from per-step phase
@@ -190,8 +192,8 @@ Status validate(const TrainConfig& c) {
   BS_RETURN_IF_ERROR(require(c.eval_every >= 0 && c.eval_batches >= 1,
                              "--eval-every must be >= 0 and --eval-batches >= 1"));
   BS_RETURN_IF_ERROR(require(c.log_every >= 1, "--log-every must be >= 1"));
-  BS_RETURN_IF_ERROR(require(c.checkpoint_every >= 0 && c.keep_checkpoints >= 1,
-                             "--checkpoint-every must be >= 0 and --keep-checkpoints >= 1"));
+  BS_RETURN_IF_ERROR(require(c.checkpoint_every >= -1 && c.keep_checkpoints >= 1,
+                             "--checkpoint-every must be >= -1 and --keep-checkpoints >= 1"));
   BS_RETURN_IF_ERROR(require(!c.out_dir.empty(), "--out must not be empty"));
   const OptimizerConfig& o = c.optimizer;
   BS_RETURN_IF_ERROR(require(o.lr > 0 && std::isfinite(o.lr), "--lr must be > 0"));
@@ -248,11 +250,12 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
   const bool times_phases = !backend->phase_ms().empty();
   double timed_ms = 0, phase_step_ms = 0;
   int64_t timed_steps = 0, phase_steps = 0, run_steps = 0;
+  const int64_t warmup = warmup_steps(c.steps - step);
   StepRecord last{};
   double last_eval = NAN;
   while (step < c.steps && run_steps != c.stop_after) {
     // Only a backend that times phases (the GPU's) gives up steps to it.
-    const bool phase_step = times_phases && run_steps >= 1 && (run_steps - 1) % kPhaseEvery == 0;
+    const bool phase_step = times_phases && run_steps >= warmup && (run_steps - warmup) % kPhaseEvery == 0;
     backend->time_phases(phase_step);
     const auto start = std::chrono::steady_clock::now();
     BS_RETURN_IF_ERROR(backend->zero_grads());
@@ -287,11 +290,11 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
     if (phase_step) {
       phase_step_ms += ms;
       ++phase_steps;
-    } else if (run_steps > 1) {
+    } else if (run_steps > warmup) {
       timed_ms += ms;
       ++timed_steps;
     } else {
-      backend->reset_phase_ms();  // the first step warms up (allocations, cuBLAS heuristics)
+      backend->reset_phase_ms();
     }
     const double peak = backend->peak_flops() * ranks.world;
     last = {step, tokens, lr, loss, aux, grad_norm, ms, tokens_per_step / (ms / 1e3),
@@ -307,7 +310,7 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
       BS_RETURN_IF_ERROR(ranks.agree(ranks.leader() ? log.add_eval({step, tokens, eval_loss}) : Status::ok()));
       progress << "eval step " << step << ": loss " << eval_loss << "\n";
     }
-    if ((c.checkpoint_every > 0 && step % c.checkpoint_every == 0) || step == c.steps)
+    if (c.checkpoint_every >= 0 && ((c.checkpoint_every > 0 && step % c.checkpoint_every == 0) || step == c.steps))
       BS_RETURN_IF_ERROR(
           ranks.agree(save(c, ranks.leader(), ranks.world, *backend, layout, step, tokens)));
   }
@@ -319,7 +322,7 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
   config["device"] = backend->device_name();
   if (!backend->gemm_route().empty()) config["gemm_route"] = backend->gemm_route();
   config["ranks"] = ranks.world;
-  if (timed_steps > 0) {  // steps after this run's first, which warms up
+  if (timed_steps > 0) {  // steps after the warm-up (warmup_steps)
     config["mean_step_ms"] = timed_ms / timed_steps;
     config["mean_tokens_per_s"] = tokens_per_step / (timed_ms / timed_steps / 1e3);
   }

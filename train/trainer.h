@@ -35,7 +35,7 @@ struct TrainConfig {
   int eval_every = 50;  // 0: only at the end
   int eval_batches = 8;
   int log_every = 10;
-  int checkpoint_every = 0;  // 0: only at the end
+  int checkpoint_every = 0;  // 0: only at the end; -1: never (timing runs of large models)
   int keep_checkpoints = 2;
   std::string out_dir = "runs/train";
   std::string resume;  // a checkpoint or run directory ("" starts afresh)

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -155,6 +156,43 @@ TEST(CpuModel, QuantizedRecipesTrackFp32) {
     EXPECT_NEAR(l.loss, l_ref.loss, 0.02 * l_ref.loss) << recipe_name(r);
     EXPECT_GT(cosine, r == TrainRecipe::kNvfp4 ? 0.8 : 0.95) << recipe_name(r);
   }
+}
+
+// init_params fills chunks of each tensor on all threads, each chunk's splitmix64 stream jumped
+// ahead: the weights must equal one sequential pass over every tensor's stream, written out here
+// independently (its seed mixing, Box-Muller pairs, std 0.02 and 0.02 / sqrt(2 layers) for wo / w2,
+// norms 1). lm_head (2100 x 1024) spans two chunks.
+TEST(Params, InitEqualsOneSequentialPass) {
+  ModelConfig c;
+  c.vocab = 2100, c.d_model = 1024, c.n_layers = 2, c.n_heads = 4, c.n_experts = 3, c.top_k = 2, c.d_ff = 96;
+  c.seq_len = 16;
+  const ParamLayout layout = make_param_layout(c);
+  std::vector<float> got(layout.total);
+  init_params(layout, c, 11, got.data());
+  auto next = [](uint64_t* s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return ((static_cast<double>((z ^ (z >> 31)) >> 11) + 0.5) / 9007199254740992.0);
+  };
+  bool spans_chunks = false;
+  for (size_t i = 0; i < layout.tensors.size(); ++i) {
+    const ParamTensor& t = layout.tensors[i];
+    spans_chunks |= t.size > (int64_t{2} << 20);
+    const std::string tail = t.name.size() > 3 ? t.name.substr(t.name.size() - 3) : "";
+    const double sd = 0.02 * (tail == ".wo" || tail == ".w2" ? 0.5 : 1.0);
+    uint64_t s = 11 ^ (0xA0761D6478BD642Full * (i + 1));
+    for (int64_t j = 0; j < t.size; j += 2) {
+      float want[2] = {1.0f, 1.0f};
+      if (t.shape.size() > 1) {
+        const double r = std::sqrt(-2.0 * std::log(next(&s))), a = 6.283185307179586 * next(&s);
+        want[0] = float(sd * r * std::cos(a)), want[1] = float(sd * r * std::sin(a));
+      }
+      for (int64_t e = j; e < std::min(t.size, j + 2); ++e)
+        ASSERT_EQ(got[t.offset + e], want[e - j]) << t.name << " element " << e;
+    }
+  }
+  EXPECT_TRUE(spans_chunks);
 }
 
 TEST(CpuModel, RejectsBadTokens) {

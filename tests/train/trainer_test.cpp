@@ -170,6 +170,26 @@ TEST(Trainer, ValidationNamesTheFlag) {
   EXPECT_NE(s.message().find("/nonexistent/tokens.bin"), std::string::npos) << s.message();
 }
 
+// --checkpoint-every -1 (timing runs of large models) writes no checkpoint, not even the last;
+// below -1 is refused naming the flag.
+TEST(Trainer, CheckpointEveryMinusOneWritesNone) {
+  blockscale_test::TempDir dir;
+  TrainConfig c = tiny(dir.file("run"));
+  c.steps = c.optimizer.total_steps = 4;
+  c.checkpoint_every = -1;
+  std::ostringstream progress;
+  TrainSummary s;
+  ASSERT_TRUE(train(c, progress, &s).is_ok()) << progress.str();
+  EXPECT_EQ(steps_of(c.out_dir).size(), 4u);
+  for (const auto& entry : std::filesystem::directory_iterator(c.out_dir))
+    EXPECT_EQ(entry.path().filename().string().rfind("step_", 0), std::string::npos) << entry.path();
+  EXPECT_FALSE(std::filesystem::exists(c.out_dir + "/latest"));
+  c.checkpoint_every = -2;
+  const Status bad = validate(c);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.message().find("--checkpoint-every must be >= -1"), std::string::npos) << bad.message();
+}
+
 // Trains `c` as two ranks (threads of one LocalGroup), rank r into out_dirs[r], its progress into
 // out[r] and its summary into s[r].
 void train_two_ranks(TrainConfig c, const std::string (&out_dirs)[2], std::ostringstream (&out)[2],
