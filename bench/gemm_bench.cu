@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "bench/bench_common.cuh"  // defines: CHECK_CUDA, hash32, cublas_bf16_gemm
+#include "bench/cublaslt_blockwise.cuh"  // defines: LtMatmul
 #include "formats/recipe.h"
 #include "formats/scale_layout.h"
 #include "gemm/gemm.h"
@@ -99,63 +100,6 @@ std::vector<Case> all_cases() {
   cases.push_back({6144, 2048, 4096, Recipe::kFp8Block1x128});
   return cases;
 }
-
-// cuBLASLt blockwise FP8: column-major D^T (N x M) = B (as K x N, transposed) x A (as K x M).
-// Its "A" is our B (scale mode of our B's recipe), its "B" our A (VEC128). Returns false (and
-// says why) when cuBLASLt has no algorithm for the case.
-struct LtGemm {
-  cublasLtHandle_t handle = nullptr;
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulAlgo_t algo;
-  void* workspace = nullptr;
-  size_t workspace_bytes = 64ull << 20;
-  bool ok = false;
-
-  bool setup(const Case& c, const float* a_scales, const float* b_scales, std::string* why) {
-    if (cublasLtCreate(&handle) != CUBLAS_STATUS_SUCCESS) return *why = "cublasLtCreate", false;
-    cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-    const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t);
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof n);
-    const int32_t a_mode = c.b_recipe == Recipe::kFp8Block1x128 ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
-                                                                 : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
-    const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof a_mode);
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof b_mode);
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &b_scales, sizeof b_scales);
-    cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scales, sizeof a_scales);
-    cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, c.k, c.n, c.k);
-    cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, c.k, c.m, c.k);
-    cublasLtMatrixLayoutCreate(&d, CUDA_R_16BF, c.n, c.m, c.n);
-    cublasLtMatmulPreference_t pref;
-    cublasLtMatmulPreferenceCreate(&pref);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
-                                         sizeof workspace_bytes);
-    cublasLtMatmulHeuristicResult_t result;
-    int found = 0;
-    const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(handle, op, a, b, d, d, pref, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (s != CUBLAS_STATUS_SUCCESS || found == 0)
-      return *why = std::string("no cuBLASLt algorithm (") + cublasGetStatusString(s) + ")", false;
-    algo = result.algo;
-    CHECK_CUDA(cudaMalloc(&workspace, workspace_bytes));
-    return ok = true;
-  }
-  cublasStatus_t run(const uint8_t* a_data, const uint8_t* b_data, __nv_bfloat16* out) {
-    const float alpha = 1.0f, beta = 0.0f;
-    return cublasLtMatmul(handle, op, &alpha, b_data, a, a_data, b, &beta, out, d, out, d, &algo, workspace,
-                          workspace_bytes, nullptr);
-  }
-  ~LtGemm() {
-    if (workspace) cudaFree(workspace);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (op) cublasLtMatmulDescDestroy(op);
-    if (handle) cublasLtDestroy(handle);
-  }
-};
 
 std::vector<__nv_bfloat16> download(const __nv_bfloat16* dev, int64_t n) {
   std::vector<__nv_bfloat16> host(static_cast<size_t>(n));
@@ -232,9 +176,9 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
   if (!ours_host[0].empty() && !ours_host[1].empty())
     row.same_bits = std::memcmp(ours_host[0].data(), ours_host[1].data(), ours_host[0].size() * 2) == 0 ? "yes" : "NO";
 
-  LtGemm lt;
+  bench::LtMatmul lt;
   std::string why;
-  if (!lt.setup(c, sa, sb, &why)) {
+  if (!lt.setup_fp8(c.m, c.n, c.k, c.b_recipe, sa, sb, CUDA_R_16BF, 0.0f, &why)) {
     std::printf("case %s: cuBLASLt blockwise: %s\n", row.label.c_str(), why.c_str());
   } else if (lt.run(a, b, d_lt) != CUBLAS_STATUS_SUCCESS) {
     std::printf("case %s: cuBLASLt blockwise: cublasLtMatmul failed\n", row.label.c_str());

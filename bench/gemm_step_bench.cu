@@ -1,0 +1,197 @@
+// The training step's FP8 blockwise GEMMs as `blockscale train --recipe fp8_block` runs them: fp32 D
+// (the driver's activations and main gradients are fp32), wgrad at beta 0 (a step's first
+// micro-batch) or 1 (accumulating into the main gradient). gemm/ against cuBLASLt's blockwise FP8
+// matmul on the same operands and against cuBLASLt BF16 with fp32 D (the bf16 recipe's route), in
+// the same process. Per configuration the cases are weighted by how often a step runs each (two
+// layers; the experts modelled as uniform, tokens x top_k / experts rows each, run dense), which
+// gives the step's FP8 GEMM time on each route: what a route change could save before it is built.
+//   width 2048 : the docs command (d 2048, d_ff 1408, 16 heads, 8 experts top-2, 4096 tokens)
+//   mixtral    : d 4096, d_ff 14336, 32 heads, 8 experts top-2, 4096 tokens per micro-batch,
+//                wgrad accumulating (beta 1) as with --grad-accum
+// Times: median of --iters launches (CUDA events, after warm-up). Operands: random E4M3 codes and
+// log-uniform scales; bf16 operands random in [-1, 1).
+//
+// Usage: gemm_step_bench [--iters N]. One line per case, then a markdown table (last).
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/bench_common.cuh"        // defines: CHECK_CUDA, hash32, median_ms
+#include "bench/cublaslt_blockwise.cuh"  // defines: LtMatmul
+#include "formats/scale_layout.h"
+#include "gemm/gemm.h"
+
+namespace {
+
+namespace bf = blockscale::formats;
+namespace bg = blockscale::gemm;
+using bf::Recipe;
+
+__global__ void fill_e4m3(uint8_t* x, int64_t n, uint64_t seed) {  // never NaN
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    uint8_t c = static_cast<uint8_t>(bench::hash32(seed + static_cast<uint64_t>(i)));
+    x[i] = (c & 0x7F) == 0x7F ? c ^ 1 : c;
+  }
+}
+__global__ void fill_scales(float* s, int64_t n, uint64_t seed) {  // [2^-4, 2^4)
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    s[i] = exp2f((bench::hash32(seed + static_cast<uint64_t>(i)) % 8192) / 1024.0f - 4.0f);
+}
+__global__ void fill_bf16(__nv_bfloat16* x, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    x[i] = __float2bfloat16_rn((bench::hash32(seed + static_cast<uint64_t>(i)) % 65536) / 32768.0f - 1.0f);
+}
+
+struct Case {
+  const char* config;
+  const char* name;
+  int64_t m, n, k;
+  bool wgrad;   // B 1x128 (dW = dY^T X), else 128x128 (fprop / dgrad)
+  float beta;   // 1: accumulate into D
+  int per_step; // launches of this shape per step (micro-batch)
+};
+
+std::vector<Case> cases() {
+  return {
+      {"width 2048", "wqkv fprop", 4096, 6144, 2048, false, 0, 2},
+      {"width 2048", "wo fprop", 4096, 2048, 2048, false, 0, 2},
+      {"width 2048", "wqkv dgrad", 4096, 2048, 6144, false, 0, 2},
+      {"width 2048", "wo dgrad", 4096, 2048, 2048, false, 0, 2},
+      {"width 2048", "wqkv wgrad", 6144, 2048, 4096, true, 0, 2},
+      {"width 2048", "wo wgrad", 2048, 2048, 4096, true, 0, 2},
+      {"width 2048", "w13 fprop (expert)", 1024, 2816, 2048, false, 0, 16},
+      {"width 2048", "w2 fprop (expert)", 1024, 2048, 1408, false, 0, 16},
+      {"width 2048", "w13 dgrad (expert)", 1024, 2048, 2816, false, 0, 16},
+      {"width 2048", "w2 dgrad (expert)", 1024, 1408, 2048, false, 0, 16},
+      {"width 2048", "w13 wgrad (expert)", 2816, 2048, 1024, true, 0, 16},
+      {"width 2048", "w2 wgrad (expert)", 2048, 1408, 1024, true, 0, 16},
+      {"mixtral", "wqkv fprop", 4096, 12288, 4096, false, 0, 2},
+      {"mixtral", "wo fprop", 4096, 4096, 4096, false, 0, 2},
+      {"mixtral", "wqkv dgrad", 4096, 4096, 12288, false, 0, 2},
+      {"mixtral", "wo dgrad", 4096, 4096, 4096, false, 0, 2},
+      {"mixtral", "wqkv wgrad, beta 1", 12288, 4096, 4096, true, 1, 2},
+      {"mixtral", "wo wgrad, beta 1", 4096, 4096, 4096, true, 1, 2},
+      {"mixtral", "w13 fprop (expert)", 1024, 28672, 4096, false, 0, 16},
+      {"mixtral", "w2 fprop (expert)", 1024, 4096, 14336, false, 0, 16},
+      {"mixtral", "w13 dgrad (expert)", 1024, 4096, 28672, false, 0, 16},
+      {"mixtral", "w2 dgrad (expert)", 1024, 14336, 4096, false, 0, 16},
+      {"mixtral", "w13 wgrad (expert), beta 1", 28672, 4096, 1024, true, 1, 16},
+      {"mixtral", "w2 wgrad (expert), beta 1", 4096, 14336, 1024, true, 1, 16},
+  };
+}
+
+struct Row {
+  double ours_us = 0, lt_fp8_us = 0, lt_bf16_us = 0;  // 0: failed (the case's line says why)
+};
+
+Row run_case(const Case& c, int iters) {
+  Row row;
+  const int64_t kb = c.k / 128;
+  const int64_t sa_n = bf::vec128_scale_floats(c.m, kb);
+  const int64_t sb_n = c.wgrad ? bf::vec128_scale_floats(c.n, kb) : bf::blk128_scale_floats((c.n + 127) / 128, kb);
+  uint8_t *a, *b;
+  float *sa, *sb, *d;
+  __nv_bfloat16 *a16, *b16;
+  CHECK_CUDA(cudaMalloc(&a, c.m * c.k));
+  CHECK_CUDA(cudaMalloc(&b, c.n * c.k));
+  CHECK_CUDA(cudaMalloc(&sa, sa_n * 4));
+  CHECK_CUDA(cudaMalloc(&sb, sb_n * 4));
+  CHECK_CUDA(cudaMalloc(&d, c.m * c.n * 4));
+  CHECK_CUDA(cudaMalloc(&a16, c.m * c.k * 2));
+  CHECK_CUDA(cudaMalloc(&b16, c.n * c.k * 2));
+  CHECK_CUDA(cudaMemset(d, 0, c.m * c.n * 4));
+  fill_e4m3<<<1024, 256>>>(a, c.m * c.k, 1);
+  fill_e4m3<<<1024, 256>>>(b, c.n * c.k, 2);
+  fill_scales<<<256, 256>>>(sa, sa_n, 3);
+  fill_scales<<<256, 256>>>(sb, sb_n, 4);
+  fill_bf16<<<1024, 256>>>(a16, c.m * c.k, 5);
+  fill_bf16<<<1024, 256>>>(b16, c.n * c.k, 6);
+  CHECK_CUDA(cudaGetLastError());
+
+  bg::GemmProblem p;
+  p.m = c.m, p.n = c.n, p.k = c.k;
+  p.a_recipe = Recipe::kFp8Block1x128;
+  p.b_recipe = c.wgrad ? Recipe::kFp8Block1x128 : Recipe::kFp8Block128x128;
+  p.d_type = p.c_type = bg::MatrixType::kFp32;
+  p.ldd = p.ldc = c.n;
+  p.beta = c.beta;
+  bg::GemmArguments args;
+  args.a_data = a, args.b_data = b, args.a_scales = sa, args.b_scales = sb, args.d = d;
+  args.c = c.beta != 0 ? d : nullptr;
+  const blockscale::Status s = bg::run(p, args, nullptr, 0, nullptr);
+  if (!s.is_ok())
+    std::printf("case %s / %s: blockscale gemm: %s\n", c.config, c.name, s.message().c_str());
+  else
+    row.ours_us = 1e3 * bench::median_ms([&] { (void)bg::run(p, args, nullptr, 0, nullptr); }, iters);
+
+  std::string why;
+  bench::LtMatmul fp8;
+  if (!fp8.setup_fp8(c.m, c.n, c.k, p.b_recipe, sa, sb, CUDA_R_32F, c.beta, &why) ||
+      fp8.run(a, b, d) != CUBLAS_STATUS_SUCCESS)
+    std::printf("case %s / %s: cuBLASLt blockwise: %s\n", c.config, c.name, why.empty() ? "failed" : why.c_str());
+  else
+    row.lt_fp8_us = 1e3 * bench::median_ms([&] { fp8.run(a, b, d); }, iters);
+  why.clear();
+  bench::LtMatmul bf16;
+  if (!bf16.setup_bf16(c.m, c.n, c.k, CUDA_R_32F, c.beta, &why) || bf16.run(a16, b16, d) != CUBLAS_STATUS_SUCCESS)
+    std::printf("case %s / %s: cuBLASLt BF16: %s\n", c.config, c.name, why.empty() ? "failed" : why.c_str());
+  else
+    row.lt_bf16_us = 1e3 * bench::median_ms([&] { bf16.run(a16, b16, d); }, iters);
+  CHECK_CUDA(cudaDeviceSynchronize());
+  for (void* ptr : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(sa), static_cast<void*>(sb),
+                    static_cast<void*>(d), static_cast<void*>(a16), static_cast<void*>(b16)})
+    CHECK_CUDA(cudaFree(ptr));
+  std::printf("case %-10s %-28s %6lld x %6lld x %6lld  ours %8.1f us  cublasLt-fp8 %8.1f  cublasLt-bf16 %8.1f"
+              "  (ours %.0f TFLOP/s)\n",
+              c.config, c.name, static_cast<long long>(c.m), static_cast<long long>(c.n), static_cast<long long>(c.k),
+              row.ours_us, row.lt_fp8_us, row.lt_bf16_us, row.ours_us > 0 ? 2e-6 * c.m * c.n * c.k / row.ours_us : 0);
+  std::fflush(stdout);
+  return row;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iters = 20;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) {
+      iters = std::max(3, std::atoi(argv[++i]));
+    } else {
+      std::fprintf(stderr, "usage: gemm_step_bench [--iters N]\n");
+      return 2;
+    }
+  }
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s (sm_%d%d), cuBLAS %d, iters %d\n", prop.name, prop.major, prop.minor, CUBLAS_VERSION, iters);
+  const std::vector<Case> all = cases();
+  std::vector<Row> rows;
+  for (const Case& c : all) rows.push_back(run_case(c, iters));
+
+  const auto ratio = [](double x, double y) { return x > 0 && y > 0 ? x / y : 0.0; };
+  std::printf("\n| configuration | GEMM | M x N x K | per step | blockscale us | cuBLASLt FP8 us | cuBLASLt BF16 us |"
+              " Lt FP8 / ours | Lt BF16 / ours |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Case& c = all[i];
+    const Row& r = rows[i];
+    std::printf("| %s | %s | %lldx%lldx%lld | %d | %.1f | %.1f | %.1f | %.2f | %.2f |\n", c.config, c.name,
+                static_cast<long long>(c.m), static_cast<long long>(c.n), static_cast<long long>(c.k), c.per_step,
+                r.ours_us, r.lt_fp8_us, r.lt_bf16_us, ratio(r.lt_fp8_us, r.ours_us), ratio(r.lt_bf16_us, r.ours_us));
+  }
+  for (const char* config : {"width 2048", "mixtral"}) {
+    double ours = 0, fp8 = 0, bf16 = 0;
+    for (size_t i = 0; i < all.size(); ++i)
+      if (!std::strcmp(all[i].config, config))
+        ours += rows[i].ours_us * all[i].per_step, fp8 += rows[i].lt_fp8_us * all[i].per_step,
+            bf16 += rows[i].lt_bf16_us * all[i].per_step;
+    std::printf("| %s | **per step** | | | %.0f | %.0f | %.0f | %.2f | %.2f |\n", config, ours, fp8, bf16,
+                ratio(fp8, ours), ratio(bf16, ours));
+  }
+  return 0;
+}
