@@ -259,10 +259,7 @@ Status GpuLayers::saved_bf16(const std::string& name, int64_t count, const void*
 
 Status GpuLayers::mx_bf16_copies(const std::string& name, const float* x, int64_t rows, int64_t cols, int64_t batches,
                                  const int32_t* ends, int groups, const Gather* gather, MxBf16Copies* out) {
-  uint16_t *row, *col;
-  BS_RETURN_IF_ERROR(buf(name + ".r16", rows * cols, &row));
-  BS_RETURN_IF_ERROR(buf(name + ".c16", rows * cols, &col));
-  out->row = row, out->col = col;
+  BS_RETURN_IF_ERROR(saved_mx_bf16(name, rows * cols, out));
   quant::MxBf16Problem p;
   p.recipe = recipe_of(OperandRole::kActivation);  // mxfp8: E4M3 with ceil scales for every role
   p.rows = rows, p.cols = cols, p.batches = batches, p.num_groups = groups;
@@ -270,12 +267,17 @@ Status GpuLayers::mx_bf16_copies(const std::string& name, const float* x, int64_
   in.x = x, in.group_ends = ends;
   if (gather != nullptr) in.row_index = gather->index, p.input_rows = gather->input_rows;
   PhaseScope phase(timer_, Phase::kQuantize);
-  return quant::run(p, in, quant::MxBf16Outputs{row, col}, stream_);
+  return quant::run(p, in, quant::MxBf16Outputs{out->row, out->col}, stream_);
 }
+// The two bf16 copies of an operand (buffers keep their contents between uses). They take twice
+// the bf16 recipe's memory, so running out says which route needs less.
 Status GpuLayers::saved_mx_bf16(const std::string& name, int64_t count, MxBf16Copies* out) {
   uint16_t *row, *col;
-  BS_RETURN_IF_ERROR(buf(name + ".r16", count, &row));
-  BS_RETURN_IF_ERROR(buf(name + ".c16", count, &col));
+  Status s = buf(name + ".r16", count, &row);
+  if (s.is_ok()) s = buf(name + ".c16", count, &col);
+  if (!s.is_ok())
+    return Status::error(s.message() + " (mxfp8's bf16-values route keeps a rowwise and a columnwise bf16 copy "
+                         "of every operand; --mx-gemm kernel needs less memory)");
   out->row = row, out->col = col;
   return Status::ok();
 }

@@ -185,8 +185,8 @@ class GpuLayers {
   // buffers name.r16 / name.c16: dense (`batches` stacked matrices) or grouped (ends on the device,
   // optionally gathered). saved_mx_bf16: the copies an earlier call made (buffers keep them).
   struct MxBf16Copies {
-    const uint16_t* row = nullptr;
-    const uint16_t* col = nullptr;
+    uint16_t* row = nullptr;
+    uint16_t* col = nullptr;
   };
   Status mx_bf16_copies(const std::string& name, const float* x, int64_t rows, int64_t cols, int64_t batches,
                         const int32_t* ends, int groups, const Gather* gather, MxBf16Copies* out);
