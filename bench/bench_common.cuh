@@ -29,6 +29,26 @@ __device__ inline uint32_t hash32(uint64_t x) {
   return static_cast<uint32_t>(x);
 }
 
+// Input fills of the GEMM benches (grid-stride, a counter hash per element):
+// E4M3 codes, never NaN (S.1111.111 -> S.1111.110).
+__global__ inline void fill_e4m3(uint8_t* x, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    uint8_t c = static_cast<uint8_t>(hash32(seed + static_cast<uint64_t>(i)));
+    if ((c & 0x7F) == 0x7F) c ^= 1;
+    x[i] = c;
+  }
+}
+// fp32 scales in [2^-4, 2^4), log-uniform.
+__global__ inline void fill_scales(float* s, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    s[i] = exp2f((hash32(seed + static_cast<uint64_t>(i)) % 8192) / 1024.0f - 4.0f);
+}
+// bf16 values in [-1, 1).
+__global__ inline void fill_bf16(__nv_bfloat16* x, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    x[i] = __float2bfloat16_rn((hash32(seed + static_cast<uint64_t>(i)) % 65536) / 32768.0f - 1.0f);
+}
+
 // The cuBLAS BF16 peer: row-major D (m x n) = A (m x k) . B (n x k)^T, A and B K-major bf16, D bf16,
 // fp32 compute, alpha 1, beta 0, on the handle's stream. cuBLAS is column-major, so it is asked for
 // D^T (n x m, ld n) = B^T (B read as a transposed k x n matrix) . A^T (A read as k x m).

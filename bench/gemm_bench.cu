@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_common.cuh"  // defines: CHECK_CUDA, hash32, cublas_bf16_gemm
+#include "bench/bench_common.cuh"  // defines: CHECK_CUDA, cublas_bf16_gemm, median_ms, the fills
 #include "bench/cublaslt_blockwise.cuh"  // defines: LtMatmul
 #include "formats/recipe.h"
 #include "formats/scale_layout.h"
@@ -38,29 +38,6 @@ namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
 using bf::Recipe;
 using bg::detail::Sm90Fp8Tile;
-
-
-using bench::hash32;
-
-// E4M3 codes from a hash, never NaN (S.1111.111 -> S.1111.110).
-__global__ void fill_e4m3(uint8_t* x, int64_t n, uint64_t seed) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    uint8_t c = static_cast<uint8_t>(hash32(seed + static_cast<uint64_t>(i)));
-    if ((c & 0x7F) == 0x7F) c ^= 1;
-    x[i] = c;
-  }
-}
-
-// Scales in [2^-4, 2^4) (log-uniform).
-__global__ void fill_scales(float* s, int64_t n, uint64_t seed) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    s[i] = exp2f((hash32(seed + static_cast<uint64_t>(i)) % 8192) / 1024.0f - 4.0f);
-}
-
-__global__ void fill_bf16(__nv_bfloat16* x, int64_t n, uint64_t seed) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    x[i] = __float2bfloat16_rn((hash32(seed + static_cast<uint64_t>(i)) % 65536) / 32768.0f - 1.0f);
-}
 
 template <typename T>
 T* device_alloc(int64_t count) {
@@ -145,10 +122,10 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
   __nv_bfloat16* d_ours = device_alloc<__nv_bfloat16>(c.m * c.n);
   __nv_bfloat16* d_lt = device_alloc<__nv_bfloat16>(c.m * c.n);
   std::vector<__nv_bfloat16> ours_host[2];
-  fill_e4m3<<<1024, 256>>>(a, c.m * c.k, 1);
-  fill_e4m3<<<1024, 256>>>(b, c.n * c.k, 2);
-  fill_scales<<<256, 256>>>(sa, a_scale_floats, 3);
-  fill_scales<<<256, 256>>>(sb, b_scale_floats, 4);
+  bench::fill_e4m3<<<1024, 256>>>(a, c.m * c.k, 1);
+  bench::fill_e4m3<<<1024, 256>>>(b, c.n * c.k, 2);
+  bench::fill_scales<<<256, 256>>>(sa, a_scale_floats, 3);
+  bench::fill_scales<<<256, 256>>>(sb, b_scale_floats, 4);
   CHECK_CUDA(cudaGetLastError());
   const double flop = 2.0 * c.m * c.n * c.k;
 
@@ -194,8 +171,8 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
 
   __nv_bfloat16* a16 = device_alloc<__nv_bfloat16>(c.m * c.k);
   __nv_bfloat16* b16 = device_alloc<__nv_bfloat16>(c.n * c.k);
-  fill_bf16<<<1024, 256>>>(a16, c.m * c.k, 5);
-  fill_bf16<<<1024, 256>>>(b16, c.n * c.k, 6);
+  bench::fill_bf16<<<1024, 256>>>(a16, c.m * c.k, 5);
+  bench::fill_bf16<<<1024, 256>>>(b16, c.n * c.k, 6);
   auto bf16_gemm = [&] { return bench::cublas_bf16_gemm(blas, c.m, c.n, c.k, a16, b16, d_lt); };
   if (bf16_gemm() != CUBLAS_STATUS_SUCCESS) {
     std::printf("case %s: cuBLAS BF16 failed\n", row.label.c_str());

@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_common.cuh"            // defines: CHECK_CUDA, cublas_bf16_gemm, median_ms, hash32
+#include "bench/bench_common.cuh"            // defines: CHECK_CUDA, cublas_bf16_gemm, median_ms, fill_scales, fill_bf16
 #include "bench/block_scaled_operands.cuh"  // defines: DeviceBuffer, fill_bytes (E4M3, E8M0)
 #include "formats/scale_layout.h"
 #include "gemm/grouped.h"
@@ -44,16 +44,6 @@ namespace bg = blockscale::gemm;
 using bench::DeviceBuffer;
 using bench::Fill;
 using blockscale::formats::Recipe;
-
-__global__ void fill_scales(float* s, int64_t n, uint64_t seed) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    s[i] = exp2f((bench::hash32(seed + static_cast<uint64_t>(i)) % 8192) / 1024.0f - 4.0f);
-}
-
-__global__ void fill_bf16(__nv_bfloat16* x, int64_t n, uint64_t seed) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    x[i] = __float2bfloat16_rn((bench::hash32(seed + static_cast<uint64_t>(i)) % 65536) / 32768.0f - 1.0f);
-}
 
 struct Case {
   const char* name;
@@ -86,8 +76,8 @@ struct OurOperands {
       bench::fill_bytes<<<256, 256>>>(sa.ptr, sa_bytes, Fill::kE8M0, 3);
       bench::fill_bytes<<<256, 256>>>(sb.ptr, sb_bytes, Fill::kE8M0, 4);
     } else {
-      fill_scales<<<256, 256>>>(reinterpret_cast<float*>(sa.ptr), sa_bytes / 4, 3);
-      fill_scales<<<256, 256>>>(reinterpret_cast<float*>(sb.ptr), sb_bytes / 4, 4);
+      bench::fill_scales<<<256, 256>>>(reinterpret_cast<float*>(sa.ptr), sa_bytes / 4, 3);
+      bench::fill_scales<<<256, 256>>>(reinterpret_cast<float*>(sb.ptr), sb_bytes / 4, 4);
     }
     CHECK_CUDA(cudaGetLastError());
     const std::vector<int32_t> host(group_ends.begin(), group_ends.end());
@@ -200,8 +190,8 @@ PeerTflops peer_tflops(const Case& c, bool wgrad, const std::vector<int64_t>& co
   const int64_t tokens = c.experts * c.tokens_per_expert, g = c.experts;
   DeviceBuffer<__nv_bfloat16> x(tokens * c.k), other(wgrad ? tokens * c.n : g * c.n * c.k);
   DeviceBuffer<__nv_bfloat16> out(wgrad ? g * c.n * c.k : tokens * c.n);
-  fill_bf16<<<1024, 256>>>(x.ptr, tokens * c.k, 5);
-  fill_bf16<<<1024, 256>>>(other.ptr, wgrad ? tokens * c.n : g * c.n * c.k, 6);
+  bench::fill_bf16<<<1024, 256>>>(x.ptr, tokens * c.k, 5);
+  bench::fill_bf16<<<1024, 256>>>(other.ptr, wgrad ? tokens * c.n : g * c.n * c.k, 6);
   CHECK_CUDA(cudaDeviceSynchronize());
   const std::vector<BlasGemm> problems = peer_problems(c, wgrad, counts, x.ptr, other.ptr, out.ptr);
   const size_t count = problems.size();

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_common.cuh"        // defines: CHECK_CUDA, hash32, median_ms
+#include "bench/bench_common.cuh"        // defines: CHECK_CUDA, median_ms, the fills
 #include "bench/cublaslt_blockwise.cuh"  // defines: LtMatmul
 #include "formats/scale_layout.h"
 #include "gemm/gemm.h"
@@ -32,21 +32,6 @@ namespace {
 namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
 using bf::Recipe;
-
-__global__ void fill_e4m3(uint8_t* x, int64_t n, uint64_t seed) {  // never NaN
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    uint8_t c = static_cast<uint8_t>(bench::hash32(seed + static_cast<uint64_t>(i)));
-    x[i] = (c & 0x7F) == 0x7F ? c ^ 1 : c;
-  }
-}
-__global__ void fill_scales(float* s, int64_t n, uint64_t seed) {  // [2^-4, 2^4)
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    s[i] = exp2f((bench::hash32(seed + static_cast<uint64_t>(i)) % 8192) / 1024.0f - 4.0f);
-}
-__global__ void fill_bf16(__nv_bfloat16* x, int64_t n, uint64_t seed) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    x[i] = __float2bfloat16_rn((bench::hash32(seed + static_cast<uint64_t>(i)) % 65536) / 32768.0f - 1.0f);
-}
 
 struct Case {
   const char* config;
@@ -106,12 +91,12 @@ Row run_case(const Case& c, int iters) {
   CHECK_CUDA(cudaMalloc(&a16, c.m * c.k * 2));
   CHECK_CUDA(cudaMalloc(&b16, c.n * c.k * 2));
   CHECK_CUDA(cudaMemset(d, 0, c.m * c.n * 4));
-  fill_e4m3<<<1024, 256>>>(a, c.m * c.k, 1);
-  fill_e4m3<<<1024, 256>>>(b, c.n * c.k, 2);
-  fill_scales<<<256, 256>>>(sa, sa_n, 3);
-  fill_scales<<<256, 256>>>(sb, sb_n, 4);
-  fill_bf16<<<1024, 256>>>(a16, c.m * c.k, 5);
-  fill_bf16<<<1024, 256>>>(b16, c.n * c.k, 6);
+  bench::fill_e4m3<<<1024, 256>>>(a, c.m * c.k, 1);
+  bench::fill_e4m3<<<1024, 256>>>(b, c.n * c.k, 2);
+  bench::fill_scales<<<256, 256>>>(sa, sa_n, 3);
+  bench::fill_scales<<<256, 256>>>(sb, sb_n, 4);
+  bench::fill_bf16<<<1024, 256>>>(a16, c.m * c.k, 5);
+  bench::fill_bf16<<<1024, 256>>>(b16, c.n * c.k, 6);
   CHECK_CUDA(cudaGetLastError());
 
   bg::GemmProblem p;
