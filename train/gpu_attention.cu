@@ -4,8 +4,9 @@
 //   backward: dP = dO V^T  ->  dS = bf16(P * (dP - rowsum(dP * P)))  ->  dQ = dS K * scale,
 //             dK = dS^T Q * scale, dV = P^T dO
 // The six products are cublasGemmStridedBatchedEx over the batch * heads pairs (bf16 in, fp32
-// accumulate and out, CUBLAS_COMPUTE_32F), over the full seq x seq square: the masked half of S and
-// dP is computed and discarded (P and dS hold zeros there, so the other products are exact).
+// accumulate and out, CUBLAS_COMPUTE_32F), in row chunks that skip most of the masked half (Products
+// below): S and dP are computed only where the softmax reads them, and the products with P and dS
+// leave out only entries that are zero.
 // Kernels here: split qkv / dout into bf16 heads, the causal softmax and dS (a warp per row, fp32
 // max and sums), and the merge of the fp32 head outputs back into token rows.
 //
@@ -157,24 +158,48 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
                                     CUBLAS_GEMM_DEFAULT);
 }
 
-// The three product shapes of the banner; every operand is one [batch*heads] stack.
+// The three product shapes of the banner, each skipping the masked half: the seq rows are cut into
+// kCausalChunks row chunks, and chunk [r0, r1) of S = X Y^T needs only columns [0, r1), of M X
+// only M's columns [0, r1) (P and dS are zero above the diagonal), and columns [c0, c1) of M^T X
+// only M's rows [c0, seq). That is (chunks + 1) / (2 chunks) of the square's work (5/8 for 4); the
+// entries left out are the masked zeros, so every product is the same sum. Every operand is one
+// [batch*heads] stack.
+constexpr int kCausalChunks = 4;
 struct Products {
   cublasHandle_t h;
   Shape s;
   int64_t head() const { return int64_t{s.seq} * s.hd; }
   int64_t square() const { return int64_t{s.seq} * s.seq; }
   int count() const { return s.batch * s.heads; }
-  cublasStatus_t x_yt(const uint16_t* x, const uint16_t* y, float* out) const {  // seq x seq
-    return gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, s.seq, s.seq, s.hd, y, s.hd, head(), x, s.hd, head(), out, s.seq,
-                square(), count());
+  int chunk_start(int i) const { return static_cast<int>(int64_t{s.seq} * i / kCausalChunks); }
+  // Calls one(r0, r1) per non-empty row chunk; the first failure stops it.
+  template <typename F>
+  cublasStatus_t chunks(F one) const {
+    for (int i = 0; i < kCausalChunks; ++i) {
+      const int r0 = chunk_start(i), r1 = chunk_start(i + 1);
+      if (r1 == r0) continue;
+      const cublasStatus_t st = one(r0, r1);
+      if (st != CUBLAS_STATUS_SUCCESS) return st;
+    }
+    return CUBLAS_STATUS_SUCCESS;
   }
-  cublasStatus_t m_x(const uint16_t* m, const uint16_t* x, float* out) const {  // seq x hd
-    return gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, s.hd, s.seq, s.seq, x, s.hd, head(), m, s.seq, square(), out, s.hd,
-                head(), count());
+  cublasStatus_t x_yt(const uint16_t* x, const uint16_t* y, float* out) const {  // seq x seq, columns <= row
+    return chunks([&](int r0, int r1) {
+      return gemm(h, CUBLAS_OP_T, CUBLAS_OP_N, r1, r1 - r0, s.hd, y, s.hd, head(), x + int64_t{r0} * s.hd, s.hd,
+                  head(), out + int64_t{r0} * s.seq, s.seq, square(), count());
+    });
   }
-  cublasStatus_t mt_x(const uint16_t* m, const uint16_t* x, float* out) const {  // seq x hd
-    return gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, s.hd, s.seq, s.seq, x, s.hd, head(), m, s.seq, square(), out, s.hd,
-                head(), count());
+  cublasStatus_t m_x(const uint16_t* m, const uint16_t* x, float* out) const {  // seq x hd, m lower-triangular
+    return chunks([&](int r0, int r1) {
+      return gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, s.hd, r1 - r0, r1, x, s.hd, head(), m + int64_t{r0} * s.seq, s.seq,
+                  square(), out + int64_t{r0} * s.hd, s.hd, head(), count());
+    });
+  }
+  cublasStatus_t mt_x(const uint16_t* m, const uint16_t* x, float* out) const {  // seq x hd, m lower-triangular
+    return chunks([&](int c0, int c1) {
+      return gemm(h, CUBLAS_OP_N, CUBLAS_OP_T, s.hd, c1 - c0, s.seq - c0, x + int64_t{c0} * s.hd, s.hd, head(),
+                  m + int64_t{c0} * s.seq + c0, s.seq, square(), out + int64_t{c0} * s.hd, s.hd, head(), count());
+    });
   }
 };
 

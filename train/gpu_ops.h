@@ -55,7 +55,7 @@ Status rmsnorm_backward(const float* dy, const float* x, const float* gain, cons
 // As train/cpu_ops.h: q, k, v, probabilities, dout and dS rounded to bf16 (RNE) before each product;
 // the products run in cuBLAS (bf16 in, fp32 accumulate and out), the softmax in fp32. probs is bf16
 // bits (batch x heads x seq x seq, zeros above the diagonal), caller-owned: the backward reads it.
-// The products are computed over the full seq x seq square and the masked half discarded.
+// The products skip the masked half in row chunks (the entries left out are the masked zeros).
 // The workspace serves both directions; the functions set the handle's stream and pointer mode for
 // their calls and restore them before returning.
 size_t attention_workspace_bytes(int batch, int seq, int heads, int head_dim);

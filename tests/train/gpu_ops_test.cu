@@ -421,7 +421,8 @@ TEST_P(AttentionTest, ForwardAndBackwardMatchTheCpu) {
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
                          ::testing::Values(AttentionCase{1, 1, 1, 8}, AttentionCase{2, 7, 3, 24},
                                            AttentionCase{1, 33, 2, 17}, AttentionCase{1, 64, 2, 64},
-                                           AttentionCase{2, 129, 2, 40}, AttentionCase{1, 256, 4, 128}),
+                                           AttentionCase{2, 129, 2, 40}, AttentionCase{1, 256, 4, 128},
+                                           AttentionCase{1, 1024, 2, 128}),  // the training step's seq
                          attention_case_name);
 
 // ---- SwiGLU --------------------------------------------------------------------------------------
