@@ -172,14 +172,8 @@ Status can_implement_for_arch(const GemmProblem& p, int sm, GemmKernel* kernel) 
       if (kernel) *kernel = fp8_blockwise ? GemmKernel::kSm90Fp8Blockwise : GemmKernel::kSm90BlockScaledExact;
       return Status::ok();
     case 10:
-      if (!fp8_blockwise) {
-        if (kernel) *kernel = GemmKernel::kSm100CublasLtBlockScaled;
-        return Status::ok();
-      }
-      if (kernel) *kernel = GemmKernel::kSm100Fp8Blockwise;
-      return Status::error("device: sm_" + str(sm) +
-                           ": the sm100a FP8 blockwise GEMM is not implemented yet; "
-                           "FP8 blockwise GEMMs run on sm_90 (Hopper)");
+      if (kernel) *kernel = GemmKernel::kSm100CublasLtBlockScaled;
+      return Status::ok();
     default:
       return Status::error("device: sm_" + str(sm) +
                            " is not supported: the GEMMs need sm_90 (Hopper wgmma) or sm_100 (Blackwell)");
@@ -221,8 +215,6 @@ Status run(const GemmProblem& p, const GemmArguments& args, void* workspace, siz
       return detail::launch_sm90_fp8_block_gemm(p, args, stream);
     case GemmKernel::kSm90BlockScaledExact:
       return detail::launch_sm90_block_scaled_gemm(p, args, stream);
-    case GemmKernel::kSm100Fp8Blockwise:
-      return detail::launch_sm100_fp8_block_gemm(p, args, stream);
     case GemmKernel::kSm100CublasLtBlockScaled:
       return detail::launch_sm100_cublaslt_block_scaled(p, args, workspace, workspace_bytes, stream);
     case GemmKernel::kNone:

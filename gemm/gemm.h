@@ -23,8 +23,8 @@
 //   sm_90 (Hopper): FP8 blockwise on the sm90a wgmma e4m3 kernel; MX / NVFP4 on the sm90a exact
 //     kernel (elements times their scale converted to bf16 in the kernel, which is exact for
 //     the scale ranges of docs/numerics.md, then bf16 wgmma with fp32 accumulation).
-//   sm_100 (Blackwell): MX / NVFP4 through cuBLASLt's block-scaled matmul (compiled, not run on
-//     hardware); FP8 blockwise is a stub that says "not implemented". Anything else is refused.
+//   sm_100 (Blackwell): every recipe through cuBLASLt's block-scaled matmul (compiled, not run on
+//     Blackwell hardware; its FP8 blockwise call is tested on Hopper). Anything else is refused.
 // Numerics: FP8 blockwise: products exact, each 128-of-K partial sum accumulated by the tensor
 // core, then scaled by scale_A[row] * scale_B[col] into an fp32 accumulator. MX / NVFP4 on sm_90:
 // every product exact, accumulated in the tensor core's fp32 accumulator over the whole K.
@@ -80,8 +80,7 @@ enum class GemmKernel {
   kNone,
   kSm90Fp8Blockwise,         // sm90a wgmma e4m3, 128-of-K promotion
   kSm90BlockScaledExact,     // sm90a MX / NVFP4: exact conversion to bf16, bf16 wgmma
-  kSm100Fp8Blockwise,        // stub: refused
-  kSm100CublasLtBlockScaled  // MX / NVFP4 through cuBLASLt (compiled, not run on hardware)
+  kSm100CublasLtBlockScaled  // every recipe through cuBLASLt (compiled, not run on Blackwell hardware)
 };
 
 // Shape, stride and recipe checks (no device access). m == 0 or n == 0 is a valid empty problem.

@@ -47,13 +47,11 @@ Status launch_sm90_block_scaled_gemm(const GemmProblem& p, const GemmArguments& 
 // Whether the current device can run the kernel p's recipe pair selects.
 Status sm90_block_scaled_gemm_loadable(const GemmProblem& p);
 
-// MX / NVFP4 on sm_100a through cuBLASLt's block-scaled matmul (VEC32_UE8M0 / VEC16_UE4M3 scale
-// modes): gemm/sm100/sm100_cublaslt_block_scaled.cu. Compiled, not run on hardware.
+// Every recipe on sm_100 through cuBLASLt's block-scaled matmul (VEC32_UE8M0 / VEC16_UE4M3 /
+// VEC128_32F / BLK128x128_32F scale modes): gemm/sm100/sm100_cublaslt_block_scaled.cu. Compiled,
+// not run on Blackwell hardware; FP8 blockwise also runs on Hopper (tested there).
 Status launch_sm100_cublaslt_block_scaled(const GemmProblem& p, const GemmArguments& args, void* workspace,
                                           size_t workspace_bytes, cudaStream_t stream);
-
-// FP8 blockwise on sm_100a: gemm/sm100/sm100_fp8_block_gemm.cu (a stub in this slice).
-Status launch_sm100_fp8_block_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream);
 
 // A CUDA error as a Status naming `what` (ok for cudaSuccess); clears a non-sticky launch error.
 Status cuda_status(cudaError_t err, const char* what);

@@ -1,12 +1,16 @@
-// sm100_cublaslt_block_scaled: the MX / NVFP4 GEMM on Blackwell (sm_100) through cuBLASLt's
-// block-scaled matmul: CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 for MX operands (E8M0 scales,
-// blocks of 32), VEC16_UE4M3 for NVFP4 (UE4M3 scales, blocks of 16), fp32 accumulation.
-// Compiled on every build, never run on hardware (no sm_100 GPU was available); its semantics
-// follow the cuBLASLt documentation. Values must match formats::reference_gemm.
+// sm100_cublaslt_block_scaled: the GEMMs of Blackwell (sm_100) through cuBLASLt's block-scaled
+// matmul, fp32 accumulation: CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 for MX operands (E8M0
+// scales, blocks of 32), VEC16_UE4M3 for NVFP4 (UE4M3 scales, blocks of 16), VEC128_32F and
+// BLK128x128_32F for FP8 blockwise (fp32 scales of 1x128 and 128x128 blocks).
+// Compiled on every build, never run on a Blackwell GPU (none was available); its semantics follow
+// the cuBLASLt documentation. Values must match formats::reference_gemm. The FP8 blockwise call
+// is the same on Hopper, where cuBLASLt also takes those scale modes: tests/gemm/gemm_test.cu runs
+// it there (GemmCublasLt) against the reference and the sm_90 kernel.
 //
 // Operands: A (M x K) and B (N x K) K-major codes as quant/ writes them (E4M3 / E5M2 one per
-// byte, E2M1 two per byte), scales in the swizzled 128x4 layout (formats::swizzled_scale_offset),
-// which is cuBLAS's "1D block scaling factors layout": passed unchanged.
+// byte, E2M1 two per byte), scales in the layouts of formats/scale_layout.h: the swizzled 128x4
+// layout for MX / NVFP4 (cuBLAS's "1D block scaling factors layout"), vec128_* / blk128_* for FP8
+// blockwise (cuBLAS's VEC128_32F / BLK128x128_32F layouts): passed unchanged.
 //
 // Row-major to cuBLASLt's column-major: a row-major R x C matrix with row stride ld is the
 // column-major C x R matrix with leading dimension ld. So our D (M x N, ldd) is cuBLASLt's
@@ -147,6 +151,8 @@ bool lt_operand(Recipe r, LtOperand* out) {
     case Recipe::kMxfp8E5M2: *out = {CUDA_R_8F_E5M2, CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0}; return true;
     case Recipe::kMxfp4: *out = {CUDA_R_4F_E2M1, CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0}; return true;
     case Recipe::kNvfp4: *out = {CUDA_R_4F_E2M1, CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3}; return true;
+    case Recipe::kFp8Block1x128: *out = {CUDA_R_8F_E4M3, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F}; return true;
+    case Recipe::kFp8Block128x128: *out = {CUDA_R_8F_E4M3, CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F}; return true;
     default: return false;
   }
 }
@@ -217,10 +223,10 @@ Status launch_sm100_cublaslt_block_scaled(const GemmProblem& p, const GemmArgume
                                           size_t workspace_bytes, cudaStream_t stream) {
   LtOperand a{}, b{};
   if (!lt_operand(p.a_recipe, &a))
-    return Status::error(std::string("a_recipe: must be mxfp8, mxfp8_e5m2, mxfp4 or nvfp4 on sm_100, got ") +
+    return Status::error(std::string("a_recipe: must be an MX, NVFP4 or FP8 blockwise recipe on sm_100, got ") +
                          formats::recipe_name(p.a_recipe));
   if (!lt_operand(p.b_recipe, &b))
-    return Status::error(std::string("b_recipe: must be mxfp8, mxfp8_e5m2, mxfp4 or nvfp4 on sm_100, got ") +
+    return Status::error(std::string("b_recipe: must be an MX, NVFP4 or FP8 blockwise recipe on sm_100, got ") +
                          formats::recipe_name(p.b_recipe));
   const bool read_c = p.beta != 0.0f;
   if (read_c && p.c_type != p.d_type)

@@ -163,8 +163,10 @@ struct TileScope {
 
 // Uploads the operands (and C: m x ldc fp32 / bf16 values when beta != 0), poisons D, runs.
 // in_place: C is D (D is initialised with C instead of the poison).
+// cublaslt: run the sm_100 path's cuBLASLt call (detail::launch_sm100_cublaslt_block_scaled) on this
+// device instead of gemm::run's choice; cuBLASLt takes FP8 blockwise on Hopper too.
 void run_gemm(const bg::GemmProblem& p, const HostOperand& a, const HostOperand& b, const std::vector<double>* c,
-              bool in_place, Sm90Fp8Tile tile, GemmRun* out) {
+              bool in_place, Sm90Fp8Tile tile, GemmRun* out, bool cublaslt = false) {
   DeviceBuffer a_data, a_scales, b_data, b_scales, c_buf, d_buf;
   ASSERT_CUDA(a_data.upload(a.q.data.data(), a.q.data.size()));
   ASSERT_CUDA(b_data.upload(b.q.data.data(), b.q.data.size()));
@@ -188,7 +190,13 @@ void run_gemm(const bg::GemmProblem& p, const HostOperand& a, const HostOperand&
   args.b_scales = reinterpret_cast<const float*>(b_scales.ptr);
   args.c = c == nullptr ? nullptr : in_place ? static_cast<const void*>(d_buf.ptr) : c_buf.ptr;
   args.d = d_buf.ptr;
-  {
+  if (cublaslt) {
+    DeviceBuffer workspace;
+    ASSERT_CUDA(workspace.alloc(size_t{32} << 20));
+    out->status = bg::detail::launch_sm100_cublaslt_block_scaled(p, args, workspace.ptr, size_t{32} << 20, nullptr);
+    ASSERT_TRUE(out->status.is_ok()) << out->status.message();
+    ASSERT_CUDA(cudaDeviceSynchronize());  // before the workspace goes
+  } else {
     const TileScope scope(tile);
     out->status = bg::run(p, args, nullptr, bg::workspace_size(p), nullptr);
   }
@@ -229,7 +237,7 @@ bg::GemmProblem problem(int64_t m, int64_t n, int64_t k, Recipe b_recipe, Matrix
 
 // Runs one GEMM on a, b (C random when beta != 0) and checks it against the derived bound.
 void check_random(const bg::GemmProblem& p, const HostOperand& a, const HostOperand& b, bool in_place,
-                  uint64_t seed) {
+                  uint64_t seed, bool cublaslt = false) {
   std::vector<double> c;
   if (p.beta != 0.0f) {
     std::mt19937_64 rng(seed);
@@ -264,10 +272,11 @@ void check_random(const bg::GemmProblem& p, const HostOperand& a, const HostOper
                        2 * u * std::fabs(p.beta) * std::sqrt(c2) + 1.01 * u_out * frobenius(ref);
   const double ref_norm = frobenius(ref);
 
-  for (const Sm90Fp8Tile tile : tiles_under_test()) {
-    SCOPED_TRACE("tile 128 x " + std::to_string(tile_width(tile)));
+  const std::vector<Sm90Fp8Tile> tiles = cublaslt ? std::vector<Sm90Fp8Tile>{Sm90Fp8Tile::kAuto} : tiles_under_test();
+  for (const Sm90Fp8Tile tile : tiles) {
+    SCOPED_TRACE(cublaslt ? std::string("cuBLASLt") : "tile 128 x " + std::to_string(tile_width(tile)));
     GemmRun r;
-    run_gemm(p, a, b, c.empty() ? nullptr : &c, in_place, tile, &r);
+    run_gemm(p, a, b, c.empty() ? nullptr : &c, in_place, tile, &r, cublaslt);
     if (::testing::Test::HasFatalFailure()) return;
     if (!in_place)  // in place, the padding holds C's values, not the poison
       EXPECT_EQ(padding_written(p, r), 0) << "bytes written in the padding columns [n, ldd)";
@@ -285,9 +294,9 @@ void check_random(const bg::GemmProblem& p, const HostOperand& a, const HostOper
       }
     EXPECT_EQ(nonfinite, 0) << "non-finite (unwritten: still the NaN poison, or overflowed) outputs";
     const double err = std::sqrt(err2);
-    std::printf("gemm_test: tile %d m %lld n %lld k %lld b %s d %s beta %g%s: rel_err %.3e bound %.3e"
+    std::printf("gemm_test: %s %d m %lld n %lld k %lld b %s d %s beta %g%s: rel_err %.3e bound %.3e"
                 " (err/bound %.3f)\n",
-                tile_width(tile), static_cast<long long>(p.m), static_cast<long long>(p.n),
+                cublaslt ? "cublaslt" : "tile", cublaslt ? 0 : tile_width(tile), static_cast<long long>(p.m), static_cast<long long>(p.n),
                 static_cast<long long>(p.k), bf::recipe_name(p.b_recipe), bg::matrix_type_name(p.d_type), p.beta,
                 in_place ? " in place" : "", err / ref_norm, bound / ref_norm, err / bound);
     EXPECT_LE(err, bound) << "relative Frobenius error " << err / ref_norm << " above the derived bound "
@@ -345,6 +354,70 @@ TEST_P(GemmRandom, WithinDerivedBound) {
                seed_of(c, 4));
 }
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmRandom, ::testing::ValuesIn(odd_shapes()), shape_name);
+
+// The sm_100 path's cuBLASLt call for FP8 blockwise, run on this (Hopper) GPU: cuBLASLt's blockwise
+// FP8 matmul computes the same contract (each 128-of-K block's products summed, then scaled into
+// fp32), so the same derived bound holds; and for fprop / dgrad it is the sm_90 kernel's result
+// bit for bit on these shapes (docs/performance.md: cuBLASLt's bf16 D equal to ours). Shapes
+// cuBLASLt takes: M and N multiples of 4, D's rows 16-byte aligned. bf16 D at beta 0, fp32 D +=
+// fp32 C (beta 1, ldd padded by 4), and fp32 D in place (C == D), as the training step's wgrad
+// accumulates.
+class GemmCublasLt : public ::testing::TestWithParam<ShapeCase> {};
+TEST_P(GemmCublasLt, WithinDerivedBoundAndEqualsTheSm90Kernel) {
+  SKIP_WITHOUT_GPU();
+  const ShapeCase c = GetParam();
+  HostOperand a, b;
+  random_operand(c.m, c.k, Recipe::kFp8Block1x128, 1.0, seed_of(c, 41), &a);
+  random_operand(c.n, c.k, c.b_recipe, 1.0, seed_of(c, 42), &b);
+  if (HasFatalFailure()) return;
+  check_random(problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kBf16, c.n, 1.0f, 0.0f), a, b, false, seed_of(c, 43),
+               true);
+  check_random(problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kFp32, c.n + 4, 1.0f, 1.0f), a, b, false,
+               seed_of(c, 44), true);
+  check_random(problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kFp32, c.n, 1.0f, 1.0f), a, b, true, seed_of(c, 45),
+               true);
+  if (c.b_recipe != Recipe::kFp8Block128x128) return;
+  const bg::GemmProblem p = problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kBf16, c.n, 1.0f, 0.0f);
+  GemmRun lt, ours;
+  run_gemm(p, a, b, nullptr, false, Sm90Fp8Tile::kAuto, &lt, true);
+  run_gemm(p, a, b, nullptr, false, Sm90Fp8Tile::kAuto, &ours);
+  if (HasFatalFailure()) return;
+  int64_t differ = 0;
+  for (size_t i = 0; i < lt.d.size(); i += 2) differ += std::memcmp(lt.d.data() + i, ours.d.data() + i, 2) != 0;
+  std::printf("gemm_test: cublaslt vs sm90 kernel, %lld x %lld x %lld bf16 D: %lld of %lld elements differ\n",
+              static_cast<long long>(c.m), static_cast<long long>(c.n), static_cast<long long>(c.k),
+              static_cast<long long>(differ), static_cast<long long>(lt.d.size() / 2));
+  EXPECT_EQ(differ, 0);
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmCublasLt,
+                         ::testing::Values(ShapeCase{256, 384, 512, Recipe::kFp8Block128x128},
+                                           ShapeCase{132, 264, 384, Recipe::kFp8Block128x128},
+                                           ShapeCase{1024, 2816, 2048, Recipe::kFp8Block128x128},
+                                           ShapeCase{256, 384, 512, Recipe::kFp8Block1x128},
+                                           ShapeCase{2048, 1408, 1024, Recipe::kFp8Block1x128}),
+                         shape_name);
+
+// A shape cuBLASLt refuses (bf16 D rows of 520 bytes: not 16-byte aligned) is an error that names
+// the problem, not a launch failure or a silent no-op.
+TEST(GemmCublasLt, RefusalNamesTheProblem) {
+  SKIP_WITHOUT_GPU();
+  HostOperand a, b;
+  random_operand(132, 384, Recipe::kFp8Block1x128, 1.0, 51, &a);
+  random_operand(260, 384, Recipe::kFp8Block128x128, 1.0, 52, &b);
+  if (HasFatalFailure()) return;
+  DeviceBuffer a_data, a_scales, b_data, b_scales, d;
+  ASSERT_CUDA(a_data.upload(a.q.data.data(), a.q.data.size()));
+  ASSERT_CUDA(b_data.upload(b.q.data.data(), b.q.data.size()));
+  ASSERT_CUDA(a_scales.upload(a.packed_scales.data(), a.packed_scales.size() * 4));
+  ASSERT_CUDA(b_scales.upload(b.packed_scales.data(), b.packed_scales.size() * 4));
+  ASSERT_CUDA(d.alloc(132 * 260 * 2));
+  const bg::GemmProblem p = problem(132, 260, 384, Recipe::kFp8Block128x128, MatrixType::kBf16, 260, 1.0f, 0.0f);
+  bg::GemmArguments args;
+  args.a_data = a_data.ptr, args.a_scales = a_scales.ptr, args.b_data = b_data.ptr, args.b_scales = b_scales.ptr;
+  args.d = d.ptr;
+  expect_error(bg::detail::launch_sm100_cublaslt_block_scaled(p, args, nullptr, 0, nullptr),
+               "cuBLASLt found no algorithm for m=132, n=260, k=384");
+}
 
 // Tiny and huge scales (values around 1e-20 x 1e+15 and 1e+18 x 1e+15: scale products far from
 // 1 in both directions, results still normal fp32 / bf16), alpha != 1, bf16 C, in-place C == D.
@@ -582,9 +655,8 @@ TEST(GemmDispatch, ArchitectureRule) {
   bg::GemmKernel kernel = bg::GemmKernel::kNone;
   EXPECT_TRUE(bg::can_implement_for_arch(valid_problem(), 90, &kernel).is_ok());
   EXPECT_EQ(kernel, bg::GemmKernel::kSm90Fp8Blockwise);
-  expect_error(bg::can_implement_for_arch(valid_problem(), 100, &kernel),
-               "the sm100a FP8 blockwise GEMM is not implemented yet");
-  EXPECT_EQ(kernel, bg::GemmKernel::kSm100Fp8Blockwise);
+  EXPECT_TRUE(bg::can_implement_for_arch(valid_problem(), 100, &kernel).is_ok());
+  EXPECT_EQ(kernel, bg::GemmKernel::kSm100CublasLtBlockScaled);
   for (int sm : {70, 80, 86, 89, 120}) {
     expect_error(bg::can_implement_for_arch(valid_problem(), sm, &kernel), "need sm_90 (Hopper wgmma) or sm_100");
     EXPECT_EQ(kernel, bg::GemmKernel::kNone);
