@@ -9,9 +9,11 @@
 namespace blockscale::train {
 namespace {
 
-// splitmix64: a small, platform-independent generator for the initial weights.
+// splitmix64: a small, platform-independent generator for the initial weights. Its state moves
+// by kGamma per draw.
+constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
 uint64_t next_u64(uint64_t* state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  uint64_t z = (*state += kGamma);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
@@ -68,7 +70,6 @@ ParamLayout make_param_layout(const ModelConfig& c) {
 // tensors are cut into chunks filled by all hardware threads, with the bits of one sequential pass
 // (a 3B-parameter model took ~1 minute on one core).
 void init_params(const ParamLayout& layout, const ModelConfig& c, uint64_t seed, float* params) {
-  constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
   constexpr int64_t kChunkPairs = int64_t{1} << 20;
   const double out_scale = 1.0 / std::sqrt(2.0 * c.n_layers);
   struct Chunk {
