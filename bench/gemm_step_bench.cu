@@ -2,7 +2,8 @@
 // (the driver's activations and main gradients are fp32), wgrad at beta 0 (a step's first
 // micro-batch) or 1 (accumulating into the main gradient). gemm/ against cuBLASLt's blockwise FP8
 // matmul on the same operands and against cuBLASLt BF16 with fp32 D (the bf16 recipe's route), in
-// the same process. Per configuration the cases are weighted by how often a step runs each (two
+// the same process. gemm/ runs twice: its wgmma kernel (Sm90Fp8Route::kKernel) and its automatic
+// route (cuBLASLt where it takes the shape, as the fp8_block recipe runs by default). Per configuration the cases are weighted by how often a step runs each (two
 // layers; the experts modelled as uniform, tokens x top_k / experts rows each, run dense), which
 // gives the step's FP8 GEMM time on each route: what a route change could save before it is built.
 //   width 2048 : the docs command (d 2048, d_ff 1408, 16 heads, 8 experts top-2, 4096 tokens)
@@ -72,7 +73,7 @@ std::vector<Case> cases() {
 }
 
 struct Row {
-  double ours_us = 0, lt_fp8_us = 0, lt_bf16_us = 0;  // 0: failed (the case's line says why)
+  double ours_us = 0, auto_us = 0, lt_fp8_us = 0, lt_bf16_us = 0;  // 0: failed (the case's line says why)
 };
 
 Row run_case(const Case& c, int iters) {
@@ -109,11 +110,19 @@ Row run_case(const Case& c, int iters) {
   bg::GemmArguments args;
   args.a_data = a, args.b_data = b, args.a_scales = sa, args.b_scales = sb, args.d = d;
   args.c = c.beta != 0 ? d : nullptr;
-  const blockscale::Status s = bg::run(p, args, nullptr, 0, nullptr);
-  if (!s.is_ok())
-    std::printf("case %s / %s: blockscale gemm: %s\n", c.config, c.name, s.message().c_str());
-  else
-    row.ours_us = 1e3 * bench::median_ms([&] { (void)bg::run(p, args, nullptr, 0, nullptr); }, iters);
+  void* ws = nullptr;
+  const size_t ws_bytes = bg::workspace_size(p);
+  CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
+  for (bg::Sm90Fp8Route route : {bg::Sm90Fp8Route::kKernel, bg::Sm90Fp8Route::kAuto}) {
+    bg::set_sm90_fp8_route(route);
+    const blockscale::Status s = bg::run(p, args, ws, ws_bytes, nullptr);
+    double& us = route == bg::Sm90Fp8Route::kKernel ? row.ours_us : row.auto_us;
+    if (!s.is_ok())
+      std::printf("case %s / %s: blockscale gemm: %s\n", c.config, c.name, s.message().c_str());
+    else
+      us = 1e3 * bench::median_ms([&] { (void)bg::run(p, args, ws, ws_bytes, nullptr); }, iters);
+  }
+  bg::set_sm90_fp8_route(bg::Sm90Fp8Route::kAuto);
 
   std::string why;
   bench::LtMatmul fp8;
@@ -130,12 +139,13 @@ Row run_case(const Case& c, int iters) {
     row.lt_bf16_us = 1e3 * bench::median_ms([&] { bf16.run(a16, b16, d); }, iters);
   CHECK_CUDA(cudaDeviceSynchronize());
   for (void* ptr : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(sa), static_cast<void*>(sb),
-                    static_cast<void*>(d), static_cast<void*>(a16), static_cast<void*>(b16)})
+                    static_cast<void*>(d), static_cast<void*>(a16), static_cast<void*>(b16), ws})
     CHECK_CUDA(cudaFree(ptr));
-  std::printf("case %-10s %-28s %6lld x %6lld x %6lld  ours %8.1f us  cublasLt-fp8 %8.1f  cublasLt-bf16 %8.1f"
-              "  (ours %.0f TFLOP/s)\n",
+  std::printf("case %-10s %-28s %6lld x %6lld x %6lld  kernel %8.1f us  auto %8.1f  cublasLt-fp8 %8.1f"
+              "  cublasLt-bf16 %8.1f  (kernel %.0f TFLOP/s)\n",
               c.config, c.name, static_cast<long long>(c.m), static_cast<long long>(c.n), static_cast<long long>(c.k),
-              row.ours_us, row.lt_fp8_us, row.lt_bf16_us, row.ours_us > 0 ? 2e-6 * c.m * c.n * c.k / row.ours_us : 0);
+              row.ours_us, row.auto_us, row.lt_fp8_us, row.lt_bf16_us,
+              row.ours_us > 0 ? 2e-6 * c.m * c.n * c.k / row.ours_us : 0);
   std::fflush(stdout);
   return row;
 }
@@ -160,23 +170,25 @@ int main(int argc, char** argv) {
   for (const Case& c : all) rows.push_back(run_case(c, iters));
 
   const auto ratio = [](double x, double y) { return x > 0 && y > 0 ? x / y : 0.0; };
-  std::printf("\n| configuration | GEMM | M x N x K | per step | blockscale us | cuBLASLt FP8 us | cuBLASLt BF16 us |"
-              " Lt FP8 / ours | Lt BF16 / ours |\n|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n| configuration | GEMM | M x N x K | per step | gemm/ kernel us | gemm/ auto us | cuBLASLt FP8 us |"
+              " cuBLASLt BF16 us | auto / kernel | Lt FP8 / kernel | Lt BF16 / kernel |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < all.size(); ++i) {
     const Case& c = all[i];
     const Row& r = rows[i];
-    std::printf("| %s | %s | %lldx%lldx%lld | %d | %.1f | %.1f | %.1f | %.2f | %.2f |\n", c.config, c.name,
-                static_cast<long long>(c.m), static_cast<long long>(c.n), static_cast<long long>(c.k), c.per_step,
-                r.ours_us, r.lt_fp8_us, r.lt_bf16_us, ratio(r.lt_fp8_us, r.ours_us), ratio(r.lt_bf16_us, r.ours_us));
+    std::printf("| %s | %s | %lldx%lldx%lld | %d | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f |\n", c.config,
+                c.name, static_cast<long long>(c.m), static_cast<long long>(c.n), static_cast<long long>(c.k),
+                c.per_step, r.ours_us, r.auto_us, r.lt_fp8_us, r.lt_bf16_us, ratio(r.auto_us, r.ours_us),
+                ratio(r.lt_fp8_us, r.ours_us), ratio(r.lt_bf16_us, r.ours_us));
   }
   for (const char* config : {"width 2048", "mixtral"}) {
-    double ours = 0, fp8 = 0, bf16 = 0;
+    double ours = 0, autos = 0, fp8 = 0, bf16 = 0;
     for (size_t i = 0; i < all.size(); ++i)
       if (!std::strcmp(all[i].config, config))
-        ours += rows[i].ours_us * all[i].per_step, fp8 += rows[i].lt_fp8_us * all[i].per_step,
-            bf16 += rows[i].lt_bf16_us * all[i].per_step;
-    std::printf("| %s | **per step** | | | %.0f | %.0f | %.0f | %.2f | %.2f |\n", config, ours, fp8, bf16,
-                ratio(fp8, ours), ratio(bf16, ours));
+        ours += rows[i].ours_us * all[i].per_step, autos += rows[i].auto_us * all[i].per_step,
+            fp8 += rows[i].lt_fp8_us * all[i].per_step, bf16 += rows[i].lt_bf16_us * all[i].per_step;
+    std::printf("| %s | **per step** | | | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f |\n", config, ours, autos, fp8,
+                bf16, ratio(autos, ours), ratio(fp8, ours), ratio(bf16, ours));
   }
   return 0;
 }

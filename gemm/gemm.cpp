@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -122,7 +123,20 @@ Status current_sm(int* sm) {
   return Status::ok();
 }
 
+bool cublaslt_fp8_shape_ok(const GemmProblem& p) {
+  const auto row_aligned = [](int64_t ld, MatrixType t) { return ld * element_bytes(t) % 16 == 0; };
+  return p.m % 4 == 0 && p.n % 4 == 0 && row_aligned(p.ldd, p.d_type) &&
+         (p.beta == 0.0f || (p.c_type == p.d_type && row_aligned(p.ldc, p.c_type)));
+}
+
 }  // namespace detail
+
+namespace {
+std::atomic<Sm90Fp8Route> g_route{Sm90Fp8Route::kAuto};
+}  // namespace
+
+void set_sm90_fp8_route(Sm90Fp8Route route) { g_route.store(route); }
+Sm90Fp8Route sm90_fp8_route() { return g_route.load(); }
 
 const char* matrix_type_name(MatrixType t) { return t == MatrixType::kBf16 ? "bf16" : "fp32"; }
 
@@ -169,10 +183,21 @@ Status can_implement_for_arch(const GemmProblem& p, int sm, GemmKernel* kernel) 
   const bool fp8_blockwise = is_fp8_blockwise_pair(p.a_recipe, p.b_recipe);
   switch (sm / 10) {
     case 9:
-      if (kernel) *kernel = fp8_blockwise ? GemmKernel::kSm90Fp8Blockwise : GemmKernel::kSm90BlockScaledExact;
+      if (!fp8_blockwise) {
+        if (kernel) *kernel = GemmKernel::kSm90BlockScaledExact;
+        return Status::ok();
+      }
+      if (sm90_fp8_route() == Sm90Fp8Route::kCublasLt && !cublaslt_fp8_shape_ok(p))
+        return Status::error("m, n, ldd, ldc: the FP8 blockwise route is forced to cuBLASLt, which needs m and n "
+                             "multiples of 4, rows of D (and C) 16-byte aligned and C's type equal to D's; got m=" +
+                             str(p.m) + ", n=" + str(p.n) + ", ldd=" + str(p.ldd));
+      if (kernel)
+        *kernel = sm90_fp8_route() != Sm90Fp8Route::kKernel && cublaslt_fp8_shape_ok(p)
+                      ? GemmKernel::kCublasLtBlockScaled
+                      : GemmKernel::kSm90Fp8Blockwise;
       return Status::ok();
     case 10:
-      if (kernel) *kernel = GemmKernel::kSm100CublasLtBlockScaled;
+      if (kernel) *kernel = GemmKernel::kCublasLtBlockScaled;
       return Status::ok();
     default:
       return Status::error("device: sm_" + str(sm) +
@@ -203,7 +228,9 @@ Status can_implement(const GemmProblem& p, const GemmArguments& args) {
   return check_and_select(p, args, &kernel);
 }
 
-size_t workspace_size(const GemmProblem&) { return 0; }
+size_t workspace_size(const GemmProblem& p) {
+  return is_fp8_blockwise_pair(p.a_recipe, p.b_recipe) ? kCublasLtWorkspaceBytes : 0;
+}
 
 Status run(const GemmProblem& p, const GemmArguments& args, void* workspace, size_t workspace_bytes,
            cudaStream_t stream) {
@@ -215,8 +242,18 @@ Status run(const GemmProblem& p, const GemmArguments& args, void* workspace, siz
       return detail::launch_sm90_fp8_block_gemm(p, args, stream);
     case GemmKernel::kSm90BlockScaledExact:
       return detail::launch_sm90_block_scaled_gemm(p, args, stream);
-    case GemmKernel::kSm100CublasLtBlockScaled:
-      return detail::launch_sm100_cublaslt_block_scaled(p, args, workspace, workspace_bytes, stream);
+    case GemmKernel::kCublasLtBlockScaled: {
+      // sm_90 in kAuto: the wgmma kernel where cuBLASLt has no algorithm.
+      const bool fallback = is_fp8_blockwise_pair(p.a_recipe, p.b_recipe) && sm90_fp8_route() == Sm90Fp8Route::kAuto;
+      int sm = 0;
+      BS_RETURN_IF_ERROR(current_sm(&sm));
+      bool no_algorithm = false;
+      BS_RETURN_IF_ERROR(detail::launch_cublaslt_block_scaled(p, args, workspace, workspace_bytes, stream, {},
+                                                              fallback && sm / 10 == 9 ? &no_algorithm : nullptr));
+      if (!no_algorithm) return Status::ok();
+      BS_RETURN_IF_ERROR(detail::sm90_fp8_block_gemm_loadable());
+      return detail::launch_sm90_fp8_block_gemm(p, args, stream);
+    }
     case GemmKernel::kNone:
       break;
   }

@@ -20,11 +20,14 @@
 //                                  NVFP4 operands also take their tensor decode scale S_dec
 //                                  (a device float, quant/'s *_scale_dec), applied with alpha.
 // Architectures (one dispatch function, gemm.cpp):
-//   sm_90 (Hopper): FP8 blockwise on the sm90a wgmma e4m3 kernel; MX / NVFP4 on the sm90a exact
-//     kernel (elements times their scale converted to bf16 in the kernel, which is exact for
-//     the scale ranges of docs/numerics.md, then bf16 wgmma with fp32 accumulation).
+//   sm_90 (Hopper): FP8 blockwise through cuBLASLt's blockwise FP8 matmul where it takes the shape
+//     (m and n multiples of 4, rows of D and C 16-byte aligned, C's type D's; it ran 1.1-1.4x
+//     faster than gemm/'s kernel on the H100, docs/performance.md), on the sm90a wgmma e4m3
+//     kernel otherwise; MX / NVFP4 on the sm90a exact kernel (elements times their scale
+//     converted to bf16 in the kernel, which is exact for the scale ranges of docs/numerics.md,
+//     then bf16 wgmma with fp32 accumulation).
 //   sm_100 (Blackwell): every recipe through cuBLASLt's block-scaled matmul (compiled, not run on
-//     Blackwell hardware; its FP8 blockwise call is tested on Hopper). Anything else is refused.
+//     Blackwell hardware). Anything else is refused.
 // Numerics: FP8 blockwise: products exact, each 128-of-K partial sum accumulated by the tensor
 // core, then scaled by scale_A[row] * scale_B[col] into an fp32 accumulator. MX / NVFP4 on sm_90:
 // every product exact, accumulated in the tensor core's fp32 accumulator over the whole K.
@@ -78,9 +81,9 @@ struct GemmArguments {
 // The kernel families the dispatch can pick.
 enum class GemmKernel {
   kNone,
-  kSm90Fp8Blockwise,         // sm90a wgmma e4m3, 128-of-K promotion
-  kSm90BlockScaledExact,     // sm90a MX / NVFP4: exact conversion to bf16, bf16 wgmma
-  kSm100CublasLtBlockScaled  // every recipe through cuBLASLt (compiled, not run on Blackwell hardware)
+  kSm90Fp8Blockwise,      // sm90a wgmma e4m3, 128-of-K promotion
+  kSm90BlockScaledExact,  // sm90a MX / NVFP4: exact conversion to bf16, bf16 wgmma
+  kCublasLtBlockScaled    // cuBLASLt: FP8 blockwise on sm_90; every recipe on sm_100 (not run on Blackwell)
 };
 
 // Shape, stride and recipe checks (no device access). m == 0 or n == 0 is a valid empty problem.
@@ -92,14 +95,22 @@ Status can_implement_for_arch(const GemmProblem& p, int sm, GemmKernel* kernel =
 // operands, C either D itself or disjoint from it).
 Status can_implement(const GemmProblem& p, const GemmArguments& args);
 
-// Bytes of device workspace run() needs: 0 for every kernel (the sm_100 cuBLASLt path uses the
-// workspace it is given, if any, and runs without one otherwise).
+// Bytes of device workspace run() can use: 32 MiB for FP8 blockwise (cuBLASLt's; it also runs,
+// perhaps slower, with less or none), 0 otherwise.
 size_t workspace_size(const GemmProblem& p);
 
 // Checks (can_implement), then enqueues the GEMM on `stream`. Asynchronous: ok means the launch
 // succeeded.
 Status run(const GemmProblem& p, const GemmArguments& args, void* workspace, size_t workspace_bytes,
            cudaStream_t stream);
+
+// Which FP8 blockwise implementation sm_90 runs, process-wide. kAuto (the default): cuBLASLt
+// where cuBLASLt takes the problem (dense: the shape rule above and an algorithm found; grouped:
+// the caller gives the group ends on the host, grouped.h), the wgmma kernel otherwise. kKernel:
+// always the wgmma kernel. kCublasLt: cuBLASLt or an error naming the rule it needs (tests).
+enum class Sm90Fp8Route { kAuto, kKernel, kCublasLt };
+void set_sm90_fp8_route(Sm90Fp8Route route);
+Sm90Fp8Route sm90_fp8_route();
 
 const char* matrix_type_name(MatrixType t);  // "bf16" / "fp32"
 // Whether (a_recipe, b_recipe) is a pair this API multiplies, and the FP8 blockwise family.

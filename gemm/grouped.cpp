@@ -110,12 +110,24 @@ Status can_implement(const GroupedGemmProblem& p, const GroupedGemmArguments& ar
   return check_and_select(p, args, &kernel);
 }
 
-size_t workspace_size(const GroupedGemmProblem&) { return 0; }
+size_t workspace_size(const GroupedGemmProblem& p) {
+  if (!is_fp8_blockwise_pair(p.a_recipe, p.b_recipe)) return 0;
+  return static_cast<size_t>(grouped_cublaslt_scale_bytes(p)) + kCublasLtWorkspaceBytes;
+}
 
-Status run(const GroupedGemmProblem& p, const GroupedGemmArguments& args, void*, size_t, cudaStream_t stream) {
+Status run(const GroupedGemmProblem& p, const GroupedGemmArguments& args, void* workspace, size_t workspace_bytes,
+           cudaStream_t stream) {
   GemmKernel kernel = GemmKernel::kNone;
   BS_RETURN_IF_ERROR(check_and_select(p, args, &kernel));
   if (empty_problem(p)) return Status::ok();
+  if (kernel == GemmKernel::kSm90Fp8Blockwise && sm90_fp8_route() != Sm90Fp8Route::kKernel) {
+    if (grouped_cublaslt_applies(p, args)) return launch_grouped_cublaslt(p, args, workspace, workspace_bytes, stream);
+    if (sm90_fp8_route() == Sm90Fp8Route::kCublasLt)
+      return Status::error("host_group_ends, n, ldd, ldc, beta: the FP8 blockwise route is forced to cuBLASLt, which "
+                           "needs the group ends on the host, n (and K-grouped m) multiples of 4, rows of D and C "
+                           "16-byte aligned, C's type D's, and (K-grouped) experts without tokens only with beta 0 "
+                           "or in place with beta 1");
+  }
   GemmArguments dense = dense_arguments(args);
   if (!k_grouped(p)) dense.b_scale_dec = nullptr;  // per expert: passed through `grouping`
   Grouping grouping;

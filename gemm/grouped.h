@@ -37,6 +37,17 @@
 // with MXFP8 / MXFP4, NVFP4 with NVFP4). NVFP4: a_scale_dec and b_scale_dec are one device float
 // each.
 //
+// ---- Sizes on the host (optional; FP8 blockwise on sm_90) ----
+// args.host_group_ends: the same num_groups ends in host memory (kK: the padded ones), for callers
+// that have them anyway. With them, and with workspace_size(p) bytes of workspace, FP8 blockwise
+// on sm_90 runs each expert as its own cuBLASLt matmul (faster than the grouped kernel on the H100
+// at the expert sizes measured, docs/performance.md): M-grouped, the tokens' scales are first
+// regrouped per expert into the workspace; an expert whose rows are not a multiple of 4 is
+// multiplied over its rows rounded up to 4 when beta == 0 and rows follow it (the rows past it
+// are rewritten by the experts after it), by the wgmma kernel otherwise. They must equal the
+// device array (not checked on the device: wrong ends give wrong sums, never an access outside
+// the buffers); on the host they must satisfy the rules above (checked: an error names them).
+//
 // Both modes: the host cannot check device data without synchronising, so the kernels clamp each
 // end to [the largest earlier end, m (kM) or k (kK)]: a malformed array yields empty experts or
 // wrong sums, never an access outside the buffers.
@@ -78,6 +89,7 @@ struct GroupedGemmArguments {
   const float* a_scale_dec = nullptr;  // NVFP4 A: one device float
   const float* b_scale_dec = nullptr;  // NVFP4 B: kM num_groups device floats; kK one
   const int32_t* group_ends = nullptr;  // device, num_groups cumulative ends (kK: padded)
+  const int32_t* host_group_ends = nullptr;  // optional: the same ends in host memory (above)
   const void* c = nullptr;
   void* d = nullptr;
 };
@@ -88,7 +100,9 @@ int64_t grouped_b_scale_bytes(const GroupedGemmProblem& p);
 Status can_implement(const GroupedGemmProblem& p);
 Status can_implement_for_arch(const GroupedGemmProblem& p, int sm, GemmKernel* kernel = nullptr);
 Status can_implement(const GroupedGemmProblem& p, const GroupedGemmArguments& args);
-size_t workspace_size(const GroupedGemmProblem& p);  // 0
+// FP8 blockwise: the regrouped scales (kM) plus cuBLASLt's workspace, used only with
+// host_group_ends; 0 otherwise.
+size_t workspace_size(const GroupedGemmProblem& p);
 Status run(const GroupedGemmProblem& p, const GroupedGemmArguments& args, void* workspace, size_t workspace_bytes,
            cudaStream_t stream);
 

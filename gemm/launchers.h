@@ -9,6 +9,7 @@
 
 #include "gemm/common/grouped_schedule.h"
 #include "gemm/gemm.h"
+#include "gemm/grouped.h"
 
 namespace blockscale::gemm::detail {
 
@@ -47,11 +48,32 @@ Status launch_sm90_block_scaled_gemm(const GemmProblem& p, const GemmArguments& 
 // Whether the current device can run the kernel p's recipe pair selects.
 Status sm90_block_scaled_gemm_loadable(const GemmProblem& p);
 
-// Every recipe on sm_100 through cuBLASLt's block-scaled matmul (VEC32_UE8M0 / VEC16_UE4M3 /
-// VEC128_32F / BLK128x128_32F scale modes): gemm/sm100/sm100_cublaslt_block_scaled.cu. Compiled,
-// not run on Blackwell hardware; FP8 blockwise also runs on Hopper (tested there).
-Status launch_sm100_cublaslt_block_scaled(const GemmProblem& p, const GemmArguments& args, void* workspace,
-                                          size_t workspace_bytes, cudaStream_t stream);
+// cuBLASLt's block-scaled matmul (VEC32_UE8M0 / VEC16_UE4M3 / VEC128_32F / BLK128x128_32F scale
+// modes): gemm/cublaslt/cublaslt_block_scaled.cu. Every recipe on sm_100 (compiled, not run on
+// Blackwell hardware); FP8 blockwise on sm_90, where it is faster than the wgmma kernel above.
+// strides: A's and B's row strides in elements (0: k). no_algorithm (optional): set, with ok and
+// nothing launched, when cuBLASLt has no algorithm for the problem (without it: an error).
+struct LtStrides {
+  int64_t lda = 0, ldb = 0;
+};
+Status launch_cublaslt_block_scaled(const GemmProblem& p, const GemmArguments& args, void* workspace,
+                                    size_t workspace_bytes, cudaStream_t stream, const LtStrides& strides = {},
+                                    bool* no_algorithm = nullptr);
+// The workspace run() offers cuBLASLt (workspace_size() includes it where cuBLASLt may run).
+constexpr size_t kCublasLtWorkspaceBytes = size_t{32} << 20;
+// The shapes cuBLASLt's FP8 blockwise matmul takes on the H100 (measured: it refuses M or N not a
+// multiple of 4, and rows of D or C not 16-byte aligned; C's type must be D's).
+bool cublaslt_fp8_shape_ok(const GemmProblem& p);
+
+// The grouped FP8 blockwise GEMMs as one cuBLASLt matmul per expert, sizes from
+// args.host_group_ends: gemm/cublaslt/cublaslt_grouped.cu. Applies: host ends given, and the
+// shape, stride and (K-grouped) empty-expert rules that route meets. grouped.cpp has checked
+// everything else; the launch checks host_group_ends and the workspace (M-grouped: the tokens'
+// scales regrouped per expert, grouped_cublaslt_scale_bytes of it).
+bool grouped_cublaslt_applies(const GroupedGemmProblem& p, const GroupedGemmArguments& args);
+int64_t grouped_cublaslt_scale_bytes(const GroupedGemmProblem& p);
+Status launch_grouped_cublaslt(const GroupedGemmProblem& p, const GroupedGemmArguments& args, void* workspace,
+                               size_t workspace_bytes, cudaStream_t stream);
 
 // A CUDA error as a Status naming `what` (ok for cudaSuccess); clears a non-sticky launch error.
 Status cuda_status(cudaError_t err, const char* what);

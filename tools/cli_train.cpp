@@ -22,6 +22,7 @@ struct TrainArgs {
   std::string recipe = "bf16";
   std::string compare;
   std::string mx_gemm = "auto";
+  std::string fp8_gemm = "auto";
 };
 
 constexpr const char* kFooter = R"(
@@ -70,6 +71,7 @@ void run_train(TrainArgs& args) {
   train::TrainConfig& c = args.config;
   check("train", train::parse_recipe(args.recipe, &c.recipe));
   check("train", train::parse_mx_gemm(args.mx_gemm, &c.mx_gemm));
+  check("train", train::parse_fp8_gemm(args.fp8_gemm, &c.fp8_gemm));
   if (c.optimizer.total_steps <= 0) c.optimizer.total_steps = c.steps;
   const std::unique_ptr<train::Communicator> comm = join_ranks();
   const bool leader = comm == nullptr || comm->rank() == 0;  // rank 0 prints the results
@@ -105,6 +107,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--mx-gemm", args->mx_gemm,
                   "mxfp8's GEMMs on the GPU: bf16 (the MX values as bf16, cuBLASLt), kernel (gemm/'s block-scaled "
                   "kernels) or auto (bf16 on Hopper, kernel elsewhere); the same exact products and fp32 sums")
+      ->capture_default_str();
+  cmd->add_option("--fp8-gemm", args->fp8_gemm,
+                  "fp8_block's GEMMs on Hopper: auto (cuBLASLt's blockwise FP8 matmul, the experts one each with their "
+                  "sizes read back per MoE layer) or kernel (gemm/'s wgmma kernels, grouped, no read-back)")
       ->capture_default_str();
   cmd->add_flag("--expert-parallel", c.expert_parallel,
                 "split each MoE layer's experts across the ranks (all-to-all token exchange; GPU, under a launcher)");

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "gemm/gemm.h"                 // the FP8 route (Sm90Fp8Route)
 #include "quant/moe.h"                 // routing, unpermute-combine
 #include "train/cpu_linear.h"           // gradient_sr_key
 #include "train/gpu_expert_parallel.h"  // ExpertExchange
@@ -38,8 +39,8 @@ namespace {
 
 class GpuBackend final : public StepBackend {
  public:
-  GpuBackend(const ModelConfig& config, TrainRecipe recipe, MxGemm mx_gemm)
-      : config_(config), recipe_(recipe), mx_gemm_(mx_gemm), layout_(make_param_layout(config)) {}
+  GpuBackend(const ModelConfig& config, TrainRecipe recipe, MxGemm mx_gemm, Fp8Gemm fp8_gemm)
+      : config_(config), recipe_(recipe), mx_gemm_(mx_gemm), fp8_gemm_(fp8_gemm), layout_(make_param_layout(config)) {}
   ~GpuBackend() override {
     if (host_scalars_) cudaFreeHost(host_scalars_);
     if (cublas_) cublasDestroy(cublas_);
@@ -47,6 +48,9 @@ class GpuBackend final : public StepBackend {
   }
 
   std::string gemm_route() const override {
+    if (recipe_ == TrainRecipe::kFp8Block)
+      return gemm::sm90_fp8_route() == gemm::Sm90Fp8Route::kKernel ? "gemm/ wgmma kernels"
+                                                                    : "gemm/ through cuBLASLt on Hopper";
     if (recipe_ != TrainRecipe::kMxfp8) return "";
     return layers_.cublas_experts() ? "MX values as bf16 + cuBLASLt" : "gemm/ block-scaled kernels";
   }
@@ -70,6 +74,11 @@ class GpuBackend final : public StepBackend {
     // 989 TFLOP/s); other architectures report no MFU.
     peak_ = major == 9 ? double(sms) * clock_khz * 1e3 * 4096.0 : 0.0;
     layers_.set_mx_bf16_values(mx_gemm_ == MxGemm::kBf16Values || (mx_gemm_ == MxGemm::kAuto && major == 9));
+    // The FP8 route is process-wide in gemm/: the backend made last sets it.
+    if (recipe_ == TrainRecipe::kFp8Block) {
+      gemm::set_sm90_fp8_route(fp8_gemm_ == Fp8Gemm::kKernel ? gemm::Sm90Fp8Route::kKernel : gemm::Sm90Fp8Route::kAuto);
+      layers_.set_host_sized_experts(fp8_gemm_ == Fp8Gemm::kAuto && major == 9);
+    }
     const int64_t n = layout_.total;
     std::vector<float> host(n);
     init_params(layout_, config_, seed, host.data());
@@ -320,6 +329,7 @@ class GpuBackend final : public StepBackend {
   ModelConfig config_;
   TrainRecipe recipe_;
   MxGemm mx_gemm_;
+  Fp8Gemm fp8_gemm_;
   ParamLayout layout_;
   DeviceBuffers buffers_;
   PhaseTimer timer_;
@@ -419,7 +429,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
       BS_RETURN_IF_ERROR(quant::run(rp, quant::RoutingInputs{ids}, quant::RoutingOutputs{ends, row_source, slot_row},
                                     route_ws, route_ws_bytes, stream_));
       // The group sizes on the host: for the cuBLAS experts loop, and for the exchange plan.
-      if (layers_.cublas_experts() || expert_parallel_) {
+      if (layers_.experts_need_host_ends() || expert_parallel_) {
         layers_.host_ends().resize(e);
         BS_CUDA(cudaMemcpyAsync(layers_.host_ends().data(), ends, e * sizeof(int32_t), cudaMemcpyDeviceToHost,
                                 stream_));
@@ -566,7 +576,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
           PhaseScope phase(timer_, Phase::kCommunication);
           BS_RETURN_IF_ERROR(xc.dispatch(*comm_, dy, dye, d, scratch, stream_));
         }
-      } else if (layers_.cublas_experts()) {
+      } else if (layers_.experts_need_host_ends()) {
         layers_.host_ends() = all_host_ends_[l];
       }
       if (er.rows > 0) {
@@ -643,8 +653,8 @@ bool gpu_available() {
 }
 
 Status make_gpu_backend(const ModelConfig& config, TrainRecipe recipe, uint64_t init_seed,
-                        std::unique_ptr<StepBackend>* out, MxGemm mx_gemm) {
-  auto backend = std::make_unique<GpuBackend>(config, recipe, mx_gemm);
+                        std::unique_ptr<StepBackend>* out, MxGemm mx_gemm, Fp8Gemm fp8_gemm) {
+  auto backend = std::make_unique<GpuBackend>(config, recipe, mx_gemm, fp8_gemm);
   BS_RETURN_IF_ERROR(backend->init(init_seed));
   *out = std::move(backend);
   return Status::ok();

@@ -11,7 +11,8 @@ namespace blockscale::train {
 
 bool gpu_available();
 Status make_gpu_backend(const ModelConfig& config, TrainRecipe recipe, uint64_t init_seed,
-                        std::unique_ptr<StepBackend>* out, MxGemm mx_gemm = MxGemm::kAuto);
+                        std::unique_ptr<StepBackend>* out, MxGemm mx_gemm = MxGemm::kAuto,
+                        Fp8Gemm fp8_gemm = Fp8Gemm::kAuto);
 // The gradients of the last forward_backward (tests compare them with the CPU model's).
 Status gpu_backend_gradients(StepBackend& backend, std::vector<float>* grads);
 

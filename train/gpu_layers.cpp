@@ -96,8 +96,11 @@ Status GpuLayers::run_quant(const std::string& name, const quant::QuantizeProble
 
 template <typename Problem, typename Arguments>
 Status GpuLayers::gemm_run(const Problem& p, const Arguments& a) {
+  uint8_t* ws = nullptr;
+  const size_t ws_bytes = gemm::workspace_size(p);  // one buffer: the GEMMs run one after another
+  if (ws_bytes > 0) BS_RETURN_IF_ERROR(buf("gemm.ws", int64_t(ws_bytes), &ws));
   PhaseScope phase(timer_, Phase::kGemm);
-  return gemm::run(p, a, nullptr, 0, stream_);
+  return gemm::run(p, a, ws, ws_bytes, stream_);
 }
 
 // Each expert's weight (experts x n x k) quantized on its own: codes and scales back to back,
@@ -357,6 +360,7 @@ Status GpuLayers::grouped_forward(const std::string& name, const float* x, int64
   describe(row_copy(qx, recipe_of(OperandRole::kActivation)), row_copy(qw, recipe_of(OperandRole::kWeight)), rows, n,
            k, y, false, &p, &a);
   a.group_ends = ends;
+  if (host_sized_experts_) a.host_group_ends = host_ends_.data();
   if (gemm::grouped_b_scale_bytes(p) != expert_scale_bytes_[name + ".w"].first)
     return Status::error(name + ": the grouped GEMM's expert scale stride differs from quant/'s");
   return gemm_run(p, a);
@@ -388,6 +392,7 @@ Status GpuLayers::grouped_backward(const std::string& name, SrKey sr, const floa
   p.num_groups = e;
   describe(row_copy(qdy, gradient), col_copy(qw, recipe_of(OperandRole::kWeight)), rows, k, n, dx, false, &p, &a);
   a.group_ends = ends;
+  if (host_sized_experts_) a.host_group_ends = host_ends_.data();
   if (gemm::grouped_b_scale_bytes(p) != expert_scale_bytes_[name + ".w"].second)
     return Status::error(name + ": the grouped GEMM's expert scale stride differs from quant/'s (dgrad)");
   BS_RETURN_IF_ERROR(gemm_run(p, a));
@@ -398,6 +403,16 @@ Status GpuLayers::grouped_backward(const std::string& name, SrKey sr, const floa
   describe(col_copy(qdy, gradient), col_copy(qx, recipe_of(OperandRole::kActivation)), n, k, qdy.capacity, dw,
            !fresh_gradients_, &pw, &aw);
   aw.group_ends = qdy.padded_ends;
+  if (host_sized_experts_) {  // quant/'s padded ends: each expert's tokens rounded up to the 1x128 block
+    host_padded_ends_.resize(e);
+    int64_t end = 0, prev = 0;
+    for (int g = 0; g < e; ++g) {
+      end += (host_ends_[g] - prev + 127) / 128 * 128;
+      prev = host_ends_[g];
+      host_padded_ends_[g] = static_cast<int32_t>(end);
+    }
+    aw.host_group_ends = host_padded_ends_.data();
+  }
   return gemm_run(pw, aw);
 }
 

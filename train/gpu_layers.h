@@ -93,6 +93,10 @@ class GpuLayers {
   void set_mx_bf16_values(bool on) { mx_bf16_values_ = on; }
   // Whether the experts run one cuBLAS product each, with the group ends on the host.
   bool cublas_experts() const { return !is_quantized(recipe_) || mx_bf16(recipe_); }
+  // fp8_block on Hopper's cuBLASLt route: gemm/ runs the experts one matmul each, given the group
+  // ends on the host (grouped.h's host_group_ends).
+  void set_host_sized_experts(bool on) { host_sized_experts_ = on; }
+  bool experts_need_host_ends() const { return cublas_experts() || host_sized_experts_; }
 
   // Routed tokens (rows x cols, sorted by expert): rowwise copy plus the per-expert padded
   // columnwise copy, from one pass. With `gather` (row r is x's row gather->index[r]), the tokens
@@ -208,6 +212,8 @@ class GpuLayers {
   std::vector<int32_t> host_ends_;
   bool fresh_gradients_ = false;
   bool mx_bf16_values_ = false;
+  bool host_sized_experts_ = false;
+  std::vector<int32_t> host_padded_ends_;  // host_ends_ with each expert padded to 128 tokens (wgrad)
   std::map<std::string, std::pair<int64_t, int64_t>> expert_scale_bytes_;  // rowwise, columnwise
   std::map<std::string, Quantized> saved_;  // each operand's latest copies, by name
   std::set<std::string> current_weights_;   // weight copies made since the weights last changed

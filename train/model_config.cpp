@@ -51,6 +51,18 @@ Status parse_mx_gemm(const std::string& name, MxGemm* out) {
   return Status::error("--mx-gemm: unknown route '" + name + "' (expected auto, bf16 or kernel)");
 }
 
+const char* fp8_gemm_name(Fp8Gemm g) { return g == Fp8Gemm::kKernel ? "kernel" : "auto"; }
+
+Status parse_fp8_gemm(const std::string& name, Fp8Gemm* out) {
+  for (Fp8Gemm g : {Fp8Gemm::kAuto, Fp8Gemm::kKernel}) {
+    if (name == fp8_gemm_name(g)) {
+      *out = g;
+      return Status::ok();
+    }
+  }
+  return Status::error("--fp8-gemm: unknown route '" + name + "' (expected auto or kernel)");
+}
+
 bool is_quantized(TrainRecipe r) {
   return r == TrainRecipe::kFp8Block || r == TrainRecipe::kMxfp8 || r == TrainRecipe::kNvfp4;
 }

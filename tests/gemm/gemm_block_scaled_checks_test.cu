@@ -165,7 +165,7 @@ TEST(GemmBlockScaledDispatch, ArchitectureRule) {
     EXPECT_TRUE(bg::can_implement_for_arch(p, 90, &kernel).is_ok());
     EXPECT_EQ(kernel, bg::GemmKernel::kSm90BlockScaledExact);
     EXPECT_TRUE(bg::can_implement_for_arch(p, 100, &kernel).is_ok());
-    EXPECT_EQ(kernel, bg::GemmKernel::kSm100CublasLtBlockScaled);
+    EXPECT_EQ(kernel, bg::GemmKernel::kCublasLtBlockScaled);
     for (int sm : {70, 80, 86, 89, 120}) {
       expect_error(bg::can_implement_for_arch(p, sm, &kernel), "need sm_90 (Hopper wgmma) or sm_100");
       EXPECT_EQ(kernel, bg::GemmKernel::kNone);

@@ -15,6 +15,11 @@
 // quantizes its own B (NVFP4: its own tensor scale, so b_scale_dec holds one float per expert).
 // Also: the argument checks (CPU) and a malformed group_ends array (ends past m, decreasing ends:
 // clamped on the device, no write outside D).
+// The per-expert cuBLASLt route (host_group_ends, FP8 blockwise on sm_90; GroupedHostEnds): the
+// same bound and poison checks, with the route automatic and forced, on experts whose row counts
+// are not multiples of 4 (rounded up over the next expert's rows, or the wgmma kernel for the
+// last expert and with beta != 0), empty experts, fp32 C; and, with beta 0, D equal element for
+// element to the grouped kernel's (1x128 x 128x128: the same sums in the same order).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -83,6 +88,13 @@ struct GroupedCase {
   std::vector<int64_t> counts;  // tokens per expert
   MatrixType d_type = MatrixType::kBf16;
   float alpha = 1.0f, beta = 0.0f;  // beta != 0: an fp32 C (not in place)
+  bool host_ends = false;           // give host_group_ends (and the workspace) too
+};
+
+// Sets the process-wide FP8 route for a scope.
+struct RouteScope {
+  explicit RouteScope(bg::Sm90Fp8Route r) { bg::set_sm90_fp8_route(r); }
+  ~RouteScope() { bg::set_sm90_fp8_route(bg::Sm90Fp8Route::kAuto); }
 };
 
 // Runs one case on the GPU and checks it against the reference; the label names it in failures.
@@ -155,11 +167,31 @@ void check_case(const GroupedCase& gc, uint64_t seed) {
   args.group_ends = reinterpret_cast<const int32_t*>(ends_buf.ptr);
   args.c = c.empty() ? nullptr : c_buf.ptr;
   args.d = d_buf.ptr;
-  s = bg::run(p, args, nullptr, 0, nullptr);
+  DeviceBuffer workspace;
+  const size_t ws_bytes = gc.host_ends ? bg::workspace_size(p) : 0;
+  if (gc.host_ends) {
+    args.host_group_ends = ends32.data();
+    ASSERT_CUDA(workspace.alloc(ws_bytes));
+  }
+  s = bg::run(p, args, workspace.ptr, ws_bytes, nullptr);
   ASSERT_TRUE(s.is_ok()) << s.message();
   ASSERT_CUDA(cudaDeviceSynchronize());
   std::vector<uint8_t> d(poison.size());
   ASSERT_CUDA(cudaMemcpy(d.data(), d_buf.ptr, d.size(), cudaMemcpyDeviceToHost));
+  if (gc.host_ends && gc.beta == 0.0f) {  // the grouped kernel on the same operands: the same bytes
+    const bg::Sm90Fp8Route route = bg::sm90_fp8_route();
+    bg::set_sm90_fp8_route(bg::Sm90Fp8Route::kKernel);
+    ASSERT_CUDA(cudaMemcpy(d_buf.ptr, poison.data(), poison.size(), cudaMemcpyHostToDevice));
+    s = bg::run(p, args, workspace.ptr, ws_bytes, nullptr);
+    bg::set_sm90_fp8_route(route);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+    std::vector<uint8_t> d_kernel(poison.size());
+    ASSERT_CUDA(cudaMemcpy(d_kernel.data(), d_buf.ptr, d.size(), cudaMemcpyDeviceToHost));
+    int64_t differ = 0;
+    for (int64_t i = 0; i < m * gc.n; ++i)
+      differ += element_value(d, i, gc.d_type) != element_value(d_kernel, i, gc.d_type);
+    EXPECT_EQ(differ, 0) << "elements differing from the grouped kernel's";
+  }
 
   int64_t non_finite = 0;
   double err2 = 0;
@@ -212,6 +244,80 @@ TEST_P(GroupedPair, OneExpert) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Pairs, GroupedPair, ::testing::ValuesIn(all_pairs()), blockscale_test::recipe_pair_name);
+
+// The per-expert cuBLASLt route: automatic, and forced (every expert the route can take goes
+// through cuBLASLt).
+class GroupedHostEnds : public ::testing::TestWithParam<bg::Sm90Fp8Route> {};
+
+GroupedCase host_ends_case(std::vector<int64_t> counts, int64_t n, int64_t k, MatrixType d_type, float beta) {
+  GroupedCase gc{{Recipe::kFp8Block1x128, Recipe::kFp8Block128x128}, n, k, std::move(counts), d_type, 1.0f, beta};
+  gc.host_ends = true;
+  return gc;
+}
+
+// Rows 37, 1 and 129 rounded up to 4 over the next experts' rows; an empty expert; bf16 D.
+TEST_P(GroupedHostEnds, RoundedExperts) {
+  SKIP_WITHOUT_GPU();
+  RouteScope route(GetParam());
+  check_case(host_ends_case({37, 0, 1, 300, 129, 64}, 256, 512, MatrixType::kBf16, 0.0f), 31);
+}
+
+// The last expert's 3 rows cannot be rounded (nothing after them): the wgmma kernel runs it.
+TEST_P(GroupedHostEnds, LastExpertNotAMultipleOf4) {
+  SKIP_WITHOUT_GPU();
+  RouteScope route(GetParam());
+  check_case(host_ends_case({5, 250, 3}, 136, 256, MatrixType::kFp32, 0.0f), 32);
+}
+
+// fp32 C (not D) with beta 1: experts of 64, 8 and 100 rows through cuBLASLt, the 7-row one
+// (C would be read for rows that are not its own) through the kernel.
+TEST_P(GroupedHostEnds, AccumulatingIntoC) {
+  SKIP_WITHOUT_GPU();
+  RouteScope route(GetParam());
+  check_case(host_ends_case({64, 8, 0, 7, 100}, 128, 384, MatrixType::kFp32, 1.0f), 33);
+}
+
+// Nine experts, random counts 0..300 (zeros forced).
+TEST_P(GroupedHostEnds, ManyExpertsRandomCounts) {
+  SKIP_WITHOUT_GPU();
+  RouteScope route(GetParam());
+  std::mt19937_64 rng(34);
+  std::uniform_int_distribution<int64_t> count(0, 300);
+  std::vector<int64_t> counts;
+  for (int g = 0; g < 9; ++g) counts.push_back(g % 4 == 2 ? 0 : count(rng));
+  check_case(host_ends_case(counts, 384, 384, MatrixType::kBf16, 0.0f), 34);
+}
+
+INSTANTIATE_TEST_SUITE_P(Routes, GroupedHostEnds, ::testing::Values(bg::Sm90Fp8Route::kAuto, bg::Sm90Fp8Route::kCublasLt),
+                         [](const ::testing::TestParamInfo<bg::Sm90Fp8Route>& info) {
+                           return std::string(info.param == bg::Sm90Fp8Route::kAuto ? "Auto" : "CublasLt");
+                         });
+
+// Host ends that break the rules are refused with their name.
+TEST(GroupedHostEnds, BadHostEndsNameTheArgument) {
+  SKIP_WITHOUT_GPU();
+  bg::GroupedGemmProblem p;
+  p.num_groups = 2, p.m = 64, p.n = 128, p.k = 128, p.d_type = MatrixType::kFp32, p.ldd = 128;
+  DeviceBuffer a, as, b, bs, ends, d, ws;
+  ASSERT_CUDA(a.alloc(64 * 128));
+  ASSERT_CUDA(as.alloc(64 * 4));
+  ASSERT_CUDA(b.alloc(2 * 128 * 128));
+  ASSERT_CUDA(bs.alloc(2 * 16));
+  ASSERT_CUDA(ends.alloc(8));
+  ASSERT_CUDA(d.alloc(64 * 128 * 4));
+  ASSERT_CUDA(ws.alloc(bg::workspace_size(p)));
+  bg::GroupedGemmArguments args;
+  args.a_data = a.ptr, args.a_scales = as.ptr, args.b_data = b.ptr, args.b_scales = bs.ptr;
+  args.group_ends = reinterpret_cast<const int32_t*>(ends.ptr), args.d = d.ptr;
+  const int32_t decreasing[2] = {40, 30}, past_m[2] = {40, 65};
+  args.host_group_ends = decreasing;
+  expect_error(bg::run(p, args, ws.ptr, bg::workspace_size(p), nullptr), "host_group_ends: must be non-decreasing");
+  args.host_group_ends = past_m;
+  expect_error(bg::run(p, args, ws.ptr, bg::workspace_size(p), nullptr), "host_group_ends: the last end must be <= m");
+  const int32_t fine[2] = {40, 64};
+  args.host_group_ends = fine;
+  expect_error(bg::run(p, args, nullptr, 0, nullptr), "workspace_bytes: the per-expert cuBLASLt route");
+}
 
 // Ends past m and a decreasing end are clamped on the device: experts become empty or shorter,
 // rows outside [0, m) are never written (D sits between two poisoned guard regions).

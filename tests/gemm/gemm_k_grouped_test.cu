@@ -16,6 +16,9 @@
 // kernel (TMA stores of 64-row boxes, clipped at each expert's last row and at n): a row stride
 // past n and a guard after D, both poisoned, must come back untouched, and enough tiles for
 // several per CTA reuse its shared-memory buffer.
+// The per-expert cuBLASLt route (host_group_ends, FP8 blockwise on sm_90; KGroupedHostEnds), with
+// the route automatic and forced: the same checks on uneven experts (empty ones with beta 0: a
+// memset), accumulation in place with empty experts, a padded row stride and bf16 D.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -105,6 +108,7 @@ struct KGroupedCase {
   float alpha = 1.0f, beta = 0.0f;  // beta != 0: C = D, the fp32 main gradient, updated in place
   int64_t nan_token = -1;           // >= 0: dY[nan_token, 0] = NaN
   int64_t ldd_pad = 0;              // D's row stride is n + ldd_pad (beta 0 only); the padding stays poisoned
+  bool host_ends = false;           // give host_group_ends (and the workspace) too
 };
 
 struct Operands {
@@ -148,7 +152,7 @@ bg::GroupedGemmProblem problem_of(const KGroupedCase& kc, int64_t capacity) {
 // Runs the GEMM on the device operands; D starts as `d_init` (C too when beta != 0: in place).
 std::vector<uint8_t> run_gpu(const bg::GroupedGemmProblem& p, const bf::QuantizedMatrix& a,
                              const bf::QuantizedMatrix& b, const std::vector<int64_t>& ends,
-                             const std::vector<uint8_t>& d_init) {
+                             const std::vector<uint8_t>& d_init, bool host_ends = false) {
   const std::vector<uint8_t> a_scales = gemm_scales(a), b_scales = gemm_scales(b);
   const std::vector<int32_t> ends32(ends.begin(), ends.end());
   DeviceBuffer a_data, a_sc, b_data, b_sc, a_dec, b_dec, ends_buf, d_buf;
@@ -168,7 +172,13 @@ std::vector<uint8_t> run_gpu(const bg::GroupedGemmProblem& p, const bf::Quantize
   args.group_ends = reinterpret_cast<const int32_t*>(ends_buf.ptr);
   args.c = p.beta != 0.0f ? d_buf.ptr : nullptr;
   args.d = d_buf.ptr;
-  const blockscale::Status s = bg::run(p, args, nullptr, 0, nullptr);
+  DeviceBuffer workspace;
+  const size_t ws_bytes = host_ends ? bg::workspace_size(p) : 0;
+  if (host_ends) {
+    args.host_group_ends = ends32.data();
+    EXPECT_EQ(cudaSuccess, workspace.alloc(ws_bytes));
+  }
+  const blockscale::Status s = bg::run(p, args, workspace.ptr, ws_bytes, nullptr);
   EXPECT_TRUE(s.is_ok()) << s.message();
   EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize());
   EXPECT_EQ(cudaSuccess, cudaMemcpy(d.data(), d_buf.ptr, d.size(), cudaMemcpyDeviceToHost));
@@ -214,7 +224,8 @@ void check_case(const KGroupedCase& kc, uint64_t seed, int skip_expert = -1) {
 
   const std::vector<uint8_t> d_init =
       c.empty() ? std::vector<uint8_t>(static_cast<size_t>(stored * esize + guard), 0xFF) : encode(c, kc.d_type);
-  const std::vector<uint8_t> d = run_gpu(p, widened(o.a, o.capacity), widened(o.b, o.capacity), o.ends, d_init);
+  const std::vector<uint8_t> d =
+      run_gpu(p, widened(o.a, o.capacity), widened(o.b, o.capacity), o.ends, d_init, kc.host_ends);
   if (c.empty()) {  // nothing written past n in a row, or after D
     int64_t touched = 0;
     for (int64_t r = 0; r < int64_t{groups} * kc.m; ++r)
@@ -302,6 +313,47 @@ TEST_P(KGroupedPair, SeveralTilesPerCta) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Pairs, KGroupedPair, ::testing::ValuesIn(all_pairs()), blockscale_test::recipe_pair_name);
+
+// The per-expert cuBLASLt route: automatic, and forced.
+class KGroupedHostEnds : public ::testing::TestWithParam<bg::Sm90Fp8Route> {
+ protected:
+  void SetUp() override { bg::set_sm90_fp8_route(GetParam()); }
+  void TearDown() override { bg::set_sm90_fp8_route(bg::Sm90Fp8Route::kAuto); }
+  static KGroupedCase fp8(int64_t m, int64_t n, std::vector<int64_t> counts, MatrixType d_type = MatrixType::kFp32,
+                          float alpha = 1.0f, float beta = 0.0f) {
+    KGroupedCase kc{{Recipe::kFp8Block1x128, Recipe::kFp8Block1x128}, m, n, std::move(counts), d_type, alpha, beta};
+    kc.host_ends = true;
+    return kc;
+  }
+};
+
+TEST_P(KGroupedHostEnds, UnevenExperts) {
+  SKIP_WITHOUT_GPU();
+  check_case(fp8(200, 136, {0, 1, 300, 77, 45}), 41);
+}
+
+TEST_P(KGroupedHostEnds, AccumulatingInPlaceWithEmptyExperts) {
+  SKIP_WITHOUT_GPU();
+  check_case(fp8(128, 256, {0, 517, 0}, MatrixType::kFp32, 1.0f, 1.0f), 42);
+}
+
+TEST_P(KGroupedHostEnds, PaddedRowsStayUntouched) {
+  SKIP_WITHOUT_GPU();
+  KGroupedCase kc = fp8(200, 136, {300, 0, 77, 513});
+  kc.ldd_pad = 12;
+  check_case(kc, 43);
+}
+
+TEST_P(KGroupedHostEnds, Bf16ManyExperts) {
+  SKIP_WITHOUT_GPU();
+  check_case(fp8(256, 264, {130, 200, 0, 310, 64, 256, 129, 90}, MatrixType::kBf16, -0.5f), 44);
+}
+
+INSTANTIATE_TEST_SUITE_P(Routes, KGroupedHostEnds,
+                         ::testing::Values(bg::Sm90Fp8Route::kAuto, bg::Sm90Fp8Route::kCublasLt),
+                         [](const ::testing::TestParamInfo<bg::Sm90Fp8Route>& info) {
+                           return std::string(info.param == bg::Sm90Fp8Route::kAuto ? "Auto" : "CublasLt");
+                         });
 
 // quant/'s GPU grouped quantize writes the operands and the padded ends; the GEMM consumes them
 // as they are (no host round trip), checked against the reference on formats' copies.

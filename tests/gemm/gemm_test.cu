@@ -161,12 +161,20 @@ struct TileScope {
   ~TileScope() { bg::detail::set_sm90_fp8_tile(Sm90Fp8Tile::kAuto); }
 };
 
+// Selects the sm_90 FP8 route for one scope; kAuto comes back after it.
+struct RouteScope {
+  explicit RouteScope(bg::Sm90Fp8Route r) { bg::set_sm90_fp8_route(r); }
+  ~RouteScope() { bg::set_sm90_fp8_route(bg::Sm90Fp8Route::kAuto); }
+};
+
+// How a case runs: gemm::run on the wgmma kernel (the route forced to it, at the given tile
+// width), the cuBLASLt launcher called directly, or gemm::run's automatic route.
+enum class Via { kKernel, kCublasLtLaunch, kRunAuto };
+
 // Uploads the operands (and C: m x ldc fp32 / bf16 values when beta != 0), poisons D, runs.
 // in_place: C is D (D is initialised with C instead of the poison).
-// cublaslt: run the sm_100 path's cuBLASLt call (detail::launch_sm100_cublaslt_block_scaled) on this
-// device instead of gemm::run's choice; cuBLASLt takes FP8 blockwise on Hopper too.
 void run_gemm(const bg::GemmProblem& p, const HostOperand& a, const HostOperand& b, const std::vector<double>* c,
-              bool in_place, Sm90Fp8Tile tile, GemmRun* out, bool cublaslt = false) {
+              bool in_place, Sm90Fp8Tile tile, GemmRun* out, Via via = Via::kKernel) {
   DeviceBuffer a_data, a_scales, b_data, b_scales, c_buf, d_buf;
   ASSERT_CUDA(a_data.upload(a.q.data.data(), a.q.data.size()));
   ASSERT_CUDA(b_data.upload(b.q.data.data(), b.q.data.size()));
@@ -190,15 +198,14 @@ void run_gemm(const bg::GemmProblem& p, const HostOperand& a, const HostOperand&
   args.b_scales = reinterpret_cast<const float*>(b_scales.ptr);
   args.c = c == nullptr ? nullptr : in_place ? static_cast<const void*>(d_buf.ptr) : c_buf.ptr;
   args.d = d_buf.ptr;
-  if (cublaslt) {
-    DeviceBuffer workspace;
-    ASSERT_CUDA(workspace.alloc(size_t{32} << 20));
-    out->status = bg::detail::launch_sm100_cublaslt_block_scaled(p, args, workspace.ptr, size_t{32} << 20, nullptr);
-    ASSERT_TRUE(out->status.is_ok()) << out->status.message();
-    ASSERT_CUDA(cudaDeviceSynchronize());  // before the workspace goes
+  DeviceBuffer workspace;
+  ASSERT_CUDA(workspace.alloc(bg::workspace_size(p)));
+  if (via == Via::kCublasLtLaunch) {
+    out->status = bg::detail::launch_cublaslt_block_scaled(p, args, workspace.ptr, workspace.bytes, nullptr);
   } else {
     const TileScope scope(tile);
-    out->status = bg::run(p, args, nullptr, bg::workspace_size(p), nullptr);
+    const RouteScope route(via == Via::kKernel ? bg::Sm90Fp8Route::kKernel : bg::Sm90Fp8Route::kAuto);
+    out->status = bg::run(p, args, workspace.ptr, workspace.bytes, nullptr);
   }
   ASSERT_TRUE(out->status.is_ok()) << out->status.message();
   ASSERT_CUDA(cudaDeviceSynchronize());
@@ -237,7 +244,7 @@ bg::GemmProblem problem(int64_t m, int64_t n, int64_t k, Recipe b_recipe, Matrix
 
 // Runs one GEMM on a, b (C random when beta != 0) and checks it against the derived bound.
 void check_random(const bg::GemmProblem& p, const HostOperand& a, const HostOperand& b, bool in_place,
-                  uint64_t seed, bool cublaslt = false) {
+                  uint64_t seed, Via via = Via::kKernel) {
   std::vector<double> c;
   if (p.beta != 0.0f) {
     std::mt19937_64 rng(seed);
@@ -272,11 +279,14 @@ void check_random(const bg::GemmProblem& p, const HostOperand& a, const HostOper
                        2 * u * std::fabs(p.beta) * std::sqrt(c2) + 1.01 * u_out * frobenius(ref);
   const double ref_norm = frobenius(ref);
 
+  const bool cublaslt = via != Via::kKernel;
   const std::vector<Sm90Fp8Tile> tiles = cublaslt ? std::vector<Sm90Fp8Tile>{Sm90Fp8Tile::kAuto} : tiles_under_test();
   for (const Sm90Fp8Tile tile : tiles) {
-    SCOPED_TRACE(cublaslt ? std::string("cuBLASLt") : "tile 128 x " + std::to_string(tile_width(tile)));
+    SCOPED_TRACE(via == Via::kCublasLtLaunch ? std::string("cuBLASLt")
+                 : via == Via::kRunAuto    ? std::string("gemm::run, automatic route")
+                                           : "tile 128 x " + std::to_string(tile_width(tile)));
     GemmRun r;
-    run_gemm(p, a, b, c.empty() ? nullptr : &c, in_place, tile, &r, cublaslt);
+    run_gemm(p, a, b, c.empty() ? nullptr : &c, in_place, tile, &r, via);
     if (::testing::Test::HasFatalFailure()) return;
     if (!in_place)  // in place, the padding holds C's values, not the poison
       EXPECT_EQ(padding_written(p, r), 0) << "bytes written in the padding columns [n, ldd)";
@@ -296,7 +306,8 @@ void check_random(const bg::GemmProblem& p, const HostOperand& a, const HostOper
     const double err = std::sqrt(err2);
     std::printf("gemm_test: %s %d m %lld n %lld k %lld b %s d %s beta %g%s: rel_err %.3e bound %.3e"
                 " (err/bound %.3f)\n",
-                cublaslt ? "cublaslt" : "tile", cublaslt ? 0 : tile_width(tile), static_cast<long long>(p.m), static_cast<long long>(p.n),
+                via == Via::kRunAuto ? "auto" : cublaslt ? "cublaslt" : "tile", cublaslt ? 0 : tile_width(tile),
+                static_cast<long long>(p.m), static_cast<long long>(p.n),
                 static_cast<long long>(p.k), bf::recipe_name(p.b_recipe), bg::matrix_type_name(p.d_type), p.beta,
                 in_place ? " in place" : "", err / ref_norm, bound / ref_norm, err / bound);
     EXPECT_LE(err, bound) << "relative Frobenius error " << err / ref_norm << " above the derived bound "
@@ -371,15 +382,15 @@ TEST_P(GemmCublasLt, WithinDerivedBoundAndEqualsTheSm90Kernel) {
   random_operand(c.n, c.k, c.b_recipe, 1.0, seed_of(c, 42), &b);
   if (HasFatalFailure()) return;
   check_random(problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kBf16, c.n, 1.0f, 0.0f), a, b, false, seed_of(c, 43),
-               true);
+               Via::kCublasLtLaunch);
   check_random(problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kFp32, c.n + 4, 1.0f, 1.0f), a, b, false,
-               seed_of(c, 44), true);
+               seed_of(c, 44), Via::kCublasLtLaunch);
   check_random(problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kFp32, c.n, 1.0f, 1.0f), a, b, true, seed_of(c, 45),
-               true);
+               Via::kCublasLtLaunch);
   if (c.b_recipe != Recipe::kFp8Block128x128) return;
   const bg::GemmProblem p = problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kBf16, c.n, 1.0f, 0.0f);
   GemmRun lt, ours;
-  run_gemm(p, a, b, nullptr, false, Sm90Fp8Tile::kAuto, &lt, true);
+  run_gemm(p, a, b, nullptr, false, Sm90Fp8Tile::kAuto, &lt, Via::kCublasLtLaunch);
   run_gemm(p, a, b, nullptr, false, Sm90Fp8Tile::kAuto, &ours);
   if (HasFatalFailure()) return;
   int64_t differ = 0;
@@ -396,6 +407,39 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmCublasLt,
                                            ShapeCase{256, 384, 512, Recipe::kFp8Block1x128},
                                            ShapeCase{2048, 1408, 1024, Recipe::kFp8Block1x128}),
                          shape_name);
+
+// gemm::run's automatic route on sm_90: cuBLASLt where it takes the shape (m and n multiples of 4,
+// rows of D and C 16-byte aligned, C's type D's), the wgmma kernel otherwise, as
+// can_implement_for_arch says. The same bound either way, on the odd shapes (most of which fall
+// back to the kernel) and on shapes cuBLASLt takes; bf16 D at beta 0 and fp32 D += fp32 C.
+class GemmAutoRoute : public ::testing::TestWithParam<ShapeCase> {};
+TEST_P(GemmAutoRoute, WithinDerivedBound) {
+  SKIP_WITHOUT_GPU();
+  const ShapeCase c = GetParam();
+  HostOperand a, b;
+  random_operand(c.m, c.k, Recipe::kFp8Block1x128, 1.0, seed_of(c, 51), &a);
+  random_operand(c.n, c.k, c.b_recipe, 1.0, seed_of(c, 52), &b);
+  if (HasFatalFailure()) return;
+  const bg::GemmProblem fprop = problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kBf16, c.n, 1.0f, 0.0f);
+  const bg::GemmProblem wgrad = problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kFp32, c.n + 4, 1.0f, 1.0f);
+  for (const bg::GemmProblem& p : {fprop, wgrad}) {
+    bg::GemmKernel kernel = bg::GemmKernel::kNone;
+    ASSERT_TRUE(bg::can_implement_for_arch(p, 90, &kernel).is_ok());
+    const bool lt = c.m % 4 == 0 && c.n % 4 == 0 && (p.d_type == MatrixType::kFp32 || c.n % 8 == 0);
+    EXPECT_EQ(kernel, lt ? bg::GemmKernel::kCublasLtBlockScaled : bg::GemmKernel::kSm90Fp8Blockwise);
+  }
+  check_random(fprop, a, b, false, seed_of(c, 53), Via::kRunAuto);
+  check_random(wgrad, a, b, false, seed_of(c, 54), Via::kRunAuto);
+}
+std::vector<ShapeCase> auto_route_shapes() {
+  std::vector<ShapeCase> cases = odd_shapes();
+  for (Recipe r : {Recipe::kFp8Block128x128, Recipe::kFp8Block1x128}) {
+    cases.push_back({512, 1024, 1024, r});
+    cases.push_back({1028, 264, 384, r});
+  }
+  return cases;
+}
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmAutoRoute, ::testing::ValuesIn(auto_route_shapes()), shape_name);
 
 // A shape cuBLASLt refuses (bf16 D rows of 520 bytes: not 16-byte aligned) is an error that names
 // the problem, not a launch failure or a silent no-op.
@@ -415,7 +459,7 @@ TEST(GemmCublasLt, RefusalNamesTheProblem) {
   bg::GemmArguments args;
   args.a_data = a_data.ptr, args.a_scales = a_scales.ptr, args.b_data = b_data.ptr, args.b_scales = b_scales.ptr;
   args.d = d.ptr;
-  expect_error(bg::detail::launch_sm100_cublaslt_block_scaled(p, args, nullptr, 0, nullptr),
+  expect_error(bg::detail::launch_cublaslt_block_scaled(p, args, nullptr, 0, nullptr),
                "cuBLASLt found no algorithm for m=132, n=260, k=384");
 }
 
@@ -654,9 +698,22 @@ TEST(GemmCanImplement, Fp8BlockwisePairRules) {
 TEST(GemmDispatch, ArchitectureRule) {
   bg::GemmKernel kernel = bg::GemmKernel::kNone;
   EXPECT_TRUE(bg::can_implement_for_arch(valid_problem(), 90, &kernel).is_ok());
+  EXPECT_EQ(kernel, bg::GemmKernel::kCublasLtBlockScaled);  // FP8 blockwise, a shape cuBLASLt takes
+  bg::GemmProblem odd = valid_problem();
+  odd.m = 257;
+  EXPECT_TRUE(bg::can_implement_for_arch(odd, 90, &kernel).is_ok());
   EXPECT_EQ(kernel, bg::GemmKernel::kSm90Fp8Blockwise);
+  {
+    const RouteScope route(bg::Sm90Fp8Route::kKernel);
+    EXPECT_TRUE(bg::can_implement_for_arch(valid_problem(), 90, &kernel).is_ok());
+    EXPECT_EQ(kernel, bg::GemmKernel::kSm90Fp8Blockwise);
+  }
+  {
+    const RouteScope route(bg::Sm90Fp8Route::kCublasLt);
+    expect_error(bg::can_implement_for_arch(odd, 90, &kernel), "m, n, ldd, ldc: the FP8 blockwise route is forced");
+  }
   EXPECT_TRUE(bg::can_implement_for_arch(valid_problem(), 100, &kernel).is_ok());
-  EXPECT_EQ(kernel, bg::GemmKernel::kSm100CublasLtBlockScaled);
+  EXPECT_EQ(kernel, bg::GemmKernel::kCublasLtBlockScaled);
   for (int sm : {70, 80, 86, 89, 120}) {
     expect_error(bg::can_implement_for_arch(valid_problem(), sm, &kernel), "need sm_90 (Hopper wgmma) or sm_100");
     EXPECT_EQ(kernel, bg::GemmKernel::kNone);
@@ -711,7 +768,12 @@ TEST(GemmCanImplement, PointerRulesNameTheArgument) {
   expect_error(bg::can_implement(pc, a), "c: must be d itself");
 }
 
-TEST(GemmWorkspace, IsZero) { EXPECT_EQ(bg::workspace_size(valid_problem()), 0u); }
+TEST(GemmWorkspace, Fp8BlockwiseOffersCublasLtItsWorkspace) {
+  EXPECT_EQ(bg::workspace_size(valid_problem()), size_t{32} << 20);
+  bg::GemmProblem mx = valid_problem();
+  mx.a_recipe = mx.b_recipe = Recipe::kMxfp8E4M3;
+  EXPECT_EQ(bg::workspace_size(mx), 0u);
+}
 
 TEST(TileOrder, EveryTileExactlyOnce) {
   for (int tiles_m : {1, 3, 8, 9, 64, 129})

@@ -25,11 +25,13 @@ struct Case {
   TrainRecipe recipe;
   bool moe;
   MxGemm mx_gemm = MxGemm::kAuto;  // mxfp8: both GEMM routes are tested
+  Fp8Gemm fp8_gemm = Fp8Gemm::kAuto;  // fp8_block: both GEMM routes are tested
 };
 
 std::string case_name(const testing::TestParamInfo<Case>& info) {
   const MxGemm g = info.param.mx_gemm;
-  const std::string route = g == MxGemm::kAuto ? "" : std::string("_") + mx_gemm_name(g);
+  std::string route = g == MxGemm::kAuto ? "" : std::string("_") + mx_gemm_name(g);
+  if (info.param.fp8_gemm != Fp8Gemm::kAuto) route += std::string("_") + fp8_gemm_name(info.param.fp8_gemm);
   return std::string(recipe_name(info.param.recipe)) + (info.param.moe ? "_moe" : "_dense") + route;
 }
 
@@ -81,7 +83,7 @@ TEST_P(GpuBackendTest, MatchesCpuModel) {
   std::vector<int32_t> tokens, targets;
   random_tokens(c.vocab, batch * c.seq_len, 5, &tokens, &targets);
   std::unique_ptr<StepBackend> gpu;
-  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &gpu, tc.mx_gemm).is_ok());
+  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &gpu, tc.mx_gemm, tc.fp8_gemm).is_ok());
   std::vector<float> params, m, v;
   ASSERT_TRUE(gpu->read_state(&params, &m, &v).is_ok());
   // The initialisation as it is. With weights scaled up 2-4x the two sides drift apart in the
@@ -132,8 +134,8 @@ TEST_P(GpuBackendTest, AccumulatesMicroBatches) {
   random_tokens(c.vocab, 2 * per_micro, 11, &tokens, &targets);
   StepLosses l;
   std::unique_ptr<StepBackend> together, apart;
-  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &together, tc.mx_gemm).is_ok());
-  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &apart, tc.mx_gemm).is_ok());
+  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &together, tc.mx_gemm, tc.fp8_gemm).is_ok());
+  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &apart, tc.mx_gemm, tc.fp8_gemm).is_ok());
   std::vector<float> g_together, g_first, g_second;
   ASSERT_TRUE(together->zero_grads().is_ok());
   for (int mb = 0; mb < 2; ++mb)
@@ -176,7 +178,7 @@ TEST_P(GpuBackendTest, OptimizerStepIsTheHostUpdate) {
   std::vector<int32_t> tokens, targets;
   random_tokens(c.vocab, batch * c.seq_len, 17, &tokens, &targets);
   std::unique_ptr<StepBackend> gpu;
-  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &gpu, tc.mx_gemm).is_ok());
+  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &gpu, tc.mx_gemm, tc.fp8_gemm).is_ok());
   const std::vector<uint8_t> decay = decay_mask(make_param_layout(c));
   const auto phase_total = [&] {
     double total = 0;
@@ -230,8 +232,8 @@ TEST_P(GpuBackendTest, WeightCopiesFollowTheOptimizer) {
   const int32_t* eval_tokens = tokens.data() + batch * c.seq_len;
   const int32_t* eval_targets = targets.data() + batch * c.seq_len;
   std::unique_ptr<StepBackend> trained, loaded;
-  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &trained, tc.mx_gemm).is_ok());
-  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &loaded, tc.mx_gemm).is_ok());
+  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &trained, tc.mx_gemm, tc.fp8_gemm).is_ok());
+  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &loaded, tc.mx_gemm, tc.fp8_gemm).is_ok());
   StepLosses l, before, after, again, fresh;
   ASSERT_TRUE(trained->evaluate(eval_tokens, eval_targets, batch, &before).is_ok());
   ASSERT_TRUE(trained->zero_grads().is_ok());
@@ -254,6 +256,8 @@ TEST_P(GpuBackendTest, WeightCopiesFollowTheOptimizer) {
 INSTANTIATE_TEST_SUITE_P(Recipes, GpuBackendTest,
                          testing::Values(Case{TrainRecipe::kBf16, true}, Case{TrainRecipe::kBf16, false},
                                          Case{TrainRecipe::kFp8Block, true}, Case{TrainRecipe::kFp8Block, false},
+                                         Case{TrainRecipe::kFp8Block, true, MxGemm::kAuto, Fp8Gemm::kKernel},
+                                         Case{TrainRecipe::kFp8Block, false, MxGemm::kAuto, Fp8Gemm::kKernel},
                                          Case{TrainRecipe::kMxfp8, true, MxGemm::kBf16Values},
                                          Case{TrainRecipe::kMxfp8, false, MxGemm::kBf16Values},
                                          Case{TrainRecipe::kMxfp8, true, MxGemm::kBlockScaled},

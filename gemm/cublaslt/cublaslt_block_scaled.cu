@@ -1,4 +1,4 @@
-// sm100_cublaslt_block_scaled: the GEMMs of Blackwell (sm_100) through cuBLASLt's block-scaled
+// cublaslt_block_scaled: the GEMMs of Blackwell (sm_100) through cuBLASLt's block-scaled
 // matmul, fp32 accumulation: CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0 for MX operands (E8M0
 // scales, blocks of 32), VEC16_UE4M3 for NVFP4 (UE4M3 scales, blocks of 16), VEC128_32F and
 // BLK128x128_32F for FP8 blockwise (fp32 scales of 1x128 and 128x128 blocks).
@@ -21,6 +21,9 @@
 // K-major, which ours are. Each scale tensor follows its operand: A_lt's is our b_scales, B_lt's
 // our a_scales. C (row-major, ldc) is likewise C^T (N x M, ld ldc).
 //
+// Operand row strides (lda / ldb, elements) default to K; the grouped route (cublaslt_grouped.cu)
+// passes longer ones to multiply one expert's token columns out of the whole columnwise copy.
+//
 // alpha and the NVFP4 tensor scales: D = alpha * S_dec_a * S_dec_b * A B^T + beta * C, with
 // S_dec device floats. In the block-scaled modes cuBLASLt's A / B scale pointers hold the block
 // scales, so S_dec can only enter through alpha; reading it on the host would need a sync. So a
@@ -41,6 +44,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 #include "formats/recipe.h"
@@ -209,6 +213,16 @@ Status set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttribu
   return lt_status(g_lt->pref_set(pref, attr, &value, sizeof(value)), call);
 }
 
+// The heuristic's pick per problem description, so that a training step's repeated shapes query it
+// once: a query costs tens of microseconds of host time. found == false: cuBLASLt has none.
+struct CachedAlgo {
+  bool found = false;
+  cublasLtMatmulAlgo_t algo{};
+};
+using AlgoKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int, bool,
+                           uint32_t, uint32_t, uint32_t, uint32_t, size_t>;
+constexpr size_t kMaxCachedAlgos = 4096;  // expert sizes change every step: bound the map
+
 std::string problem_text(const GemmProblem& p) {
   return "m=" + std::to_string(p.m) + ", n=" + std::to_string(p.n) + ", k=" + std::to_string(p.k) + ", " +
          formats::recipe_name(p.a_recipe) + " x " + formats::recipe_name(p.b_recipe) + ", d_type " +
@@ -219,8 +233,11 @@ std::string problem_text(const GemmProblem& p) {
 
 }  // namespace
 
-Status launch_sm100_cublaslt_block_scaled(const GemmProblem& p, const GemmArguments& args, void* workspace,
-                                          size_t workspace_bytes, cudaStream_t stream) {
+Status launch_cublaslt_block_scaled(const GemmProblem& p, const GemmArguments& args, void* workspace,
+                                    size_t workspace_bytes, cudaStream_t stream, const LtStrides& strides,
+                                    bool* no_algorithm) {
+  if (no_algorithm) *no_algorithm = false;
+  const int64_t lda = strides.lda ? strides.lda : p.k, ldb = strides.ldb ? strides.ldb : p.k;
   LtOperand a{}, b{};
   if (!lt_operand(p.a_recipe, &a))
     return Status::error(std::string("a_recipe: must be an MX, NVFP4 or FP8 blockwise recipe on sm_100, got ") +
@@ -266,9 +283,9 @@ Status launch_sm100_cublaslt_block_scaled(const GemmProblem& p, const GemmArgume
   // Leading dimensions are in elements, also for E2M1 (K elements = K / 2 bytes per row).
   const uint64_t m = static_cast<uint64_t>(p.m), n = static_cast<uint64_t>(p.n), k = static_cast<uint64_t>(p.k);
   BS_RETURN_IF_ERROR(
-      lt_status(g_lt->layout_create(&desc.a, b.type, k, n, p.k), "cublasLtMatrixLayoutCreate(A)"));
+      lt_status(g_lt->layout_create(&desc.a, b.type, k, n, ldb), "cublasLtMatrixLayoutCreate(A)"));
   BS_RETURN_IF_ERROR(
-      lt_status(g_lt->layout_create(&desc.b, a.type, k, m, p.k), "cublasLtMatrixLayoutCreate(B)"));
+      lt_status(g_lt->layout_create(&desc.b, a.type, k, m, lda), "cublasLtMatrixLayoutCreate(B)"));
   BS_RETURN_IF_ERROR(lt_status(g_lt->layout_create(&desc.d, lt_matrix_type(p.d_type), n, m, p.ldd),
                                "cublasLtMatrixLayoutCreate(D)"));
   // With beta == 0, C is not read: it is described as D (the in-place form cuBLASLt accepts). In
@@ -293,15 +310,40 @@ Status launch_sm100_cublaslt_block_scaled(const GemmProblem& p, const GemmArgume
   BS_RETURN_IF_ERROR(set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(args.d),
                               "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D_BYTES)"));
 
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
-  const cublasStatus_t hs =
-      g_lt->heuristic(handle, desc.op, desc.a, desc.b, desc.c, desc.d, desc.pref, 1, &heuristic, &found);
-  if (hs == CUBLAS_STATUS_NOT_SUPPORTED || (hs == CUBLAS_STATUS_SUCCESS && found == 0))
+  int device = 0;
+  BS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "device: cudaGetDevice"));
+  const AlgoKey key{device, p.m, p.n, p.k, lda, ldb, ldc, p.ldd, int(p.a_recipe), int(p.b_recipe), int(c_type),
+                    int(p.d_type), read_c, alignment_of(args.b_data), alignment_of(args.a_data), alignment_of(c),
+                    alignment_of(args.d), workspace_bytes};
+  static std::mutex cache_mu;
+  static std::map<AlgoKey, CachedAlgo> cache;
+  CachedAlgo pick;
+  bool cached = false;
+  {
+    std::lock_guard<std::mutex> lock(cache_mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) pick = it->second, cached = true;
+  }
+  if (!cached) {
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    const cublasStatus_t hs =
+        g_lt->heuristic(handle, desc.op, desc.a, desc.b, desc.c, desc.d, desc.pref, 1, &heuristic, &found);
+    if (hs != CUBLAS_STATUS_NOT_SUPPORTED) BS_RETURN_IF_ERROR(lt_status(hs, "cublasLtMatmulAlgoGetHeuristic"));
+    pick.found = hs == CUBLAS_STATUS_SUCCESS && found > 0;
+    pick.algo = heuristic.algo;
+    std::lock_guard<std::mutex> lock(cache_mu);
+    if (cache.size() >= kMaxCachedAlgos) cache.clear();
+    cache.emplace(key, pick);
+  }
+  if (!pick.found) {
+    if (no_algorithm) {
+      *no_algorithm = true;
+      return Status::ok();
+    }
     return Status::error("a_recipe, b_recipe: cuBLASLt found no algorithm for " + problem_text(p) + ", workspace " +
-                         std::to_string(workspace_bytes) + " bytes (cublasLtMatmulAlgoGetHeuristic: " +
-                         g_lt->status_name(hs) + ")");
-  BS_RETURN_IF_ERROR(lt_status(hs, "cublasLtMatmulAlgoGetHeuristic"));
+                         std::to_string(workspace_bytes) + " bytes");
+  }
 
   // Host scalars are read during the cublasLtMatmul call; device ones when the GEMM runs.
   const float host_scalars[2] = {p.alpha, p.beta};
@@ -317,7 +359,7 @@ Status launch_sm100_cublaslt_block_scaled(const GemmProblem& p, const GemmArgume
     scalars = dev.ptr;
   }
   return lt_status(g_lt->matmul(handle, desc.op, &scalars[0], args.b_data, desc.a, args.a_data, desc.b, &scalars[1],
-                                  c, desc.c, args.d, desc.d, &heuristic.algo, workspace, workspace_bytes, stream),
+                                  c, desc.c, args.d, desc.d, &pick.algo, workspace, workspace_bytes, stream),
                    "cublasLtMatmul");
 }
 
