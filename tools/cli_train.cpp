@@ -109,8 +109,9 @@ void add_train_command(CLI::App& app) {
                   "kernels) or auto (bf16 on Hopper, kernel elsewhere); the same exact products and fp32 sums")
       ->capture_default_str();
   cmd->add_option("--fp8-gemm", args->fp8_gemm,
-                  "fp8_block's GEMMs on Hopper: auto (cuBLASLt's blockwise FP8 matmul, the experts one each with their "
-                  "sizes read back per MoE layer) or kernel (gemm/'s wgmma kernels, grouped, no read-back)")
+                  "fp8_block's GEMMs on Hopper: cublaslt (cuBLASLt's blockwise FP8 matmul, the experts one each with "
+                  "their sizes read back per MoE layer), kernel (gemm/'s wgmma kernels, grouped, no read-back) or "
+                  "auto (cuBLASLt, the experts one each only where their products are large)")
       ->capture_default_str();
   cmd->add_flag("--expert-parallel", c.expert_parallel,
                 "split each MoE layer's experts across the ranks (all-to-all token exchange; GPU, under a launcher)");

@@ -51,16 +51,23 @@ Status parse_mx_gemm(const std::string& name, MxGemm* out) {
   return Status::error("--mx-gemm: unknown route '" + name + "' (expected auto, bf16 or kernel)");
 }
 
-const char* fp8_gemm_name(Fp8Gemm g) { return g == Fp8Gemm::kKernel ? "kernel" : "auto"; }
+const char* fp8_gemm_name(Fp8Gemm g) {
+  switch (g) {
+    case Fp8Gemm::kAuto: return "auto";
+    case Fp8Gemm::kKernel: return "kernel";
+    case Fp8Gemm::kCublasLt: return "cublaslt";
+  }
+  return "?";
+}
 
 Status parse_fp8_gemm(const std::string& name, Fp8Gemm* out) {
-  for (Fp8Gemm g : {Fp8Gemm::kAuto, Fp8Gemm::kKernel}) {
+  for (Fp8Gemm g : {Fp8Gemm::kAuto, Fp8Gemm::kKernel, Fp8Gemm::kCublasLt}) {
     if (name == fp8_gemm_name(g)) {
       *out = g;
       return Status::ok();
     }
   }
-  return Status::error("--fp8-gemm: unknown route '" + name + "' (expected auto or kernel)");
+  return Status::error("--fp8-gemm: unknown route '" + name + "' (expected auto, kernel or cublaslt)");
 }
 
 bool is_quantized(TrainRecipe r) {
