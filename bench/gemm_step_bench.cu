@@ -3,9 +3,10 @@
 // micro-batch) or 1 (accumulating into the main gradient). gemm/ against cuBLASLt's blockwise FP8
 // matmul on the same operands and against cuBLASLt BF16 with fp32 D (the bf16 recipe's route), in
 // the same process. gemm/ runs twice: its wgmma kernel (Sm90Fp8Route::kKernel) and its automatic
-// route (cuBLASLt where it takes the shape, as the fp8_block recipe runs by default). Per configuration the cases are weighted by how often a step runs each (two
-// layers; the experts modelled as uniform, tokens x top_k / experts rows each, run dense), which
-// gives the step's FP8 GEMM time on each route: what a route change could save before it is built.
+// route (cuBLASLt where it takes the shape, as the fp8_block recipe's dense products run by
+// default). Per configuration the cases are weighted by how often a step runs each (two layers;
+// the experts modelled as uniform, tokens x top_k / experts rows each, run dense), which gives the
+// step's FP8 GEMM time on each route.
 //   width 2048 : the docs command (d 2048, d_ff 1408, 16 heads, 8 experts top-2, 4096 tokens)
 //   mixtral    : d 4096, d_ff 14336, 32 heads, 8 experts top-2, 4096 tokens per micro-batch,
 //                wgrad accumulating (beta 1) as with --grad-accum
@@ -187,8 +188,8 @@ int main(int argc, char** argv) {
       if (!std::strcmp(all[i].config, config))
         ours += rows[i].ours_us * all[i].per_step, autos += rows[i].auto_us * all[i].per_step,
             fp8 += rows[i].lt_fp8_us * all[i].per_step, bf16 += rows[i].lt_bf16_us * all[i].per_step;
-    std::printf("| %s | **per step** | | | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f |\n", config, ours, autos, fp8,
-                bf16, ratio(autos, ours), ratio(fp8, ours), ratio(bf16, ours));
+    std::printf("| %s | **per step** | | | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f | %.2f |\n", config, ours, autos,
+                fp8, bf16, ratio(autos, ours), ratio(fp8, ours), ratio(bf16, ours));
   }
   return 0;
 }

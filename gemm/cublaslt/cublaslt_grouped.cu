@@ -17,8 +17,8 @@
 // beta 0; other cases run the whole problem on the grouped kernel.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <string>
-#include <vector>
 
 #include "formats/scale_layout.h"
 #include "gemm/checks.h"

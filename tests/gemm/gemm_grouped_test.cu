@@ -288,7 +288,8 @@ TEST_P(GroupedHostEnds, ManyExpertsRandomCounts) {
   check_case(host_ends_case(counts, 384, 384, MatrixType::kBf16, 0.0f), 34);
 }
 
-INSTANTIATE_TEST_SUITE_P(Routes, GroupedHostEnds, ::testing::Values(bg::Sm90Fp8Route::kAuto, bg::Sm90Fp8Route::kCublasLt),
+INSTANTIATE_TEST_SUITE_P(Routes, GroupedHostEnds,
+                         ::testing::Values(bg::Sm90Fp8Route::kAuto, bg::Sm90Fp8Route::kCublasLt),
                          [](const ::testing::TestParamInfo<bg::Sm90Fp8Route>& info) {
                            return std::string(info.param == bg::Sm90Fp8Route::kAuto ? "Auto" : "CublasLt");
                          });

@@ -229,6 +229,14 @@ TEST(ModelConfig, ValidationNamesTheFlag) {
   s = parse_mx_gemm("fp8", &g);
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("--mx-gemm"), std::string::npos) << s.message();
+  Fp8Gemm f;
+  for (Fp8Gemm want : {Fp8Gemm::kAuto, Fp8Gemm::kKernel, Fp8Gemm::kCublasLt}) {
+    ASSERT_TRUE(parse_fp8_gemm(fp8_gemm_name(want), &f).is_ok());
+    EXPECT_EQ(f, want);
+  }
+  s = parse_fp8_gemm("bf16", &f);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("--fp8-gemm"), std::string::npos) << s.message();
 }
 
 }  // namespace
