@@ -102,6 +102,15 @@ void run_gemm(const GemmArgs& a) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
     fail("gemm", "no CUDA device is visible to this process (gemm/ runs on the GPU only)");
+  gemm::set_sm90_fp8_route(a.fp8_route == "kernel"     ? gemm::Sm90Fp8Route::kKernel
+                           : a.fp8_route == "cublaslt" ? gemm::Sm90Fp8Route::kCublasLt
+                                                       : gemm::Sm90Fp8Route::kAuto);
+  int major = 0, minor = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
+  gemm::GemmKernel kernel = gemm::GemmKernel::kNone;
+  check("gemm", gemm::can_implement_for_arch(p, major * 10 + minor, &kernel));
+  const char* route = kernel == gemm::GemmKernel::kCublasLtBlockScaled ? "cuBLASLt" : "gemm/ kernel";
   progress(a, "quantizing random operands on the CPU (formats::quantize)");
   const formats::QuantizedMatrix qa = quantize_operand("A", a.m, a.k, ra, a.seed);
   const formats::QuantizedMatrix qb = quantize_operand("B", a.n, a.k, rb, a.seed ^ 0x5DEECE66Dull);
@@ -109,9 +118,9 @@ void run_gemm(const GemmArgs& a) {
   GpuGemmResult res;
   check("gemm", gpu_gemm(qa, qb, p.d_type == gemm::MatrixType::kFp32, a.iters, a.check, &res));
   const double tflops = a.iters > 0 ? 2.0 * a.m * a.n * a.k / (res.median_us * 1e-6) / 1e12 : 0.0;
-  std::printf("gemm %s x %s, %lld x %lld x %lld, %s D: %.1f us, %.1f TFLOP/s (median of %d)\n", a.recipe.c_str(),
+  std::printf("gemm %s x %s, %lld x %lld x %lld, %s D: %.1f us, %.1f TFLOP/s (median of %d; %s)\n", a.recipe.c_str(),
               b_name.c_str(), static_cast<long long>(a.m), static_cast<long long>(a.n), static_cast<long long>(a.k),
-              a.out_type.c_str(), res.median_us, tflops, a.iters);
+              a.out_type.c_str(), res.median_us, tflops, a.iters, route);
   if (!a.check) return;
   // A sample of D's rows, evenly spread (all of them when m <= check_rows), against fp64.
   const std::vector<int64_t> rows = sample_indices(a.m, a.check_rows);
@@ -183,6 +192,10 @@ void add_gemm_command(CLI::App& app) {
   c->add_option("--iters", a->iters, "timed runs after one untimed one (default 20)")->check(CLI::Range(0, 100000));
   c->add_option("--seed", a->seed, "seed of the random operands (default 1)");
   c->add_flag("--quiet", a->quiet, "no progress lines on stderr");
+  c->add_option("--fp8-route", a->fp8_route,
+                "FP8 blockwise on Hopper: auto (cuBLASLt's blockwise kernel where it takes the shape, default), "
+                "kernel (gemm/'s wgmma kernel) or cublaslt")
+      ->check(CLI::IsMember({"auto", "kernel", "cublaslt"}));
   c->callback([a] { run_gemm(*a); });
 }
 
