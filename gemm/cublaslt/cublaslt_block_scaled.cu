@@ -42,6 +42,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -213,15 +214,19 @@ Status set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttribu
   return lt_status(g_lt->pref_set(pref, attr, &value, sizeof(value)), call);
 }
 
-// The heuristic's pick per problem description, so that a training step's repeated shapes query it
-// once: a query costs tens of microseconds of host time. found == false: cuBLASLt has none.
-struct CachedAlgo {
-  bool found = false;
+// The descriptors of one problem description and the heuristic's pick for it, made on a thread's
+// first call with that description and kept: building them and querying the heuristic cost tens
+// of microseconds of host time, which a training step's repeated shapes would pay on every GEMM.
+// Per thread, because the scale pointers are set on the descriptor at each call.
+struct LtPlan {
+  LtDescriptors desc;
+  bool found = false;  // false: cuBLASLt has no algorithm for it
   cublasLtMatmulAlgo_t algo{};
 };
-using AlgoKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int, bool,
+// device, m, n, k, lda, ldb, ldc, ldd, recipes, C and D types, C read, the four alignments, workspace
+using PlanKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, int, int, bool,
                            uint32_t, uint32_t, uint32_t, uint32_t, size_t>;
-constexpr size_t kMaxCachedAlgos = 4096;  // expert sizes change every step: bound the map
+constexpr size_t kMaxPlans = 4096;  // expert sizes change every step: bound the map
 
 std::string problem_text(const GemmProblem& p) {
   return "m=" + std::to_string(p.m) + ", n=" + std::to_string(p.n) + ", k=" + std::to_string(p.k) + ", " +
@@ -229,6 +234,73 @@ std::string problem_text(const GemmProblem& p) {
          matrix_type_name(p.d_type) + ", ldd=" + std::to_string(p.ldd) +
          (p.beta != 0.0f ? ", c_type " + std::string(matrix_type_name(p.c_type)) + ", ldc=" + std::to_string(p.ldc)
                          : std::string());
+}
+
+// The descriptors of D^T = B · A^T in cuBLASLt's column-major terms (see the banner: A_lt = our
+// B, B_lt = our A), and the heuristic's pick under the key's alignments and workspace.
+struct LtPrefs {
+  uint32_t align_a, align_b, align_c, align_d;  // of cuBLASLt's A, B, C, D (A_lt = our B)
+  uint64_t workspace_bytes;
+};
+
+// Block-scaled modes need the scale pointers set for the heuristic too (null ones are an invalid
+// value): the first call's go in, and every call sets its own before its matmul.
+Status set_scale_pointers(cublasLtMatmulDesc_t op, const GemmArguments& args) {
+  BS_RETURN_IF_ERROR(set_op(op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, args.b_scales,
+                            "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)"));
+  return set_op(op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, args.a_scales,
+                "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
+}
+
+Status make_plan(cublasLtHandle_t handle, const GemmProblem& p, const GemmArguments& args, const LtOperand& a,
+                 const LtOperand& b, int64_t lda, int64_t ldb, MatrixType c_type, int64_t ldc, const LtPrefs& prefs,
+                 LtPlan* plan) {
+  LtDescriptors& desc = plan->desc;
+  BS_RETURN_IF_ERROR(lt_status(g_lt->desc_create(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                               "cublasLtMatmulDescCreate"));
+  const int32_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+  BS_RETURN_IF_ERROR(set_op(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, trans_a, "cublasLtMatmulDescSetAttribute(TRANSA)"));
+  BS_RETURN_IF_ERROR(set_op(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, trans_b, "cublasLtMatmulDescSetAttribute(TRANSB)"));
+  const int32_t scale_mode_a = b.scale_mode, scale_mode_b = a.scale_mode;
+  BS_RETURN_IF_ERROR(set_op(desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, scale_mode_a,
+                            "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)"));
+  BS_RETURN_IF_ERROR(set_op(desc.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, scale_mode_b,
+                            "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)"));
+  BS_RETURN_IF_ERROR(set_scale_pointers(desc.op, args));
+  const bool device_scalars = p.a_recipe == Recipe::kNvfp4 || p.b_recipe == Recipe::kNvfp4;
+  const int32_t pointer_mode = device_scalars ? CUBLASLT_POINTER_MODE_DEVICE : CUBLASLT_POINTER_MODE_HOST;
+  BS_RETURN_IF_ERROR(set_op(desc.op, CUBLASLT_MATMUL_DESC_POINTER_MODE, pointer_mode,
+                            "cublasLtMatmulDescSetAttribute(POINTER_MODE)"));
+
+  // Leading dimensions are in elements, also for E2M1 (K elements = K / 2 bytes per row).
+  const uint64_t m = static_cast<uint64_t>(p.m), n = static_cast<uint64_t>(p.n), k = static_cast<uint64_t>(p.k);
+  BS_RETURN_IF_ERROR(lt_status(g_lt->layout_create(&desc.a, b.type, k, n, ldb), "cublasLtMatrixLayoutCreate(A)"));
+  BS_RETURN_IF_ERROR(lt_status(g_lt->layout_create(&desc.b, a.type, k, m, lda), "cublasLtMatrixLayoutCreate(B)"));
+  BS_RETURN_IF_ERROR(lt_status(g_lt->layout_create(&desc.d, lt_matrix_type(p.d_type), n, m, p.ldd),
+                               "cublasLtMatrixLayoutCreate(D)"));
+  BS_RETURN_IF_ERROR(lt_status(g_lt->layout_create(&desc.c, lt_matrix_type(c_type), n, m, ldc),
+                               "cublasLtMatrixLayoutCreate(C)"));
+
+  BS_RETURN_IF_ERROR(lt_status(g_lt->pref_create(&desc.pref), "cublasLtMatmulPreferenceCreate"));
+  BS_RETURN_IF_ERROR(set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, prefs.workspace_bytes,
+                              "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)"));
+  BS_RETURN_IF_ERROR(set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, prefs.align_a,
+                              "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_A_BYTES)"));
+  BS_RETURN_IF_ERROR(set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, prefs.align_b,
+                              "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_B_BYTES)"));
+  BS_RETURN_IF_ERROR(set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, prefs.align_c,
+                              "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_C_BYTES)"));
+  BS_RETURN_IF_ERROR(set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, prefs.align_d,
+                              "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D_BYTES)"));
+
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  const cublasStatus_t hs =
+      g_lt->heuristic(handle, desc.op, desc.a, desc.b, desc.c, desc.d, desc.pref, 1, &heuristic, &found);
+  if (hs != CUBLAS_STATUS_NOT_SUPPORTED) BS_RETURN_IF_ERROR(lt_status(hs, "cublasLtMatmulAlgoGetHeuristic"));
+  plan->found = hs == CUBLAS_STATUS_SUCCESS && found > 0;
+  plan->algo = heuristic.algo;
+  return Status::ok();
 }
 
 }  // namespace
@@ -258,85 +330,29 @@ Status launch_cublaslt_block_scaled(const GemmProblem& p, const GemmArguments& a
   cublasLtHandle_t handle = nullptr;
   BS_RETURN_IF_ERROR(lt_handle(&handle));
 
-  // D^T = B · A^T in cuBLASLt's column-major terms (see the banner): A_lt = our B, B_lt = our A.
-  LtDescriptors desc;
-  BS_RETURN_IF_ERROR(lt_status(g_lt->desc_create(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
-                               "cublasLtMatmulDescCreate"));
-  const int32_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
-  BS_RETURN_IF_ERROR(set_op(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, trans_a, "cublasLtMatmulDescSetAttribute(TRANSA)"));
-  BS_RETURN_IF_ERROR(set_op(desc.op, CUBLASLT_MATMUL_DESC_TRANSB, trans_b, "cublasLtMatmulDescSetAttribute(TRANSB)"));
-  const int32_t scale_mode_a = b.scale_mode, scale_mode_b = a.scale_mode;
-  BS_RETURN_IF_ERROR(set_op(desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, scale_mode_a,
-                            "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)"));
-  BS_RETURN_IF_ERROR(set_op(desc.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, scale_mode_b,
-                            "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)"));
-  const void* scales_a = args.b_scales;
-  const void* scales_b = args.a_scales;
-  BS_RETURN_IF_ERROR(set_op(desc.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, scales_a,
-                            "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)"));
-  BS_RETURN_IF_ERROR(set_op(desc.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, scales_b,
-                            "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)"));
-  const int32_t pointer_mode = device_scalars ? CUBLASLT_POINTER_MODE_DEVICE : CUBLASLT_POINTER_MODE_HOST;
-  BS_RETURN_IF_ERROR(set_op(desc.op, CUBLASLT_MATMUL_DESC_POINTER_MODE, pointer_mode,
-                            "cublasLtMatmulDescSetAttribute(POINTER_MODE)"));
-
-  // Leading dimensions are in elements, also for E2M1 (K elements = K / 2 bytes per row).
-  const uint64_t m = static_cast<uint64_t>(p.m), n = static_cast<uint64_t>(p.n), k = static_cast<uint64_t>(p.k);
-  BS_RETURN_IF_ERROR(
-      lt_status(g_lt->layout_create(&desc.a, b.type, k, n, ldb), "cublasLtMatrixLayoutCreate(A)"));
-  BS_RETURN_IF_ERROR(
-      lt_status(g_lt->layout_create(&desc.b, a.type, k, m, lda), "cublasLtMatrixLayoutCreate(B)"));
-  BS_RETURN_IF_ERROR(lt_status(g_lt->layout_create(&desc.d, lt_matrix_type(p.d_type), n, m, p.ldd),
-                               "cublasLtMatrixLayoutCreate(D)"));
   // With beta == 0, C is not read: it is described as D (the in-place form cuBLASLt accepts). In
   // device pointer mode cuBLASLt sees beta only on the GPU; on an H100 (FP8, cuBLASLt 13.0) a
   // device beta of 0 with a NaN-filled C == D left no NaN in D, for all 8 heuristic algorithms.
   const void* c = read_c ? args.c : args.d;
   const MatrixType c_type = read_c ? p.c_type : p.d_type;
   const int64_t ldc = read_c ? p.ldc : p.ldd;
-  BS_RETURN_IF_ERROR(lt_status(g_lt->layout_create(&desc.c, lt_matrix_type(c_type), n, m, ldc),
-                               "cublasLtMatrixLayoutCreate(C)"));
-
-  BS_RETURN_IF_ERROR(lt_status(g_lt->pref_create(&desc.pref), "cublasLtMatmulPreferenceCreate"));
-  const uint64_t max_workspace = workspace_bytes;
-  BS_RETURN_IF_ERROR(set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, max_workspace,
-                              "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)"));
-  BS_RETURN_IF_ERROR(set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(args.b_data),
-                              "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_A_BYTES)"));
-  BS_RETURN_IF_ERROR(set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(args.a_data),
-                              "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_B_BYTES)"));
-  BS_RETURN_IF_ERROR(set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(c),
-                              "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_C_BYTES)"));
-  BS_RETURN_IF_ERROR(set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(args.d),
-                              "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D_BYTES)"));
-
   int device = 0;
   BS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "device: cudaGetDevice"));
-  const AlgoKey key{device, p.m, p.n, p.k, lda, ldb, ldc, p.ldd, int(p.a_recipe), int(p.b_recipe), int(c_type),
+  const PlanKey key{device, p.m, p.n, p.k, lda, ldb, ldc, p.ldd, int(p.a_recipe), int(p.b_recipe), int(c_type),
                     int(p.d_type), read_c, alignment_of(args.b_data), alignment_of(args.a_data), alignment_of(c),
                     alignment_of(args.d), workspace_bytes};
-  static std::mutex cache_mu;
-  static std::map<AlgoKey, CachedAlgo> cache;
-  CachedAlgo pick;
-  bool cached = false;
-  {
-    std::lock_guard<std::mutex> lock(cache_mu);
-    auto it = cache.find(key);
-    if (it != cache.end()) pick = it->second, cached = true;
+  thread_local std::map<PlanKey, std::unique_ptr<LtPlan>> plans;
+  auto it = plans.find(key);
+  if (it == plans.end()) {
+    auto plan = std::make_unique<LtPlan>();
+    const LtPrefs prefs{alignment_of(args.b_data), alignment_of(args.a_data), alignment_of(c), alignment_of(args.d),
+                        workspace_bytes};
+    BS_RETURN_IF_ERROR(make_plan(handle, p, args, a, b, lda, ldb, c_type, ldc, prefs, plan.get()));
+    if (plans.size() >= kMaxPlans) plans.clear();
+    it = plans.emplace(key, std::move(plan)).first;
   }
-  if (!cached) {
-    cublasLtMatmulHeuristicResult_t heuristic{};
-    int found = 0;
-    const cublasStatus_t hs =
-        g_lt->heuristic(handle, desc.op, desc.a, desc.b, desc.c, desc.d, desc.pref, 1, &heuristic, &found);
-    if (hs != CUBLAS_STATUS_NOT_SUPPORTED) BS_RETURN_IF_ERROR(lt_status(hs, "cublasLtMatmulAlgoGetHeuristic"));
-    pick.found = hs == CUBLAS_STATUS_SUCCESS && found > 0;
-    pick.algo = heuristic.algo;
-    std::lock_guard<std::mutex> lock(cache_mu);
-    if (cache.size() >= kMaxCachedAlgos) cache.clear();
-    cache.emplace(key, pick);
-  }
-  if (!pick.found) {
+  LtPlan& plan = *it->second;
+  if (!plan.found) {
     if (no_algorithm) {
       *no_algorithm = true;
       return Status::ok();
@@ -344,6 +360,7 @@ Status launch_cublaslt_block_scaled(const GemmProblem& p, const GemmArguments& a
     return Status::error("a_recipe, b_recipe: cuBLASLt found no algorithm for " + problem_text(p) + ", workspace " +
                          std::to_string(workspace_bytes) + " bytes");
   }
+  BS_RETURN_IF_ERROR(set_scale_pointers(plan.desc.op, args));  // A_lt's scales are our b_scales
 
   // Host scalars are read during the cublasLtMatmul call; device ones when the GEMM runs.
   const float host_scalars[2] = {p.alpha, p.beta};
@@ -358,8 +375,9 @@ Status launch_cublaslt_block_scaled(const GemmProblem& p, const GemmArguments& a
     BS_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "device: fold_tensor_scales launch"));
     scalars = dev.ptr;
   }
-  return lt_status(g_lt->matmul(handle, desc.op, &scalars[0], args.b_data, desc.a, args.a_data, desc.b, &scalars[1],
-                                  c, desc.c, args.d, desc.d, &pick.algo, workspace, workspace_bytes, stream),
+  const LtDescriptors& d = plan.desc;
+  return lt_status(g_lt->matmul(handle, d.op, &scalars[0], args.b_data, d.a, args.a_data, d.b, &scalars[1], c, d.c,
+                                args.d, d.d, &plan.algo, workspace, workspace_bytes, stream),
                    "cublasLtMatmul");
 }
 
