@@ -63,7 +63,8 @@ Status make_backend(const TrainConfig& c, std::unique_ptr<StepBackend>* out) {
   if (c.device != "auto" && c.device != "cpu" && !want_gpu)
     return Status::error("--device: expected auto, cpu or gpu (got '" + c.device + "')");
 #ifdef BLOCKSCALE_TRAIN_GPU
-  if (c.device != "cpu" && gpu_available()) return make_gpu_backend(c.model, c.recipe, c.seed, out, c.mx_gemm, c.fp8_gemm);
+  if (c.device != "cpu" && gpu_available())
+    return make_gpu_backend(c.model, c.recipe, c.seed, out, c.mx_gemm, c.fp8_gemm);
 #endif
   if (want_gpu) return Status::error("--device gpu: no CUDA device (or a build without CUDA)");
   *out = make_cpu_backend(c.model, c.recipe, c.seed);
