@@ -333,12 +333,12 @@ struct RankResult {
 // One forward + backward of `batch` sequences from `first` on a backend joined to `comm` (none:
 // a single rank), then its gradients and state.
 RankResult step_on(const ParallelCase& pc, TrainRecipe recipe, Communicator* comm, bool expert_parallel,
-                   int first, int batch, MxGemm mx_gemm = MxGemm::kAuto) {
+                   int first, int batch, MxGemm mx_gemm = MxGemm::kAuto, Fp8Gemm fp8_gemm = Fp8Gemm::kAuto) {
   RankResult out;
   std::unique_ptr<StepBackend> b;
   StepLosses l;
   std::vector<float> m, v;
-  out.status = make_gpu_backend(pc.c, recipe, 3, &b, mx_gemm);
+  out.status = make_gpu_backend(pc.c, recipe, 3, &b, mx_gemm, fp8_gemm);
   if (!out.status.is_ok()) return out;
   if (comm != nullptr) {
     b->set_communicator(comm);
@@ -359,14 +359,14 @@ RankResult step_on(const ParallelCase& pc, TrainRecipe recipe, Communicator* com
 
 // Two ranks as threads on one GPU, half the batch each.
 std::vector<RankResult> two_ranks(const ParallelCase& pc, TrainRecipe recipe, bool expert_parallel,
-                                  MxGemm mx_gemm = MxGemm::kAuto) {
+                                  MxGemm mx_gemm = MxGemm::kAuto, Fp8Gemm fp8_gemm = Fp8Gemm::kAuto) {
   LocalGroup group(2);
   std::vector<RankResult> out(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       HostStagedMember comm(group.member(r));
-      out[r] = step_on(pc, recipe, &comm, expert_parallel, r * pc.batch / 2, pc.batch / 2, mx_gemm);
+      out[r] = step_on(pc, recipe, &comm, expert_parallel, r * pc.batch / 2, pc.batch / 2, mx_gemm, fp8_gemm);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -390,10 +390,12 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
 TEST(GpuBackendDataParallel, TwoRanksSumToOneRank) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
   const ParallelCase pc = parallel_case(11);
-  for (TrainRecipe recipe : {TrainRecipe::kBf16, TrainRecipe::kMxfp8}) {
-    const RankResult one = step_on(pc, recipe, nullptr, false, 0, pc.batch);
+  for (TrainRecipe recipe : {TrainRecipe::kBf16, TrainRecipe::kMxfp8, TrainRecipe::kFp8Block}) {
+    // fp8_block on its cublaslt route: each rank's experts one matmul each, sizes copied back.
+    const Fp8Gemm fp8 = Fp8Gemm::kCublasLt;
+    const RankResult one = step_on(pc, recipe, nullptr, false, 0, pc.batch, MxGemm::kAuto, fp8);
     ASSERT_TRUE(one.status.is_ok()) << one.status.message();
-    const std::vector<RankResult> ranks = two_ranks(pc, recipe, false);
+    const std::vector<RankResult> ranks = two_ranks(pc, recipe, false, MxGemm::kAuto, fp8);
     ASSERT_TRUE(ranks[0].status.is_ok()) << ranks[0].status.message();
     ASSERT_TRUE(ranks[1].status.is_ok()) << ranks[1].status.message();
     EXPECT_EQ(ranks[0].grads, ranks[1].grads) << "the ranks hold different sums";
@@ -418,14 +420,21 @@ TEST(GpuBackendDataParallel, TwoRanksSumToOneRank) {
 TEST(GpuBackendExpertParallel, TwoRanksMatchOneRank) {
   if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
   const ParallelCase pc = parallel_case(13);
-  const std::pair<TrainRecipe, MxGemm> runs[] = {{TrainRecipe::kBf16, MxGemm::kAuto},
-                                                 {TrainRecipe::kMxfp8, MxGemm::kBf16Values},
-                                                 {TrainRecipe::kMxfp8, MxGemm::kBlockScaled},
-                                                 {TrainRecipe::kFp8Block, MxGemm::kAuto}};
-  for (const auto& [recipe, mx_gemm] : runs) {
-    const RankResult one = step_on(pc, recipe, nullptr, false, 0, pc.batch, mx_gemm);
+  struct Run {
+    TrainRecipe recipe;
+    MxGemm mx_gemm;
+    Fp8Gemm fp8_gemm;
+  };
+  // fp8_block's cublaslt route runs each rank's experts one matmul each, sized by the exchange.
+  const Run runs[] = {{TrainRecipe::kBf16, MxGemm::kAuto, Fp8Gemm::kAuto},
+                      {TrainRecipe::kMxfp8, MxGemm::kBf16Values, Fp8Gemm::kAuto},
+                      {TrainRecipe::kMxfp8, MxGemm::kBlockScaled, Fp8Gemm::kAuto},
+                      {TrainRecipe::kFp8Block, MxGemm::kAuto, Fp8Gemm::kAuto},
+                      {TrainRecipe::kFp8Block, MxGemm::kAuto, Fp8Gemm::kCublasLt}};
+  for (const auto& [recipe, mx_gemm, fp8_gemm] : runs) {
+    const RankResult one = step_on(pc, recipe, nullptr, false, 0, pc.batch, mx_gemm, fp8_gemm);
     ASSERT_TRUE(one.status.is_ok()) << one.status.message();
-    const std::vector<RankResult> ranks = two_ranks(pc, recipe, true, mx_gemm);
+    const std::vector<RankResult> ranks = two_ranks(pc, recipe, true, mx_gemm, fp8_gemm);
     ASSERT_TRUE(ranks[0].status.is_ok()) << ranks[0].status.message();
     ASSERT_TRUE(ranks[1].status.is_ok()) << ranks[1].status.message();
     EXPECT_NEAR((ranks[0].loss + ranks[1].loss) / 2, one.loss, 1e-5 * one.loss);
@@ -452,8 +461,8 @@ TEST(GpuBackendExpertParallel, TwoRanksMatchOneRank) {
             << t.name << " part " << part << ": the other rank's expert has a gradient";
       }
     }
-    std::printf("%s (%s): expert parallel, 2 ranks vs 1, worst gradient difference %.2e (bound %.0e)\n",
-                recipe_name(recipe), mx_gemm_name(mx_gemm), worst, bound);
+    std::printf("%s (%s, %s): expert parallel, 2 ranks vs 1, worst gradient difference %.2e (bound %.0e)\n",
+                recipe_name(recipe), mx_gemm_name(mx_gemm), fp8_gemm_name(fp8_gemm), worst, bound);
   }
 }
 
