@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #define CHECK_CUDA(call)                                                                            \
@@ -58,6 +59,21 @@ inline cublasStatus_t cublas_bf16_gemm(cublasHandle_t blas, int64_t m, int64_t n
   return cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
                       &one, b, CUDA_R_16BF, static_cast<int>(k), a, CUDA_R_16BF, static_cast<int>(k), &zero, d,
                       CUDA_R_16BF, static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+// The command line of a benchmark whose only option is --iters N (at least 3; default 20): false
+// after printing the usage line for anything else.
+inline bool parse_iters_only(int argc, char** argv, const char* program, int* iters) {
+  *iters = 20;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--iters" && i + 1 < argc) {
+      *iters = std::max(3, std::atoi(argv[++i]));
+    } else {
+      std::fprintf(stderr, "usage: %s [--iters N]\n", program);
+      return false;
+    }
+  }
+  return true;
 }
 
 // Median time in ms of `iters` launches of fn (after 3 warm-up launches), one event pair each.

@@ -22,7 +22,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "bench/bench_common.cuh"            // defines: CHECK_CUDA, cublas_bf16_gemm, median_ms
@@ -156,15 +155,8 @@ Row speed_case(int64_t m, int64_t n, int64_t k, int iters, cublasHandle_t blas, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int iters = 20;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) {
-      iters = std::max(3, std::atoi(argv[++i]));
-    } else {
-      std::fprintf(stderr, "usage: gemm_mxfp8_options_bench [--iters N]\n");
-      return 2;
-    }
-  }
+  int iters = 0;
+  if (!bench::parse_iters_only(argc, argv, "gemm_mxfp8_options_bench", &iters)) return 2;
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s (sm_%d%d, %d SMs), iters %d\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount,

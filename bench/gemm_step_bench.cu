@@ -154,15 +154,8 @@ Row run_case(const Case& c, int iters) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int iters = 20;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) {
-      iters = std::max(3, std::atoi(argv[++i]));
-    } else {
-      std::fprintf(stderr, "usage: gemm_step_bench [--iters N]\n");
-      return 2;
-    }
-  }
+  int iters = 0;
+  if (!bench::parse_iters_only(argc, argv, "gemm_step_bench", &iters)) return 2;
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s (sm_%d%d), cuBLAS %d, iters %d\n", prop.name, prop.major, prop.minor, CUBLAS_VERSION, iters);

@@ -207,14 +207,15 @@ Status can_implement_for_arch(const GemmProblem& p, int sm, GemmKernel* kernel) 
 
 namespace {
 
-// Pointer checks, then the kernel for the current device.
-Status check_and_select(const GemmProblem& p, const GemmArguments& args, GemmKernel* kernel) {
+// Pointer checks, then the kernel for the current device (of compute capability *sm, optional).
+Status check_and_select(const GemmProblem& p, const GemmArguments& args, GemmKernel* kernel, int* sm_out = nullptr) {
   *kernel = GemmKernel::kNone;
   BS_RETURN_IF_ERROR(can_implement(p));
   if (empty_problem(p)) return Status::ok();
   BS_RETURN_IF_ERROR(check_pointers(p, args, BufferCopies{}, nullptr));
   int sm = 0;
   BS_RETURN_IF_ERROR(detail::current_sm(&sm));
+  if (sm_out) *sm_out = sm;
   BS_RETURN_IF_ERROR(can_implement_for_arch(p, sm, kernel));
   if (*kernel == GemmKernel::kSm90Fp8Blockwise) return detail::sm90_fp8_block_gemm_loadable();
   if (*kernel == GemmKernel::kSm90BlockScaledExact) return detail::sm90_block_scaled_gemm_loadable(p);
@@ -235,7 +236,8 @@ size_t workspace_size(const GemmProblem& p) {
 Status run(const GemmProblem& p, const GemmArguments& args, void* workspace, size_t workspace_bytes,
            cudaStream_t stream) {
   GemmKernel kernel = GemmKernel::kNone;
-  BS_RETURN_IF_ERROR(check_and_select(p, args, &kernel));
+  int sm = 0;
+  BS_RETURN_IF_ERROR(check_and_select(p, args, &kernel, &sm));
   if (empty_problem(p)) return Status::ok();
   switch (kernel) {
     case GemmKernel::kSm90Fp8Blockwise:
@@ -244,12 +246,11 @@ Status run(const GemmProblem& p, const GemmArguments& args, void* workspace, siz
       return detail::launch_sm90_block_scaled_gemm(p, args, stream);
     case GemmKernel::kCublasLtBlockScaled: {
       // sm_90 in kAuto: the wgmma kernel where cuBLASLt has no algorithm.
-      const bool fallback = is_fp8_blockwise_pair(p.a_recipe, p.b_recipe) && sm90_fp8_route() == Sm90Fp8Route::kAuto;
-      int sm = 0;
-      BS_RETURN_IF_ERROR(current_sm(&sm));
+      const bool fallback = sm / 10 == 9 && is_fp8_blockwise_pair(p.a_recipe, p.b_recipe) &&
+                            sm90_fp8_route() == Sm90Fp8Route::kAuto;
       bool no_algorithm = false;
       BS_RETURN_IF_ERROR(detail::launch_cublaslt_block_scaled(p, args, workspace, workspace_bytes, stream, {},
-                                                              fallback && sm / 10 == 9 ? &no_algorithm : nullptr));
+                                                              fallback ? &no_algorithm : nullptr));
       if (!no_algorithm) return Status::ok();
       BS_RETURN_IF_ERROR(detail::sm90_fp8_block_gemm_loadable());
       return detail::launch_sm90_fp8_block_gemm(p, args, stream);

@@ -46,6 +46,7 @@ using bf::Recipe;
 using bg::MatrixType;
 using blockscale_test::absolute;
 using blockscale_test::DeviceBuffer;
+using blockscale_test::RouteScope;
 using blockscale_test::element_bytes;
 using blockscale_test::element_value;
 using blockscale_test::encode;
@@ -91,11 +92,6 @@ struct GroupedCase {
   bool host_ends = false;           // give host_group_ends (and the workspace) too
 };
 
-// Sets the process-wide FP8 route for a scope.
-struct RouteScope {
-  explicit RouteScope(bg::Sm90Fp8Route r) { bg::set_sm90_fp8_route(r); }
-  ~RouteScope() { bg::set_sm90_fp8_route(bg::Sm90Fp8Route::kAuto); }
-};
 
 // Runs one case on the GPU and checks it against the reference; the label names it in failures.
 void check_case(const GroupedCase& gc, uint64_t seed) {

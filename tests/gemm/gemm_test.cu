@@ -68,6 +68,7 @@ using bf::Recipe;
 using bg::MatrixType;
 using bg::detail::Sm90Fp8Tile;
 using blockscale_test::DeviceBuffer;
+using blockscale_test::RouteScope;
 using blockscale_test::element_bytes;
 using blockscale_test::element_value;
 using blockscale_test::encode;
@@ -161,11 +162,6 @@ struct TileScope {
   ~TileScope() { bg::detail::set_sm90_fp8_tile(Sm90Fp8Tile::kAuto); }
 };
 
-// Selects the sm_90 FP8 route for one scope; kAuto comes back after it.
-struct RouteScope {
-  explicit RouteScope(bg::Sm90Fp8Route r) { bg::set_sm90_fp8_route(r); }
-  ~RouteScope() { bg::set_sm90_fp8_route(bg::Sm90Fp8Route::kAuto); }
-};
 
 // How a case runs: gemm::run on the wgmma kernel (the route forced to it, at the given tile
 // width), the cuBLASLt launcher called directly, or gemm::run's automatic route.

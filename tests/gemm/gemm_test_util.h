@@ -17,6 +17,12 @@
 
 namespace blockscale_test {
 
+// Selects gemm/'s process-wide sm_90 FP8 route for one scope; kAuto comes back after it.
+struct RouteScope {
+  explicit RouteScope(blockscale::gemm::Sm90Fp8Route r) { blockscale::gemm::set_sm90_fp8_route(r); }
+  ~RouteScope() { blockscale::gemm::set_sm90_fp8_route(blockscale::gemm::Sm90Fp8Route::kAuto); }
+};
+
 inline int64_t element_bytes(blockscale::gemm::MatrixType t) {
   return t == blockscale::gemm::MatrixType::kBf16 ? 2 : 4;
 }
