@@ -85,6 +85,9 @@ struct Case {
   bq::detail::GridPolicy grid = bq::detail::GridPolicy::kAuto;
   bool with_amax = false;
   bool mx_bf16 = false;  // quant/mx_bf16.h: both copies as bf16 values (fp32 input; groups: gathered)
+  // quant::nvfp4_block_values_bf16 of both copies a quantize run wrote (the nvfp4 training recipe's
+  // route on Hopper): codes and scales in, two bf16 copies out (dense, one matrix).
+  bool nvfp4_values = false;
 };
 
 struct Result {
@@ -255,6 +258,23 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
   const size_t ws_bytes = grouped ? bq::workspace_size(gp) : bq::workspace_size(p);
   void* ws = buf.alloc<void>(static_cast<int64_t>(ws_bytes));
   const bool mx_knobs = c.enc != ElementEncoder::kHardware || c.grid != bq::detail::GridPolicy::kAuto;
+  uint16_t *nv_row = nullptr, *nv_col = nullptr;
+  if (c.nvfp4_values) {
+    const auto st = bq::run(p, in, out, ws, ws_bytes, nullptr);
+    if (!st.is_ok()) return skipped(c, st);
+    bytes = static_cast<double>(bq::rowwise_data_bytes(p) + bq::rowwise_scale_bytes(p) +
+                                bq::columnwise_data_bytes(p) + bq::columnwise_scale_bytes(p)) + 4.0 * n;
+    nv_row = buf.alloc<uint16_t>(2 * n);
+    nv_col = buf.alloc<uint16_t>(2 * n);
+  }
+  auto nvfp4_values = [&] {
+    bq::DequantizeProblem dp{blockscale::formats::Recipe::kNvfp4, p.rows, p.cols};
+    auto st = bq::nvfp4_block_values_bf16(dp, 1, {out.rowwise_data, out.rowwise_scales, nullptr}, nv_row, nullptr);
+    if (!st.is_ok()) return st;
+    dp.rows = p.cols, dp.cols = p.rows;
+    return bq::nvfp4_block_values_bf16(dp, 1, {out.columnwise_data, out.columnwise_scales, nullptr}, nv_col,
+                                       nullptr);
+  };
   // One run() per stacked matrix, at its offset in the input and in every output.
   auto run_each = [&] {
     for (int64_t b = 0; b < c.batches; ++b) {
@@ -272,6 +292,7 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
   };
   auto launch = [&] {
     if (c.mx_bf16) return bq::run(vp, vin, bq::MxBf16Outputs{vrow, vcol}, nullptr);
+    if (c.nvfp4_values) return nvfp4_values();
     if (grouped) return bq::run(gp, gin, gout, ws, ws_bytes, nullptr);
     if (c.batches > 0 && c.batch_loop) return run_each();
     if (c.batches > 0) return bq::run(bq::BatchedQuantizeProblem{p, c.batches}, in, out, nullptr);
@@ -397,6 +418,12 @@ std::vector<Case> all_cases() {
     c.mx_bf16 = true, c.batches = 8;
   }
   add("mx_bf16", Recipe::kMxfp8E4M3, 16384, 8192, fp32, both).mx_bf16 = true;
+  // The nvfp4 training recipe's bf16 values on Hopper, from its quantized copies (the width-2048
+  // step's activations, and the large case).
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{4096, 2048}, {16384, 8192}}) {
+    Case& c = add("nvfp4 values as bf16", Recipe::kNvfp4, rows, cols, fp32, both);
+    c.nvfp4_values = true, c.p.hadamard_columnwise = true;
+  }
   return cases;
 }
 

@@ -52,6 +52,9 @@ Status launch_grouped_offsets(const int32_t* group_ends, int num_groups, int64_t
 // Every recipe: quant/dequantize.cu.
 Status launch_dequantize(const DequantizeProblem& p, const DequantizeInputs& in, float* out,
                          cudaStream_t stream);
+// NVFP4's block values as bf16: quant/nvfp4_bf16.cu.
+Status launch_nvfp4_block_values_bf16(const DequantizeProblem& p, int64_t batches, const DequantizeInputs& in,
+                                      uint16_t* out, cudaStream_t stream);
 
 // A device buffer's byte range, for the overlap checks of every entry point.
 struct Range {

@@ -443,4 +443,23 @@ Status dequantize(const DequantizeProblem& p, const DequantizeInputs& in, float*
   return detail::launch_dequantize(p, in, out, stream);
 }
 
+Status nvfp4_block_values_bf16(const DequantizeProblem& p, int64_t batches, const DequantizeInputs& in,
+                               uint16_t* out, cudaStream_t stream) {
+  if (!is_nvfp4(p.recipe)) return Status::error("problem.recipe: must be nvfp4 (NVFP4's block values)");
+  BS_RETURN_IF_ERROR(check_dim("problem.rows", p.rows));
+  BS_RETURN_IF_ERROR(check_dim("problem.cols", p.cols));
+  BS_RETURN_IF_ERROR(check_dim("batches", batches));
+  if (p.rows == 0 || p.cols == 0 || batches == 0) return Status::ok();
+  if (in.data == nullptr) return Status::error("inputs.data: must not be null");
+  if (in.scales == nullptr) return Status::error("inputs.scales: must not be null");
+  if (out == nullptr) return Status::error("out: must not be null");
+  if (!aligned(out, 2)) return Status::error("out: must be 2-byte aligned");
+  const std::vector<Range> ranges = {
+      range("inputs.data", in.data, batches * p.rows * row_bytes(p.recipe, p.cols)),
+      range("inputs.scales", in.scales, batches * scale_bytes(p.recipe, p.rows, p.cols)),
+      range("out", out, batches * p.rows * p.cols * 2)};
+  BS_RETURN_IF_ERROR(check_no_overlap(ranges));
+  return detail::launch_nvfp4_block_values_bf16(p, batches, in, out, stream);
+}
+
 }  // namespace blockscale::quant

@@ -185,7 +185,8 @@ Status run(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,
            cudaStream_t stream);
 
 // ---- Dequantize (tests, debugging) ------------------------------------------------------------
-// (MX values as bf16 for a bf16 GEMM, in one pass from the fp32 input: quant/mx_bf16.h.)
+// (MX values as bf16 for a bf16 GEMM, in one pass from the fp32 input: quant/mx_bf16.h; NVFP4's
+// block values as bf16, from its quantized copies: nvfp4_block_values_bf16 below.)
 
 // A quantized matrix in its stored orientation (a columnwise copy of an R x C input is C x R):
 // rows x cols element codes (row bytes as above) and its scales in the layout run() writes.
@@ -204,5 +205,17 @@ struct DequantizeInputs {
 // NaN; NaN payload bits are the GPU's).
 Status dequantize(const DequantizeProblem& p, const DequantizeInputs& in, float* out,
                   cudaStream_t stream);
+
+// NVFP4's block values as bf16, the operands of Hopper's bf16 route for the NVFP4 GEMM: `batches`
+// quantized matrices of p.rows x p.cols codes each, their data and scales back to back as the
+// batched run() writes them (one matrix: batches = 1), to out: batches x rows x cols bf16 bits,
+// row-major, each decode(q) * float(s_b) WITHOUT the tensor scale S_dec (in.scale_dec is not
+// read). Exact: an E2M1 value times a UE4M3 scale has at most 6 significant bits and lies in
+// [2^-10, 2688], so a bf16 GEMM of two such operands, scaled by S_dec_a * S_dec_b, computes the
+// NVFP4 GEMM's contract (exact products, fp32 sums). A NaN scale gives NaN (0x7FC0). For speed:
+// one thread per 16-element block, vector loads and stores when cols % 16 == 0 and out is
+// 16-byte aligned.
+Status nvfp4_block_values_bf16(const DequantizeProblem& p, int64_t batches, const DequantizeInputs& in,
+                               uint16_t* out, cudaStream_t stream);
 
 }  // namespace blockscale::quant

@@ -105,8 +105,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--compare", args->compare, "comma-separated recipes trained one after another, e.g. bf16,mxfp8");
   cmd->add_option("--device", c.device, "auto, cpu or gpu")->capture_default_str();
   cmd->add_option("--mx-gemm", args->mx_gemm,
-                  "mxfp8's GEMMs on the GPU: bf16 (the MX values as bf16, cuBLASLt), kernel (gemm/'s block-scaled "
-                  "kernels) or auto (bf16 on Hopper, kernel elsewhere); the same exact products and fp32 sums")
+                  "mxfp8's and nvfp4's GEMMs on the GPU: bf16 (the block values as bf16, cuBLASLt), kernel "
+                  "(gemm/'s block-scaled kernels) or auto (bf16 on Hopper, kernel elsewhere); the same exact "
+                  "products and fp32 sums")
       ->capture_default_str();
   cmd->add_option("--fp8-gemm", args->fp8_gemm,
                   "fp8_block's GEMMs on Hopper: cublaslt (cuBLASLt's blockwise FP8 matmul, the experts one each with "

@@ -50,8 +50,9 @@ class GpuBackend final : public StepBackend {
   std::string gemm_route() const override {
     if (recipe_ == TrainRecipe::kFp8Block)
       return std::string("gemm/, ") + fp8_gemm_name(fp8_gemm_) + " route";
-    if (recipe_ != TrainRecipe::kMxfp8) return "";
-    return layers_.cublas_experts() ? "MX values as bf16 + cuBLASLt" : "gemm/ block-scaled kernels";
+    if (recipe_ != TrainRecipe::kMxfp8 && recipe_ != TrainRecipe::kNvfp4) return "";
+    if (!layers_.cublas_experts()) return "gemm/ block-scaled kernels";
+    return recipe_ == TrainRecipe::kMxfp8 ? "MX values as bf16 + cuBLASLt" : "NVFP4 block values as bf16 + cuBLASLt";
   }
 
   Status init(uint64_t seed) {
@@ -72,7 +73,7 @@ class GpuBackend final : public StepBackend {
     // Dense bf16 tensor-core FLOP per SM per clock: 4096 on sm_90 (H100 SXM: 132 SMs, 1.83 GHz ->
     // 989 TFLOP/s); other architectures report no MFU.
     peak_ = major == 9 ? double(sms) * clock_khz * 1e3 * 4096.0 : 0.0;
-    layers_.set_mx_bf16_values(mx_gemm_ == MxGemm::kBf16Values || (mx_gemm_ == MxGemm::kAuto && major == 9));
+    layers_.set_bf16_values(mx_gemm_ == MxGemm::kBf16Values || (mx_gemm_ == MxGemm::kAuto && major == 9));
     // The FP8 route is process-wide in gemm/: the backend made last sets it.
     if (recipe_ == TrainRecipe::kFp8Block) {
       gemm::set_sm90_fp8_route(fp8_gemm_ == Fp8Gemm::kKernel ? gemm::Sm90Fp8Route::kKernel : gemm::Sm90Fp8Route::kAuto);

@@ -1,5 +1,6 @@
 #include "train/gpu_blas.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -21,15 +22,24 @@ struct ColumnMajor {
   int64_t lda, ldb;
 };
 
-ColumnMajor column_major(Product p, const void* a, const void* b, int64_t m, int64_t n, int64_t k) {
+// lda / ldb: the row-major operands' row strides (0: tight). The column-major A is always the
+// row-major b, and B the row-major a.
+ColumnMajor column_major(Product p, const void* a, const void* b, int64_t m, int64_t n, int64_t k, int64_t lda,
+                         int64_t ldb) {
+  ColumnMajor g;
   switch (p) {
     case Product::kXWt:  // y^T (n x m) = W (n x k) X^T
-      return {CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, b, a, k, k};
+      g = {CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, b, a, k, k};
+      break;
     case Product::kDyW:  // dx^T (k x m) = W^T (k x n) dY^T
-      return {CUBLAS_OP_N, CUBLAS_OP_N, k, m, n, b, a, k, n};
+      g = {CUBLAS_OP_N, CUBLAS_OP_N, k, m, n, b, a, k, n};
+      break;
     default:  // kDytX: dW^T (k x n) = X^T (k x m) dY
-      return {CUBLAS_OP_N, CUBLAS_OP_T, k, n, m, b, a, k, n};
+      g = {CUBLAS_OP_N, CUBLAS_OP_T, k, n, m, b, a, k, n};
   }
+  if (ldb > 0) g.lda = ldb;
+  if (lda > 0) g.ldb = lda;
+  return g;
 }
 
 // Descriptors of one product shape (owned; destroyed with the object).
@@ -42,8 +52,13 @@ struct Descriptors {
     if (a) cublasLtMatrixLayoutDestroy(a);
     if (desc) cublasLtMatmulDescDestroy(desc);
   }
-  Status make(const ColumnMajor& g, cudaDataType type) {
+  Status make(const ColumnMajor& g, cudaDataType type, bool device_scalars) {
     BS_RETURN_IF_ERROR(lt_check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc"));
+    if (device_scalars) {
+      const cublasLtPointerMode_t mode = CUBLASLT_POINTER_MODE_DEVICE;
+      BS_RETURN_IF_ERROR(lt_check(
+          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof(mode)), "pointer mode"));
+    }
     BS_RETURN_IF_ERROR(lt_check(
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &g.ta, sizeof(g.ta)), "transa"));
     BS_RETURN_IF_ERROR(lt_check(
@@ -60,6 +75,7 @@ struct Descriptors {
 }  // namespace
 
 GpuBlas::~GpuBlas() {
+  if (device_betas_) cudaFree(device_betas_);
   if (workspace_) cudaFree(workspace_);
   if (lt_) cublasLtDestroy(lt_);
 }
@@ -70,24 +86,36 @@ Status GpuBlas::init(cudaStream_t stream) {
   workspace_bytes_ = size_t{32} << 20;
   if (cudaMalloc(&workspace_, workspace_bytes_) != cudaSuccess)
     return Status::error("out of GPU memory allocating the cublasLt workspace (32 MiB)");
+  const float betas[2] = {0.0f, 1.0f};
+  if (cudaMalloc(reinterpret_cast<void**>(&device_betas_), sizeof(betas)) != cudaSuccess ||
+      cudaMemcpy(device_betas_, betas, sizeof(betas), cudaMemcpyHostToDevice) != cudaSuccess)
+    return Status::error("GpuBlas: could not place beta's values on the device");
   return Status::ok();
 }
 
 Status GpuBlas::product(Product p, cudaDataType type, const void* a, const void* b, int64_t m, int64_t n, int64_t k,
-                        float* c, float beta) {
-  const ColumnMajor g = column_major(p, a, b, m, n, k);
+                        float* c, float beta, const Extras& extras) {
+  const bool device_alpha = extras.device_alpha != nullptr;
+  if (device_alpha && beta != 0.0f && beta != 1.0f)
+    return Status::error("GpuBlas::product: beta must be 0 or 1 when alpha is on the device");
+  const ColumnMajor g = column_major(p, a, b, m, n, k, extras.lda, extras.ldb);
   Descriptors d;
-  BS_RETURN_IF_ERROR(d.make(g, type));
+  BS_RETURN_IF_ERROR(d.make(g, type, device_alpha));
   // Power-of-two buckets of m (at least 128): each new bucket costs a heuristic query and its
   // kernel's first launch (~2.5 ms of host time, the GPU idle). With 128-row buckets the moving
   // expert sizes kept meeting new ones for dozens of steps (~200 in a 30-step run), which inflated
   // the bf16 step time; power-of-two buckets are a handful per shape, met in the first steps.
-  int64_t bucket = 128;
-  while (bucket < m) bucket *= 2;
-  const Key key{int(p), int(type), n, k, bucket, beta != 0.0f};
+  auto bucket_of = [](int64_t v) {
+    int64_t b = 128;
+    while (b < v) b *= 2;
+    return b;
+  };
+  const int64_t bucket = bucket_of(m), k_key = extras.bucket_k ? bucket_of(k) : k;
+  const Key key{int(p), int(type), n, k_key, bucket, beta != 0.0f,
+                extras.lda, extras.ldb, device_alpha, extras.bucket_k};
   auto heuristic = [&](const ColumnMajor& shape, cublasLtMatmulAlgo_t* algo) -> Status {
     Descriptors q;
-    BS_RETURN_IF_ERROR(q.make(shape, type));
+    BS_RETURN_IF_ERROR(q.make(shape, type, device_alpha));
     cublasLtMatmulPreference_t pref;
     BS_RETURN_IF_ERROR(lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference"));
     std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, decltype(&cublasLtMatmulPreferenceDestroy)>
@@ -105,23 +133,28 @@ Status GpuBlas::product(Product p, cudaDataType type, const void* a, const void*
   };
   auto it = algos_.find(key);
   if (it == algos_.end()) {
-    ColumnMajor shape = column_major(p, a, b, bucket, n, k);  // the bucket's shape stands for its sizes
+    // The bucket's shape stands for its sizes (strides at least k's bucket: valid layouts).
+    const ColumnMajor shape = column_major(p, a, b, bucket, n, k_key, extras.lda ? std::max(extras.lda, k_key) : 0,
+                                           extras.ldb ? std::max(extras.ldb, k_key) : 0);
     cublasLtMatmulAlgo_t algo;
     BS_RETURN_IF_ERROR(heuristic(shape, &algo));
     it = algos_.emplace(key, algo).first;
   }
-  const float alpha = 1.0f;
-  cublasStatus_t s = cublasLtMatmul(lt_, d.desc, &alpha, g.a, d.a, g.b, d.b, &beta, c, d.c, c, d.c, &it->second,
+  const float host_alpha = 1.0f;
+  const float* alpha = device_alpha ? extras.device_alpha : &host_alpha;
+  const float* beta_ptr = device_alpha ? device_betas_ + (beta != 0.0f) : &beta;
+  cublasStatus_t s = cublasLtMatmul(lt_, d.desc, alpha, g.a, d.a, g.b, d.b, beta_ptr, c, d.c, c, d.c, &it->second,
                                     workspace_, workspace_bytes_, stream_);
   if (s != CUBLAS_STATUS_SUCCESS) {  // the bucket's algorithm does not take this size: one for this size
-    const Key exact{int(p), int(type), n, k, -m, beta != 0.0f};  // negative: an exact size, not a bucket
+    // negative: an exact size, not a bucket
+    const Key exact{int(p), int(type), n, k, -m, beta != 0.0f, extras.lda, extras.ldb, device_alpha, false};
     auto e = algos_.find(exact);
     if (e == algos_.end()) {
       cublasLtMatmulAlgo_t algo;
       BS_RETURN_IF_ERROR(heuristic(g, &algo));
       e = algos_.emplace(exact, algo).first;
     }
-    s = cublasLtMatmul(lt_, d.desc, &alpha, g.a, d.a, g.b, d.b, &beta, c, d.c, c, d.c, &e->second, workspace_,
+    s = cublasLtMatmul(lt_, d.desc, alpha, g.a, d.a, g.b, d.b, beta_ptr, c, d.c, c, d.c, &e->second, workspace_,
                        workspace_bytes_, stream_);
   }
   return lt_check(s, "matmul");

@@ -192,6 +192,7 @@ formats::Recipe GpuLayers::recipe_of(OperandRole role) const { return quantize_o
 // y (m x n) = x · w^T; the forward keeps x's quantized copies (or bf16 bits) under `name`.
 Status GpuLayers::linear_forward(const std::string& name, TrainRecipe recipe, const float* x, const float* w, int64_t m,
                                  int64_t n, int64_t k, float* y) {
+  if (nvfp4_bf16(recipe)) return nvfp4_linear_forward(name, x, w, m, n, k, y);
   if (!is_quantized(recipe) || mx_bf16(recipe)) {
     CublasOperands o;
     BS_RETURN_IF_ERROR(cublas_forward_operands(name, recipe, x, w, m, n, k, 1, {}, &o));
@@ -212,6 +213,7 @@ Status GpuLayers::linear_forward(const std::string& name, TrainRecipe recipe, co
 // dx (m x k) = dy · w (skipped when dx is null); dw += dy^T · x. x's copies come from the forward.
 Status GpuLayers::linear_backward(const std::string& name, TrainRecipe recipe, SrKey sr, const float* dy, const float* x,
                                   const float* w, int64_t m, int64_t n, int64_t k, float* dx, float* dw) {
+  if (nvfp4_bf16(recipe)) return nvfp4_linear_backward(name, sr, dy, m, n, k, dx, dw);
   if (!is_quantized(recipe) || mx_bf16(recipe)) {
     CublasOperands o;
     BS_RETURN_IF_ERROR(cublas_backward_operands(name, recipe, dy, x, w, m, n, k, 1, {}, &o));
@@ -238,9 +240,9 @@ Status GpuLayers::linear_backward(const std::string& name, TrainRecipe recipe, S
 
 // cuBLAS product of fp32 operands or their bf16 copies (fp32 accumulation and output).
 Status GpuLayers::cublas_gemm(Product prod, cudaDataType type, const void* a, const void* b, int64_t m, int64_t n, int64_t k,
-                              float* c, float beta) {
+                              float* c, float beta, const GpuBlas::Extras& extras) {
   PhaseScope phase(timer_, Phase::kGemm);
-  return blas_.product(prod, type, a, b, m, n, k, c, beta);
+  return blas_.product(prod, type, a, b, m, n, k, c, beta, extras);
 }
 
 // The bf16 recipe's "quantization": a rounded copy in the named buffer, made once per operand
@@ -337,6 +339,10 @@ Status GpuLayers::cublas_backward_operands(const std::string& name, TrainRecipe 
 // their group ends on the host (cublas_experts() only) ----
 Status GpuLayers::grouped_forward(const std::string& name, const float* x, int64_t rows, const int32_t* ends, int e,
                                   const float* w, int64_t n, int64_t k, float* y, const Gather* gather) {
+  if (nvfp4_bf16(recipe_)) {
+    if (gather != nullptr) return Status::error(name + ": the nvfp4 experts take permuted rows, not a gather");
+    return nvfp4_grouped_forward(name, x, rows, ends, e, w, n, k, y);
+  }
   if (cublas_experts()) {  // one cuBLAS product per expert, sizes from the host
     CublasOperands o;
     BS_RETURN_IF_ERROR(cublas_forward_operands(name, recipe_, x, w, rows, n, k, e, {ends, e, gather}, &o));
@@ -368,6 +374,7 @@ Status GpuLayers::grouped_forward(const std::string& name, const float* x, int64
 
 Status GpuLayers::grouped_backward(const std::string& name, SrKey sr, const float* dy, const float* x, int64_t rows,
                                    const int32_t* ends, int e, const float* w, int64_t n, int64_t k, float* dx, float* dw) {
+  if (nvfp4_bf16(recipe_)) return nvfp4_grouped_backward(name, sr, dy, rows, ends, e, n, k, dx, dw);
   if (cublas_experts()) {
     CublasOperands o;
     BS_RETURN_IF_ERROR(cublas_backward_operands(name, recipe_, dy, x, w, rows, n, k, e, {ends, e, nullptr}, &o));
@@ -414,6 +421,142 @@ Status GpuLayers::grouped_backward(const std::string& name, SrKey sr, const floa
     aw.host_group_ends = host_padded_ends_.data();
   }
   return gemm_run(pw, aw);
+}
+
+// ---- nvfp4 on the bf16-values route ----
+Status GpuLayers::nvfp4_values(const std::string& name, const Quantized& q, int64_t rows, int64_t cols,
+                               int64_t col_rows, int batches, bool row, bool col, Nvfp4Values* out) {
+  Nvfp4Values& v = saved_values_[name];  // a copy not asked for stays as an earlier call made it
+  v.row_dec = q.row_dec, v.col_dec = q.col_dec, v.col_rows = col_rows;
+  quant::DequantizeProblem p;
+  p.recipe = formats::Recipe::kNvfp4;
+  auto make = [&](const char* suffix, const uint8_t* data, const void* scales, int64_t r, int64_t c,
+                  const uint16_t** dst) -> Status {
+    uint16_t* values;
+    const Status s = buf(name + suffix, batches * r * c, &values);
+    if (!s.is_ok())
+      return Status::error(s.message() + " (nvfp4's bf16-values route keeps bf16 copies of every operand's "
+                           "values; --mx-gemm kernel needs less memory)");
+    p.rows = r, p.cols = c;
+    *dst = values;
+    PhaseScope phase(timer_, Phase::kQuantize);
+    return quant::nvfp4_block_values_bf16(p, batches, quant::DequantizeInputs{data, scales, nullptr}, values,
+                                          stream_);
+  };
+  if (row) BS_RETURN_IF_ERROR(make(".r16", q.row_data, q.row_scales, rows, cols, &v.row));
+  if (col) BS_RETURN_IF_ERROR(make(".c16", q.col_data, q.col_scales, cols, col_rows, &v.col));
+  *out = v;
+  return Status::ok();
+}
+
+Status GpuLayers::nvfp4_alphas(const std::string& name, const float* a_dec, const float* b_dec, int count,
+                               float** alphas) {
+  BS_RETURN_IF_ERROR(buf(name, count, alphas));
+  PhaseScope phase(timer_, Phase::kQuantize);
+  return gpu::scale_products(a_dec, b_dec, count, *alphas, stream_);
+}
+
+// With 16x16 blocks (the recipe's weights) W.col holds W.row's values transposed, so dgrad reads
+// W.row's and the columnwise values are not made.
+bool GpuLayers::nvfp4_weight_2d() const { return quantize_options(recipe_, OperandRole::kWeight, false, {}).nvfp4_2d; }
+
+Status GpuLayers::nvfp4_weight(const std::string& name, const float* w, int experts, int64_t n, int64_t k) {
+  return weight_copy(name, [&] {
+    Quantized q;
+    BS_RETURN_IF_ERROR(quantize_experts(name, w, experts, n, k, &q));
+    Nvfp4Values v;
+    return nvfp4_values(name, q, n, k, n, experts, true, !nvfp4_weight_2d(), &v);
+  });
+}
+
+// dgrad: dx (rows x k) = dY.row (rows x n) x W (n x k): W.row's values (2D blocks) or W.col's.
+Status GpuLayers::nvfp4_dgrad(const uint16_t* dy, const Nvfp4Values& w, int64_t w_offset, int64_t rows, int64_t n,
+                              int64_t k, float* dx, const float* alpha) {
+  const GpuBlas::Extras extras{0, 0, alpha, false};
+  if (nvfp4_weight_2d())
+    return cublas_gemm(Product::kDyW, CUDA_R_16BF, dy, w.row + w_offset, rows, n, k, dx, 0.0f, extras);
+  return cublas_gemm(Product::kXWt, CUDA_R_16BF, dy, w.col + w_offset, rows, k, n, dx, 0.0f, extras);
+}
+
+Status GpuLayers::nvfp4_linear_forward(const std::string& name, const float* x, const float* w, int64_t m, int64_t n,
+                                       int64_t k, float* y) {
+  Quantized qx;
+  BS_RETURN_IF_ERROR(quantize(name + ".x", recipe_, OperandRole::kActivation, {}, x, m, k, &qx));
+  Nvfp4Values vx;
+  BS_RETURN_IF_ERROR(nvfp4_values(name + ".x", qx, m, k, m, 1, true, false, &vx));
+  BS_RETURN_IF_ERROR(nvfp4_weight(name + ".w", w, 1, n, k));
+  const Nvfp4Values vw = saved_values_[name + ".w"];
+  float* alpha;
+  BS_RETURN_IF_ERROR(nvfp4_alphas(name + ".fprop_alpha", vx.row_dec, vw.row_dec, 1, &alpha));
+  return cublas_gemm(Product::kXWt, CUDA_R_16BF, vx.row, vw.row, m, n, k, y, 0.0f, {0, 0, alpha, false});
+}
+
+// x's and w's copies are the forward's (nothing writes them between the two).
+Status GpuLayers::nvfp4_linear_backward(const std::string& name, SrKey sr, const float* dy, int64_t m, int64_t n,
+                                        int64_t k, float* dx, float* dw) {
+  Quantized qdy;
+  BS_RETURN_IF_ERROR(quantize(name + ".dy", recipe_, OperandRole::kGradient, sr, dy, m, n, &qdy));
+  Nvfp4Values vdy, vx;
+  BS_RETURN_IF_ERROR(nvfp4_values(name + ".dy", qdy, m, n, m, 1, dx != nullptr, true, &vdy));
+  BS_RETURN_IF_ERROR(nvfp4_values(name + ".x", saved_[name + ".x"], m, k, m, 1, false, true, &vx));
+  const Nvfp4Values vw = saved_values_[name + ".w"];
+  float* alpha;
+  if (dx) {
+    BS_RETURN_IF_ERROR(nvfp4_alphas(name + ".dgrad_alpha", vdy.row_dec, vw.col_dec, 1, &alpha));
+    BS_RETURN_IF_ERROR(nvfp4_dgrad(vdy.row, vw, 0, m, n, k, dx, alpha));
+  }
+  // wgrad: dY.col (n x m) x X.col (k x m)
+  BS_RETURN_IF_ERROR(nvfp4_alphas(name + ".wgrad_alpha", vdy.col_dec, vx.col_dec, 1, &alpha));
+  return cublas_gemm(Product::kXWt, CUDA_R_16BF, vdy.col, vx.col, n, k, m, dw, wgrad_beta(), {0, 0, alpha, false});
+}
+
+Status GpuLayers::nvfp4_grouped_forward(const std::string& name, const float* x, int64_t rows, const int32_t* ends,
+                                        int e, const float* w, int64_t n, int64_t k, float* y) {
+  Quantized qx;
+  BS_RETURN_IF_ERROR(quantize_grouped(name + ".x", OperandRole::kActivation, {}, x, rows, k, ends, e, &qx));
+  Nvfp4Values vx;
+  BS_RETURN_IF_ERROR(nvfp4_values(name + ".x", qx, rows, k, qx.capacity, 1, true, false, &vx));
+  BS_RETURN_IF_ERROR(nvfp4_weight(name + ".w", w, e, n, k));
+  const Nvfp4Values vw = saved_values_[name + ".w"];
+  float* alphas;  // x's decode scale times each expert's
+  BS_RETURN_IF_ERROR(nvfp4_alphas(name + ".fprop_alpha", vx.row_dec, vw.row_dec, e, &alphas));
+  PhaseScope phase(timer_, Phase::kGemm);
+  for (int g = 0; g < e; ++g) {
+    const int64_t b = g ? host_ends_[g - 1] : 0, r = host_ends_[g] - b;
+    if (r > 0)
+      BS_RETURN_IF_ERROR(cublas_gemm(Product::kXWt, CUDA_R_16BF, vx.row + b * k, vw.row + g * n * k, r, n, k,
+                                     y + b * n, 0.0f, {0, 0, alphas + g, false}));
+  }
+  return Status::ok();
+}
+
+// dgrad per expert: dY.row (its rows) x the expert's W; wgrad per expert: dY.col x X.col over its
+// padded token columns (quant/ pads each expert's tokens to the NVFP4 block of 16; the padding's
+// values are the RHT of zero rows, which the two copies share).
+Status GpuLayers::nvfp4_grouped_backward(const std::string& name, SrKey sr, const float* dy, int64_t rows,
+                                         const int32_t* ends, int e, int64_t n, int64_t k, float* dx, float* dw) {
+  Quantized qdy;
+  BS_RETURN_IF_ERROR(quantize_grouped(name + ".dy", OperandRole::kGradient, sr, dy, rows, n, ends, e, &qdy));
+  const Quantized qx = saved_[name + ".x"];
+  Nvfp4Values vdy, vx;
+  BS_RETURN_IF_ERROR(nvfp4_values(name + ".dy", qdy, rows, n, qdy.capacity, 1, true, true, &vdy));
+  BS_RETURN_IF_ERROR(nvfp4_values(name + ".x", qx, rows, k, qx.capacity, 1, false, true, &vx));
+  const Nvfp4Values vw = saved_values_[name + ".w"];
+  float *dgrad_alphas, *wgrad_alpha;
+  BS_RETURN_IF_ERROR(nvfp4_alphas(name + ".dgrad_alpha", vdy.row_dec, vw.col_dec, e, &dgrad_alphas));
+  BS_RETURN_IF_ERROR(nvfp4_alphas(name + ".wgrad_alpha", vdy.col_dec, vx.col_dec, 1, &wgrad_alpha));
+  constexpr int64_t kBlock = 16;
+  PhaseScope phase(timer_, Phase::kGemm);
+  int64_t padded = 0;  // the expert's first token column in the columnwise copies
+  for (int g = 0; g < e; ++g) {
+    const int64_t b = g ? host_ends_[g - 1] : 0, r = host_ends_[g] - b, pr = (r + kBlock - 1) / kBlock * kBlock;
+    if (r == 0) continue;
+    BS_RETURN_IF_ERROR(nvfp4_dgrad(vdy.row + b * n, vw, g * n * k, r, n, k, dx + b * k, dgrad_alphas + g));
+    BS_RETURN_IF_ERROR(cublas_gemm(Product::kXWt, CUDA_R_16BF, vdy.col + padded, vx.col + padded, n, k, pr,
+                                   dw + g * n * k, wgrad_beta(), {qdy.capacity, qx.capacity, wgrad_alpha, true}));
+    padded += pr;
+  }
+  return Status::ok();
 }
 
 }  // namespace blockscale::train

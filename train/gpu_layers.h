@@ -8,6 +8,11 @@
 //   mxfp8 on its bf16-values route (MxGemm, train/model_config.h; Hopper's default): each operand's
 //   rowwise and columnwise MX values as bf16 (quant/mx_bf16.h, one pass), then the bf16 recipe's
 //   cuBLASLt products on them: fprop X.row x W.row, dgrad dY.row x W.col, wgrad dY.col x X.col.
+//   nvfp4 on its bf16-values route (the same MxGemm): quant::run's copies as for the kernels, then
+//   their block values as bf16 (quant::nvfp4_block_values_bf16, each copy in its stored
+//   orientation), multiplied by cuBLASLt with alpha = S_dec_a * S_dec_b on the device: fprop
+//   X.row x W.row, dgrad dY.row x W.col (= W.row's values: 2D blocks), wgrad dY.col x X.col (the
+//   experts' over each one's padded token columns of the grouped columnwise copies).
 //   fp8_block / mxfp8 / nvfp4: quant::run writes each operand's rowwise and columnwise copies in
 //   one pass (train/cpu_linear.h gives the roles and options), gemm::run multiplies: fprop
 //   X.row x W.row, dgrad dY.row x W.col, wgrad dY.col x X.col accumulated (beta = 1) into the fp32
@@ -89,10 +94,11 @@ class GpuLayers {
     stream_ = stream;
     return blas_.init(stream);
   }
-  // mxfp8's GEMM route (kAuto resolved by the caller).
-  void set_mx_bf16_values(bool on) { mx_bf16_values_ = on; }
+  // mxfp8's and nvfp4's GEMM route: bf16 values through cuBLASLt, or gemm/'s block-scaled kernels
+  // (kAuto resolved by the caller).
+  void set_bf16_values(bool on) { bf16_values_ = on; }
   // Whether the experts run one cuBLAS product each, with the group ends on the host.
-  bool cublas_experts() const { return !is_quantized(recipe_) || mx_bf16(recipe_); }
+  bool cublas_experts() const { return !is_quantized(recipe_) || mx_bf16(recipe_) || nvfp4_bf16(recipe_); }
   // fp8_block on Hopper's cuBLASLt route: gemm/ runs the experts one matmul each, given the group
   // ends on the host (grouped.h's host_group_ends).
   void set_host_sized_experts(bool on) { host_sized_experts_ = on; }
@@ -115,7 +121,7 @@ class GpuLayers {
                          const float* w, int64_t m, int64_t n, int64_t k, float* dx, float* dw);
   // cuBLAS product of fp32 operands or their bf16 copies (fp32 accumulation and output).
   Status cublas_gemm(Product prod, cudaDataType type, const void* a, const void* b, int64_t m, int64_t n, int64_t k,
-                     float* c, float beta);
+                     float* c, float beta, const GpuBlas::Extras& extras = {});
   // ---- grouped (MoE expert) layers: x holds `rows` routed rows sorted by expert (tokens * top_k,
   // or with expert parallelism the rows this rank's experts received); `e` experts, host_ends_
   // their group ends on the host (cublas_experts() only) ----
@@ -183,8 +189,9 @@ class GpuLayers {
   Status bf16_copy(const std::string& name, const float* x, int64_t count, const void** out);
   // The forward's bf16 copy of an operand (buffers keep their contents between uses).
   Status saved_bf16(const std::string& name, int64_t count, const void** out);
-  // mxfp8 on the bf16-values route.
-  bool mx_bf16(TrainRecipe recipe) const { return mx_bf16_values_ && recipe == TrainRecipe::kMxfp8; }
+  // mxfp8 / nvfp4 on the bf16-values route.
+  bool mx_bf16(TrainRecipe recipe) const { return bf16_values_ && recipe == TrainRecipe::kMxfp8; }
+  bool nvfp4_bf16(TrainRecipe recipe) const { return bf16_values_ && recipe == TrainRecipe::kNvfp4; }
   // An operand's MX values as bf16, rowwise and columnwise (rows x cols each, x's layout), in the
   // buffers name.r16 / name.c16: dense (`batches` stacked matrices) or grouped (ends on the device,
   // optionally gathered). saved_mx_bf16: the copies an earlier call made (buffers keep them).
@@ -195,6 +202,36 @@ class GpuLayers {
   Status mx_bf16_copies(const std::string& name, const float* x, int64_t rows, int64_t cols, int64_t batches,
                         const int32_t* ends, int groups, const Gather* gather, MxBf16Copies* out);
   Status saved_mx_bf16(const std::string& name, int64_t count, MxBf16Copies* out);
+  // nvfp4 on the bf16-values route: the block values of an operand's quantized copies `q` (made
+  // under `name`) as bf16 in name.r16 (batches x rows x cols) and name.c16 (batches x cols x
+  // col_rows: rows, or the grouped copy's capacity), each made only when asked for; and the
+  // copies' tensor decode scales (one per batch).
+  struct Nvfp4Values {
+    const uint16_t* row = nullptr;
+    const uint16_t* col = nullptr;
+    const float* row_dec = nullptr;
+    const float* col_dec = nullptr;
+    int64_t col_rows = 0;
+  };
+  Status nvfp4_values(const std::string& name, const Quantized& q, int64_t rows, int64_t cols, int64_t col_rows,
+                      int batches, bool row, bool col, Nvfp4Values* out);
+  // alphas[i] = a_dec[0] * b_dec[i] (i < count) in the buffer `name`.
+  Status nvfp4_alphas(const std::string& name, const float* a_dec, const float* b_dec, int count, float** alphas);
+  // The nvfp4 route's layers (linear_* and grouped_* call them).
+  Status nvfp4_linear_forward(const std::string& name, const float* x, const float* w, int64_t m, int64_t n,
+                              int64_t k, float* y);
+  Status nvfp4_linear_backward(const std::string& name, SrKey sr, const float* dy, int64_t m, int64_t n, int64_t k,
+                               float* dx, float* dw);
+  Status nvfp4_grouped_forward(const std::string& name, const float* x, int64_t rows, const int32_t* ends, int e,
+                               const float* w, int64_t n, int64_t k, float* y);
+  Status nvfp4_grouped_backward(const std::string& name, SrKey sr, const float* dy, int64_t rows,
+                                const int32_t* ends, int e, int64_t n, int64_t k, float* dx, float* dw);
+  // The weight's quantized copies and their bf16 values (W.col's only without 2D blocks), made once
+  // per weight change; dgrad's product with them.
+  bool nvfp4_weight_2d() const;
+  Status nvfp4_weight(const std::string& name, const float* w, int experts, int64_t n, int64_t k);
+  Status nvfp4_dgrad(const uint16_t* dy, const Nvfp4Values& w, int64_t w_offset, int64_t rows, int64_t n, int64_t k,
+                     float* dx, const float* alpha);
   // x (rows x k) and w (experts stacked n x k matrices); the forward's copies of x and w serve the
   // backward, which makes a new one of dy (rows x n).
   Status cublas_forward_operands(const std::string& name, TrainRecipe recipe, const float* x, const float* w,
@@ -211,11 +248,12 @@ class GpuLayers {
   GpuBlas blas_;
   std::vector<int32_t> host_ends_;
   bool fresh_gradients_ = false;
-  bool mx_bf16_values_ = false;
+  bool bf16_values_ = false;
   bool host_sized_experts_ = false;
   std::vector<int32_t> host_padded_ends_;  // host_ends_ with each expert padded to 128 tokens (wgrad)
   std::map<std::string, std::pair<int64_t, int64_t>> expert_scale_bytes_;  // rowwise, columnwise
   std::map<std::string, Quantized> saved_;  // each operand's latest copies, by name
+  std::map<std::string, Nvfp4Values> saved_values_;  // nvfp4's bf16 values of them, by name
   std::set<std::string> current_weights_;   // weight copies made since the weights last changed
 };
 

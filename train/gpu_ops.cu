@@ -597,4 +597,19 @@ Status to_bf16(const float* x, int64_t n, uint16_t* y, cudaStream_t stream) {
   return launch_status(fn);
 }
 
+__global__ void scale_products_kernel(const float* a, const float* b, int count, float* out) {
+  for (int i = threadIdx.x; i < count; i += blockDim.x) out[i] = __fmul_rn(a[0], b[i]);
+}
+
+Status scale_products(const float* a, const float* b, int count, float* out, cudaStream_t stream) {
+  constexpr const char* fn = "scale_products";
+  BS_RETURN_IF_ERROR(check_range(fn, "count", count, 0, std::numeric_limits<int32_t>::max()));
+  if (count == 0) return Status::ok();
+  BS_RETURN_IF_ERROR(check_ptr(fn, "a", a));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "b", b));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "out", out));
+  scale_products_kernel<<<1, 256, 0, stream>>>(a, b, count, out);
+  return launch_status(fn);
+}
+
 }  // namespace blockscale::train::gpu

@@ -137,5 +137,9 @@ Status adamw_step(float* params, const float* grads, GradScale scale, float* m, 
 // ---- Conversion ------------------------------------------------------------------------------------
 // bf16 bits, RNE (formats::float_to_bf16_bits_rn, NaN stays NaN).
 Status to_bf16(const float* x, int64_t n, uint16_t* y, cudaStream_t stream);
+// out[i] = a[0] * b[i] (fp32, round to nearest), i < count: nvfp4's GEMM alphas on its bf16
+// route, one operand's tensor decode scale times each expert's of the other (gemm/'s NVFP4 kernel
+// multiplies them in this order).
+Status scale_products(const float* a, const float* b, int count, float* out, cudaStream_t stream);
 
 }  // namespace blockscale::train::gpu

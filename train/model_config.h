@@ -34,10 +34,12 @@ enum class TrainRecipe {
 const char* recipe_name(TrainRecipe r);  // fp32, bf16, fp8_block, mxfp8, nvfp4
 Status parse_recipe(const std::string& name, TrainRecipe* out);
 
-// How the mxfp8 recipe's GEMMs run on the GPU. Both compute exact products summed in fp32
-// (docs/numerics.md), in different orders:
-//   kBf16Values : quant/mx_bf16.h writes each operand's MX values as bf16 (exact), cuBLASLt
-//                 multiplies them; on Hopper the faster of the two (docs/performance.md)
+// How the mxfp8 and nvfp4 recipes' GEMMs run on the GPU. Both compute exact products summed in
+// fp32 (docs/numerics.md), in different orders:
+//   kBf16Values : each operand's block values as bf16 (exact; mxfp8: quant/mx_bf16.h from the fp32
+//                 input, nvfp4: quant::nvfp4_block_values_bf16 from its quantized copies, the
+//                 tensor scales in cuBLASLt's alpha), cuBLASLt multiplies them; on Hopper the
+//                 faster of the two (docs/performance.md)
 //   kBlockScaled: quant/ writes codes and scales, gemm/'s block-scaled kernels multiply them
 //   kAuto       : kBf16Values on Hopper (sm_90), kBlockScaled on other GPUs
 enum class MxGemm { kAuto, kBf16Values, kBlockScaled };

@@ -42,7 +42,7 @@ struct TrainConfig {
   uint64_t seed = 1;   // data order, initialisation, stochastic rounding
   std::string device = "auto";  // auto | cpu | gpu
   bool expert_parallel = false;  // split each MoE layer's experts across the ranks (GPU)
-  MxGemm mx_gemm = MxGemm::kAuto;  // the mxfp8 recipe's GEMM route on the GPU
+  MxGemm mx_gemm = MxGemm::kAuto;  // the mxfp8 and nvfp4 recipes' GEMM route on the GPU
   Fp8Gemm fp8_gemm = Fp8Gemm::kAuto;  // the fp8_block recipe's GEMM route on Hopper
   int64_t stop_after = -1;      // stop (as if killed) after this many steps of this run; tests
 };

@@ -2,7 +2,9 @@
 // bytes, packed into the layout the GPU kernels write, dequantized on the GPU, must give
 // formats::dequantize()'s fp32 values bit for bit (NaN where the emulator has NaN). Every GPU
 // recipe and block shape, rowwise and columnwise copies, odd shapes, NaN / Inf / subnormal / zero
-// blocks, the output poisoned first. GPU tests skip without a GPU.
+// blocks, the output poisoned first. And quant/nvfp4_bf16.cu (nvfp4_block_values_bf16): each bf16
+// value times the tensor's S_dec must be formats::dequantize()'s value, bit for bit, for stacked
+// matrices of several shapes. GPU tests skip without a GPU; the argument checks run everywhere.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -155,5 +157,98 @@ std::vector<Case> cases() {
 
 INSTANTIATE_TEST_SUITE_P(AllRecipes, DequantizeTest, ::testing::ValuesIn(cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+// ---- nvfp4_block_values_bf16 ----
+struct ValuesCase {
+  std::string name;
+  bool two_d;
+  int64_t batches, rows, cols;  // of each stored matrix
+};
+std::ostream& operator<<(std::ostream& os, const ValuesCase& c) { return os << c.name; }
+
+class Nvfp4ValuesTest : public ::testing::TestWithParam<ValuesCase> {};
+
+// Each matrix quantized on its own by formats (its own S_dec), stacked as the batched run() does;
+// the kernel's bf16 value must be decode(q) * s_b exactly (its fp32 value times S_dec is the
+// emulator's dequantized value), and the output's padding-free layout is checked element by element.
+TEST_P(Nvfp4ValuesTest, TimesTensorScaleIsFormatsDequantize) {
+  SKIP_WITHOUT_GPU();
+  const ValuesCase& c = GetParam();
+  bf::QuantizeOptions o;
+  o.recipe = Recipe::kNvfp4;
+  o.nvfp4_2d = c.two_d;
+  std::vector<uint8_t> data, scales;
+  std::vector<std::vector<float>> want(static_cast<size_t>(c.batches));
+  std::vector<float> dec(static_cast<size_t>(c.batches));
+  for (int64_t b = 0; b < c.batches; ++b) {
+    const std::vector<float> x = make_input(c.rows, c.cols, static_cast<uint32_t>(b * 7919 + c.rows + c.cols));
+    bf::QuantizedMatrix q;
+    ASSERT_TRUE(bf::quantize(x.data(), c.rows, c.cols, c.cols, o, bf::Direction::kRowwise, &q).is_ok());
+    ASSERT_TRUE(bf::dequantize(q, &want[static_cast<size_t>(b)]).is_ok());
+    dec[static_cast<size_t>(b)] = q.global_scale_dec;
+    data.insert(data.end(), q.data.begin(), q.data.end());
+    const std::vector<uint8_t> packed = gpu_layout_scales(q);
+    scales.insert(scales.end(), packed.begin(), packed.end());
+  }
+  DeviceBuffer data_buf, scale_buf, out;
+  ASSERT_CUDA(data_buf.upload(data.data(), data.size()));
+  ASSERT_CUDA(scale_buf.upload(scales.data(), scales.size()));
+  const size_t count = static_cast<size_t>(c.batches * c.rows * c.cols);
+  ASSERT_CUDA(out.alloc(count * 2));
+  ASSERT_CUDA(cudaMemset(out.ptr, 0xAB, out.bytes));
+  bq::DequantizeProblem p;
+  p.recipe = Recipe::kNvfp4, p.rows = c.rows, p.cols = c.cols;
+  const bq::DequantizeInputs in{data_buf.ptr, scale_buf.ptr, nullptr};
+  const auto s = bq::nvfp4_block_values_bf16(p, c.batches, in, reinterpret_cast<uint16_t*>(out.ptr), nullptr);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  std::vector<uint16_t> got(count);
+  ASSERT_CUDA(cudaMemcpy(got.data(), out.ptr, out.bytes, cudaMemcpyDeviceToHost));
+  int64_t bad = 0, nans = 0;
+  for (size_t i = 0; i < count; ++i) {
+    const size_t b = i / static_cast<size_t>(c.rows * c.cols), e = i % static_cast<size_t>(c.rows * c.cols);
+    const float w = want[b][e];
+    const float value = bf::bits_float(uint32_t{got[i]} << 16);
+    if (std::isnan(w) && std::isnan(value)) {
+      nans += got[i] == 0x7FC0u;
+      continue;
+    }
+    if (bf::float_bits(bf::mul_rn(value, dec[b])) == bf::float_bits(w)) continue;
+    if (bad++ < 5)
+      ADD_FAILURE() << c.name << " matrix " << b << " element " << e << ": bf16 " << value << " x S_dec "
+                    << dec[b] << " want " << w;
+  }
+  EXPECT_EQ(bad, 0) << c.name;
+  if (count >= 1000) EXPECT_GT(nans, 0) << "the input should hold NaN blocks (as canonical bf16 NaN)";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Nvfp4ValuesTest,
+                         ::testing::Values(ValuesCase{"one_1x1", false, 1, 1, 1},
+                                           ValuesCase{"one_33x17", false, 1, 33, 17},
+                                           ValuesCase{"one_300x1024", false, 1, 300, 1024},
+                                           ValuesCase{"two_d_256x128", true, 1, 256, 128},
+                                           ValuesCase{"stacked3_130x48", false, 3, 130, 48},
+                                           ValuesCase{"stacked4_2d_128x272", true, 4, 128, 272},
+                                           ValuesCase{"stacked2_odd_17x31", false, 2, 17, 31}),
+                         [](const ::testing::TestParamInfo<ValuesCase>& i) { return i.param.name; });
+
+TEST(Nvfp4ValuesArgs, RefusedWithTheRule) {
+  bq::DequantizeProblem p;
+  p.recipe = Recipe::kMxfp8E4M3, p.rows = 16, p.cols = 16;
+  uint8_t fake = 0;
+  uint16_t out = 0;
+  const bq::DequantizeInputs in{&fake, &fake, nullptr};
+  auto s = bq::nvfp4_block_values_bf16(p, 1, in, &out, nullptr);
+  EXPECT_NE(s.message().find("problem.recipe: must be nvfp4"), std::string::npos) << s.message();
+  p.recipe = Recipe::kNvfp4;
+  s = bq::nvfp4_block_values_bf16(p, -1, in, &out, nullptr);
+  EXPECT_NE(s.message().find("batches: must be in"), std::string::npos) << s.message();
+  s = bq::nvfp4_block_values_bf16(p, 1, bq::DequantizeInputs{nullptr, &fake, nullptr}, &out, nullptr);
+  EXPECT_NE(s.message().find("inputs.data: must not be null"), std::string::npos) << s.message();
+  s = bq::nvfp4_block_values_bf16(p, 1, in, nullptr, nullptr);
+  EXPECT_NE(s.message().find("out: must not be null"), std::string::npos) << s.message();
+  p.rows = 0;  // an empty problem does nothing, pointers unread
+  EXPECT_TRUE(bq::nvfp4_block_values_bf16(p, 1, bq::DequantizeInputs{}, nullptr, nullptr).is_ok());
+}
 
 }  // namespace
