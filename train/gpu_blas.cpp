@@ -56,8 +56,8 @@ struct Descriptors {
     BS_RETURN_IF_ERROR(lt_check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc"));
     if (device_scalars) {
       const cublasLtPointerMode_t mode = CUBLASLT_POINTER_MODE_DEVICE;
-      BS_RETURN_IF_ERROR(lt_check(
-          cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof(mode)), "pointer mode"));
+      BS_RETURN_IF_ERROR(lt_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode,
+                                                                 sizeof(mode)), "pointer mode"));
     }
     BS_RETURN_IF_ERROR(lt_check(
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &g.ta, sizeof(g.ta)), "transa"));
