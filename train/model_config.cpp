@@ -1,10 +1,29 @@
 #include "train/model_config.h"
 
+#include <cstddef>
+#include <string>
+
 namespace blockscale::train {
 namespace {
 
 Status require(bool ok, const std::string& message) {
   return ok ? Status::ok() : Status::error(message);
+}
+
+// The value among `values` whose name_of() is `name`, or "<option>: unknown <what> '<name>'
+// (expected a, b or c)" listing every name.
+template <typename T, size_t N>
+Status parse_named(const char* option, const char* what, const std::string& name, const T (&values)[N],
+                   const char* (*name_of)(T), T* out) {
+  std::string expected;
+  for (size_t i = 0; i < N; ++i) {
+    if (name == name_of(values[i])) {
+      *out = values[i];
+      return Status::ok();
+    }
+    expected += std::string(i == 0 ? "" : i + 1 == N ? " or " : ", ") + name_of(values[i]);
+  }
+  return Status::error(std::string(option) + ": unknown " + what + " '" + name + "' (expected " + expected + ")");
 }
 
 }  // namespace
@@ -21,15 +40,9 @@ const char* recipe_name(TrainRecipe r) {
 }
 
 Status parse_recipe(const std::string& name, TrainRecipe* out) {
-  for (TrainRecipe r : {TrainRecipe::kFp32, TrainRecipe::kBf16, TrainRecipe::kFp8Block,
-                        TrainRecipe::kMxfp8, TrainRecipe::kNvfp4}) {
-    if (name == recipe_name(r)) {
-      *out = r;
-      return Status::ok();
-    }
-  }
-  return Status::error("--recipe: unknown recipe '" + name +
-                       "' (expected fp32, bf16, fp8_block, mxfp8 or nvfp4)");
+  const TrainRecipe all[] = {TrainRecipe::kFp32, TrainRecipe::kBf16, TrainRecipe::kFp8Block, TrainRecipe::kMxfp8,
+                             TrainRecipe::kNvfp4};
+  return parse_named("--recipe", "recipe", name, all, recipe_name, out);
 }
 
 const char* mx_gemm_name(MxGemm g) {
@@ -42,13 +55,8 @@ const char* mx_gemm_name(MxGemm g) {
 }
 
 Status parse_mx_gemm(const std::string& name, MxGemm* out) {
-  for (MxGemm g : {MxGemm::kAuto, MxGemm::kBf16Values, MxGemm::kBlockScaled}) {
-    if (name == mx_gemm_name(g)) {
-      *out = g;
-      return Status::ok();
-    }
-  }
-  return Status::error("--mx-gemm: unknown route '" + name + "' (expected auto, bf16 or kernel)");
+  const MxGemm all[] = {MxGemm::kAuto, MxGemm::kBf16Values, MxGemm::kBlockScaled};
+  return parse_named("--mx-gemm", "route", name, all, mx_gemm_name, out);
 }
 
 const char* fp8_gemm_name(Fp8Gemm g) {
@@ -61,13 +69,8 @@ const char* fp8_gemm_name(Fp8Gemm g) {
 }
 
 Status parse_fp8_gemm(const std::string& name, Fp8Gemm* out) {
-  for (Fp8Gemm g : {Fp8Gemm::kAuto, Fp8Gemm::kKernel, Fp8Gemm::kCublasLt}) {
-    if (name == fp8_gemm_name(g)) {
-      *out = g;
-      return Status::ok();
-    }
-  }
-  return Status::error("--fp8-gemm: unknown route '" + name + "' (expected auto, kernel or cublaslt)");
+  const Fp8Gemm all[] = {Fp8Gemm::kAuto, Fp8Gemm::kKernel, Fp8Gemm::kCublasLt};
+  return parse_named("--fp8-gemm", "route", name, all, fp8_gemm_name, out);
 }
 
 bool is_quantized(TrainRecipe r) {
