@@ -1,7 +1,8 @@
 // Throughput of blockscale's FP8 blockwise GEMM (gemm/gemm.h) against its peers, timed in the same
-// process on the same inputs. The sm90 kernel runs at each tile width asked for (128 x 128 and
-// 128 x 192 by default, gemm/launchers.h); each is timed and compared on its own, and the two
-// outputs must be the same bits (same operations per element). Peers:
+// process on the same inputs. gemm/'s sm90 kernels run at each tile width asked for (128 x 128 and
+// 128 x 192 by default, gemm/launchers.h): the cluster kernel (sm90_fp8_gemm: TMA multicast, TMA
+// stores), the kernel it replaces (sm90_fp8_block_gemm), and the cluster kernel at the width run()
+// picks (auto); every output must be the same bits (same operations per element). Peers:
 //   - cuBLASLt's own blockwise FP8 GEMM (scale modes VEC128_32F for the 1x128 operand and
 //     BLK128x128_32F for the 128x128 one: quant/'s scale tensors feed it unchanged);
 //   - cuBLAS BF16 (cublasGemmEx, fp32 compute) on bf16 operands of the same shape.
@@ -11,7 +12,8 @@
 // difference (both bf16 outputs of fp32 sums: expect ~1e-3, bf16's half ulp, not more).
 //
 // Usage: gemm_bench [--iters N] [--only I,J,...] [--tiles 128,192] [--list]. One line per case,
-// then a markdown table (last).
+// then a markdown table (last). DeepGEMM is timed by its own script in the same GPU session
+// (bench/README.md); its dense shape set (M 4096) is among the cases here.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -23,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/bench_common.cuh"  // defines: CHECK_CUDA, cublas_bf16_gemm, median_ms, the fills
@@ -75,6 +78,9 @@ std::vector<Case> all_cases() {
   cases.push_back({4096, 2048, 2048, Recipe::kFp8Block128x128});
   cases.push_back({4096, 2048, 6144, Recipe::kFp8Block128x128});
   cases.push_back({6144, 2048, 4096, Recipe::kFp8Block1x128});
+  // DeepGEMM's own dense set (M 4096; N x K), for a one-to-one comparison with its benchmark.
+  for (const auto& nk : {std::pair<int64_t, int64_t>{2112, 7168}, {24576, 1536}, {7168, 16384}, {4096, 7168}, {7168, 2048}})
+    cases.push_back({4096, nk.first, nk.second, Recipe::kFp8Block128x128});
   return cases;
 }
 
@@ -100,12 +106,14 @@ void compare(const std::vector<__nv_bfloat16>& x, const std::vector<__nv_bfloat1
 
 int tile_width(Sm90Fp8Tile t) { return t == Sm90Fp8Tile::kN192 ? 192 : 128; }
 
-// Per tile width (index 0: 128, 1: 192): TFLOP/s (0: not run or failed) and the difference to Lt.
+// Per kernel (0: the cluster kernel, 1: the one it replaces) and tile width (0: 128, 1: 192):
+// TFLOP/s (0: not run or failed); the cluster kernel at run()'s own width; the difference to Lt.
 struct Row {
   std::string label;
-  double ours[2] = {0, 0}, max_rel[2] = {NAN, NAN}, frob_rel[2] = {NAN, NAN};
+  double ours[2][2] = {{0, 0}, {0, 0}}, automatic = 0, max_rel = NAN, frob_rel = NAN;
   double lt = 0, bf16 = 0;
-  const char* same_bits = "-";  // "yes" / "NO" when both widths ran
+  const char* same_bits = "-";  // "yes" / "NO": every variant that ran gave the same bits
+  double best(int kernel) const { return std::max(ours[kernel][0], ours[kernel][1]); }
 };
 
 Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cublasHandle_t blas) {
@@ -121,7 +129,7 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
   float* sb = device_alloc<float>(b_scale_floats);
   __nv_bfloat16* d_ours = device_alloc<__nv_bfloat16>(c.m * c.n);
   __nv_bfloat16* d_lt = device_alloc<__nv_bfloat16>(c.m * c.n);
-  std::vector<__nv_bfloat16> ours_host[2];
+  std::vector<__nv_bfloat16> first_host;  // the first variant's D; every other must equal it
   bench::fill_e4m3<<<1024, 256>>>(a, c.m * c.k, 1);
   bench::fill_e4m3<<<1024, 256>>>(b, c.n * c.k, 2);
   bench::fill_scales<<<256, 256>>>(sa, a_scale_floats, 3);
@@ -135,23 +143,38 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
   p.d_type = bg::MatrixType::kBf16, p.ldd = c.n;
   bg::GemmArguments args;
   args.a_data = a, args.b_data = b, args.a_scales = sa, args.b_scales = sb, args.d = d_ours;
-  for (const Sm90Fp8Tile tile : tiles) {
-    const int w = tile == Sm90Fp8Tile::kN192 ? 1 : 0;
+  // Runs one variant, checks its bits against the first and returns its TFLOP/s (0: failed).
+  const auto time_variant = [&](bool cluster, Sm90Fp8Tile tile, const char* name) {
+    bg::detail::set_sm90_fp8_cluster_kernel(cluster);
     bg::detail::set_sm90_fp8_tile(tile);
     CHECK_CUDA(cudaMemset(d_ours, 0xFF, static_cast<size_t>(c.m * c.n) * 2));  // NaN: unwritten shows
+    double tflops = 0;
     const blockscale::Status s = bg::run(p, args, nullptr, 0, nullptr);
     if (!s.is_ok()) {
-      std::printf("case %s: blockscale gemm (tile 128x%d): %s\n", row.label.c_str(), tile_width(tile),
-                  s.message().c_str());
-      continue;
+      std::printf("case %s: blockscale gemm (%s): %s\n", row.label.c_str(), name, s.message().c_str());
+    } else {
+      CHECK_CUDA(cudaDeviceSynchronize());
+      const std::vector<__nv_bfloat16> host = download(d_ours, c.m * c.n);
+      if (first_host.empty()) {
+        first_host = host;
+        row.same_bits = "yes";
+      } else if (std::memcmp(host.data(), first_host.data(), host.size() * 2) != 0) {
+        std::printf("case %s: %s differs from the first variant's bits\n", row.label.c_str(), name);
+        row.same_bits = "NO";
+      }
+      tflops = flop / (bench::median_ms([&] { (void)bg::run(p, args, nullptr, 0, nullptr); }, iters) * 1e9);
     }
-    CHECK_CUDA(cudaDeviceSynchronize());
-    ours_host[w] = download(d_ours, c.m * c.n);
-    row.ours[w] = flop / (bench::median_ms([&] { (void)bg::run(p, args, nullptr, 0, nullptr); }, iters) * 1e9);
-  }
-  bg::detail::set_sm90_fp8_tile(Sm90Fp8Tile::kAuto);
-  if (!ours_host[0].empty() && !ours_host[1].empty())
-    row.same_bits = std::memcmp(ours_host[0].data(), ours_host[1].data(), ours_host[0].size() * 2) == 0 ? "yes" : "NO";
+    bg::detail::set_sm90_fp8_tile(Sm90Fp8Tile::kAuto);
+    bg::detail::set_sm90_fp8_cluster_kernel(true);
+    return tflops;
+  };
+  for (int kernel = 0; kernel < 2; ++kernel)
+    for (const Sm90Fp8Tile tile : tiles) {
+      const std::string name = std::string(kernel == 0 ? "cluster" : "previous") + " 128x" +
+                               std::to_string(tile_width(tile));
+      row.ours[kernel][tile == Sm90Fp8Tile::kN192 ? 1 : 0] = time_variant(kernel == 0, tile, name.c_str());
+    }
+  row.automatic = time_variant(true, Sm90Fp8Tile::kAuto, "cluster auto");
 
   bench::LtMatmul lt;
   std::string why;
@@ -163,8 +186,7 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
     CHECK_CUDA(cudaDeviceSynchronize());
     row.lt = flop / (bench::median_ms([&] { lt.run(a, b, d_lt); }, iters) * 1e9);
     const std::vector<__nv_bfloat16> lt_host = download(d_lt, c.m * c.n);
-    for (int w = 0; w < 2; ++w)
-      if (!ours_host[w].empty()) compare(ours_host[w], lt_host, &row.max_rel[w], &row.frob_rel[w]);
+    if (!first_host.empty()) compare(first_host, lt_host, &row.max_rel, &row.frob_rel);
   }
   CHECK_CUDA(cudaFree(a));
   CHECK_CUDA(cudaFree(b));
@@ -186,10 +208,11 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
   CHECK_CUDA(cudaFree(d_ours));
   CHECK_CUDA(cudaFree(d_lt));
   const auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
-  std::printf("case %-28s ours-128 %7.1f ours-192 %7.1f TFLOP/s  cublasLt-block %7.1f  cublas-bf16 %7.1f"
-              "  128/lt %.3f  192/lt %.3f  vs-lt max-rel %.2e / %.2e frob-rel %.2e / %.2e  192==128 %s\n",
-              row.label.c_str(), row.ours[0], row.ours[1], row.lt, row.bf16, ratio(row.ours[0], row.lt),
-              ratio(row.ours[1], row.lt), row.max_rel[0], row.max_rel[1], row.frob_rel[0], row.frob_rel[1],
+  std::printf("case %-28s cluster-128 %7.1f cluster-192 %7.1f auto %7.1f previous-128 %7.1f previous-192 %7.1f "
+              "TFLOP/s  cublasLt-block %7.1f  cublas-bf16 %7.1f  auto/lt %.3f  auto/previous %.3f  vs-lt max-rel %.2e "
+              "frob-rel %.2e  same bits %s\n",
+              row.label.c_str(), row.ours[0][0], row.ours[0][1], row.automatic, row.ours[1][0], row.ours[1][1], row.lt,
+              row.bf16, ratio(row.automatic, row.lt), ratio(row.automatic, row.best(1)), row.max_rel, row.frob_rel,
               row.same_bits);
   std::fflush(stdout);
   return row;
@@ -247,12 +270,13 @@ int main(int argc, char** argv) {
 
   // TFLOP/s 0.0 and ratio 0.000: that width was not run or failed (its line above says why).
   const auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
-  std::printf("\n| M x N x K, recipe (A.B) | blockscale 128x128 TFLOP/s | blockscale 128x192 | cuBLASLt blockwise |"
-              " cuBLAS BF16 | 128 / Lt | 192 / Lt | best / BF16 | max rel diff vs Lt (128 / 192) | 192 == 128 bits |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n| M x N x K, recipe (A.B) | cluster 128 TFLOP/s | cluster 192 | cluster auto | previous best |"
+              " cuBLASLt blockwise | cuBLAS BF16 | auto / Lt | auto / previous | auto / BF16 | max rel diff vs Lt |"
+              " same bits |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows)
-    std::printf("| %s | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %.3f | %.2e / %.2e | %s |\n", r.label.c_str(),
-                r.ours[0], r.ours[1], r.lt, r.bf16, ratio(r.ours[0], r.lt), ratio(r.ours[1], r.lt),
-                ratio(std::max(r.ours[0], r.ours[1]), r.bf16), r.max_rel[0], r.max_rel[1], r.same_bits);
+    std::printf("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %.3f | %.2e | %s |\n", r.label.c_str(),
+                r.ours[0][0], r.ours[0][1], r.automatic, r.best(1), r.lt, r.bf16, ratio(r.automatic, r.lt),
+                ratio(r.automatic, r.best(1)), ratio(r.automatic, r.bf16), r.max_rel, r.same_bits);
   return 0;
 }

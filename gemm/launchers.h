@@ -41,6 +41,18 @@ enum class Sm90Fp8Tile { kAuto, kN128, kN192 };
 void set_sm90_fp8_tile(Sm90Fp8Tile tile);
 Sm90Fp8Tile sm90_fp8_tile();
 
+// FP8 blockwise, sm_90a, dense, with TMA multicast of B across a 2-CTA cluster and a TMA-store
+// epilogue: gemm/sm90/sm90_fp8_gemm.cu. launch_sm90_fp8_block_gemm runs it for dense problems it
+// applies to (D rows 16-byte aligned; beta 0, or beta 1 with fp32 C = D in place: D += A B^T),
+// at the tile width chosen there. Process-wide off switch for the bench and tests to time and
+// check the kernel it replaces on the same problems.
+bool sm90_fp8_gemm_applies(const GemmProblem& p, const GemmArguments& args);
+Status sm90_fp8_gemm_loadable();
+// tile kAuto: the width a cost model of waves picks (sm90_fp8_gemm.cu).
+Status launch_sm90_fp8_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream, Sm90Fp8Tile tile);
+void set_sm90_fp8_cluster_kernel(bool enabled);
+bool sm90_fp8_cluster_kernel();
+
 // MX / NVFP4 exact, sm_90a: gemm/sm90/sm90_block_scaled_gemm*.cu (elements x scales converted
 // to bf16 in the kernel, bf16 wgmma, fp32 accumulation).
 Status launch_sm90_block_scaled_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream,

@@ -19,6 +19,7 @@ using sm90::Fp8BlockGemmConfig;
 using sm90::Fp8BlockGemmParams;
 
 std::atomic<Sm90Fp8Tile> g_tile{Sm90Fp8Tile::kAuto};
+std::atomic<bool> g_cluster_kernel{true};
 
 template <int kTileN, GroupMode kMode, bool kStagedD = false>
 constexpr int smem_bytes() {
@@ -113,6 +114,8 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
 }  // namespace
 
 void set_sm90_fp8_tile(Sm90Fp8Tile tile) { g_tile.store(tile); }
+void set_sm90_fp8_cluster_kernel(bool enabled) { g_cluster_kernel.store(enabled); }
+bool sm90_fp8_cluster_kernel() { return g_cluster_kernel.load(); }
 Sm90Fp8Tile sm90_fp8_tile() { return g_tile.load(); }
 
 // Every image, so a device it cannot load on is refused before any launch.
@@ -125,13 +128,16 @@ Status sm90_fp8_block_gemm_loadable() {
   BS_RETURN_IF_ERROR((prepare<128, false, GroupMode::kM>(&sms)));
   BS_RETURN_IF_ERROR((prepare<192, false, GroupMode::kM>(&sms)));
   BS_RETURN_IF_ERROR((prepare<128, true, GroupMode::kK>(&sms)));
-  return prepare<128, true, GroupMode::kK, true>(&sms);
+  BS_RETURN_IF_ERROR((prepare<128, true, GroupMode::kK, true>(&sms)));
+  return sm90_fp8_gemm_loadable();
 }
 
 Status launch_sm90_fp8_block_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream,
                                   const Grouping* grouping) {
   const bool b_scale_per_row = p.b_recipe == Recipe::kFp8Block1x128;
   Sm90Fp8Tile tile = sm90_fp8_tile();
+  if (grouping == nullptr && sm90_fp8_cluster_kernel() && sm90_fp8_gemm_applies(p, args))
+    return launch_sm90_fp8_gemm(p, args, stream, tile);  // its own width rule
   if (tile == Sm90Fp8Tile::kAuto) {
     int sms = 0;
     BS_RETURN_IF_ERROR((prepare<192, false>(&sms)));

@@ -1,5 +1,6 @@
 // Hopper (sm_90a) PTX used by the sm90 GEMM kernels, one small wrapper per instruction:
-// mbarrier (init / arrive / expect_tx / parity wait), TMA tensor loads, proxy fences, wgmma
+// mbarrier (init / arrive / expect_tx / parity wait), clusters (rank, sync, remote arrive, TMA
+// multicast), TMA tensor loads and stores, proxy fences, wgmma
 // (fence / FP8 mma m64n128 and m64n192 / bf16 mma m64n128 with A in registers / commit / wait),
 // shared-memory matrix descriptors, the async-proxy fence, named barriers and setmaxnreg.
 // Operand forms follow the PTX ISA 8.x sections of the same names; every wrapper states its
@@ -121,6 +122,48 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, u
       : "memory");
 }
 
+// ---- Clusters ---------------------------------------------------------------------------------
+
+// This CTA's rank in its cluster (0 .. cluster size - 1).
+__device__ __forceinline__ uint32_t cluster_cta_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+// Every non-exited thread of the cluster arrives (release) and waits (acquire): after it, shared
+// memory and barriers initialised before it are visible to the peer CTAs, and a CTA that has
+// passed it may exit without a peer still signalling its barriers.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// One arrival on the barrier at the same shared-memory offset as `bar` in the CTA of rank `cta`
+// of this cluster (mapa translates the address). Default semantics (release at CTA scope): it
+// hands back a ring stage whose reads (wgmma's, completed by wait_group) are done; a
+// release.cluster here compiles to a MEMBAR.ALL.GPU per call, which measured 40% slower.
+__device__ __forceinline__ void mbarrier_arrive_cluster(uint64_t* bar, uint32_t cta) {
+  asm volatile(
+      "{\n"
+      "  .reg .b32 remote;\n"
+      "  mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "  mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(smem_addr(bar)),
+      "r"(cta)
+      : "memory");
+}
+
+// tma_load_2d into the same shared-memory offset of every CTA in cta_mask (bit i: rank i), each
+// destination's barrier at `bar`'s offset counting the bytes that land there.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t inner,
+                                                      int32_t outer, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(inner), "r"(outer), "h"(cta_mask)
+      : "memory");
+}
+
 // ---- TMA stores ----------------------------------------------------------------------------------
 
 // Stores the box at element coordinates (c0, c1, c2) of a 3-D tensor map from shared memory
@@ -132,10 +175,30 @@ __device__ __forceinline__ void tma_store_3d(const CUtensorMap* map, const void*
                "r"(smem_addr(src)), "r"(c0), "r"(c1), "r"(c2)
                : "memory");
 }
+// The same for a 2-D tensor map (coordinates innermost first).
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, const void* src, int32_t inner, int32_t outer) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(smem_addr(src)), "r"(inner), "r"(outer)
+               : "memory");
+}
+// D += the box (fp32 adds done by the TMA unit; each element once): a store that accumulates.
+__device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, const void* src, int32_t inner,
+                                                  int32_t outer) {
+  asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(smem_addr(src)), "r"(inner), "r"(outer)
+               : "memory");
+}
 __device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // Until the issuing thread's committed stores have read their shared memory (it may be rewritten).
 __device__ __forceinline__ void bulk_wait_group_read_all() {
   asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+// Until at most kPending of them have not yet read their shared memory.
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
 }
 // Until they have completed (before the CTA exits).
 __device__ __forceinline__ void bulk_wait_group_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }

@@ -1,0 +1,190 @@
+// Host side of the sm_90a FP8 blockwise GEMM with cluster multicast and TMA-store epilogue:
+// when it applies, tensor maps for the operands, scales and D, the persistent cluster grid sized
+// by the device's occupancy, the launch. Compiled for sm_90a only (gemm/CMakeLists.txt).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "formats/scale_layout.h"
+#include "gemm/common/tensor_map.h"
+#include "gemm/launchers.h"
+#include "gemm/sm90/sm90_fp8_gemm.cuh"
+
+namespace blockscale::gemm::detail {
+namespace {
+
+using formats::Recipe;
+using sm90::Fp8GemmConfig;
+using sm90::Fp8GemmParams;
+
+template <int kTileN, bool kBScalePerRow, int kCluster>
+const void* kernel_symbol() {
+  return reinterpret_cast<const void*>(&sm90::sm90_fp8_gemm_kernel<kTileN, kBScalePerRow, kCluster>);
+}
+
+template <int kTileN, bool kBScalePerRow, int kCluster>
+Status prepare(int* sm_count) {
+  using Cfg = Fp8GemmConfig<kTileN, kBScalePerRow, kCluster>;
+  return prepare_kernel(kernel_symbol<kTileN, kBScalePerRow, kCluster>(), Cfg::kSmemBytes, "sm90_fp8_gemm_kernel",
+                        sm_count);
+}
+
+// How many clusters of the kernel the device holds at once (the persistent grid's size): a GPC
+// whose SM count is odd leaves an SM idle, so this is not sm_count / kCluster in general. Asked
+// once per (kernel, device).
+Status max_active_clusters(const void* kernel, const cudaLaunchConfig_t& config, int* clusters) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> known;
+  int dev = 0;
+  BS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find({kernel, dev});
+  if (it != known.end()) {
+    *clusters = it->second;
+    return Status::ok();
+  }
+  int n = 0;
+  BS_RETURN_IF_ERROR(cuda_status(cudaOccupancyMaxActiveClusters(&n, kernel, &config),
+                                 "cudaOccupancyMaxActiveClusters(sm90_fp8_gemm_kernel)"));
+  if (n <= 0) return Status::error("sm90_fp8_gemm_kernel: the device holds no cluster of this kernel");
+  known[{kernel, dev}] = n;
+  *clusters = n;
+  return Status::ok();
+}
+
+template <int kTileN, bool kBScalePerRow, int kCluster>
+Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream) {
+  using Cfg = Fp8GemmConfig<kTileN, kBScalePerRow, kCluster>;
+  int sm_count = 0;
+  BS_RETURN_IF_ERROR((prepare<kTileN, kBScalePerRow, kCluster>(&sm_count)));
+  const int64_t k_blocks = p.k / 128;
+  // Operand tiles: 128 (A) or kTileN / kCluster (each CTA's share of B) rows x 128 bytes of K,
+  // 128-byte swizzle (the wgmma K-major layout). Rows past M or N arrive as zeros.
+  TensorMap2d a{args.a_data, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<uint64_t>(p.m), static_cast<uint64_t>(p.k),
+                static_cast<uint64_t>(p.k), Cfg::kTileM, Cfg::kTileK, CU_TENSOR_MAP_SWIZZLE_128B};
+  TensorMap2d b{args.b_data, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<uint64_t>(p.n), static_cast<uint64_t>(p.k),
+                static_cast<uint64_t>(p.k), Cfg::kBShareRows, Cfg::kTileK, CU_TENSOR_MAP_SWIZZLE_128B};
+  // VEC128 scales: k_blocks rows of round_up(rows, 4) floats; a box is one K block's scales of
+  // the tile's rows (A) or columns (1x128 B).
+  const int64_t a_scale_ld = formats::vec128_scale_ld(p.m);
+  TensorMap2d a_scale{args.a_scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, static_cast<uint64_t>(k_blocks),
+                      static_cast<uint64_t>(a_scale_ld), static_cast<uint64_t>(a_scale_ld * 4), 1, Cfg::kScaleABoxFloats,
+                      CU_TENSOR_MAP_SWIZZLE_NONE};
+  TensorMap2d b_scale = a_scale;  // unused with 128x128 B
+  if (kBScalePerRow) {
+    const int64_t b_scale_ld = formats::vec128_scale_ld(p.n);
+    b_scale = {args.b_scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, static_cast<uint64_t>(k_blocks),
+               static_cast<uint64_t>(b_scale_ld), static_cast<uint64_t>(b_scale_ld * 4), 1, kTileN,
+               CU_TENSOR_MAP_SWIZZLE_NONE};
+  }
+  // D in boxes of 64 rows x 128 bytes (64 bf16 or 32 fp32 columns), 128-byte swizzled.
+  const bool d_bf16 = p.d_type == MatrixType::kBf16;
+  const int64_t d_elem = d_bf16 ? 2 : 4;
+  TensorMap2d d{args.d, d_bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+                static_cast<uint64_t>(p.m), static_cast<uint64_t>(p.n), static_cast<uint64_t>(p.ldd * d_elem), 64,
+                static_cast<uint32_t>(128 / d_elem), CU_TENSOR_MAP_SWIZZLE_128B};
+  CUtensorMap a_map, b_map, a_scale_map, b_scale_map, d_map;
+  BS_RETURN_IF_ERROR(encode_tensor_map(a, "a_data", &a_map));
+  BS_RETURN_IF_ERROR(encode_tensor_map(b, "b_data", &b_map));
+  BS_RETURN_IF_ERROR(encode_tensor_map(a_scale, "a_scales", &a_scale_map));
+  BS_RETURN_IF_ERROR(encode_tensor_map(b_scale, "b_scales", &b_scale_map));
+  BS_RETURN_IF_ERROR(encode_tensor_map(d, "d", &d_map));
+
+  Fp8GemmParams params;
+  params.m = static_cast<int32_t>(p.m);
+  params.n = static_cast<int32_t>(p.n);
+  params.k_blocks = static_cast<int32_t>(k_blocks);
+  const int64_t tiles_m = (p.m + Cfg::kTileM - 1) / Cfg::kTileM;
+  params.order.tiles_m = static_cast<int32_t>((tiles_m + kCluster - 1) / kCluster);
+  params.order.tiles_n = static_cast<int32_t>((p.n + kTileN - 1) / kTileN);
+  params.order.group_m = 16 / kCluster;  // bands of 16 tile rows
+  params.b_block_scales = kBScalePerRow ? nullptr : static_cast<const float*>(args.b_scales);
+  params.b_block_scales_ld = static_cast<int32_t>(formats::blk128_scale_ld(k_blocks));
+  params.b_scale_blocks = static_cast<int32_t>((p.n + 127) / 128);
+  params.alpha = p.alpha;
+  params.d_bf16 = d_bf16;
+  params.accumulate = p.beta != 0.0f;  // sm90_fp8_gemm_applies: beta 1 in place
+
+  cudaLaunchAttribute cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = kCluster, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.blockDim = dim3(Cfg::kThreads);
+  config.dynamicSmemBytes = Cfg::kSmemBytes;
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  config.gridDim = dim3(static_cast<unsigned>(kCluster * std::max(1, sm_count / kCluster)));
+  int clusters = 0;
+  BS_RETURN_IF_ERROR(max_active_clusters(kernel_symbol<kTileN, kBScalePerRow, kCluster>(), config, &clusters));
+  const int64_t units = int64_t{params.order.num_tiles()};
+  config.gridDim = dim3(static_cast<unsigned>(kCluster * std::max<int64_t>(1, std::min<int64_t>(units, clusters))));
+  return cuda_status(cudaLaunchKernelEx(&config, sm90::sm90_fp8_gemm_kernel<kTileN, kBScalePerRow, kCluster>, a_map,
+                                        b_map, a_scale_map, b_scale_map, d_map, params),
+                     "sm90_fp8_gemm_kernel launch");
+}
+
+// Clusters pair tile rows: a single row of tiles would leave half of every cluster idle.
+int cluster_size(const GemmProblem& p) { return p.m > 128 ? 2 : 1; }
+
+template <int kTileN, bool kBScalePerRow>
+Status launch_width(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream) {
+  return cluster_size(p) == 2 ? launch<kTileN, kBScalePerRow, 2>(p, args, stream)
+                              : launch<kTileN, kBScalePerRow, 1>(p, args, stream);
+}
+
+// The tile width with the smaller modelled time: waves of cluster units (the persistent grid
+// runs ceil(units / clusters) rounds) times a unit's cost, a 128 x 192 tile costing 1.375 times a
+// 128 x 128 one (1.5x the work at the ~9% higher rate measured at large shapes on the H100 and
+// H200, docs/performance.md). No autotuning at run time.
+Sm90Fp8Tile pick_tile(const GemmProblem& p, int sm_count) {
+  const int64_t cluster = cluster_size(p), clusters = std::max<int64_t>(1, sm_count / cluster);
+  const int64_t unit_rows = ((p.m + 127) / 128 + cluster - 1) / cluster;
+  const auto waves = [&](int64_t width) {
+    const int64_t units = unit_rows * ((p.n + width - 1) / width);
+    return static_cast<double>((units + clusters - 1) / clusters);
+  };
+  return waves(192) * 1.375 < waves(128) ? Sm90Fp8Tile::kN192 : Sm90Fp8Tile::kN128;
+}
+
+}  // namespace
+
+bool sm90_fp8_gemm_applies(const GemmProblem& p, const GemmArguments& args) {
+  const int64_t d_elem = p.d_type == MatrixType::kBf16 ? 2 : 4;
+  // TMA writes the innermost dimension in 16-byte units: a row end inside one would be
+  // overwritten past N (measured: n = 127, fp32 D wrote column 127 of a padded row).
+  const bool d_tma = reinterpret_cast<uintptr_t>(args.d) % 16 == 0 && (p.ldd * d_elem) % 16 == 0 &&
+                     (p.n * d_elem) % 16 == 0;
+  const bool accumulate_in_place = p.beta == 1.0f && p.d_type == MatrixType::kFp32 &&
+                                   p.c_type == MatrixType::kFp32 && args.c == args.d && p.ldc == p.ldd;
+  return d_tma && (p.beta == 0.0f || accumulate_in_place);
+}
+
+Status sm90_fp8_gemm_loadable() {
+  int sms = 0;
+  BS_RETURN_IF_ERROR((prepare<128, false, 1>(&sms)));
+  BS_RETURN_IF_ERROR((prepare<128, false, 2>(&sms)));
+  BS_RETURN_IF_ERROR((prepare<128, true, 1>(&sms)));
+  BS_RETURN_IF_ERROR((prepare<128, true, 2>(&sms)));
+  BS_RETURN_IF_ERROR((prepare<192, false, 1>(&sms)));
+  BS_RETURN_IF_ERROR((prepare<192, false, 2>(&sms)));
+  BS_RETURN_IF_ERROR((prepare<192, true, 1>(&sms)));
+  return prepare<192, true, 2>(&sms);
+}
+
+Status launch_sm90_fp8_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream, Sm90Fp8Tile tile) {
+  const bool b_scale_per_row = p.b_recipe == Recipe::kFp8Block1x128;
+  if (tile == Sm90Fp8Tile::kAuto) {
+    int sms = 0;
+    BS_RETURN_IF_ERROR((prepare<128, false, 1>(&sms)));
+    tile = pick_tile(p, sms);
+  }
+  if (tile == Sm90Fp8Tile::kN192)
+    return b_scale_per_row ? launch_width<192, true>(p, args, stream) : launch_width<192, false>(p, args, stream);
+  return b_scale_per_row ? launch_width<128, true>(p, args, stream) : launch_width<128, false>(p, args, stream);
+}
+
+}  // namespace blockscale::gemm::detail

@@ -1,0 +1,382 @@
+// sm90_fp8_gemm: FP8 blockwise GEMM for Hopper (sm_90a) with TMA multicast across a 2-CTA cluster
+// and a TMA-store epilogue; 128 x 128 or 128 x 192 tiles. Dense problems; the grouped modes still
+// run on sm90_fp8_block_gemm.cuh, whose mainloop this one shares in design.
+//
+//   operation : D (M x N) = alpha * sum_kb (sa[m,kb] * sb[n,kb]) * (sum_{k in kb} a[m,k] b[n,k]),
+//               or D += that (fp32 D accumulated in place: beta 1, C = D)
+//   operands  : A M x K e4m3, K-major, 1x128 fp32 scales (VEC128_32F layout);
+//               B N x K e4m3, K-major, 128x128 fp32 scales (BLK128x128_32F; fprop / dgrad) or
+//               1x128 scales (VEC128_32F; wgrad); D row-major bf16 or fp32, 16-byte aligned rows
+//   instruction: wgmma.mma_async m64n128k32 / m64n192k32 .f32.e4m3.e4m3 from shared memory
+//               (QGMMA), cp.async.bulk.tensor loads (B multicast to both CTAs of a cluster),
+//               cp.async.bulk.tensor / cp.reduce.async.bulk.tensor stores of D
+//   must match: formats::reference_gemm (fp64) within the bound derived in tests/gemm/gemm_test.cu;
+//               the promotion does the same fp32 operations per element as sm90_fp8_block_gemm,
+//               so both kernels and both tile widths give the same bits (bf16 / fp32 D, beta 0)
+//
+// Structure (one CTA = 3 warpgroups, persistent; kCluster CTAs per cluster):
+//   The CTAs of a cluster take vertically adjacent tiles (tile rows r * kCluster + rank, the same
+//   tile column), so they read the same B tile: each CTA's producer loads 1 / kCluster of its rows
+//   and multicasts them into every CTA of the cluster, halving B's traffic from L2 (at 128 x 192
+//   tiles and ~1400 TFLOP/s the unshared operand stream alone is ~9 TB/s, near L2's bandwidth).
+//   A stage may be refilled only when the consumers of every CTA are done with it (a peer writes
+//   into it), so each consumer warp arrives on the `empty` barrier of every CTA of the cluster.
+//   warpgroup 2 (producer, one thread): per tile and K block, wait `empty`, announce the stage's
+//     bytes on `full`, TMA-load A (128 x 128 B), its B share, the A (and 1x128 B) scales.
+//   warpgroups 0, 1 (consumers, 64 rows each): per K block, wait `full`, 4 wgmma k32 into a fresh
+//     partial accumulator, wait for them, release the stage, promote: main += partial * (sa * sb).
+//     Warpgroup 0 issues before warpgroup 1 (a named barrier), so one promotes while the other's
+//     wgmmas run (docs/performance.md measured the order; the 128-wide 1x128-B kernel issues
+//     unordered, as before).
+//   Epilogue: each consumer warpgroup writes its 64 x kTileN fragment, one box of 64 rows x 128
+//     bytes at a time, into one of kStoreSlots 128-byte-swizzled shared-memory slots (bank-conflict
+//     free: the 8 rows of a warp's store land in 8 different 16-byte chunks), and one elected
+//     thread hands each box to a TMA store (or a TMA reduce-add for D += ...). The stores drain
+//     while the warpgroup writes the next box and starts the next tile; a slot is rewritten only
+//     after the store that read it has (cp.async.bulk.wait_group.read). TMA clips boxes at M and N.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "gemm/common/scale_blocks.h"
+#include "gemm/common/tile_scheduler.h"
+#include "gemm/sm90/sm90_ptx.cuh"
+
+namespace blockscale::gemm::sm90 {
+
+template <int kTileN_, bool kBScalePerRow_, int kCluster_>
+struct Fp8GemmConfig {
+  static constexpr int kTileM = 128;  // two consumer warpgroups x 64 rows
+  static constexpr int kTileN = kTileN_;
+  static constexpr int kTileK = 128;  // one scale block of K per stage; 128 B rows = the swizzle span
+  static constexpr int kWgmmaK = 32;
+  static constexpr int kCluster = kCluster_;
+  static constexpr int kAccumulators = kTileN / 2;  // fp32 per thread: 64 x kTileN over 128 threads
+  static constexpr int kColumnGroups = kTileN / 8;  // fragment column groups j (columns 8j .. 8j + 7)
+  static constexpr int kConsumerWarpgroups = 2;
+  static constexpr int kThreads = 128 * (kConsumerWarpgroups + 1);
+  static constexpr int kConsumerWarps = 4 * kConsumerWarpgroups;
+  static constexpr int kProducerRegisters = 40;
+  static constexpr int kConsumerRegisters = 232;
+  static constexpr int kTileABytes = kTileM * kTileK;
+  static constexpr int kTileBBytes = kTileN * kTileK;
+  static constexpr int kBShareRows = kTileN / kCluster;  // B rows each CTA of a cluster loads
+  // A scales of one K block: a box of kTileM + 4 floats from the tile's first row rounded down to a
+  // multiple of 4 (TMA's 16-byte rule for the start; grouped tiles will start at any row).
+  static constexpr int kScaleABoxFloats = kTileM + 4;
+  static constexpr int kScaleABytes = (kScaleABoxFloats * 4 + 127) / 128 * 128;
+  static constexpr int kScaleBBytes = kBScalePerRow_ ? kTileN * 4 : 0;  // 1x128 B scales of one K block
+  static constexpr int kStageBytes = kTileABytes + kTileBBytes + kScaleABytes + kScaleBBytes;
+  // Epilogue staging: per consumer warpgroup kStoreSlots boxes of 64 rows x 128 bytes.
+  static constexpr int kBoxBytes = 64 * 128;
+  static constexpr int kStoreSlots = 2;
+  static constexpr int kStagingBytes = kConsumerWarpgroups * kStoreSlots * kBoxBytes;
+  // Shared memory: staging, A ring, B ring, A-scale ring, B-scale ring, barriers, plus 1 KB so
+  // everything starts on a 1024-byte boundary (the 128-byte swizzle repeats every 8 rows).
+  static constexpr int kSmemLimit = 227 * 1024;
+  static constexpr int kStages = (kSmemLimit - 1024 - kStagingBytes - 256) / kStageBytes;
+  static constexpr int kSmemBytes = 1024 + kStagingBytes + kStages * kStageBytes + 2 * kStages * 8;
+  static_assert(kTileN == 128 || kTileN == 192, "wgmma widths with a wrapper in sm90_ptx.cuh");
+  static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs along M");
+  static_assert((kBShareRows * kTileK) % 1024 == 0, "each CTA's B share starts on a swizzle-pattern boundary");
+  static_assert(kStages >= 3 && kSmemBytes <= kSmemLimit, "sm_90 allows 227 KB of shared memory per CTA");
+  static_assert(kTileN <= 256, "TMA boxes hold at most 256 elements per dimension");
+  // setmaxnreg moves registers from the producer (40) to the consumers (232) inside the CTA's
+  // pool: per SM sub-partition one warp of each warpgroup, 32 x (232 + 232 + 40) <= 16384.
+  static constexpr int kEntryRegisters = (65536 / kThreads) / 8 * 8;
+  static_assert(32 * (kConsumerWarpgroups * kConsumerRegisters + kProducerRegisters) <= 16384,
+                "setmaxnreg budget per sub-partition");
+  static_assert(kConsumerWarpgroups * kConsumerRegisters + kProducerRegisters <=
+                    (kConsumerWarpgroups + 1) * kEntryRegisters,
+                "setmaxnreg.inc can only hand out what the producer's setmaxnreg.dec released");
+};
+
+struct Fp8GemmParams {
+  int32_t m = 0, n = 0, k_blocks = 0;
+  // Over cluster tiles: tiles_m is the number of tile rows / kCluster, rounded up (a cluster's
+  // CTAs take tile rows r * kCluster + rank; a row past M computes on zeros and stores nothing).
+  TileOrder order;
+  const float* b_block_scales = nullptr;  // 128x128 B: scale (n / 128, kb) at [n/128 * ld + kb]
+  int32_t b_block_scales_ld = 0;
+  int32_t b_scale_blocks = 0;  // ceil(n / 128)
+  float alpha = 1.0f;
+  bool d_bf16 = true;
+  bool accumulate = false;  // fp32 D += the product (TMA reduce-add)
+};
+
+// One warpgroup's 64 x kTileN fragment (alpha applied) to D at (row0, col0) through the staging
+// slots and TMA, as the banner describes. `store_count` numbers the boxes this warpgroup has
+// stored so far (the slot ring continues across tiles). After its `last` tile the elected thread
+// waits until the stores have completed: shared memory must outlive them (a wait after the tile
+// loop instead made ptxas spill the accumulators).
+template <int kTileN, int kStoreSlots>
+__device__ __forceinline__ void store_tile(const CUtensorMap* d_map, const Fp8GemmParams& p, const float* frag,
+                                           uint8_t* slots, int32_t row0, int32_t col0, uint32_t barrier,
+                                           uint32_t& store_count, bool last) {
+  constexpr int kBoxBytes = 64 * 128;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int row = ((static_cast<int>(threadIdx.x) / 32) % 4) * 16 + lane / 4;  // and row + 8
+  const int swizzle = row % 8, q = lane % 4;                                     // row + 8: the same swizzle
+  const bool elected = threadIdx.x % 128 == 0;
+  const bool rows_in = row0 < p.m;
+  const auto box = [&](int32_t col, auto&& write) {
+    uint8_t* slot = slots + (store_count % kStoreSlots) * kBoxBytes;
+    if (elected) bulk_wait_group_read<kStoreSlots - 1>();  // the slot's last store has read it
+    named_barrier_sync(barrier, 128);
+    write(slot);
+    fence_proxy_async_shared();  // this thread's writes, visible to the TMA engine
+    named_barrier_sync(barrier, 128);
+    if (elected && rows_in && col < p.n) {
+      if (p.accumulate) {
+        tma_reduce_add_2d(d_map, slot, col, row0);
+      } else {
+        tma_store_2d(d_map, slot, col, row0);
+      }
+    }
+    if (elected) bulk_commit_group();  // an empty group when nothing was stored: the ring stays in step
+    ++store_count;
+  };
+  const float alpha = p.alpha;
+  if (p.d_bf16) {
+#pragma unroll
+    for (int b = 0; b < kTileN / 64; ++b)  // 64 bf16 columns a box: column group j = 8b + c, chunk c
+      box(col0 + 64 * b, [&](uint8_t* slot) {
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int j = 8 * b + c;
+            const __nv_bfloat162 v = __floats2bfloat162_rn(alpha * frag[4 * j + 2 * h], alpha * frag[4 * j + 2 * h + 1]);
+            *reinterpret_cast<__nv_bfloat162*>(slot + (row + 8 * h) * 128 + ((c ^ swizzle) << 4) + q * 4) = v;
+          }
+      });
+  } else {
+#pragma unroll
+    for (int b = 0; b < kTileN / 32; ++b)  // 32 fp32 columns a box: group j = 4b + c, chunks 2c, 2c + 1
+      box(col0 + 32 * b, [&](uint8_t* slot) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int j = 4 * b + c, chunk = 2 * c + q / 2;
+            *reinterpret_cast<float2*>(slot + (row + 8 * h) * 128 + ((chunk ^ swizzle) << 4) + (q % 2) * 8) =
+                make_float2(alpha * frag[4 * j + 2 * h], alpha * frag[4 * j + 2 * h + 1]);
+          }
+      });
+  }
+  if (elected && last) bulk_wait_group_all();
+}
+
+// kTileN: the tile width. kBScalePerRow: B has 1x128 scales (wgrad), TMA-loaded per stage;
+// otherwise 128x128 scales read from global memory. kCluster: CTAs per cluster sharing B.
+template <int kTileN, bool kBScalePerRow, int kCluster>
+__global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster>::kThreads, 1)
+    sm90_fp8_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
+                         const __grid_constant__ CUtensorMap a_scale_map,
+                         const __grid_constant__ CUtensorMap b_scale_map, const __grid_constant__ CUtensorMap d_map,
+                         const Fp8GemmParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Cfg = Fp8GemmConfig<kTileN, kBScalePerRow, kCluster>;
+  constexpr int kAcc = Cfg::kAccumulators;
+  constexpr int kGroups = Cfg::kColumnGroups;
+  // 1x128 B scales of a 192-wide tile would be 48 more live registers across the wgmma: that
+  // variant reads them from shared memory in the promotion and releases the stage after it.
+  constexpr bool kHoldStage = kBScalePerRow && kTileN > 128;
+  constexpr bool kOrderIssue = !(kBScalePerRow && kTileN == 128);
+  constexpr uint32_t kIssueOrderBarrier = 1;  // named barrier 0 is __syncthreads
+  constexpr uint32_t kStoreBarrier = 2;       // + warpgroup
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = smem_addr(smem_raw);
+  uint8_t* smem = smem_raw + (((raw + 1023) & ~1023u) - raw);
+  uint8_t* staging = smem;
+  uint8_t* a_ring = staging + Cfg::kStagingBytes;
+  uint8_t* b_ring = a_ring + Cfg::kStages * Cfg::kTileABytes;
+  float* a_scale_ring = reinterpret_cast<float*>(b_ring + Cfg::kStages * Cfg::kTileBBytes);
+  float* b_scale_ring = a_scale_ring + Cfg::kStages * (Cfg::kScaleABytes / 4);
+  uint64_t* full = reinterpret_cast<uint64_t*>(b_scale_ring + Cfg::kStages * (Cfg::kScaleBBytes / 4));
+  uint64_t* empty = full + Cfg::kStages;
+
+  const int warpgroup = static_cast<int>(threadIdx.x) / 128;
+  const uint32_t rank = kCluster > 1 ? cluster_cta_rank() : 0;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      mbarrier_init(&full[s], 1);                                // the producer's arrive.expect_tx
+      mbarrier_init(&empty[s], Cfg::kConsumerWarps * kCluster);  // every consumer warp of the cluster
+    }
+    fence_barrier_init();
+  }
+  // The peer's producer multicasts into this CTA's ring and signals its barriers: both CTAs'
+  // barriers must be initialised first.
+  if constexpr (kCluster > 1) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
+
+  const int32_t num_units = p.order.num_tiles();
+  const int32_t first_unit = static_cast<int32_t>(blockIdx.x) / kCluster;
+  const int32_t unit_stride = static_cast<int32_t>(gridDim.x) / kCluster;
+  const auto tile_origin = [&](int32_t unit, int32_t* m0, int32_t* n0) {
+    int32_t tile_m, tile_n;
+    p.order.coords(unit, &tile_m, &tile_n);
+    *m0 = (tile_m * kCluster + static_cast<int32_t>(rank)) * Cfg::kTileM;
+    *n0 = tile_n * kTileN;
+  };
+
+  if (warpgroup == Cfg::kConsumerWarpgroups) {
+    // ---- producer ----
+    warpgroup_registers_shrink<Cfg::kProducerRegisters>();
+    if (threadIdx.x == Cfg::kConsumerWarpgroups * 128) {
+      prefetch_tensor_map(&a_map);
+      prefetch_tensor_map(&b_map);
+      prefetch_tensor_map(&a_scale_map);
+      if (kBScalePerRow) prefetch_tensor_map(&b_scale_map);
+      // Bytes landing in this CTA per stage: its A, all of B (its share and the peers'), scales.
+      // Boxes past the tensor's edge are zero-filled and still count their full bytes.
+      constexpr uint32_t kStageTx = Cfg::kTileABytes + Cfg::kTileBBytes + 4 * Cfg::kScaleABoxFloats +
+                                    (kBScalePerRow ? Cfg::kScaleBBytes : 0);
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int32_t unit = first_unit; unit < num_units; unit += unit_stride) {
+        int32_t m0, n0;
+        tile_origin(unit, &m0, &n0);
+        for (int32_t kb = 0; kb < p.k_blocks; ++kb) {
+          mbarrier_wait(&empty[stage], phase ^ 1);  // round 0 passes at once (fresh barrier)
+          mbarrier_arrive_expect_tx(&full[stage], kStageTx);
+          tma_load_2d(a_ring + stage * Cfg::kTileABytes, &a_map, &full[stage], kb * Cfg::kTileK, m0);
+          uint8_t* b_share = b_ring + stage * Cfg::kTileBBytes + rank * (Cfg::kBShareRows * Cfg::kTileK);
+          const int32_t b_row = n0 + static_cast<int32_t>(rank) * Cfg::kBShareRows;
+          if constexpr (kCluster > 1) {
+            tma_load_2d_multicast(b_share, &b_map, &full[stage], kb * Cfg::kTileK, b_row, (1u << kCluster) - 1);
+          } else {
+            tma_load_2d(b_share, &b_map, &full[stage], kb * Cfg::kTileK, b_row);
+          }
+          tma_load_2d(a_scale_ring + stage * (Cfg::kScaleABytes / 4), &a_scale_map, &full[stage], m0 & ~3, kb);
+          if (kBScalePerRow)
+            tma_load_2d(b_scale_ring + stage * (Cfg::kScaleBBytes / 4), &b_scale_map, &full[stage], n0, kb);
+          if (++stage == Cfg::kStages) stage = 0, phase ^= 1;
+        }
+      }
+    }
+    __syncwarp();
+  } else {
+    // ---- consumers ----
+    warpgroup_registers_grow<Cfg::kConsumerRegisters>();
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    const int warp_in_group = (static_cast<int>(threadIdx.x) / 32) % 4;
+    const int row_in_tile = warpgroup * 64 + warp_in_group * 16 + lane / 4;  // and row_in_tile + 8
+    const int col_in_group = (lane % 4) * 2;                                 // + 8j, j < kGroups
+    const auto b_scale_pair = [&](int s, int j) {  // this thread's two 1x128 B scales of group j
+      return *reinterpret_cast<const float2*>(b_scale_ring + s * kTileN + 8 * j + col_in_group);
+    };
+    // The stage's reads are done: every CTA's producer may refill it (lane r signals rank r).
+    const auto release = [&](int s) {
+      if constexpr (kCluster > 1) {
+        if (lane < kCluster) mbarrier_arrive_cluster(&empty[s], static_cast<uint32_t>(lane));
+      } else {
+        if (lane == 0) mbarrier_arrive(&empty[s]);
+      }
+    };
+    int stage = 0;
+    uint32_t phase = 0;
+    uint32_t store_count = 0;
+    for (int32_t unit = first_unit; unit < num_units; unit += unit_stride) {
+      int32_t m0, n0;
+      tile_origin(unit, &m0, &n0);
+      // 128x128 B: the tile's columns fall in block n0 / 128 and, when wider than the rest of that
+      // block, the next one (clamped at the last block: its columns are >= N then, never stored).
+      const float* b_scales_lo = nullptr;
+      const float* b_scales_hi = nullptr;
+      if (!kBScalePerRow) {
+        const int32_t block = n0 / 128;
+        b_scales_lo = p.b_block_scales + int64_t{block} * p.b_block_scales_ld;
+        b_scales_hi = p.b_block_scales + int64_t{min(block + 1, p.b_scale_blocks - 1)} * p.b_block_scales_ld;
+      }
+
+      float main_acc[kAcc];
+      float partial[kAcc];
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) main_acc[i] = 0.0f;
+
+      for (int32_t kb = 0; kb < p.k_blocks; ++kb) {
+        // Issued before the wait so their latency hides behind it.
+        const float b_lo = kBScalePerRow ? 1.0f : __ldg(b_scales_lo + kb);
+        const float b_hi = kBScalePerRow || kTileN == 128 ? b_lo : __ldg(b_scales_hi + kb);
+        mbarrier_wait(&full[stage], phase);
+
+        // Every shared-memory read of the stage happens before its release below.
+        const float* a_scales = a_scale_ring + stage * (Cfg::kScaleABytes / 4) + (m0 & 3);
+        const float a_scale0 = a_scales[row_in_tile];
+        const float a_scale1 = a_scales[row_in_tile + 8];
+        float2 b_pairs[kBScalePerRow && !kHoldStage ? kGroups : 1];
+        if constexpr (kBScalePerRow && !kHoldStage) {
+#pragma unroll
+          for (int j = 0; j < kGroups; ++j) b_pairs[j] = b_scale_pair(stage, j);
+        }
+
+        const uint64_t desc_a = smem_descriptor_kmajor_sw128(a_ring + stage * Cfg::kTileABytes + warpgroup * 64 * 128);
+        const uint64_t desc_b = smem_descriptor_kmajor_sw128(b_ring + stage * Cfg::kTileBBytes);
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) fence_accumulator(partial[i]);
+        if (kOrderIssue && warpgroup == 1) named_barrier_sync(kIssueOrderBarrier, 256);  // after warpgroup 0's issue
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < Cfg::kTileK / Cfg::kWgmmaK; ++k) {
+          // +32 bytes of K per slice = +2 in the descriptor's (address >> 4) field.
+          wgmma_e4m3<kTileN>(partial, desc_a + 2 * k, desc_b + 2 * k, k > 0);
+        }
+        wgmma_commit_group();
+        if (kOrderIssue && warpgroup == 0) named_barrier_sync(kIssueOrderBarrier, 256);
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) fence_accumulator(partial[i]);
+        wgmma_wait_group<0>();
+        const int used = stage;
+        if (!kHoldStage) release(stage);
+        if (++stage == Cfg::kStages) stage = 0, phase ^= 1;
+
+        // Promotion: main += partial * (sa[row] * sb[col]), fp32, the same operations per element
+        // as sm90_fp8_block_gemm (same bits).
+        if constexpr (kBScalePerRow) {
+#pragma unroll
+          for (int j = 0; j < kGroups; ++j) {
+            const float2 b = kHoldStage ? b_scale_pair(used, j) : b_pairs[kHoldStage ? 0 : j];
+            main_acc[4 * j + 0] = fmaf(partial[4 * j + 0], a_scale0 * b.x, main_acc[4 * j + 0]);
+            main_acc[4 * j + 1] = fmaf(partial[4 * j + 1], a_scale0 * b.y, main_acc[4 * j + 1]);
+            main_acc[4 * j + 2] = fmaf(partial[4 * j + 2], a_scale1 * b.x, main_acc[4 * j + 2]);
+            main_acc[4 * j + 3] = fmaf(partial[4 * j + 3], a_scale1 * b.y, main_acc[4 * j + 3]);
+          }
+          if (kHoldStage) {
+            __syncwarp();  // every lane's scale reads happen before lane 0's release
+            release(used);
+          }
+        } else {
+          const float lo0 = a_scale0 * b_lo, lo1 = a_scale1 * b_lo, hi0 = a_scale0 * b_hi, hi1 = a_scale1 * b_hi;
+#pragma unroll
+          for (int j = 0; j < kGroups; ++j) {
+            const bool hi = b_scale_block_offset<kTileN>(n0, j) != 0;
+            const float s0 = hi ? hi0 : lo0, s1 = hi ? hi1 : lo1;
+            main_acc[4 * j + 0] = fmaf(partial[4 * j + 0], s0, main_acc[4 * j + 0]);
+            main_acc[4 * j + 1] = fmaf(partial[4 * j + 1], s0, main_acc[4 * j + 1]);
+            main_acc[4 * j + 2] = fmaf(partial[4 * j + 2], s1, main_acc[4 * j + 2]);
+            main_acc[4 * j + 3] = fmaf(partial[4 * j + 3], s1, main_acc[4 * j + 3]);
+          }
+        }
+      }
+      store_tile<kTileN, Cfg::kStoreSlots>(&d_map, p, main_acc,
+                                           staging + warpgroup * Cfg::kStoreSlots * Cfg::kBoxBytes,
+                                           m0 + warpgroup * 64, n0, kStoreBarrier + warpgroup, store_count,
+                                           unit + unit_stride >= num_units);
+    }
+  }
+  // No CTA leaves while a peer may still arrive on its barriers or multicast into its ring.
+  if constexpr (kCluster > 1) cluster_sync();
+#else
+  // Built for an architecture without wgmma: the launcher never selects this image.
+  __trap();
+#endif
+}
+
+}  // namespace blockscale::gemm::sm90
