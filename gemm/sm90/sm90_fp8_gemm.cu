@@ -100,7 +100,7 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
   const int64_t tiles_m = (p.m + Cfg::kTileM - 1) / Cfg::kTileM;
   params.order.tiles_m = static_cast<int32_t>((tiles_m + kCluster - 1) / kCluster);
   params.order.tiles_n = static_cast<int32_t>((p.n + kTileN - 1) / kTileN);
-  params.order.group_m = 16 / kCluster;  // bands of 16 tile rows
+  params.order.group_m = 16 / kCluster;  // bands of 16 tile rows (8 and 32 measured the same)
   params.b_block_scales = kBScalePerRow ? nullptr : static_cast<const float*>(args.b_scales);
   params.b_block_scales_ld = static_cast<int32_t>(formats::blk128_scale_ld(k_blocks));
   params.b_scale_blocks = static_cast<int32_t>((p.n + 127) / 128);
