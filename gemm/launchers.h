@@ -32,24 +32,24 @@ Status launch_sm90_fp8_block_gemm(const GemmProblem& p, const GemmArguments& arg
                                   const Grouping* grouping = nullptr);
 // Whether the current device can run that kernel (an sm_90a image that loads on it).
 Status sm90_fp8_block_gemm_loadable();
-// The CTA tile width that kernel runs with. kAuto (the default) picks per problem, from the H100
-// measurements in docs/performance.md: 128 x 192 (wgmma m64n192) for 128x128 B blocks with at
-// least 3 waves of 128 x 192 tiles, 128 x 128 otherwise (fewer tiles, and wgrad's 1x128 B, which
-// ran slower at 192). Process-wide, for tests and the bench to force one width; the arithmetic per
-// output element is the same, so every width gives the same bits.
+// The CTA tile width the FP8 kernels run with (both this one and sm90_fp8_gemm below). kAuto (the
+// default) picks per problem: sm90_fp8_gemm by a cost model of waves (sm90_fp8_gemm.cu), this
+// kernel 128 x 192 (wgmma m64n192) for 128x128 B blocks with at least 3 waves of 128 x 192 tiles,
+// 128 x 128 otherwise. Process-wide, for tests and the bench to force one width; the arithmetic
+// per output element is the same, so every width and both kernels give the same bits.
 enum class Sm90Fp8Tile { kAuto, kN128, kN192 };
 void set_sm90_fp8_tile(Sm90Fp8Tile tile);
 Sm90Fp8Tile sm90_fp8_tile();
 
-// FP8 blockwise, sm_90a, dense, with TMA multicast of B across a 2-CTA cluster and a TMA-store
-// epilogue: gemm/sm90/sm90_fp8_gemm.cu. launch_sm90_fp8_block_gemm runs it for dense problems it
-// applies to (D rows 16-byte aligned; beta 0, or beta 1 with fp32 C = D in place: D += A B^T),
-// at the tile width chosen there. Process-wide off switch for the bench and tests to time and
-// check the kernel it replaces on the same problems.
-bool sm90_fp8_gemm_applies(const GemmProblem& p, const GemmArguments& args);
+// FP8 blockwise, sm_90a, dense (with TMA multicast of B across a 2-CTA cluster) and M-grouped,
+// with a TMA-store epilogue: gemm/sm90/sm90_fp8_gemm.cu. launch_sm90_fp8_block_gemm runs it where
+// it applies (dense or M-grouped; D's rows and N 16-byte multiples; beta 0, or beta 1 with fp32
+// C = D in place: D += A B^T). tile kAuto: the width a cost model of waves picks. Process-wide
+// off switch for the bench and tests to time and check the kernel it replaces on the same problems.
+bool sm90_fp8_gemm_applies(const GemmProblem& p, const GemmArguments& args, const Grouping* grouping);
 Status sm90_fp8_gemm_loadable();
-// tile kAuto: the width a cost model of waves picks (sm90_fp8_gemm.cu).
-Status launch_sm90_fp8_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream, Sm90Fp8Tile tile);
+Status launch_sm90_fp8_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream, Sm90Fp8Tile tile,
+                           const Grouping* grouping);
 void set_sm90_fp8_cluster_kernel(bool enabled);
 bool sm90_fp8_cluster_kernel();
 

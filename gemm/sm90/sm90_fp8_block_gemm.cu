@@ -136,8 +136,8 @@ Status launch_sm90_fp8_block_gemm(const GemmProblem& p, const GemmArguments& arg
                                   const Grouping* grouping) {
   const bool b_scale_per_row = p.b_recipe == Recipe::kFp8Block1x128;
   Sm90Fp8Tile tile = sm90_fp8_tile();
-  if (grouping == nullptr && sm90_fp8_cluster_kernel() && sm90_fp8_gemm_applies(p, args))
-    return launch_sm90_fp8_gemm(p, args, stream, tile);  // its own width rule
+  if (sm90_fp8_cluster_kernel() && sm90_fp8_gemm_applies(p, args, grouping))
+    return launch_sm90_fp8_gemm(p, args, stream, tile, grouping);  // its own width rule
   if (tile == Sm90Fp8Tile::kAuto) {
     int sms = 0;
     BS_RETURN_IF_ERROR((prepare<192, false>(&sms)));

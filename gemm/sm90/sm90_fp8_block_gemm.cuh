@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
       const uint64_t desc_b = smem_descriptor_kmajor_sw128(b_ring + stage * Cfg::kTileBBytes);
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) fence_accumulator(partial[i]);
-      if (kOrderIssue && warpgroup == 1) named_barrier_sync(kIssueOrderBarrier, 256);  // after warpgroup 0's issue
+      if (kOrderIssue && warpgroup == 1) named_barrier_sync_unaligned(kIssueOrderBarrier, 256);  // after warpgroup 0's issue
       wgmma_fence();
 #pragma unroll
       for (int k = 0; k < Cfg::kTileK / Cfg::kWgmmaK; ++k) {
@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(Fp8BlockGemmConfig<kTileN>::kThreads, 1)
         wgmma_e4m3<kTileN>(partial, desc_a + 2 * k, desc_b + 2 * k, k > 0);
       }
       wgmma_commit_group();
-      if (kOrderIssue && warpgroup == 0) named_barrier_sync(kIssueOrderBarrier, 256);
+      if (kOrderIssue && warpgroup == 0) named_barrier_sync_unaligned(kIssueOrderBarrier, 256);
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) fence_accumulator(partial[i]);
       wgmma_wait_group<0>();

@@ -1,6 +1,6 @@
 // Host side of the sm_90a FP8 blockwise GEMM with cluster multicast and TMA-store epilogue:
 // when it applies, tensor maps for the operands, scales and D, the persistent cluster grid sized
-// by the device's occupancy, the launch. Compiled for sm_90a only (gemm/CMakeLists.txt).
+// by the device's occupancy, the launch; dense, M-grouped or K-grouped. Compiled for sm_90a only (gemm/CMakeLists.txt).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,16 +20,16 @@ using formats::Recipe;
 using sm90::Fp8GemmConfig;
 using sm90::Fp8GemmParams;
 
-template <int kTileN, bool kBScalePerRow, int kCluster>
+template <int kTileN, bool kBScalePerRow, int kCluster, GroupMode kMode = GroupMode::kDense>
 const void* kernel_symbol() {
-  return reinterpret_cast<const void*>(&sm90::sm90_fp8_gemm_kernel<kTileN, kBScalePerRow, kCluster>);
+  return reinterpret_cast<const void*>(&sm90::sm90_fp8_gemm_kernel<kTileN, kBScalePerRow, kCluster, kMode>);
 }
 
-template <int kTileN, bool kBScalePerRow, int kCluster>
+template <int kTileN, bool kBScalePerRow, int kCluster, GroupMode kMode = GroupMode::kDense>
 Status prepare(int* sm_count) {
-  using Cfg = Fp8GemmConfig<kTileN, kBScalePerRow, kCluster>;
-  return prepare_kernel(kernel_symbol<kTileN, kBScalePerRow, kCluster>(), Cfg::kSmemBytes, "sm90_fp8_gemm_kernel",
-                        sm_count);
+  using Cfg = Fp8GemmConfig<kTileN, kBScalePerRow, kCluster, kMode>;
+  return prepare_kernel(kernel_symbol<kTileN, kBScalePerRow, kCluster, kMode>(), Cfg::kSmemBytes,
+                        "sm90_fp8_gemm_kernel", sm_count);
 }
 
 // How many clusters of the kernel the device holds at once (the persistent grid's size): a GPC
@@ -55,17 +55,20 @@ Status max_active_clusters(const void* kernel, const cudaLaunchConfig_t& config,
   return Status::ok();
 }
 
-template <int kTileN, bool kBScalePerRow, int kCluster>
-Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream) {
-  using Cfg = Fp8GemmConfig<kTileN, kBScalePerRow, kCluster>;
+template <int kTileN, bool kBScalePerRow, int kCluster, GroupMode kMode = GroupMode::kDense>
+Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream, const Grouping* grouping) {
+  using Cfg = Fp8GemmConfig<kTileN, kBScalePerRow, kCluster, kMode>;
+  constexpr bool kMGrouped = kMode == GroupMode::kM;
+  constexpr bool kKGrouped = kMode == GroupMode::kK;
   int sm_count = 0;
-  BS_RETURN_IF_ERROR((prepare<kTileN, kBScalePerRow, kCluster>(&sm_count)));
+  BS_RETURN_IF_ERROR((prepare<kTileN, kBScalePerRow, kCluster, kMode>(&sm_count)));
+  const int64_t b_rows = kMGrouped ? p.n * grouping->num_groups : p.n;  // every expert's B, back to back
   const int64_t k_blocks = p.k / 128;
   // Operand tiles: 128 (A) or kTileN / kCluster (each CTA's share of B) rows x 128 bytes of K,
   // 128-byte swizzle (the wgmma K-major layout). Rows past M or N arrive as zeros.
   TensorMap2d a{args.a_data, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<uint64_t>(p.m), static_cast<uint64_t>(p.k),
                 static_cast<uint64_t>(p.k), Cfg::kTileM, Cfg::kTileK, CU_TENSOR_MAP_SWIZZLE_128B};
-  TensorMap2d b{args.b_data, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<uint64_t>(p.n), static_cast<uint64_t>(p.k),
+  TensorMap2d b{args.b_data, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<uint64_t>(b_rows), static_cast<uint64_t>(p.k),
                 static_cast<uint64_t>(p.k), Cfg::kBShareRows, Cfg::kTileK, CU_TENSOR_MAP_SWIZZLE_128B};
   // VEC128 scales: k_blocks rows of round_up(rows, 4) floats; a box is one K block's scales of
   // the tile's rows (A) or columns (1x128 B).
@@ -83,15 +86,27 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
   // D in boxes of 64 rows x 128 bytes (64 bf16 or 32 fp32 columns), 128-byte swizzled.
   const bool d_bf16 = p.d_type == MatrixType::kBf16;
   const int64_t d_elem = d_bf16 ? 2 : 4;
-  TensorMap2d d{args.d, d_bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
-                static_cast<uint64_t>(p.m), static_cast<uint64_t>(p.n), static_cast<uint64_t>(p.ldd * d_elem), 64,
-                static_cast<uint32_t>(128 / d_elem), CU_TENSOR_MAP_SWIZZLE_128B};
+  // K-grouped: a 3-D view (columns, rows of one expert, experts), so TMA clips each box at its
+  // expert's last row as well as at N.
+  const auto d_type = d_bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  TensorMap2d d{args.d, d_type, static_cast<uint64_t>(p.m), static_cast<uint64_t>(p.n),
+                static_cast<uint64_t>(p.ldd * d_elem), 64, static_cast<uint32_t>(128 / d_elem), CU_TENSOR_MAP_SWIZZLE_128B};
   CUtensorMap a_map, b_map, a_scale_map, b_scale_map, d_map;
+  if (kKGrouped) {
+    TensorMap3d d3{args.d,
+                   d_type,
+                   {static_cast<uint64_t>(p.n), static_cast<uint64_t>(p.m), static_cast<uint64_t>(grouping->num_groups)},
+                   {static_cast<uint64_t>(p.ldd * d_elem), static_cast<uint64_t>(p.m * p.ldd * d_elem)},
+                   {static_cast<uint32_t>(128 / d_elem), 64, 1},
+                   CU_TENSOR_MAP_SWIZZLE_128B};
+    BS_RETURN_IF_ERROR(encode_tensor_map(d3, "d", &d_map));
+  } else {
+    BS_RETURN_IF_ERROR(encode_tensor_map(d, "d", &d_map));
+  }
   BS_RETURN_IF_ERROR(encode_tensor_map(a, "a_data", &a_map));
   BS_RETURN_IF_ERROR(encode_tensor_map(b, "b_data", &b_map));
   BS_RETURN_IF_ERROR(encode_tensor_map(a_scale, "a_scales", &a_scale_map));
   BS_RETURN_IF_ERROR(encode_tensor_map(b_scale, "b_scales", &b_scale_map));
-  BS_RETURN_IF_ERROR(encode_tensor_map(d, "d", &d_map));
 
   Fp8GemmParams params;
   params.m = static_cast<int32_t>(p.m);
@@ -107,6 +122,11 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
   params.alpha = p.alpha;
   params.d_bf16 = d_bf16;
   params.accumulate = p.beta != 0.0f;  // sm90_fp8_gemm_applies: beta 1 in place
+  params.d = args.d;
+  params.ldd = p.ldd;
+  params.k_limit = static_cast<int32_t>(p.k);
+  if (kMode != GroupMode::kDense) params.groups = {grouping->group_ends, grouping->num_groups};
+  if (kMGrouped) params.b_block_scales_group_stride = grouping->b_scale_stride_bytes / 4;
 
   cudaLaunchAttribute cluster;
   cluster.id = cudaLaunchAttributeClusterDimension;
@@ -119,30 +139,43 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
   config.numAttrs = 1;
   config.gridDim = dim3(static_cast<unsigned>(kCluster * std::max(1, sm_count / kCluster)));
   int clusters = 0;
-  BS_RETURN_IF_ERROR(max_active_clusters(kernel_symbol<kTileN, kBScalePerRow, kCluster>(), config, &clusters));
-  const int64_t units = int64_t{params.order.num_tiles()};
+  BS_RETURN_IF_ERROR(
+      max_active_clusters(kernel_symbol<kTileN, kBScalePerRow, kCluster, kMode>(), config, &clusters));
+  // M-grouped: the tile count lives on the device, so one CTA per SM (the extra ones exit at once).
+  const int64_t units = kMGrouped   ? int64_t{clusters}
+                       : kKGrouped ? int64_t{grouping->num_groups} * params.order.num_tiles()
+                                   : int64_t{params.order.num_tiles()};
   config.gridDim = dim3(static_cast<unsigned>(kCluster * std::max<int64_t>(1, std::min<int64_t>(units, clusters))));
-  return cuda_status(cudaLaunchKernelEx(&config, sm90::sm90_fp8_gemm_kernel<kTileN, kBScalePerRow, kCluster>, a_map,
+  return cuda_status(cudaLaunchKernelEx(&config, sm90::sm90_fp8_gemm_kernel<kTileN, kBScalePerRow, kCluster, kMode>, a_map,
                                         b_map, a_scale_map, b_scale_map, d_map, params),
                      "sm90_fp8_gemm_kernel launch");
 }
 
-// Clusters pair tile rows: a single row of tiles would leave half of every cluster idle.
-int cluster_size(const GemmProblem& p) { return p.m > 128 ? 2 : 1; }
+// Clusters pair tile rows: a single row of tiles would leave half of every cluster idle. The
+// M-grouped mode runs without (sm90_fp8_gemm.cuh).
+int cluster_size(const GemmProblem& p, const Grouping* grouping) { return grouping == nullptr && p.m > 128 ? 2 : 1; }
 
 template <int kTileN, bool kBScalePerRow>
-Status launch_width(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream) {
-  return cluster_size(p) == 2 ? launch<kTileN, kBScalePerRow, 2>(p, args, stream)
-                              : launch<kTileN, kBScalePerRow, 1>(p, args, stream);
+Status launch_width(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream, const Grouping* grouping) {
+  if constexpr (kBScalePerRow) {
+    if (grouping != nullptr) return launch<kTileN, true, 1, GroupMode::kK>(p, args, stream, grouping);
+  } else {
+    if (grouping != nullptr) return launch<kTileN, false, 1, GroupMode::kM>(p, args, stream, grouping);
+  }
+  return cluster_size(p, grouping) == 2 ? launch<kTileN, kBScalePerRow, 2>(p, args, stream, nullptr)
+                                        : launch<kTileN, kBScalePerRow, 1>(p, args, stream, nullptr);
 }
 
 // The tile width with the smaller modelled time: waves of cluster units (the persistent grid
 // runs ceil(units / clusters) rounds) times a unit's cost, a 128 x 192 tile costing 1.375 times a
 // 128 x 128 one (1.5x the work at the ~9% higher rate measured at large shapes on the H100 and
 // H200, docs/performance.md). No autotuning at run time.
-Sm90Fp8Tile pick_tile(const GemmProblem& p, int sm_count) {
-  const int64_t cluster = cluster_size(p), clusters = std::max<int64_t>(1, sm_count / cluster);
-  const int64_t unit_rows = ((p.m + 127) / 128 + cluster - 1) / cluster;
+// M-grouped: the rows of all experts as one problem (per-expert rows are on the device);
+// K-grouped: every expert's m x n output.
+Sm90Fp8Tile pick_tile(const GemmProblem& p, const Grouping* grouping, int sm_count) {
+  const int64_t cluster = cluster_size(p, grouping), clusters = std::max<int64_t>(1, sm_count / cluster);
+  const int64_t experts = grouping != nullptr && grouping->mode == GroupMode::kK ? grouping->num_groups : 1;
+  const int64_t unit_rows = experts * (((p.m + 127) / 128 + cluster - 1) / cluster);
   const auto waves = [&](int64_t width) {
     const int64_t units = unit_rows * ((p.n + width - 1) / width);
     return static_cast<double>((units + clusters - 1) / clusters);
@@ -152,7 +185,9 @@ Sm90Fp8Tile pick_tile(const GemmProblem& p, int sm_count) {
 
 }  // namespace
 
-bool sm90_fp8_gemm_applies(const GemmProblem& p, const GemmArguments& args) {
+bool sm90_fp8_gemm_applies(const GemmProblem& p, const GemmArguments& args, const Grouping* grouping) {
+  // grouped.cpp has checked the recipes: 128x128 B when M-grouped, 1x128 B when K-grouped.
+  (void)grouping;
   const int64_t d_elem = p.d_type == MatrixType::kBf16 ? 2 : 4;
   // TMA writes the innermost dimension in 16-byte units: a row end inside one would be
   // overwritten past N (measured: n = 127, fp32 D wrote column 127 of a padded row).
@@ -172,19 +207,26 @@ Status sm90_fp8_gemm_loadable() {
   BS_RETURN_IF_ERROR((prepare<192, false, 1>(&sms)));
   BS_RETURN_IF_ERROR((prepare<192, false, 2>(&sms)));
   BS_RETURN_IF_ERROR((prepare<192, true, 1>(&sms)));
-  return prepare<192, true, 2>(&sms);
+  BS_RETURN_IF_ERROR((prepare<192, true, 2>(&sms)));
+  BS_RETURN_IF_ERROR((prepare<128, false, 1, GroupMode::kM>(&sms)));
+  BS_RETURN_IF_ERROR((prepare<192, false, 1, GroupMode::kM>(&sms)));
+  BS_RETURN_IF_ERROR((prepare<128, true, 1, GroupMode::kK>(&sms)));
+  return prepare<192, true, 1, GroupMode::kK>(&sms);
 }
 
-Status launch_sm90_fp8_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream, Sm90Fp8Tile tile) {
+Status launch_sm90_fp8_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream, Sm90Fp8Tile tile,
+                           const Grouping* grouping) {
   const bool b_scale_per_row = p.b_recipe == Recipe::kFp8Block1x128;
   if (tile == Sm90Fp8Tile::kAuto) {
     int sms = 0;
     BS_RETURN_IF_ERROR((prepare<128, false, 1>(&sms)));
-    tile = pick_tile(p, sms);
+    tile = pick_tile(p, grouping, sms);
   }
   if (tile == Sm90Fp8Tile::kN192)
-    return b_scale_per_row ? launch_width<192, true>(p, args, stream) : launch_width<192, false>(p, args, stream);
-  return b_scale_per_row ? launch_width<128, true>(p, args, stream) : launch_width<128, false>(p, args, stream);
+    return b_scale_per_row ? launch_width<192, true>(p, args, stream, grouping)
+                           : launch_width<192, false>(p, args, stream, grouping);
+  return b_scale_per_row ? launch_width<128, true>(p, args, stream, grouping)
+                         : launch_width<128, false>(p, args, stream, grouping);
 }
 
 }  // namespace blockscale::gemm::detail

@@ -1,6 +1,8 @@
 // sm90_fp8_gemm: FP8 blockwise GEMM for Hopper (sm_90a) with TMA multicast across a 2-CTA cluster
-// and a TMA-store epilogue; 128 x 128 or 128 x 192 tiles. Dense problems; the grouped modes still
-// run on sm90_fp8_block_gemm.cuh, whose mainloop this one shares in design.
+// and a TMA-store epilogue; 128 x 128 or 128 x 192 tiles. Dense problems and the grouped modes
+// of gemm/common/grouped_schedule.h (expert ends read on the device): M-grouped (MoE fprop /
+// dgrad) and K-grouped (MoE wgrad: each expert's tile reduces its own K range; D of expert g is
+// rows g * m .. g * m + m - 1, written through a 3-D view that TMA clips at each expert's m rows).
 //
 //   operation : D (M x N) = alpha * sum_kb (sa[m,kb] * sb[n,kb]) * (sum_{k in kb} a[m,k] b[n,k]),
 //               or D += that (fp32 D accumulated in place: beta 1, C = D)
@@ -34,6 +36,10 @@
 //     thread hands each box to a TMA store (or a TMA reduce-add for D += ...). The stores drain
 //     while the warpgroup writes the next box and starts the next tile; a slot is rewritten only
 //     after the store that read it has (cp.async.bulk.wait_group.read). TMA clips boxes at M and N.
+//   M-grouped: tiles start at their expert's first row, so a tile's last rows may belong to the
+//     next expert; a box holding such rows is copied out by the warpgroup's threads, row by row,
+//     16 bytes a thread (only the expert's rows), instead of by TMA. No cluster in this mode (two
+//     tile rows of one expert would often leave the second CTA idle, experts being small).
 #pragma once
 
 #include <cuda.h>
@@ -41,13 +47,14 @@
 
 #include <cstdint>
 
+#include "gemm/common/grouped_schedule.h"
 #include "gemm/common/scale_blocks.h"
 #include "gemm/common/tile_scheduler.h"
 #include "gemm/sm90/sm90_ptx.cuh"
 
 namespace blockscale::gemm::sm90 {
 
-template <int kTileN_, bool kBScalePerRow_, int kCluster_>
+template <int kTileN_, bool kBScalePerRow_, int kCluster_, GroupMode kMode_ = GroupMode::kDense>
 struct Fp8GemmConfig {
   static constexpr int kTileM = 128;  // two consumer warpgroups x 64 rows
   static constexpr int kTileN = kTileN_;
@@ -77,10 +84,15 @@ struct Fp8GemmConfig {
   // Shared memory: staging, A ring, B ring, A-scale ring, B-scale ring, barriers, plus 1 KB so
   // everything starts on a 1024-byte boundary (the 128-byte swizzle repeats every 8 rows).
   static constexpr int kSmemLimit = 227 * 1024;
-  static constexpr int kStages = (kSmemLimit - 1024 - kStagingBytes - 256) / kStageBytes;
-  static constexpr int kSmemBytes = 1024 + kStagingBytes + kStages * kStageBytes + 2 * kStages * 8;
+  // M-grouped: the schedule tables (tile and row end per expert) after the barriers.
+  static constexpr int kScheduleBytes = kMode_ != GroupMode::kDense ? 2 * kMaxGroups * 4 : 0;
+  static constexpr int kStages = (kSmemLimit - 1024 - kStagingBytes - 256 - kScheduleBytes) / kStageBytes;
+  static constexpr int kSmemBytes = 1024 + kStagingBytes + kStages * kStageBytes + 2 * kStages * 8 + kScheduleBytes;
   static_assert(kTileN == 128 || kTileN == 192, "wgmma widths with a wrapper in sm90_ptx.cuh");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs along M");
+  static_assert(kMode_ == GroupMode::kDense || kCluster == 1, "grouped modes: no cluster");
+  static_assert(kMode_ != GroupMode::kM || !kBScalePerRow_, "M-grouped: 128x128 B per expert");
+  static_assert(kMode_ != GroupMode::kK || kBScalePerRow_, "K-grouped: 1x128 B (wgrad)");
   static_assert((kBShareRows * kTileK) % 1024 == 0, "each CTA's B share starts on a swizzle-pattern boundary");
   static_assert(kStages >= 3 && kSmemBytes <= kSmemLimit, "sm_90 allows 227 KB of shared memory per CTA");
   static_assert(kTileN <= 256, "TMA boxes hold at most 256 elements per dimension");
@@ -105,23 +117,59 @@ struct Fp8GemmParams {
   float alpha = 1.0f;
   bool d_bf16 = true;
   bool accumulate = false;  // fp32 D += the product (TMA reduce-add)
+  // M-grouped: expert g's B is rows g * n .. g * n + n - 1 of b_map, its 128x128 scales start at
+  // b_block_scales + g * b_block_scales_group_stride. D (row stride ldd elements) for the boxes
+  // that end inside an expert, written by threads.
+  // K-grouped: the groups' ends split K (k_limit columns).
+  GroupedRows groups;
+  int64_t b_block_scales_group_stride = 0;
+  int32_t k_limit = 0;
+  void* d = nullptr;
+  int64_t ldd = 0;
 };
+
+// The rows [row0, row_end) of a staged box (64 rows x 128 bytes from column col) to D by the
+// warpgroup's 128 threads, one 16-byte chunk each per pass (D's rows and N are 16-byte multiples:
+// sm90_fp8_gemm_applies); with p.accumulate, D += the box. Reads undo the slot's swizzle.
+__device__ __forceinline__ void copy_box_rows(const Fp8GemmParams& p, const uint8_t* slot, int32_t row0,
+                                              int32_t row_end, int32_t col) {
+  const int elem = p.d_bf16 ? 2 : 4, chunk_cols = 16 / elem;
+  const int t = static_cast<int>(threadIdx.x) % 128;
+#pragma unroll
+  for (int pass = 0; pass < 4; ++pass) {
+    const int c = t + 128 * pass, r = c / 8, chunk = c % 8;
+    const int32_t row = row0 + r, first = col + chunk * chunk_cols;
+    if (row >= row_end || first >= p.n) continue;
+    const uint4 v = *reinterpret_cast<const uint4*>(slot + r * 128 + ((chunk ^ (r % 8)) << 4));
+    uint8_t* at = static_cast<uint8_t*>(p.d) + (int64_t{row} * p.ldd + first) * elem;
+    if (p.accumulate) {  // fp32 D += the box
+      float4 d = *reinterpret_cast<float4*>(at);
+      d.x += __uint_as_float(v.x), d.y += __uint_as_float(v.y), d.z += __uint_as_float(v.z), d.w += __uint_as_float(v.w);
+      *reinterpret_cast<float4*>(at) = d;
+    } else {
+      *reinterpret_cast<uint4*>(at) = v;
+    }
+  }
+}
 
 // One warpgroup's 64 x kTileN fragment (alpha applied) to D at (row0, col0) through the staging
 // slots and TMA, as the banner describes. `store_count` numbers the boxes this warpgroup has
 // stored so far (the slot ring continues across tiles). After its `last` tile the elected thread
 // waits until the stores have completed: shared memory must outlive them (a wait after the tile
 // loop instead made ptxas spill the accumulators).
-template <int kTileN, int kStoreSlots>
+// Rows from row_end on are not written (M-grouped: the next expert's).
+// kExpertD: d_map is 3-D (columns, rows of one expert, experts) and row0 counts within `expert`.
+template <int kTileN, int kStoreSlots, bool kExpertD>
 __device__ __forceinline__ void store_tile(const CUtensorMap* d_map, const Fp8GemmParams& p, const float* frag,
-                                           uint8_t* slots, int32_t row0, int32_t col0, uint32_t barrier,
-                                           uint32_t& store_count, bool last) {
+                                           uint8_t* slots, int32_t row0, int32_t row_end, int32_t col0,
+                                           int32_t expert, uint32_t barrier, uint32_t& store_count, bool last) {
   constexpr int kBoxBytes = 64 * 128;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int row = ((static_cast<int>(threadIdx.x) / 32) % 4) * 16 + lane / 4;  // and row + 8
   const int swizzle = row % 8, q = lane % 4;                                     // row + 8: the same swizzle
   const bool elected = threadIdx.x % 128 == 0;
-  const bool rows_in = row0 < p.m;
+  const bool rows_in = row0 < row_end;
+  const bool whole = row0 + 64 <= row_end || row_end == p.m;  // TMA clips at M itself
   const auto box = [&](int32_t col, auto&& write) {
     uint8_t* slot = slots + (store_count % kStoreSlots) * kBoxBytes;
     if (elected) bulk_wait_group_read<kStoreSlots - 1>();  // the slot's last store has read it
@@ -129,8 +177,15 @@ __device__ __forceinline__ void store_tile(const CUtensorMap* d_map, const Fp8Ge
     write(slot);
     fence_proxy_async_shared();  // this thread's writes, visible to the TMA engine
     named_barrier_sync(barrier, 128);
-    if (elected && rows_in && col < p.n) {
-      if (p.accumulate) {
+    if (!whole && rows_in) copy_box_rows(p, slot, row0, row_end, col);
+    if (elected && rows_in && whole && col < p.n) {
+      if constexpr (kExpertD) {
+        if (p.accumulate) {
+          tma_reduce_add_3d(d_map, slot, col, row0, expert);
+        } else {
+          tma_store_3d(d_map, slot, col, row0, expert);
+        }
+      } else if (p.accumulate) {
         tma_reduce_add_2d(d_map, slot, col, row0);
       } else {
         tma_store_2d(d_map, slot, col, row0);
@@ -171,15 +226,18 @@ __device__ __forceinline__ void store_tile(const CUtensorMap* d_map, const Fp8Ge
 }
 
 // kTileN: the tile width. kBScalePerRow: B has 1x128 scales (wgrad), TMA-loaded per stage;
-// otherwise 128x128 scales read from global memory. kCluster: CTAs per cluster sharing B.
-template <int kTileN, bool kBScalePerRow, int kCluster>
-__global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster>::kThreads, 1)
+// otherwise 128x128 scales read from global memory. kCluster: CTAs per cluster sharing B. kMode:
+// dense or M-grouped.
+template <int kTileN, bool kBScalePerRow, int kCluster, GroupMode kMode = GroupMode::kDense>
+__global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster, kMode>::kThreads, 1)
     sm90_fp8_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                          const __grid_constant__ CUtensorMap a_scale_map,
                          const __grid_constant__ CUtensorMap b_scale_map, const __grid_constant__ CUtensorMap d_map,
                          const Fp8GemmParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = Fp8GemmConfig<kTileN, kBScalePerRow, kCluster>;
+  using Cfg = Fp8GemmConfig<kTileN, kBScalePerRow, kCluster, kMode>;
+  constexpr bool kMGrouped = kMode == GroupMode::kM;
+  constexpr bool kKGrouped = kMode == GroupMode::kK;
   constexpr int kAcc = Cfg::kAccumulators;
   constexpr int kGroups = Cfg::kColumnGroups;
   // 1x128 B scales of a 192-wide tile would be 48 more live registers across the wgmma: that
@@ -198,6 +256,8 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster>
   float* b_scale_ring = a_scale_ring + Cfg::kStages * (Cfg::kScaleABytes / 4);
   uint64_t* full = reinterpret_cast<uint64_t*>(b_scale_ring + Cfg::kStages * (Cfg::kScaleBBytes / 4));
   uint64_t* empty = full + Cfg::kStages;
+  int32_t* tile_ends = reinterpret_cast<int32_t*>(empty + Cfg::kStages);  // M-grouped only
+  int32_t* row_ends = tile_ends + kMaxGroups;
 
   const int warpgroup = static_cast<int>(threadIdx.x) / 128;
   const uint32_t rank = kCluster > 1 ? cluster_cta_rank() : 0;
@@ -208,6 +268,8 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster>
     }
     fence_barrier_init();
   }
+  if constexpr (kMGrouped) build_grouped_schedule(p.groups, p.m, Cfg::kTileM, p.order.tiles_n, tile_ends, row_ends);
+  if constexpr (kKGrouped) build_grouped_schedule(p.groups, p.k_limit, 1, 0, nullptr, row_ends);  // K ends
   // The peer's producer multicasts into this CTA's ring and signals its barriers: both CTAs'
   // barriers must be initialised first.
   if constexpr (kCluster > 1) {
@@ -216,15 +278,34 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster>
     __syncthreads();
   }
 
-  const int32_t num_units = p.order.num_tiles();
+  const int32_t num_units = kKGrouped                ? p.groups.num_groups * p.order.num_tiles()
+                            : !kMGrouped              ? p.order.num_tiles()
+                            : p.groups.num_groups > 0 ? tile_ends[p.groups.num_groups - 1]
+                                                      : 0;
   const int32_t first_unit = static_cast<int32_t>(blockIdx.x) / kCluster;
   const int32_t unit_stride = static_cast<int32_t>(gridDim.x) / kCluster;
-  const auto tile_origin = [&](int32_t unit, int32_t* m0, int32_t* n0) {
-    int32_t tile_m, tile_n;
-    p.order.coords(unit, &tile_m, &tile_n);
-    *m0 = (tile_m * kCluster + static_cast<int32_t>(rank)) * Cfg::kTileM;
-    *n0 = tile_n * kTileN;
+  // Unit -> this CTA's tile: its expert, first row and column, and where its rows end.
+  const auto tile_at = [&](int32_t unit) {
+    if constexpr (kMGrouped) {
+      GroupedTile t = grouped_tile(unit, p.groups.num_groups, Cfg::kTileM, kTileN, p.order.tiles_n, tile_ends, row_ends);
+      t.k_end = p.k_blocks * Cfg::kTileK;
+      return t;
+    } else if constexpr (kKGrouped) {
+      return k_grouped_tile(unit, p.order, p.m, Cfg::kTileM, kTileN, row_ends);
+    } else {
+      GroupedTile t;
+      int32_t tile_m, tile_n;
+      p.order.coords(unit, &tile_m, &tile_n);
+      t.m0 = (tile_m * kCluster + static_cast<int32_t>(rank)) * Cfg::kTileM;
+      t.n0 = tile_n * kTileN;
+      t.row_end = p.m;
+      t.k_end = p.k_blocks * Cfg::kTileK;
+      return t;
+    }
   };
+  // The K blocks a tile reduces (K-grouped ends are multiples of 128: grouped.h).
+  const auto first_block = [](const GroupedTile& t) { return t.k_begin / Cfg::kTileK; };
+  const auto end_block = [](const GroupedTile& t) { return (t.k_end + Cfg::kTileK - 1) / Cfg::kTileK; };
 
   if (warpgroup == Cfg::kConsumerWarpgroups) {
     // ---- producer ----
@@ -241,14 +322,14 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster>
       int stage = 0;
       uint32_t phase = 0;
       for (int32_t unit = first_unit; unit < num_units; unit += unit_stride) {
-        int32_t m0, n0;
-        tile_origin(unit, &m0, &n0);
-        for (int32_t kb = 0; kb < p.k_blocks; ++kb) {
+        const GroupedTile t = tile_at(unit);
+        const int32_t m0 = t.m0, n0 = t.n0, b_first = (kMGrouped ? t.group * p.n : 0) + n0;
+        for (int32_t kb = first_block(t), kb_end = end_block(t); kb < kb_end; ++kb) {
           mbarrier_wait(&empty[stage], phase ^ 1);  // round 0 passes at once (fresh barrier)
           mbarrier_arrive_expect_tx(&full[stage], kStageTx);
           tma_load_2d(a_ring + stage * Cfg::kTileABytes, &a_map, &full[stage], kb * Cfg::kTileK, m0);
           uint8_t* b_share = b_ring + stage * Cfg::kTileBBytes + rank * (Cfg::kBShareRows * Cfg::kTileK);
-          const int32_t b_row = n0 + static_cast<int32_t>(rank) * Cfg::kBShareRows;
+          const int32_t b_row = b_first + static_cast<int32_t>(rank) * Cfg::kBShareRows;
           if constexpr (kCluster > 1) {
             tma_load_2d_multicast(b_share, &b_map, &full[stage], kb * Cfg::kTileK, b_row, (1u << kCluster) - 1);
           } else {
@@ -284,16 +365,17 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster>
     uint32_t phase = 0;
     uint32_t store_count = 0;
     for (int32_t unit = first_unit; unit < num_units; unit += unit_stride) {
-      int32_t m0, n0;
-      tile_origin(unit, &m0, &n0);
+      const GroupedTile t = tile_at(unit);
+      const int32_t m0 = t.m0, n0 = t.n0;
       // 128x128 B: the tile's columns fall in block n0 / 128 and, when wider than the rest of that
       // block, the next one (clamped at the last block: its columns are >= N then, never stored).
       const float* b_scales_lo = nullptr;
       const float* b_scales_hi = nullptr;
       if (!kBScalePerRow) {
         const int32_t block = n0 / 128;
-        b_scales_lo = p.b_block_scales + int64_t{block} * p.b_block_scales_ld;
-        b_scales_hi = p.b_block_scales + int64_t{min(block + 1, p.b_scale_blocks - 1)} * p.b_block_scales_ld;
+        const float* expert_scales = p.b_block_scales + t.group * p.b_block_scales_group_stride;
+        b_scales_lo = expert_scales + int64_t{block} * p.b_block_scales_ld;
+        b_scales_hi = expert_scales + int64_t{min(block + 1, p.b_scale_blocks - 1)} * p.b_block_scales_ld;
       }
 
       float main_acc[kAcc];
@@ -301,7 +383,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster>
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) main_acc[i] = 0.0f;
 
-      for (int32_t kb = 0; kb < p.k_blocks; ++kb) {
+      for (int32_t kb = first_block(t), kb_end = end_block(t); kb < kb_end; ++kb) {
         // Issued before the wait so their latency hides behind it.
         const float b_lo = kBScalePerRow ? 1.0f : __ldg(b_scales_lo + kb);
         const float b_hi = kBScalePerRow || kTileN == 128 ? b_lo : __ldg(b_scales_hi + kb);
@@ -321,7 +403,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster>
         const uint64_t desc_b = smem_descriptor_kmajor_sw128(b_ring + stage * Cfg::kTileBBytes);
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) fence_accumulator(partial[i]);
-        if (kOrderIssue && warpgroup == 1) named_barrier_sync(kIssueOrderBarrier, 256);  // after warpgroup 0's issue
+        if (kOrderIssue && warpgroup == 1) named_barrier_sync_unaligned(kIssueOrderBarrier, 256);  // after warpgroup 0's issue
         wgmma_fence();
 #pragma unroll
         for (int k = 0; k < Cfg::kTileK / Cfg::kWgmmaK; ++k) {
@@ -329,7 +411,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster>
           wgmma_e4m3<kTileN>(partial, desc_a + 2 * k, desc_b + 2 * k, k > 0);
         }
         wgmma_commit_group();
-        if (kOrderIssue && warpgroup == 0) named_barrier_sync(kIssueOrderBarrier, 256);
+        if (kOrderIssue && warpgroup == 0) named_barrier_sync_unaligned(kIssueOrderBarrier, 256);
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) fence_accumulator(partial[i]);
         wgmma_wait_group<0>();
@@ -365,10 +447,12 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster>
           }
         }
       }
-      store_tile<kTileN, Cfg::kStoreSlots>(&d_map, p, main_acc,
-                                           staging + warpgroup * Cfg::kStoreSlots * Cfg::kBoxBytes,
-                                           m0 + warpgroup * 64, n0, kStoreBarrier + warpgroup, store_count,
-                                           unit + unit_stride >= num_units);
+      // The tile's row end and expert looked up again rather than kept across the mainloop (live
+      // registers there spilled).
+      const GroupedTile done = tile_at(unit);
+      store_tile<kTileN, Cfg::kStoreSlots, kKGrouped>(
+          &d_map, p, main_acc, staging + warpgroup * Cfg::kStoreSlots * Cfg::kBoxBytes, m0 + warpgroup * 64,
+          done.row_end, n0, done.group, kStoreBarrier + warpgroup, store_count, unit + unit_stride >= num_units);
     }
   }
   // No CTA leaves while a peer may still arrive on its barriers or multicast into its ring.

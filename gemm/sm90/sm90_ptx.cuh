@@ -135,6 +135,7 @@ __device__ __forceinline__ uint32_t cluster_cta_rank() {
 // memory and barriers initialised before it are visible to the peer CTAs, and a CTA that has
 // passed it may exit without a peer still signalling its barriers.
 __device__ __forceinline__ void cluster_sync() {
+  __syncwarp();  // the .aligned form: the warp reconverged first
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
@@ -190,6 +191,15 @@ __device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, const 
                "r"(smem_addr(src)), "r"(inner), "r"(outer)
                : "memory");
 }
+// D += the box, for a 3-D tensor map.
+__device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, const void* src, int32_t c0, int32_t c1,
+                                                  int32_t c2) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(smem_addr(src)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
 __device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // Until the issuing thread's committed stores have read their shared memory (it may be rewritten).
 __device__ __forceinline__ void bulk_wait_group_read_all() {
@@ -212,9 +222,17 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 }
 
 // A barrier among `threads` threads (a multiple of 32) of the CTA, on hardware barrier `id`
-// (1..15; 0 is __syncthreads).
+// (1..15; 0 is __syncthreads). bar.sync is barrier.sync.aligned: every participating thread must
+// execute this same instruction (the same code path), the warp reconverged.
 __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
+  __syncwarp();
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+// The same barrier where the participants reach it from different code (one warpgroup before
+// its wgmma issue, the other after its own): the non-.aligned form, which allows that; the
+// .aligned one there is undefined behaviour (compute-sanitizer's synccheck: "divergent threads").
+__device__ __forceinline__ void named_barrier_sync_unaligned(uint32_t id, uint32_t threads) {
+  asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 // ---- Register budget per warpgroup (needs a register cap at entry: __launch_bounds__(n, 1)) ----

@@ -3,7 +3,8 @@
 //
 // Routing cases: uneven experts with an empty one and a 1-token one, all tokens on one expert
 // between empty ones, many experts with random counts (zeros included, none a multiple of 128),
-// and one expert (the dense problem). Expert starts at rows that are not multiples of 128 cross
+// (once with 16-byte D rows, which the FP8 TMA-store kernel takes), and one expert (the dense
+// problem). Expert starts at rows that are not multiples of 128 cross
 // the 128-row scale tiles of MX A operands, which the grouped kernel reads in 3-tile boxes.
 // D is poisoned (0xFF: NaN in bf16 and fp32) first; every element must be written and finite,
 // and the Frobenius error must be within the bound of the dense tests for the recipe:
@@ -223,14 +224,26 @@ TEST_P(GroupedPair, AllTokensOnOneExpertAccumulating) {
   check_case({GetParam(), 130, 384, {0, 517, 0}, MatrixType::kFp32, 1.0f, 1.0f}, 2);
 }
 
-// Nine experts, random counts 0..260 (zeros forced), odd n, alpha != 1.
-TEST_P(GroupedPair, ManyExpertsRandomCounts) {
-  SKIP_WITHOUT_GPU();
-  std::mt19937_64 rng(3);
+// Nine experts, random counts 0..260 drawn from `seed` (experts 1 and 5 empty).
+std::vector<int64_t> nine_random_counts(uint64_t seed) {
+  std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int64_t> count(0, 260);
   std::vector<int64_t> counts;
   for (int g = 0; g < 9; ++g) counts.push_back(g % 4 == 1 ? 0 : count(rng));
-  check_case({GetParam(), 129, 256, counts, MatrixType::kBf16, -0.5f, 0.0f}, 3);
+  return counts;
+}
+
+// Nine experts, random counts, odd n, alpha != 1.
+TEST_P(GroupedPair, ManyExpertsRandomCounts) {
+  SKIP_WITHOUT_GPU();
+  check_case({GetParam(), 129, 256, nine_random_counts(3), MatrixType::kBf16, -0.5f, 0.0f}, 3);
+}
+
+// The same routing with 16-byte D rows (n 256, fp32 D): the FP8 kernel that stores through TMA
+// (sm90_fp8_gemm) takes it, and its threads copy the rows of every box an expert ends inside.
+TEST_P(GroupedPair, ManyExpertsRandomCountsAlignedRows) {
+  SKIP_WITHOUT_GPU();
+  check_case({GetParam(), 256, 256, nine_random_counts(5), MatrixType::kFp32, -0.5f, 0.0f}, 5);
 }
 
 // One expert: the dense problem through the grouped path.
