@@ -41,11 +41,11 @@ enum class Sm90Fp8Tile { kAuto, kN128, kN192 };
 void set_sm90_fp8_tile(Sm90Fp8Tile tile);
 Sm90Fp8Tile sm90_fp8_tile();
 
-// FP8 blockwise, sm_90a, dense (with TMA multicast of B across a 2-CTA cluster) and M-grouped,
-// with a TMA-store epilogue: gemm/sm90/sm90_fp8_gemm.cu. launch_sm90_fp8_block_gemm runs it where
-// it applies (dense or M-grouped; D's rows and N 16-byte multiples; beta 0, or beta 1 with fp32
-// C = D in place: D += A B^T). tile kAuto: the width a cost model of waves picks. Process-wide
-// off switch for the bench and tests to time and check the kernel it replaces on the same problems.
+// FP8 blockwise, sm_90a, dense (with TMA multicast of B across a 2-CTA cluster), M-grouped and
+// K-grouped, with a TMA-store epilogue: gemm/sm90/sm90_fp8_gemm.cu. launch_sm90_fp8_block_gemm
+// runs it where it applies (D 16-byte aligned, its rows and N 16-byte multiples; beta 0, or beta 1
+// with fp32 C = D in place: D += A B^T). tile kAuto: the width a cost model of waves picks.
+// Process-wide off switch for the bench to time the kernel it replaces on the same problems.
 bool sm90_fp8_gemm_applies(const GemmProblem& p, const GemmArguments& args, const Grouping* grouping);
 Status sm90_fp8_gemm_loadable();
 Status launch_sm90_fp8_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream, Sm90Fp8Tile tile,
