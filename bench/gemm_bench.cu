@@ -12,8 +12,8 @@
 // difference (both bf16 outputs of fp32 sums: expect ~1e-3, bf16's half ulp, not more).
 //
 // Usage: gemm_bench [--iters N] [--only I,J,...] [--tiles 128,192] [--list]. One line per case,
-// then a markdown table (last). DeepGEMM is timed by its own script in the same GPU session
-// (bench/README.md); its dense shape set (M 4096) is among the cases here.
+// then a markdown table (last). DeepGEMM is timed by its own harness on the same GPU; its dense
+// shape set (M 4096) is among the cases here.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
