@@ -69,7 +69,9 @@ std::string errno_text(int err) { return std::strerror(err); }
 // element size). check(file size) runs first and may reject the file.
 template <typename Check, typename Consume>
 Status read_file_chunks(const std::string& path, Check check, Consume consume) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO (not a regular file: refused below) must not block open() waiting for a
+  // writer; it changes nothing for a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return Status::error("cannot open '" + path + "': " + errno_text(errno));
   struct FdCloser {
     int fd;

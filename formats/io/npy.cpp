@@ -329,7 +329,9 @@ Status parse_npy(const uint8_t* bytes, size_t size, NpyArray* out) {
 
 Status read_npy(const std::string& path, NpyArray* out) {
   if (!out) return bad("out is null");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO (not a regular file: refused below) must not block open() waiting for a
+  // writer; it changes nothing for a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return bad("path: cannot open '" + path + "': " + std::strerror(errno));
   struct Closer { int fd; ~Closer() { ::close(fd); } } closer{fd};
   struct stat st;

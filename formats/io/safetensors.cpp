@@ -345,7 +345,9 @@ Status SafetensorsFile::parse(const uint8_t* bytes, size_t size, SafetensorsFile
 
 Status SafetensorsFile::open(const std::string& path, SafetensorsFile* out) {
   if (!out) return bad("out is null");
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO (not a regular file: refused below) must not block open() waiting for a
+  // writer; it changes nothing for a regular file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return bad("path: cannot open '" + path + "': " + std::strerror(errno));
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/fifo_reader.h"
 #include "tests/temp_dir.h"
 
 namespace blockscale::train {
@@ -181,6 +182,16 @@ TEST(TokenFile, InfersVocabAsMaxPlusOne) {
   EXPECT_EQ(c.vocab_size, 42);
   write_bytes(dir.file("big"), le_bytes({3, 0xFFFFFFFFu}, 4));
   EXPECT_FALSE(load_token_file(dir.file("big"), TokenDtype::kUint32, 0, &c));  // no int vocab
+}
+
+TEST(TokenFile, FifoIsRefusedWithoutBlocking) {
+  blockscale_test::TempDir dir;
+  TokenCorpus c;
+  std::string msg = blockscale_test::read_fifo(
+      dir.file("tokens"), [&](const std::string& p) { return load_token_file(p, TokenDtype::kUint16, 0, &c); });
+  EXPECT_TRUE(contains(msg, "not a regular file")) << msg;
+  msg = blockscale_test::read_fifo(dir.file("text"), [&](const std::string& p) { return load_text_bytes(p, &c); });
+  EXPECT_TRUE(contains(msg, "not a regular file")) << msg;
 }
 
 TEST(TokenFile, TruncatedFileNamesItsSize) {

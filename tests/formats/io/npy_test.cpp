@@ -1,6 +1,7 @@
 // Tests of formats/io/npy.h: round trips of every dtype and rank, Fortran order, format
 // versions, np.save's exact header bytes, and one test per rule the parser enforces.
 #include "formats/io/npy.h"
+#include "tests/fifo_reader.h"
 #include "tests/temp_dir.h"
 
 #include <gtest/gtest.h>
@@ -282,6 +283,14 @@ TEST(NpyErrors, FileErrorsNameThePath) {
   std::ofstream(dir.file("short.npy")) << "\x93NUMPY";
   EXPECT_TRUE(mentions(read_npy(dir.file("short.npy"), &a), "truncated"));
   EXPECT_TRUE(mentions(read_npy(dir.file("short.npy"), &a), "short.npy"));
+}
+
+TEST(NpyErrors, FifoIsRefusedWithoutBlocking) {
+  TempDir dir;
+  NpyArray a;
+  const std::string msg =
+      blockscale_test::read_fifo(dir.file("in.npy"), [&](const std::string& p) { return read_npy(p, &a); });
+  EXPECT_NE(msg.find("not a regular file"), std::string::npos) << msg;
 }
 
 // ---- writer errors ----------------------------------------------------------------------------

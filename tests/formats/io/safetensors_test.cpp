@@ -2,6 +2,7 @@
 // and alignment, the reference serializer's bytes, the streaming writer's contract, one test per
 // rule the parser enforces, and a 300 MB file read without reading it into memory.
 #include "formats/io/safetensors.h"
+#include "tests/fifo_reader.h"
 #include "tests/temp_dir.h"
 
 #include <gtest/gtest.h>
@@ -395,6 +396,14 @@ TEST(SafetensorsErrors, DeepNestingStopsAtOnce) {
     EXPECT_FALSE(parse(st_file(h, {}), &f));
     EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
   }
+}
+
+TEST(SafetensorsErrors, FifoIsRefusedWithoutBlocking) {
+  TempDir dir;
+  SafetensorsFile f;
+  const std::string msg = blockscale_test::read_fifo(dir.file("in.safetensors"),
+                                                     [&](const std::string& p) { return SafetensorsFile::open(p, &f); });
+  EXPECT_NE(msg.find("not a regular file"), std::string::npos) << msg;
 }
 
 TEST(SafetensorsErrors, OpenErrorsNameThePath) {
