@@ -7,7 +7,7 @@
 //   wgrad (K-grouped): dW_g (N x K) = dY_g^T X_g over expert g's tokens. Ours: fp32 dW accumulated
 //     in place (beta 1: the main gradient), from columnwise copies padded per expert to the block;
 //     cuBLAS: bf16 dW, beta 0 (less memory traffic than ours).
-// Cases (issue 6): 8 experts x 4096 tokens, N 4096, K 7168; 32 experts x 512 tokens, N 2048,
+// Cases: 8 experts x 4096 tokens, N 4096, K 7168; 32 experts x 512 tokens, N 2048,
 // K 7168; and the first shape skewed (one expert with 50% of the tokens, the rest spread evenly).
 // Recipes: FP8 blockwise (fprop 1x128 x 128x128, wgrad 1x128 x 1x128) and MXFP8 (E4M3) exact.
 // FP8 fprop runs on gemm/'s sm90_fp8_gemm (M-grouped mode) and, as a second column, on the kernel
