@@ -1,8 +1,7 @@
 // Throughput of blockscale's FP8 blockwise GEMM (gemm/gemm.h) against its peers, timed in the same
-// process on the same inputs. gemm/'s sm90 kernels run at each tile width asked for (128 x 128 and
-// 128 x 192 by default, gemm/launchers.h): the cluster kernel (sm90_fp8_gemm: TMA multicast, TMA
-// stores), the kernel it replaces (sm90_fp8_block_gemm), and the cluster kernel at the width run()
-// picks (auto); every output must be the same bits (same operations per element). Peers:
+// process on the same inputs. gemm/'s sm90 kernel (sm90_fp8_gemm) runs at each tile width asked for
+// (128 x 128 and 128 x 192 by default, gemm/launchers.h) and at the width run() picks (auto);
+// every output must be the same bits (same operations per element). Peers:
 //   - cuBLASLt's own blockwise FP8 GEMM (scale modes VEC128_32F for the 1x128 operand and
 //     BLK128x128_32F for the 128x128 one: quant/'s scale tensors feed it unchanged);
 //   - cuBLAS BF16 (cublasGemmEx, fp32 compute) on bf16 operands of the same shape.
@@ -106,14 +105,13 @@ void compare(const std::vector<__nv_bfloat16>& x, const std::vector<__nv_bfloat1
 
 int tile_width(Sm90Fp8Tile t) { return t == Sm90Fp8Tile::kN192 ? 192 : 128; }
 
-// Per kernel (0: the cluster kernel, 1: the one it replaces) and tile width (0: 128, 1: 192):
-// TFLOP/s (0: not run or failed); the cluster kernel at run()'s own width; the difference to Lt.
+// Per tile width (0: 128, 1: 192): TFLOP/s (0: not run or failed); run()'s own width; the
+// difference to Lt.
 struct Row {
   std::string label;
-  double ours[2][2] = {{0, 0}, {0, 0}}, automatic = 0, max_rel = NAN, frob_rel = NAN;
+  double ours[2] = {0, 0}, automatic = 0, max_rel = NAN, frob_rel = NAN;
   double lt = 0, bf16 = 0;
   const char* same_bits = "-";  // "yes" / "NO": every variant that ran gave the same bits
-  double best(int kernel) const { return std::max(ours[kernel][0], ours[kernel][1]); }
 };
 
 Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cublasHandle_t blas) {
@@ -144,8 +142,7 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
   bg::GemmArguments args;
   args.a_data = a, args.b_data = b, args.a_scales = sa, args.b_scales = sb, args.d = d_ours;
   // Runs one variant, checks its bits against the first and returns its TFLOP/s (0: failed).
-  const auto time_variant = [&](bool cluster, Sm90Fp8Tile tile, const char* name) {
-    bg::detail::set_sm90_fp8_cluster_kernel(cluster);
+  const auto time_variant = [&](Sm90Fp8Tile tile, const char* name) {
     bg::detail::set_sm90_fp8_tile(tile);
     CHECK_CUDA(cudaMemset(d_ours, 0xFF, static_cast<size_t>(c.m * c.n) * 2));  // NaN: unwritten shows
     double tflops = 0;
@@ -165,16 +162,13 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
       tflops = flop / (bench::median_ms([&] { (void)bg::run(p, args, nullptr, 0, nullptr); }, iters) * 1e9);
     }
     bg::detail::set_sm90_fp8_tile(Sm90Fp8Tile::kAuto);
-    bg::detail::set_sm90_fp8_cluster_kernel(true);
     return tflops;
   };
-  for (int kernel = 0; kernel < 2; ++kernel)
-    for (const Sm90Fp8Tile tile : tiles) {
-      const std::string name = std::string(kernel == 0 ? "cluster" : "previous") + " 128x" +
-                               std::to_string(tile_width(tile));
-      row.ours[kernel][tile == Sm90Fp8Tile::kN192 ? 1 : 0] = time_variant(kernel == 0, tile, name.c_str());
-    }
-  row.automatic = time_variant(true, Sm90Fp8Tile::kAuto, "cluster auto");
+  for (const Sm90Fp8Tile tile : tiles) {
+    const std::string name = "tile 128x" + std::to_string(tile_width(tile));
+    row.ours[tile == Sm90Fp8Tile::kN192 ? 1 : 0] = time_variant(tile, name.c_str());
+  }
+  row.automatic = time_variant(Sm90Fp8Tile::kAuto, "auto");
 
   bench::LtMatmul lt;
   std::string why;
@@ -208,12 +202,10 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
   CHECK_CUDA(cudaFree(d_ours));
   CHECK_CUDA(cudaFree(d_lt));
   const auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
-  std::printf("case %-28s cluster-128 %7.1f cluster-192 %7.1f auto %7.1f previous-128 %7.1f previous-192 %7.1f "
-              "TFLOP/s  cublasLt-block %7.1f  cublas-bf16 %7.1f  auto/lt %.3f  auto/previous %.3f  vs-lt max-rel %.2e "
-              "frob-rel %.2e  same bits %s\n",
-              row.label.c_str(), row.ours[0][0], row.ours[0][1], row.automatic, row.ours[1][0], row.ours[1][1], row.lt,
-              row.bf16, ratio(row.automatic, row.lt), ratio(row.automatic, row.best(1)), row.max_rel, row.frob_rel,
-              row.same_bits);
+  std::printf("case %-28s ours-128 %7.1f ours-192 %7.1f auto %7.1f TFLOP/s  cublasLt-block %7.1f  cublas-bf16 %7.1f"
+              "  auto/lt %.3f  vs-lt max-rel %.2e frob-rel %.2e  same bits %s\n",
+              row.label.c_str(), row.ours[0], row.ours[1], row.automatic, row.lt, row.bf16,
+              ratio(row.automatic, row.lt), row.max_rel, row.frob_rel, row.same_bits);
   std::fflush(stdout);
   return row;
 }
@@ -270,13 +262,12 @@ int main(int argc, char** argv) {
 
   // TFLOP/s 0.0 and ratio 0.000: that width was not run or failed (its line above says why).
   const auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
-  std::printf("\n| M x N x K, recipe (A.B) | cluster 128 TFLOP/s | cluster 192 | cluster auto | previous best |"
-              " cuBLASLt blockwise | cuBLAS BF16 | auto / Lt | auto / previous | auto / BF16 | max rel diff vs Lt |"
-              " same bits |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n| M x N x K, recipe (A.B) | blockscale 128x128 TFLOP/s | blockscale 128x192 | blockscale auto |"
+              " cuBLASLt blockwise | cuBLAS BF16 | auto / Lt | auto / BF16 | max rel diff vs Lt | same bits |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows)
-    std::printf("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %.3f | %.2e | %s |\n", r.label.c_str(),
-                r.ours[0][0], r.ours[0][1], r.automatic, r.best(1), r.lt, r.bf16, ratio(r.automatic, r.lt),
-                ratio(r.automatic, r.best(1)), ratio(r.automatic, r.bf16), r.max_rel, r.same_bits);
+    std::printf("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %.2e | %s |\n", r.label.c_str(), r.ours[0],
+                r.ours[1], r.automatic, r.lt, r.bf16, ratio(r.automatic, r.lt), ratio(r.automatic, r.bf16), r.max_rel,
+                r.same_bits);
   return 0;
 }

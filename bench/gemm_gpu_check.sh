@@ -21,18 +21,18 @@ fi
 if ! cmake --build "$B" -j16 --target gemm_test gemm_bench >"$OUT/build.log" 2>&1; then
   echo "build FAILED:"; grep -E "error|Error" "$OUT/build.log" | head -30; exit 1
 fi
-echo "== build $SECONDS s; ptxas per kernel (ILi<tile N>ELb<1 = 1x128 B scales>)"
-awk '/Compiling entry function .*sm90_fp8_block_gemm_kernel/ { match($0, /kernelILi[0-9]+ELb[01]/); f = substr($0, RSTART, RLENGTH) }
+echo "== build $SECONDS s; ptxas per kernel (ILi<tile N>ELb<1 = 1x128 B scales>ELi<cluster>...GroupModeE<0 dense, 1 M-, 2 K-grouped>)"
+awk '/Compiling entry function .*sm90_fp8_gemm_kernel/ { match($0, /kernelILi[0-9]+ELb[01]ELi[12]ELNS0_9GroupModeE[012]/); f = substr($0, RSTART, RLENGTH) }
      f != "" && /spill stores/ { s = $0; sub(/^ +/, "", s) }
      f != "" && /Used [0-9]+ registers/ { match($0, /Used [0-9]+ registers/); print f ": " substr($0, RSTART, RLENGTH) ", " s; f = "" }' \
   "$OUT/build.log"
-obj=$(find "$B/gemm" -name "sm90_fp8_block_gemm.cu.o" | head -1)
+obj=$(find "$B/gemm" -name "sm90_fp8_gemm.cu.o" | head -1)
 CUOBJDUMP=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null)
 if [[ -n $CUOBJDUMP && -n $obj ]]; then
   "$CUOBJDUMP" -sass "$obj" >"$OUT/sass.txt" 2>/dev/null
   # Highest register named: ptxas's "Used" is the entry cap; the consumers' setmaxnreg region may use more.
   echo "== SASS per kernel: QGMMA, UTMALDG, local-memory LDL/STL, highest register"
-  awk '/Function :/ { match($0, /kernelILi[0-9]+ELb[01]/); f = substr($0, RSTART, RLENGTH); order[++n] = f }
+  awk '/Function :/ { match($0, /kernelILi[0-9]+ELb[01]ELi[12]ELNS0_9GroupModeE[012]/); f = substr($0, RSTART, RLENGTH); order[++n] = f }
        /QGMMA/ { q[f]++ } /UTMALDG/ { t[f]++ } /[^A-Z](LDL|STL)[ .]/ { l[f]++ }
        { s = $0; while (match(s, /[^A-Z_]R[0-9]+/)) { r = substr(s, RSTART + 2, RLENGTH - 2) + 0; if (r > m[f]) m[f] = r; s = substr(s, RSTART + RLENGTH) } }
        END { for (i = 1; i <= n; i++) { f = order[i]; printf "%s QGMMA %d UTMALDG %d LDL/STL %d max R%d\n", f, q[f], t[f], l[f], m[f] } }' \

@@ -10,8 +10,6 @@
 // Cases: 8 experts x 4096 tokens, N 4096, K 7168; 32 experts x 512 tokens, N 2048,
 // K 7168; and the first shape skewed (one expert with 50% of the tokens, the rest spread evenly).
 // Recipes: FP8 blockwise (fprop 1x128 x 128x128, wgrad 1x128 x 1x128) and MXFP8 (E4M3) exact.
-// FP8 fprop runs on gemm/'s sm90_fp8_gemm (M-grouped mode) and, as a second column, on the kernel
-// it replaces (sm90_fp8_block_gemm); FP8 wgrad (K-grouped) runs on the latter only.
 // Random codes: E4M3 never NaN, fp32 scales 2^[-4, 4), E8M0 scales 2^[-4, 4]
 // (bench/block_scaled_operands.cuh). TFLOP/s = 2 * tokens * N * K / time, median of --iters.
 //
@@ -270,7 +268,7 @@ int main(int argc, char** argv) {
                         {"8x1024 N2048 K2816 (train w13 dgrad)", 8, 1024, 2048, 2816, false}};
   struct Row {
     std::string name;
-    double fp8, fp8_previous, mx;
+    double fp8, mx;
     PeerTflops peer;
   };
   std::vector<Row> rows;
@@ -280,28 +278,23 @@ int main(int argc, char** argv) {
       const Case& c = cases[index];
       const std::vector<int64_t> counts = expert_counts(c);
       const auto ours = wgrad ? ours_wgrad_tflops : ours_fprop_tflops;
-      Row r{std::string(wgrad ? "wgrad " : "fprop ") + c.name, ours(c, Recipe::kFp8Block1x128, counts, iters), 0.0,
+      Row r{std::string(wgrad ? "wgrad " : "fprop ") + c.name, ours(c, Recipe::kFp8Block1x128, counts, iters),
             ours(c, Recipe::kMxfp8E4M3, counts, iters), peer_tflops(c, wgrad, counts, blas, iters)};
-      if (!wgrad) {
-        bg::detail::set_sm90_fp8_cluster_kernel(false);
-        r.fp8_previous = ours(c, Recipe::kFp8Block1x128, counts, iters);
-        bg::detail::set_sm90_fp8_cluster_kernel(true);
-      }
       const double best = std::max(r.peer.grouped, r.peer.loop);
-      std::printf("%-34s fp8-blockwise %7.1f  fp8-previous-kernel %7.1f  mxfp8-exact %7.1f  cublas-grouped %7.1f  "
-                  "cublas-loop %7.1f TFLOP/s  fp8/best-peer %.3f  mxfp8/best-peer %.3f\n",
-                  r.name.c_str(), r.fp8, r.fp8_previous, r.mx, r.peer.grouped, r.peer.loop, r.fp8 / best, r.mx / best);
+      std::printf("%-34s fp8-blockwise %7.1f  mxfp8-exact %7.1f  cublas-grouped %7.1f  cublas-loop %7.1f TFLOP/s  "
+                  "fp8/best-peer %.3f  mxfp8/best-peer %.3f\n",
+                  r.name.c_str(), r.fp8, r.mx, r.peer.grouped, r.peer.loop, r.fp8 / best, r.mx / best);
       std::fflush(stdout);
       rows.push_back(r);
     }
   }
   cublasDestroy(blas);
-  std::printf("\n| case | FP8 blockwise | FP8, previous kernel | MXFP8 exact | cuBLAS bf16 GroupedBatchedEx | "
-              "cuBLAS bf16 loop | FP8 / best cuBLAS | MXFP8 / best cuBLAS |\n|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n| case | FP8 blockwise | MXFP8 exact | cuBLAS bf16 GroupedBatchedEx | cuBLAS bf16 loop | FP8 / best cuBLAS | "
+              "MXFP8 / best cuBLAS |\n|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     const double best = std::max(r.peer.grouped, r.peer.loop);
-    std::printf("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f |\n", r.name.c_str(), r.fp8, r.fp8_previous, r.mx,
-                r.peer.grouped, r.peer.loop, r.fp8 / best, r.mx / best);
+    std::printf("| %s | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f |\n", r.name.c_str(), r.fp8, r.mx, r.peer.grouped,
+                r.peer.loop, r.fp8 / best, r.mx / best);
   }
   return 0;
 }

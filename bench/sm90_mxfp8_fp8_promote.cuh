@@ -11,7 +11,7 @@
 //   limits     : K a multiple of 128; scales assumed finite and normal (E8M0 codes 1..254, the
 //                bench's 2^-4..2^4): code 0 reads as 0 and 255 as Inf. It is a speed experiment.
 //
-// Structure: as gemm/sm90/sm90_fp8_block_gemm.cuh's 128 x 128 kernel (a TMA producer warpgroup, a
+// Structure: as gemm/sm90/sm90_fp8_gemm.cuh's 128 x 128 kernel (a TMA producer warpgroup, a
 // 6-stage ring of 128-of-K stages, two consumer warpgroups of 64 rows, persistent tiles). Each
 // stage also brings one 512-byte scale tile per operand (128 rows x 4 K blocks); a consumer reads
 // its 2 row words and 32 column words (4 E8M0 bytes each) once per stage, then per k32 step issues

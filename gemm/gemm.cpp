@@ -217,7 +217,7 @@ Status check_and_select(const GemmProblem& p, const GemmArguments& args, GemmKer
   BS_RETURN_IF_ERROR(detail::current_sm(&sm));
   if (sm_out) *sm_out = sm;
   BS_RETURN_IF_ERROR(can_implement_for_arch(p, sm, kernel));
-  if (*kernel == GemmKernel::kSm90Fp8Blockwise) return detail::sm90_fp8_block_gemm_loadable();
+  if (*kernel == GemmKernel::kSm90Fp8Blockwise) return detail::sm90_fp8_gemm_loadable();
   if (*kernel == GemmKernel::kSm90BlockScaledExact) return detail::sm90_block_scaled_gemm_loadable(p);
   return Status::ok();
 }
@@ -241,7 +241,7 @@ Status run(const GemmProblem& p, const GemmArguments& args, void* workspace, siz
   if (empty_problem(p)) return Status::ok();
   switch (kernel) {
     case GemmKernel::kSm90Fp8Blockwise:
-      return detail::launch_sm90_fp8_block_gemm(p, args, stream);
+      return detail::launch_sm90_fp8_gemm(p, args, stream);
     case GemmKernel::kSm90BlockScaledExact:
       return detail::launch_sm90_block_scaled_gemm(p, args, stream);
     case GemmKernel::kCublasLtBlockScaled: {
@@ -252,8 +252,8 @@ Status run(const GemmProblem& p, const GemmArguments& args, void* workspace, siz
       BS_RETURN_IF_ERROR(detail::launch_cublaslt_block_scaled(p, args, workspace, workspace_bytes, stream, {},
                                                               fallback ? &no_algorithm : nullptr));
       if (!no_algorithm) return Status::ok();
-      BS_RETURN_IF_ERROR(detail::sm90_fp8_block_gemm_loadable());
-      return detail::launch_sm90_fp8_block_gemm(p, args, stream);
+      BS_RETURN_IF_ERROR(detail::sm90_fp8_gemm_loadable());
+      return detail::launch_sm90_fp8_gemm(p, args, stream);
     }
     case GemmKernel::kNone:
       break;

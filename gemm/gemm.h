@@ -23,7 +23,7 @@
 //   sm_90 (Hopper): FP8 blockwise through cuBLASLt's blockwise FP8 matmul where it takes the shape
 //     (m and n multiples of 4, rows of D and C 16-byte aligned, C's type D's; it ran 0.96-1.16x
 //     the speed of gemm/'s own kernel on the H200, docs/performance.md), on gemm/'s sm90a wgmma
-//     e4m3 kernels otherwise; MX / NVFP4 on the sm90a exact kernel (elements times their scale
+//     e4m3 kernel otherwise; MX / NVFP4 on the sm90a exact kernel (elements times their scale
 //     converted to bf16 in the kernel, which is exact for the scale ranges of docs/numerics.md,
 //     then bf16 wgmma with fp32 accumulation).
 //   sm_100 (Blackwell): every recipe through cuBLASLt's block-scaled matmul (compiled, not run on

@@ -99,7 +99,7 @@ Status check_and_select(const GroupedGemmProblem& p, const GroupedGemmArguments&
   int sm = 0;
   BS_RETURN_IF_ERROR(current_sm(&sm));
   BS_RETURN_IF_ERROR(can_implement_for_arch(p, sm, kernel));
-  if (*kernel == GemmKernel::kSm90Fp8Blockwise) return sm90_fp8_block_gemm_loadable();
+  if (*kernel == GemmKernel::kSm90Fp8Blockwise) return sm90_fp8_gemm_loadable();
   return sm90_block_scaled_gemm_loadable(dense_view(p));
 }
 
@@ -136,7 +136,7 @@ Status run(const GroupedGemmProblem& p, const GroupedGemmArguments& args, void* 
   grouping.num_groups = p.num_groups;
   grouping.b_scale_stride_bytes = grouped_b_scale_bytes(p);
   grouping.b_scale_dec = args.b_scale_dec;
-  if (kernel == GemmKernel::kSm90Fp8Blockwise) return launch_sm90_fp8_block_gemm(dense_view(p), dense, stream, &grouping);
+  if (kernel == GemmKernel::kSm90Fp8Blockwise) return launch_sm90_fp8_gemm(dense_view(p), dense, stream, &grouping);
   return launch_sm90_block_scaled_gemm(dense_view(p), dense, stream, &grouping);
 }
 

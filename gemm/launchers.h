@@ -27,31 +27,19 @@ struct Grouping {
   const float* b_scale_dec = nullptr;  // NVFP4 B (M-grouped: num_groups device floats)
 };
 
-// FP8 blockwise, sm_90a wgmma kernel: gemm/sm90/sm90_fp8_block_gemm.cu.
-Status launch_sm90_fp8_block_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream,
-                                  const Grouping* grouping = nullptr);
+// FP8 blockwise, sm_90a: gemm/sm90/sm90_fp8_gemm.cu (dense, with B multicast across a 2-CTA
+// cluster; M-grouped; K-grouped). D through TMA stores where its rows, N and pointer allow and C
+// is not read (or is D itself, accumulated in fp32 by TMA reduce-add), from registers otherwise.
+Status launch_sm90_fp8_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream,
+                           const Grouping* grouping = nullptr);
 // Whether the current device can run that kernel (an sm_90a image that loads on it).
-Status sm90_fp8_block_gemm_loadable();
-// The CTA tile width the FP8 kernels run with (both this one and sm90_fp8_gemm below). kAuto (the
-// default) picks per problem: sm90_fp8_gemm by a cost model of waves (sm90_fp8_gemm.cu), this
-// kernel 128 x 192 (wgmma m64n192) for 128x128 B blocks with at least 3 waves of 128 x 192 tiles,
-// 128 x 128 otherwise. Process-wide, for tests and the bench to force one width; the arithmetic
-// per output element is the same, so every width and both kernels give the same bits.
+Status sm90_fp8_gemm_loadable();
+// The CTA tile width it runs with. kAuto (the default) picks per problem by a cost model of waves
+// (sm90_fp8_gemm.cu). Process-wide, for tests and the bench to force one width; the arithmetic
+// per output element is the same, so every width gives the same bits.
 enum class Sm90Fp8Tile { kAuto, kN128, kN192 };
 void set_sm90_fp8_tile(Sm90Fp8Tile tile);
 Sm90Fp8Tile sm90_fp8_tile();
-
-// FP8 blockwise, sm_90a, dense (with TMA multicast of B across a 2-CTA cluster), M-grouped and
-// K-grouped, with a TMA-store epilogue: gemm/sm90/sm90_fp8_gemm.cu. launch_sm90_fp8_block_gemm
-// runs it where it applies (D 16-byte aligned, its rows and N 16-byte multiples; beta 0, or beta 1
-// with fp32 C = D in place: D += A B^T). tile kAuto: the width a cost model of waves picks.
-// Process-wide off switch for the bench to time the kernel it replaces on the same problems.
-bool sm90_fp8_gemm_applies(const GemmProblem& p, const GemmArguments& args, const Grouping* grouping);
-Status sm90_fp8_gemm_loadable();
-Status launch_sm90_fp8_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream, Sm90Fp8Tile tile,
-                           const Grouping* grouping);
-void set_sm90_fp8_cluster_kernel(bool enabled);
-bool sm90_fp8_cluster_kernel();
 
 // MX / NVFP4 exact, sm_90a: gemm/sm90/sm90_block_scaled_gemm*.cu (elements x scales converted
 // to bf16 in the kernel, bf16 wgmma, fp32 accumulation).

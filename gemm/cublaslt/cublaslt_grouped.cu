@@ -96,7 +96,7 @@ Status expert_product(const GemmProblem& e, const GemmArguments& a, void* ws, si
   if (kernel_problem == nullptr)  // strided operands: the dense kernel takes rows of k bytes only
     return Status::error("a_recipe, b_recipe: cuBLASLt found no algorithm for an expert's wgrad (m=" + str(e.m) +
                          ", n=" + str(e.n) + ", k=" + str(e.k) + ")");
-  return launch_sm90_fp8_block_gemm(*kernel_problem, a, stream);
+  return launch_sm90_fp8_gemm(*kernel_problem, a, stream);
 }
 
 Status run_m_grouped(const GroupedGemmProblem& p, const GroupedGemmArguments& args, uint8_t* ws, size_t ws_bytes,
@@ -134,7 +134,7 @@ Status run_m_grouped(const GroupedGemmProblem& p, const GroupedGemmArguments& ar
       if (rounded == rows || (p.beta == 0.0f && start + rounded <= last_end))
         BS_RETURN_IF_ERROR(expert_product(expert_problem(p, rounded, p.k), a, lt_ws, lt_bytes, stream, {}, &exact));
       else
-        BS_RETURN_IF_ERROR(launch_sm90_fp8_block_gemm(exact, a, stream));
+        BS_RETURN_IF_ERROR(launch_sm90_fp8_gemm(exact, a, stream));
     }
     start += rows;
     before += rounded;

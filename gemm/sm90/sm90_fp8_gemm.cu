@@ -1,9 +1,11 @@
-// Host side of the sm_90a FP8 blockwise GEMM with cluster multicast and TMA-store epilogue:
-// when it applies, tensor maps for the operands, scales and D, the persistent cluster grid sized
-// by the device's occupancy, the launch; dense, M-grouped or K-grouped. Compiled for sm_90a only (gemm/CMakeLists.txt).
+// Host side of the sm_90a FP8 blockwise GEMM (sm90_fp8_gemm.cuh): tensor maps for the operands,
+// scales and D, the epilogue (TMA stores where D allows, the threads' stores otherwise), the tile
+// width, the persistent cluster grid sized by the device's occupancy, the launch; dense,
+// M-grouped or K-grouped. Compiled for sm_90a only (gemm/CMakeLists.txt).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -19,6 +21,21 @@ namespace {
 using formats::Recipe;
 using sm90::Fp8GemmConfig;
 using sm90::Fp8GemmParams;
+
+std::atomic<Sm90Fp8Tile> g_tile{Sm90Fp8Tile::kAuto};
+
+// Whether TMA writes D: 16-byte aligned D, rows and N 16-byte multiples (TMA writes the innermost
+// dimension in 16-byte units: a row end inside one would be overwritten past N; measured with
+// n = 127 and fp32 D), and C not read, or read only as the fp32 D it accumulates into (beta 1,
+// in place: TMA reduce-add). Otherwise the threads write D from registers.
+bool tma_stores_d(const GemmProblem& p, const GemmArguments& args) {
+  const int64_t d_elem = p.d_type == MatrixType::kBf16 ? 2 : 4;
+  const bool d_tma = reinterpret_cast<uintptr_t>(args.d) % 16 == 0 && (p.ldd * d_elem) % 16 == 0 &&
+                     (p.n * d_elem) % 16 == 0;
+  const bool accumulate_in_place = p.beta == 1.0f && p.d_type == MatrixType::kFp32 &&
+                                   p.c_type == MatrixType::kFp32 && args.c == args.d && p.ldc == p.ldd;
+  return d_tma && (p.beta == 0.0f || accumulate_in_place);
+}
 
 template <int kTileN, bool kBScalePerRow, int kCluster, GroupMode kMode = GroupMode::kDense>
 const void* kernel_symbol() {
@@ -92,7 +109,10 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
   TensorMap2d d{args.d, d_type, static_cast<uint64_t>(p.m), static_cast<uint64_t>(p.n),
                 static_cast<uint64_t>(p.ldd * d_elem), 64, static_cast<uint32_t>(128 / d_elem), CU_TENSOR_MAP_SWIZZLE_128B};
   CUtensorMap a_map, b_map, a_scale_map, b_scale_map, d_map;
-  if (kKGrouped) {
+  const bool direct = !tma_stores_d(p, args);
+  if (direct) {
+    d_map = CUtensorMap{};  // unused: the threads write D
+  } else if (kKGrouped) {
     TensorMap3d d3{args.d,
                    d_type,
                    {static_cast<uint64_t>(p.n), static_cast<uint64_t>(p.m), static_cast<uint64_t>(grouping->num_groups)},
@@ -121,7 +141,9 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
   params.b_scale_blocks = static_cast<int32_t>((p.n + 127) / 128);
   params.alpha = p.alpha;
   params.d_bf16 = d_bf16;
-  params.accumulate = p.beta != 0.0f;  // sm90_fp8_gemm_applies: beta 1 in place
+  params.direct = direct;
+  params.accumulate = !direct && p.beta != 0.0f;  // tma_stores_d: beta 1 in place
+  params.epilogue = sm90::make_epilogue(p, args);
   params.d = args.d;
   params.ldd = p.ldd;
   params.k_limit = static_cast<int32_t>(p.k);
@@ -185,18 +207,8 @@ Sm90Fp8Tile pick_tile(const GemmProblem& p, const Grouping* grouping, int sm_cou
 
 }  // namespace
 
-bool sm90_fp8_gemm_applies(const GemmProblem& p, const GemmArguments& args, const Grouping* grouping) {
-  // grouped.cpp has checked the recipes: 128x128 B when M-grouped, 1x128 B when K-grouped.
-  (void)grouping;
-  const int64_t d_elem = p.d_type == MatrixType::kBf16 ? 2 : 4;
-  // TMA writes the innermost dimension in 16-byte units: a row end inside one would be
-  // overwritten past N (measured: n = 127, fp32 D wrote column 127 of a padded row).
-  const bool d_tma = reinterpret_cast<uintptr_t>(args.d) % 16 == 0 && (p.ldd * d_elem) % 16 == 0 &&
-                     (p.n * d_elem) % 16 == 0;
-  const bool accumulate_in_place = p.beta == 1.0f && p.d_type == MatrixType::kFp32 &&
-                                   p.c_type == MatrixType::kFp32 && args.c == args.d && p.ldc == p.ldd;
-  return d_tma && (p.beta == 0.0f || accumulate_in_place);
-}
+void set_sm90_fp8_tile(Sm90Fp8Tile tile) { g_tile.store(tile); }
+Sm90Fp8Tile sm90_fp8_tile() { return g_tile.load(); }
 
 Status sm90_fp8_gemm_loadable() {
   int sms = 0;
@@ -214,9 +226,11 @@ Status sm90_fp8_gemm_loadable() {
   return prepare<192, true, 1, GroupMode::kK>(&sms);
 }
 
-Status launch_sm90_fp8_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream, Sm90Fp8Tile tile,
+Status launch_sm90_fp8_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream,
                            const Grouping* grouping) {
+  // gemm/grouped.cpp checks the recipes: 128x128 B when M-grouped, 1x128 B when K-grouped.
   const bool b_scale_per_row = p.b_recipe == Recipe::kFp8Block1x128;
+  Sm90Fp8Tile tile = sm90_fp8_tile();
   if (tile == Sm90Fp8Tile::kAuto) {
     int sms = 0;
     BS_RETURN_IF_ERROR((prepare<128, false, 1>(&sms)));

@@ -1,5 +1,6 @@
 // sm90_fp8_gemm: FP8 blockwise GEMM for Hopper (sm_90a) with TMA multicast across a 2-CTA cluster
-// and a TMA-store epilogue; 128 x 128 or 128 x 192 tiles. Dense problems and the grouped modes
+// and a TMA-store epilogue; 128 x 128 or 128 x 192 tiles; every FP8 blockwise GEMM gemm/ runs on
+// sm_90 that does not go to cuBLASLt. Dense problems and the grouped modes
 // of gemm/common/grouped_schedule.h (expert ends read on the device): M-grouped (MoE fprop /
 // dgrad) and K-grouped (MoE wgrad: each expert's tile reduces its own K range; D of expert g is
 // rows g * m .. g * m + m - 1, written through a 3-D view that TMA clips at each expert's m rows).
@@ -13,8 +14,8 @@
 //               (QGMMA), cp.async.bulk.tensor loads (B multicast to both CTAs of a cluster),
 //               cp.async.bulk.tensor / cp.reduce.async.bulk.tensor stores of D
 //   must match: formats::reference_gemm (fp64) within the bound derived in tests/gemm/gemm_test.cu;
-//               the promotion does the same fp32 operations per element as sm90_fp8_block_gemm,
-//               so both kernels and both tile widths give the same bits (bf16 / fp32 D, beta 0)
+//               (exactly, for inputs whose sums are exact in fp32); both tile widths do the same
+//               operations per element, so they give the same bits
 //
 // Structure (one CTA = 3 warpgroups, persistent; kCluster CTAs per cluster):
 //   The CTAs of a cluster take vertically adjacent tiles (tile rows r * kCluster + rank, the same
@@ -36,6 +37,9 @@
 //     thread hands each box to a TMA store (or a TMA reduce-add for D += ...). The stores drain
 //     while the warpgroup writes the next box and starts the next tile; a slot is rewritten only
 //     after the store that read it has (cp.async.bulk.wait_group.read). TMA clips boxes at M and N.
+//   Where TMA cannot write D (its rows or N not 16-byte multiples, D not 16-byte aligned) or C is
+//     read (beta other than 0, or 1 with fp32 C = D in place), `direct` epilogue: each thread
+//     writes alpha * acc + beta * C from registers, bounds-checked (sm90_epilogue.cuh).
 //   M-grouped: tiles start at their expert's first row, so a tile's last rows may belong to the
 //     next expert; a box holding such rows is copied out by the warpgroup's threads, row by row,
 //     16 bytes a thread (only the expert's rows), instead of by TMA. No cluster in this mode (two
@@ -50,6 +54,7 @@
 #include "gemm/common/grouped_schedule.h"
 #include "gemm/common/scale_blocks.h"
 #include "gemm/common/tile_scheduler.h"
+#include "gemm/sm90/sm90_epilogue.cuh"
 #include "gemm/sm90/sm90_ptx.cuh"
 
 namespace blockscale::gemm::sm90 {
@@ -117,6 +122,8 @@ struct Fp8GemmParams {
   float alpha = 1.0f;
   bool d_bf16 = true;
   bool accumulate = false;  // fp32 D += the product (TMA reduce-add)
+  bool direct = false;      // D from registers (epilogue below), d_map unused
+  EpilogueParams epilogue;
   // M-grouped: expert g's B is rows g * n .. g * n + n - 1 of b_map, its 128x128 scales start at
   // b_block_scales + g * b_block_scales_group_stride. D (row stride ldd elements) for the boxes
   // that end inside an expert, written by threads.
@@ -130,7 +137,7 @@ struct Fp8GemmParams {
 
 // The rows [row0, row_end) of a staged box (64 rows x 128 bytes from column col) to D by the
 // warpgroup's 128 threads, one 16-byte chunk each per pass (D's rows and N are 16-byte multiples:
-// sm90_fp8_gemm_applies); with p.accumulate, D += the box. Reads undo the slot's swizzle.
+// tma_stores_d in sm90_fp8_gemm.cu); with p.accumulate, D += the box. Reads undo the slot's swizzle.
 __device__ __forceinline__ void copy_box_rows(const Fp8GemmParams& p, const uint8_t* slot, int32_t row0,
                                               int32_t row_end, int32_t col) {
   const int elem = p.d_bf16 ? 2 : 4, chunk_cols = 16 / elem;
@@ -419,8 +426,8 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
         if (!kHoldStage) release(stage);
         if (++stage == Cfg::kStages) stage = 0, phase ^= 1;
 
-        // Promotion: main += partial * (sa[row] * sb[col]), fp32, the same operations per element
-        // as sm90_fp8_block_gemm (same bits).
+        // Promotion: main += partial * (sa[row] * sb[col]), fp32; the same operations per element
+        // at both tile widths (same bits).
         if constexpr (kBScalePerRow) {
 #pragma unroll
           for (int j = 0; j < kGroups; ++j) {
@@ -450,9 +457,15 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
       // The tile's row end and expert looked up again rather than kept across the mainloop (live
       // registers there spilled).
       const GroupedTile done = tile_at(unit);
-      store_tile<kTileN, Cfg::kStoreSlots, kKGrouped>(
-          &d_map, p, main_acc, staging + warpgroup * Cfg::kStoreSlots * Cfg::kBoxBytes, m0 + warpgroup * 64,
-          done.row_end, n0, done.group, kStoreBarrier + warpgroup, store_count, unit + unit_stride >= num_units);
+      if (p.direct) {  // rows >= the expert's end and columns >= N skipped
+        const int32_t row = m0 + row_in_tile;
+        const int rows = row >= done.row_end ? 0 : row + 8 >= done.row_end ? 1 : 2;
+        store_fragment<kGroups>(p.epilogue, p.alpha, main_acc, done.d_row0 + row, rows, n0 + col_in_group, p.n);
+      } else {
+        store_tile<kTileN, Cfg::kStoreSlots, kKGrouped>(
+            &d_map, p, main_acc, staging + warpgroup * Cfg::kStoreSlots * Cfg::kBoxBytes, m0 + warpgroup * 64,
+            done.row_end, n0, done.group, kStoreBarrier + warpgroup, store_count, unit + unit_stride >= num_units);
+      }
     }
   }
   // No CTA leaves while a peer may still arrive on its barriers or multicast into its ring.
