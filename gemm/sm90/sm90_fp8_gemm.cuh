@@ -368,6 +368,10 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
         if (lane == 0) mbarrier_arrive(&empty[s]);
       }
     };
+    // The low 32 bits of stage 0's wgmma descriptors (kmajor_sw128_descriptor); a stage adds its
+    // offset / 16, a k32 slice 2.
+    const uint32_t a_desc0 = kmajor_sw128_descriptor_lo(a_ring + warpgroup * 64 * 128);
+    const uint32_t b_desc0 = kmajor_sw128_descriptor_lo(b_ring);
     int stage = 0;
     uint32_t phase = 0;
     uint32_t store_count = 0;
@@ -390,24 +394,32 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) main_acc[i] = 0.0f;
 
-      for (int32_t kb = first_block(t), kb_end = end_block(t); kb < kb_end; ++kb) {
-        // Issued before the wait so their latency hides behind it.
-        const float b_lo = kBScalePerRow ? 1.0f : __ldg(b_scales_lo + kb);
-        const float b_hi = kBScalePerRow || kTileN == 128 ? b_lo : __ldg(b_scales_hi + kb);
+      // Software-pipelined: block kb + 1's scales are read (its `full` wait included) while block
+      // kb's wgmmas run, so after their wait only the release and the promotion stand between
+      // this warpgroup and its next issue (that path must fit in the other warpgroup's wgmmas).
+      int32_t kb = first_block(t);
+      const int32_t kb_end = end_block(t);
+      const auto block_scales = [&](int s, int32_t block, float& sa0, float& sa1, float& sb_lo, float& sb_hi) {
+        sb_lo = kBScalePerRow ? 1.0f : __ldg(b_scales_lo + block);
+        sb_hi = kBScalePerRow || kTileN == 128 ? sb_lo : __ldg(b_scales_hi + block);
+        const float* a_scales = a_scale_ring + s * (Cfg::kScaleABytes / 4) + (m0 & 3);
+        sa0 = a_scales[row_in_tile];
+        sa1 = a_scales[row_in_tile + 8];
+      };
+      float a_scale0 = 0.0f, a_scale1 = 0.0f, b_lo = 0.0f, b_hi = 0.0f;
+      if (kb < kb_end) {
         mbarrier_wait(&full[stage], phase);
-
+        block_scales(stage, kb, a_scale0, a_scale1, b_lo, b_hi);
+      }
+      for (; kb < kb_end; ++kb) {
         // Every shared-memory read of the stage happens before its release below.
-        const float* a_scales = a_scale_ring + stage * (Cfg::kScaleABytes / 4) + (m0 & 3);
-        const float a_scale0 = a_scales[row_in_tile];
-        const float a_scale1 = a_scales[row_in_tile + 8];
         float2 b_pairs[kBScalePerRow && !kHoldStage ? kGroups : 1];
         if constexpr (kBScalePerRow && !kHoldStage) {
 #pragma unroll
           for (int j = 0; j < kGroups; ++j) b_pairs[j] = b_scale_pair(stage, j);
         }
-
-        const uint64_t desc_a = smem_descriptor_kmajor_sw128(a_ring + stage * Cfg::kTileABytes + warpgroup * 64 * 128);
-        const uint64_t desc_b = smem_descriptor_kmajor_sw128(b_ring + stage * Cfg::kTileBBytes);
+        const uint32_t a_desc = a_desc0 + stage * (Cfg::kTileABytes >> 4);
+        const uint32_t b_desc = b_desc0 + stage * (Cfg::kTileBBytes >> 4);
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) fence_accumulator(partial[i]);
         if (kOrderIssue && warpgroup == 1) named_barrier_sync_unaligned(kIssueOrderBarrier, 256);  // after warpgroup 0's issue
@@ -415,16 +427,22 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
 #pragma unroll
         for (int k = 0; k < Cfg::kTileK / Cfg::kWgmmaK; ++k) {
           // +32 bytes of K per slice = +2 in the descriptor's (address >> 4) field.
-          wgmma_e4m3<kTileN>(partial, desc_a + 2 * k, desc_b + 2 * k, k > 0);
+          wgmma_e4m3<kTileN>(partial, kmajor_sw128_descriptor(a_desc + 2 * k), kmajor_sw128_descriptor(b_desc + 2 * k),
+                             k > 0);
         }
         wgmma_commit_group();
         if (kOrderIssue && warpgroup == 0) named_barrier_sync_unaligned(kIssueOrderBarrier, 256);
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) fence_accumulator(partial[i]);
-        wgmma_wait_group<0>();
         const int used = stage;
-        if (!kHoldStage) release(stage);
         if (++stage == Cfg::kStages) stage = 0, phase ^= 1;
+        float next_a0 = 0.0f, next_a1 = 0.0f, next_lo = 0.0f, next_hi = 0.0f;
+        if (kb + 1 < kb_end) {  // (a uniform PTX loop: a C++ spin here would serialise the wgmmas)
+          mbarrier_wait_uniform(&full[stage], phase);
+          block_scales(stage, kb + 1, next_a0, next_a1, next_lo, next_hi);
+        }
+        wgmma_wait_group<0>();
+        if (!kHoldStage) release(used);
 
         // Promotion: main += partial * (sa[row] * sb[col]), fp32; the same operations per element
         // at both tile widths (same bits).
@@ -453,6 +471,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
             main_acc[4 * j + 3] = fmaf(partial[4 * j + 3], s1, main_acc[4 * j + 3]);
           }
         }
+        a_scale0 = next_a0, a_scale1 = next_a1, b_lo = next_lo, b_hi = next_hi;
       }
       // The tile's row end and expert looked up again rather than kept across the mainloop (live
       // registers there spilled).

@@ -261,6 +261,15 @@ __device__ __forceinline__ uint64_t smem_descriptor_kmajor_sw128(const void* til
   const uint64_t stride = 1024 >> 4;
   return start | (leading << 16) | (stride << 32) | (uint64_t{1} << 62);
 }
+// The same descriptor split in halves: the high half is a constant and the low half (start and
+// leading offset) takes additions of (bytes >> 4) with no carry out (shared memory < 256 KB), so
+// a loop steps stages and k slices in 32-bit arithmetic.
+__device__ __forceinline__ uint32_t kmajor_sw128_descriptor_lo(const void* tile) {
+  return static_cast<uint32_t>(smem_descriptor_kmajor_sw128(tile));
+}
+__device__ __forceinline__ uint64_t kmajor_sw128_descriptor(uint32_t lo) {
+  return (uint64_t{(1024 >> 4) | (1u << 30)} << 32) | lo;
+}
 
 // Orders this thread's register accesses before the next wgmma (required before the first
 // wgmma of a batch when its accumulators were touched by ordinary instructions).
