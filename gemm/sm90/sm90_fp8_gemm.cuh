@@ -28,9 +28,9 @@
 //     bytes on `full`, TMA-load A (128 x 128 B), its B share, the A (and 1x128 B) scales.
 //   warpgroups 0, 1 (consumers, 64 rows each): per K block, wait `full`, 4 wgmma k32 into a fresh
 //     partial accumulator, wait for them, release the stage, promote: main += partial * (sa * sb).
-//     Warpgroup 0 issues before warpgroup 1 (a named barrier), so one promotes while the other's
-//     wgmmas run (docs/performance.md measured the order; the 128-wide 1x128-B kernel issues
-//     unordered, as before).
+//     Software-pipelined: block k + 1's `full` wait and scale reads happen while block k's
+//     wgmmas run. The two warpgroups issue independently (an issue order between them measured
+//     4-11% slower once the loop was pipelined).
 //   Epilogue: each consumer warpgroup writes its 64 x kTileN fragment, one box of 64 rows x 128
 //     bytes at a time, into one of kStoreSlots 128-byte-swizzled shared-memory slots (bank-conflict
 //     free: the 8 rows of a warp's store land in 8 different 16-byte chunks), and one elected
@@ -250,9 +250,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
   // 1x128 B scales of a 192-wide tile would be 48 more live registers across the wgmma: that
   // variant reads them from shared memory in the promotion and releases the stage after it.
   constexpr bool kHoldStage = kBScalePerRow && kTileN > 128;
-  constexpr bool kOrderIssue = !(kBScalePerRow && kTileN == 128);
-  constexpr uint32_t kIssueOrderBarrier = 1;  // named barrier 0 is __syncthreads
-  constexpr uint32_t kStoreBarrier = 2;       // + warpgroup
+  constexpr uint32_t kStoreBarrier = 1;  // + warpgroup (named barrier 0 is __syncthreads)
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
   uint8_t* smem = smem_raw + (((raw + 1023) & ~1023u) - raw);
@@ -396,7 +394,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
 
       // Software-pipelined: block kb + 1's scales are read (its `full` wait included) while block
       // kb's wgmmas run, so after their wait only the release and the promotion stand between
-      // this warpgroup and its next issue (that path must fit in the other warpgroup's wgmmas).
+      // this warpgroup and its next issue (the other warpgroup's wgmmas run meanwhile).
       int32_t kb = first_block(t);
       const int32_t kb_end = end_block(t);
       const auto block_scales = [&](int s, int32_t block, float& sa0, float& sa1, float& sb_lo, float& sb_hi) {
@@ -422,7 +420,6 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
         const uint32_t b_desc = b_desc0 + stage * (Cfg::kTileBBytes >> 4);
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) fence_accumulator(partial[i]);
-        if (kOrderIssue && warpgroup == 1) named_barrier_sync_unaligned(kIssueOrderBarrier, 256);  // after warpgroup 0's issue
         wgmma_fence();
 #pragma unroll
         for (int k = 0; k < Cfg::kTileK / Cfg::kWgmmaK; ++k) {
@@ -431,7 +428,6 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
                              k > 0);
         }
         wgmma_commit_group();
-        if (kOrderIssue && warpgroup == 0) named_barrier_sync_unaligned(kIssueOrderBarrier, 256);
 #pragma unroll
         for (int i = 0; i < kAcc; ++i) fence_accumulator(partial[i]);
         const int used = stage;

@@ -228,12 +228,6 @@ __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads
   __syncwarp();
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
-// The same barrier where the participants reach it from different code (one warpgroup before
-// its wgmma issue, the other after its own): the non-.aligned form, which allows that; the
-// .aligned one there is undefined behaviour (compute-sanitizer's synccheck: "divergent threads").
-__device__ __forceinline__ void named_barrier_sync_unaligned(uint32_t id, uint32_t threads) {
-  asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
 
 // ---- Register budget per warpgroup (needs a register cap at entry: __launch_bounds__(n, 1)) ----
 
