@@ -1,6 +1,7 @@
 // Throughput of blockscale's FP8 blockwise GEMM (gemm/gemm.h) against its peers, timed in the same
-// process on the same inputs. gemm/'s sm90 kernel (sm90_fp8_gemm) runs at each tile width asked for
-// (128 x 128 and 128 x 192 by default, gemm/launchers.h) and at the width run() picks (auto);
+// process on the same inputs. gemm/'s sm90 kernel (sm90_fp8_gemm) runs at each tile asked for
+// (128 x 128, 128 x 192 and 256 x 128 by default, gemm/launchers.h; 256 x 128 takes 128x128 B only,
+// so it is not run with 1x128 B) and at the tile run() picks (auto);
 // every output must be the same bits (same operations per element). Peers:
 //   - cuBLASLt's own blockwise FP8 GEMM (scale modes VEC128_32F for the 1x128 operand and
 //     BLK128x128_32F for the 128x128 one: quant/'s scale tensors feed it unchanged);
@@ -10,7 +11,7 @@
 // cuBLASLt's on identical inputs: max |ours - lt| / max |lt| and the relative Frobenius
 // difference (both bf16 outputs of fp32 sums: expect ~1e-3, bf16's half ulp, not more).
 //
-// Usage: gemm_bench [--iters N] [--only I,J,...] [--tiles 128,192] [--list]. One line per case,
+// Usage: gemm_bench [--iters N] [--only I,J,...] [--tiles 128,192,256] [--list]. One line per case,
 // then a markdown table (last). DeepGEMM is timed by its own harness on the same GPU; its dense
 // shape set (M 4096) is among the cases here.
 #include <cublasLt.h>
@@ -103,13 +104,15 @@ void compare(const std::vector<__nv_bfloat16>& x, const std::vector<__nv_bfloat1
   *frob_rel = std::sqrt(diff2 / y2);
 }
 
-int tile_width(Sm90Fp8Tile t) { return t == Sm90Fp8Tile::kN192 ? 192 : 128; }
+int tile_index(Sm90Fp8Tile t) { return t == Sm90Fp8Tile::kN192 ? 1 : t == Sm90Fp8Tile::kM256 ? 2 : 0; }
+const char* tile_name(Sm90Fp8Tile t) {
+  return t == Sm90Fp8Tile::kN192 ? "tile 128x192" : t == Sm90Fp8Tile::kM256 ? "tile 256x128" : "tile 128x128";
+}
 
-// Per tile width (0: 128, 1: 192): TFLOP/s (0: not run or failed); run()'s own width; the
-// difference to Lt.
+// Per tile (tile_index): TFLOP/s (0: not run or failed); run()'s own tile; the difference to Lt.
 struct Row {
   std::string label;
-  double ours[2] = {0, 0}, automatic = 0, max_rel = NAN, frob_rel = NAN;
+  double ours[3] = {0, 0, 0}, automatic = 0, max_rel = NAN, frob_rel = NAN;
   double lt = 0, bf16 = 0;
   const char* same_bits = "-";  // "yes" / "NO": every variant that ran gave the same bits
 };
@@ -164,10 +167,9 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
     bg::detail::set_sm90_fp8_tile(Sm90Fp8Tile::kAuto);
     return tflops;
   };
-  for (const Sm90Fp8Tile tile : tiles) {
-    const std::string name = "tile 128x" + std::to_string(tile_width(tile));
-    row.ours[tile == Sm90Fp8Tile::kN192 ? 1 : 0] = time_variant(tile, name.c_str());
-  }
+  for (const Sm90Fp8Tile tile : tiles)
+    if (tile != Sm90Fp8Tile::kM256 || c.b_recipe == Recipe::kFp8Block128x128)
+      row.ours[tile_index(tile)] = time_variant(tile, tile_name(tile));
   row.automatic = time_variant(Sm90Fp8Tile::kAuto, "auto");
 
   bench::LtMatmul lt;
@@ -202,9 +204,9 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
   CHECK_CUDA(cudaFree(d_ours));
   CHECK_CUDA(cudaFree(d_lt));
   const auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
-  std::printf("case %-28s ours-128 %7.1f ours-192 %7.1f auto %7.1f TFLOP/s  cublasLt-block %7.1f  cublas-bf16 %7.1f"
-              "  auto/lt %.3f  vs-lt max-rel %.2e frob-rel %.2e  same bits %s\n",
-              row.label.c_str(), row.ours[0], row.ours[1], row.automatic, row.lt, row.bf16,
+  std::printf("case %-28s ours-128 %7.1f ours-192 %7.1f ours-256 %7.1f auto %7.1f TFLOP/s  cublasLt-block %7.1f"
+              "  cublas-bf16 %7.1f  auto/lt %.3f  vs-lt max-rel %.2e frob-rel %.2e  same bits %s\n",
+              row.label.c_str(), row.ours[0], row.ours[1], row.ours[2], row.automatic, row.lt, row.bf16,
               ratio(row.automatic, row.lt), row.max_rel, row.frob_rel, row.same_bits);
   std::fflush(stdout);
   return row;
@@ -225,21 +227,23 @@ int main(int argc, char** argv) {
       for (char* t = std::strtok(argv[++i], ","); t; t = std::strtok(nullptr, ",")) only.push_back(std::atoi(t));
     } else if (!std::strcmp(argv[i], "--tiles") && i + 1 < argc) {
       for (char* t = std::strtok(argv[++i], ","); t; t = std::strtok(nullptr, ",")) {
-        if (!std::strcmp(t, "128") || !std::strcmp(t, "192")) {
-          tiles.push_back(!std::strcmp(t, "192") ? Sm90Fp8Tile::kN192 : Sm90Fp8Tile::kN128);
+        if (!std::strcmp(t, "128") || !std::strcmp(t, "192") || !std::strcmp(t, "256")) {
+          tiles.push_back(!std::strcmp(t, "192")   ? Sm90Fp8Tile::kN192
+                          : !std::strcmp(t, "256") ? Sm90Fp8Tile::kM256
+                                                   : Sm90Fp8Tile::kN128);
         } else {
-          std::fprintf(stderr, "--tiles: 128 and / or 192, got %s\n", t);
+          std::fprintf(stderr, "--tiles: 128, 192 and / or 256 (256 x 128), got %s\n", t);
           return 2;
         }
       }
     } else if (!std::strcmp(argv[i], "--list")) {
       list = true;
     } else {
-      std::fprintf(stderr, "usage: gemm_bench [--iters N] [--only I,J,...] [--tiles 128,192] [--list]\n");
+      std::fprintf(stderr, "usage: gemm_bench [--iters N] [--only I,J,...] [--tiles 128,192,256] [--list]\n");
       return 2;
     }
   }
-  if (tiles.empty()) tiles = {Sm90Fp8Tile::kN128, Sm90Fp8Tile::kN192};
+  if (tiles.empty()) tiles = {Sm90Fp8Tile::kN128, Sm90Fp8Tile::kN192, Sm90Fp8Tile::kM256};
   const std::vector<Case> cases = all_cases();
   if (list) {
     for (size_t i = 0; i < cases.size(); ++i) std::printf("%zu %s\n", i, label(cases[i]).c_str());
@@ -262,12 +266,13 @@ int main(int argc, char** argv) {
 
   // TFLOP/s 0.0 and ratio 0.000: that width was not run or failed (its line above says why).
   const auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
-  std::printf("\n| M x N x K, recipe (A.B) | blockscale 128x128 TFLOP/s | blockscale 128x192 | blockscale auto |"
+  std::printf("\n| M x N x K, recipe (A.B) | blockscale 128x128 TFLOP/s | blockscale 128x192 | blockscale 256x128 |"
+              " blockscale auto |"
               " cuBLASLt blockwise | cuBLAS BF16 | auto / Lt | auto / BF16 | max rel diff vs Lt | same bits |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows)
-    std::printf("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %.2e | %s |\n", r.label.c_str(), r.ours[0],
-                r.ours[1], r.automatic, r.lt, r.bf16, ratio(r.automatic, r.lt), ratio(r.automatic, r.bf16), r.max_rel,
+    std::printf("| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.3f | %.3f | %.2e | %s |\n", r.label.c_str(),
+                r.ours[0], r.ours[1], r.ours[2], r.automatic, r.lt, r.bf16, ratio(r.automatic, r.lt), ratio(r.automatic, r.bf16), r.max_rel,
                 r.same_bits);
   return 0;
 }

@@ -37,15 +37,15 @@ bool tma_stores_d(const GemmProblem& p, const GemmArguments& args) {
   return d_tma && (p.beta == 0.0f || accumulate_in_place);
 }
 
-template <int kTileN, bool kBScalePerRow, int kCluster, GroupMode kMode = GroupMode::kDense>
+template <int kTileN, bool kBScalePerRow, int kCluster, GroupMode kMode = GroupMode::kDense, int kTileM = 128>
 const void* kernel_symbol() {
-  return reinterpret_cast<const void*>(&sm90::sm90_fp8_gemm_kernel<kTileN, kBScalePerRow, kCluster, kMode>);
+  return reinterpret_cast<const void*>(&sm90::sm90_fp8_gemm_kernel<kTileN, kBScalePerRow, kCluster, kMode, kTileM>);
 }
 
-template <int kTileN, bool kBScalePerRow, int kCluster, GroupMode kMode = GroupMode::kDense>
+template <int kTileN, bool kBScalePerRow, int kCluster, GroupMode kMode = GroupMode::kDense, int kTileM = 128>
 Status prepare(int* sm_count) {
-  using Cfg = Fp8GemmConfig<kTileN, kBScalePerRow, kCluster, kMode>;
-  return prepare_kernel(kernel_symbol<kTileN, kBScalePerRow, kCluster, kMode>(), Cfg::kSmemBytes,
+  using Cfg = Fp8GemmConfig<kTileN, kBScalePerRow, kCluster, kMode, kTileM>;
+  return prepare_kernel(kernel_symbol<kTileN, kBScalePerRow, kCluster, kMode, kTileM>(), Cfg::kSmemBytes,
                         "sm90_fp8_gemm_kernel", sm_count);
 }
 
@@ -72,23 +72,23 @@ Status max_active_clusters(const void* kernel, const cudaLaunchConfig_t& config,
   return Status::ok();
 }
 
-template <int kTileN, bool kBScalePerRow, int kCluster, GroupMode kMode = GroupMode::kDense>
+template <int kTileN, bool kBScalePerRow, int kCluster, GroupMode kMode = GroupMode::kDense, int kTileM = 128>
 Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream, const Grouping* grouping) {
-  using Cfg = Fp8GemmConfig<kTileN, kBScalePerRow, kCluster, kMode>;
+  using Cfg = Fp8GemmConfig<kTileN, kBScalePerRow, kCluster, kMode, kTileM>;
   constexpr bool kMGrouped = kMode == GroupMode::kM;
   constexpr bool kKGrouped = kMode == GroupMode::kK;
   int sm_count = 0;
-  BS_RETURN_IF_ERROR((prepare<kTileN, kBScalePerRow, kCluster, kMode>(&sm_count)));
+  BS_RETURN_IF_ERROR((prepare<kTileN, kBScalePerRow, kCluster, kMode, kTileM>(&sm_count)));
   const int64_t b_rows = kMGrouped ? p.n * grouping->num_groups : p.n;  // every expert's B, back to back
   const int64_t k_blocks = p.k / 128;
-  // Operand tiles: 128 (A) or kTileN / kCluster (each CTA's share of B) rows x 128 bytes of K,
+  // Operand tiles: kTileM (A) or kTileN / kCluster (each CTA's share of B) rows x 128 bytes of K,
   // 128-byte swizzle (the wgmma K-major layout). Rows past M or N arrive as zeros.
   TensorMap2d a{args.a_data, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<uint64_t>(p.m), static_cast<uint64_t>(p.k),
                 static_cast<uint64_t>(p.k), Cfg::kTileM, Cfg::kTileK, CU_TENSOR_MAP_SWIZZLE_128B};
   TensorMap2d b{args.b_data, CU_TENSOR_MAP_DATA_TYPE_UINT8, static_cast<uint64_t>(b_rows), static_cast<uint64_t>(p.k),
                 static_cast<uint64_t>(p.k), Cfg::kBShareRows, Cfg::kTileK, CU_TENSOR_MAP_SWIZZLE_128B};
   // VEC128 scales: k_blocks rows of round_up(rows, 4) floats; a box is one K block's scales of
-  // the tile's rows (A) or columns (1x128 B).
+  // a wave's 128 rows (A) or the tile's columns (1x128 B).
   const int64_t a_scale_ld = formats::vec128_scale_ld(p.m);
   TensorMap2d a_scale{args.a_scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, static_cast<uint64_t>(k_blocks),
                       static_cast<uint64_t>(a_scale_ld), static_cast<uint64_t>(a_scale_ld * 4), 1, Cfg::kScaleABoxFloats,
@@ -162,20 +162,22 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
   config.gridDim = dim3(static_cast<unsigned>(kCluster * std::max(1, sm_count / kCluster)));
   int clusters = 0;
   BS_RETURN_IF_ERROR(
-      max_active_clusters(kernel_symbol<kTileN, kBScalePerRow, kCluster, kMode>(), config, &clusters));
+      max_active_clusters(kernel_symbol<kTileN, kBScalePerRow, kCluster, kMode, kTileM>(), config, &clusters));
   // M-grouped: the tile count lives on the device, so one CTA per SM (the extra ones exit at once).
   const int64_t units = kMGrouped   ? int64_t{clusters}
                        : kKGrouped ? int64_t{grouping->num_groups} * params.order.num_tiles()
                                    : int64_t{params.order.num_tiles()};
   config.gridDim = dim3(static_cast<unsigned>(kCluster * std::max<int64_t>(1, std::min<int64_t>(units, clusters))));
-  return cuda_status(cudaLaunchKernelEx(&config, sm90::sm90_fp8_gemm_kernel<kTileN, kBScalePerRow, kCluster, kMode>, a_map,
+  return cuda_status(cudaLaunchKernelEx(&config, sm90::sm90_fp8_gemm_kernel<kTileN, kBScalePerRow, kCluster, kMode, kTileM>, a_map,
                                         b_map, a_scale_map, b_scale_map, d_map, params),
                      "sm90_fp8_gemm_kernel launch");
 }
 
 // Clusters pair tile rows: a single row of tiles would leave half of every cluster idle. The
-// M-grouped mode runs without (sm90_fp8_gemm.cuh).
-int cluster_size(const GemmProblem& p, const Grouping* grouping) { return grouping == nullptr && p.m > 128 ? 2 : 1; }
+// grouped modes run without (sm90_fp8_gemm.cuh).
+int cluster_size(const GemmProblem& p, const Grouping* grouping, int tile_m) {
+  return grouping == nullptr && p.m > tile_m ? 2 : 1;
+}
 
 template <int kTileN, bool kBScalePerRow>
 Status launch_width(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream, const Grouping* grouping) {
@@ -184,25 +186,37 @@ Status launch_width(const GemmProblem& p, const GemmArguments& args, cudaStream_
   } else {
     if (grouping != nullptr) return launch<kTileN, false, 1, GroupMode::kM>(p, args, stream, grouping);
   }
-  return cluster_size(p, grouping) == 2 ? launch<kTileN, kBScalePerRow, 2>(p, args, stream, nullptr)
-                                        : launch<kTileN, kBScalePerRow, 1>(p, args, stream, nullptr);
+  return cluster_size(p, grouping, 128) == 2 ? launch<kTileN, kBScalePerRow, 2>(p, args, stream, nullptr)
+                                             : launch<kTileN, kBScalePerRow, 1>(p, args, stream, nullptr);
 }
 
-// The tile width with the smaller modelled time: waves of cluster units (the persistent grid
-// runs ceil(units / clusters) rounds) times a unit's cost, a 128 x 192 tile costing 1.375 times a
-// 128 x 128 one (1.5x the work at the ~9% higher rate measured at large shapes on the H100 and
-// H200, docs/performance.md). No autotuning at run time.
+// 256 x 128 tiles: dense with 128x128 B only (Fp8GemmConfig).
+Status launch_tall(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream) {
+  return cluster_size(p, nullptr, 256) == 2 ? launch<128, false, 2, GroupMode::kDense, 256>(p, args, stream, nullptr)
+                                            : launch<128, false, 1, GroupMode::kDense, 256>(p, args, stream, nullptr);
+}
+
+// The tile with the smaller modelled time: waves of cluster units (the persistent grid runs
+// ceil(units / clusters) rounds) times a unit's cost in 128 x 128 tiles: 1.375 for 128 x 192 and
+// kTallCost for 256 x 128 (the work over the rate measured against 128 x 128 at large shapes on
+// the H200, docs/performance.md). 256-row tiles apply to dense problems with 128x128 B only. No
+// autotuning at run time.
 // M-grouped: the rows of all experts as one problem (per-expert rows are on the device);
 // K-grouped: every expert's m x n output.
-Sm90Fp8Tile pick_tile(const GemmProblem& p, const Grouping* grouping, int sm_count) {
-  const int64_t cluster = cluster_size(p, grouping), clusters = std::max<int64_t>(1, sm_count / cluster);
+constexpr double kWideCost = 1.375;
+constexpr double kTallCost = 1.75;
+Sm90Fp8Tile pick_tile(const GemmProblem& p, const Grouping* grouping, int sm_count, bool tall_applies) {
   const int64_t experts = grouping != nullptr && grouping->mode == GroupMode::kK ? grouping->num_groups : 1;
-  const int64_t unit_rows = experts * (((p.m + 127) / 128 + cluster - 1) / cluster);
-  const auto waves = [&](int64_t width) {
-    const int64_t units = unit_rows * ((p.n + width - 1) / width);
+  const auto waves = [&](int64_t tile_m, int64_t tile_n) {
+    const int64_t cluster = cluster_size(p, grouping, static_cast<int>(tile_m));
+    const int64_t clusters = std::max<int64_t>(1, sm_count / cluster);
+    const int64_t units = experts * (((p.m + tile_m - 1) / tile_m + cluster - 1) / cluster) * ((p.n + tile_n - 1) / tile_n);
     return static_cast<double>((units + clusters - 1) / clusters);
   };
-  return waves(192) * 1.375 < waves(128) ? Sm90Fp8Tile::kN192 : Sm90Fp8Tile::kN128;
+  const double narrow = waves(128, 128), wide = waves(128, 192) * kWideCost;
+  const double tall = tall_applies ? waves(256, 128) * kTallCost : narrow + wide;
+  if (tall < narrow && tall < wide) return Sm90Fp8Tile::kM256;
+  return wide < narrow ? Sm90Fp8Tile::kN192 : Sm90Fp8Tile::kN128;
 }
 
 }  // namespace
@@ -220,6 +234,8 @@ Status sm90_fp8_gemm_loadable() {
   BS_RETURN_IF_ERROR((prepare<192, false, 2>(&sms)));
   BS_RETURN_IF_ERROR((prepare<192, true, 1>(&sms)));
   BS_RETURN_IF_ERROR((prepare<192, true, 2>(&sms)));
+  BS_RETURN_IF_ERROR((prepare<128, false, 1, GroupMode::kDense, 256>(&sms)));
+  BS_RETURN_IF_ERROR((prepare<128, false, 2, GroupMode::kDense, 256>(&sms)));
   BS_RETURN_IF_ERROR((prepare<128, false, 1, GroupMode::kM>(&sms)));
   BS_RETURN_IF_ERROR((prepare<192, false, 1, GroupMode::kM>(&sms)));
   BS_RETURN_IF_ERROR((prepare<128, true, 1, GroupMode::kK>(&sms)));
@@ -230,12 +246,14 @@ Status launch_sm90_fp8_gemm(const GemmProblem& p, const GemmArguments& args, cud
                            const Grouping* grouping) {
   // gemm/grouped.cpp checks the recipes: 128x128 B when M-grouped, 1x128 B when K-grouped.
   const bool b_scale_per_row = p.b_recipe == Recipe::kFp8Block1x128;
+  const bool tall_applies = grouping == nullptr && !b_scale_per_row;
   Sm90Fp8Tile tile = sm90_fp8_tile();
   if (tile == Sm90Fp8Tile::kAuto) {
     int sms = 0;
     BS_RETURN_IF_ERROR((prepare<128, false, 1>(&sms)));
-    tile = pick_tile(p, grouping, sms);
+    tile = pick_tile(p, grouping, sms, tall_applies);
   }
+  if (tile == Sm90Fp8Tile::kM256 && tall_applies) return launch_tall(p, args, stream);
   if (tile == Sm90Fp8Tile::kN192)
     return b_scale_per_row ? launch_width<192, true>(p, args, stream, grouping)
                            : launch_width<192, false>(p, args, stream, grouping);

@@ -59,14 +59,17 @@
 
 namespace blockscale::gemm::sm90 {
 
-template <int kTileN_, bool kBScalePerRow_, int kCluster_, GroupMode kMode_ = GroupMode::kDense>
+template <int kTileN_, bool kBScalePerRow_, int kCluster_, GroupMode kMode_ = GroupMode::kDense, int kTileM_ = 128>
 struct Fp8GemmConfig {
-  static constexpr int kTileM = 128;  // two consumer warpgroups x 64 rows
+  // 128 rows: two consumer warpgroups x 64 rows; 256: each warpgroup takes two waves of 64 rows
+  // (rows 128 w + 64 g ..), which read the same B tile: 1.5x the flops per byte staged of 128 x 128.
+  static constexpr int kTileM = kTileM_;
+  static constexpr int kWaves = kTileM / 128;
   static constexpr int kTileN = kTileN_;
   static constexpr int kTileK = 128;  // one scale block of K per stage; 128 B rows = the swizzle span
   static constexpr int kWgmmaK = 32;
   static constexpr int kCluster = kCluster_;
-  static constexpr int kAccumulators = kTileN / 2;  // fp32 per thread: 64 x kTileN over 128 threads
+  static constexpr int kAccumulators = kTileN / 2;  // fp32 per thread and wave: 64 x kTileN over 128 threads
   static constexpr int kColumnGroups = kTileN / 8;  // fragment column groups j (columns 8j .. 8j + 7)
   static constexpr int kConsumerWarpgroups = 2;
   static constexpr int kThreads = 128 * (kConsumerWarpgroups + 1);
@@ -76,10 +79,11 @@ struct Fp8GemmConfig {
   static constexpr int kTileABytes = kTileM * kTileK;
   static constexpr int kTileBBytes = kTileN * kTileK;
   static constexpr int kBShareRows = kTileN / kCluster;  // B rows each CTA of a cluster loads
-  // A scales of one K block: a box of kTileM + 4 floats from the tile's first row rounded down to a
+  // A scales of one K block and wave: a box of 128 + 4 floats from the wave's first row rounded down to a
   // multiple of 4 (TMA's 16-byte rule for the start; grouped tiles will start at any row).
-  static constexpr int kScaleABoxFloats = kTileM + 4;
-  static constexpr int kScaleABytes = (kScaleABoxFloats * 4 + 127) / 128 * 128;
+  static constexpr int kScaleABoxFloats = 128 + 4;
+  static constexpr int kScaleAWaveBytes = (kScaleABoxFloats * 4 + 127) / 128 * 128;
+  static constexpr int kScaleABytes = kWaves * kScaleAWaveBytes;
   static constexpr int kScaleBBytes = kBScalePerRow_ ? kTileN * 4 : 0;  // 1x128 B scales of one K block
   static constexpr int kStageBytes = kTileABytes + kTileBBytes + kScaleABytes + kScaleBBytes;
   // Epilogue staging: per consumer warpgroup kStoreSlots boxes of 64 rows x 128 bytes.
@@ -94,6 +98,9 @@ struct Fp8GemmConfig {
   static constexpr int kStages = (kSmemLimit - 1024 - kStagingBytes - 256 - kScheduleBytes) / kStageBytes;
   static constexpr int kSmemBytes = 1024 + kStagingBytes + kStages * kStageBytes + 2 * kStages * 8 + kScheduleBytes;
   static_assert(kTileN == 128 || kTileN == 192, "wgmma widths with a wrapper in sm90_ptx.cuh");
+  // Two waves hold 2 x 64 + 64 accumulators at 128 wide; 1x128 B scales or 192 columns would not fit.
+  static_assert(kTileM == 128 || (kTileM == 256 && kTileN == 128 && !kBScalePerRow_ && kMode_ == GroupMode::kDense),
+                "256-row tiles: dense, 128 wide, 128x128 B");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs along M");
   static_assert(kMode_ == GroupMode::kDense || kCluster == 1, "grouped modes: no cluster");
   static_assert(kMode_ != GroupMode::kM || !kBScalePerRow_, "M-grouped: 128x128 B per expert");
@@ -235,14 +242,15 @@ __device__ __forceinline__ void store_tile(const CUtensorMap* d_map, const Fp8Ge
 // kTileN: the tile width. kBScalePerRow: B has 1x128 scales (wgrad), TMA-loaded per stage;
 // otherwise 128x128 scales read from global memory. kCluster: CTAs per cluster sharing B. kMode:
 // dense or M-grouped.
-template <int kTileN, bool kBScalePerRow, int kCluster, GroupMode kMode = GroupMode::kDense>
-__global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster, kMode>::kThreads, 1)
+template <int kTileN, bool kBScalePerRow, int kCluster, GroupMode kMode = GroupMode::kDense, int kTileM = 128>
+__global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster, kMode, kTileM>::kThreads, 1)
     sm90_fp8_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                          const __grid_constant__ CUtensorMap a_scale_map,
                          const __grid_constant__ CUtensorMap b_scale_map, const __grid_constant__ CUtensorMap d_map,
                          const Fp8GemmParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = Fp8GemmConfig<kTileN, kBScalePerRow, kCluster, kMode>;
+  using Cfg = Fp8GemmConfig<kTileN, kBScalePerRow, kCluster, kMode, kTileM>;
+  constexpr int kWaves = Cfg::kWaves;
   constexpr bool kMGrouped = kMode == GroupMode::kM;
   constexpr bool kKGrouped = kMode == GroupMode::kK;
   constexpr int kAcc = Cfg::kAccumulators;
@@ -322,7 +330,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
       if (kBScalePerRow) prefetch_tensor_map(&b_scale_map);
       // Bytes landing in this CTA per stage: its A, all of B (its share and the peers'), scales.
       // Boxes past the tensor's edge are zero-filled and still count their full bytes.
-      constexpr uint32_t kStageTx = Cfg::kTileABytes + Cfg::kTileBBytes + 4 * Cfg::kScaleABoxFloats +
+      constexpr uint32_t kStageTx = Cfg::kTileABytes + Cfg::kTileBBytes + kWaves * 4 * Cfg::kScaleABoxFloats +
                                     (kBScalePerRow ? Cfg::kScaleBBytes : 0);
       int stage = 0;
       uint32_t phase = 0;
@@ -340,7 +348,10 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
           } else {
             tma_load_2d(b_share, &b_map, &full[stage], kb * Cfg::kTileK, b_row);
           }
-          tma_load_2d(a_scale_ring + stage * (Cfg::kScaleABytes / 4), &a_scale_map, &full[stage], m0 & ~3, kb);
+#pragma unroll
+          for (int w = 0; w < kWaves; ++w)
+            tma_load_2d(a_scale_ring + stage * (Cfg::kScaleABytes / 4) + w * (Cfg::kScaleAWaveBytes / 4), &a_scale_map,
+                        &full[stage], (m0 + 128 * w) & ~3, kb);
           if (kBScalePerRow)
             tma_load_2d(b_scale_ring + stage * (Cfg::kScaleBBytes / 4), &b_scale_map, &full[stage], n0, kb);
           if (++stage == Cfg::kStages) stage = 0, phase ^= 1;
@@ -353,7 +364,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
     warpgroup_registers_grow<Cfg::kConsumerRegisters>();
     const int lane = static_cast<int>(threadIdx.x) % 32;
     const int warp_in_group = (static_cast<int>(threadIdx.x) / 32) % 4;
-    const int row_in_tile = warpgroup * 64 + warp_in_group * 16 + lane / 4;  // and row_in_tile + 8
+    const int row_in_tile = warpgroup * 64 + warp_in_group * 16 + lane / 4;  // and + 8; wave w: + 128 w
     const int col_in_group = (lane % 4) * 2;                                 // + 8j, j < kGroups
     const auto b_scale_pair = [&](int s, int j) {  // this thread's two 1x128 B scales of group j
       return *reinterpret_cast<const float2*>(b_scale_ring + s * kTileN + 8 * j + col_in_group);
@@ -387,27 +398,35 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
         b_scales_hi = expert_scales + int64_t{min(block + 1, p.b_scale_blocks - 1)} * p.b_block_scales_ld;
       }
 
-      float main_acc[kAcc];
+      float main_acc[kWaves * kAcc];  // wave w: main_acc[w * kAcc ..]
       float partial[kAcc];
 #pragma unroll
-      for (int i = 0; i < kAcc; ++i) main_acc[i] = 0.0f;
+      for (int i = 0; i < kWaves * kAcc; ++i) main_acc[i] = 0.0f;
 
       // Software-pipelined: block kb + 1's scales are read (its `full` wait included) while block
-      // kb's wgmmas run, so after their wait only the release and the promotion stand between
-      // this warpgroup and its next issue (the other warpgroup's wgmmas run meanwhile).
+      // kb's (last wave's) wgmmas run, so after their wait only the release and the promotion stand
+      // between this warpgroup and its next issue (the other warpgroup's wgmmas run meanwhile).
       int32_t kb = first_block(t);
       const int32_t kb_end = end_block(t);
-      const auto block_scales = [&](int s, int32_t block, float& sa0, float& sa1, float& sb_lo, float& sb_hi) {
-        sb_lo = kBScalePerRow ? 1.0f : __ldg(b_scales_lo + block);
-        sb_hi = kBScalePerRow || kTileN == 128 ? sb_lo : __ldg(b_scales_hi + block);
-        const float* a_scales = a_scale_ring + s * (Cfg::kScaleABytes / 4) + (m0 & 3);
-        sa0 = a_scales[row_in_tile];
-        sa1 = a_scales[row_in_tile + 8];
+      // This thread's A scales (rows row_in_tile + 128 w and + 8) and 128x128 B scales of a block.
+      struct BlockScales {
+        float a0[kWaves], a1[kWaves], b_lo, b_hi;
       };
-      float a_scale0 = 0.0f, a_scale1 = 0.0f, b_lo = 0.0f, b_hi = 0.0f;
+      const auto block_scales = [&](int s, int32_t block, BlockScales& out) {
+        out.b_lo = kBScalePerRow ? 1.0f : __ldg(b_scales_lo + block);
+        out.b_hi = kBScalePerRow || kTileN == 128 ? out.b_lo : __ldg(b_scales_hi + block);
+#pragma unroll
+        for (int w = 0; w < kWaves; ++w) {
+          const float* a_scales =
+              a_scale_ring + s * (Cfg::kScaleABytes / 4) + w * (Cfg::kScaleAWaveBytes / 4) + ((m0 + 128 * w) & 3);
+          out.a0[w] = a_scales[row_in_tile];
+          out.a1[w] = a_scales[row_in_tile + 8];
+        }
+      };
+      BlockScales cur{};
       if (kb < kb_end) {
         mbarrier_wait(&full[stage], phase);
-        block_scales(stage, kb, a_scale0, a_scale1, b_lo, b_hi);
+        block_scales(stage, kb, cur);
       }
       for (; kb < kb_end; ++kb) {
         // Every shared-memory read of the stage happens before its release below.
@@ -418,68 +437,83 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
         }
         const uint32_t a_desc = a_desc0 + stage * (Cfg::kTileABytes >> 4);
         const uint32_t b_desc = b_desc0 + stage * (Cfg::kTileBBytes >> 4);
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) fence_accumulator(partial[i]);
-        wgmma_fence();
-#pragma unroll
-        for (int k = 0; k < Cfg::kTileK / Cfg::kWgmmaK; ++k) {
-          // +32 bytes of K per slice = +2 in the descriptor's (address >> 4) field.
-          wgmma_e4m3<kTileN>(partial, kmajor_sw128_descriptor(a_desc + 2 * k), kmajor_sw128_descriptor(b_desc + 2 * k),
-                             k > 0);
-        }
-        wgmma_commit_group();
-#pragma unroll
-        for (int i = 0; i < kAcc; ++i) fence_accumulator(partial[i]);
         const int used = stage;
-        if (++stage == Cfg::kStages) stage = 0, phase ^= 1;
-        float next_a0 = 0.0f, next_a1 = 0.0f, next_lo = 0.0f, next_hi = 0.0f;
-        if (kb + 1 < kb_end) {  // (a uniform PTX loop: a C++ spin here would serialise the wgmmas)
-          mbarrier_wait_uniform(&full[stage], phase);
-          block_scales(stage, kb + 1, next_a0, next_a1, next_lo, next_hi);
-        }
-        wgmma_wait_group<0>();
-        if (!kHoldStage) release(used);
+        BlockScales next{};
+#pragma unroll
+        for (int w = 0; w < kWaves; ++w) {
+#pragma unroll
+          for (int i = 0; i < kAcc; ++i) fence_accumulator(partial[i]);
+          wgmma_fence();
+#pragma unroll
+          for (int k = 0; k < Cfg::kTileK / Cfg::kWgmmaK; ++k) {
+            // +32 bytes of K per slice = +2 in the descriptor's (address >> 4) field; a wave's A
+            // rows start 128 rows (16 KB) further.
+            wgmma_e4m3<kTileN>(partial, kmajor_sw128_descriptor(a_desc + w * (128 * 128 >> 4) + 2 * k),
+                               kmajor_sw128_descriptor(b_desc + 2 * k), k > 0);
+          }
+          wgmma_commit_group();
+#pragma unroll
+          for (int i = 0; i < kAcc; ++i) fence_accumulator(partial[i]);
+          const bool last_wave = w == kWaves - 1;
+          if (last_wave) {
+            if (++stage == Cfg::kStages) stage = 0, phase ^= 1;
+            if (kb + 1 < kb_end) {  // (a uniform PTX loop: a C++ spin here would serialise the wgmmas)
+              mbarrier_wait_uniform(&full[stage], phase);
+              block_scales(stage, kb + 1, next);
+            }
+          }
+          wgmma_wait_group<0>();
+          if (last_wave && !kHoldStage) release(used);
 
-        // Promotion: main += partial * (sa[row] * sb[col]), fp32; the same operations per element
-        // at both tile widths (same bits).
-        if constexpr (kBScalePerRow) {
+          // Promotion: main += partial * (sa[row] * sb[col]), fp32; the same operations per
+          // element at every tile shape (same bits).
+          float* main_wave = main_acc + w * kAcc;
+          const float a_scale0 = cur.a0[w], a_scale1 = cur.a1[w];
+          if constexpr (kBScalePerRow) {
 #pragma unroll
-          for (int j = 0; j < kGroups; ++j) {
-            const float2 b = kHoldStage ? b_scale_pair(used, j) : b_pairs[kHoldStage ? 0 : j];
-            main_acc[4 * j + 0] = fmaf(partial[4 * j + 0], a_scale0 * b.x, main_acc[4 * j + 0]);
-            main_acc[4 * j + 1] = fmaf(partial[4 * j + 1], a_scale0 * b.y, main_acc[4 * j + 1]);
-            main_acc[4 * j + 2] = fmaf(partial[4 * j + 2], a_scale1 * b.x, main_acc[4 * j + 2]);
-            main_acc[4 * j + 3] = fmaf(partial[4 * j + 3], a_scale1 * b.y, main_acc[4 * j + 3]);
-          }
-          if (kHoldStage) {
-            __syncwarp();  // every lane's scale reads happen before lane 0's release
-            release(used);
-          }
-        } else {
-          const float lo0 = a_scale0 * b_lo, lo1 = a_scale1 * b_lo, hi0 = a_scale0 * b_hi, hi1 = a_scale1 * b_hi;
+            for (int j = 0; j < kGroups; ++j) {
+              const float2 b = kHoldStage ? b_scale_pair(used, j) : b_pairs[kHoldStage ? 0 : j];
+              main_wave[4 * j + 0] = fmaf(partial[4 * j + 0], a_scale0 * b.x, main_wave[4 * j + 0]);
+              main_wave[4 * j + 1] = fmaf(partial[4 * j + 1], a_scale0 * b.y, main_wave[4 * j + 1]);
+              main_wave[4 * j + 2] = fmaf(partial[4 * j + 2], a_scale1 * b.x, main_wave[4 * j + 2]);
+              main_wave[4 * j + 3] = fmaf(partial[4 * j + 3], a_scale1 * b.y, main_wave[4 * j + 3]);
+            }
+            if (kHoldStage) {
+              __syncwarp();  // every lane's scale reads happen before lane 0's release
+              release(used);
+            }
+          } else {
+            const float lo0 = a_scale0 * cur.b_lo, lo1 = a_scale1 * cur.b_lo;
+            const float hi0 = a_scale0 * cur.b_hi, hi1 = a_scale1 * cur.b_hi;
 #pragma unroll
-          for (int j = 0; j < kGroups; ++j) {
-            const bool hi = b_scale_block_offset<kTileN>(n0, j) != 0;
-            const float s0 = hi ? hi0 : lo0, s1 = hi ? hi1 : lo1;
-            main_acc[4 * j + 0] = fmaf(partial[4 * j + 0], s0, main_acc[4 * j + 0]);
-            main_acc[4 * j + 1] = fmaf(partial[4 * j + 1], s0, main_acc[4 * j + 1]);
-            main_acc[4 * j + 2] = fmaf(partial[4 * j + 2], s1, main_acc[4 * j + 2]);
-            main_acc[4 * j + 3] = fmaf(partial[4 * j + 3], s1, main_acc[4 * j + 3]);
+            for (int j = 0; j < kGroups; ++j) {
+              const bool hi = b_scale_block_offset<kTileN>(n0, j) != 0;
+              const float s0 = hi ? hi0 : lo0, s1 = hi ? hi1 : lo1;
+              main_wave[4 * j + 0] = fmaf(partial[4 * j + 0], s0, main_wave[4 * j + 0]);
+              main_wave[4 * j + 1] = fmaf(partial[4 * j + 1], s0, main_wave[4 * j + 1]);
+              main_wave[4 * j + 2] = fmaf(partial[4 * j + 2], s1, main_wave[4 * j + 2]);
+              main_wave[4 * j + 3] = fmaf(partial[4 * j + 3], s1, main_wave[4 * j + 3]);
+            }
           }
         }
-        a_scale0 = next_a0, a_scale1 = next_a1, b_lo = next_lo, b_hi = next_hi;
+        cur = next;
       }
       // The tile's row end and expert looked up again rather than kept across the mainloop (live
       // registers there spilled).
       const GroupedTile done = tile_at(unit);
-      if (p.direct) {  // rows >= the expert's end and columns >= N skipped
-        const int32_t row = m0 + row_in_tile;
-        const int rows = row >= done.row_end ? 0 : row + 8 >= done.row_end ? 1 : 2;
-        store_fragment<kGroups>(p.epilogue, p.alpha, main_acc, done.d_row0 + row, rows, n0 + col_in_group, p.n);
-      } else {
-        store_tile<kTileN, Cfg::kStoreSlots, kKGrouped>(
-            &d_map, p, main_acc, staging + warpgroup * Cfg::kStoreSlots * Cfg::kBoxBytes, m0 + warpgroup * 64,
-            done.row_end, n0, done.group, kStoreBarrier + warpgroup, store_count, unit + unit_stride >= num_units);
+#pragma unroll
+      for (int w = 0; w < kWaves; ++w) {
+        if (p.direct) {  // rows >= the expert's end and columns >= N skipped
+          const int32_t row = m0 + 128 * w + row_in_tile;
+          const int rows = row >= done.row_end ? 0 : row + 8 >= done.row_end ? 1 : 2;
+          store_fragment<kGroups>(p.epilogue, p.alpha, main_acc + w * kAcc, done.d_row0 + row, rows,
+                                  n0 + col_in_group, p.n);
+        } else {
+          store_tile<kTileN, Cfg::kStoreSlots, kKGrouped>(
+              &d_map, p, main_acc + w * kAcc, staging + warpgroup * Cfg::kStoreSlots * Cfg::kBoxBytes,
+              m0 + 128 * w + warpgroup * 64, done.row_end, n0, done.group, kStoreBarrier + warpgroup, store_count,
+              w == kWaves - 1 && unit + unit_stride >= num_units);
+        }
       }
     }
   }

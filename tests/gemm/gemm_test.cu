@@ -30,11 +30,11 @@
 // scale product, promotion and (K <= 1024) running sum is exact in both the 13-bit tensor-core
 // accumulator and fp32, so D must equal the reference rounded once to D's type, bit for bit.
 // These catch layout, scale-indexing, swizzle and tile-edge bugs that a loose bound could hide.
-// ---- Tile widths ----
-// The sm90 kernel has two tile widths (128 x 128 and 128 x 192, gemm/launchers.h); every GPU case
-// runs each against the same reference, and GemmTileWidths checks that both give the same bits
-// (same operations per element). GEMM_TEST_TILE=128 (or 192) runs one width only: the GPU check
-// script's fallback when the other crashes.
+// ---- Tiles ----
+// The sm90 kernel has three tiles (128 x 128, 128 x 192 and, for 128x128 B, 256 x 128:
+// gemm/launchers.h); every GPU case runs each against the same reference, and GemmTileWidths
+// checks that all give the same bits (same operations per element). GEMM_TEST_TILE=128 (192, 256)
+// runs one tile only: the GPU check script's fallback when another crashes.
 // GPU tests skip without a GPU; the argument checks, the dispatch rule, the tile order and the
 // scale-block rule run everywhere.
 #include <cuda_runtime.h>
@@ -145,18 +145,22 @@ struct GemmRun {
   blockscale::Status status = blockscale::Status::ok();
 };
 
-int tile_width(Sm90Fp8Tile t) { return t == Sm90Fp8Tile::kN192 ? 192 : 128; }
+std::string tile_name(Sm90Fp8Tile t) {
+  return t == Sm90Fp8Tile::kN192 ? "tile 128 x 192" : t == Sm90Fp8Tile::kM256 ? "tile 256 x 128" : "tile 128 x 128";
+}
 
-// The tile widths every GPU case runs: both, or the one GEMM_TEST_TILE names (128 or 192).
+// The tiles every GPU case runs: all three, or the one GEMM_TEST_TILE names (128, 192 or 256).
+// 256 x 128 applies to 128x128 B only; with 1x128 B it runs 128 x 128 (launchers.h).
 std::vector<Sm90Fp8Tile> tiles_under_test() {
   const char* env = std::getenv("GEMM_TEST_TILE");
   const std::string only = env ? env : "";
   if (only == "128") return {Sm90Fp8Tile::kN128};
   if (only == "192") return {Sm90Fp8Tile::kN192};
-  return {Sm90Fp8Tile::kN128, Sm90Fp8Tile::kN192};
+  if (only == "256") return {Sm90Fp8Tile::kM256};
+  return {Sm90Fp8Tile::kN128, Sm90Fp8Tile::kN192, Sm90Fp8Tile::kM256};
 }
 
-// Selects a tile width for one scope; the default (128) comes back after it.
+// Selects a tile for one scope; the automatic choice comes back after it.
 struct TileScope {
   explicit TileScope(Sm90Fp8Tile t) { bg::detail::set_sm90_fp8_tile(t); }
   ~TileScope() { bg::detail::set_sm90_fp8_tile(Sm90Fp8Tile::kAuto); }
@@ -280,7 +284,7 @@ void check_random(const bg::GemmProblem& p, const HostOperand& a, const HostOper
   for (const Sm90Fp8Tile tile : tiles) {
     SCOPED_TRACE(via == Via::kCublasLtLaunch ? std::string("cuBLASLt")
                  : via == Via::kRunAuto    ? std::string("gemm::run, automatic route")
-                                           : "tile 128 x " + std::to_string(tile_width(tile)));
+                                           : tile_name(tile));
     GemmRun r;
     run_gemm(p, a, b, c.empty() ? nullptr : &c, in_place, tile, &r, via);
     if (::testing::Test::HasFatalFailure()) return;
@@ -300,9 +304,9 @@ void check_random(const bg::GemmProblem& p, const HostOperand& a, const HostOper
       }
     EXPECT_EQ(nonfinite, 0) << "non-finite (unwritten: still the NaN poison, or overflowed) outputs";
     const double err = std::sqrt(err2);
-    std::printf("gemm_test: %s %d m %lld n %lld k %lld b %s d %s beta %g%s: rel_err %.3e bound %.3e"
+    std::printf("gemm_test: %s m %lld n %lld k %lld b %s d %s beta %g%s: rel_err %.3e bound %.3e"
                 " (err/bound %.3f)\n",
-                via == Via::kRunAuto ? "auto" : cublaslt ? "cublaslt" : "tile", cublaslt ? 0 : tile_width(tile),
+                via == Via::kRunAuto ? "auto" : cublaslt ? "cublaslt" : tile_name(tile).c_str(),
                 static_cast<long long>(p.m), static_cast<long long>(p.n),
                 static_cast<long long>(p.k), bf::recipe_name(p.b_recipe), bg::matrix_type_name(p.d_type), p.beta,
                 in_place ? " in place" : "", err / ref_norm, bound / ref_norm, err / bound);
@@ -520,7 +524,7 @@ TEST_P(GemmExact, BitExact) {
         bf::reference_gemm(a.q, b.q, alpha, beta, cmat.empty() ? nullptr : cmat.data(), p.ldc, &ref);
     ASSERT_TRUE(s.is_ok()) << s.message();
     for (const Sm90Fp8Tile tile : tiles_under_test()) {
-      SCOPED_TRACE("tile 128 x " + std::to_string(tile_width(tile)));
+      SCOPED_TRACE(tile_name(tile));
       GemmRun r;
       run_gemm(p, a, b, cmat.empty() ? nullptr : &cmat, false, tile, &r);
       if (HasFatalFailure()) return;
@@ -552,12 +556,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmExact, ::testing::ValuesIn(exact_shapes()),
 // ---- Tile widths: the same bits ------------------------------------------------------------------
 
 // Random (inexact) data, so the tensor core's truncation and every fp32 rounding are exercised:
-// both tile widths must still write identical bytes, padding included, for bf16 and fp32 D,
-// beta 0 and 1, single- and multi-tile shapes (both 192-tile starting offsets into a scale block).
+// every tile must still write the bytes of the 128 x 128 one, padding included, for bf16 and fp32
+// D, beta 0 and 1, single- and multi-tile shapes (both 192-tile starting offsets into a scale
+// block; 256-row tiles ending inside M).
 class GemmTileWidths : public ::testing::TestWithParam<ShapeCase> {};
 TEST_P(GemmTileWidths, BitIdentical) {
   SKIP_WITHOUT_GPU();
-  if (tiles_under_test().size() < 2) GTEST_SKIP() << "GEMM_TEST_TILE selects one tile width";
+  if (tiles_under_test().size() < 2) GTEST_SKIP() << "GEMM_TEST_TILE selects one tile";
   const ShapeCase c = GetParam();
   HostOperand a, b;
   random_operand(c.m, c.k, Recipe::kFp8Block1x128, 1.0, seed_of(c, 31), &a);
@@ -575,19 +580,23 @@ TEST_P(GemmTileWidths, BitIdentical) {
       cmat.resize(static_cast<size_t>(p.m * p.ldc));
       for (auto& x : cmat) x = static_cast<float>(normal(rng));
     }
-    GemmRun narrow, wide;
+    GemmRun narrow;
     run_gemm(p, a, b, cmat.empty() ? nullptr : &cmat, false, Sm90Fp8Tile::kN128, &narrow);
-    run_gemm(p, a, b, cmat.empty() ? nullptr : &cmat, false, Sm90Fp8Tile::kN192, &wide);
-    if (HasFatalFailure()) return;
-    const int64_t e = element_bytes(d_type);
-    int64_t differ = 0;
-    for (int64_t i = 0; i < p.m * p.ldd; ++i) {
-      if (std::memcmp(narrow.d.data() + i * e, wide.d.data() + i * e, static_cast<size_t>(e)) == 0) continue;
-      if (differ++ < 5)
-        ADD_FAILURE() << "variant " << variant << " D(" << i / p.ldd << ", " << i % p.ldd << "): 128-wide "
-                      << element_value(narrow.d, i, d_type) << ", 192-wide " << element_value(wide.d, i, d_type);
+    for (const Sm90Fp8Tile tile : {Sm90Fp8Tile::kN192, Sm90Fp8Tile::kM256}) {
+      GemmRun other;
+      run_gemm(p, a, b, cmat.empty() ? nullptr : &cmat, false, tile, &other);
+      if (HasFatalFailure()) return;
+      const int64_t e = element_bytes(d_type);
+      int64_t differ = 0;
+      for (int64_t i = 0; i < p.m * p.ldd; ++i) {
+        if (std::memcmp(narrow.d.data() + i * e, other.d.data() + i * e, static_cast<size_t>(e)) == 0) continue;
+        if (differ++ < 5)
+          ADD_FAILURE() << "variant " << variant << " D(" << i / p.ldd << ", " << i % p.ldd << "): 128 x 128 "
+                        << element_value(narrow.d, i, d_type) << ", " << tile_name(tile) << " "
+                        << element_value(other.d, i, d_type);
+      }
+      EXPECT_EQ(differ, 0) << "elements that differ from 128 x 128 in " << tile_name(tile) << ", variant " << variant;
     }
-    EXPECT_EQ(differ, 0) << "elements that differ between the tile widths, variant " << variant;
   }
 }
 std::vector<ShapeCase> width_shapes() {
