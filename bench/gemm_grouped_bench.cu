@@ -17,8 +17,9 @@
 // (N 2816, K 2048), w2 fprop (N 2048, K 1408), w2 dgrad (N 1408, K 2048), w13 dgrad (N 2048,
 // K 2816), 8 experts x 1024 tokens.
 //
-// Usage: gemm_grouped_bench [--iters N] [--only I,J,...] [--tile 128|192] (case indices, 0-based,
-// in the order above; --tile: the FP8 M-grouped kernel's tile width instead of the automatic choice).
+// Usage: gemm_grouped_bench [--iters N] [--only I,J,...] [--tile 128|192|256] (case indices, 0-based,
+// in the order above; --tile: the FP8 M-grouped kernel's tile (256: 256 x 128) instead of the
+// automatic choice).
 // One line per case, then a markdown table (last).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -241,14 +242,16 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) {
       for (char* t = std::strtok(argv[++i], ","); t; t = std::strtok(nullptr, ",")) only.push_back(std::atoi(t));
     } else if (!std::strcmp(argv[i], "--tile") && i + 1 < argc) {
-      const int width = std::atoi(argv[++i]);
-      if (width != 128 && width != 192) {
-        std::fprintf(stderr, "--tile: 128 or 192, got %d\n", width);
+      const int tile = std::atoi(argv[++i]);
+      if (tile != 128 && tile != 192 && tile != 256) {
+        std::fprintf(stderr, "--tile: 128, 192 or 256 (256 x 128), got %d\n", tile);
         return 2;
       }
-      bg::detail::set_sm90_fp8_tile(width == 128 ? bg::detail::Sm90Fp8Tile::kN128 : bg::detail::Sm90Fp8Tile::kN192);
+      bg::detail::set_sm90_fp8_tile(tile == 128   ? bg::detail::Sm90Fp8Tile::kN128
+                                    : tile == 192 ? bg::detail::Sm90Fp8Tile::kN192
+                                                  : bg::detail::Sm90Fp8Tile::kM256);
     } else {
-      std::fprintf(stderr, "usage: gemm_grouped_bench [--iters N] [--only I,J,...] [--tile 128|192]\n");
+      std::fprintf(stderr, "usage: gemm_grouped_bench [--iters N] [--only I,J,...] [--tile 128|192|256]\n");
       return 2;
     }
   }

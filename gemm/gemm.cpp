@@ -123,6 +123,11 @@ Status current_sm(int* sm) {
   return Status::ok();
 }
 
+// kAuto sends dense FP8 blockwise problems of at most this many rows to cuBLASLt: there its
+// blockwise kernel measured 1.08-1.19x sm90_fp8_gemm on the H200 (M 128 and 512); from M 2048 up
+// the two are within a few percent either way (docs/performance.md).
+constexpr int64_t kCublasLtMaxRows = 512;
+
 bool cublaslt_fp8_shape_ok(const GemmProblem& p) {
   const auto row_aligned = [](int64_t ld, MatrixType t) { return ld * element_bytes(t) % 16 == 0; };
   return p.m % 4 == 0 && p.n % 4 == 0 && row_aligned(p.ldd, p.d_type) &&
@@ -192,7 +197,8 @@ Status can_implement_for_arch(const GemmProblem& p, int sm, GemmKernel* kernel) 
                              "multiples of 4, rows of D (and C) 16-byte aligned and C's type equal to D's; got m=" +
                              str(p.m) + ", n=" + str(p.n) + ", ldd=" + str(p.ldd));
       if (kernel)
-        *kernel = sm90_fp8_route() != Sm90Fp8Route::kKernel && cublaslt_fp8_shape_ok(p)
+        *kernel = cublaslt_fp8_shape_ok(p) && (sm90_fp8_route() == Sm90Fp8Route::kCublasLt ||
+                                               (sm90_fp8_route() == Sm90Fp8Route::kAuto && p.m <= kCublasLtMaxRows))
                       ? GemmKernel::kCublasLtBlockScaled
                       : GemmKernel::kSm90Fp8Blockwise;
       return Status::ok();

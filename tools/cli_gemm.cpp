@@ -193,8 +193,8 @@ void add_gemm_command(CLI::App& app) {
   c->add_option("--seed", a->seed, "seed of the random operands (default 1)");
   c->add_flag("--quiet", a->quiet, "no progress lines on stderr");
   c->add_option("--fp8-route", a->fp8_route,
-                "FP8 blockwise on Hopper: auto (cuBLASLt's blockwise kernel where it takes the shape, default), "
-                "kernel (gemm/'s wgmma kernel) or cublaslt")
+                "FP8 blockwise on Hopper: auto (gemm/'s wgmma kernel; cuBLASLt's blockwise kernel for M <= 512 "
+                "where it takes the shape; default), kernel (gemm/'s wgmma kernel) or cublaslt")
       ->check(CLI::IsMember({"auto", "kernel", "cublaslt"}));
   c->callback([a] { run_gemm(*a); });
 }

@@ -110,9 +110,10 @@ void add_train_command(CLI::App& app) {
                   "products and fp32 sums")
       ->capture_default_str();
   cmd->add_option("--fp8-gemm", args->fp8_gemm,
-                  "fp8_block's GEMMs on Hopper: cublaslt (cuBLASLt's blockwise FP8 matmul, the experts one each with "
-                  "their sizes read back per MoE layer), kernel (gemm/'s wgmma kernels, grouped, no read-back) or "
-                  "auto (cuBLASLt, the experts one each only where their products are large)")
+                  "fp8_block's GEMMs on Hopper: auto (gemm/'s kernels, the experts' sizes read on the GPU; cuBLASLt "
+                  "only for dense products of at most 512 rows), kernel (every product on gemm/'s kernels) "
+                  "or cublaslt (every product on cuBLASLt, the experts one each with their sizes read back to the "
+                  "host per MoE layer: a synchronisation)")
       ->capture_default_str();
   cmd->add_flag("--expert-parallel", c.expert_parallel,
                 "split each MoE layer's experts across the ranks (all-to-all token exchange; GPU, under a launcher)");

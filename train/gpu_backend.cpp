@@ -76,8 +76,10 @@ class GpuBackend final : public StepBackend {
     layers_.set_bf16_values(mx_gemm_ == MxGemm::kBf16Values || (mx_gemm_ == MxGemm::kAuto && major == 9));
     // The FP8 route is process-wide in gemm/: the backend made last sets it.
     if (recipe_ == TrainRecipe::kFp8Block) {
-      gemm::set_sm90_fp8_route(fp8_gemm_ == Fp8Gemm::kKernel ? gemm::Sm90Fp8Route::kKernel : gemm::Sm90Fp8Route::kAuto);
-      fp8_per_expert_ = fp8_gemm_ != Fp8Gemm::kKernel && major == 9;
+      gemm::set_sm90_fp8_route(fp8_gemm_ == Fp8Gemm::kKernel     ? gemm::Sm90Fp8Route::kKernel
+                               : fp8_gemm_ == Fp8Gemm::kCublasLt ? gemm::Sm90Fp8Route::kCublasLt
+                                                                 : gemm::Sm90Fp8Route::kAuto);
+      fp8_per_expert_ = fp8_gemm_ == Fp8Gemm::kCublasLt && major == 9;
     }
     const int64_t n = layout_.total;
     std::vector<float> host(n);
@@ -330,13 +332,10 @@ class GpuBackend final : public StepBackend {
   TrainRecipe recipe_;
   MxGemm mx_gemm_;
   Fp8Gemm fp8_gemm_;
-  // fp8_block on Hopper's cuBLASLt route: whether the experts may run one cuBLASLt matmul each
-  // (their sizes copied back per MoE layer), which pays where an expert's product is large.
+  // fp8_block on Hopper's cuBLASLt route (--fp8-gemm cublaslt only): the experts run one cuBLASLt
+  // matmul each, their sizes copied back to the host per MoE layer. Every other route reads the
+  // sizes on the device (the grouped kernels): no host synchronisation in the step.
   bool fp8_per_expert_ = false;
-  // The smallest mean w13 product (FLOP per expert) that takes that route in kAuto. H100: at 12 GFLOP
-  // (width 2048) the copies back and per-expert launches cost more than cuBLASLt gains (GEMM phase
-  // 2.5 -> 3.6 ms per step), at 481 GFLOP (a Mixtral-like layer) it gains 10% (docs/performance.md).
-  static constexpr double kPerExpertMinFlop = 50e9;
   ParamLayout layout_;
   DeviceBuffers buffers_;
   PhaseTimer timer_;
@@ -435,8 +434,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
       BS_RETURN_IF_ERROR(buf("route_ws", int64_t(route_ws_bytes), &route_ws));
       BS_RETURN_IF_ERROR(quant::run(rp, quant::RoutingInputs{ids}, quant::RoutingOutputs{ends, row_source, slot_row},
                                     route_ws, route_ws_bytes, stream_));
-      const bool large = fp8_gemm_ == Fp8Gemm::kCublasLt || 4.0 * double(rows) / e * f * d >= kPerExpertMinFlop;
-      layers_.set_host_sized_experts(fp8_per_expert_ && large);
+      layers_.set_host_sized_experts(fp8_per_expert_);
       // The group sizes on the host: for the cuBLAS experts loop, the per-expert cuBLASLt route
       // and the exchange plan.
       if (layers_.experts_need_host_ends() || expert_parallel_) {

@@ -47,12 +47,13 @@ const char* mx_gemm_name(MxGemm g);  // auto, bf16, kernel
 Status parse_mx_gemm(const std::string& name, MxGemm* out);
 // How the fp8_block recipe's GEMMs run on Hopper (gemm::Sm90Fp8Route). All give the FP8
 // blockwise sums of docs/numerics.md (fprop / dgrad the same bits; wgrad within the bound):
-//   kCublasLt: cuBLASLt's blockwise FP8 matmul (faster than gemm/'s kernel on the H100) for every
-//              product, the experts one matmul each with their sizes copied to the host once per
-//              MoE layer
-//   kKernel  : gemm/'s wgmma kernels, the experts' grouped kernels reading their sizes on the GPU
-//   kAuto    : cuBLASLt for the dense products; the experts as kCublasLt where their products are
-//              large (gpu_backend.cpp's kPerExpertMinFlop), the grouped kernels otherwise
+//   kAuto    : gemm::run's automatic route: gemm/'s kernels, the experts' grouped kernels reading
+//              their sizes on the GPU (no host synchronisation); cuBLASLt only for dense products
+//              of at most 512 rows (gemm/gemm.h)
+//   kKernel  : every product on gemm/'s kernels
+//   kCublasLt: cuBLASLt's blockwise FP8 matmul for every product, the experts one matmul each
+//              with their sizes copied to the host once per MoE layer (a synchronisation), for
+//              comparison with the peer
 enum class Fp8Gemm { kAuto, kKernel, kCublasLt };
 const char* fp8_gemm_name(Fp8Gemm g);  // auto, kernel, cublaslt
 Status parse_fp8_gemm(const std::string& name, Fp8Gemm* out);

@@ -99,8 +99,8 @@ struct Fp8GemmConfig {
   static constexpr int kSmemBytes = 1024 + kStagingBytes + kStages * kStageBytes + 2 * kStages * 8 + kScheduleBytes;
   static_assert(kTileN == 128 || kTileN == 192, "wgmma widths with a wrapper in sm90_ptx.cuh");
   // Two waves hold 2 x 64 + 64 accumulators at 128 wide; 1x128 B scales or 192 columns would not fit.
-  static_assert(kTileM == 128 || (kTileM == 256 && kTileN == 128 && !kBScalePerRow_ && kMode_ == GroupMode::kDense),
-                "256-row tiles: dense, 128 wide, 128x128 B");
+  static_assert(kTileM == 128 || (kTileM == 256 && kTileN == 128 && !kBScalePerRow_ && kMode_ != GroupMode::kK),
+                "256-row tiles: dense or M-grouped, 128 wide, 128x128 B");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs along M");
   static_assert(kMode_ == GroupMode::kDense || kCluster == 1, "grouped modes: no cluster");
   static_assert(kMode_ != GroupMode::kM || !kBScalePerRow_, "M-grouped: 128x128 B per expert");

@@ -6,6 +6,8 @@
 // (once with 16-byte D rows, which the FP8 TMA-store kernel takes), and one expert (the dense
 // problem). Expert starts at rows that are not multiples of 128 cross
 // the 128-row scale tiles of MX A operands, which the grouped kernel reads in 3-tile boxes.
+// FP8 blockwise on the grouped kernel also runs at each forced tile (128 x 128, 128 x 192,
+// 256 x 128: gemm/launchers.h), each of which must write the automatic choice's bytes.
 // D is poisoned (0xFF: NaN in bf16 and fp32) first; every element must be written and finite,
 // and the Frobenius error must be within the bound of the dense tests for the recipe:
 //   FP8 blockwise (tests/gemm/gemm_test.cu):
@@ -36,6 +38,7 @@
 #include "formats/reference_gemm.h"
 #include "formats/scale_layout.h"
 #include "gemm/grouped.h"
+#include "gemm/launchers.h"  // the tile selector
 #include "tests/gemm/gemm_test_util.h"
 #include "tests/quant/gpu_test_util.h"
 
@@ -188,6 +191,21 @@ void check_case(const GroupedCase& gc, uint64_t seed) {
     for (int64_t i = 0; i < m * gc.n; ++i)
       differ += element_value(d, i, gc.d_type) != element_value(d_kernel, i, gc.d_type);
     EXPECT_EQ(differ, 0) << "elements differing from the grouped kernel's";
+  }
+
+  if (is_fp8_blockwise(gc.pair.a) && !gc.host_ends) {  // every tile: the automatic choice's bytes
+    using bg::detail::Sm90Fp8Tile;
+    for (const Sm90Fp8Tile tile : {Sm90Fp8Tile::kN128, Sm90Fp8Tile::kN192, Sm90Fp8Tile::kM256}) {
+      ASSERT_CUDA(cudaMemcpy(d_buf.ptr, poison.data(), poison.size(), cudaMemcpyHostToDevice));
+      bg::detail::set_sm90_fp8_tile(tile);
+      s = bg::run(p, args, nullptr, 0, nullptr);
+      bg::detail::set_sm90_fp8_tile(Sm90Fp8Tile::kAuto);
+      ASSERT_TRUE(s.is_ok()) << s.message();
+      std::vector<uint8_t> d_tile(poison.size());
+      ASSERT_CUDA(cudaMemcpy(d_tile.data(), d_buf.ptr, d_tile.size(), cudaMemcpyDeviceToHost));
+      EXPECT_EQ(std::memcmp(d_tile.data(), d.data(), d.size()), 0)
+          << "forced tile " << static_cast<int>(tile) << " differs from the automatic choice's D";
+    }
   }
 
   int64_t non_finite = 0;

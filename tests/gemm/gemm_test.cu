@@ -150,7 +150,7 @@ std::string tile_name(Sm90Fp8Tile t) {
 }
 
 // The tiles every GPU case runs: all three, or the one GEMM_TEST_TILE names (128, 192 or 256).
-// 256 x 128 applies to 128x128 B only; with 1x128 B it runs 128 x 128 (launchers.h).
+// 256 x 128 applies to 128x128 B only; with 1x128 B it runs 128 x 128 (gemm/launchers.h).
 std::vector<Sm90Fp8Tile> tiles_under_test() {
   const char* env = std::getenv("GEMM_TEST_TILE");
   const std::string only = env ? env : "";
@@ -409,9 +409,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmCublasLt,
                          shape_name);
 
 // gemm::run's automatic route on sm_90: cuBLASLt where it takes the shape (m and n multiples of 4,
-// rows of D and C 16-byte aligned, C's type D's), the wgmma kernel otherwise, as
-// can_implement_for_arch says. The same bound either way, on the odd shapes (most of which fall
-// back to the kernel) and on shapes cuBLASLt takes; bf16 D at beta 0 and fp32 D += fp32 C.
+// rows of D and C 16-byte aligned, C's type D's) and m <= 512, the wgmma kernel otherwise, as
+// can_implement_for_arch says. The same bound either way, on the odd shapes (most of which run on
+// the kernel) and on shapes cuBLASLt takes; bf16 D at beta 0 and fp32 D += fp32 C.
 class GemmAutoRoute : public ::testing::TestWithParam<ShapeCase> {};
 TEST_P(GemmAutoRoute, WithinDerivedBound) {
   SKIP_WITHOUT_GPU();
@@ -425,7 +425,7 @@ TEST_P(GemmAutoRoute, WithinDerivedBound) {
   for (const bg::GemmProblem& p : {fprop, wgrad}) {
     bg::GemmKernel kernel = bg::GemmKernel::kNone;
     ASSERT_TRUE(bg::can_implement_for_arch(p, 90, &kernel).is_ok());
-    const bool lt = c.m % 4 == 0 && c.n % 4 == 0 && (p.d_type == MatrixType::kFp32 || c.n % 8 == 0);
+    const bool lt = c.m % 4 == 0 && c.n % 4 == 0 && (p.d_type == MatrixType::kFp32 || c.n % 8 == 0) && c.m <= 512;
     EXPECT_EQ(kernel, lt ? bg::GemmKernel::kCublasLtBlockScaled : bg::GemmKernel::kSm90Fp8Blockwise);
   }
   check_random(fprop, a, b, false, seed_of(c, 53), Via::kRunAuto);
@@ -703,7 +703,16 @@ TEST(GemmCanImplement, Fp8BlockwisePairRules) {
 TEST(GemmDispatch, ArchitectureRule) {
   bg::GemmKernel kernel = bg::GemmKernel::kNone;
   EXPECT_TRUE(bg::can_implement_for_arch(valid_problem(), 90, &kernel).is_ok());
-  EXPECT_EQ(kernel, bg::GemmKernel::kCublasLtBlockScaled);  // FP8 blockwise, a shape cuBLASLt takes
+  EXPECT_EQ(kernel, bg::GemmKernel::kCublasLtBlockScaled);  // FP8 blockwise, a shape cuBLASLt takes, m <= 512
+  bg::GemmProblem tall = valid_problem();
+  tall.m = 516;  // cuBLASLt takes it, but from 513 rows up the wgmma kernel runs
+  EXPECT_TRUE(bg::can_implement_for_arch(tall, 90, &kernel).is_ok());
+  EXPECT_EQ(kernel, bg::GemmKernel::kSm90Fp8Blockwise);
+  {
+    const RouteScope route(bg::Sm90Fp8Route::kCublasLt);
+    EXPECT_TRUE(bg::can_implement_for_arch(tall, 90, &kernel).is_ok());
+    EXPECT_EQ(kernel, bg::GemmKernel::kCublasLtBlockScaled);
+  }
   bg::GemmProblem odd = valid_problem();
   odd.m = 257;
   EXPECT_TRUE(bg::can_implement_for_arch(odd, 90, &kernel).is_ok());
