@@ -1,5 +1,5 @@
 // sm90_fp8_gemm: FP8 blockwise GEMM for Hopper (sm_90a) with TMA multicast across a 2-CTA cluster
-// and a TMA-store epilogue; 128 x 128 or 128 x 192 tiles; every FP8 blockwise GEMM gemm/ runs on
+// and a TMA-store epilogue; 128 x 128, 128 x 192 or 256 x 128 tiles; every FP8 blockwise GEMM gemm/ runs on
 // sm_90 that does not go to cuBLASLt. Dense problems and the grouped modes
 // of gemm/common/grouped_schedule.h (expert ends read on the device): M-grouped (MoE fprop /
 // dgrad) and K-grouped (MoE wgrad: each expert's tile reduces its own K range; D of expert g is
@@ -26,8 +26,9 @@
 //   into it), so each consumer warp arrives on the `empty` barrier of every CTA of the cluster.
 //   warpgroup 2 (producer, one thread): per tile and K block, wait `empty`, announce the stage's
 //     bytes on `full`, TMA-load A (128 x 128 B), its B share, the A (and 1x128 B) scales.
-//   warpgroups 0, 1 (consumers, 64 rows each): per K block, wait `full`, 4 wgmma k32 into a fresh
-//     partial accumulator, wait for them, release the stage, promote: main += partial * (sa * sb).
+//   warpgroups 0, 1 (consumers, 64 rows each; 256-row tiles: two waves of 64 rows each, rows
+//     128 w + 64 g, over the same B tile): per K block and wave, 4 wgmma k32 into a fresh partial
+//     accumulator, wait for them, (last wave) release the stage, promote: main += partial * (sa * sb).
 //     Software-pipelined: block k + 1's `full` wait and scale reads happen while block k's
 //     wgmmas run. The two warpgroups issue independently (an issue order between them measured
 //     4-11% slower once the loop was pipelined).
