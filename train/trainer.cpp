@@ -301,8 +301,19 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
     last = {step, tokens, lr, loss, aux, grad_norm, ms, tokens_per_step / (ms / 1e3),
             peak > 0 ? flops_per_step / (ms / 1e3) / peak : NAN};
     BS_RETURN_IF_ERROR(ranks.agree(ranks.leader() ? log.add_step(last) : Status::ok()));
-    if (ranks.leader() && (step == 1 || step % c.log_every == 0 || step == c.steps))
+    // Divergence: a non-finite loss or gradient norm (the same on every rank: both are reduced
+    // over the ranks) stops the run before this step is evaluated or saved, so the checkpoints on
+    // disk are all from finite steps; the step stays in train.csv as the record of it.
+    const bool diverged = !std::isfinite(loss) || !std::isfinite(grad_norm);
+    if (ranks.leader() && (step == 1 || step % c.log_every == 0 || step == c.steps || diverged))
       progress << format_progress(last, c.steps, estimate_seconds_remaining(log.steps(), c.steps)) << "\n";
+    if (diverged) {
+      std::ostringstream why;
+      why << "the run diverged at step " << step << " (loss " << loss << ", gradient norm " << grad_norm
+          << ": not finite) and stopped; the checkpoints before it are kept (--lr " << c.optimizer.lr
+          << ": try a lower one)";
+      return Status::error(why.str());
+    }
     if ((c.eval_every > 0 && step % c.eval_every == 0) || step == c.steps) {
       Status s = Status::ok();
       last_eval = evaluate(c, *backend, eval_data, ranks, &s);

@@ -190,6 +190,36 @@ TEST(Trainer, CheckpointEveryMinusOneWritesNone) {
   EXPECT_NE(bad.message().find("--checkpoint-every must be >= -1"), std::string::npos) << bad.message();
 }
 
+// A learning rate that blows the weights up: the run stops with an error at the first step whose
+// loss or gradient norm is not finite (before: it went on to "loss -nan" and reported success),
+// keeps that step in train.csv, and saves no checkpoint from it or after it.
+TEST(Trainer, DivergenceStopsTheRunWithAnError) {
+  blockscale_test::TempDir dir;
+  TrainConfig c = tiny(dir.file("run"));
+  c.steps = c.optimizer.total_steps = 20;
+  c.optimizer.warmup_steps = 0;
+  c.optimizer.lr = 1e30f;
+  c.checkpoint_every = 1;
+  std::ostringstream progress;
+  TrainSummary s;
+  const Status st = train(c, progress, &s);
+  ASSERT_FALSE(st.is_ok()) << progress.str();
+  EXPECT_NE(st.message().find("diverged at step "), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("--lr"), std::string::npos) << st.message();
+  const std::vector<StepRecord> steps = steps_of(c.out_dir);
+  ASSERT_FALSE(steps.empty());
+  const int64_t diverged = steps.back().step;
+  EXPECT_LT(diverged, 20);
+  EXPECT_FALSE(std::isfinite(steps.back().train_loss) && std::isfinite(steps.back().grad_norm));
+  for (size_t i = 0; i + 1 < steps.size(); ++i)
+    EXPECT_TRUE(std::isfinite(steps[i].train_loss) && std::isfinite(steps[i].grad_norm)) << "step " << steps[i].step;
+  for (const auto& entry : std::filesystem::directory_iterator(c.out_dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("step_", 0) == 0) EXPECT_LT(std::stoll(name.substr(5)), diverged) << name;
+  }
+  EXPECT_FALSE(std::filesystem::exists(c.out_dir + "/summary.json"));
+}
+
 // Trains `c` as two ranks (threads of one LocalGroup), rank r into out_dirs[r], its progress into
 // out[r] and its summary into s[r].
 void train_two_ranks(TrainConfig c, const std::string (&out_dirs)[2], std::ostringstream (&out)[2],
