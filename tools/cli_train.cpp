@@ -21,6 +21,7 @@ struct TrainArgs {
   train::TrainConfig config;
   std::string recipe = "bf16";
   std::string compare;
+  const CLI::Option* compare_option = nullptr;  // given (possibly as ""), or not
   std::string mx_gemm = "auto";
   std::string fp8_gemm = "auto";
 };
@@ -69,6 +70,12 @@ std::unique_ptr<train::Communicator> join_ranks() {
 
 void run_train(TrainArgs& args) {
   train::TrainConfig& c = args.config;
+  // Usage errors (exit 2), before anything runs: an empty --compare would otherwise train the
+  // default recipe, and a file source without its file fail later as "cannot open ''".
+  if (args.compare_option->count() > 0 && args.compare.empty())
+    throw CLI::ValidationError("--compare", "give one or more recipes, comma-separated (e.g. bf16,fp8_block)");
+  if (c.data.source != "synthetic" && c.data.path.empty())
+    throw CLI::ValidationError("--data-path", "--data " + c.data.source + " reads a file: give it with --data-path");
   check("train", train::parse_recipe(args.recipe, &c.recipe));
   check("train", train::parse_mx_gemm(args.mx_gemm, &c.mx_gemm));
   check("train", train::parse_fp8_gemm(args.fp8_gemm, &c.fp8_gemm));
@@ -102,7 +109,8 @@ void add_train_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("train", "train the MoE transformer of train/ in a precision recipe");
   cmd->footer(kFooter);
   cmd->add_option("--recipe", args->recipe, "bf16, fp8_block, mxfp8, nvfp4 or fp32")->capture_default_str();
-  cmd->add_option("--compare", args->compare, "comma-separated recipes trained one after another, e.g. bf16,mxfp8");
+  args->compare_option =
+      cmd->add_option("--compare", args->compare, "comma-separated recipes trained one after another, e.g. bf16,mxfp8");
   cmd->add_option("--device", c.device, "auto, cpu or gpu")->capture_default_str();
   cmd->add_option("--mx-gemm", args->mx_gemm,
                   "mxfp8's and nvfp4's GEMMs on the GPU: bf16 (the block values as bf16, cuBLASLt), kernel "

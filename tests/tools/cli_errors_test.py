@@ -203,6 +203,8 @@ def main():
         E("train d-model not a multiple of the block", tr + ["--recipe", "fp8_block", "--d-model", "96"], 1,
           "--d-model", "128")
         E("train missing token file", tr + ["--data", "tokens", "--data-path", "nope.bin"], 1, "nope.bin")
+        E("train file source without --data-path", tr + ["--data", "tokens"], 2, "--data-path", "--data tokens")
+        E("train empty --compare", tr + ["--compare", ""], 2, "--compare", "one or more recipes")
         E("train resume from nothing", tr + ["--resume", "no_such_run"], 1, "no_such_run")
         E("train expert parallel without ranks", tr + ["--expert-parallel"], 1, "--expert-parallel")
 
