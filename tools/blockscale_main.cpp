@@ -1,5 +1,7 @@
 // The `blockscale` command line: a table of contents of its subcommands.
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 
 #include "tools/cli.h"  // defines: the subcommands' registration, fail(), CommandFailed
 
@@ -19,6 +21,19 @@ CLI::Validator recipe_validator() {
         return formats::parse_recipe(value, &r) ? "" : "unknown recipe '" + value + "' (one of: " + names + ")";
       },
       "", "recipe");
+}
+
+CLI::Validator seed_validator() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        // Unsigned 64-bit, decimal: a sign or a value past 2^64 - 1 would otherwise wrap into
+        // another seed silently.
+        const bool digits = !value.empty() && value.find_first_not_of("0123456789") == std::string::npos;
+        errno = 0;
+        if (digits) std::strtoull(value.c_str(), nullptr, 10);
+        return digits && errno == 0 ? "" : "'" + value + "' is not a seed (a whole number from 0 to 2^64 - 1)";
+      },
+      "", "seed");
 }
 
 }  // namespace blockscale::tools

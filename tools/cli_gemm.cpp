@@ -190,7 +190,7 @@ void add_gemm_command(CLI::App& app) {
   c->add_option("--check-rows", a->check_rows, "rows of D the check compares (default 64)")->check(CLI::Range(1, 1 << 20));
   c->add_option("--out-type", a->out_type, "D's type: bf16 (default) or fp32")->check(CLI::IsMember({"bf16", "fp32"}));
   c->add_option("--iters", a->iters, "timed runs after one untimed one (default 20)")->check(CLI::Range(0, 100000));
-  c->add_option("--seed", a->seed, "seed of the random operands (default 1)");
+  c->add_option("--seed", a->seed, "seed of the random operands (default 1)")->check(seed_validator());
   c->add_flag("--quiet", a->quiet, "no progress lines on stderr");
   c->add_option("--fp8-route", a->fp8_route,
                 "FP8 blockwise on Hopper: auto (gemm/'s wgmma kernel; cuBLASLt's blockwise kernel for M <= 512 "

@@ -185,7 +185,8 @@ void add_quantize_command(CLI::App& app) {
                   "rowwise (blocks along the last dimension), columnwise (blocks along rows, stored\n"
                   "transposed) or both (the columnwise copy is entry NAME.columnwise); default rowwise")
       ->check(CLI::IsMember({"rowwise", "columnwise", "both"}));
-  CLI::Option* sr = cmd->add_option("--sr-seed", a->sr_seed, "nvfp4: stochastic rounding with this Philox seed");
+  CLI::Option* sr = cmd->add_option("--sr-seed", a->sr_seed, "nvfp4: stochastic rounding with this Philox seed")
+                        ->check(seed_validator());
   cmd->add_flag("--rht", a->rht, "nvfp4: 16-point random Hadamard transform on the columnwise copy");
   cmd->add_flag("--2d", a->nvfp4_2d, "nvfp4: one scale per 16x16 tile (weights)");
   cmd->add_flag("--pow2", a->pow2, "fp8_block*: power-of-two scales");

@@ -167,6 +167,7 @@ void add_study_command(CLI::App& app) {
       ->type_name("H")
       ->excludes(in);
   sub->add_option("--seed", args->seed, "Built-in suite: random seed")
+      ->check(seed_validator())
       ->capture_default_str()
       ->type_name("N")
       ->excludes(in);

@@ -153,7 +153,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--checkpoint-every", c.checkpoint_every, "steps between checkpoints (0: at the end only, -1: none)")
       ->capture_default_str();
   cmd->add_option("--keep-checkpoints", c.keep_checkpoints, "checkpoints kept")->capture_default_str();
-  cmd->add_option("--seed", c.seed, "data, initialisation and rounding seed")->capture_default_str();
+  cmd->add_option("--seed", c.seed, "data, initialisation and rounding seed")
+      ->check(seed_validator())
+      ->capture_default_str();
   // optimizer
   cmd->add_option("--lr", c.optimizer.lr, "peak learning rate")->capture_default_str();
   cmd->add_option("--min-lr-ratio", c.optimizer.min_lr_ratio, "final lr / peak lr (cosine)")->capture_default_str();

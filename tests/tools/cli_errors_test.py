@@ -117,6 +117,10 @@ def main():
         E("quantize bad --rounding", q + ["--recipe", "mxfp8", "--rounding", "up"], 2, "--rounding", "up")
         E("quantize bad --direction", q + ["--recipe", "mxfp8", "--direction", "diag"], 2, "--direction")
         E("quantize bad --sr-seed", q + ["--recipe", "nvfp4", "--sr-seed", "abc"], 2, "--sr-seed")
+        # Seeds are unsigned 64-bit: a sign or a value past 2^64 - 1 is refused, not wrapped.
+        E("quantize negative --sr-seed", q + ["--recipe", "nvfp4", "--sr-seed", "-1"], 2, "--sr-seed", "not a seed")
+        E("quantize --sr-seed 2^64", q + ["--recipe", "nvfp4", "--sr-seed", "18446744073709551616"], 2, "--sr-seed",
+          "not a seed")
         E("quantize unknown flag", q + ["--recipe", "mxfp8", "--fast"], 2, "--fast")
         # Option combinations the recipe does not have (exit 1, before any file is read).
         E("floor on nvfp4", q + ["--recipe", "nvfp4", "--rounding", "floor"], 1, "--rounding floor", "MX recipes only")
@@ -205,6 +209,7 @@ def main():
         E("train missing token file", tr + ["--data", "tokens", "--data-path", "nope.bin"], 1, "nope.bin")
         E("train file source without --data-path", tr + ["--data", "tokens"], 2, "--data-path", "--data tokens")
         E("train empty --compare", tr + ["--compare", ""], 2, "--compare", "one or more recipes")
+        E("train negative --seed", tr + ["--seed", "-1"], 2, "--seed", "not a seed")
         E("train resume from nothing", tr + ["--resume", "no_such_run"], 1, "no_such_run")
         E("train expert parallel without ranks", tr + ["--expert-parallel"], 1, "--expert-parallel")
 
