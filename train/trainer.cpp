@@ -230,6 +230,11 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
   int64_t step = 0, tokens = 0;
   if (!c.resume.empty())
     BS_RETURN_IF_ERROR(ranks.agree(resume(c, ranks.world, *backend, layout, &step, &tokens, progress)));
+  // A finished run has nothing to train: refused before its logs are opened, so its summary and
+  // CSVs stay as they were (a resume there used to rewrite summary.json from no steps).
+  if (step >= c.steps)
+    return Status::error("--resume: the run is already at step " + std::to_string(step) + " and --steps is " +
+                         std::to_string(c.steps) + ": give a larger --steps to train on");
   RunLog log;  // rank 0 writes the logs
   BS_RETURN_IF_ERROR(
       ranks.agree(ranks.leader() ? RunLog::open(c.out_dir, c.resume.empty() ? -1 : step, &log) : Status::ok()));

@@ -190,6 +190,30 @@ TEST(Trainer, CheckpointEveryMinusOneWritesNone) {
   EXPECT_NE(bad.message().find("--checkpoint-every must be >= -1"), std::string::npos) << bad.message();
 }
 
+// Resuming a run that has reached --steps is refused and leaves its files as they were (it used to
+// succeed and rewrite summary.json with a NaN loss and no timings).
+TEST(Trainer, ResumingAFinishedRunIsRefused) {
+  blockscale_test::TempDir dir;
+  TrainConfig c = tiny(dir.file("run"));
+  c.steps = c.optimizer.total_steps = 4;
+  std::ostringstream progress;
+  TrainSummary s;
+  ASSERT_TRUE(train(c, progress, &s).is_ok()) << progress.str();
+  const auto read = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  const std::string summary = read(c.out_dir + "/summary.json"), csv = read(c.out_dir + "/train.csv");
+  ASSERT_FALSE(summary.empty());
+  TrainConfig again = c;
+  again.resume = c.out_dir;
+  const Status st = train(again, progress, &s);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("--steps"), std::string::npos) << st.message();
+  EXPECT_EQ(read(c.out_dir + "/summary.json"), summary);
+  EXPECT_EQ(read(c.out_dir + "/train.csv"), csv);
+}
+
 // A learning rate that blows the weights up: the run stops with an error at the first step whose
 // loss or gradient norm is not finite (before: it went on to "loss -nan" and reported success),
 // keeps that step in train.csv, and saves no checkpoint from it or after it.
