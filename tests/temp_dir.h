@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <fstream>
 #include <iterator>
 #include <string>
 #include <system_error>
@@ -35,5 +36,11 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+// A file's bytes ("" when it cannot be read).
+inline std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
 
 }  // namespace blockscale_test

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -216,7 +217,7 @@ Sm90Fp8Tile pick_tile(const GemmProblem& p, const Grouping* grouping, int sm_cou
     return static_cast<double>((units + clusters - 1) / clusters);
   };
   const double narrow = waves(128, 128), wide = waves(128, 192) * kWideCost;
-  const double tall = tall_applies ? waves(256, 128) * kTallCost : narrow + wide;
+  const double tall = tall_applies ? waves(256, 128) * kTallCost : std::numeric_limits<double>::infinity();
   if (tall < narrow && tall < wide) return Sm90Fp8Tile::kM256;
   return wide < narrow ? Sm90Fp8Tile::kN192 : Sm90Fp8Tile::kN128;
 }

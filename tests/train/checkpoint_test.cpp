@@ -30,10 +30,7 @@ bool mentions(const Status& s, const std::string& word) {
   return !s.is_ok() && s.message().find(word) != std::string::npos;
 }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
+using blockscale_test::read_file;
 
 void write_text(const fs::path& p, const std::string& text) {
   std::ofstream f(p, std::ios::binary | std::ios::trunc);
@@ -118,7 +115,7 @@ std::string xxh64_hex(const std::string& bytes) {
 // load gets past the size and checksum checks to the ones behind them.
 void replace_tensors_file(const fs::path& ckpt, const std::string& bytes) {
   write_text(ckpt / "tensors.safetensors", bytes);
-  json j = json::parse(read_text(ckpt / "state.json"));
+  json j = json::parse(read_file(ckpt / "state.json"));
   j["tensors_bytes"] = bytes.size();
   j["tensors_xxh64"] = xxh64_hex(bytes);
   write_text(ckpt / "state.json", j.dump());
@@ -178,14 +175,14 @@ TEST_F(CheckpointTest, RoundTripIsBitExact) {
 
 TEST_F(CheckpointTest, StateFileWrapsTheCallersState) {
   const fs::path ckpt = saved(10, model_);
-  const json j = json::parse(read_text(ckpt / "state.json"));
+  const json j = json::parse(read_file(ckpt / "state.json"));
   EXPECT_EQ(j["format"], "blockscale-checkpoint");
   EXPECT_EQ(j["version"], 1);
   EXPECT_EQ(j["step"], 10);
   EXPECT_EQ(j["tensors_bytes"], fs::file_size(ckpt / "tensors.safetensors"));
-  EXPECT_EQ(j["tensors_xxh64"], xxh64_hex(read_text(ckpt / "tensors.safetensors")));
+  EXPECT_EQ(j["tensors_xxh64"], xxh64_hex(read_file(ckpt / "tensors.safetensors")));
   EXPECT_EQ(j["state"], make_state(10));
-  EXPECT_EQ(read_text(run_ / "latest"), "step_00000010\n");
+  EXPECT_EQ(read_file(run_ / "latest"), "step_00000010\n");
 }
 
 TEST_F(CheckpointTest, LatestFollowsTheNewestSave) {
@@ -229,7 +226,7 @@ TEST_F(CheckpointTest, EmptyTensorsRoundTrip) {
 
 TEST_F(CheckpointTest, FlippedByteFailsTheChecksumAndLeavesSlotsUntouched) {
   const fs::path file = saved(10, model_) / "tensors.safetensors";
-  std::string bytes = read_text(file);
+  std::string bytes = read_file(file);
   bytes[bytes.size() - 5] ^= 0x10;  // inside the last tensor: the safetensors header stays valid
   write_text(file, bytes);
   Buffers b(model_);
@@ -264,7 +261,7 @@ TEST_F(CheckpointTest, GarbageStateJsonIsRefusedNamingTheFile) {
 
 TEST_F(CheckpointTest, WrongVersionOrFormatIsRefused) {
   const fs::path ckpt = saved(10, model_);
-  const json good = json::parse(read_text(ckpt / "state.json"));
+  const json good = json::parse(read_file(ckpt / "state.json"));
   json j = good;
   j["version"] = 2;
   write_text(ckpt / "state.json", j.dump());
@@ -319,13 +316,13 @@ TEST_F(CheckpointTest, NonF32TensorAndBadSafetensorsAreRefused) {
   const uint16_t bf16[5] = {0x3F80, 0x4000, 0x4040, 0x4080, 0x40A0};
   io::TensorView view{io::DType::BF16, {5}, reinterpret_cast<const uint8_t*>(bf16), sizeof bf16};
   ASSERT_TRUE(io::write_safetensors(scratch.string(), {{"adam_v/bias", view}}));
-  replace_tensors_file(ckpt, read_text(scratch));
+  replace_tensors_file(ckpt, read_file(scratch));
   float bias[5];
   json state;
   Status s = load_checkpoint(run_.string(), {{"adam_v/bias", {5}, bias}}, &state);
   EXPECT_TRUE(mentions(s, "'adam_v/bias'") && mentions(s, "BF16")) << s.message();
 
-  std::string bytes = read_text(scratch);
+  std::string bytes = read_file(scratch);
   bytes[8] = '[';  // the header is no longer a JSON object: the parser's own message comes through
   replace_tensors_file(ckpt, bytes);
   s = load_checkpoint(run_.string(), {{"adam_v/bias", {5}, bias}}, &state);

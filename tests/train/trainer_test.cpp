@@ -199,19 +199,16 @@ TEST(Trainer, ResumingAFinishedRunIsRefused) {
   std::ostringstream progress;
   TrainSummary s;
   ASSERT_TRUE(train(c, progress, &s).is_ok()) << progress.str();
-  const auto read = [](const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  };
-  const std::string summary = read(c.out_dir + "/summary.json"), csv = read(c.out_dir + "/train.csv");
+  using blockscale_test::read_file;
+  const std::string summary = read_file(c.out_dir + "/summary.json"), csv = read_file(c.out_dir + "/train.csv");
   ASSERT_FALSE(summary.empty());
   TrainConfig again = c;
   again.resume = c.out_dir;
   const Status st = train(again, progress, &s);
   ASSERT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("--steps"), std::string::npos) << st.message();
-  EXPECT_EQ(read(c.out_dir + "/summary.json"), summary);
-  EXPECT_EQ(read(c.out_dir + "/train.csv"), csv);
+  EXPECT_EQ(read_file(c.out_dir + "/summary.json"), summary);
+  EXPECT_EQ(read_file(c.out_dir + "/train.csv"), csv);
 }
 
 // A learning rate that blows the weights up: the run stops with an error at the first step whose
