@@ -11,21 +11,23 @@
 //               B N x K e4m3, K-major, 128x128 fp32 scales (BLK128x128_32F; fprop / dgrad) or
 //               1x128 scales (VEC128_32F; wgrad); D row-major bf16 or fp32, 16-byte aligned rows
 //   instruction: wgmma.mma_async m64n128k32 / m64n192k32 .f32.e4m3.e4m3 from shared memory
-//               (QGMMA), cp.async.bulk.tensor loads (B multicast to both CTAs of a cluster),
+//               (QGMMA), cp.async.bulk.tensor loads (A or B multicast to both CTAs of a cluster),
 //               cp.async.bulk.tensor / cp.reduce.async.bulk.tensor stores of D
 //   must match: formats::reference_gemm (fp64) within the bound derived in tests/gemm/gemm_test.cu;
 //               (exactly, for inputs whose sums are exact in fp32); both tile widths do the same
 //               operations per element, so they give the same bits
 //
 // Structure (one CTA = 3 warpgroups, persistent; kCluster CTAs per cluster):
-//   The CTAs of a cluster take vertically adjacent tiles (tile rows r * kCluster + rank, the same
-//   tile column), so they read the same B tile: each CTA's producer loads 1 / kCluster of its rows
-//   and multicasts them into every CTA of the cluster, halving B's traffic from L2 (at 128 x 192
-//   tiles and ~1400 TFLOP/s the unshared operand stream alone is ~9 TB/s, near L2's bandwidth).
+//   The CTAs of a cluster share one operand: 128-row tiles take vertically adjacent tiles (tile
+//   rows r * kCluster + rank, the same column) and share B; 256-row tiles take horizontally
+//   adjacent ones (the same tile row) and share A, the larger operand. Each CTA's producer loads
+//   1 / kCluster of the shared tile's rows and multicasts them into every CTA of the cluster,
+//   halving that operand's traffic from L2 (at 128 x 192 tiles and ~1400 TFLOP/s the unshared
+//   operand stream alone is ~9 TB/s, near L2's bandwidth).
 //   A stage may be refilled only when the consumers of every CTA are done with it (a peer writes
 //   into it), so each consumer warp arrives on the `empty` barrier of every CTA of the cluster.
 //   warpgroup 2 (producer, one thread): per tile and K block, wait `empty`, announce the stage's
-//     bytes on `full`, TMA-load A (128 x 128 B), its B share, the A (and 1x128 B) scales.
+//     bytes on `full`, TMA-load its share of A and B, the A (and 1x128 B) scales.
 //   warpgroups 0, 1 (consumers, 64 rows each; 256-row tiles: two waves of 64 rows each, rows
 //     128 w + 64 g, over the same B tile): per K block and wave, 4 wgmma k32 into a fresh partial
 //     accumulator, wait for them, (last wave) release the stage, promote: main += partial * (sa * sb).
@@ -79,7 +81,10 @@ struct Fp8GemmConfig {
   static constexpr int kConsumerRegisters = 232;
   static constexpr int kTileABytes = kTileM * kTileK;
   static constexpr int kTileBBytes = kTileN * kTileK;
-  static constexpr int kBShareRows = kTileN / kCluster;  // B rows each CTA of a cluster loads
+  // The operand the CTAs of a cluster share: B (tiles vertically adjacent) or A (horizontally).
+  static constexpr bool kShareA = kTileM == 256;  // the larger operand
+  static constexpr int kAShareRows = kShareA ? kTileM / kCluster : kTileM;  // A rows each CTA loads
+  static constexpr int kBShareRows = kShareA ? kTileN : kTileN / kCluster;  // B rows each CTA loads
   // A scales of one K block and wave: a box of 128 + 4 floats from the wave's first row rounded down to a
   // multiple of 4 (TMA's 16-byte rule for the start; grouped tiles will start at any row).
   static constexpr int kScaleABoxFloats = 128 + 4;
@@ -106,7 +111,8 @@ struct Fp8GemmConfig {
   static_assert(kMode_ == GroupMode::kDense || kCluster == 1, "grouped modes: no cluster");
   static_assert(kMode_ != GroupMode::kM || !kBScalePerRow_, "M-grouped: 128x128 B per expert");
   static_assert(kMode_ != GroupMode::kK || kBScalePerRow_, "K-grouped: 1x128 B (wgrad)");
-  static_assert((kBShareRows * kTileK) % 1024 == 0, "each CTA's B share starts on a swizzle-pattern boundary");
+  static_assert((kBShareRows * kTileK) % 1024 == 0 && (kAShareRows * kTileK) % 1024 == 0,
+                "each CTA's share starts on a swizzle-pattern boundary");
   static_assert(kStages >= 3 && kSmemBytes <= kSmemLimit, "sm_90 allows 227 KB of shared memory per CTA");
   static_assert(kTileN <= 256, "TMA boxes hold at most 256 elements per dimension");
   // setmaxnreg moves registers from the producer (40) to the consumers (232) inside the CTA's
@@ -254,6 +260,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
   constexpr int kWaves = Cfg::kWaves;
   constexpr bool kMGrouped = kMode == GroupMode::kM;
   constexpr bool kKGrouped = kMode == GroupMode::kK;
+  constexpr bool kShareA = Cfg::kShareA;
   constexpr int kAcc = Cfg::kAccumulators;
   constexpr int kGroups = Cfg::kColumnGroups;
   // 1x128 B scales of a 192-wide tile would be 48 more live registers across the wgmma: that
@@ -310,8 +317,9 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
       GroupedTile t;
       int32_t tile_m, tile_n;
       p.order.coords(unit, &tile_m, &tile_n);
-      t.m0 = (tile_m * kCluster + static_cast<int32_t>(rank)) * Cfg::kTileM;
-      t.n0 = tile_n * kTileN;
+      const int32_t r = static_cast<int32_t>(rank);
+      t.m0 = (kShareA ? tile_m : tile_m * kCluster + r) * Cfg::kTileM;
+      t.n0 = (kShareA ? tile_n * kCluster + r : tile_n) * kTileN;
       t.row_end = p.m;
       t.k_end = p.k_blocks * Cfg::kTileK;
       return t;
@@ -341,13 +349,22 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
         for (int32_t kb = first_block(t), kb_end = end_block(t); kb < kb_end; ++kb) {
           mbarrier_wait(&empty[stage], phase ^ 1);  // round 0 passes at once (fresh barrier)
           mbarrier_arrive_expect_tx(&full[stage], kStageTx);
-          tma_load_2d(a_ring + stage * Cfg::kTileABytes, &a_map, &full[stage], kb * Cfg::kTileK, m0);
-          uint8_t* b_share = b_ring + stage * Cfg::kTileBBytes + rank * (Cfg::kBShareRows * Cfg::kTileK);
-          const int32_t b_row = b_first + static_cast<int32_t>(rank) * Cfg::kBShareRows;
-          if constexpr (kCluster > 1) {
-            tma_load_2d_multicast(b_share, &b_map, &full[stage], kb * Cfg::kTileK, b_row, (1u << kCluster) - 1);
+          // This CTA's share of the shared operand goes to every CTA of the cluster.
+          constexpr uint16_t kAll = (1u << kCluster) - 1;
+          uint8_t* a_stage = a_ring + stage * Cfg::kTileABytes;
+          uint8_t* b_stage = b_ring + stage * Cfg::kTileBBytes;
+          const int32_t r = static_cast<int32_t>(rank);
+          if constexpr (kCluster > 1 && kShareA) {
+            tma_load_2d_multicast(a_stage + r * (Cfg::kAShareRows * Cfg::kTileK), &a_map, &full[stage],
+                                  kb * Cfg::kTileK, m0 + r * Cfg::kAShareRows, kAll);
           } else {
-            tma_load_2d(b_share, &b_map, &full[stage], kb * Cfg::kTileK, b_row);
+            tma_load_2d(a_stage, &a_map, &full[stage], kb * Cfg::kTileK, m0);
+          }
+          if constexpr (kCluster > 1 && !kShareA) {
+            tma_load_2d_multicast(b_stage + r * (Cfg::kBShareRows * Cfg::kTileK), &b_map, &full[stage],
+                                  kb * Cfg::kTileK, b_first + r * Cfg::kBShareRows, kAll);
+          } else {
+            tma_load_2d(b_stage, &b_map, &full[stage], kb * Cfg::kTileK, b_first);
           }
 #pragma unroll
           for (int w = 0; w < kWaves; ++w)
@@ -393,7 +410,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
       const float* b_scales_lo = nullptr;
       const float* b_scales_hi = nullptr;
       if (!kBScalePerRow) {
-        const int32_t block = n0 / 128;
+        const int32_t block = min(n0 / 128, p.b_scale_blocks - 1);  // a cluster's tile past N: never stored
         const float* expert_scales = p.b_block_scales + t.group * p.b_block_scales_group_stride;
         b_scales_lo = expert_scales + int64_t{block} * p.b_block_scales_ld;
         b_scales_hi = expert_scales + int64_t{min(block + 1, p.b_scale_blocks - 1)} * p.b_block_scales_ld;
