@@ -2,7 +2,7 @@
 // expert sizes, timed in the same process: cublasGemmGroupedBatchedEx (one call) and a per-expert
 // loop of cublasGemmEx; the ratio is to the faster of the two. cuBLAS knows the expert sizes on the
 // host; ours reads them on the device (one launch). torch._grouped_mm / _scaled_grouped_mm are
-// measured by ../shared/peers/measure_peers.py in the same GPU session (bench/README.md).
+// measured by a torch script on the same GPU in the same sitting (docs/performance.md).
 //   fprop (M-grouped): D (tokens x N, bf16) = X_g W_g^T per expert.
 //   wgrad (K-grouped): dW_g (N x K) = dY_g^T X_g over expert g's tokens. Ours: fp32 dW accumulated
 //     in place (beta 1: the main gradient), from columnwise copies padded per expert to the block;

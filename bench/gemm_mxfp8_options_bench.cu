@@ -1,5 +1,5 @@
-// The two ways to run an MXFP8 GEMM on Hopper, measured side by side in one process (issue 5 asks
-// for both and keeps the faster):
+// The two ways to run an MXFP8 GEMM on Hopper, measured side by side in one process (gemm/ keeps
+// the faster):
 //   (a) FP8 wgmma (QGMMA) per 32 of K into a fresh accumulator, promoted in fp32 registers with
 //       the two E8M0 scales: bench/sm90_mxfp8_fp8_promote.cuh (an experiment, not in gemm/);
 //   (b) the shipped kernel: each element times its scale converted to bf16 (exact), bf16 wgmma

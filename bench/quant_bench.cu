@@ -323,7 +323,7 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
   return true;
 }
 
-// The cases: the issue's targets first (16384 x 8192 bf16), then shapes, dtypes and a size sweep.
+// The cases: the headline shape first (16384 x 8192 bf16), then shapes, dtypes and a size sweep.
 std::vector<Case> all_cases() {
   using blockscale::formats::Recipe;
   std::vector<Case> cases;
