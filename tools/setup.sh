@@ -5,9 +5,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # Debian packages: compiler, CMake, Eigen, GoogleTest, nlohmann-json (safetensors headers),
-# CLI11 (the command line), Python for the oracle tests.
+# CLI11 (the command line), Python for the oracle tests and the Python package (headers, venv).
 need=()
-for pkg in build-essential cmake libeigen3-dev libgtest-dev nlohmann-json3-dev libcli11-dev python3; do
+for pkg in build-essential cmake libeigen3-dev libgtest-dev nlohmann-json3-dev libcli11-dev python3 python3-dev \
+           python3-venv; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if ((${#need[@]})); then
@@ -18,11 +19,13 @@ if ((${#need[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${need[@]}"
 fi
 
-# numpy, ml_dtypes, safetensors: independent oracles of the codec and file I/O tests.
-if ! python3 -c "import numpy, ml_dtypes, safetensors" >/dev/null 2>&1; then
-  echo "setup: installing numpy, ml_dtypes and safetensors (pip)"
-  python3 -m pip install -q numpy ml_dtypes safetensors 2>/dev/null ||
-    python3 -m pip install -q --break-system-packages numpy ml_dtypes safetensors
+# numpy, ml_dtypes, safetensors: independent oracles of the codec and file I/O tests;
+# nanobind and scikit-build-core: the Python package's build (pyproject.toml).
+if ! python3 -c "import numpy, ml_dtypes, safetensors, nanobind, scikit_build_core" >/dev/null 2>&1; then
+  echo "setup: installing numpy, ml_dtypes, safetensors, nanobind and scikit-build-core (pip)"
+  pypkgs=(numpy ml_dtypes safetensors nanobind scikit-build-core)
+  python3 -m pip install -q "${pypkgs[@]}" 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages "${pypkgs[@]}"
 fi
 
 # The CUDA toolkit is optional (BLOCKSCALE_CUDA=AUTO); find nvcc where it usually lives.

@@ -1,0 +1,13 @@
+"""blockscale: block-scaled low precision (MXFP8, MXFP4, NVFP4, FP8 blockwise) for training and study.
+
+The emulator on numpy arrays, bit-identical to the C++ library and the ``blockscale`` CLI::
+
+    import numpy as np, blockscale
+    x = np.random.randn(256, 512).astype(np.float32)
+    q = blockscale.quantize(x, "nvfp4")          # a QuantizedTensor: codes, scales, global scale
+    y = blockscale.dequantize(q)                 # float32, x's shape
+"""
+from ._core import __version__
+from .emulator import FORMATS, QuantizedTensor, dequantize, quantize
+
+__all__ = ["__version__", "FORMATS", "QuantizedTensor", "quantize", "dequantize"]

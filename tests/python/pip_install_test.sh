@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# `pip install .` of the repository into a fresh virtual environment, then the emulator tests
+# against that install (not the build tree). The environment sees the system's packages (numpy,
+# ml_dtypes, and the build tools scikit-build-core and nanobind that tools/setup.sh installs), so
+# the install needs no network: --no-build-isolation.
+set -euo pipefail
+python=$1 src=$2 cli=$3
+venv=$(mktemp -d)
+trap 'rm -rf "$venv"' EXIT
+"$python" -m venv --system-site-packages "$venv"
+"$venv/bin/python" -m pip install -q --no-build-isolation --no-deps "$src"
+cd "$venv"  # not the source tree: the import must find the installed package
+"$venv/bin/python" -c "import blockscale, sys; print('installed', blockscale.__version__, blockscale.__file__)"
+BLOCKSCALE_CLI=$cli "$venv/bin/python" "$src/tests/python/test_emulator.py"
