@@ -11,7 +11,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <cstddef>
 #include <exception>
+#include <iterator>
 
 namespace blockscale::io {
 namespace {
@@ -25,7 +27,6 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the file format is lit
 
 constexpr const char* kMetaSuffixes[] = {".recipe", ".shape", ".direction",
                                          ".rounding", ".block", ".transform"};
-constexpr const char* kTensorSuffixes[] = {".data", ".scale", ".global_scale"};
 
 DType data_dtype(Recipe r) {
   switch (r) {
@@ -328,49 +329,49 @@ Status add_quantized_tensor(const QuantizedTensor& t,
                          (r == Recipe::kNvfp4 ? " is not a finite value > 0"
                                               : " must be 1 (only nvfp4 stores a global scale)"));
 
-  // Every key this entry adds must be new: a clash would overwrite another entry's data.
-  for (const auto& [existing, v] : *tensors) {  // one pass: a model may have thousands of tensors
-    if (existing.compare(0, t.name.size(), t.name) != 0) continue;
-    for (const char* s : kTensorSuffixes) {
-      if (existing.compare(t.name.size(), std::string::npos, s) == 0)
-        return Status::error(entry + "tensor " + printable(existing) + " is already in the file");
-    }
-  }
+  // Every key this entry adds must be new: a clash would overwrite another entry's metadata. The
+  // metadata map is the index: each entry writes all six keys, and no tensor suffix is a proper
+  // suffix of another, so two entries share a tensor key only if they share their name, and so a
+  // metadata key. A foreign tensor in `tensors` under one of this entry's names is not looked for
+  // here (that would be a pass over every tensor per entry, quadratic in a file's entries):
+  // write_safetensors refuses the duplicate name.
   for (const char* s : kMetaSuffixes) {
     if (metadata->count(t.name + s))
       return Status::error(entry + "metadata key " + printable(t.name + s) + " is already in the file");
   }
 
+  // Appended in place, undone if an allocation fails: copying either container per entry would
+  // make a file of n entries cost n^2.
+  const size_t old_size = tensors->size();
+  std::vector<std::map<std::string, std::string>::iterator> inserted;
   try {
-    std::vector<std::pair<std::string, TensorView>> add;
-    add.push_back({t.name + ".data", TensorView{data_dtype(r), {q.rows, q.data_row_bytes()},
-                                                q.data.data(), q.data.size()}});
+    tensors->push_back({t.name + ".data", TensorView{data_dtype(r), {q.rows, q.data_row_bytes()},
+                                                     q.data.data(), q.data.size()}});
     const std::vector<int64_t> sshape = {q.scale_rows(), q.scale_cols()};
     if (f::is_fp8_block(r)) {
-      add.push_back({t.name + ".scale", TensorView{DType::F32, sshape,
-                                                   reinterpret_cast<const uint8_t*>(q.scales_f32.data()),
-                                                   q.scales_f32.size() * sizeof(float)}});
+      tensors->push_back({t.name + ".scale", TensorView{DType::F32, sshape,
+                                                        reinterpret_cast<const uint8_t*>(q.scales_f32.data()),
+                                                        q.scales_f32.size() * sizeof(float)}});
     } else {
-      add.push_back({t.name + ".scale", TensorView{DType::U8, sshape, q.scales.data(), q.scales.size()}});
+      tensors->push_back({t.name + ".scale", TensorView{DType::U8, sshape, q.scales.data(), q.scales.size()}});
     }
     if (r == Recipe::kNvfp4) {
-      add.push_back({t.name + ".global_scale",
-                     TensorView{DType::F32, {}, reinterpret_cast<const uint8_t*>(&q.global_scale_dec),
-                                sizeof(float)}});
+      tensors->push_back({t.name + ".global_scale",
+                          TensorView{DType::F32, {}, reinterpret_cast<const uint8_t*>(&q.global_scale_dec),
+                                     sizeof(float)}});
     }
-    const std::map<std::string, std::string> meta = {
-        {t.name + ".recipe", rn},
-        {t.name + ".rounding", rounding_name(r, t.rounding)},
-        {t.name + ".direction", colwise ? "columnwise" : "rowwise"},
-        {t.name + ".shape", shape_string(t.shape)},
-        {t.name + ".block", std::to_string(q.block_rows) + "x" + std::to_string(q.block_cols)},
-        {t.name + ".transform", t.hadamard ? "rht16" : "none"}};
-    tensors->reserve(tensors->size() + add.size());  // may throw; the inserts below do not
-    auto merged = *metadata;
-    merged.insert(meta.begin(), meta.end());
-    tensors->insert(tensors->end(), add.begin(), add.end());
-    metadata->swap(merged);
+    const std::pair<const char*, std::string> meta[] = {
+        {".recipe", rn},
+        {".rounding", rounding_name(r, t.rounding)},
+        {".direction", colwise ? "columnwise" : "rowwise"},
+        {".shape", shape_string(t.shape)},
+        {".block", std::to_string(q.block_rows) + "x" + std::to_string(q.block_cols)},
+        {".transform", t.hadamard ? "rht16" : "none"}};
+    inserted.reserve(std::size(meta));
+    for (const auto& [suffix, value] : meta) inserted.push_back(metadata->emplace(t.name + suffix, value).first);
   } catch (const std::exception& e) {
+    for (const auto& it : inserted) metadata->erase(it);
+    tensors->erase(tensors->begin() + static_cast<std::ptrdiff_t>(old_size), tensors->end());
     return Status::error(entry + "cannot allocate: " + e.what());
   }
   return Status::ok();

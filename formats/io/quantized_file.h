@@ -50,8 +50,11 @@ Status matrix_view(const std::vector<int64_t>& shape, int64_t* rows, int64_t* co
 
 // Appends t's tensors (views into t.q: t must outlive the write) and its metadata keys, after
 // checking t (validate(), the shape against q's, the options against the recipe, the entry name:
-// non-empty, and none of its keys already in `tensors` / `metadata`, so a clash is an error,
-// never an overwrite). An error leaves both unchanged.
+// non-empty, and none of its metadata keys already in `metadata`, so a clash is an error, never
+// an overwrite). An error leaves both unchanged. The cost does not grow with the entries already
+// added (a model file has thousands): an entry of the same name is found through its metadata
+// keys; a tensor the caller put in `tensors` under one of t's names is refused by
+// write_safetensors (a duplicate name) instead.
 Status add_quantized_tensor(const QuantizedTensor& t,
                             std::vector<std::pair<std::string, TensorView>>* tensors,
                             std::map<std::string, std::string>* metadata);

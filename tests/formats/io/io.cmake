@@ -5,6 +5,9 @@ set(BLOCKSCALE_IO_TESTS ${CMAKE_CURRENT_SOURCE_DIR}/io)
 blockscale_add_test(io_npy_test SOURCES ${BLOCKSCALE_IO_TESTS}/npy_test.cpp LIBS blockscale_io LABELS io)
 blockscale_add_test(io_safetensors_test SOURCES ${BLOCKSCALE_IO_TESTS}/safetensors_test.cpp LIBS blockscale_io LABELS io)
 blockscale_add_test(io_quantized_file_test SOURCES ${BLOCKSCALE_IO_TESTS}/quantized_file_test.cpp LIBS blockscale_io LABELS io)
+# Counts allocations through a replaced global operator new: its own binary.
+blockscale_add_test(io_quantized_file_cost_test SOURCES ${BLOCKSCALE_IO_TESTS}/quantized_file_cost_test.cpp
+                    LIBS blockscale_io LABELS io)
 blockscale_add_test(io_corpus_test SOURCES ${BLOCKSCALE_IO_TESTS}/corpus_test.cpp LIBS blockscale_io LABELS io)
 target_compile_definitions(io_corpus_test PRIVATE
   BLOCKSCALE_IO_CORPUS_DIR="${CMAKE_CURRENT_SOURCE_DIR}/io_corpus")

@@ -557,10 +557,15 @@ TEST_F(QuantizedFileAddErrors, InvalidMatrix) {
 TEST_F(QuantizedFileAddErrors, KeysAlreadyPresent) {
   QuantizedTensor t = fresh(Recipe::kMxfp4);
   t.name = "w";  // e_ is entry "w"
-  EXPECT_TRUE(mentions(add(t), "'w.data' is already in the file"));
+  EXPECT_TRUE(mentions(add(t), "metadata key 'w.recipe' is already in the file"));
+  // A foreign tensor under one of the entry's names: the write refuses the duplicate.
   Tensors tensors = {{"v.scale", TensorView{DType::U8, {1}, e_.t.q.data.data(), 1}}};
   Meta meta;
-  EXPECT_TRUE(mentions(add_quantized_tensor(fresh(Recipe::kMxfp4), &tensors, &meta), "'v.scale'"));
+  const QuantizedTensor v = fresh(Recipe::kMxfp4);
+  ASSERT_TRUE(add_quantized_tensor(v, &tensors, &meta));
+  TempDir dir;
+  EXPECT_TRUE(mentions(write_safetensors(dir.file("q.safetensors"), tensors, meta), "duplicate name 'v.scale'"));
+  EXPECT_FALSE(fs::exists(dir.file("q.safetensors")));
   tensors.clear();
   meta = {{"v.shape", "[1]"}};
   EXPECT_TRUE(mentions(add_quantized_tensor(fresh(Recipe::kMxfp4), &tensors, &meta), "'v.shape'"));
