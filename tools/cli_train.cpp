@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <new>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -36,9 +37,14 @@ mxfp8, nvfp4, or fp32 (the CPU reference's exact mode). Master weights and AdamW
 Outputs in --out: train.csv (every step), eval.csv, summary.json, checkpoints step_*/ with
 `latest` (resume with --resume <out>); with --compare, one such directory per recipe plus
 compare.svg (eval loss curves) and a table of each recipe against the first.
+Run directories: one run uses a directory at a time (it locks <out>/.lock; a second run there is
+refused). A new run refuses a directory that holds a run unless given --resume (continue it) or
+--overwrite (delete its files first). Outputs are never written through a symbolic link or over
+a read-only file. A run that needs more memory than the machine has is refused before it starts.
 Devices: --device auto uses the GPU when the build has CUDA and a GPU is present, else the CPU
 (the CPU runs the reference model: fine for tiny models, slow for anything else).
-Exit status: 0 success, 1 failure (bad data or checkpoint file, I/O error), 2 bad usage.)";
+Exit status: 0 success, 1 failure (bad data or checkpoint file, I/O error, a run directory in use
+or holding a run, too little memory), 2 bad usage.)";
 
 std::vector<train::TrainRecipe> parse_recipe_list(const std::string& list) {
   std::vector<train::TrainRecipe> out;
@@ -125,8 +131,18 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--expert-parallel", c.expert_parallel,
                 "split each MoE layer's experts across the ranks (all-to-all token exchange; GPU, under a launcher)");
-  cmd->add_option("--out", c.out_dir, "run directory (logs, checkpoints)")->capture_default_str();
-  cmd->add_option("--resume", c.resume, "continue from a checkpoint or run directory");
+  cmd->add_option("--out", c.out_dir,
+                  "run directory (logs, checkpoints). One run at a time: a second run on a directory in use is "
+                  "refused. A new run refuses a directory that already holds a run unless --resume or --overwrite")
+      ->capture_default_str();
+  CLI::Option* resume =
+      cmd->add_option("--resume", c.resume,
+                      "continue the run of this checkpoint or run directory (usually --out itself): its logs "
+                      "after the checkpoint's step are dropped and the run appends from there");
+  cmd->add_flag("--overwrite", c.overwrite,
+                "start afresh in an --out that holds a run: first delete that run's train.csv, eval.csv, "
+                "summary.json, latest, step_*/ checkpoints and compare.svg (nothing else in the directory)")
+      ->excludes(resume);
   // model
   cmd->add_option("--layers", c.model.n_layers, "transformer layers")->capture_default_str();
   cmd->add_option("--d-model", c.model.d_model, "model width")->capture_default_str();
@@ -166,7 +182,15 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--beta2", c.optimizer.beta2, "AdamW beta2")->capture_default_str();
   cmd->add_option("--clip", c.optimizer.clip_norm, "global gradient-norm clip (0: off)")->capture_default_str();
   cmd->add_option("--stop-after", c.stop_after, "stop after this many steps, as if killed (tests resume)");
-  cmd->callback([args] { run_train(*args); });
+  cmd->callback([args] {
+    // The memory plan refuses a run too large for the machine before it allocates; this is the
+    // last resort for what the plan does not count (the data, another process taking memory).
+    try {
+      run_train(*args);
+    } catch (const std::bad_alloc&) {
+      fail("train", "out of host memory: an allocation failed (a smaller model, --batch or data set needs less)");
+    }
+  });
 }
 
 }  // namespace blockscale::tools

@@ -182,11 +182,11 @@ Status trim_and_open(const std::string& path, const char* header, int64_t resume
   }
   if (new_text != old_text) {
     const Status s = write_atomically(path, new_text);
-    if (!s) return Status::error("RunLog::open: rewriting '" + path + "' failed: " + s.message());
+    if (!s) return Status::error("rewriting '" + path + "' failed: " + s.message());
   }
   *file = std::fopen(path.c_str(), "a");
   if (*file == nullptr) {
-    return Status::error("RunLog::open: cannot open '" + path + "' for append: " + std::strerror(errno));
+    return Status::error("cannot open '" + path + "' for append: " + std::strerror(errno));
   }
   return Status::ok();
 }
@@ -206,7 +206,7 @@ Status append_record(const std::string& fn, std::FILE* f, const std::string& pat
   }
   const std::string line = row + "\n";
   if (std::fwrite(line.data(), 1, line.size(), f) != line.size() || std::fflush(f) != 0) {
-    return Status::error(fn + ": writing '" + path + "' failed: " + std::strerror(errno));
+    return Status::error("writing '" + path + "' failed: " + std::strerror(errno));
   }
   records->push_back(r);
   return Status::ok();
@@ -238,7 +238,7 @@ Status RunLog::open(const std::string& dir, int64_t resume_step, RunLog* out) {
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec || !fs::is_directory(dir)) {
-      return Status::error("RunLog::open: dir '" + dir + "' is not a directory and cannot be created" +
+      return Status::error("'" + dir + "' is not a directory and cannot be created" +
                            (ec ? ": " + ec.message() : std::string()));
     }
     RunLog log;
@@ -253,7 +253,7 @@ Status RunLog::open(const std::string& dir, int64_t resume_step, RunLog* out) {
     *out = std::move(log);
     return Status::ok();
   } catch (const std::exception& e) {
-    return Status::error("RunLog::open: '" + dir + "': " + e.what());
+    return Status::error("'" + dir + "': " + e.what());
   }
 }
 
@@ -291,10 +291,10 @@ Status RunLog::write_summary(const nlohmann::json& config) const {
     const nlohmann::json summary = {
         {"config", config}, {"final", final_values}, {"steps", static_cast<int64_t>(steps_.size())}};
     const Status s = write_atomically(path, summary.dump(2) + "\n");
-    if (!s) return Status::error("RunLog::write_summary: " + s.message());
+    if (!s) return Status::error("writing '" + path + "' failed: " + s.message());
     return Status::ok();
   } catch (const std::exception& e) {  // dump() throws on a config holding invalid UTF-8
-    return Status::error("RunLog::write_summary: config cannot be written as JSON: " + std::string(e.what()));
+    return Status::error("'" + path + "': the configuration cannot be written as JSON: " + std::string(e.what()));
   }
 }
 

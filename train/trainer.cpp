@@ -12,6 +12,8 @@
 
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/memory_plan.h"  // defines: plan_memory, check_memory, host/gpu_memory_available
+#include "train/run_dir.h"      // defines: RunDirLock, check_run_dir, clear_run_dir
 #include "train/run_log.h"
 #include "train/step_backend.h"
 #include "train/svg_plot.h"
@@ -58,17 +60,29 @@ Status load_corpus(const TrainConfig& c, TokenCorpus* all) {
   return Status::error("--data: unknown source '" + d.source + "' (expected synthetic, tokens or text)");
 }
 
-Status make_backend(const TrainConfig& c, std::unique_ptr<StepBackend>* out) {
-  const bool want_gpu = c.device == "gpu";
-  if (c.device != "auto" && c.device != "cpu" && !want_gpu)
-    return Status::error("--device: expected auto, cpu or gpu (got '" + c.device + "')");
+// Where the step runs: the GPU unless --device cpu, where the build has CUDA and a GPU is present.
+bool runs_on_gpu(const TrainConfig& c) {
 #ifdef BLOCKSCALE_TRAIN_GPU
-  if (c.device != "cpu" && gpu_available())
-    return make_gpu_backend(c.model, c.recipe, c.seed, out, c.mx_gemm, c.fp8_gemm);
+  return c.device != "cpu" && gpu_available();
+#else
+  (void)c;
+  return false;
 #endif
-  if (want_gpu) return Status::error("--device gpu: no CUDA device (or a build without CUDA)");
+}
+
+Status make_backend(const TrainConfig& c, std::unique_ptr<StepBackend>* out) {
+#ifdef BLOCKSCALE_TRAIN_GPU
+  if (runs_on_gpu(c)) return make_gpu_backend(c.model, c.recipe, c.seed, out, c.mx_gemm, c.fp8_gemm);
+#endif
+  if (c.device == "gpu") return Status::error("--device gpu: no CUDA device (or a build without CUDA)");
   *out = make_cpu_backend(c.model, c.recipe, c.seed);
   return Status::ok();
+}
+
+// The run's memory against the machine's, before the model is allocated.
+Status check_run_memory(const TrainConfig& c) {
+  const bool gpu = runs_on_gpu(c);
+  return check_memory(plan_memory(c, gpu), host_memory_available(), gpu ? gpu_memory_available() : -1.0);
 }
 
 // Checkpoint tensor names: param/<name>, adam_m/<name>, adam_v/<name>.
@@ -196,6 +210,11 @@ Status validate(const TrainConfig& c) {
   BS_RETURN_IF_ERROR(require(c.checkpoint_every >= -1 && c.keep_checkpoints >= 1,
                              "--checkpoint-every must be >= -1 and --keep-checkpoints >= 1"));
   BS_RETURN_IF_ERROR(require(!c.out_dir.empty(), "--out must not be empty"));
+  BS_RETURN_IF_ERROR(require(!(c.overwrite && !c.resume.empty()),
+                             "--overwrite and --resume exclude each other: --resume continues the run in --out, "
+                             "--overwrite deletes it"));
+  if (c.device != "auto" && c.device != "cpu" && c.device != "gpu")
+    return Status::error("--device: expected auto, cpu or gpu (got '" + c.device + "')");
   const OptimizerConfig& o = c.optimizer;
   BS_RETURN_IF_ERROR(require(o.lr > 0 && std::isfinite(o.lr), "--lr must be > 0"));
   BS_RETURN_IF_ERROR(require(o.warmup_steps >= 0, "--warmup must be >= 0"));
@@ -213,6 +232,14 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
   const Ranks ranks(comm);
   std::ostringstream quiet;  // ranks other than 0 print nothing
   std::ostream& progress = ranks.leader() ? progress_out : quiet;
+  BS_RETURN_IF_ERROR(ranks.agree(check_run_memory(c)));
+  // Rank 0 writes out_dir: it holds the directory's lock from here to the end of the run (a run
+  // that fails before writing removes the directories the lock made), and checks, before the data
+  // is read and the model built, that the run may write there.
+  RunDirLock lock;
+  BS_RETURN_IF_ERROR(ranks.agree(ranks.leader() ? RunDirLock::acquire(c.out_dir, &lock) : Status::ok()));
+  BS_RETURN_IF_ERROR(
+      ranks.agree(ranks.leader() ? check_run_dir(c.out_dir, !c.resume.empty(), c.overwrite) : Status::ok()));
   TokenCorpus all, train_data, eval_data;
   BS_RETURN_IF_ERROR(load_corpus(c, &all));
   if (all.vocab_size > c.model.vocab)
@@ -235,6 +262,9 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
   if (step >= c.steps)
     return Status::error("--resume: the run is already at step " + std::to_string(step) + " and --steps is " +
                          std::to_string(c.steps) + ": give a larger --steps to train on");
+  // The old run's files (--overwrite) and the temporaries of killed writes go only now, once the
+  // model is built and any checkpoint read.
+  BS_RETURN_IF_ERROR(ranks.agree(ranks.leader() ? clear_run_dir(c.out_dir, c.overwrite) : Status::ok()));
   RunLog log;  // rank 0 writes the logs
   BS_RETURN_IF_ERROR(
       ranks.agree(ranks.leader() ? RunLog::open(c.out_dir, c.resume.empty() ? -1 : step, &log) : Status::ok()));
@@ -372,6 +402,17 @@ Status compare_recipes(const TrainConfig& base, const std::vector<TrainRecipe>& 
   std::ostringstream quiet;
   std::ostream& progress = ranks.leader() ? progress_out : quiet;
   if (recipes.empty()) return Status::error("--compare: needs at least one recipe");
+  BS_RETURN_IF_ERROR(validate(base));
+  // The comparison holds its directory (compare.svg) for its whole length, and checks every
+  // recipe's directory before the first trains: a refusal comes before hours of training, not after.
+  RunDirLock lock;
+  Status s = ranks.leader() ? RunDirLock::acquire(base.out_dir, &lock) : Status::ok();
+  if (s && ranks.leader()) s = check_run_dir(base.out_dir, !base.resume.empty(), base.overwrite);
+  for (TrainRecipe r : recipes) {
+    if (s && ranks.leader()) s = check_run_dir(base.out_dir + "/" + recipe_name(r), !base.resume.empty(), base.overwrite);
+  }
+  if (s && ranks.leader()) s = clear_run_dir(base.out_dir, base.overwrite);
+  BS_RETURN_IF_ERROR(ranks.agree(s));
   std::vector<PlotSeries> curves;
   summaries->clear();
   for (TrainRecipe r : recipes) {

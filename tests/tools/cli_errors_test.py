@@ -221,3 +221,112 @@ def main():
 
 if __name__ == "__main__":
     main()
+
+
+# ---- train: run directories and memory -------------------------------------------------------
+# Runs after main() above has passed (it exits on a failure): one run per directory at a time, a
+# new run refused in a directory holding a run unless --overwrite, --resume continuing it, no
+# output through a symbolic link, a run too large for the machine refused before it starts, and an
+# allocation failure an error (exit 1), never an abort.
+def run_dir_cases(cli):
+    import fcntl
+    import resource
+
+    def snapshot(path):
+        files = {}
+        for root, dirs, names in os.walk(path):
+            for n in names:
+                p = os.path.join(root, n)
+                files[os.path.relpath(p, path)] = os.readlink(p) if os.path.islink(p) else open(p, "rb").read()
+            for n in dirs:
+                files[os.path.relpath(os.path.join(root, n), path) + "/"] = b""
+        return files
+
+    def check(label, rc, err, code, *needles):
+        problems = [f"exit code {rc}, want {code}"] if rc != code else []
+        problems += [f"stderr lacks {n!r}" for n in needles if n not in err]
+        if code != 0 and len(err.strip().splitlines()) != 1:
+            problems.append("the error is not one line")
+        if problems:
+            FAILURES.append(f"{label}: {'; '.join(problems)}\n    stderr: {err.strip()}")
+        else:
+            print(f"ok   {label}: {err.strip().splitlines()[-1] if code != 0 else 'exit 0'}")
+
+    tiny = ["train", "--device", "cpu", "--d-model", "32", "--d-ff", "32", "--layers", "1", "--heads", "2",
+            "--experts", "4", "--top-k", "2", "--seq-len", "32", "--vocab", "64", "--batch", "2",
+            "--synthetic-tokens", "20000", "--eval-batches", "1", "--schedule-steps", "8"]
+    with tempfile.TemporaryDirectory() as d:
+        E = lambda label, args, code, *n: expect_error(cli, d, label, args, code, *n)
+        E("train --overwrite with --resume", tiny + ["--overwrite", "--resume", "r"], 2, "--overwrite", "--resume")
+        huge = ["train", "--device", "cpu", "--d-model", "4096", "--d-ff", "262144", "--layers", "64",
+                "--experts", "64"]
+        E("train a model too large for the machine", huge, 1, "the run needs about", "of host memory",
+          "this machine has", "available")
+
+        out = os.path.join(d, "run")
+        rc, _, err = run(cli, tiny + ["--out", out, "--steps", "2"], d)
+        check("train a first run", rc, err, 0)
+        before = snapshot(out)
+        rc, _, err = run(cli, tiny + ["--out", out, "--steps", "2", "--seed", "2"], d)
+        check("train a new run into a run directory", rc, err, 1, "already holds a run", "--resume", "--overwrite")
+        if snapshot(out) != before:
+            FAILURES.append("train a new run into a run directory: the old run's files changed")
+
+        # Another run holds the directory: this process takes its lock, as a running train would.
+        with open(os.path.join(out, ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held = snapshot(out)
+            for label, extra in (("resumed", ["--resume", out, "--steps", "4"]), ("overwriting", ["--overwrite", "--steps", "2"])):
+                rc, _, err = run(cli, tiny + ["--out", out] + extra, d)
+                check(f"train {label} on a directory in use", rc, err, 1, "another run is using this directory", out)
+                if snapshot(out) != held:
+                    FAILURES.append(f"train {label} on a directory in use: the running run's files changed")
+        os.remove(os.path.join(out, ".lock"))
+
+        rc, _, err = run(cli, tiny + ["--out", out, "--resume", out, "--steps", "4"], d)
+        check("train --resume continues the run", rc, err, 0)
+        steps = len(open(os.path.join(out, "train.csv")).read().splitlines()) - 1
+        if steps != 4:
+            FAILURES.append(f"train --resume continues the run: train.csv has {steps} steps, want 4")
+        rc, _, err = run(cli, tiny + ["--out", out, "--overwrite", "--steps", "3"], d)
+        check("train --overwrite replaces the run", rc, err, 0)
+        steps = len(open(os.path.join(out, "train.csv")).read().splitlines()) - 1
+        if steps != 3 or open(os.path.join(out, "latest")).read() != "step_00000003\n":
+            FAILURES.append(f"train --overwrite replaces the run: {steps} steps logged, want 3")
+
+        linked = os.path.join(d, "linked")
+        os.makedirs(linked)
+        with open(os.path.join(d, "elsewhere.csv"), "w") as f:
+            f.write("precious\n")
+        os.symlink(os.path.join(d, "elsewhere.csv"), os.path.join(linked, "train.csv"))
+        rc, _, err = run(cli, tiny + ["--out", linked, "--steps", "2"], d)
+        check("train output through a symbolic link", rc, err, 1, "train.csv' is a symbolic link")
+        if open(os.path.join(d, "elsewhere.csv")).read() != "precious\n":
+            FAILURES.append("train output through a symbolic link: the link's target changed")
+
+        # A model the plan lets through (this machine has the memory) under an address-space limit
+        # below it: the allocation fails and the run ends with an error (exit 1), not an abort
+        # (134). Where the machine has less memory the plan refuses it instead, also exit 1.
+        limit = 2 << 30
+        cap = lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        big = ["train", "--device", "cpu", "--d-model", "1024", "--d-ff", "8192", "--layers", "3", "--heads", "8",
+               "--experts", "8", "--top-k", "2", "--seq-len", "128", "--vocab", "256", "--batch", "1",
+               "--steps", "1", "--checkpoint-every", "-1", "--out", os.path.join(d, "big")]
+        if subprocess.run([cli, "train", "--help"], capture_output=True, preexec_fn=cap).returncode != 0:
+            print("skip train out of memory: the binary does not start under a 2 GiB address-space limit")
+        else:
+            p = subprocess.run([cli] + big, cwd=d, capture_output=True, text=True, timeout=120, preexec_fn=cap)
+            check("train out of memory", p.returncode, p.stderr, 1, "memory")
+            if os.path.exists(os.path.join(d, "big")):
+                FAILURES.append("train out of memory: left its run directory behind")
+
+    if FAILURES:
+        print("\n".join("FAIL " + f for f in FAILURES))
+        sys.exit(1)
+    print("all train run-directory and memory cases behave")
+
+
+if __name__ == "__main__":
+    cases = argparse.ArgumentParser()
+    cases.add_argument("--cli", required=True)
+    run_dir_cases(os.path.abspath(cases.parse_known_args()[0].cli))

@@ -1,5 +1,7 @@
 // The training loop on the CPU backend: loss falls, a resumed run continues bit-identically, a
-// corrupt or mismatched checkpoint is refused, and the recipe comparison writes its plot.
+// corrupt or mismatched checkpoint is refused, and the recipe comparison writes its plot; the run
+// directory's rules (one run at a time, no run mixed into another, no output through a link or
+// over a read-only file) and the refusal of a run too large for the machine.
 #include "train/trainer.h"
 
 #include <gtest/gtest.h>
@@ -7,11 +9,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include "tests/temp_dir.h"
+#include "train/run_dir.h"
 #include "train/run_log.h"
 
 namespace blockscale::train {
@@ -324,6 +328,196 @@ TEST(Trainer, RanksDrawTheirOwnStochasticRounding) {
   std::printf("nvfp4 step 1 gradient norm: 1 rank accumulating %.9g, 2 ranks %.9g\n", a[0].grad_norm, b[0].grad_norm);
   EXPECT_NEAR(a[0].grad_norm, b[0].grad_norm, 1e-5 * a[0].grad_norm);
   EXPECT_NEAR(a[0].train_loss, b[0].train_loss, 1e-6 * a[0].train_loss);
+}
+
+// ---- the run directory ---------------------------------------------------------------------------
+
+// Every file under `dir` with its bytes (a directory as "<name>/"): a refused run must change none.
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    const std::string name = std::filesystem::relative(e.path(), dir).string();
+    files[e.is_directory() ? name + "/" : name] = e.is_directory() ? "" : blockscale_test::read_file(e.path().string());
+  }
+  return files;
+}
+
+bool mentions(const Status& s, const std::string& text) {
+  return !s.is_ok() && s.message().find(text) != std::string::npos;
+}
+
+// Another run holds the directory (the test holds its lock, as a second `blockscale train` on the
+// same --out would): a run there, resumed or overwriting, is refused at once and every file stays
+// as it was (before: the second run's start-up trimmed the first's logs and its first save deleted
+// the first's checkpoint in progress). Once the lock is free the resume runs.
+TEST(Trainer, ASecondRunOnADirectoryInUseIsRefused) {
+  blockscale_test::TempDir dir;
+  TrainConfig c = tiny(dir.file("run"));
+  c.steps = c.optimizer.total_steps = 10;
+  std::ostringstream progress;
+  TrainSummary s;
+  ASSERT_TRUE(train(c, progress, &s).is_ok()) << progress.str();
+  const auto before = snapshot(c.out_dir);
+
+  RunDirLock other_run;
+  ASSERT_TRUE(RunDirLock::acquire(c.out_dir, &other_run));
+  TrainConfig resumed = c;
+  resumed.resume = c.out_dir;
+  resumed.steps = 20;
+  TrainConfig overwriting = c;
+  overwriting.overwrite = true;
+  for (const TrainConfig& second : {resumed, overwriting}) {
+    std::ostringstream out;
+    const Status st = train(second, out, &s);
+    EXPECT_TRUE(mentions(st, "--out '" + c.out_dir + "': another run is using this directory")) << st.message();
+    EXPECT_EQ(out.str(), "") << "the refused run printed";
+  }
+  other_run.release();
+  EXPECT_EQ(snapshot(c.out_dir), before);
+  ASSERT_TRUE(train(resumed, progress, &s).is_ok()) << progress.str();
+  EXPECT_EQ(steps_of(c.out_dir).size(), 20u);
+}
+
+// A new run into a directory that holds a run is refused, naming it and both ways on, and the old
+// run's files stay as they were (before: its logs were replaced and `latest` moved while its
+// checkpoints stayed, two runs mixed in one directory).
+TEST(Trainer, ANewRunIntoARunDirectoryIsRefused) {
+  blockscale_test::TempDir dir;
+  TrainConfig c = tiny(dir.file("run"));
+  c.steps = c.optimizer.total_steps = 10;
+  std::ostringstream progress;
+  TrainSummary s;
+  ASSERT_TRUE(train(c, progress, &s).is_ok()) << progress.str();
+  const auto before = snapshot(c.out_dir);
+  TrainConfig again = c;
+  again.seed = 2;
+  const Status st = train(again, progress, &s);
+  EXPECT_TRUE(mentions(st, "--out '" + c.out_dir + "' already holds a run")) << st.message();
+  EXPECT_TRUE(mentions(st, "--resume " + c.out_dir)) << st.message();
+  EXPECT_TRUE(mentions(st, "--overwrite")) << st.message();
+  EXPECT_EQ(snapshot(c.out_dir), before);
+}
+
+// --overwrite deletes the old run's logs and checkpoints, and nothing else of the directory,
+// before the new run writes its own.
+TEST(Trainer, OverwriteReplacesTheRun) {
+  blockscale_test::TempDir dir;
+  TrainConfig c = tiny(dir.file("run"));
+  c.steps = c.optimizer.total_steps = 4;
+  c.checkpoint_every = 1;
+  c.keep_checkpoints = 10;
+  std::ostringstream progress;
+  TrainSummary s;
+  ASSERT_TRUE(train(c, progress, &s).is_ok()) << progress.str();
+  std::ofstream(c.out_dir + "/notes.txt") << "mine";
+  TrainConfig again = c;
+  again.overwrite = true;
+  again.seed = 2;
+  again.steps = again.optimizer.total_steps = 2;
+  again.checkpoint_every = 0;
+  ASSERT_TRUE(train(again, progress, &s).is_ok()) << progress.str();
+  EXPECT_EQ(steps_of(c.out_dir).size(), 2u);
+  EXPECT_EQ(run_files(c.out_dir),
+            (std::vector<std::string>{"eval.csv", "latest", "step_00000002", "summary.json", "train.csv"}));
+  EXPECT_EQ(blockscale_test::read_file(c.out_dir + "/latest"), "step_00000002\n");
+  EXPECT_EQ(blockscale_test::read_file(c.out_dir + "/notes.txt"), "mine");
+  EXPECT_FALSE(std::filesystem::exists(c.out_dir + "/.lock"));
+}
+
+// --resume continues a run in its own directory as before; with --overwrite it is refused.
+TEST(Trainer, ResumeContinuesTheRunInItsDirectory) {
+  blockscale_test::TempDir dir;
+  TrainConfig c = tiny(dir.file("run"));
+  c.steps = c.optimizer.total_steps = 10;
+  c.checkpoint_every = 5;
+  c.stop_after = 7;
+  std::ostringstream progress;
+  TrainSummary s;
+  ASSERT_TRUE(train(c, progress, &s).is_ok()) << progress.str();
+  TrainConfig resumed = c;
+  resumed.stop_after = -1;
+  resumed.resume = c.out_dir;
+  resumed.overwrite = true;
+  EXPECT_TRUE(mentions(train(resumed, progress, &s), "--overwrite and --resume exclude each other"));
+  resumed.overwrite = false;
+  ASSERT_TRUE(train(resumed, progress, &s).is_ok()) << progress.str();
+  const std::vector<StepRecord> steps = steps_of(c.out_dir);
+  ASSERT_EQ(steps.size(), 10u);
+  EXPECT_EQ(steps[5].step, 6);  // the rows after the checkpoint at 5 were written again, once
+}
+
+// The run's outputs are not written through a symbolic link or over a read-only file: the run is
+// refused naming the file, and the link's target and the read-only file keep their bytes (before:
+// the link was replaced or appended through, the read-only file replaced).
+TEST(Trainer, LinkedOrReadOnlyOutputsAreRefused) {
+  blockscale_test::TempDir dir;
+  using blockscale_test::read_file;
+  const std::string target = dir.file("elsewhere.csv");
+  std::ofstream(target) << "precious\n";
+  TrainConfig c = tiny(dir.file("linked"));
+  std::filesystem::create_directories(c.out_dir);
+  std::filesystem::create_symlink(target, c.out_dir + "/train.csv");
+  std::ostringstream progress;
+  TrainSummary s;
+  for (bool overwrite : {false, true}) {
+    c.overwrite = overwrite;
+    const Status st = train(c, progress, &s);
+    EXPECT_TRUE(mentions(st, "'" + c.out_dir + "/train.csv' is a symbolic link")) << st.message();
+    EXPECT_EQ(read_file(target), "precious\n");
+  }
+  EXPECT_TRUE(std::filesystem::is_symlink(c.out_dir + "/train.csv"));
+
+  TrainConfig ro = tiny(dir.file("read_only"));
+  ro.steps = ro.optimizer.total_steps = 4;
+  ASSERT_TRUE(train(ro, progress, &s).is_ok()) << progress.str();
+  const std::string summary = ro.out_dir + "/summary.json";
+  std::filesystem::permissions(summary, std::filesystem::perms::owner_read | std::filesystem::perms::group_read |
+                                            std::filesystem::perms::others_read);
+  const auto before = snapshot(ro.out_dir);
+  TrainConfig resumed = ro;
+  resumed.resume = ro.out_dir;
+  resumed.steps = 8;
+  const Status st = train(resumed, progress, &s);
+  EXPECT_TRUE(mentions(st, "'" + summary + "' is read-only")) << st.message();
+  EXPECT_EQ(snapshot(ro.out_dir), before);
+}
+
+// A model too large for the machine (every value inside its documented range) is refused before
+// anything is allocated or written, naming what it needs and what the machine has (before:
+// std::bad_alloc, an abort).
+TEST(Trainer, ARunTooLargeForTheMachineIsRefused) {
+  blockscale_test::TempDir dir;
+  TrainConfig c = tiny(dir.file("run"));
+  c.model.d_model = 4096;
+  c.model.d_ff = 262144;
+  c.model.n_layers = 64;
+  c.model.n_experts = 64;
+  std::ostringstream progress;
+  const Status st = train(c, progress, nullptr);
+  EXPECT_TRUE(mentions(st, "the run needs about ")) << st.message();
+  EXPECT_TRUE(mentions(st, " of host memory (parameters, gradients and AdamW state ")) << st.message();
+  EXPECT_TRUE(mentions(st, "; this machine has ")) << st.message();
+  EXPECT_FALSE(std::filesystem::exists(c.out_dir));
+}
+
+// A comparison refuses a directory holding an earlier comparison before it trains anything;
+// --overwrite replaces it.
+TEST(Trainer, CompareRefusesAnEarlierComparisonUnlessOverwritten) {
+  blockscale_test::TempDir dir;
+  TrainConfig c = tiny(dir.file("cmp"));
+  c.batch = 1;
+  c.grad_accum = 1;
+  c.steps = c.optimizer.total_steps = 2;
+  c.eval_every = 0;
+  std::ostringstream progress;
+  std::vector<TrainSummary> summaries;
+  ASSERT_TRUE(compare_recipes(c, {TrainRecipe::kBf16}, progress, &summaries).is_ok()) << progress.str();
+  std::ostringstream second;
+  const Status st = compare_recipes(c, {TrainRecipe::kBf16}, second, &summaries);
+  EXPECT_TRUE(mentions(st, "--out '" + c.out_dir + "' already holds a run (compare.svg)")) << st.message();
+  EXPECT_EQ(second.str(), "") << "trained before refusing";
+  c.overwrite = true;
+  ASSERT_TRUE(compare_recipes(c, {TrainRecipe::kBf16}, progress, &summaries).is_ok()) << progress.str();
 }
 
 }  // namespace
