@@ -3,6 +3,7 @@
 #include "formats/quantize.h"
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "formats/block_quantize_internal.h"
@@ -139,6 +140,30 @@ Status validate(const QuantizedMatrix& q, const char* name) {
   } else if (static_cast<int64_t>(q.scales.size()) != n_scales) {
     return Status::error(n + ".scales: holds " + std::to_string(q.scales.size()) +
                          " scales, expected " + std::to_string(n_scales));
+  }
+  return Status::ok();
+}
+
+Status check_scales(const QuantizedMatrix& q, const std::string& name) {
+  const bool fp8_block = is_fp8_block(q.recipe), nvfp4 = q.recipe == Recipe::kNvfp4;
+  if (!fp8_block && !nvfp4) return Status::ok();  // E8M0: every code is a scale
+  const int64_t scale_cols = q.scale_cols(), n = q.scale_rows() * scale_cols;
+  for (int64_t i = 0; i < n; ++i) {
+    char value[48];
+    const char* rule = nullptr;
+    if (fp8_block) {
+      const uint32_t bits = float_bits(q.scales_f32[i]);
+      if ((bits >> 31) == 0 && bits != 0x7F800000u) continue;  // >= +0, finite or NaN
+      std::snprintf(value, sizeof value, "%.9g", static_cast<double>(q.scales_f32[i]));
+      rule = "is a finite value >= 0, or NaN for a block that held NaN or Inf";
+    } else {
+      if (q.scales[i] <= 0x7Fu) continue;
+      std::snprintf(value, sizeof value, "code 0x%02X", static_cast<unsigned>(q.scales[i]));
+      rule = "is a UE4M3 code 0x00-0x7F (7 bits, no sign bit; 0x7F is NaN)";
+    }
+    return Status::error(name + ": scale (" + std::to_string(i / scale_cols) + ", " +
+                         std::to_string(i % scale_cols) + ") is " + value + "; a " +
+                         recipe_name(q.recipe) + " scale " + rule);
   }
   return Status::ok();
 }

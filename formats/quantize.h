@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "formats/recipe.h"
@@ -45,5 +46,14 @@ uint32_t element_code(const QuantizedMatrix& q, int64_t r, int64_t c);
 
 // Checks internal consistency (sizes of data and scales against the shape and recipe).
 Status validate(const QuantizedMatrix& q, const char* name);
+
+// Checks that every block scale of q (its sizes already checked by validate()) is one quantize()
+// can write, so a file from another writer cannot smuggle in a scale the GEMMs never meet:
+//   MX     : any E8M0 code (0xFF is NaN: a block that held NaN or Inf)
+//   nvfp4  : a UE4M3 code 0x00-0x7F (7 bits, no sign; 0x7F is NaN)
+//   FP8 blockwise: an fp32 value with the sign bit clear that is finite (+0 for a block whose
+//            values are too small for a normal scale) or NaN; never negative, -0 or Inf.
+// Errors name `name`, the scale's (row, col) in the scale grid, its value and the rule.
+Status check_scales(const QuantizedMatrix& q, const std::string& name);
 
 }  // namespace blockscale::formats

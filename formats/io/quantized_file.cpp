@@ -264,6 +264,7 @@ Status read_entry(const SafetensorsFile& file, const std::string& name, Quantize
                          "is " + rn);
   }
   BS_RETURN_IF_ERROR(f::validate(q, name.c_str()));
+  BS_RETURN_IF_ERROR(f::check_scales(q, printable(key(".scale"))));
   *out = std::move(t);
   return Status::ok();
 }

@@ -63,9 +63,10 @@ Status add_quantized_tensor(const QuantizedTensor& t,
 std::vector<std::string> quantized_tensor_names(const SafetensorsFile& file);
 
 // Reads entry `name` back (copies its bytes) after checking every key, dtype and shape against
-// the schema; errors name the key and the rule, and leave `out` unchanged. Other keys in the
-// file are ignored. q.nonfinite_seen is not stored: it reads as false (a NaN scale marks a
-// block that held a NaN or Inf).
+// the schema, and every scale against what quantize writes (formats::check_scales); errors name
+// the key and the rule, and leave `out` unchanged. Other keys in the file are ignored.
+// q.nonfinite_seen is not stored: it reads as false (a NaN scale marks a block that held a NaN
+// or Inf).
 Status read_quantized_tensor(const SafetensorsFile& file, const std::string& name,
                              QuantizedTensor* out);
 

@@ -522,6 +522,47 @@ TEST(QuantizeValidation, DequantizeAndValidateRejectInconsistentMatrices) {
   }
 }
 
+// check_scales accepts every scale quantize writes (the NaN of a block that held NaN or Inf, and
+// FP8 blockwise's +0 for a block of tiny subnormals included) and refuses the others, naming the
+// scale's position and value.
+TEST(QuantizeValidation, CheckScalesAcceptsWhatQuantizeWritesAndNothingElse) {
+  const int64_t rows = 130, cols = 300;
+  auto x = random_matrix(rows, cols, cols, 131);
+  x[5] = kNaN;                                                    // block (0, 0): a NaN scale
+  for (int64_t c = 0; c < cols; ++c) x[129 * cols + c] = 1e-45f;  // the last row: tiny subnormals
+  for (const Case& c : all_cases()) {
+    SCOPED_TRACE(c.name);
+    const QuantizedMatrix q = quantize_ok(x, rows, cols, cols, c.opt, Direction::kRowwise);
+    EXPECT_TRUE(bf::check_scales(q, "'w.scale'").is_ok()) << bf::check_scales(q, "'w.scale'").message();
+    const int64_t last = q.scale_rows() * q.scale_cols() - 1;
+    const std::string at_last =
+        "'w.scale': scale (" + std::to_string(q.scale_rows() - 1) + ", " + std::to_string(q.scale_cols() - 1) + ") is ";
+    QuantizedMatrix bad = q;
+    if (fp8_block(q.recipe)) {
+      if (c.opt.recipe == Recipe::kFp8Block1x128 && !c.opt.pow2_scales)
+        EXPECT_EQ(fbits(q.scales_f32[last]), 0u) << "a +0 scale for the row of subnormals";
+      for (float v : {-1.0f, -0.0f, kInf, -kInf, -kNaN}) {
+        bad.scales_f32[last] = v;
+        expect_error(bf::check_scales(bad, "'w.scale'"), at_last);
+        expect_error(bf::check_scales(bad, "'w.scale'"), "a finite value >= 0, or NaN");
+      }
+      bad.scales_f32[last] = kNaN;
+      EXPECT_TRUE(bf::check_scales(bad, "'w.scale'").is_ok());
+    } else if (q.recipe == Recipe::kNvfp4) {
+      for (int code : {0x80, 0xFE, 0xFF}) {
+        bad.scales[last] = static_cast<uint8_t>(code);
+        expect_error(bf::check_scales(bad, "'w.scale'"), at_last + "code 0x");
+        expect_error(bf::check_scales(bad, "'w.scale'"), "UE4M3 code 0x00-0x7F");
+      }
+    } else {
+      for (int code = 0; code < 256; ++code) {  // E8M0: every code is a scale
+        bad.scales[last] = static_cast<uint8_t>(code);
+        EXPECT_TRUE(bf::check_scales(bad, "'w.scale'").is_ok()) << code;
+      }
+    }
+  }
+}
+
 // Repeated calls give the same bytes (no hidden state, e.g. in the SR generator).
 TEST(Quantize, DeterministicAcrossCalls) {
   const auto x = random_matrix(33, 70, 70, 121);

@@ -732,6 +732,22 @@ TEST(QuantizedFileReadErrors, GlobalScaleIffNvfp4) {
   }
 }
 
+TEST(QuantizedFileReadErrors, ScalesQuantizeNeverWrites) {
+  Entry fp8, nv;
+  build(&fp8, Recipe::kFp8Block1x128, {3, 300});
+  build(&nv, Recipe::kNvfp4, {3, 32});
+  // The views point into t.q: a scale changed there is what the file holds.
+  for (float bad : {-0.5f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::quiet_NaN()}) {
+    fp8.t.q.scales_f32[4] = bad;  // block (1, 1) of a 3 x 3 grid
+    EXPECT_TRUE(mentions(write_and_read(fp8.tensors, fp8.meta), "'w.scale': scale (1, 1) is ")) << bad;
+    EXPECT_TRUE(mentions(write_and_read(fp8.tensors, fp8.meta), "a finite value >= 0, or NaN")) << bad;
+  }
+  fp8.t.q.scales_f32[4] = std::numeric_limits<float>::quiet_NaN();  // a block that held NaN
+  EXPECT_TRUE(write_and_read(fp8.tensors, fp8.meta));
+  nv.t.q.scales[3] = 0x85;  // block (1, 1) of 3 x 2
+  EXPECT_TRUE(mentions(write_and_read(nv.tensors, nv.meta), "'w.scale': scale (1, 1) is code 0x85"));
+}
+
 TEST(QuantizedFileReadErrors, ElementCodesTheDecodersWouldMisread) {
   Entry fp4, fp6;
   build(&fp4, Recipe::kMxfp4, {3, 33});
