@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what blockscale's build and tests need, only where it is missing, then configures and
-# builds into build/. Sourced by run.sh and test.sh; safe to run again (idempotent).
+# builds (tools/setup.sh [TARGET...]: only those targets). Sourced by run.sh and test.sh; safe to run again (idempotent).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -33,5 +33,10 @@ if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${BLOCKSCALE_CMAKE_ARGS:-} >/dev/null
-cmake --build build -j "$(nproc)"
+# Into BLOCKSCALE_BUILD_DIR (default build/): the targets named as arguments, or everything.
+build_dir=${BLOCKSCALE_BUILD_DIR:-build}
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release ${BLOCKSCALE_CMAKE_ARGS:-} >/dev/null
+targets=()
+for t in "$@"; do targets+=(--target "$t"); done
+echo "setup: building ${*:-everything} in $build_dir"
+cmake --build "$build_dir" -j "$(nproc)" "${targets[@]}"
