@@ -155,15 +155,15 @@ Status check_scales(const QuantizedMatrix& q, const std::string& name) {
       const uint32_t bits = float_bits(q.scales_f32[i]);
       if ((bits >> 31) == 0 && bits != 0x7F800000u) continue;  // >= +0, finite or NaN
       std::snprintf(value, sizeof value, "%.9g", static_cast<double>(q.scales_f32[i]));
-      rule = "is a finite value >= 0, or NaN for a block that held NaN or Inf";
+      rule = "scales are finite values >= 0 (or NaN, for a block that held NaN or Inf)";
     } else {
       if (q.scales[i] <= 0x7Fu) continue;
       std::snprintf(value, sizeof value, "code 0x%02X", static_cast<unsigned>(q.scales[i]));
-      rule = "is a UE4M3 code 0x00-0x7F (7 bits, no sign bit; 0x7F is NaN)";
+      rule = "scales are UE4M3 codes 0x00-0x7F (7 bits, no sign bit; 0x7F is NaN)";
     }
     return Status::error(name + ": scale (" + std::to_string(i / scale_cols) + ", " +
-                         std::to_string(i % scale_cols) + ") is " + value + "; a " +
-                         recipe_name(q.recipe) + " scale " + rule);
+                         std::to_string(i % scale_cols) + ") is " + value + ", but " +
+                         recipe_name(q.recipe) + " " + rule);
   }
   return Status::ok();
 }

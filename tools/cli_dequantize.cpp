@@ -37,12 +37,8 @@ Status dequantize_entry(const io::QuantizedTensor& e, std::vector<float>* values
 }
 
 void run_dequantize(const DequantizeArgs& a) {
-  if (a.out == a.in) fail("dequantize", "--out: must differ from --in");
-  const bool to_npy = has_extension(a.out, ".npy");
-  if (!to_npy && !has_extension(a.out, ".safetensors"))
-    fail("dequantize", "--out '" + a.out + "': must end in .npy or .safetensors");
-  if (!has_extension(a.in, ".safetensors"))
-    fail("dequantize", "--in '" + a.in + "': must be a .safetensors file written by 'blockscale quantize'");
+  if (a.out == a.in) usage_error("dequantize", "--out: must differ from --in");
+  const bool to_npy = has_extension(a.out, ".npy");  // else .safetensors: the option's validator
   InputFile in;
   check("dequantize", InputFile::open(a.in, "--in", &in));
   std::vector<std::string> names = io::quantized_tensor_names(*in.safetensors());
@@ -54,14 +50,15 @@ void run_dequantize(const DequantizeArgs& a) {
   }
   if (to_npy && names.size() != 1)
     fail("dequantize", "--out '" + a.out + "': a .npy file holds one tensor but '" + a.in + "' has " +
-                           std::to_string(names.size()) + "; write .safetensors or pick one with --tensor");
+                           std::to_string(names.size()) + " (write .safetensors or pick one with --tensor)");
 
   // All values are held until the write: the output file is written once, atomically.
   std::vector<std::vector<float>> values(names.size());
   std::vector<std::pair<std::string, io::TensorView>> views;
   for (size_t i = 0; i < names.size(); ++i) {
     io::QuantizedTensor e;
-    check("dequantize", io::read_quantized_tensor(*in.safetensors(), names[i], &e));
+    if (Status s = io::read_quantized_tensor(*in.safetensors(), names[i], &e); !s)
+      fail("dequantize", "--in '" + a.in + "': " + s.message());
     if (!a.quiet) std::fprintf(stderr, "[%zu/%zu] %s\n", i + 1, names.size(), names[i].c_str());
     if (e.hadamard)
       std::fprintf(stderr, "blockscale dequantize: '%s' was quantized after a Hadamard transform; its "
@@ -86,8 +83,14 @@ void add_dequantize_command(CLI::App& app) {
       "it, each tensor in its input shape (columnwise copies transposed back). Nvfp4 copies made\n"
       "with --rht stay in the Hadamard-transformed domain.\n"
       "Exit codes: 0 done, 1 failed (nothing written), 2 bad usage.");
-  cmd->add_option("--in", a->in, "quantized .safetensors file")->required()->type_name("FILE");
-  cmd->add_option("--out", a->out, "output .safetensors (every tensor) or .npy (one tensor)")->required()->type_name("FILE");
+  cmd->add_option("--in", a->in, "quantized .safetensors file")
+      ->required()
+      ->check(extension_validator({".safetensors"}))
+      ->type_name("FILE");
+  cmd->add_option("--out", a->out, "output .safetensors (every tensor) or .npy (one tensor)")
+      ->required()
+      ->check(extension_validator({".safetensors", ".npy"}))
+      ->type_name("FILE");
   cmd->add_option("--tensor", a->tensor, "only this quantized tensor (entry name)")->type_name("NAME");
   cmd->add_flag("--quiet", a->quiet, "no progress on stderr");
   cmd->callback([a] { run_dequantize(*a); });

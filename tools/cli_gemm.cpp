@@ -83,12 +83,12 @@ namespace {
 
 void run_gemm(const GemmArgs& a) {
   if (!a.grouped.empty()) return run_grouped_gemm(a);
-  if (a.m <= 0) fail("gemm", "--m: required (rows of A and D) unless --grouped");
+  if (a.m <= 0) usage_error("gemm", "--m: required (rows of A and D) unless --grouped");
   formats::Recipe ra, rb;
   formats::parse_recipe(a.recipe, &ra);  // the validator accepted it
   const std::string b_name = !a.b_recipe.empty() ? a.b_recipe
                              : ra == formats::Recipe::kFp8Block1x128 ? "fp8_block128x128" : a.recipe;
-  if (!formats::parse_recipe(b_name, &rb)) fail("gemm", "--b-recipe: unknown recipe '" + b_name + "'");
+  if (!formats::parse_recipe(b_name, &rb)) usage_error("gemm", "--b-recipe: unknown recipe '" + b_name + "'");
 #ifndef BLOCKSCALE_GPU_GEMM
   (void)rb;
   fail("gemm", "this build has no CUDA parts (configure with -DBLOCKSCALE_CUDA=ON); gemm/ runs on the GPU only");
@@ -98,7 +98,7 @@ void run_gemm(const GemmArgs& a) {
   p.a_recipe = ra, p.b_recipe = rb;
   p.d_type = a.out_type == "fp32" ? gemm::MatrixType::kFp32 : gemm::MatrixType::kBf16;
   p.ldd = p.ldc = a.n;
-  check("gemm", gemm::can_implement(p));  // shapes and recipes, before any work
+  check_usage("gemm", gemm::can_implement(p));  // shapes and recipes (the options alone), before any work
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
     fail("gemm", "no CUDA device is visible to this process (gemm/ runs on the GPU only)");
@@ -183,6 +183,7 @@ void add_gemm_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 31));
   c->add_option("--skew", a->skew, "--grouped: share of the tokens routed to expert 0, the rest spread evenly "
                                    "(default 0: balanced)")
+      ->check(finite_validator())
       ->check(CLI::Range(0.0, 1.0));
   c->add_flag("--check", a->check,
               "compare a sample of D's rows (--grouped k: of each expert's dW) with formats' fp64 reference GEMM; "

@@ -145,15 +145,15 @@ void run_wgrad(const GemmArgs& a, formats::Recipe ra, formats::Recipe rb, const 
 
 void run_grouped_gemm(const GemmArgs& a) {
   const bool wgrad = a.grouped == "k";
-  if (a.tokens <= 0) fail("gemm", "--tokens: required with --grouped (the tokens of all experts together)");
-  if (a.m > 0) fail("gemm", "--m: not with --grouped (the rows are the tokens: --tokens)");
-  if (a.skew > 0 && a.experts < 2) fail("gemm", "--skew: needs --experts >= 2");
+  if (a.tokens <= 0) usage_error("gemm", "--tokens: required with --grouped (the tokens of all experts together)");
+  if (a.m > 0) usage_error("gemm", "--m: not with --grouped (the rows are the tokens: --tokens)");
+  if (a.skew > 0 && a.experts < 2) usage_error("gemm", "--skew: needs --experts >= 2");
   formats::Recipe ra, rb;
   formats::parse_recipe(a.recipe, &ra);  // the validator accepted it
   const std::string b_name = !a.b_recipe.empty()                                    ? a.b_recipe
                              : ra == formats::Recipe::kFp8Block1x128 && !wgrad ? "fp8_block128x128"
                                                                                     : a.recipe;
-  if (!formats::parse_recipe(b_name, &rb)) fail("gemm", "--b-recipe: unknown recipe '" + b_name + "'");
+  if (!formats::parse_recipe(b_name, &rb)) usage_error("gemm", "--b-recipe: unknown recipe '" + b_name + "'");
   const std::vector<int64_t> counts = expert_counts(a.tokens, a.experts, a.skew);
 #ifndef BLOCKSCALE_GPU_GEMM
   (void)rb, (void)counts;
@@ -168,7 +168,7 @@ void run_grouped_gemm(const GemmArgs& a) {
   p.a_recipe = ra, p.b_recipe = rb;
   p.d_type = a.out_type == "fp32" ? gemm::MatrixType::kFp32 : gemm::MatrixType::kBf16;
   p.ldd = p.ldc = p.n;
-  check("gemm", gemm::can_implement(p));
+  check_usage("gemm", gemm::can_implement(p));  // the options alone, before any work
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
     fail("gemm", "no CUDA device is visible to this process (gemm/ runs on the GPU only)");

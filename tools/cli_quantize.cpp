@@ -53,7 +53,6 @@ Status make_options(const QuantizeArgs& a, bool sr, formats::QuantizeOptions* o)
     return Status::error("--pow2: power-of-two scales apply to fp8_block128 and fp8_block128x128 only");
   o->pow2_scales = a.pow2;
   if (a.out == a.in) return Status::error("--out: must differ from --in");
-  if (!has_extension(a.out, ".safetensors")) return Status::error("--out '" + a.out + "': must end in .safetensors");
   return Status::ok();
 }
 
@@ -100,12 +99,17 @@ Status quantize_tensor(const InputTensor& t, const QuantizeArgs& a, const format
   return Status::ok();
 }
 
-// --device gpu: refused up front where this build or machine cannot run it.
-Status check_device(const QuantizeArgs& a) {
+// --device gpu with a recipe that has no GPU kernel: bad usage, in every build.
+Status check_device_recipe(const QuantizeArgs& a) {
+  if (a.device == "gpu" && (a.recipe == "mxfp6_e2m3" || a.recipe == "mxfp6_e3m2"))
+    return Status::error("--device gpu: " + a.recipe + " is a study format with no GPU kernel (use --device cpu)");
+  return Status::ok();
+}
+
+// --device gpu where this build or machine cannot run it: a failure, not bad usage.
+Status check_device_available(const QuantizeArgs& a) {
   if (a.device != "gpu") return Status::ok();
 #ifdef BLOCKSCALE_GPU_QUANTIZE
-  if (a.recipe == "mxfp6_e2m3" || a.recipe == "mxfp6_e3m2")
-    return Status::error("--device gpu: " + a.recipe + " is a study format with no GPU kernel (use --device cpu)");
   return gpu_available();
 #else
   return Status::error("--device gpu: this build has no CUDA parts (configure with -DBLOCKSCALE_CUDA=ON)");
@@ -114,26 +118,41 @@ Status check_device(const QuantizeArgs& a) {
 
 void run_quantize(const QuantizeArgs& a, bool sr) {
   formats::QuantizeOptions base;
-  check("quantize", make_options(a, sr, &base));
-  check("quantize", check_device(a));
+  check_usage("quantize", make_options(a, sr, &base));
+  check_usage("quantize", check_device_recipe(a));
+  check("quantize", check_device_available(a));
   InputFile in;
   check("quantize", InputFile::open(a.in, "--in", &in));
-  std::vector<std::unique_ptr<io::QuantizedTensor>> entries;
-  std::vector<std::string> skipped;
+  // Which tensors are skipped, and why, before any work: a file with nothing to quantize is one
+  // error naming the first of them, not a warning per tensor and then the error.
   const size_t n = in.tensors().size();
+  std::vector<std::string> skipped;
+  std::vector<std::string> why(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t rows = 0, cols = 0;
+    if (Status s = matrix_of(in.tensors()[i], &rows, &cols); !s) {
+      skipped.push_back(in.tensors()[i].name);
+      why[i] = s.message();
+    }
+  }
+  if (skipped.size() == n) {
+    const std::string others = n > 1 ? " (and " + std::to_string(n - 1) + " other tensors)" : "";
+    fail("quantize", "--in '" + a.in + "': no floating-point tensor to quantize: '" + skipped[0] + "': " + why[0] +
+                         others);
+  }
+  std::vector<std::unique_ptr<io::QuantizedTensor>> entries;
   for (size_t i = 0; i < n; ++i) {
     const InputTensor& t = in.tensors()[i];
-    int64_t rows = 0, cols = 0;
-    if (Status s = matrix_of(t, &rows, &cols); !s) {
-      std::fprintf(stderr, "blockscale quantize: skipping '%s': %s\n", t.name.c_str(), s.message().c_str());
-      skipped.push_back(t.name);
+    if (!why[i].empty()) {
+      std::fprintf(stderr, "blockscale quantize: skipping '%s': %s\n", t.name.c_str(), why[i].c_str());
       continue;
     }
+    int64_t rows = 0, cols = 0;
+    matrix_of(t, &rows, &cols);  // checked above
     if (!a.quiet) std::fprintf(stderr, "[%zu/%zu] %s %lldx%lld\n", i + 1, n, t.name.c_str(),
                                static_cast<long long>(rows), static_cast<long long>(cols));
     check("quantize", quantize_tensor(t, a, base, &entries));
   }
-  if (entries.empty()) fail("quantize", "--in '" + a.in + "': no floating-point tensor to quantize");
 
   std::vector<std::pair<std::string, io::TensorView>> tensors;
   std::map<std::string, std::string> metadata;
@@ -190,8 +209,14 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_flag("--rht", a->rht, "nvfp4: 16-point random Hadamard transform on the columnwise copy");
   cmd->add_flag("--2d", a->nvfp4_2d, "nvfp4: one scale per 16x16 tile (weights)");
   cmd->add_flag("--pow2", a->pow2, "fp8_block*: power-of-two scales");
-  cmd->add_option("--in", a->in, "input .npy (one tensor, named \"x\") or .safetensors")->required()->type_name("FILE");
-  cmd->add_option("--out", a->out, "output .safetensors")->required()->type_name("FILE");
+  cmd->add_option("--in", a->in, "input .npy (one tensor, named \"x\") or .safetensors")
+      ->required()
+      ->check(extension_validator({".npy", ".safetensors"}))
+      ->type_name("FILE");
+  cmd->add_option("--out", a->out, "output .safetensors")
+      ->required()
+      ->check(extension_validator({".safetensors"}))
+      ->type_name("FILE");
   cmd->add_option("--device", a->device,
                   "cpu (formats/, the emulator; default) or gpu (quant/'s kernels: every recipe but mxfp6);\n"
                   "both write the same bytes")

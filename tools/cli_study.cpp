@@ -64,7 +64,7 @@ std::pair<std::string, std::string> split_pair(const std::string& arg,
     last = i;
     if (known(arg.substr(0, i)) && known(arg.substr(i + 1))) return {arg.substr(0, i), arg.substr(i + 1)};
   }
-  if (last == std::string::npos) fail("study", "--gemm '" + arg + "': expected A:B, two tensor names");
+  if (last == std::string::npos) usage_error("study", "--gemm '" + arg + "': expected A:B, two tensor names");
   return {arg.substr(0, last), arg.substr(last + 1)};  // run_study names the unknown one
 }
 
@@ -72,7 +72,7 @@ void run(const StudyArgs& args) {
   std::vector<formats::Recipe> recipes;
   for (const std::string& name : args.recipes) {
     formats::Recipe r;
-    if (!formats::parse_recipe(name, &r)) fail("study", "--recipes: unknown recipe '" + name + "'");
+    if (!formats::parse_recipe(name, &r)) usage_error("study", "--recipes: unknown recipe '" + name + "'");
     recipes.push_back(r);
   }
   if (recipes.empty()) recipes = formats::all_recipes();
@@ -88,15 +88,21 @@ void run(const StudyArgs& args) {
   std::vector<Skipped> skipped;
   StudyProvenance provenance;
   if (args.inputs.empty()) {
-    check("study", synthetic_suite(args.hidden, args.seed, &inputs));
+    check_usage("study", synthetic_suite(args.hidden, args.seed, &inputs));  // fails on --hidden only
     if (args.gemms.empty()) options.gemms = synthetic_gemms();
     provenance.hidden = args.hidden;
     provenance.seed = args.seed;
   } else {
     check("study", open_study_files(args.inputs, "--in", &inputs, &skipped));
+    if (inputs.empty())  // one error naming the first skipped tensor, not a warning per tensor first
+      fail("study", "--in: no floating-point tensor with a 2D view to study" +
+                        (skipped.empty() ? std::string()
+                                         : ": " + skipped[0].name + ": " + skipped[0].reason +
+                                               (skipped.size() > 1 ? " (and " + std::to_string(skipped.size() - 1) +
+                                                                         " other tensors)"
+                                                                   : "")));
     for (const Skipped& s : skipped)
       std::fprintf(stderr, "blockscale study: skipping %s: %s\n", s.name.c_str(), s.reason.c_str());
-    if (inputs.empty()) fail("study", "--in: no floating-point tensor with a 2D view to study");
     provenance.inputs = args.inputs;
   }
   for (const std::string& g : args.gemms) options.gemms.push_back(split_pair(g, inputs));
@@ -141,6 +147,7 @@ void add_study_command(CLI::App& app) {
       "-i,--in", args->inputs,
       "Input file (repeatable): .npy, one tensor named x, or .safetensors, every float tensor "
       "(others are skipped with a warning). With 2+ files names become FILE_STEM/NAME")
+      ->check(extension_validator({".npy", ".safetensors"}))
       ->type_name("FILE");
   std::string names;
   for (formats::Recipe r : formats::all_recipes())

@@ -52,7 +52,7 @@ std::vector<train::TrainRecipe> parse_recipe_list(const std::string& list) {
   std::string name;
   while (std::getline(ss, name, ',')) {
     train::TrainRecipe r;
-    check("train", train::parse_recipe(name, &r));
+    check_usage("train", train::parse_recipe(name, &r));
     out.push_back(r);
   }
   return out;
@@ -82,15 +82,23 @@ void run_train(TrainArgs& args) {
     throw CLI::ValidationError("--compare", "give one or more recipes, comma-separated (e.g. bf16,fp8_block)");
   if (c.data.source != "synthetic" && c.data.path.empty())
     throw CLI::ValidationError("--data-path", "--data " + c.data.source + " reads a file: give it with --data-path");
-  check("train", train::parse_recipe(args.recipe, &c.recipe));
-  check("train", train::parse_mx_gemm(args.mx_gemm, &c.mx_gemm));
-  check("train", train::parse_fp8_gemm(args.fp8_gemm, &c.fp8_gemm));
+  check_usage("train", train::parse_recipe(args.recipe, &c.recipe));
+  check_usage("train", train::parse_mx_gemm(args.mx_gemm, &c.mx_gemm));
+  check_usage("train", train::parse_fp8_gemm(args.fp8_gemm, &c.fp8_gemm));
   if (c.optimizer.total_steps <= 0) c.optimizer.total_steps = c.steps;
+  // Every option's range for every recipe the run trains, before any work (train() checks again).
+  const std::vector<train::TrainRecipe> recipes =
+      args.compare.empty() ? std::vector<train::TrainRecipe>{c.recipe} : parse_recipe_list(args.compare);
+  for (train::TrainRecipe r : recipes) {
+    train::TrainConfig each = c;
+    each.recipe = r;
+    check_usage("train", train::validate(each));
+  }
   const std::unique_ptr<train::Communicator> comm = join_ranks();
   const bool leader = comm == nullptr || comm->rank() == 0;  // rank 0 prints the results
   if (!args.compare.empty()) {
     std::vector<train::TrainSummary> summaries;
-    check("train", train::compare_recipes(c, parse_recipe_list(args.compare), std::cerr, &summaries, comm.get()));
+    check("train", train::compare_recipes(c, recipes, std::cerr, &summaries, comm.get()));
     for (const train::TrainSummary& s : summaries) {
       if (leader)
         std::printf("%s: final eval loss %.4f, %.1f tokens/s (%s)\n", s.out_dir.c_str(), s.final_eval_loss,

@@ -388,14 +388,14 @@ Status prune_impl(const std::string& dir, int keep) {
   return fsync_path(dir, true);
 }
 
-// Runs `body`, turning an escaping exception (allocation, filesystem) into an error Status.
+// Runs `body`, turning an escaping exception (allocation, filesystem) into an error Status that
+// says what was being done; the messages name files, not functions (they reach the CLI).
 template <typename F>
-Status guarded(const char* fn, F&& body) {
+Status guarded(const char* doing, F&& body) {
   try {
-    Status s = body();
-    return s ? s : Status::error(std::string(fn) + ": " + s.message());
+    return body();
   } catch (const std::exception& e) {
-    return Status::error(std::string(fn) + ": failed: " + e.what());
+    return Status::error(std::string(doing) + " failed: " + e.what());
   }
 }
 
@@ -403,7 +403,7 @@ Status guarded(const char* fn, F&& body) {
 
 Status save_checkpoint(const std::string& dir, int64_t step, const std::vector<TensorRef>& tensors,
                        const json& state) {
-  return guarded("save_checkpoint", [&]() -> Status {
+  return guarded("saving a checkpoint", [&]() -> Status {
     if (dir.empty()) return Status::error("dir is empty");
     if (step < 0) return Status::error("step " + std::to_string(step) + " is negative");
     BS_RETURN_IF_ERROR(check_tensor_args(tensors, "tensors"));
@@ -413,7 +413,7 @@ Status save_checkpoint(const std::string& dir, int64_t step, const std::vector<T
 
 Status load_checkpoint(const std::string& path, const std::vector<TensorSlot>& slots, json* state,
                        std::string* resolved_dir) {
-  return guarded("load_checkpoint", [&]() -> Status {
+  return guarded("loading a checkpoint", [&]() -> Status {
     if (path.empty()) return Status::error("path is empty");
     if (!state) return Status::error("state is null");
     BS_RETURN_IF_ERROR(check_tensor_args(slots, "slots"));
@@ -422,7 +422,7 @@ Status load_checkpoint(const std::string& path, const std::vector<TensorSlot>& s
 }
 
 Status latest_checkpoint(const std::string& dir, std::string* checkpoint_dir) {
-  return guarded("latest_checkpoint", [&]() -> Status {
+  return guarded("finding the latest checkpoint", [&]() -> Status {
     if (dir.empty()) return Status::error("dir is empty");
     if (!checkpoint_dir) return Status::error("checkpoint_dir is null");
     return latest_checkpoint_impl(dir, checkpoint_dir);
@@ -430,7 +430,7 @@ Status latest_checkpoint(const std::string& dir, std::string* checkpoint_dir) {
 }
 
 Status prune_checkpoints(const std::string& dir, int keep) {
-  return guarded("prune_checkpoints", [&]() -> Status {
+  return guarded("pruning checkpoints", [&]() -> Status {
     if (dir.empty()) return Status::error("dir is empty");
     if (keep < 1) return Status::error("keep " + std::to_string(keep) + " must be >= 1");
     return prune_impl(dir, keep);

@@ -1,5 +1,6 @@
 #include "train/model_config.h"
 
+#include <cmath>
 #include <cstddef>
 #include <string>
 
@@ -99,7 +100,8 @@ Status validate(const ModelConfig& c, TrainRecipe recipe, int64_t tokens_per_mic
     BS_RETURN_IF_ERROR(require(c.top_k >= 1 && c.top_k <= c.n_experts,
                                "--top-k must be in [1, --experts]"));
   }
-  BS_RETURN_IF_ERROR(require(c.aux_loss_coef >= 0.0f, "--aux-loss-coef must be >= 0"));
+  BS_RETURN_IF_ERROR(require(c.aux_loss_coef >= 0.0f && std::isfinite(c.aux_loss_coef),
+                             "--aux-loss-coef must be a finite value >= 0"));
   BS_RETURN_IF_ERROR(require(tokens_per_micro_batch >= 1, "--batch x --seq-len must be >= 1"));
   const int a = recipe_alignment(recipe);
   if (a > 1) {

@@ -48,6 +48,45 @@ json resume_json(const TrainConfig& c, int world) {
                          {"weight_decay", o.weight_decay}, {"clip_norm", o.clip_norm}}}};
 }
 
+// "--lr 0.001 (this run: 0.002), --seed 1 (this run: 2)": the options whose values in `saved`
+// (a checkpoint's resume_json) differ from `now`'s, by the names the command line gives them.
+std::string config_differences(const json& saved, const json& now) {
+  static const std::pair<const char*, const char*> kOptions[] = {
+      {"/model/vocab", "--vocab"}, {"/model/d_model", "--d-model"}, {"/model/layers", "--layers"},
+      {"/model/heads", "--heads"}, {"/model/experts", "--experts"}, {"/model/top_k", "--top-k"},
+      {"/model/d_ff", "--d-ff"}, {"/model/seq_len", "--seq-len"}, {"/model/aux_loss_coef", "--aux-loss-coef"},
+      {"/recipe", "--recipe"}, {"/batch", "--batch"}, {"/grad_accum", "--grad-accum"},
+      {"/ranks", "the number of ranks"}, {"/seed", "--seed"}, {"/data/source", "--data"},
+      {"/data/path", "--data-path"}, {"/data/dtype", "--token-dtype"},
+      {"/data/synthetic_tokens", "--synthetic-tokens"}, {"/data/eval_fraction", "--eval-fraction"},
+      {"/optimizer/lr", "--lr"}, {"/optimizer/min_lr_ratio", "--min-lr-ratio"},
+      {"/optimizer/warmup_steps", "--warmup"}, {"/optimizer/total_steps", "--schedule-steps"},
+      {"/optimizer/beta1", "--beta1"}, {"/optimizer/beta2", "--beta2"}, {"/optimizer/eps", "AdamW's epsilon"},
+      {"/optimizer/weight_decay", "--weight-decay"}, {"/optimizer/clip_norm", "--clip"}};
+  const json flat_saved = saved.is_object() ? saved.flatten() : json::object();
+  const json flat_now = now.flatten();
+  // Numbers with the fewest digits that tell the two values apart (an fp32 --lr 0.003 is stored
+  // as the double 0.003000000026077032).
+  auto text = [](const json& flat, const std::string& key, int digits) {
+    if (!flat.contains(key)) return std::string("none");
+    const json& v = flat[key];
+    if (v.is_string()) return "'" + v.get<std::string>() + "'";
+    if (!v.is_number_float()) return v.dump();
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v.get<double>());
+    return std::string(buf);
+  };
+  std::string out;
+  for (const auto& [key, option] : kOptions) {
+    if (flat_saved.contains(key) && flat_now.contains(key) && flat_saved[key] == flat_now[key]) continue;
+    int digits = 6;
+    while (digits < 17 && text(flat_saved, key, digits) == text(flat_now, key, digits)) ++digits;
+    out += (out.empty() ? "" : ", ") + std::string(option) + " " + text(flat_saved, key, digits) +
+           " (this run: " + text(flat_now, key, digits) + ")";
+  }
+  return out.empty() ? "the checkpoint records no options this build knows" : out;
+}
+
 Status load_corpus(const TrainConfig& c, TokenCorpus* all) {
   const DataConfig& d = c.data;
   if (d.source == "synthetic") return make_synthetic_corpus(c.model.vocab, d.synthetic_tokens, c.seed, all);
@@ -116,12 +155,12 @@ Status resume(const TrainConfig& c, int world, StepBackend& backend, const Param
   std::vector<float> p(layout.total), m(layout.total), v(layout.total);
   json state;
   std::string dir;
-  BS_RETURN_IF_ERROR(load_checkpoint(c.resume, checkpoint_entries<TensorSlot, float*>(layout, p.data(), m.data(), v.data()),
-                                     &state, &dir));
+  const Status loaded =
+      load_checkpoint(c.resume, checkpoint_entries<TensorSlot, float*>(layout, p.data(), m.data(), v.data()), &state, &dir);
+  if (!loaded) return Status::error("--resume: " + loaded.message());
   if (!state.contains("config") || state["config"] != resume_json(c, world))
-    return Status::error("--resume: " + dir + " was saved by a run with a different configuration (saved: " +
-                         (state.contains("config") ? state["config"].dump() : std::string("none")) +
-                         ", this run: " + resume_json(c, world).dump() + ")");
+    return Status::error("--resume: " + dir + " was saved with other options: " +
+                         config_differences(state.contains("config") ? state["config"] : json(), resume_json(c, world)));
   *step = state.value("step", int64_t{-1});
   *tokens = state.value("tokens", int64_t{0});
   if (*step < 0) return Status::error("--resume: " + dir + "/state.json has no step");
@@ -204,26 +243,41 @@ Status validate(const TrainConfig& c) {
   BS_RETURN_IF_ERROR(require(c.batch >= 1, "--batch must be >= 1"));
   BS_RETURN_IF_ERROR(require(c.grad_accum >= 1, "--grad-accum must be >= 1"));
   BS_RETURN_IF_ERROR(require(c.steps >= 1, "--steps must be >= 1"));
-  BS_RETURN_IF_ERROR(require(c.eval_every >= 0 && c.eval_batches >= 1,
-                             "--eval-every must be >= 0 and --eval-batches >= 1"));
+  BS_RETURN_IF_ERROR(require(c.eval_every >= 0, "--eval-every must be >= 0"));
+  BS_RETURN_IF_ERROR(require(c.eval_batches >= 1, "--eval-batches must be >= 1"));
   BS_RETURN_IF_ERROR(require(c.log_every >= 1, "--log-every must be >= 1"));
-  BS_RETURN_IF_ERROR(require(c.checkpoint_every >= -1 && c.keep_checkpoints >= 1,
-                             "--checkpoint-every must be >= -1 and --keep-checkpoints >= 1"));
+  BS_RETURN_IF_ERROR(require(c.checkpoint_every >= -1, "--checkpoint-every must be >= -1"));
+  BS_RETURN_IF_ERROR(require(c.keep_checkpoints >= 1, "--keep-checkpoints must be >= 1"));
   BS_RETURN_IF_ERROR(require(!c.out_dir.empty(), "--out must not be empty"));
   BS_RETURN_IF_ERROR(require(!(c.overwrite && !c.resume.empty()),
                              "--overwrite and --resume exclude each other: --resume continues the run in --out, "
                              "--overwrite deletes it"));
   if (c.device != "auto" && c.device != "cpu" && c.device != "gpu")
     return Status::error("--device: expected auto, cpu or gpu (got '" + c.device + "')");
+  BS_RETURN_IF_ERROR(require(!(c.expert_parallel && c.device == "cpu"),
+                             "--expert-parallel: needs the GPU step (--device gpu or auto), not --device cpu"));
   const OptimizerConfig& o = c.optimizer;
-  BS_RETURN_IF_ERROR(require(o.lr > 0 && std::isfinite(o.lr), "--lr must be > 0"));
+  BS_RETURN_IF_ERROR(require(o.lr > 0 && std::isfinite(o.lr), "--lr must be a finite value > 0"));
   BS_RETURN_IF_ERROR(require(o.warmup_steps >= 0, "--warmup must be >= 0"));
   BS_RETURN_IF_ERROR(require(o.min_lr_ratio >= 0 && o.min_lr_ratio <= 1, "--min-lr-ratio must be in [0, 1]"));
-  BS_RETURN_IF_ERROR(require(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1,
-                             "--beta1 and --beta2 must be in [0, 1)"));
-  BS_RETURN_IF_ERROR(require(o.weight_decay >= 0 && o.clip_norm >= 0, "--weight-decay and --clip must be >= 0"));
+  BS_RETURN_IF_ERROR(require(o.beta1 >= 0 && o.beta1 < 1, "--beta1 must be in [0, 1)"));
+  BS_RETURN_IF_ERROR(require(o.beta2 >= 0 && o.beta2 < 1, "--beta2 must be in [0, 1)"));
+  BS_RETURN_IF_ERROR(require(o.weight_decay >= 0 && std::isfinite(o.weight_decay),
+                             "--weight-decay must be a finite value >= 0"));
+  BS_RETURN_IF_ERROR(require(o.clip_norm >= 0 && std::isfinite(o.clip_norm), "--clip must be a finite value >= 0"));
   BS_RETURN_IF_ERROR(require(c.data.eval_fraction > 0 && c.data.eval_fraction <= 0.5,
                              "--eval-fraction must be in (0, 0.5]"));
+  const DataConfig& d = c.data;
+  if (d.source != "synthetic" && d.source != "tokens" && d.source != "text")
+    return Status::error("--data: expected synthetic, tokens or text (got '" + d.source + "')");
+  if (d.source == "tokens" && d.dtype != "uint16" && d.dtype != "uint32")
+    return Status::error("--token-dtype: expected uint16 or uint32 (got '" + d.dtype + "')");
+  if (d.source == "synthetic") {
+    BS_RETURN_IF_ERROR(require(d.synthetic_tokens >= 2, "--synthetic-tokens must be >= 2"));
+    if (c.model.vocab < kSyntheticMinVocab || c.model.vocab > kSyntheticMaxVocab)
+      return Status::error("--vocab must be in [" + std::to_string(kSyntheticMinVocab) + ", " +
+                           std::to_string(kSyntheticMaxVocab) + "] with --data synthetic");
+  }
   return Status::ok();
 }
 

@@ -332,10 +332,10 @@ Status read_npy(const std::string& path, NpyArray* out) {
   // O_NONBLOCK: a FIFO (not a regular file: refused below) must not block open() waiting for a
   // writer; it changes nothing for a regular file.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return bad("path: cannot open '" + path + "': " + std::strerror(errno));
+  if (fd < 0) return bad("cannot open '" + path + "': " + std::strerror(errno));
   struct Closer { int fd; ~Closer() { ::close(fd); } } closer{fd};
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return bad("path: '" + path + "' is not a regular file");
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return bad("'" + path + "' is not a regular file");
   try {
     const uint64_t size = static_cast<uint64_t>(st.st_size);
     // Read the preamble and at most the largest allowed header, then the data alone.

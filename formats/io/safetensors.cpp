@@ -348,11 +348,11 @@ Status SafetensorsFile::open(const std::string& path, SafetensorsFile* out) {
   // O_NONBLOCK: a FIFO (not a regular file: refused below) must not block open() waiting for a
   // writer; it changes nothing for a regular file.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return bad("path: cannot open '" + path + "': " + std::strerror(errno));
+  if (fd < 0) return bad("cannot open '" + path + "': " + std::strerror(errno));
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    return bad("path: '" + path + "' is not a regular file");
+    return bad("'" + path + "' is not a regular file");
   }
   const size_t size = static_cast<size_t>(st.st_size);
   if (size < 8) {
@@ -362,7 +362,7 @@ Status SafetensorsFile::open(const std::string& path, SafetensorsFile* out) {
   void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   const int map_errno = errno;
   ::close(fd);  // the mapping keeps the file open
-  if (map == MAP_FAILED) return bad("path: cannot map '" + path + "': " + std::strerror(map_errno));
+  if (map == MAP_FAILED) return bad("cannot map '" + path + "': " + std::strerror(map_errno));
   try {
     auto impl = std::make_unique<Impl>();
     impl->map = map;

@@ -212,7 +212,7 @@ class AtomicFile {
       }
       if (errno != EEXIST) break;
     }
-    return Status::error("path: cannot create a temporary file in '" + dir.string() +
+    return Status::error("cannot create a temporary file in '" + dir.string() +
                          "': " + std::strerror(errno));
   }
 
@@ -261,7 +261,7 @@ class AtomicFile {
 
  private:
   Status fail(const std::string& what) {
-    const std::string msg = "path: " + what + " of '" + tmp_ + "' failed: " + std::strerror(errno);
+    const std::string msg = what + " of '" + tmp_ + "' failed: " + std::strerror(errno);
     discard();
     return Status::error(msg);
   }

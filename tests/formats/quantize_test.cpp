@@ -544,7 +544,7 @@ TEST(QuantizeValidation, CheckScalesAcceptsWhatQuantizeWritesAndNothingElse) {
       for (float v : {-1.0f, -0.0f, kInf, -kInf, -kNaN}) {
         bad.scales_f32[last] = v;
         expect_error(bf::check_scales(bad, "'w.scale'"), at_last);
-        expect_error(bf::check_scales(bad, "'w.scale'"), "a finite value >= 0, or NaN");
+        expect_error(bf::check_scales(bad, "'w.scale'"), "finite values >= 0 (or NaN");
       }
       bad.scales_f32[last] = kNaN;
       EXPECT_TRUE(bf::check_scales(bad, "'w.scale'").is_ok());
@@ -552,7 +552,7 @@ TEST(QuantizeValidation, CheckScalesAcceptsWhatQuantizeWritesAndNothingElse) {
       for (int code : {0x80, 0xFE, 0xFF}) {
         bad.scales[last] = static_cast<uint8_t>(code);
         expect_error(bf::check_scales(bad, "'w.scale'"), at_last + "code 0x");
-        expect_error(bf::check_scales(bad, "'w.scale'"), "UE4M3 code 0x00-0x7F");
+        expect_error(bf::check_scales(bad, "'w.scale'"), "UE4M3 codes 0x00-0x7F");
       }
     } else {
       for (int code = 0; code < 256; ++code) {  // E8M0: every code is a scale

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Every error path of the `blockscale` CLI: the exit code, the one-line message, and that no
-output file (nor a temporary one) is left behind, and that an existing output file survives a
-failed run untouched.
+"""Every error path of the `blockscale` CLI: the exit code (docs/cli.md: 1 failed, 2 bad usage),
+the message (one line, "blockscale <command>: ...", no internal identifier), that no output file
+(nor a temporary one) is left behind, and that an existing output file survives a failed run
+untouched; and `blockscale --version`.
 
 Usage: cli_errors_test.py --cli build/blockscale
 """
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -15,6 +17,10 @@ import numpy as np
 from safetensors.numpy import save_file
 
 FAILURES = []
+COMMANDS = ("quantize", "dequantize", "study", "gemm", "train", "version")
+# Names of functions, classes and variables that a message must not show a user.
+INTERNAL = re.compile(r"::|\b(num_tokens|vocab_size|load_checkpoint|save_checkpoint|RunLog|resume_step|"
+                      r"matrix_view|synthetic_suite|open_study_files|a_recipe|b_recipe)\b")
 
 
 def run(cli, args, cwd):
@@ -22,12 +28,28 @@ def run(cli, args, cwd):
     return p.returncode, p.stdout, p.stderr
 
 
+def message_problems(args, err):
+    """The error contract: stderr is one line, "blockscale <command>: <message>" ("blockscale: "
+    where there is no command), naming no internal identifier."""
+    command = args[0] if args and args[0] in COMMANDS else ""
+    prefix = f"blockscale {command}: " if command else "blockscale: "
+    lines = err.splitlines()
+    problems = []
+    if len(lines) != 1:
+        problems.append(f"stderr has {len(lines)} lines, want 1")
+    elif not lines[0].startswith(prefix):
+        problems.append(f"stderr does not start with {prefix!r}")
+    if INTERNAL.search(err):
+        problems.append(f"stderr names an internal identifier ({INTERNAL.search(err).group(0)!r})")
+    return problems
+
+
 def expect_error(cli, workdir, label, args, code, *needles):
     """Runs `args` in `workdir` and checks exit code, message and that no file appeared."""
     before = set(os.listdir(workdir))
     rc, out, err = run(cli, args, workdir)
     after = set(os.listdir(workdir))
-    problems = []
+    problems = message_problems(args, err)
     if rc != code:
         problems.append(f"exit code {rc}, want {code}")
     for n in needles:
@@ -56,6 +78,30 @@ def make_inputs(d):
         f.write("1 2 3\n")
 
 
+def patch_tensor(src, dst, key, index, value):
+    """Copies safetensors file `src` to `dst` with element `index` of tensor `key` set to the bytes
+    `value` (a quantized file written by hand: numpy has no fp8 dtype to load it with)."""
+    import json
+    raw = bytearray(open(src, "rb").read())
+    n = int.from_bytes(raw[:8], "little")
+    entry = json.loads(raw[8:8 + n])[key]
+    at = 8 + n + entry["data_offsets"][0] + index * len(value)
+    raw[at:at + len(value)] = value
+    open(dst, "wb").write(bytes(raw))
+
+
+def check_version(cli):
+    """`blockscale --version` and `blockscale version` print the version CMake's project() gives."""
+    cmake = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "CMakeLists.txt")).read()
+    want = "blockscale " + re.search(r"project\(blockscale VERSION ([0-9.]+)", cmake).group(1)
+    for args in (["--version"], ["version"]):
+        rc, out, err = run(cli, args, ".")
+        if rc != 0 or out.strip() != want or err:
+            FAILURES.append(f"blockscale {' '.join(args)}: exit {rc}, stdout {out.strip()!r}, want 0 and {want!r}")
+        else:
+            print(f"ok   blockscale {' '.join(args)}: {out.strip()}")
+
+
 def check_readme(cli, readme):
     """Every subcommand and every option its --help lists appears in the README's CLI section."""
     import re
@@ -80,6 +126,7 @@ def main():
     cli = os.path.abspath(args.cli)
     if args.readme:
         check_readme(cli, args.readme)
+    check_version(cli)
     with tempfile.TemporaryDirectory() as d:
         make_inputs(d)
         # A quantized file and a schema-breaking copy of it, for the dequantize errors.
@@ -104,9 +151,19 @@ def main():
         hb += b" " * (-len(hb) % 8)
         with open(os.path.join(d, "broken.safetensors"), "wb") as f:
             f.write(len(hb).to_bytes(8, "little") + hb + out)
+        # Scales quantize never writes: a negative fp32 scale (fp8_block128), a UE4M3 code with
+        # the sign bit set (nvfp4).
+        import struct
+        for recipe, name in (("fp8_block128", "fp8.safetensors"), ("nvfp4", "nv.safetensors")):
+            rc, _, err = run(cli, ["quantize", "--recipe", recipe, "--in", "x.npy", "--out", name, "--quiet"], d)
+            assert rc == 0, err
+        patch_tensor(os.path.join(d, "fp8.safetensors"), os.path.join(d, "negscale.safetensors"), "x.scale", 2,
+                     struct.pack("<f", -0.5))
+        patch_tensor(os.path.join(d, "nv.safetensors"), os.path.join(d, "signscale.safetensors"), "x.scale", 5,
+                     bytes([0x85]))
 
         E = lambda label, args, code, *n: expect_error(cli, d, label, args, code, *n)
-        q = ["quantize", "--in", "x.npy", "--out", "y.safetensors"]
+        q = ["quantize", "--in", "x.npy", "--out", "y.safetensors", "--quiet"]
         # Usage errors (exit 2).
         E("no command", [], 2, "blockscale")
         E("unknown command", ["frobnicate"], 2, "frobnicate")
@@ -122,55 +179,63 @@ def main():
         E("quantize --sr-seed 2^64", q + ["--recipe", "nvfp4", "--sr-seed", "18446744073709551616"], 2, "--sr-seed",
           "not a seed")
         E("quantize unknown flag", q + ["--recipe", "mxfp8", "--fast"], 2, "--fast")
-        # Option combinations the recipe does not have (exit 1, before any file is read).
-        E("floor on nvfp4", q + ["--recipe", "nvfp4", "--rounding", "floor"], 1, "--rounding floor", "MX recipes only")
-        E("sr on mxfp8", q + ["--recipe", "mxfp8", "--sr-seed", "3"], 1, "--sr-seed", "nvfp4 only")
-        E("rht on mxfp8", q + ["--recipe", "mxfp8", "--rht", "--direction", "both"], 1, "--rht", "nvfp4 only")
-        E("rht rowwise", q + ["--recipe", "nvfp4", "--rht"], 1, "--rht", "columnwise")
-        E("rht with 2d", q + ["--recipe", "nvfp4", "--rht", "--2d", "--direction", "both"], 1, "--rht", "--2d")
-        E("2d on mxfp8", q + ["--recipe", "mxfp8", "--2d"], 1, "--2d", "nvfp4 only")
-        E("pow2 on mxfp8", q + ["--recipe", "mxfp8", "--pow2"], 1, "--pow2", "fp8_block")
+        # Option combinations the recipe does not have (exit 2, before any file is read).
+        E("floor on nvfp4", q + ["--recipe", "nvfp4", "--rounding", "floor"], 2, "--rounding floor", "MX recipes only")
+        E("sr on mxfp8", q + ["--recipe", "mxfp8", "--sr-seed", "3"], 2, "--sr-seed", "nvfp4 only")
+        E("rht on mxfp8", q + ["--recipe", "mxfp8", "--rht", "--direction", "both"], 2, "--rht", "nvfp4 only")
+        E("rht rowwise", q + ["--recipe", "nvfp4", "--rht"], 2, "--rht", "columnwise")
+        E("rht with 2d", q + ["--recipe", "nvfp4", "--rht", "--2d", "--direction", "both"], 2, "--rht", "--2d")
+        E("2d on mxfp8", q + ["--recipe", "mxfp8", "--2d"], 2, "--2d", "nvfp4 only")
+        E("pow2 on mxfp8", q + ["--recipe", "mxfp8", "--pow2"], 2, "--pow2", "fp8_block")
         E("out equals in", ["quantize", "--recipe", "mxfp8", "--in", "two.safetensors", "--out",
-                            "two.safetensors"], 1, "--out", "differ")
-        E("out not safetensors", ["quantize", "--recipe", "mxfp8", "--in", "x.npy", "--out", "y.npy"], 1,
-          "--out", ".safetensors")
-        # Input problems.
+                            "two.safetensors"], 2, "--out", "differ")
+        E("out not safetensors", ["quantize", "--recipe", "mxfp8", "--in", "x.npy", "--out", "y.npy"], 2,
+          "--out", "'y.npy'", ".safetensors")
+        E("input extension", ["quantize", "--recipe", "mxfp8", "--in", "x.txt", "--out", "y.safetensors"], 2,
+          "--in", "'x.txt'", ".npy or .safetensors")
+        # Input problems (exit 1).
         E("missing input", ["quantize", "--recipe", "mxfp8", "--in", "nope.npy", "--out", "y.safetensors"], 1,
           "--in 'nope.npy'")
-        E("input extension", ["quantize", "--recipe", "mxfp8", "--in", "x.txt", "--out", "y.safetensors"], 1,
-          "--in 'x.txt'", ".npy or .safetensors")
         E("corrupt npy", ["quantize", "--recipe", "mxfp8", "--in", "corrupt.npy", "--out", "y.safetensors"], 1,
           "--in 'corrupt.npy'")
         E("corrupt safetensors", ["quantize", "--recipe", "mxfp8", "--in", "corrupt.safetensors", "--out",
                                   "y.safetensors"], 1, "--in 'corrupt.safetensors'", "header")
         E("no float tensor", ["quantize", "--recipe", "mxfp8", "--in", "ints.safetensors", "--out",
-                              "y.safetensors"], 1, "skipping 'ids'", "no floating-point tensor")
+                              "y.safetensors"], 1, "'ids'", "no floating-point tensor", "I32")
         E("rht width not a multiple of 16", ["quantize", "--recipe", "nvfp4", "--rht", "--direction", "columnwise",
-                                             "--in", "odd.npy", "--out", "y.safetensors"], 1, "x:", "--rht", "multiple of 16")
-        E("gpu for a recipe without a kernel", q + ["--recipe", "mxfp6_e2m3", "--device", "gpu"], 1, "--device gpu")
+                                             "--in", "odd.npy", "--out", "y.safetensors", "--quiet"], 1, "x:", "--rht",
+          "multiple of 16")
+        E("gpu for a recipe without a kernel", q + ["--recipe", "mxfp6_e2m3", "--device", "gpu"], 2, "--device gpu")
         E("bad --device", q + ["--recipe", "mxfp8", "--device", "tpu"], 2, "--device")
         E("output directory missing", ["quantize", "--recipe", "mxfp8", "--in", "x.npy", "--out",
-                                       "no/such/dir/y.safetensors"], 1, "no/such/dir")
+                                       "no/such/dir/y.safetensors", "--quiet"], 1, "no/such/dir")
         # An existing output survives a failed run byte for byte.
         with open(os.path.join(d, "keep.safetensors"), "wb") as f:
             f.write(b"previous contents")
         E("failed run keeps the old output", ["quantize", "--recipe", "nvfp4", "--rht", "--direction", "both",
-                                              "--in", "odd.npy", "--out", "keep.safetensors"], 1, "multiple of 16")
+                                              "--in", "odd.npy", "--out", "keep.safetensors", "--quiet"], 1,
+          "multiple of 16")
         with open(os.path.join(d, "keep.safetensors"), "rb") as f:
             if f.read() != b"previous contents":
                 FAILURES.append("failed run keeps the old output: keep.safetensors was modified")
 
-        dq = lambda *a: ["dequantize"] + list(a)
+        dq = lambda *a: ["dequantize", "--quiet"] + list(a)
         E("dequantize without --in", dq("--out", "z.npy"), 2, "--in")
-        E("dequantize npy input", dq("--in", "x.npy", "--out", "z.safetensors"), 1, "--in 'x.npy'", "quantize")
+        E("dequantize npy input", dq("--in", "x.npy", "--out", "z.safetensors"), 2, "--in", "'x.npy'", ".safetensors")
         E("dequantize plain file", dq("--in", "two.safetensors", "--out", "z.safetensors"), 1,
           "no quantized tensor")
         E("dequantize unknown tensor", dq("--in", "q.safetensors", "--out", "z.npy", "--tensor", "v"), 1,
           "--tensor 'v'")
         E("dequantize several to npy", dq("--in", "q.safetensors", "--out", "z.npy"), 1, ".npy", "--tensor")
-        E("dequantize bad out", dq("--in", "q.safetensors", "--out", "z.bin"), 1, "--out 'z.bin'")
-        E("dequantize out equals in", dq("--in", "q.safetensors", "--out", "q.safetensors"), 1, "differ")
-        E("dequantize broken schema", dq("--in", "broken.safetensors", "--out", "z.safetensors"), 1, "w.scale")
+        E("dequantize bad out", dq("--in", "q.safetensors", "--out", "z.bin"), 2, "--out", "'z.bin'")
+        E("dequantize out equals in", dq("--in", "q.safetensors", "--out", "q.safetensors"), 2, "differ")
+        E("dequantize broken schema", dq("--in", "broken.safetensors", "--out", "z.safetensors"), 1,
+          "--in 'broken.safetensors'", "w.scale")
+        # Scales quantize never writes: the key, the block, the value and the rule (exit 1).
+        E("dequantize a negative fp8 scale", dq("--in", "negscale.safetensors", "--out", "z.npy"), 1,
+          "--in 'negscale.safetensors'", "'x.scale': scale (2, 0) is -0.5", "finite values >= 0")
+        E("dequantize a UE4M3 scale with a sign bit", dq("--in", "signscale.safetensors", "--out", "z.npy"), 1,
+          "'x.scale': scale (1, 1) is code 0x85", "0x00-0x7F")
 
         st = lambda *a: ["study", "--quiet"] + list(a)
         with open(os.path.join(d, "afile"), "w") as f:
@@ -183,35 +248,72 @@ def main():
         E("study gemm K mismatch", st("--in", "x.npy", "--in", "odd.npy", "--gemm", "x/x:odd/x"), 1, "K must match")
         E("study out-dir is a file", st("--in", "x.npy", "--out-dir", "afile"), 1, "--out-dir 'afile'")
         E("study --in with --hidden", st("--in", "x.npy", "--hidden", "64"), 2, "--hidden")
+        E("study --in extension", st("--in", "x.txt"), 2, "--in", "'x.txt'", ".npy or .safetensors")
+        E("study --gemm without a colon", st("--in", "two.safetensors", "--gemm", "w"), 2, "--gemm 'w'", "A:B")
+        E("study --hidden not a multiple of 16", st("--hidden", "40"), 2, "--hidden 40", "multiple of 16")
+        E("study --threads out of range", st("--threads", "-1"), 2, "--threads")
+        E("study no float tensor", st("--in", "ints.safetensors"), 1, "--in", "no floating-point tensor", "ids")
         # gemm: usage errors (exit 2), then a shape gemm/ refuses (exit 1, before any GPU work;
         # a build without CUDA refuses every gemm, also with exit 1).
         g = ["gemm", "--m", "64", "--n", "64"]
         E("gemm without --k", g, 2, "--k")
         E("gemm bad --out-type", g + ["--k", "128", "--out-type", "fp16"], 2, "--out-type")
         E("gemm unknown recipe", g + ["--k", "128", "--recipe", "fp9"], 2, "fp9")
-        rc, _, err = run(cli, g + ["--k", "100"], d)
-        if rc == 1 and ("multiple of 128" in err or "no CUDA parts" in err):
+        E("gemm without --m", ["gemm", "--n", "64", "--k", "128"], 2, "--m", "--grouped")
+        # A shape gemm/ refuses is bad usage (exit 2); a build without CUDA refuses every gemm
+        # (exit 1: this build cannot run it).
+        rc, _, err = run(cli, g + ["--k", "100", "--quiet"], d)
+        cuda = "no CUDA parts" not in err
+        if (rc, cuda) in ((2, True), (1, False)) and ("multiple of 128" in err or not cuda) and \
+                not message_problems(g, err):
             print(f"ok   gemm k not a multiple of 128: {err.strip()}")
         else:
             FAILURES.append(f"gemm k not a multiple of 128: exit {rc}, stderr {err.strip()!r}")
-        # gemm --grouped: a bad mode is a usage error; the rules on its options are checked before
-        # any work (exit 1, also in a build without CUDA).
+        # gemm --grouped: its options' rules are checked before any work (exit 2, also in a build
+        # without CUDA).
         gg = ["gemm", "--n", "64", "--k", "128", "--grouped"]
         E("gemm bad --grouped", gg + ["x", "--tokens", "100"], 2, "--grouped")
-        E("gemm --grouped without --tokens", gg + ["m"], 1, "--tokens")
-        E("gemm --grouped with --m", gg + ["m", "--tokens", "100", "--m", "5"], 1, "--m")
+        E("gemm --grouped without --tokens", gg + ["m"], 2, "--tokens")
+        E("gemm --grouped with --m", gg + ["m", "--tokens", "100", "--m", "5"], 2, "--m")
         E("gemm --grouped bad --skew", gg + ["k", "--tokens", "100", "--skew", "2"], 2, "--skew")
+        E("gemm --grouped --skew nan", gg + ["k", "--tokens", "100", "--skew", "nan"], 2, "--skew", "not a finite")
+        E("gemm --grouped --skew with one expert", gg + ["m", "--tokens", "100", "--skew", "0.5", "--experts", "1"], 2,
+          "--skew", "--experts")
         tr = ["train", "--device", "cpu", "--steps", "2"]
-        E("train unknown recipe", tr + ["--recipe", "fp4"], 1, "--recipe", "fp4")
-        E("train unknown --mx-gemm", tr + ["--mx-gemm", "fast"], 1, "--mx-gemm", "fast")
-        E("train d-model not a multiple of the block", tr + ["--recipe", "fp8_block", "--d-model", "96"], 1,
+        # Usage errors (exit 2), every one before the run directory is made.
+        E("train unknown recipe", tr + ["--recipe", "fp4"], 2, "--recipe", "fp4")
+        E("train unknown --mx-gemm", tr + ["--mx-gemm", "fast"], 2, "--mx-gemm", "fast")
+        E("train d-model not a multiple of the block", tr + ["--recipe", "fp8_block", "--d-model", "96"], 2,
           "--d-model", "128")
+        E("train --compare with a recipe the width does not fit", tr + ["--compare", "bf16,fp8_block", "--d-model",
+                                                                        "96"], 2, "--d-model", "fp8_block")
+        E("train --steps not a number", tr[:-2] + ["--steps", "abc"], 2, "--steps")
+        E("train --eval-batches 0", tr + ["--eval-batches", "0"], 2, "--eval-batches must be >= 1")
+        E("train --keep-checkpoints 0", tr + ["--keep-checkpoints", "0"], 2, "--keep-checkpoints must be >= 1")
+        E("train --beta2 1", tr + ["--beta2", "1"], 2, "--beta2 must be in [0, 1)")
+        E("train --clip inf", tr + ["--clip", "inf"], 2, "--clip", "finite")
+        E("train --weight-decay nan", tr + ["--weight-decay", "nan"], 2, "--weight-decay", "finite")
+        E("train --lr nan", tr + ["--lr", "nan"], 2, "--lr", "finite")
+        E("train --aux-loss-coef inf", tr + ["--aux-loss-coef", "inf"], 2, "--aux-loss-coef", "finite")
+        E("train --synthetic-tokens 1", tr + ["--synthetic-tokens", "1"], 2, "--synthetic-tokens must be >= 2")
+        E("train --vocab below the synthetic corpus's", tr + ["--vocab", "8"], 2, "--vocab", "--data synthetic")
+        E("train unknown --data", tr + ["--data", "csv", "--data-path", "x.txt"], 2, "--data", "csv")
+        E("train unknown --token-dtype", tr + ["--data", "tokens", "--data-path", "x.txt", "--token-dtype", "int8"],
+          2, "--token-dtype", "int8")
         E("train missing token file", tr + ["--data", "tokens", "--data-path", "nope.bin"], 1, "nope.bin")
         E("train file source without --data-path", tr + ["--data", "tokens"], 2, "--data-path", "--data tokens")
         E("train empty --compare", tr + ["--compare", ""], 2, "--compare", "one or more recipes")
         E("train negative --seed", tr + ["--seed", "-1"], 2, "--seed", "not a seed")
-        E("train resume from nothing", tr + ["--resume", "no_such_run"], 1, "no_such_run")
-        E("train expert parallel without ranks", tr + ["--expert-parallel"], 1, "--expert-parallel")
+        E("train resume from nothing", tr + ["--resume", "no_such_run"], 1, "--resume", "no_such_run")
+        E("train expert parallel on the CPU", tr + ["--expert-parallel"], 2, "--expert-parallel", "--device cpu")
+        # A resume with an option changed names the option, both values, on one line (exit 1).
+        tiny = ["train", "--device", "cpu", "--d-model", "32", "--d-ff", "32", "--layers", "1", "--heads", "2",
+                "--experts", "2", "--top-k", "1", "--seq-len", "16", "--vocab", "32", "--batch", "2",
+                "--synthetic-tokens", "4000", "--eval-batches", "1", "--schedule-steps", "4", "--out", "run"]
+        rc, _, err = run(cli, tiny + ["--steps", "2"], d)
+        assert rc == 0, err
+        E("train resume with other options", tiny + ["--steps", "4", "--resume", "run", "--seed", "2", "--lr", "0.01"],
+          1, "--resume", "saved with other options", "--seed 1 (this run: 2)", "--lr 0.003 (this run: 0.01)")
 
     if FAILURES:
         print("\n".join("FAIL " + f for f in FAILURES))

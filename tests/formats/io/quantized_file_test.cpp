@@ -740,7 +740,7 @@ TEST(QuantizedFileReadErrors, ScalesQuantizeNeverWrites) {
   for (float bad : {-0.5f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::quiet_NaN()}) {
     fp8.t.q.scales_f32[4] = bad;  // block (1, 1) of a 3 x 3 grid
     EXPECT_TRUE(mentions(write_and_read(fp8.tensors, fp8.meta), "'w.scale': scale (1, 1) is ")) << bad;
-    EXPECT_TRUE(mentions(write_and_read(fp8.tensors, fp8.meta), "a finite value >= 0, or NaN")) << bad;
+    EXPECT_TRUE(mentions(write_and_read(fp8.tensors, fp8.meta), "finite values >= 0 (or NaN")) << bad;
   }
   fp8.t.q.scales_f32[4] = std::numeric_limits<float>::quiet_NaN();  // a block that held NaN
   EXPECT_TRUE(write_and_read(fp8.tensors, fp8.meta));
