@@ -42,14 +42,6 @@ Status check_recipes(const GemmProblem& p) {
 
 namespace detail {
 
-Status cuda_status(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::ok();
-  std::string msg = std::string(what) + ": " + cudaGetErrorString(err);
-  if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction)
-    msg += " (the sm90 GEMM kernels are built for sm_90a only)";
-  (void)cudaGetLastError();  // a launch error is not sticky: clear it for the caller
-  return Status::error(msg);
-}
 
 Status prepare_kernel(const void* kernel, int smem_bytes, const char* name, int* sm_count) {
   static std::mutex mu;

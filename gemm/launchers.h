@@ -10,6 +10,7 @@
 #include "gemm/common/grouped_schedule.h"
 #include "gemm/gemm.h"
 #include "gemm/grouped.h"
+#include "runtime/cuda_status.h"
 
 namespace blockscale::gemm::detail {
 
@@ -76,8 +77,7 @@ int64_t grouped_cublaslt_scale_bytes(const GroupedGemmProblem& p);
 Status launch_grouped_cublaslt(const GroupedGemmProblem& p, const GroupedGemmArguments& args, void* workspace,
                                size_t workspace_bytes, cudaStream_t stream);
 
-// A CUDA error as a Status naming `what` (ok for cudaSuccess); clears a non-sticky launch error.
-Status cuda_status(cudaError_t err, const char* what);
+using runtime::cuda_status;
 
 // Checks `kernel` loads on the current device, raises its dynamic shared-memory limit to
 // smem_bytes once per (kernel, device) and returns the device's SM count. `name` names the kernel

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "quant/quantize.h"
+#include "runtime/cuda_status.h"
 
 namespace blockscale::quant::detail {
 
@@ -85,8 +86,6 @@ int64_t even_grid(int64_t work, int64_t resident);
 // on an H200: 84% -> 90% of copy bandwidth at 256 MiB; docs/performance.md).
 int64_t tile_grid(int64_t tiles, int64_t resident);
 
-// "name: <cuda error string>" as a Status (cudaSuccess -> ok); a missing kernel image names the
-// device's sm_XY and BLOCKSCALE_CUDA_ARCHS.
-Status cuda_status(cudaError_t err, const char* what);
+using runtime::cuda_status;
 
 }  // namespace blockscale::quant::detail

@@ -255,21 +255,6 @@ int64_t tile_grid(int64_t tiles, int64_t resident) {
   return even_grid(tiles, resident);
 }
 
-Status cuda_status(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::ok();
-  std::string msg = std::string(what) + ": " + cudaGetErrorString(err);
-  if (err == cudaErrorNoKernelImageForDevice || err == cudaErrorInvalidDeviceFunction) {
-    int dev = 0, major = 0, minor = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    msg += " (device " + std::to_string(dev) + " is sm_" + std::to_string(major) + std::to_string(minor) +
-           "; blockscale_quant is built for BLOCKSCALE_CUDA_ARCHS)";
-  }
-  (void)cudaGetLastError();  // a launch error is not sticky: clear it for the caller
-  return Status::error(msg);
-}
-
 }  // namespace detail
 
 int64_t rowwise_data_bytes(const QuantizeProblem& p) {

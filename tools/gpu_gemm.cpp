@@ -9,24 +9,14 @@
 #include "formats/scale_layout.h"  // defines: pack_vec128_scales, pack_blk128_scales, pack_swizzled_scales
 #include "gemm/gemm.h"             // defines: the four-call GEMM API
 #include "gemm/grouped.h"          // defines: the grouped (MoE) GEMM API
+#include "runtime/cuda_status.h"
+#include "runtime/device.h"
 
 namespace blockscale::tools {
 namespace {
 
-Status cuda_check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return Status::ok();
-  return Status::error(std::string(what) + ": " + cudaGetErrorString(e));
-}
+using runtime::DeviceBuffer;
 
-// Device buffers and events freed on every return path.
-struct DeviceBuffer {
-  void* p = nullptr;
-  ~DeviceBuffer() { cudaFree(p); }
-  Status upload(const void* host, size_t n, const char* what) {
-    BS_RETURN_IF_ERROR(cuda_check(cudaMalloc(&p, std::max<size_t>(n, 1)), what));
-    return cuda_check(cudaMemcpy(p, host, n, cudaMemcpyHostToDevice), what);
-  }
-};
 struct Events {
   cudaEvent_t start = nullptr, stop = nullptr;
   ~Events() {
@@ -58,7 +48,7 @@ float bf16_to_float(uint16_t h) {
 // D (count elements of bf16 or fp32) widened to fp32 on the host.
 Status fetch(const void* d, int64_t count, bool fp32_d, std::vector<float>* out) {
   std::vector<uint8_t> raw(static_cast<size_t>(count) * (fp32_d ? 4 : 2));
-  BS_RETURN_IF_ERROR(cuda_check(cudaMemcpy(raw.data(), d, raw.size(), cudaMemcpyDeviceToHost), "copy D back"));
+  BS_RETURN_IF_ERROR(runtime::cuda_status(cudaMemcpy(raw.data(), d, raw.size(), cudaMemcpyDeviceToHost), "copy D back"));
   out->resize(static_cast<size_t>(count));
   for (size_t i = 0; i < out->size(); ++i) {
     if (fp32_d) {
@@ -76,16 +66,16 @@ Status fetch(const void* d, int64_t count, bool fp32_d, std::vector<float>* out)
 template <typename Launch>
 Status median_us(int iters, const Launch& launch, double* us) {
   Events ev;
-  BS_RETURN_IF_ERROR(cuda_check(cudaEventCreate(&ev.start), "cudaEventCreate"));
-  BS_RETURN_IF_ERROR(cuda_check(cudaEventCreate(&ev.stop), "cudaEventCreate"));
+  BS_RETURN_IF_ERROR(runtime::cuda_status(cudaEventCreate(&ev.start), "cudaEventCreate"));
+  BS_RETURN_IF_ERROR(runtime::cuda_status(cudaEventCreate(&ev.stop), "cudaEventCreate"));
   std::vector<float> times;
   for (int i = 0; i < iters; ++i) {
-    BS_RETURN_IF_ERROR(cuda_check(cudaEventRecord(ev.start), "cudaEventRecord"));
+    BS_RETURN_IF_ERROR(runtime::cuda_status(cudaEventRecord(ev.start), "cudaEventRecord"));
     BS_RETURN_IF_ERROR(launch());
-    BS_RETURN_IF_ERROR(cuda_check(cudaEventRecord(ev.stop), "cudaEventRecord"));
-    BS_RETURN_IF_ERROR(cuda_check(cudaEventSynchronize(ev.stop), "the GEMM kernel"));
+    BS_RETURN_IF_ERROR(runtime::cuda_status(cudaEventRecord(ev.stop), "cudaEventRecord"));
+    BS_RETURN_IF_ERROR(runtime::cuda_status(cudaEventSynchronize(ev.stop), "the GEMM kernel"));
     float ms = 0;
-    BS_RETURN_IF_ERROR(cuda_check(cudaEventElapsedTime(&ms, ev.start, ev.stop), "cudaEventElapsedTime"));
+    BS_RETURN_IF_ERROR(runtime::cuda_status(cudaEventElapsedTime(&ms, ev.start, ev.stop), "cudaEventElapsedTime"));
     times.push_back(ms);
   }
   if (!times.empty()) {
@@ -117,20 +107,20 @@ Status gpu_gemm(const formats::QuantizedMatrix& a, const formats::QuantizedMatri
   BS_RETURN_IF_ERROR(dec_a.upload(&a.global_scale_dec, 4, "copy A's tensor scale to the GPU"));
   BS_RETURN_IF_ERROR(dec_b.upload(&b.global_scale_dec, 4, "copy B's tensor scale to the GPU"));
   const size_t d_bytes = static_cast<size_t>(p.m * p.n) * (fp32_d ? 4 : 2);
-  BS_RETURN_IF_ERROR(cuda_check(cudaMalloc(&dd.p, std::max<size_t>(d_bytes, 1)), "allocate D"));
+  BS_RETURN_IF_ERROR(dd.alloc(d_bytes, "allocate D"));
   gemm::GemmArguments args;
-  args.a_data = static_cast<const uint8_t*>(da.p), args.a_scales = dsa.p;
-  args.b_data = static_cast<const uint8_t*>(db.p), args.b_scales = dsb.p;
-  args.a_scale_dec = static_cast<const float*>(dec_a.p), args.b_scale_dec = static_cast<const float*>(dec_b.p);
-  args.d = dd.p;
+  args.a_data = da.as<const uint8_t>(), args.a_scales = dsa.data();
+  args.b_data = db.as<const uint8_t>(), args.b_scales = dsb.data();
+  args.a_scale_dec = dec_a.as<const float>(), args.b_scale_dec = dec_b.as<const float>();
+  args.d = dd.data();
   BS_RETURN_IF_ERROR(gemm::can_implement(p, args));
   const size_t ws_bytes = gemm::workspace_size(p);
   DeviceBuffer ws;
-  BS_RETURN_IF_ERROR(cuda_check(cudaMalloc(&ws.p, std::max<size_t>(ws_bytes, 1)), "allocate the workspace"));
-  BS_RETURN_IF_ERROR(gemm::run(p, args, ws.p, ws_bytes, nullptr));
-  BS_RETURN_IF_ERROR(cuda_check(cudaDeviceSynchronize(), "the GEMM kernel"));
-  if (fetch_d) BS_RETURN_IF_ERROR(fetch(dd.p, p.m * p.n, fp32_d, &result->d));
-  return median_us(iters, [&] { return gemm::run(p, args, ws.p, ws_bytes, nullptr); }, &result->median_us);
+  BS_RETURN_IF_ERROR(ws.alloc(ws_bytes, "allocate the workspace"));
+  BS_RETURN_IF_ERROR(gemm::run(p, args, ws.data(), ws_bytes, nullptr));
+  BS_RETURN_IF_ERROR(runtime::cuda_status(cudaDeviceSynchronize(), "the GEMM kernel"));
+  if (fetch_d) BS_RETURN_IF_ERROR(fetch(dd.data(), p.m * p.n, fp32_d, &result->d));
+  return median_us(iters, [&] { return gemm::run(p, args, ws.data(), ws_bytes, nullptr); }, &result->median_us);
 }
 
 Status gpu_grouped_gemm(bool k_grouped, const formats::QuantizedMatrix& a, const std::vector<formats::QuantizedMatrix>& b,
@@ -163,17 +153,17 @@ Status gpu_grouped_gemm(bool k_grouped, const formats::QuantizedMatrix& a, const
   BS_RETURN_IF_ERROR(dec_b.upload(b_dec.data(), b_dec.size() * 4, "copy B's tensor scales to the GPU"));
   BS_RETURN_IF_ERROR(dends.upload(ends32.data(), ends32.size() * 4, "copy the expert ends to the GPU"));
   const int64_t d_count = (k_grouped ? p.num_groups : 1) * p.m * p.n;
-  BS_RETURN_IF_ERROR(cuda_check(cudaMalloc(&dd.p, static_cast<size_t>(d_count) * (fp32_d ? 4 : 2)), "allocate D"));
+  BS_RETURN_IF_ERROR(dd.alloc(static_cast<size_t>(d_count) * (fp32_d ? 4 : 2), "allocate D"));
   gemm::GroupedGemmArguments args;
-  args.a_data = static_cast<const uint8_t*>(da.p), args.a_scales = dsa.p;
-  args.b_data = static_cast<const uint8_t*>(db.p), args.b_scales = dsb.p;
-  args.a_scale_dec = static_cast<const float*>(dec_a.p), args.b_scale_dec = static_cast<const float*>(dec_b.p);
-  args.group_ends = static_cast<const int32_t*>(dends.p);
-  args.d = dd.p;
+  args.a_data = da.as<const uint8_t>(), args.a_scales = dsa.data();
+  args.b_data = db.as<const uint8_t>(), args.b_scales = dsb.data();
+  args.a_scale_dec = dec_a.as<const float>(), args.b_scale_dec = dec_b.as<const float>();
+  args.group_ends = dends.as<const int32_t>();
+  args.d = dd.data();
   BS_RETURN_IF_ERROR(gemm::can_implement(p, args));
   BS_RETURN_IF_ERROR(gemm::run(p, args, nullptr, 0, nullptr));
-  BS_RETURN_IF_ERROR(cuda_check(cudaDeviceSynchronize(), "the grouped GEMM kernel"));
-  if (fetch_d) BS_RETURN_IF_ERROR(fetch(dd.p, d_count, fp32_d, &result->d));
+  BS_RETURN_IF_ERROR(runtime::cuda_status(cudaDeviceSynchronize(), "the grouped GEMM kernel"));
+  if (fetch_d) BS_RETURN_IF_ERROR(fetch(dd.data(), d_count, fp32_d, &result->d));
   return median_us(iters, [&] { return gemm::run(p, args, nullptr, 0, nullptr); }, &result->median_us);
 }
 

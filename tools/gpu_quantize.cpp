@@ -8,21 +8,20 @@
 
 #include "formats/scale_layout.h"  // defines: unpack_swizzled_scales
 #include "quant/quantize.h"        // defines: the four-call quantize API
+#include "runtime/cuda_status.h"
+#include "runtime/device.h"
 
 namespace blockscale::tools {
 namespace {
 
-Status cuda_check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return Status::ok();
-  return Status::error(std::string("--device gpu: ") + what + ": " + cudaGetErrorString(e));
+using runtime::DeviceBuffer;
+
+// This path's CUDA errors name the option that chose it.
+Status device_status(cudaError_t e, const char* what) {
+  const Status s = runtime::cuda_status(e, what);
+  return s ? s : Status::error("--device gpu: " + s.message());
 }
 
-// Device buffers freed on every return path.
-struct DeviceBuffer {
-  void* p = nullptr;
-  ~DeviceBuffer() { cudaFree(p); }
-  Status alloc(size_t n, const char* what) { return cuda_check(cudaMalloc(&p, n ? n : 1), what); }
-};
 
 // Copies one quantized copy back from the device into `out` as formats/ keeps it: linear scales
 // (NVFP4 2D: the GPU writes the tile's scale on each of its 16 rows; the file keeps one per tile),
@@ -37,9 +36,9 @@ Status fetch(const formats::QuantizeOptions& o, int64_t rows, int64_t cols, cons
   q.block_rows = formats::default_block_rows(o.recipe, o.nvfp4_2d);
   q.block_cols = formats::default_block_cols(o.recipe);
   q.data.resize(static_cast<size_t>(rows * q.data_row_bytes()));
-  BS_RETURN_IF_ERROR(cuda_check(cudaMemcpy(q.data.data(), data.p, q.data.size(), cudaMemcpyDeviceToHost), "copy data back"));
+  BS_RETURN_IF_ERROR(device_status(cudaMemcpy(q.data.data(), data.data(), q.data.size(), cudaMemcpyDeviceToHost), "copy data back"));
   std::vector<uint8_t> packed(scale_bytes);
-  BS_RETURN_IF_ERROR(cuda_check(cudaMemcpy(packed.data(), scales.p, scale_bytes, cudaMemcpyDeviceToHost), "copy scales back"));
+  BS_RETURN_IF_ERROR(device_status(cudaMemcpy(packed.data(), scales.data(), scale_bytes, cudaMemcpyDeviceToHost), "copy scales back"));
   const auto* packed_f32 = reinterpret_cast<const float*>(packed.data());
   if (o.recipe == formats::Recipe::kFp8Block1x128) {
     BS_RETURN_IF_ERROR(formats::unpack_vec128_scales(packed_f32, scale_bytes / 4, q.scale_rows(), q.scale_cols(), &q.scales_f32));
@@ -53,7 +52,7 @@ Status fetch(const formats::QuantizeOptions& o, int64_t rows, int64_t cols, cons
       std::copy_n(per_row.begin() + i * q.block_rows * q.scale_cols(), q.scale_cols(), q.scales.begin() + i * q.scale_cols());
   }
   if (o.recipe == formats::Recipe::kNvfp4)
-    BS_RETURN_IF_ERROR(cuda_check(cudaMemcpy(&q.global_scale_dec, scale_dec.p, sizeof(float), cudaMemcpyDeviceToHost),
+    BS_RETURN_IF_ERROR(device_status(cudaMemcpy(&q.global_scale_dec, scale_dec.data(), sizeof(float), cudaMemcpyDeviceToHost),
                                   "copy the tensor scale back"));
   *out = std::move(q);
   return Status::ok();
@@ -62,10 +61,8 @@ Status fetch(const formats::QuantizeOptions& o, int64_t rows, int64_t cols, cons
 }  // namespace
 
 Status gpu_available() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0)
-    return Status::error("--device gpu: no CUDA device is visible to this process");
-  return Status::ok();
+  const Status s = runtime::gpu_available();
+  return s ? s : Status::error("--device gpu: " + s.message());
 }
 
 Status gpu_quantize(const io::TensorView& t, int64_t rows, int64_t cols, const formats::QuantizeOptions& options,
@@ -102,7 +99,7 @@ Status gpu_quantize(const io::TensorView& t, int64_t rows, int64_t cols, const f
   BS_RETURN_IF_ERROR(quant::can_implement(p));
   DeviceBuffer x, row_data, row_scales, row_dec, col_data, col_scales, col_dec, flag, workspace;
   BS_RETURN_IF_ERROR(x.alloc(host_bytes, "allocate the input"));
-  BS_RETURN_IF_ERROR(cuda_check(cudaMemcpy(x.p, host, host_bytes, cudaMemcpyHostToDevice), "copy the input"));
+  BS_RETURN_IF_ERROR(device_status(cudaMemcpy(x.data(), host, host_bytes, cudaMemcpyHostToDevice), "copy the input"));
   BS_RETURN_IF_ERROR(row_data.alloc(quant::rowwise_data_bytes(p), "allocate"));
   BS_RETURN_IF_ERROR(row_scales.alloc(quant::rowwise_scale_bytes(p), "allocate"));
   BS_RETURN_IF_ERROR(row_dec.alloc(sizeof(float), "allocate"));
@@ -111,20 +108,20 @@ Status gpu_quantize(const io::TensorView& t, int64_t rows, int64_t cols, const f
   BS_RETURN_IF_ERROR(col_dec.alloc(sizeof(float), "allocate"));
   BS_RETURN_IF_ERROR(flag.alloc(sizeof(int), "allocate"));
   BS_RETURN_IF_ERROR(workspace.alloc(quant::workspace_size(p), "allocate the workspace"));
-  BS_RETURN_IF_ERROR(cuda_check(cudaMemset(flag.p, 0, sizeof(int)), "clear the flag"));
+  BS_RETURN_IF_ERROR(device_status(cudaMemset(flag.data(), 0, sizeof(int)), "clear the flag"));
   const bool nvfp4 = p.recipe == formats::Recipe::kNvfp4;
   quant::QuantizeOutputs out;
-  out.rowwise_data = static_cast<uint8_t*>(row_data.p);
-  out.rowwise_scales = row_scales.p;
-  out.columnwise_data = static_cast<uint8_t*>(col_data.p);
-  out.columnwise_scales = col_scales.p;
-  out.rowwise_scale_dec = nvfp4 ? static_cast<float*>(row_dec.p) : nullptr;
-  out.columnwise_scale_dec = nvfp4 ? static_cast<float*>(col_dec.p) : nullptr;
-  out.nonfinite = static_cast<int*>(flag.p);
-  BS_RETURN_IF_ERROR(quant::run(p, quant::QuantizeInputs{x.p}, out, workspace.p, quant::workspace_size(p), nullptr));
-  BS_RETURN_IF_ERROR(cuda_check(cudaDeviceSynchronize(), "quantize kernel"));
+  out.rowwise_data = row_data.as<uint8_t>();
+  out.rowwise_scales = row_scales.data();
+  out.columnwise_data = col_data.as<uint8_t>();
+  out.columnwise_scales = col_scales.data();
+  out.rowwise_scale_dec = nvfp4 ? row_dec.as<float>() : nullptr;
+  out.columnwise_scale_dec = nvfp4 ? col_dec.as<float>() : nullptr;
+  out.nonfinite = flag.as<int>();
+  BS_RETURN_IF_ERROR(quant::run(p, quant::QuantizeInputs{x.data()}, out, workspace.data(), quant::workspace_size(p), nullptr));
+  BS_RETURN_IF_ERROR(device_status(cudaDeviceSynchronize(), "quantize kernel"));
   int nonfinite = 0;
-  BS_RETURN_IF_ERROR(cuda_check(cudaMemcpy(&nonfinite, flag.p, sizeof(int), cudaMemcpyDeviceToHost), "copy the flag"));
+  BS_RETURN_IF_ERROR(device_status(cudaMemcpy(&nonfinite, flag.data(), sizeof(int), cudaMemcpyDeviceToHost), "copy the flag"));
   if (rowwise) {
     BS_RETURN_IF_ERROR(fetch(options, rows, cols, row_data, row_scales, quant::rowwise_scale_bytes(p), row_dec, rowwise));
     rowwise->nonfinite_seen = nonfinite != 0;

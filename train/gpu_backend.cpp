@@ -16,6 +16,7 @@
 
 #include "gemm/gemm.h"                 // the FP8 route (Sm90Fp8Route)
 #include "quant/moe.h"                 // routing, unpermute-combine
+#include "runtime/cuda_status.h"
 #include "train/cpu_linear.h"           // gradient_sr_key
 #include "train/gpu_expert_parallel.h"  // ExpertExchange
 #include "train/gpu_glue.h"             // gather_rows, round_to_bf16, add_inplace
@@ -26,11 +27,7 @@
 namespace blockscale::train {
 namespace {
 
-#define BS_CUDA(expr)                                                                         \
-  do {                                                                                        \
-    const cudaError_t bs_err_ = (expr);                                                       \
-    if (bs_err_ != cudaSuccess) return Status::error(std::string(#expr) + ": " + cudaGetErrorString(bs_err_)); \
-  } while (0)
+#define BS_CUDA(expr) BS_RETURN_IF_ERROR(runtime::cuda_status((expr), #expr))
 #define BS_CUBLAS(expr)                                                                                    \
   do {                                                                                                     \
     const cublasStatus_t bs_st_ = (expr);                                                                  \
@@ -654,11 +651,6 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
 }
 
 }  // namespace
-
-bool gpu_available() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
 
 Status make_gpu_backend(const ModelConfig& config, TrainRecipe recipe, uint64_t init_seed,
                         std::unique_ptr<StepBackend>* out, MxGemm mx_gemm, Fp8Gemm fp8_gemm) {

@@ -5,11 +5,13 @@
 
 #include <memory>
 
+#include "runtime/device.h"
 #include "train/step_backend.h"
 
 namespace blockscale::train {
 
-bool gpu_available();
+// Ok when a CUDA device can run the step (runtime/device.h); usable as a bool.
+using runtime::gpu_available;
 Status make_gpu_backend(const ModelConfig& config, TrainRecipe recipe, uint64_t init_seed,
                         std::unique_ptr<StepBackend>* out, MxGemm mx_gemm = MxGemm::kAuto,
                         Fp8Gemm fp8_gemm = Fp8Gemm::kAuto);

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cuda_status.h"
+
 namespace blockscale::train {
 namespace {
 
@@ -15,10 +17,7 @@ Status nccl_check(ncclResult_t r, const char* what) {
   if (r == ncclSuccess) return Status::ok();
   return Status::error(std::string("NCCL ") + what + ": " + ncclGetErrorString(r));
 }
-Status cuda_check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return Status::ok();
-  return Status::error(std::string(what) + ": " + cudaGetErrorString(e));
-}
+using runtime::cuda_status;
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -31,14 +30,14 @@ class NcclCommunicator final : public Communicator {
     rank_ = env.rank, world_ = env.world_size;
     setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/1);
     int devices = 0;
-    BS_RETURN_IF_ERROR(cuda_check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount"));
+    BS_RETURN_IF_ERROR(cuda_status(cudaGetDeviceCount(&devices), "cudaGetDeviceCount"));
     // A launcher that gives each process one GPU (CUDA_VISIBLE_DEVICES, srun --gpus-per-task=1)
     // leaves one visible device whatever LOCAL_RANK says.
     const int device = devices == 1 ? 0 : env.local_rank;
     if (device >= devices)
       return Status::error("LOCAL_RANK=" + std::to_string(env.local_rank) + " but this process sees " +
                            std::to_string(devices) + " GPUs");
-    BS_RETURN_IF_ERROR(cuda_check(cudaSetDevice(device), "cudaSetDevice(LOCAL_RANK)"));
+    BS_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "cudaSetDevice(LOCAL_RANK)"));
     ncclUniqueId id;
     std::vector<uint8_t> blob;
     if (rank_ == 0) {
@@ -49,7 +48,7 @@ class NcclCommunicator final : public Communicator {
     if (blob.size() != sizeof(id)) return Status::error("rendezvous: rank 0 sent an id of the wrong size");
     std::memcpy(&id, blob.data(), sizeof(id));
     BS_RETURN_IF_ERROR(nccl_check(ncclCommInitRank(&comm_, world_, id, rank_), "ncclCommInitRank"));
-    BS_RETURN_IF_ERROR(cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+    BS_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
     return Status::ok();
   }
 
@@ -87,11 +86,11 @@ class NcclCommunicator final : public Communicator {
   // `waiter` waits for the work enqueued so far on `done`.
   static Status join(cudaStream_t done, cudaStream_t waiter) {
     cudaEvent_t e;
-    BS_RETURN_IF_ERROR(cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate"));
+    BS_RETURN_IF_ERROR(cuda_status(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate"));
     cudaError_t r = cudaEventRecord(e, done);
     if (r == cudaSuccess) r = cudaStreamWaitEvent(waiter, e, 0);
     cudaEventDestroy(e);  // released once the wait is satisfied
-    return cuda_check(r, "stream join");
+    return cuda_status(r, "stream join");
   }
 
   Status host_sum(void* data, int64_t n, ncclDataType_t type) {
@@ -99,14 +98,14 @@ class NcclCommunicator final : public Communicator {
     if (bytes > staging_bytes_) {
       if (staging_) cudaFree(staging_);
       staging_ = nullptr;
-      BS_RETURN_IF_ERROR(cuda_check(cudaMalloc(&staging_, bytes), "cudaMalloc (NCCL staging)"));
+      BS_RETURN_IF_ERROR(cuda_status(cudaMalloc(&staging_, bytes), "cudaMalloc (NCCL staging)"));
       staging_bytes_ = bytes;
     }
-    BS_RETURN_IF_ERROR(cuda_check(cudaMemcpyAsync(staging_, data, bytes, cudaMemcpyHostToDevice, stream_), "copy in"));
+    BS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(staging_, data, bytes, cudaMemcpyHostToDevice, stream_), "copy in"));
     BS_RETURN_IF_ERROR(nccl_check(ncclAllReduce(staging_, staging_, size_t(n), type, ncclSum, comm_, stream_),
                                   "ncclAllReduce"));
-    BS_RETURN_IF_ERROR(cuda_check(cudaMemcpyAsync(data, staging_, bytes, cudaMemcpyDeviceToHost, stream_), "copy out"));
-    return cuda_check(cudaStreamSynchronize(stream_), "all_reduce_host");
+    BS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(data, staging_, bytes, cudaMemcpyDeviceToHost, stream_), "copy out"));
+    return cuda_status(cudaStreamSynchronize(stream_), "all_reduce_host");
   }
 
   int rank_ = 0, world_ = 1;

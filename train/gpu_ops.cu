@@ -111,7 +111,7 @@ Status carve_embedding_workspace(int64_t n_tokens, int vocab, void* base, Embedd
   const cudaError_t err = cub::DeviceRadixSort::SortPairs(
       nullptr, b->cub_bytes, b->keys_in, b->keys_out, b->positions_in, b->positions_out,
       static_cast<int>(n_tokens), 0, sort_bits(vocab));
-  BS_RETURN_IF_ERROR(cuda_status("embedding_backward_workspace_bytes (cub)", err));
+  BS_RETURN_IF_ERROR(cuda_status(err, "embedding_backward_workspace_bytes (cub)"));
   b->cub_temp = ws.take<char>(static_cast<int64_t>(b->cub_bytes));
   *total = ws.used();
   return Status::ok();
@@ -436,9 +436,10 @@ Status embedding_backward(const int32_t* tokens, int64_t n_tokens, int seq_len, 
   embedding_sort_keys_kernel<<<blocks_for(n_tokens, kThreads), kThreads, 0, stream>>>(tokens, n_tokens, vocab,
                                                                                     b.keys_in, b.positions_in);
   BS_RETURN_IF_ERROR(launch_status(fn));
-  BS_RETURN_IF_ERROR(cuda_status(fn, cub::DeviceRadixSort::SortPairs(
-                                         b.cub_temp, b.cub_bytes, b.keys_in, b.keys_out, b.positions_in,
-                                         b.positions_out, static_cast<int>(n_tokens), 0, sort_bits(vocab), stream)));
+  BS_RETURN_IF_ERROR(cuda_status(cub::DeviceRadixSort::SortPairs(b.cub_temp, b.cub_bytes, b.keys_in, b.keys_out,
+                                                                 b.positions_in, b.positions_out,
+                                                                 static_cast<int>(n_tokens), 0, sort_bits(vocab), stream),
+                                 fn));
   embedding_rows_backward_kernel<<<blocks_for(n_tokens * d, kThreads), kThreads, 0, stream>>>(
       b.keys_out, b.positions_out, n_tokens, d, vocab, dx, d_embed);
   const int64_t positions = std::min<int64_t>(n_tokens, seq_len);

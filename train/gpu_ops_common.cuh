@@ -13,6 +13,7 @@
 
 #include "formats/scalar_codecs.h"  // float_to_bf16_bits_rn
 #include "formats/status.h"
+#include "runtime/cuda_status.h"
 
 namespace blockscale::train::gpu::detail {
 
@@ -43,16 +44,8 @@ inline Status check_workspace(const char* fn, size_t need, const void* workspace
     return Status::error(std::string(fn) + ": workspace must be " + std::to_string(kAlign) + "-byte aligned");
   return Status::ok();
 }
-// The status of the launches just made (cudaGetLastError), named after the function.
-inline Status launch_status(const char* fn) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return Status::error(std::string(fn) + ": " + cudaGetErrorString(err));
-  return Status::ok();
-}
-inline Status cuda_status(const char* fn, cudaError_t err) {
-  if (err != cudaSuccess) return Status::error(std::string(fn) + ": " + cudaGetErrorString(err));
-  return Status::ok();
-}
+using runtime::cuda_status;
+using runtime::launch_status;
 
 inline size_t align_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 

@@ -232,7 +232,7 @@ RouterWorkspace carve_router(int64_t tokens, int experts, void* base) {
 
 Status count_experts(const char* fn, const int32_t* expert_ids, int64_t slots, int experts, int32_t* counts,
                      cudaStream_t stream) {
-  BS_RETURN_IF_ERROR(cuda_status(fn, cudaMemsetAsync(counts, 0, sizeof(int32_t) * experts, stream)));
+  BS_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(counts, 0, sizeof(int32_t) * experts, stream), fn));
   count_experts_kernel<<<blocks_for(slots, kThreads), kThreads, 0, stream>>>(expert_ids, slots, experts, counts);
   return launch_status(fn);
 }
@@ -263,7 +263,7 @@ Status load_balance_loss(const float* probs, const int32_t* expert_ids, int64_t 
   constexpr const char* fn = "load_balance_loss";
   BS_RETURN_IF_ERROR(check_router(fn, tokens, experts, top_k));
   BS_RETURN_IF_ERROR(check_ptr(fn, "loss_device", loss_device));
-  if (tokens == 0) return cuda_status(fn, cudaMemsetAsync(loss_device, 0, sizeof(float), stream));  // the CPU's 0
+  if (tokens == 0) return cuda_status(cudaMemsetAsync(loss_device, 0, sizeof(float), stream), fn);  // the CPU's 0
   BS_RETURN_IF_ERROR(check_ptr(fn, "probs", probs));
   BS_RETURN_IF_ERROR(check_ptr(fn, "expert_ids", expert_ids));
   BS_RETURN_IF_ERROR(check_workspace(fn, router_workspace_bytes(tokens, experts), workspace, workspace_bytes));
@@ -303,7 +303,7 @@ Status moe_combine_backward(const float* dout, const float* y, const float* gate
   BS_RETURN_IF_ERROR(check_range(fn, "y_rows", y_rows, 0, std::numeric_limits<int32_t>::max()));
   if (y_rows > 0) {
     BS_RETURN_IF_ERROR(check_ptr(fn, "dy", dy));
-    BS_RETURN_IF_ERROR(cuda_status(fn, cudaMemsetAsync(dy, 0, sizeof(float) * y_rows * d, stream)));
+    BS_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(dy, 0, sizeof(float) * y_rows * d, stream), fn));
   }
   if (tokens == 0) return Status::ok();
   BS_RETURN_IF_ERROR(check_ptr(fn, "dout", dout));
