@@ -6,23 +6,15 @@
 
 #include <string>
 
+#include "tests/train/tiny_model.h"
 #include "train/params.h"
 
 namespace blockscale::train {
 namespace {
 
-// The small MoE model of trainer_test.cpp: V 64, D 32, L 1, H 2, E 4, K 2, F 32, T 32, B 2.
+// The tests' tiny model (tests/train/tiny_model.h), checkpointing every 10 steps.
 TrainConfig small() {
-  TrainConfig c;
-  c.model.vocab = 64;
-  c.model.d_model = 32;
-  c.model.n_layers = 1;
-  c.model.n_heads = 2;
-  c.model.n_experts = 4;
-  c.model.top_k = 2;
-  c.model.d_ff = 32;
-  c.model.seq_len = 32;
-  c.batch = 2;
+  TrainConfig c = blockscale_test::tiny_model_config();
   c.checkpoint_every = 10;
   return c;
 }

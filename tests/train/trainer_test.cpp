@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tests/temp_dir.h"
+#include "tests/train/tiny_model.h"
 #include "train/run_dir.h"
 #include "train/run_log.h"
 
@@ -22,17 +23,8 @@ namespace blockscale::train {
 namespace {
 
 TrainConfig tiny(const std::string& out) {
-  TrainConfig c;
-  c.model.vocab = 64;
-  c.model.d_model = 32;
-  c.model.n_layers = 1;
-  c.model.n_heads = 2;
-  c.model.n_experts = 4;
-  c.model.top_k = 2;
-  c.model.d_ff = 32;
-  c.model.seq_len = 32;
+  TrainConfig c = blockscale_test::tiny_model_config();
   c.data.synthetic_tokens = 20000;
-  c.batch = 2;
   c.grad_accum = 2;
   c.steps = 30;
   c.eval_every = 10;
