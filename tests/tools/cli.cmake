@@ -8,7 +8,7 @@ add_dependencies(cli_roundtrip_test blockscale)
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
   add_test(NAME cli_errors COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/cli_errors_test.py
-                                   --cli $<TARGET_FILE:blockscale> --readme ${PROJECT_SOURCE_DIR}/README.md)
+                                   --cli $<TARGET_FILE:blockscale> --doc ${PROJECT_SOURCE_DIR}/docs/cli.md)
 else()
   add_test(NAME cli_errors COMMAND ${CMAKE_COMMAND} -E false)
 endif()

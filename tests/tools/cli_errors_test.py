@@ -102,30 +102,30 @@ def check_version(cli):
             print(f"ok   blockscale {' '.join(args)}: {out.strip()}")
 
 
-def check_readme(cli, readme):
-    """Every subcommand and every option its --help lists appears in the README's CLI section."""
+def check_doc(cli, doc):
+    """Every subcommand and every option its --help lists appears in docs/cli.md's options section."""
     import re
-    text = open(readme).read()
-    section = text[text.index("## The `blockscale` CLI"):]
+    text = open(doc).read()
+    section = text[text.index("## Commands and options"):]
     section = section[:section.index("\n## ", 3)]
     for cmd in ("quantize", "dequantize", "study", "gemm", "train"):
         _, out, _ = run(cli, [cmd, "--help"], ".")
         options = set(re.findall(r"^\s+(?:-\w,)?(--[\w-]+)", out, re.M)) - {"--help"}
         missing = sorted(o for o in options if o not in section)
         if f"blockscale {cmd}" not in section or missing:
-            FAILURES.append(f"README's CLI section lacks 'blockscale {cmd}' or its options {missing}")
+            FAILURES.append(f"docs/cli.md's options section lacks 'blockscale {cmd}' or its options {missing}")
         else:
-            print(f"ok   README names {cmd} and its {len(options)} options")
+            print(f"ok   docs/cli.md names {cmd} and its {len(options)} options")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cli", required=True)
-    ap.add_argument("--readme", help="README.md: its CLI section must name every option --help lists")
+    ap.add_argument("--doc", help="docs/cli.md: its options section must name every option --help lists")
     args = ap.parse_args()
     cli = os.path.abspath(args.cli)
-    if args.readme:
-        check_readme(cli, args.readme)
+    if args.doc:
+        check_doc(cli, args.doc)
     check_version(cli)
     with tempfile.TemporaryDirectory() as d:
         make_inputs(d)
