@@ -13,3 +13,16 @@ else()
   add_test(NAME cli_errors COMMAND ${CMAKE_COMMAND} -E false)
 endif()
 set_tests_properties(cli_errors PROPERTIES TIMEOUT 300 LABELS tools)
+
+# ---- fuzz_readers: mutated inputs for every file reader ----------------------------------------
+# Mutated .npy / .safetensors files (quantize, study), quantized files (dequantize) and training
+# checkpoints (train --resume): every run ends in exit 0 or one clean error line, never a signal,
+# a hang or a file left behind. 300 inputs per reader here; tests/tools/fuzz_readers_test.py
+# --count 10000 for a longer search.
+if(Python3_Interpreter_FOUND)
+  add_test(NAME fuzz_readers COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_readers_test.py
+                                     --cli $<TARGET_FILE:blockscale> --count 300 --jobs 2 --report)
+else()
+  add_test(NAME fuzz_readers COMMAND ${CMAKE_COMMAND} -E false)
+endif()
+set_tests_properties(fuzz_readers PROPERTIES TIMEOUT 600 LABELS tools)
