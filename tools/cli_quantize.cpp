@@ -135,6 +135,7 @@ void run_quantize(const QuantizeArgs& a, bool sr) {
       why[i] = s.message();
     }
   }
+  if (n == 0) fail("quantize", "--in '" + a.in + "': the file holds no tensor to quantize");
   if (skipped.size() == n) {
     const std::string others = n > 1 ? " (and " + std::to_string(n - 1) + " other tensors)" : "";
     fail("quantize", "--in '" + a.in + "': no floating-point tensor to quantize: '" + skipped[0] + "': " + why[0] +
@@ -144,7 +145,8 @@ void run_quantize(const QuantizeArgs& a, bool sr) {
   for (size_t i = 0; i < n; ++i) {
     const InputTensor& t = in.tensors()[i];
     if (!why[i].empty()) {
-      std::fprintf(stderr, "blockscale quantize: skipping '%s': %s\n", t.name.c_str(), why[i].c_str());
+      std::fprintf(stderr, "blockscale quantize: skipping %s: %s\n", io::detail::printable(t.name).c_str(),
+                   why[i].c_str());
       continue;
     }
     int64_t rows = 0, cols = 0;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/io/tensor_view.h"  // defines: detail::printable
 #include "tools/cli.h"           // defines: fail, check, recipe_validator
 #include "tools/study.h"         // defines: the engine (inputs, configs, run_study)
 #include "tools/study_report.h"  // defines: format_table, format_json, write_reports
@@ -102,7 +103,7 @@ void run(const StudyArgs& args) {
                                                                          " other tensors)"
                                                                    : "")));
     for (const Skipped& s : skipped)
-      std::fprintf(stderr, "blockscale study: skipping %s: %s\n", s.name.c_str(), s.reason.c_str());
+      std::fprintf(stderr, "blockscale study: skipping %s: %s\n", blockscale::io::detail::printable(s.name).c_str(), s.reason.c_str());
     provenance.inputs = args.inputs;
   }
   for (const std::string& g : args.gemms) options.gemms.push_back(split_pair(g, inputs));
@@ -118,7 +119,7 @@ void run(const StudyArgs& args) {
   StudyResult result;
   check("study", run_study(inputs, options, &result));
   for (const Skipped& s : result.skipped)  // GEMM pairs run_study left out
-    std::fprintf(stderr, "blockscale study: skipping %s: %s\n", s.name.c_str(), s.reason.c_str());
+    std::fprintf(stderr, "blockscale study: skipping %s: %s\n", blockscale::io::detail::printable(s.name).c_str(), s.reason.c_str());
   result.skipped.insert(result.skipped.begin(), skipped.begin(), skipped.end());
 
   // Files first: a reader of stdout that stops early (| head) must not cost them.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -69,8 +70,11 @@ Status fsync_path(const fs::path& p, bool is_dir) {
   return Status::ok();
 }
 
-// XXH64 and the size of a whole file, read in 1 MiB chunks.
-Status hash_file(const fs::path& p, uint64_t* hash, uint64_t* size) {
+// XXH64 and the size of a whole regular file, read in 1 MiB chunks up to `max_bytes` (a device or
+// a FIFO in its place never ends, and a file longer than the state records is wrong anyway).
+Status hash_file(const fs::path& p, uint64_t max_bytes, uint64_t* hash, uint64_t* size) {
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec)) return Status::error(in_quotes(p) + " is not a regular file");
   std::ifstream f(p, std::ios::binary);
   if (!f) return Status::error("cannot open " + in_quotes(p) + ": " + std::strerror(errno));
   std::vector<char> buf(1u << 20);
@@ -80,6 +84,10 @@ Status hash_file(const fs::path& p, uint64_t* hash, uint64_t* size) {
     f.read(buf.data(), static_cast<std::streamsize>(buf.size()));
     h.update(buf.data(), static_cast<size_t>(f.gcount()));
     *size += static_cast<uint64_t>(f.gcount());
+    if (*size > max_bytes) {
+      return Status::error(in_quotes(p) + " has more than the " + std::to_string(max_bytes) + " bytes " +
+                           "expected (overwritten?)");
+    }
   }
   if (f.bad()) return Status::error("reading " + in_quotes(p) + " failed");
   *hash = h.digest();
@@ -172,7 +180,7 @@ Status write_checkpoint_files(const fs::path& tmp, int64_t step, const std::vect
 
   // Hash what reached the file (read back from the page cache), not what we meant to write.
   uint64_t hash = 0, size = 0;
-  BS_RETURN_IF_ERROR(hash_file(tensors_path, &hash, &size));
+  BS_RETURN_IF_ERROR(hash_file(tensors_path, UINT64_MAX, &hash, &size));
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
   json wrapper = {{"format", kFormat},   {"version", kCheckpointVersion}, {"step", step},
@@ -296,7 +304,7 @@ Status load_impl(const std::string& path, const std::vector<TensorSlot>& slots, 
   // The file must be, byte for byte, the one state.json describes.
   const fs::path tensors_path = fs::path(dir) / kTensorsFile;
   uint64_t hash = 0, size = 0;
-  BS_RETURN_IF_ERROR(hash_file(tensors_path, &hash, &size));
+  BS_RETURN_IF_ERROR(hash_file(tensors_path, sf.tensors_bytes, &hash, &size));
   if (size != sf.tensors_bytes) {
     return Status::error(in_quotes(tensors_path) + " has " + std::to_string(size) + " bytes but " + kStateFile +
                          " records " + std::to_string(sf.tensors_bytes) + " (truncated or overwritten)");

@@ -161,9 +161,15 @@ Status resume(const TrainConfig& c, int world, StepBackend& backend, const Param
   if (!state.contains("config") || state["config"] != resume_json(c, world))
     return Status::error("--resume: " + dir + " was saved with other options: " +
                          config_differences(state.contains("config") ? state["config"] : json(), resume_json(c, world)));
-  *step = state.value("step", int64_t{-1});
-  *tokens = state.value("tokens", int64_t{0});
-  if (*step < 0) return Status::error("--resume: " + dir + "/state.json has no step");
+  // Counters of another type are a damaged file, not a reason to abort.
+  const auto counter = [&](const char* key, int64_t fallback) {
+    const auto it = state.find(key);
+    return it == state.end() ? fallback : it->is_number_integer() ? it->get<int64_t>() : int64_t{-1};
+  };
+  *step = counter("step", -1);
+  *tokens = counter("tokens", 0);
+  if (*step < 0) return Status::error("--resume: " + dir + "/state.json has no step (a whole number >= 0)");
+  if (*tokens < 0) return Status::error("--resume: " + dir + "/state.json has no token count (a whole number >= 0)");
   progress << "resumed from " << dir << " at step " << *step << "\n";
   return backend.write_state(p, m, v);
 }

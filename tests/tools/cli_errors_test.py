@@ -76,6 +76,8 @@ def make_inputs(d):
         f.write((1 << 40).to_bytes(8, "little") + b"{}")
     with open(os.path.join(d, "x.txt"), "w") as f:
         f.write("1 2 3\n")
+    with open(os.path.join(d, "no_tensors.safetensors"), "wb") as f:  # a header of {} and nothing else
+        f.write((8).to_bytes(8, "little") + b"{}      ")
 
 
 def patch_tensor(src, dst, key, index, value):
@@ -164,6 +166,8 @@ def main():
 
         E = lambda label, args, code, *n: expect_error(cli, d, label, args, code, *n)
         q = ["quantize", "--in", "x.npy", "--out", "y.safetensors", "--quiet"]
+        E("quantize a file with no tensor", ["quantize", "--recipe", "mxfp8", "--in", "no_tensors.safetensors",
+                                             "--out", "y.safetensors"], 1, "no tensor")
         # Usage errors (exit 2).
         E("no command", [], 2, "blockscale")
         E("unknown command", ["frobnicate"], 2, "frobnicate")

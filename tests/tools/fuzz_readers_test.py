@@ -36,28 +36,7 @@ from safetensors.numpy import save_file
 # (reader, mutation class) pairs a known CLI bug turns into a failure; their inputs are skipped
 # (and counted as skipped) until the bug is gone. Each names the bug it stands for; delete the
 # entry with the bug and the class runs again.
-KNOWN_ISSUES = {
-    # A .safetensors file that holds no tensor: `blockscale quantize` dies of SIGSEGV (exit 139).
-    # run_quantize (tools/cli_quantize.cpp) takes `skipped.size() == n` with n == 0 for "every
-    # tensor skipped" and reads skipped[0].
-    ("quantize", "st_no_tensors"): "quantize segfaults on a .safetensors file with no tensor",
-    # A checkpoint whose tensors.safetensors is a link to /dev/zero (or any file that never ends):
-    # train --resume never returns. hash_file (train/checkpoint.cpp) hashes the file to its end
-    # before comparing its size with state.json's tensors_bytes, and never checks it is a
-    # regular file.
-    ("checkpoint", "ck_endless_tensors"): "train --resume hangs hashing an endless tensors.safetensors",
-    # state.json's "state": {"step": ...} or {"tokens": ...} of a type other than a number:
-    # train --resume aborts (exit 134, nlohmann::json type_error 302 escapes). resume()
-    # (train/trainer.cpp) reads them with json::value<int64_t>, which throws on a string, bool,
-    # null, array or object, and nothing on the way to main() catches it.
-    ("checkpoint", "ck_state_counter_type"): "train --resume aborts on a non-numeric state.step/tokens",
-    # A skipped tensor whose name holds a newline or another control character: the warning
-    # "blockscale quantize: skipping '<name>': ..." (tools/cli_quantize.cpp) and "blockscale study:
-    # skipping <name>: ..." (tools/cli_study.cpp) print the name as it is, so one warning becomes
-    # two stderr lines (and escape sequences reach the terminal); error messages escape names.
-    ("quantize", "st_names_control"): "quantize's skipping warning prints control characters of a name",
-    ("study", "st_names_control"): "study's skipping warning prints control characters of a name",
-}
+KNOWN_ISSUES = {}
 
 # ---- files as data ------------------------------------------------------------------------------
 # An input is a dict: relative path -> bytes (a file), DIR (an empty directory) or ("->", target)

@@ -207,6 +207,39 @@ TEST(Trainer, ResumingAFinishedRunIsRefused) {
   EXPECT_EQ(read_file(c.out_dir + "/train.csv"), csv);
 }
 
+// A damaged checkpoint is an error of --resume, not an abort or a hang: a step counter that is
+// not a number in state.json, and a tensors.safetensors that never ends (a link to /dev/zero).
+TEST(Trainer, ADamagedCheckpointIsRefusedNotAborted) {
+  blockscale_test::TempDir dir;
+  TrainConfig c = tiny(dir.file("run"));
+  c.steps = c.optimizer.total_steps = 4;
+  c.checkpoint_every = 2;
+  c.stop_after = 2;
+  std::ostringstream progress;
+  TrainSummary s;
+  ASSERT_TRUE(train(c, progress, &s).is_ok()) << progress.str();
+  const std::string ckpt = c.out_dir + "/step_00000002";
+  const std::string state = blockscale_test::read_file(ckpt + "/state.json");
+  const size_t at = state.find("\"step\": 2");
+  ASSERT_NE(at, std::string::npos) << state;
+  TrainConfig again = c;
+  again.stop_after = -1;
+  again.resume = c.out_dir;
+  {
+    std::string damaged = state;
+    std::ofstream(ckpt + "/state.json") << damaged.replace(at, 9, "\"step\": \"2\"");
+    const Status st = train(again, progress, &s);
+    ASSERT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find("state.json has no step"), std::string::npos) << st.message();
+  }
+  std::ofstream(ckpt + "/state.json") << state;
+  std::filesystem::remove(ckpt + "/tensors.safetensors");
+  std::filesystem::create_symlink("/dev/zero", ckpt + "/tensors.safetensors");
+  const Status st = train(again, progress, &s);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("not a regular file"), std::string::npos) << st.message();
+}
+
 // A learning rate that blows the weights up: the run stops with an error at the first step whose
 // loss or gradient norm is not finite (before: it went on to "loss -nan" and reported success),
 // keeps that step in train.csv, and saves no checkpoint from it or after it.
