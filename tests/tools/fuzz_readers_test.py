@@ -804,7 +804,7 @@ def command(reader, files):
 
 # stderr lines a run may print besides its one error line: warnings about a tensor it skips or
 # notes on one it read, and train's progress.
-NOISE = {"quantize": [r"blockscale quantize: skipping '.*': "],
+NOISE = {"quantize": [r"blockscale quantize: skipping '.*'(\.\.\.)?: "],
          "study": [r"blockscale study: skipping "],
          "dequantize": [r"blockscale dequantize: '.*' was quantized after a Hadamard transform"],
          "train": [r"resumed from \S+ at step -?\d+$", r"train: ", r"step \d+/\d+ \| ", r"eval step \d+: loss ",
