@@ -28,7 +28,8 @@ for r in "${recipes[@]}"; do
   if same "$dir/$r/whole" "$dir/$r/stopped"; then echo "$r: stop + resume: identical"; else echo "$r: stop + resume: DIFFERS"; failed=1; fi
   k="$dir/$r/killed" kills=0 mid_save=0 landed=""
   for ((attempt = 0; attempt < 40; ++attempt)); do
-    resume=()
+    # No checkpoint yet: start afresh over the killed attempt's logs (a new run refuses them).
+    resume=(--overwrite)
     [[ -e $k/latest ]] && resume=(--resume "$k")
     "$bs" train --recipe "$r" "${cfg[@]}" --out "$k" "${resume[@]}" >/dev/null 2>"$dir/$r/attempt.err" &
     pid=$!

@@ -26,3 +26,10 @@ else()
   add_test(NAME fuzz_readers COMMAND ${CMAKE_COMMAND} -E false)
 endif()
 set_tests_properties(fuzz_readers PROPERTIES TIMEOUT 600 LABELS tools)
+
+# ---- train_resume_kill: stop + resume and kill -9 at random moments + resume, on the CPU ----------
+# tools/train_resume_check.sh against an uninterrupted run: the same losses, gradient norms and
+# eval losses bit for bit (60 steps of a tiny bf16 model, checkpoints every 5; about a minute).
+add_test(NAME train_resume_kill COMMAND ${CMAKE_COMMAND} -E env BLOCKSCALE=$<TARGET_FILE:blockscale> STEPS=60
+                                        bash ${PROJECT_SOURCE_DIR}/tools/train_resume_check.sh --device cpu bf16)
+set_tests_properties(train_resume_kill PROPERTIES TIMEOUT 600 LABELS tools)
