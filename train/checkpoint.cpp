@@ -286,8 +286,8 @@ Status check_tensor_args(const std::vector<T>& tensors, const char* what) {
   return Status::ok();
 }
 
-Status load_impl(const std::string& path, const std::vector<TensorSlot>& slots, json* state,
-                 std::string* resolved_dir) {
+// The checkpoint directory `path` names: itself (it holds state.json) or its run's `latest`.
+Status resolve_checkpoint_dir(const std::string& path, std::string* out) {
   std::error_code ec;
   if (!fs::is_directory(path, ec)) return Status::error("path " + in_quotes(path) + " does not exist or is not a directory");
   std::string dir = path;
@@ -298,6 +298,14 @@ Status load_impl(const std::string& path, const std::vector<TensorSlot>& slots, 
     }
     BS_RETURN_IF_ERROR(latest_checkpoint_impl(path, &dir));
   }
+  *out = dir;
+  return Status::ok();
+}
+
+Status load_impl(const std::string& path, const std::vector<TensorSlot>& slots, json* state,
+                 std::string* resolved_dir) {
+  std::string dir;
+  BS_RETURN_IF_ERROR(resolve_checkpoint_dir(path, &dir));
   StateFile sf;
   BS_RETURN_IF_ERROR(read_state_file(dir, &sf));
 
@@ -426,6 +434,20 @@ Status load_checkpoint(const std::string& path, const std::vector<TensorSlot>& s
     if (!state) return Status::error("state is null");
     BS_RETURN_IF_ERROR(check_tensor_args(slots, "slots"));
     return load_impl(path, slots, state, resolved_dir);
+  });
+}
+
+Status read_checkpoint_state(const std::string& path, json* state, std::string* resolved_dir) {
+  return guarded("reading a checkpoint's state", [&]() -> Status {
+    if (path.empty()) return Status::error("path is empty");
+    if (!state) return Status::error("state is null");
+    std::string dir;
+    BS_RETURN_IF_ERROR(resolve_checkpoint_dir(path, &dir));
+    StateFile sf;
+    BS_RETURN_IF_ERROR(read_state_file(dir, &sf));
+    *state = std::move(sf.state);
+    if (resolved_dir) *resolved_dir = dir;
+    return Status::ok();
   });
 }
 

@@ -17,7 +17,7 @@
 // the commit point: a save killed before it leaves `latest` on the previous checkpoint and a
 // *.tmp-* directory that loads ignore and the next save removes. A run directory has one writer.
 //
-//   defines: TensorRef, TensorSlot, save_checkpoint, load_checkpoint, latest_checkpoint,
+//   defines: TensorRef, TensorSlot, save_checkpoint, load_checkpoint, read_checkpoint_state, latest_checkpoint,
 //            prune_checkpoints, detail::Xxh64
 #pragma once
 
@@ -61,6 +61,10 @@ Status save_checkpoint(const std::string& dir, int64_t step, const std::vector<T
 // the caller's state as saved; `resolved_dir`, if given, the checkpoint directory used.
 Status load_checkpoint(const std::string& path, const std::vector<TensorSlot>& slots,
                        nlohmann::json* state, std::string* resolved_dir = nullptr);
+
+// The caller's state of the checkpoint `path` names (as load_checkpoint resolves it), read and
+// checked without touching its tensors: what a resume compares before it loads them.
+Status read_checkpoint_state(const std::string& path, nlohmann::json* state, std::string* resolved_dir = nullptr);
 
 // The checkpoint directory <dir>/latest names; an error if there is none or it is missing.
 Status latest_checkpoint(const std::string& dir, std::string* checkpoint_dir);

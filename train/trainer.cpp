@@ -152,15 +152,18 @@ Status save(const TrainConfig& c, bool leader, int world, StepBackend& backend, 
 
 Status resume(const TrainConfig& c, int world, StepBackend& backend, const ParamLayout& layout, int64_t* step,
               int64_t* tokens, std::ostream& progress) {
-  std::vector<float> p(layout.total), m(layout.total), v(layout.total);
+  // The options first: a run of another shape would otherwise be refused by a tensor's shape.
   json state;
   std::string dir;
-  const Status loaded =
-      load_checkpoint(c.resume, checkpoint_entries<TensorSlot, float*>(layout, p.data(), m.data(), v.data()), &state, &dir);
-  if (!loaded) return Status::error("--resume: " + loaded.message());
+  if (const Status read = read_checkpoint_state(c.resume, &state, &dir); !read)
+    return Status::error("--resume: " + read.message());
   if (!state.contains("config") || state["config"] != resume_json(c, world))
     return Status::error("--resume: " + dir + " was saved with other options: " +
                          config_differences(state.contains("config") ? state["config"] : json(), resume_json(c, world)));
+  std::vector<float> p(layout.total), m(layout.total), v(layout.total);
+  const Status loaded =
+      load_checkpoint(dir, checkpoint_entries<TensorSlot, float*>(layout, p.data(), m.data(), v.data()), &state, &dir);
+  if (!loaded) return Status::error("--resume: " + loaded.message());
   // Counters of another type are a damaged file, not a reason to abort.
   const auto counter = [&](const char* key, int64_t fallback) {
     const auto it = state.find(key);

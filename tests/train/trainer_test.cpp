@@ -207,6 +207,26 @@ TEST(Trainer, ResumingAFinishedRunIsRefused) {
   EXPECT_EQ(read_file(c.out_dir + "/train.csv"), csv);
 }
 
+// A resume with an option that changes a tensor's shape names that option (it used to be refused
+// by the checkpoint's tensor shapes, before the options were compared).
+TEST(Trainer, AResumeOfAnotherShapeNamesTheOption) {
+  blockscale_test::TempDir dir;
+  TrainConfig c = tiny(dir.file("run"));
+  c.steps = c.optimizer.total_steps = 4;
+  c.checkpoint_every = 2;
+  c.stop_after = 2;
+  std::ostringstream progress;
+  TrainSummary s;
+  ASSERT_TRUE(train(c, progress, &s).is_ok()) << progress.str();
+  TrainConfig again = c;
+  again.stop_after = -1;
+  again.resume = c.out_dir;
+  again.model.d_ff = 64;
+  const Status st = train(again, progress, &s);
+  ASSERT_FALSE(st.is_ok());
+  EXPECT_NE(st.message().find("--d-ff 32 (this run: 64)"), std::string::npos) << st.message();
+}
+
 // A damaged checkpoint is an error of --resume, not an abort or a hang: a step counter that is
 // not a number in state.json, and a tensors.safetensors that never ends (a link to /dev/zero).
 TEST(Trainer, ADamagedCheckpointIsRefusedNotAborted) {
