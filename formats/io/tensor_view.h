@@ -195,6 +195,15 @@ class AtomicFile {
   Status open(const std::string& path) {
     discard();
     if (path.empty()) return Status::error("path: empty");
+    // An existing link or read-only file in the way is the user's, not ours to replace. By the
+    // mode bits as well: a process that may write anything (root) still leaves such a file be.
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0) {
+      if (S_ISLNK(st.st_mode))
+        return Status::error("'" + path + "' is a symbolic link: nothing is written through or over one");
+      if (S_ISREG(st.st_mode) && ((st.st_mode & 0222) == 0 || ::access(path.c_str(), W_OK) != 0))
+        return Status::error("'" + path + "' is read-only: it is not replaced");
+    }
     namespace fs = std::filesystem;
     const fs::path target(path);
     const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");

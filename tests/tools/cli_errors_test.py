@@ -222,6 +222,21 @@ def main():
         with open(os.path.join(d, "keep.safetensors"), "rb") as f:
             if f.read() != b"previous contents":
                 FAILURES.append("failed run keeps the old output: keep.safetensors was modified")
+        # A read-only output and a link in the output's place are the user's: refused, left as they are.
+        with open(os.path.join(d, "ro.safetensors"), "wb") as f:
+            f.write(b"read-only contents")
+        os.chmod(os.path.join(d, "ro.safetensors"), 0o444)
+        E("read-only output", ["quantize", "--recipe", "mxfp8", "--in", "x.npy", "--out", "ro.safetensors", "--quiet"],
+          1, "'ro.safetensors'", "read-only")
+        with open(os.path.join(d, "target.bin"), "wb") as f:
+            f.write(b"link target")
+        os.symlink("target.bin", os.path.join(d, "link.safetensors"))
+        E("output is a link", ["quantize", "--recipe", "mxfp8", "--in", "x.npy", "--out", "link.safetensors",
+                               "--quiet"], 1, "'link.safetensors'", "symbolic link")
+        with open(os.path.join(d, "ro.safetensors"), "rb") as f, open(os.path.join(d, "target.bin"), "rb") as g:
+            if f.read() != b"read-only contents" or g.read() != b"link target" or \
+                    not os.path.islink(os.path.join(d, "link.safetensors")):
+                FAILURES.append("a read-only or linked output was changed")
 
         dq = lambda *a: ["dequantize", "--quiet"] + list(a)
         E("dequantize without --in", dq("--out", "z.npy"), 2, "--in")

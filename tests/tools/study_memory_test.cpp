@@ -118,7 +118,7 @@ TEST(StudyMemory, LargeSafetensorsFileStudiedInBoundedMemory) {
   std::set<std::string> skipped;
   for (const auto& s : j["skipped"]) skipped.insert(s["name"]);
   EXPECT_EQ(skipped, (std::set<std::string>{"step", "scalar"}));
-  EXPECT_NE(err.find("blockscale study: skipping step: dtype I64"), std::string::npos) << err;
+  EXPECT_NE(err.find("blockscale study: skipping 'step': dtype I64"), std::string::npos) << err;
   EXPECT_NE(err.find("/4] big 8192x16384 ..."), std::string::npos) << err;  // progress
   for (const char* f : {"study.csv", "study.json", "study.svg"}) EXPECT_TRUE(fs::exists(dir / "out" / f)) << f;
   fs::remove_all(dir);
