@@ -38,6 +38,21 @@ TrainConfig tiny(const std::string& out) {
   return c;
 }
 
+// A tiny run into `out` of `steps` steps, checkpointed every `every`, stopped after `stop_after`;
+// returns the configuration that resumes it.
+TrainConfig stopped_run(const std::string& out, int64_t steps, int64_t every, int64_t stop_after) {
+  TrainConfig c = tiny(out);
+  c.steps = c.optimizer.total_steps = steps;
+  c.checkpoint_every = every;
+  c.stop_after = stop_after;
+  std::ostringstream progress;
+  TrainSummary s;
+  EXPECT_TRUE(train(c, progress, &s).is_ok()) << progress.str();
+  c.stop_after = -1;
+  c.resume = c.out_dir;
+  return c;
+}
+
 std::vector<StepRecord> steps_of(const std::string& dir) {
   std::vector<StepRecord> out;
   EXPECT_TRUE(read_train_csv(dir + "/train.csv", &out).is_ok());
@@ -211,17 +226,10 @@ TEST(Trainer, ResumingAFinishedRunIsRefused) {
 // by the checkpoint's tensor shapes, before the options were compared).
 TEST(Trainer, AResumeOfAnotherShapeNamesTheOption) {
   blockscale_test::TempDir dir;
-  TrainConfig c = tiny(dir.file("run"));
-  c.steps = c.optimizer.total_steps = 4;
-  c.checkpoint_every = 2;
-  c.stop_after = 2;
+  TrainConfig again = stopped_run(dir.file("run"), 4, 2, 2);
+  again.model.d_ff = 64;
   std::ostringstream progress;
   TrainSummary s;
-  ASSERT_TRUE(train(c, progress, &s).is_ok()) << progress.str();
-  TrainConfig again = c;
-  again.stop_after = -1;
-  again.resume = c.out_dir;
-  again.model.d_ff = 64;
   const Status st = train(again, progress, &s);
   ASSERT_FALSE(st.is_ok());
   EXPECT_NE(st.message().find("--d-ff 32 (this run: 64)"), std::string::npos) << st.message();
@@ -231,20 +239,13 @@ TEST(Trainer, AResumeOfAnotherShapeNamesTheOption) {
 // not a number in state.json, and a tensors.safetensors that never ends (a link to /dev/zero).
 TEST(Trainer, ADamagedCheckpointIsRefusedNotAborted) {
   blockscale_test::TempDir dir;
-  TrainConfig c = tiny(dir.file("run"));
-  c.steps = c.optimizer.total_steps = 4;
-  c.checkpoint_every = 2;
-  c.stop_after = 2;
+  const TrainConfig again = stopped_run(dir.file("run"), 4, 2, 2);
   std::ostringstream progress;
   TrainSummary s;
-  ASSERT_TRUE(train(c, progress, &s).is_ok()) << progress.str();
-  const std::string ckpt = c.out_dir + "/step_00000002";
+  const std::string ckpt = again.out_dir + "/step_00000002";
   const std::string state = blockscale_test::read_file(ckpt + "/state.json");
   const size_t at = state.find("\"step\": 2");
   ASSERT_NE(at, std::string::npos) << state;
-  TrainConfig again = c;
-  again.stop_after = -1;
-  again.resume = c.out_dir;
   {
     std::string damaged = state;
     std::ofstream(ckpt + "/state.json") << damaged.replace(at, 9, "\"step\": \"2\"");
@@ -472,21 +473,14 @@ TEST(Trainer, OverwriteReplacesTheRun) {
 // --resume continues a run in its own directory as before; with --overwrite it is refused.
 TEST(Trainer, ResumeContinuesTheRunInItsDirectory) {
   blockscale_test::TempDir dir;
-  TrainConfig c = tiny(dir.file("run"));
-  c.steps = c.optimizer.total_steps = 10;
-  c.checkpoint_every = 5;
-  c.stop_after = 7;
+  TrainConfig resumed = stopped_run(dir.file("run"), 10, 5, 7);
   std::ostringstream progress;
   TrainSummary s;
-  ASSERT_TRUE(train(c, progress, &s).is_ok()) << progress.str();
-  TrainConfig resumed = c;
-  resumed.stop_after = -1;
-  resumed.resume = c.out_dir;
   resumed.overwrite = true;
   EXPECT_TRUE(mentions(train(resumed, progress, &s), "--overwrite and --resume exclude each other"));
   resumed.overwrite = false;
   ASSERT_TRUE(train(resumed, progress, &s).is_ok()) << progress.str();
-  const std::vector<StepRecord> steps = steps_of(c.out_dir);
+  const std::vector<StepRecord> steps = steps_of(resumed.out_dir);
   ASSERT_EQ(steps.size(), 10u);
   EXPECT_EQ(steps[5].step, 6);  // the rows after the checkpoint at 5 were written again, once
 }
