@@ -38,6 +38,16 @@ TrainConfig tiny(const std::string& out) {
   return c;
 }
 
+// A tiny run into `out` of `steps` steps, run to its end.
+TrainConfig finished_run(const std::string& out, int64_t steps) {
+  TrainConfig c = tiny(out);
+  c.steps = c.optimizer.total_steps = steps;
+  std::ostringstream progress;
+  TrainSummary s;
+  EXPECT_TRUE(train(c, progress, &s).is_ok()) << progress.str();
+  return c;
+}
+
 // A tiny run into `out` of `steps` steps, checkpointed every `every`, stopped after `stop_after`;
 // returns the configuration that resumes it.
 TrainConfig stopped_run(const std::string& out, int64_t steps, int64_t every, int64_t stop_after) {
@@ -398,11 +408,9 @@ bool mentions(const Status& s, const std::string& text) {
 // the first's checkpoint in progress). Once the lock is free the resume runs.
 TEST(Trainer, ASecondRunOnADirectoryInUseIsRefused) {
   blockscale_test::TempDir dir;
-  TrainConfig c = tiny(dir.file("run"));
-  c.steps = c.optimizer.total_steps = 10;
+  const TrainConfig c = finished_run(dir.file("run"), 10);
   std::ostringstream progress;
   TrainSummary s;
-  ASSERT_TRUE(train(c, progress, &s).is_ok()) << progress.str();
   const auto before = snapshot(c.out_dir);
 
   RunDirLock other_run;
@@ -429,11 +437,9 @@ TEST(Trainer, ASecondRunOnADirectoryInUseIsRefused) {
 // checkpoints stayed, two runs mixed in one directory).
 TEST(Trainer, ANewRunIntoARunDirectoryIsRefused) {
   blockscale_test::TempDir dir;
-  TrainConfig c = tiny(dir.file("run"));
-  c.steps = c.optimizer.total_steps = 10;
+  const TrainConfig c = finished_run(dir.file("run"), 10);
   std::ostringstream progress;
   TrainSummary s;
-  ASSERT_TRUE(train(c, progress, &s).is_ok()) << progress.str();
   const auto before = snapshot(c.out_dir);
   TrainConfig again = c;
   again.seed = 2;
