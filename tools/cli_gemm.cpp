@@ -11,7 +11,7 @@
 #include "formats/reference_gemm.h"  // defines: reference_gemm (fp64)
 #include "tools/cli.h"
 #include "tools/cli_gemm.h"
-#ifdef BLOCKSCALE_GPU_GEMM
+#ifdef BLOCKSCALE_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
 #include "gemm/gemm.h"        // defines: can_implement (no device needed)
@@ -89,7 +89,7 @@ void run_gemm(const GemmArgs& a) {
   const std::string b_name = !a.b_recipe.empty() ? a.b_recipe
                              : ra == formats::Recipe::kFp8Block1x128 ? "fp8_block128x128" : a.recipe;
   if (!formats::parse_recipe(b_name, &rb)) usage_error("gemm", "--b-recipe: unknown recipe '" + b_name + "'");
-#ifndef BLOCKSCALE_GPU_GEMM
+#ifndef BLOCKSCALE_HAVE_CUDA
   (void)rb;
   fail("gemm", "this build has no CUDA parts (configure with -DBLOCKSCALE_CUDA=ON); gemm/ runs on the GPU only");
 #else

@@ -14,7 +14,7 @@
 #include "formats/reference_gemm.h"  // defines: reference_gemm, reference_gemm_k_grouped
 #include "tools/cli.h"
 #include "tools/cli_gemm.h"
-#ifdef BLOCKSCALE_GPU_GEMM
+#ifdef BLOCKSCALE_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
 #include "gemm/grouped.h"     // defines: can_implement (no device needed)
@@ -64,7 +64,7 @@ void report_check(const GemmArgs& a, const std::vector<double>& got, const std::
   if (!ok) fail("gemm", "--check failed: the GPU result is outside the limit");
 }
 
-#ifdef BLOCKSCALE_GPU_GEMM
+#ifdef BLOCKSCALE_HAVE_CUDA
 void run_fprop(const GemmArgs& a, formats::Recipe ra, formats::Recipe rb, const std::vector<int64_t>& counts) {
   const std::vector<int64_t> ends = cumulative(counts);
   progress(a, "quantizing random tokens and expert weights on the CPU (formats::quantize)");
@@ -155,7 +155,7 @@ void run_grouped_gemm(const GemmArgs& a) {
                                                                                     : a.recipe;
   if (!formats::parse_recipe(b_name, &rb)) usage_error("gemm", "--b-recipe: unknown recipe '" + b_name + "'");
   const std::vector<int64_t> counts = expert_counts(a.tokens, a.experts, a.skew);
-#ifndef BLOCKSCALE_GPU_GEMM
+#ifndef BLOCKSCALE_HAVE_CUDA
   (void)rb, (void)counts;
   fail("gemm", "this build has no CUDA parts (configure with -DBLOCKSCALE_CUDA=ON); gemm/ runs on the GPU only");
 #else

@@ -9,7 +9,7 @@
 
 #include "formats/io/quantized_file.h"  // defines: QuantizedTensor, add_quantized_tensor, matrix_view
 #include "tools/cli.h"
-#ifdef BLOCKSCALE_GPU_QUANTIZE
+#ifdef BLOCKSCALE_HAVE_CUDA
 #include "tools/gpu_quantize.h"  // defines: gpu_quantize (quant/'s kernels)
 #endif
 #include "tools/input_file.h"  // defines: InputFile (.npy or mmapped .safetensors)
@@ -80,7 +80,7 @@ Status quantize_tensor(const InputTensor& t, const QuantizeArgs& a, const format
     made.push_back(std::move(e));
   }
   if (a.device == "gpu") {
-#ifdef BLOCKSCALE_GPU_QUANTIZE
+#ifdef BLOCKSCALE_HAVE_CUDA
     Status s = gpu_quantize(t.view, rows, cols, base, a.rht, by_direction[0] ? &by_direction[0]->q : nullptr,
                             by_direction[1] ? &by_direction[1]->q : nullptr);
     if (!s) return Status::error(t.name + ": " + s.message());
@@ -109,7 +109,7 @@ Status check_device_recipe(const QuantizeArgs& a) {
 // --device gpu where this build or machine cannot run it: a failure, not bad usage.
 Status check_device_available(const QuantizeArgs& a) {
   if (a.device != "gpu") return Status::ok();
-#ifdef BLOCKSCALE_GPU_QUANTIZE
+#ifdef BLOCKSCALE_HAVE_CUDA
   return gpu_available();
 #else
   return Status::error("--device gpu: this build has no CUDA parts (configure with -DBLOCKSCALE_CUDA=ON)");

@@ -11,7 +11,7 @@
 #include "tools/cli.h"        // defines: fail, check
 #include "train/distributed_env.h"  // defines: read_distributed_env
 #include "train/trainer.h"    // defines: TrainConfig, train, compare_recipes
-#ifdef BLOCKSCALE_TRAIN_NCCL
+#ifdef BLOCKSCALE_HAVE_NCCL
 #include "train/gpu_nccl.h"   // defines: make_nccl_communicator
 #endif
 
@@ -64,7 +64,7 @@ std::unique_ptr<train::Communicator> join_ranks() {
   train::DistributedEnv env;
   check("train", train::read_distributed_env(&env));
   if (!env.distributed() && std::getenv("WORLD_SIZE") == nullptr) return nullptr;
-#ifdef BLOCKSCALE_TRAIN_NCCL
+#ifdef BLOCKSCALE_HAVE_NCCL
   std::unique_ptr<train::Communicator> comm;
   check("train", train::make_nccl_communicator(env, &comm));
   return comm;

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <string>
 
-#ifdef BLOCKSCALE_TRAIN_GPU
+#ifdef BLOCKSCALE_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
@@ -219,7 +219,7 @@ double host_memory_available() {
 }
 
 double gpu_memory_available() {
-#ifdef BLOCKSCALE_TRAIN_GPU
+#ifdef BLOCKSCALE_HAVE_CUDA
   size_t free_bytes = 0, total_bytes = 0;
   if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) return double(free_bytes);
   cudaGetLastError();  // not sticky: leave no error for the next CUDA call to report

@@ -17,7 +17,7 @@
 #include "train/run_log.h"
 #include "train/step_backend.h"
 #include "train/svg_plot.h"
-#ifdef BLOCKSCALE_TRAIN_GPU
+#ifdef BLOCKSCALE_HAVE_CUDA
 #include "train/gpu_backend.h"
 #endif
 
@@ -101,7 +101,7 @@ Status load_corpus(const TrainConfig& c, TokenCorpus* all) {
 
 // Where the step runs: the GPU unless --device cpu, where the build has CUDA and a GPU is present.
 bool runs_on_gpu(const TrainConfig& c) {
-#ifdef BLOCKSCALE_TRAIN_GPU
+#ifdef BLOCKSCALE_HAVE_CUDA
   return c.device != "cpu" && gpu_available();
 #else
   (void)c;
@@ -110,7 +110,7 @@ bool runs_on_gpu(const TrainConfig& c) {
 }
 
 Status make_backend(const TrainConfig& c, std::unique_ptr<StepBackend>* out) {
-#ifdef BLOCKSCALE_TRAIN_GPU
+#ifdef BLOCKSCALE_HAVE_CUDA
   if (runs_on_gpu(c)) return make_gpu_backend(c.model, c.recipe, c.seed, out, c.mx_gemm, c.fp8_gemm);
 #endif
   if (c.device == "gpu") return Status::error("--device gpu: no CUDA device (or a build without CUDA)");
