@@ -92,16 +92,24 @@ struct Fp8GemmConfig {
   static constexpr int kScaleABytes = kWaves * kScaleAWaveBytes;
   static constexpr int kScaleBBytes = kBScalePerRow_ ? kTileN * 4 : 0;  // 1x128 B scales of one K block
   static constexpr int kStageBytes = kTileABytes + kTileBBytes + kScaleABytes + kScaleBBytes;
-  // Epilogue staging: per consumer warpgroup kStoreSlots boxes of 64 rows x 128 bytes.
-  static constexpr int kBoxBytes = 64 * 128;
-  static constexpr int kStoreSlots = 2;  // 1 (a 5th stage at 128 x 192) measured the same or 1% slower
-  static constexpr int kStagingBytes = kConsumerWarpgroups * kStoreSlots * kBoxBytes;
   // Shared memory: staging, A ring, B ring, A-scale ring, B-scale ring, barriers, plus 1 KB so
   // everything starts on a 1024-byte boundary (the 128-byte swizzle repeats every 8 rows).
   static constexpr int kSmemLimit = 227 * 1024;
   // M-grouped: the schedule tables (tile and row end per expert) after the barriers.
   static constexpr int kScheduleBytes = kMode_ != GroupMode::kDense ? 2 * kMaxGroups * 4 : 0;
-  static constexpr int kStages = (kSmemLimit - 1024 - kStagingBytes - 256 - kScheduleBytes) / kStageBytes;
+  static constexpr int kRoom = kSmemLimit - 1024 - 256 - kScheduleBytes;  // staging + ring
+  // Epilogue staging: per consumer warpgroup kStoreSlots boxes of 64 rows x 128 bytes. As many
+  // slots as a warpgroup's tile has bf16 boxes (its epilogue then never waits for a store to
+  // drain) where that costs no stage of the ring, else 2 (1 measured the same or slower).
+  static constexpr int kBoxBytes = 64 * 128;
+  static constexpr int kSlotBytes = kConsumerWarpgroups * kBoxBytes;  // one slot per warpgroup
+  static constexpr int kTileBoxes = kWaves * kTileN / 64;
+  static constexpr int kStoreSlots =
+      kTileBoxes > 2 && (kRoom - kTileBoxes * kSlotBytes) / kStageBytes >= (kRoom - 2 * kSlotBytes) / kStageBytes
+          ? kTileBoxes
+          : 2;
+  static constexpr int kStagingBytes = kStoreSlots * kSlotBytes;
+  static constexpr int kStages = (kRoom - kStagingBytes) / kStageBytes;
   static constexpr int kSmemBytes = 1024 + kStagingBytes + kStages * kStageBytes + 2 * kStages * 8 + kScheduleBytes;
   static_assert(kTileN == 128 || kTileN == 192, "wgmma widths with a wrapper in sm90_ptx.cuh");
   // Two waves hold 2 x 64 + 64 accumulators at 128 wide; 1x128 B scales or 192 columns would not fit.
@@ -397,7 +405,10 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
     };
     // The low 32 bits of stage 0's wgmma descriptors (kmajor_sw128_descriptor); a stage adds its
     // offset / 16, a k32 slice 2.
-    const uint32_t a_desc0 = kmajor_sw128_descriptor_lo(a_ring + warpgroup * 64 * 128);
+    // The warpgroup index through a shuffle: the compiler then knows it warp-uniform and keeps the
+    // descriptors in uniform registers (a per-thread value costs a register-to-uniform move per wgmma).
+    const int uniform_warpgroup = __shfl_sync(0xffffffffu, warpgroup, 0);
+    const uint32_t a_desc0 = kmajor_sw128_descriptor_lo(a_ring + uniform_warpgroup * 64 * 128);
     const uint32_t b_desc0 = kmajor_sw128_descriptor_lo(b_ring);
     int stage = 0;
     uint32_t phase = 0;
@@ -430,9 +441,13 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
       struct BlockScales {
         float a0[kWaves], a1[kWaves], b_lo, b_hi;
       };
-      const auto block_scales = [&](int s, int32_t block, BlockScales& out) {
+      // The 128x128 B scales come from global memory (L1): block kb + 1's are loaded before block kb's
+      // wgmmas are issued, so their latency hides behind them rather than after the `full` wait.
+      const auto load_b_scales = [&](int32_t block, BlockScales& out) {
         out.b_lo = kBScalePerRow ? 1.0f : __ldg(b_scales_lo + block);
         out.b_hi = kBScalePerRow || kTileN == 128 ? out.b_lo : __ldg(b_scales_hi + block);
+      };
+      const auto read_a_scales = [&](int s, BlockScales& out) {
 #pragma unroll
         for (int w = 0; w < kWaves; ++w) {
           const float* a_scales =
@@ -443,8 +458,9 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
       };
       BlockScales cur{};
       if (kb < kb_end) {
+        load_b_scales(kb, cur);
         mbarrier_wait(&full[stage], phase);
-        block_scales(stage, kb, cur);
+        read_a_scales(stage, cur);
       }
       for (; kb < kb_end; ++kb) {
         // Every shared-memory read of the stage happens before its release below.
@@ -457,6 +473,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
         const uint32_t b_desc = b_desc0 + stage * (Cfg::kTileBBytes >> 4);
         const int used = stage;
         BlockScales next{};
+        if (kb + 1 < kb_end) load_b_scales(kb + 1, next);
 #pragma unroll
         for (int w = 0; w < kWaves; ++w) {
 #pragma unroll
@@ -477,7 +494,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
             if (++stage == Cfg::kStages) stage = 0, phase ^= 1;
             if (kb + 1 < kb_end) {  // (a uniform PTX loop: a C++ spin here would serialise the wgmmas)
               mbarrier_wait_uniform(&full[stage], phase);
-              block_scales(stage, kb + 1, next);
+              read_a_scales(stage, next);
             }
           }
           wgmma_wait_group<0>();
