@@ -7,7 +7,8 @@
 #include <filesystem>
 #include <system_error>
 
-#include "formats/io/tensor_view.h"  // defines: detail::AtomicFile
+#include "formats/io/svg.h"          // defines: svg_begin, svg_escape
+#include "formats/io/tensor_view.h"  // defines: detail::write_file_atomically
 
 namespace blockscale::tools {
 namespace {
@@ -89,20 +90,6 @@ std::string json_str(const std::string& s) {
 }
 std::string json_num(double v) { return std::isfinite(v) ? printf_str("%.10g", v) : "null"; }
 std::string json_int(int64_t v) { return std::to_string(v); }
-
-std::string xml(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -300,26 +287,23 @@ std::string format_svg(const StudyResult& r, const StudyProvenance& p) {
   const int ncol = static_cast<int>(r.configs.size()), nrow = static_cast<int>(rows.size());
   const int gap = r.gemms.empty() ? 0 : 10;  // sets the GEMM rows apart from the tensors'
   const int width = left + ncol * cw + 100, height = top + nrow * ch + gap + 90;
-  std::string s = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + std::to_string(width) +
-                  "\" height=\"" + std::to_string(height) +
-                  "\" font-family=\"sans-serif\" font-size=\"12\">\n";
-  s += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  std::string s = io::svg_begin(width, height);
   const std::string source = p.inputs.empty()
       ? "built-in suite, hidden " + std::to_string(p.hidden) + ", seed " + std::to_string(p.seed)
       : std::to_string(p.inputs.size()) + " input file" + (p.inputs.size() > 1 ? "s" : "");
   s += "<text x=\"16\" y=\"24\" font-size=\"16\" font-weight=\"bold\">blockscale study: SQNR (dB) of each "
        "recipe, higher is better</text>\n<text x=\"16\" y=\"42\" fill=\"#555\">" +
-       xml(source) + "; rowwise blocks; hover a cell for every metric</text>\n";
+       io::svg_escape(source) + "; rowwise blocks; hover a cell for every metric</text>\n";
   for (int c = 0; c < ncol; ++c)
     s += "<text transform=\"translate(" + std::to_string(left + c * cw + cw / 2) + "," +
-         std::to_string(top - 8) + ") rotate(-35)\">" + xml(r.configs[c].label) + "</text>\n";
+         std::to_string(top - 8) + ") rotate(-35)\">" + io::svg_escape(r.configs[c].label) + "</text>\n";
   for (int i = 0; i < nrow; ++i) {
     const Row& row = rows[i];
     const int y = top + i * ch + (i >= static_cast<int>(r.tensors.size()) ? gap : 0);
     s += "<text x=\"" + std::to_string(left - 8) + "\" y=\"" + std::to_string(y + 15) +
-         "\" text-anchor=\"end\">" + xml(row.label) + "</text><text x=\"" + std::to_string(left - 8) +
+         "\" text-anchor=\"end\">" + io::svg_escape(row.label) + "</text><text x=\"" + std::to_string(left - 8) +
          "\" y=\"" + std::to_string(y + 28) + "\" text-anchor=\"end\" font-size=\"10\" fill=\"#777\">" +
-         xml(row.detail) + "</text>\n";
+         io::svg_escape(row.detail) + "</text>\n";
     for (int c = 0; c < ncol; ++c) {
       const double v = row.sqnr[c];
       const double t = std::isinf(v) ? 1.0 : (v - lo) / (hi - lo);
@@ -327,7 +311,7 @@ std::string format_svg(const StudyResult& r, const StudyProvenance& p) {
       const std::string text = std::isnan(v) ? "-" : std::isinf(v) ? "exact" : printf_str("%.1f", v);
       const std::string ink = std::isnan(v) || t > 0.55 ? "black" : "white";
       const int x = left + c * cw;
-      s += "<g class=\"cell\"><title>" + xml(row.tips[c]) + "</title><rect x=\"" + std::to_string(x) +
+      s += "<g class=\"cell\"><title>" + io::svg_escape(row.tips[c]) + "</title><rect x=\"" + std::to_string(x) +
            "\" y=\"" + std::to_string(y) + "\" width=\"" + std::to_string(cw - 2) + "\" height=\"" +
            std::to_string(ch - 2) + "\" fill=\"" + fill + "\"/><text x=\"" +
            std::to_string(x + cw / 2 - 1) +
@@ -364,10 +348,7 @@ Status write_reports(const StudyResult& r, const StudyProvenance& p, const std::
   if (!r.gemms.empty()) files.insert(files.begin() + 1, {"study_gemm.csv", format_gemm_csv(r)});
   for (const auto& [name, text] : files) {
     const std::string path = (fs::path(dir) / name).string();
-    io::detail::AtomicFile f;
-    Status s = f.open(path);
-    if (s) s = f.write(text.data(), text.size());
-    if (s) s = f.commit();
+    const Status s = io::detail::write_file_atomically(path, text);
     if (!s) return Status::error("--out-dir '" + dir + "': " + s.message());
     if (written) written->push_back(path);
   }

@@ -16,7 +16,7 @@
 #include <unordered_map>
 
 #include "formats/io/safetensors.h"  // defines: SafetensorsFile, SafetensorsWriter
-#include "formats/io/tensor_view.h"  // defines: shape_nbytes, detail::AtomicFile, detail::printable
+#include "formats/io/tensor_view.h"  // defines: shape_nbytes, detail::write_file_atomically, detail::printable
 
 namespace blockscale::train {
 namespace {
@@ -108,12 +108,10 @@ Status read_small_file(const fs::path& p, size_t max_bytes, std::string* out) {
   return Status::ok();
 }
 
-// Temporary file, fsync, rename, fsync of the directory (io::detail::AtomicFile).
+// io::detail::write_file_atomically (temporary file, fsync, rename, fsync of the directory), its
+// error naming the checkpoint's file.
 Status write_file_atomic(const fs::path& p, const std::string& text) {
-  io::detail::AtomicFile f;
-  Status s = f.open(p.string());
-  if (s) s = f.write(text.data(), text.size());
-  if (s) s = f.commit();
+  const Status s = io::detail::write_file_atomically(p.string(), text);
   return s ? s : Status::error("writing " + in_quotes(p) + " failed: " + s.message());
 }
 

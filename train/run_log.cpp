@@ -15,7 +15,7 @@
 #include <sstream>
 #include <system_error>
 
-#include "formats/io/tensor_view.h"  // defines: io::detail::AtomicFile (temp + fsync + rename)
+#include "formats/io/tensor_view.h"  // defines: io::detail::write_file_atomically (temp + fsync + rename)
 #include "train/printf_string.h"  // defines: printf_string
 
 namespace blockscale::train {
@@ -156,13 +156,6 @@ Status read_csv(const char* fn, const std::string& path, const char* header, std
   return Status::ok();
 }
 
-Status write_atomically(const std::string& path, const std::string& text) {
-  io::detail::AtomicFile f;
-  BS_RETURN_IF_ERROR(f.open(path));
-  BS_RETURN_IF_ERROR(f.write(text.data(), text.size()));
-  return f.commit();
-}
-
 // Keeps the rows of `path` with step <= resume_step (rewriting the file only when that changes
 // it), then opens it for append.
 template <typename Record>
@@ -181,7 +174,7 @@ Status trim_and_open(const std::string& path, const char* header, int64_t resume
     }
   }
   if (new_text != old_text) {
-    const Status s = write_atomically(path, new_text);
+    const Status s = io::detail::write_file_atomically(path, new_text);
     if (!s) return Status::error("rewriting '" + path + "' failed: " + s.message());
   }
   *file = std::fopen(path.c_str(), "a");
@@ -290,7 +283,7 @@ Status RunLog::write_summary(const nlohmann::json& config) const {
     }
     const nlohmann::json summary = {
         {"config", config}, {"final", final_values}, {"steps", static_cast<int64_t>(steps_.size())}};
-    const Status s = write_atomically(path, summary.dump(2) + "\n");
+    const Status s = io::detail::write_file_atomically(path, summary.dump(2) + "\n");
     if (!s) return Status::error("writing '" + path + "' failed: " + s.message());
     return Status::ok();
   } catch (const std::exception& e) {  // dump() throws on a config holding invalid UTF-8

@@ -6,7 +6,8 @@
 #include <cstdio>
 #include <exception>
 
-#include "formats/io/tensor_view.h"  // defines: io::detail::AtomicFile (temp + fsync + rename)
+#include "formats/io/svg.h"          // defines: svg_begin, svg_escape
+#include "formats/io/tensor_view.h"  // defines: io::detail::write_file_atomically (temp + fsync + rename)
 #include "train/printf_string.h"  // defines: printf_string
 
 namespace blockscale::train {
@@ -18,32 +19,6 @@ constexpr const char* kPalette[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
 constexpr int kPaletteSize = sizeof(kPalette) / sizeof(kPalette[0]);
 constexpr double kMarginLeft = 70, kMarginRight = 20, kMarginBottom = 50;
 constexpr double kCharWidth = 7;  // rough width of a 12px sans-serif character, for the legend box
-
-std::string escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 bool drawable(double x, double y, bool log_y) {
   return std::isfinite(x) && std::isfinite(y) && (!log_y || y > 0);
@@ -121,9 +96,8 @@ struct Frame {
 };
 
 std::string error_svg(const std::string& message) {
-  return "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"600\" height=\"40\" font-family=\"sans-serif\" "
-         "font-size=\"12\">\n<text x=\"10\" y=\"24\" fill=\"#B00020\">plot error: " +
-         escape(message) + "</text>\n</svg>\n";
+  return io::svg_begin(600, 40) + "<text x=\"10\" y=\"24\" fill=\"#B00020\">plot error: " + io::svg_escape(message) +
+         "</text>\n</svg>\n";
 }
 
 void draw_axes(const Frame& f, const PlotOptions& o, std::string* svg) {
@@ -156,10 +130,10 @@ void draw_axes(const Frame& f, const PlotOptions& o, std::string* svg) {
   *svg += "</g>\n";
   *svg += printf_string("<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">", (f.left + f.right) / 2,
                         f.bottom + 40) +
-          escape(o.x_label) + "</text>\n";
+          io::svg_escape(o.x_label) + "</text>\n";
   *svg += printf_string("<text transform=\"translate(16,%.2f) rotate(-90)\" text-anchor=\"middle\">",
                         (f.top + f.bottom) / 2) +
-          escape(o.y_label) + (o.log_y ? " (log scale)" : "") + "</text>\n";
+          io::svg_escape(o.y_label) + (o.log_y ? " (log scale)" : "") + "</text>\n";
 }
 
 std::string stroke_style(size_t i) {
@@ -211,7 +185,7 @@ void draw_legend(const Frame& f, const std::vector<PlotSeries>& series, std::str
                           row - 4) +
             stroke_style(i) + "/>\n";
     *svg +=
-        printf_string("<text x=\"%.2f\" y=\"%.2f\">", x + 36, row) + escape(series[i].label) + "</text>\n";
+        printf_string("<text x=\"%.2f\" y=\"%.2f\">", x + 36, row) + io::svg_escape(series[i].label) + "</text>\n";
   }
   *svg += "</g>\n";
 }
@@ -292,15 +266,11 @@ std::string render_svg(const std::vector<PlotSeries>& series, const PlotOptions&
   const double margin = 0.05 * (f.y.hi - f.y.lo);
   f.y.lo -= margin, f.y.hi += margin;
 
-  std::string svg = printf_string(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-      "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n",
-      options.width, options.height, options.width, options.height);
-  svg += printf_string("<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n", options.width, options.height);
+  std::string svg = io::svg_begin(options.width, options.height);
   if (!options.title.empty()) {
     svg += printf_string("<text x=\"%.2f\" y=\"24\" text-anchor=\"middle\" font-size=\"16\">",
                          options.width / 2.0) +
-           escape(options.title) + "</text>\n";
+           io::svg_escape(options.title) + "</text>\n";
   }
   draw_axes(f, options, &svg);
   for (size_t i = 0; i < series.size(); ++i) draw_series(f, series[i], i, &svg);
@@ -312,11 +282,7 @@ Status write_svg(const std::string& path, const std::vector<PlotSeries>& series,
   const Status valid = check_plot(series, options);
   if (!valid) return Status::error("write_svg: " + valid.message());
   try {
-    const std::string svg = render_svg(series, options);
-    io::detail::AtomicFile f;
-    Status s = f.open(path);
-    if (s) s = f.write(svg.data(), svg.size());
-    if (s) s = f.commit();
+    const Status s = io::detail::write_file_atomically(path, render_svg(series, options));
     if (!s) return Status::error("write_svg: " + s.message());
     return Status::ok();
   } catch (const std::exception& e) {

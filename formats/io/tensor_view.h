@@ -4,7 +4,8 @@
 // and the write-to-a-temporary-then-rename file both writers use.
 //
 //   defines: DType, dtype_size, dtype_name, dtype_is_float, dtype_from_name, shape_nbytes,
-//            TensorView, check_view, widen_to_float, to_float, detail::AtomicFile
+//            TensorView, check_view, widen_to_float, to_float, detail::AtomicFile,
+//            detail::write_file_atomically
 #pragma once
 
 #include <fcntl.h>
@@ -279,6 +280,15 @@ class AtomicFile {
   std::string target_;
   std::string tmp_;
 };
+
+// `bytes` as the whole file at `path` through an AtomicFile: the old file stays until the new one
+// is complete. Errors are AtomicFile's.
+inline Status write_file_atomically(const std::string& path, std::string_view bytes) {
+  AtomicFile f;
+  BS_RETURN_IF_ERROR(f.open(path));
+  BS_RETURN_IF_ERROR(f.write(bytes.data(), bytes.size()));
+  return f.commit();
+}
 
 }  // namespace detail
 }  // namespace blockscale::io
