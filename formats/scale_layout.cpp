@@ -1,6 +1,7 @@
 // Pack/unpack between the linear scale layout and the GEMM layouts of scale_layout.h.
 #include "formats/scale_layout.h"
 
+#include <cstring>
 #include <string>
 
 namespace blockscale::formats {
@@ -141,6 +142,36 @@ Status unpack_blk128_scales(const float* packed, size_t packed_floats, int64_t r
       l[rb * k_blocks + kb] = packed[blk128_scale_offset(rb, kb, k_blocks)];
   *linear = std::move(l);
   return Status::ok();
+}
+
+// ---- The GEMM layout of a quantized operand -----------------------------------------------
+
+Status pack_gemm_scales(const QuantizedMatrix& q, std::vector<uint8_t>* out) {
+  if (out == nullptr) return Status::error("pack_gemm_scales: out must not be null");
+  if (q.block_rows < 1 || q.block_cols < 1)
+    return Status::error("pack_gemm_scales: q's block (" + std::to_string(q.block_rows) + " x " +
+                         std::to_string(q.block_cols) + ") must be at least 1 x 1");
+  const size_t held = is_fp8_block(q.recipe) ? q.scales_f32.size() : q.scales.size();
+  if (q.rows < 0 || q.cols < 0 || held != static_cast<size_t>(q.scale_rows() * q.scale_cols()))
+    return Status::error("pack_gemm_scales: q holds " + std::to_string(held) + " scales, its shape " +
+                         std::to_string(q.rows) + " x " + std::to_string(q.cols) + " needs " +
+                         std::to_string(q.scale_rows() * q.scale_cols()));
+  if (is_fp8_block(q.recipe)) {
+    std::vector<float> packed;
+    BS_RETURN_IF_ERROR(q.recipe == Recipe::kFp8Block1x128
+                           ? pack_vec128_scales(q.scales_f32.data(), q.scale_rows(), q.scale_cols(), &packed)
+                           : pack_blk128_scales(q.scales_f32.data(), q.scale_rows(), q.scale_cols(), &packed));
+    out->resize(packed.size() * sizeof(float));
+    if (!packed.empty()) std::memcpy(out->data(), packed.data(), out->size());
+    return Status::ok();
+  }
+  if (q.block_rows == 1) return pack_swizzled_scales(q.scales.data(), q.rows, q.scale_cols(), out);
+  const int64_t cols = q.scale_cols();
+  std::vector<uint8_t> per_row(static_cast<size_t>(q.rows * cols));
+  for (int64_t r = 0; r < q.rows; ++r)
+    for (int64_t j = 0; j < cols; ++j)
+      per_row[static_cast<size_t>(r * cols + j)] = q.scales[static_cast<size_t>((r / q.block_rows) * cols + j)];
+  return pack_swizzled_scales(per_row.data(), q.rows, cols, out);
 }
 
 }  // namespace blockscale::formats

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "formats/host_device.h"
+#include "formats/recipe.h"
 #include "formats/status.h"
 
 namespace blockscale::formats {
@@ -107,5 +108,12 @@ Status pack_blk128_scales(const float* linear, int64_t row_blocks, int64_t k_blo
 // packed_floats must equal blk128_scale_floats(row_blocks, k_blocks).
 Status unpack_blk128_scales(const float* packed, size_t packed_floats, int64_t row_blocks,
                             int64_t k_blocks, std::vector<float>* linear);
+
+// ---- A quantized operand's scales as quant/ writes them and gemm/ reads them ----------------
+
+// q's scales as bytes in the layout of its recipe: VEC128_32F (1x128) or BLK128x128_32F (128x128)
+// fp32 for FP8 blockwise; swizzled 128x4 for MX and NVFP4, one scale per row (NVFP4 2D tile scales
+// repeated over their tile's rows).
+Status pack_gemm_scales(const QuantizedMatrix& q, std::vector<uint8_t>* out);
 
 }  // namespace blockscale::formats

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-#include "formats/scale_layout.h"  // defines: pack_vec128_scales, pack_blk128_scales, pack_swizzled_scales
+#include "formats/scale_layout.h"  // defines: pack_gemm_scales
 #include "gemm/gemm.h"             // defines: the four-call GEMM API
 #include "gemm/grouped.h"          // defines: the grouped (MoE) GEMM API
 #include "runtime/cuda_status.h"
@@ -24,19 +24,6 @@ struct Events {
     if (stop) cudaEventDestroy(stop);
   }
 };
-
-// The operand's scales as bytes in the layout the GEMM reads (formats/scale_layout.h): fp32
-// VEC128 / BLK128x128 for FP8 blockwise, the swizzled 128x4 byte layout for MX / NVFP4.
-Status packed_scales(const formats::QuantizedMatrix& q, std::vector<uint8_t>* out) {
-  if (!formats::is_fp8_block(q.recipe)) return formats::pack_swizzled_scales(q.scales.data(), q.rows, q.scale_cols(), out);
-  std::vector<float> f;
-  BS_RETURN_IF_ERROR(q.recipe == formats::Recipe::kFp8Block1x128
-                         ? formats::pack_vec128_scales(q.scales_f32.data(), q.rows, q.scale_cols(), &f)
-                         : formats::pack_blk128_scales(q.scales_f32.data(), q.scale_rows(), q.scale_cols(), &f));
-  out->resize(f.size() * 4);
-  std::memcpy(out->data(), f.data(), out->size());
-  return Status::ok();
-}
 
 float bf16_to_float(uint16_t h) {
   const uint32_t bits = uint32_t{h} << 16;
@@ -97,8 +84,8 @@ Status gpu_gemm(const formats::QuantizedMatrix& a, const formats::QuantizedMatri
   p.ldc = p.n;
   BS_RETURN_IF_ERROR(gemm::can_implement(p));
   std::vector<uint8_t> a_scales, b_scales;
-  BS_RETURN_IF_ERROR(packed_scales(a, &a_scales));
-  BS_RETURN_IF_ERROR(packed_scales(b, &b_scales));
+  BS_RETURN_IF_ERROR(formats::pack_gemm_scales(a, &a_scales));
+  BS_RETURN_IF_ERROR(formats::pack_gemm_scales(b, &b_scales));
   DeviceBuffer da, dsa, db, dsb, dd, dec_a, dec_b;
   BS_RETURN_IF_ERROR(da.upload(a.data.data(), a.data.size(), "copy A to the GPU"));
   BS_RETURN_IF_ERROR(dsa.upload(a_scales.data(), a_scales.size(), "copy A's scales to the GPU"));
@@ -136,10 +123,10 @@ Status gpu_grouped_gemm(bool k_grouped, const formats::QuantizedMatrix& a, const
   BS_RETURN_IF_ERROR(gemm::can_implement(p));
   std::vector<uint8_t> a_scales, b_codes, b_scales, one;
   std::vector<float> b_dec;
-  BS_RETURN_IF_ERROR(packed_scales(a, &a_scales));
+  BS_RETURN_IF_ERROR(formats::pack_gemm_scales(a, &a_scales));
   for (const formats::QuantizedMatrix& q : b) {
     b_codes.insert(b_codes.end(), q.data.begin(), q.data.end());
-    BS_RETURN_IF_ERROR(packed_scales(q, &one));
+    BS_RETURN_IF_ERROR(formats::pack_gemm_scales(q, &one));
     b_scales.insert(b_scales.end(), one.begin(), one.end());
     b_dec.push_back(q.global_scale_dec);
   }

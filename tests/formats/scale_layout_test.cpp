@@ -1,15 +1,19 @@
 // Tests of formats/scale_layout.h: the swizzled 128x4 byte layout and the cuBLASLt fp32 layouts.
 #include "formats/scale_layout.h"
+#include "tests/status_test.h"  // defines: mentions
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 namespace blockscale::formats {
 namespace {
+
+using blockscale_test::mentions;
 
 struct Shape {
   int64_t rows;
@@ -36,10 +40,6 @@ std::vector<float> random_scales(int64_t n, uint32_t seed) {
   std::vector<float> v(static_cast<size_t>(n));
   for (auto& x : v) x = dist(rng);
   return v;
-}
-
-bool mentions(const Status& s, const std::string& word) {
-  return !s.is_ok() && s.message().find(word) != std::string::npos;
 }
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -256,6 +256,67 @@ TEST(Blk128Scales, BadArgumentsAreRejected) {
   EXPECT_TRUE(mentions(unpack_blk128_scales(nullptr, 8, 2, 3, &out), "packed"));
   EXPECT_TRUE(mentions(unpack_blk128_scales(packed.data(), 8, 2, 3, nullptr), "linear"));
   EXPECT_EQ(out, std::vector<float>{2.0f});
+}
+
+// ---- pack_gemm_scales: a QuantizedMatrix's scales in its recipe's GEMM layout ----------------
+
+QuantizedMatrix scaled_matrix(Recipe r, int64_t rows, int64_t cols, int block_rows, uint32_t seed) {
+  QuantizedMatrix q;
+  q.recipe = r, q.rows = rows, q.cols = cols;
+  q.block_rows = block_rows, q.block_cols = default_block_cols(r);
+  if (is_fp8_block(r))
+    q.scales_f32 = random_scales(q.scale_rows() * q.scale_cols(), seed);
+  else
+    q.scales = random_bytes(q.scale_rows() * q.scale_cols(), seed);
+  return q;
+}
+
+TEST(GemmScales, EachRecipeGetsItsLayout) {
+  std::vector<uint8_t> got;
+  std::vector<float> want_f32;
+  const QuantizedMatrix v = scaled_matrix(Recipe::kFp8Block1x128, 130, 384, 1, 71);
+  ASSERT_TRUE(pack_gemm_scales(v, &got).is_ok());
+  ASSERT_TRUE(pack_vec128_scales(v.scales_f32.data(), 130, 3, &want_f32).is_ok());
+  ASSERT_EQ(got.size(), want_f32.size() * 4);
+  EXPECT_EQ(std::memcmp(got.data(), want_f32.data(), got.size()), 0);
+
+  const QuantizedMatrix b = scaled_matrix(Recipe::kFp8Block128x128, 300, 640, 128, 72);
+  ASSERT_TRUE(pack_gemm_scales(b, &got).is_ok());
+  ASSERT_TRUE(pack_blk128_scales(b.scales_f32.data(), 3, 5, &want_f32).is_ok());
+  ASSERT_EQ(got.size(), want_f32.size() * 4);
+  EXPECT_EQ(std::memcmp(got.data(), want_f32.data(), got.size()), 0);
+
+  std::vector<uint8_t> want;
+  const QuantizedMatrix mx = scaled_matrix(Recipe::kMxfp8E4M3, 130, 96, 1, 73);
+  ASSERT_TRUE(pack_gemm_scales(mx, &got).is_ok());
+  ASSERT_TRUE(pack_swizzled_scales(mx.scales.data(), 130, 3, &want).is_ok());
+  EXPECT_EQ(got, want);
+}
+
+// NVFP4 2D: one scale per 16 x 16 tile, written on each of the tile's rows (the last tile short).
+TEST(GemmScales, TileScalesAreRepeatedOverTheirRows) {
+  const QuantizedMatrix q = scaled_matrix(Recipe::kNvfp4, 40, 64, 16, 74);
+  std::vector<uint8_t> got;
+  ASSERT_TRUE(pack_gemm_scales(q, &got).is_ok());
+  ASSERT_EQ(got.size(), static_cast<size_t>(swizzled_scale_bytes(40, 4)));
+  for (int64_t r = 0; r < 40; ++r)
+    for (int64_t j = 0; j < 4; ++j)
+      EXPECT_EQ(got[static_cast<size_t>(swizzled_scale_offset(r, j, 4))],
+                q.scales[static_cast<size_t>((r / 16) * 4 + j)])
+          << "row " << r << ", column " << j;
+}
+
+TEST(GemmScales, BadArgumentsAreRejected) {
+  QuantizedMatrix q = scaled_matrix(Recipe::kMxfp8E4M3, 8, 64, 1, 75);
+  EXPECT_TRUE(mentions(pack_gemm_scales(q, nullptr), "out"));
+  std::vector<uint8_t> out;
+  q.scales.pop_back();
+  EXPECT_TRUE(mentions(pack_gemm_scales(q, &out), "holds 15 scales"));
+  q = scaled_matrix(Recipe::kFp8Block1x128, 8, 256, 1, 76);
+  q.scales_f32.clear();
+  EXPECT_TRUE(mentions(pack_gemm_scales(q, &out), "needs 16"));
+  q.block_rows = 0;
+  EXPECT_TRUE(mentions(pack_gemm_scales(q, &out), "block"));
 }
 
 }  // namespace
