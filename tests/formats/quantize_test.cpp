@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "formats/quantize.h"
+#include "tests/status_test.h"  // defines: expect_error
 
 namespace bf = blockscale::formats;
 using bf::Direction;
@@ -412,11 +413,7 @@ TEST(QuantizeNonFinite, Nvfp4MeasuredAmaxIgnoresNanCountsInf) {
 
 // ---- argument validation --------------------------------------------------------------------
 
-void expect_error(const blockscale::Status& s, const std::string& must_mention) {
-  ASSERT_FALSE(s.is_ok()) << "expected an error about '" << must_mention << "'";
-  EXPECT_NE(s.message().find(must_mention), std::string::npos)
-      << "message '" << s.message() << "' should name '" << must_mention << "'";
-}
+using blockscale_test::expect_error;
 
 TEST(QuantizeValidation, BadArgumentsAreRejectedAndOutIsUnchanged) {
   const auto x = random_matrix(32, 64, 64, 81);

@@ -14,9 +14,12 @@
 #include <vector>
 
 #include "formats/scalar_codecs.h"
+#include "tests/status_test.h"  // defines: mentions
 
 namespace blockscale::formats {
 namespace {
+
+using blockscale_test::mentions;
 
 using LD = long double;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -148,10 +151,6 @@ void expect_matches(const std::vector<double>& got, const std::vector<LD>& p,
         << "element (" << i << ", " << j << "): got " << got[idx] << " expected "
         << static_cast<double>(expect);
   }
-}
-
-bool mentions(const Status& s, const std::string& word) {
-  return !s.is_ok() && s.message().find(word) != std::string::npos;
 }
 
 std::vector<double> random_c(int64_t rows, int64_t ld, std::mt19937& rng) {

@@ -3,6 +3,7 @@
 // arguments, and the XXH64 checksum against the reference's published vectors.
 #include "train/checkpoint.h"
 #include "formats/io/safetensors.h"
+#include "tests/status_test.h"  // defines: mentions
 #include "tests/temp_dir.h"
 
 #include <gtest/gtest.h>
@@ -20,15 +21,13 @@
 namespace blockscale::train {
 namespace {
 
+using blockscale_test::mentions;
+
 namespace fs = std::filesystem;
 using blockscale_test::TempDir;
 using json = nlohmann::json;
 
 constexpr uint32_t kSentinelBits = 0x7FBADBADu;  // a NaN no checkpoint here holds
-
-bool mentions(const Status& s, const std::string& word) {
-  return !s.is_ok() && s.message().find(word) != std::string::npos;
-}
 
 using blockscale_test::read_file;
 

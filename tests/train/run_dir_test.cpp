@@ -16,17 +16,16 @@
 #include <set>
 #include <string>
 
+#include "tests/status_test.h"  // defines: mentions
 #include "tests/temp_dir.h"
 
 namespace blockscale::train {
 namespace {
 
+using blockscale_test::mentions;
+
 namespace fs = std::filesystem;
 using blockscale_test::TempDir;
-
-bool mentions(const Status& s, const std::string& text) {
-  return !s.is_ok() && s.message().find(text) != std::string::npos;
-}
 
 void write_text(const fs::path& p, const std::string& text) {
   fs::create_directories(p.parent_path());

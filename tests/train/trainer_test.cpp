@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/status_test.h"  // defines: mentions
 #include "tests/temp_dir.h"
 #include "tests/train/tiny_model.h"
 #include "train/run_dir.h"
@@ -21,6 +22,8 @@
 
 namespace blockscale::train {
 namespace {
+
+using blockscale_test::mentions;
 
 TrainConfig tiny(const std::string& out) {
   TrainConfig c = blockscale_test::tiny_model_config();
@@ -396,10 +399,6 @@ std::map<std::string, std::string> snapshot(const std::string& dir) {
     files[e.is_directory() ? name + "/" : name] = e.is_directory() ? "" : blockscale_test::read_file(e.path().string());
   }
   return files;
-}
-
-bool mentions(const Status& s, const std::string& text) {
-  return !s.is_ok() && s.message().find(text) != std::string::npos;
 }
 
 // Another run holds the directory (the test holds its lock, as a second `blockscale train` on the

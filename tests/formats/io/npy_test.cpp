@@ -2,6 +2,7 @@
 // versions, np.save's exact header bytes, and one test per rule the parser enforces.
 #include "formats/io/npy.h"
 #include "tests/fifo_reader.h"
+#include "tests/status_test.h"  // defines: mentions
 #include "tests/temp_dir.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +18,8 @@
 
 namespace blockscale::io {
 namespace {
+
+using blockscale_test::mentions;
 
 namespace fs = std::filesystem;
 
@@ -34,10 +37,6 @@ std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {
   std::vector<uint8_t> v(n);
   for (auto& b : v) b = static_cast<uint8_t>(dist(rng));
   return v;
-}
-
-bool mentions(const Status& s, const std::string& word) {
-  return !s.is_ok() && s.message().find(word) != std::string::npos;
 }
 
 int64_t numel(const std::vector<int64_t>& shape) {

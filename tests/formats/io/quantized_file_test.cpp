@@ -4,6 +4,7 @@
 // docs/file-format.md); the "both directions" convention; one test per rule the reader enforces;
 // add_quantized_tensor's checks; matrix_view and quantized_tensor_names.
 #include "formats/io/quantized_file.h"
+#include "tests/status_test.h"  // defines: mentions
 #include "tests/temp_dir.h"
 
 #include <gtest/gtest.h>
@@ -25,6 +26,8 @@
 namespace blockscale::io {
 namespace {
 
+using blockscale_test::mentions;
+
 namespace f = blockscale::formats;
 namespace fs = std::filesystem;
 using f::Recipe;
@@ -32,10 +35,6 @@ using Tensors = std::vector<std::pair<std::string, TensorView>>;
 using Meta = std::map<std::string, std::string>;
 
 using blockscale_test::TempDir;
-
-bool mentions(const Status& s, const std::string& word) {
-  return !s.is_ok() && s.message().find(word) != std::string::npos;
-}
 
 int64_t numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;

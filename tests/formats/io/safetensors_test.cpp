@@ -3,6 +3,7 @@
 // rule the parser enforces, and a 300 MB file read without reading it into memory.
 #include "formats/io/safetensors.h"
 #include "tests/fifo_reader.h"
+#include "tests/status_test.h"  // defines: mentions
 #include "tests/temp_dir.h"
 
 #include <gtest/gtest.h>
@@ -23,6 +24,8 @@
 namespace blockscale::io {
 namespace {
 
+using blockscale_test::mentions;
+
 namespace fs = std::filesystem;
 
 using blockscale_test::TempDir;
@@ -38,10 +41,6 @@ std::vector<uint8_t> random_bytes(size_t n, uint32_t seed) {  // 1..255: never a
   std::vector<uint8_t> v(n);
   for (auto& b : v) b = static_cast<uint8_t>(dist(rng));
   return v;
-}
-
-bool mentions(const Status& s, const std::string& word) {
-  return !s.is_ok() && s.message().find(word) != std::string::npos;
 }
 
 size_t nbytes_of(DType d, const std::vector<int64_t>& shape) {
