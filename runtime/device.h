@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "formats/status.h"
 
@@ -28,6 +29,11 @@ class DeviceBuffer {
   Status alloc(size_t bytes, const char* what);
   // alloc(bytes) then a copy of `bytes` from the host.
   Status upload(const void* host, size_t bytes, const char* what);
+  // The same for a whole host vector.
+  template <typename T>
+  Status upload(const std::vector<T>& host, const char* what) {
+    return upload(host.data(), host.size() * sizeof(T), what);
+  }
   // Copies the first `bytes` (<= size()) to the host.
   Status download(void* host, size_t bytes, const char* what) const;
 

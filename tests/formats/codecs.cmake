@@ -31,7 +31,7 @@ blockscale_codec_oracle(scalar_codecs_exhaustive_test)
 # Device vs host, byte for byte, on every bf16/fp16 pattern and every code. Skips without a GPU.
 if(BLOCKSCALE_HAVE_CUDA)
   blockscale_add_test(scalar_codecs_device_test SOURCES scalar_codecs_device_test.cu
-                      LIBS CUDA::cudart)
+                      LIBS blockscale_runtime)
   blockscale_cuda_archs(scalar_codecs_device_test)
 endif()
 

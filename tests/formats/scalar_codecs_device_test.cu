@@ -12,15 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/gpu_test.h"  // defines: SKIP_WITHOUT_GPU, ASSERT_CUDA, ASSERT_OK
+
 namespace {
 
 namespace bf = blockscale::formats;
-
-#define ASSERT_CUDA(call)                                                               \
-  do {                                                                                  \
-    const cudaError_t err_ = (call);                                                    \
-    ASSERT_EQ(err_, cudaSuccess) << #call << ": " << cudaGetErrorString(err_);          \
-  } while (0)
+using blockscale::runtime::DeviceBuffer;
 
 // ---- Results per input value. Each is < 2^32, so the poison 0xFF..FF marks an unwritten slot.
 enum EncodeOut {
@@ -94,11 +91,6 @@ __global__ void decode_kernel(uint64_t* out) {
   decode_all(c, out + static_cast<size_t>(c) * kNumDecodeOut);
 }
 
-struct DeviceBuffer {
-  uint64_t* ptr = nullptr;
-  ~DeviceBuffer() { if (ptr) cudaFree(ptr); }
-};
-
 // Compares device results with the host's, per column; returns the total mismatch count.
 uint64_t compare(const std::vector<uint64_t>& dev, const std::vector<uint64_t>& host, int cols,
                  const char* const* names, const char* what, uint64_t* unwritten) {
@@ -122,12 +114,7 @@ uint64_t compare(const std::vector<uint64_t>& dev, const std::vector<uint64_t>& 
 }
 
 TEST(ScalarCodecsDevice, EveryBf16AndFp16PatternAndEveryCodeMatchTheHost) {
-  int n_devices = 0;
-  const cudaError_t count_err = cudaGetDeviceCount(&n_devices);
-  if (count_err != cudaSuccess || n_devices == 0) {
-    GTEST_SKIP() << "no CUDA device (cudaGetDeviceCount: "
-                 << (count_err != cudaSuccess ? cudaGetErrorString(count_err) : "0 devices") << ")";
-  }
+  SKIP_WITHOUT_GPU();
   int dev_id = 0;
   cudaDeviceProp prop;
   ASSERT_CUDA(cudaGetDevice(&dev_id));
@@ -135,20 +122,20 @@ TEST(ScalarCodecsDevice, EveryBf16AndFp16PatternAndEveryCodeMatchTheHost) {
 
   const size_t n_enc = size_t{kPatterns} * kNumEncodeOut, n_dec = size_t{256} * kNumDecodeOut;
   DeviceBuffer d_enc, d_dec;
-  ASSERT_CUDA(cudaMalloc(&d_enc.ptr, n_enc * sizeof(uint64_t)));
-  ASSERT_CUDA(cudaMalloc(&d_dec.ptr, n_dec * sizeof(uint64_t)));
-  ASSERT_CUDA(cudaMemset(d_enc.ptr, 0xFF, n_enc * sizeof(uint64_t)));  // poison
-  ASSERT_CUDA(cudaMemset(d_dec.ptr, 0xFF, n_dec * sizeof(uint64_t)));
+  ASSERT_OK(d_enc.alloc(n_enc * sizeof(uint64_t), "encode results"));
+  ASSERT_OK(d_dec.alloc(n_dec * sizeof(uint64_t), "decode results"));
+  ASSERT_CUDA(cudaMemset(d_enc.data(), 0xFF, d_enc.size()));  // poison
+  ASSERT_CUDA(cudaMemset(d_dec.data(), 0xFF, d_dec.size()));
 
-  encode_kernel<<<kPatterns / 256, 256>>>(d_enc.ptr);
-  ASSERT_CUDA(cudaGetLastError());  // e.g. no kernel image: see BLOCKSCALE_CUDA_ARCHS
-  decode_kernel<<<1, 256>>>(d_dec.ptr);
+  encode_kernel<<<kPatterns / 256, 256>>>(d_enc.as<uint64_t>());
+  ASSERT_CUDA(cudaGetLastError());  // e.g. no kernel image: cuda_status names the build's architectures
+  decode_kernel<<<1, 256>>>(d_dec.as<uint64_t>());
   ASSERT_CUDA(cudaGetLastError());
   ASSERT_CUDA(cudaDeviceSynchronize());
 
   std::vector<uint64_t> dev_enc(n_enc), dev_dec(n_dec), host_enc(n_enc), host_dec(n_dec);
-  ASSERT_CUDA(cudaMemcpy(dev_enc.data(), d_enc.ptr, n_enc * sizeof(uint64_t), cudaMemcpyDeviceToHost));
-  ASSERT_CUDA(cudaMemcpy(dev_dec.data(), d_dec.ptr, n_dec * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+  ASSERT_OK(d_enc.download(dev_enc.data(), d_enc.size(), "encode results"));
+  ASSERT_OK(d_dec.download(dev_dec.data(), d_dec.size(), "decode results"));
   for (uint32_t i = 0; i < kPatterns; ++i) encode_all(i, &host_enc[size_t{i} * kNumEncodeOut]);
   for (uint32_t c = 0; c < 256; ++c) decode_all(c, &host_dec[size_t{c} * kNumDecodeOut]);
 

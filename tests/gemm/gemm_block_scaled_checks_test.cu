@@ -14,7 +14,7 @@
 #include "formats/scale_layout.h"
 #include "gemm/gemm.h"
 #include "tests/gemm/block_scaled_pairs.h"
-#include "tests/quant/gpu_test_util.h"
+#include "tests/status_test.h"  // defines: expect_error
 
 namespace {
 

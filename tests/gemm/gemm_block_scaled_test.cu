@@ -3,7 +3,7 @@
 // rule are in gemm_block_scaled_checks_test.cu. The
 // reference is formats::reference_gemm (fp64, exact products) on the same QuantizedMatrix
 // operands, uploaded as quant/ writes them: data row-major (K bytes per row, K / 2 for E2M1), byte
-// scales packed with formats::pack_swizzled_scales, NVFP4's S_dec as a device float (nullptr for
+// scales packed with formats::pack_gemm_scales, NVFP4's S_dec as a device float (nullptr for
 // every other operand: the API ignores it there). D is poisoned (0xFF bytes: NaN in bf16 and fp32)
 // before every run and its padding columns (ldd > n) must keep their bytes.
 //
@@ -59,7 +59,7 @@
 #include "gemm/gemm.h"
 #include "tests/gemm/block_scaled_pairs.h"
 #include "tests/gemm/gemm_test_util.h"
-#include "tests/quant/gpu_test_util.h"
+#include "tests/gpu_test.h"  // defines: SKIP_WITHOUT_GPU, ASSERT_CUDA, ASSERT_OK, expect_error
 
 namespace {
 
@@ -72,8 +72,9 @@ using blockscale_test::element_value;
 using blockscale_test::encode;
 using blockscale_test::round_to;
 using blockscale_test::absolute;
-using blockscale_test::DeviceBuffer;
+using blockscale::runtime::DeviceBuffer;
 using blockscale_test::expect_error;
+using blockscale_test::gemm_scales;
 using blockscale_test::pair_label;
 using blockscale_test::pair_name;
 using blockscale_test::Pair;
@@ -105,19 +106,8 @@ void exact_scale_range(Recipe r, int* lo, int* hi) {
 // block: NVFP4 2D tile scales are repeated over the tile's rows, as quant/ writes them).
 struct HostOperand {
   bf::QuantizedMatrix q;
-  std::vector<uint8_t> swizzled_scales;
+  std::vector<uint8_t> swizzled_scales;  // gemm_scales(q)
 };
-
-void pack_scales(HostOperand* op) {
-  const bf::QuantizedMatrix& q = op->q;
-  std::vector<uint8_t> per_row(static_cast<size_t>(q.rows * q.scale_cols()));
-  for (int64_t r = 0; r < q.rows; ++r)
-    for (int64_t j = 0; j < q.scale_cols(); ++j)
-      per_row[static_cast<size_t>(r * q.scale_cols() + j)] =
-          q.scales[static_cast<size_t>((r / q.block_rows) * q.scale_cols() + j)];
-  const blockscale::Status s = bf::pack_swizzled_scales(per_row.data(), q.rows, q.scale_cols(), &op->swizzled_scales);
-  ASSERT_TRUE(s.is_ok()) << s.message();
-}
 
 // log2 of the element format's largest value, rounded down: 8 (E4M3), 15 (E5M2), 2 (E2M1).
 int element_max_exponent(Recipe r) { return static_cast<int>(std::floor(std::log2(bf::element_max(r)))); }
@@ -147,7 +137,7 @@ void random_operand(int64_t rows, int64_t k, Recipe recipe, int log2_magnitude, 
   options.nvfp4_2d = nvfp4_2d;
   const blockscale::Status s = bf::quantize(x.data(), rows, k, k, options, bf::Direction::kRowwise, &op->q);
   ASSERT_TRUE(s.is_ok()) << s.message();
-  pack_scales(op);
+  op->swizzled_scales = gemm_scales(op->q);
 }
 
 void put_code(bf::QuantizedMatrix* q, int64_t r, int64_t c, uint32_t code) {
@@ -223,7 +213,7 @@ void exact_operand(int64_t rows, int64_t k, Recipe recipe, float s_dec, uint64_t
               : static_cast<uint8_t>(e + 127);
     }
   }
-  pack_scales(op);
+  op->swizzled_scales = gemm_scales(op->q);
 }
 
 
@@ -239,12 +229,12 @@ struct GemmRun {
 void run_gemm(const bg::GemmProblem& p, const HostOperand& a, const HostOperand& b, const std::vector<double>* c,
               bool in_place, uint8_t poison, GemmRun* out) {
   DeviceBuffer a_data, a_scales, a_dec, b_data, b_scales, b_dec, c_buf, d_buf;
-  ASSERT_CUDA(a_data.upload(a.q.data.data(), a.q.data.size()));
-  ASSERT_CUDA(b_data.upload(b.q.data.data(), b.q.data.size()));
-  ASSERT_CUDA(a_scales.upload(a.swizzled_scales.data(), a.swizzled_scales.size()));
-  ASSERT_CUDA(b_scales.upload(b.swizzled_scales.data(), b.swizzled_scales.size()));
-  ASSERT_CUDA(a_dec.upload(&a.q.global_scale_dec, sizeof(float)));
-  ASSERT_CUDA(b_dec.upload(&b.q.global_scale_dec, sizeof(float)));
+  ASSERT_OK(a_data.upload(a.q.data.data(), a.q.data.size(), "a_data"));
+  ASSERT_OK(b_data.upload(b.q.data.data(), b.q.data.size(), "b_data"));
+  ASSERT_OK(a_scales.upload(a.swizzled_scales, "a_scales"));
+  ASSERT_OK(b_scales.upload(b.swizzled_scales, "b_scales"));
+  ASSERT_OK(a_dec.upload(&a.q.global_scale_dec, sizeof(float), "a_dec"));
+  ASSERT_OK(b_dec.upload(&b.q.global_scale_dec, sizeof(float), "b_dec"));
   const int64_t d_bytes = p.m * p.ldd * element_bytes(p.d_type);
   out->initial.assign(static_cast<size_t>(d_bytes), poison);
   if (c != nullptr) {
@@ -253,24 +243,24 @@ void run_gemm(const bg::GemmProblem& p, const HostOperand& a, const HostOperand&
       ASSERT_EQ(c_bytes.size(), out->initial.size()) << "in place: C must be D's shape and type";
       out->initial = c_bytes;
     } else {
-      ASSERT_CUDA(c_buf.upload(c_bytes.data(), c_bytes.size()));
+      ASSERT_OK(c_buf.upload(c_bytes.data(), c_bytes.size(), "c_buf"));
     }
   }
-  ASSERT_CUDA(d_buf.upload(out->initial.data(), out->initial.size()));
+  ASSERT_OK(d_buf.upload(out->initial.data(), out->initial.size(), "d_buf"));
   bg::GemmArguments args;
-  args.a_data = a_data.ptr;
-  args.a_scales = a_scales.ptr;
-  args.b_data = b_data.ptr;
-  args.b_scales = b_scales.ptr;
-  args.a_scale_dec = p.a_recipe == Recipe::kNvfp4 ? reinterpret_cast<const float*>(a_dec.ptr) : nullptr;
-  args.b_scale_dec = p.b_recipe == Recipe::kNvfp4 ? reinterpret_cast<const float*>(b_dec.ptr) : nullptr;
-  args.c = c == nullptr ? nullptr : in_place ? static_cast<const void*>(d_buf.ptr) : c_buf.ptr;
-  args.d = d_buf.ptr;
+  args.a_data = a_data.data();
+  args.a_scales = a_scales.data();
+  args.b_data = b_data.data();
+  args.b_scales = b_scales.data();
+  args.a_scale_dec = p.a_recipe == Recipe::kNvfp4 ? a_dec.as<float>() : nullptr;
+  args.b_scale_dec = p.b_recipe == Recipe::kNvfp4 ? b_dec.as<float>() : nullptr;
+  args.c = c == nullptr ? nullptr : in_place ? static_cast<const void*>(d_buf.data()) : c_buf.data();
+  args.d = d_buf.data();
   const blockscale::Status s = bg::run(p, args, nullptr, bg::workspace_size(p), nullptr);
   ASSERT_TRUE(s.is_ok()) << s.message();
   ASSERT_CUDA(cudaDeviceSynchronize());
   out->d.resize(static_cast<size_t>(d_bytes));
-  ASSERT_CUDA(cudaMemcpy(out->d.data(), d_buf.ptr, out->d.size(), cudaMemcpyDeviceToHost));
+  ASSERT_CUDA(cudaMemcpy(out->d.data(), d_buf.data(), out->d.size(), cudaMemcpyDeviceToHost));
 }
 
 // Bytes in the padding columns [n, ldd) that differ from what D held before the run.
@@ -587,7 +577,7 @@ TEST_P(GemmBlockScaledNonFinite, NanExactlyInTheAffectedRowsAndColumns) {
     const blockscale::Status s = bf::quantize(x->data(), rows, k, k, options, bf::Direction::kRowwise, &op->q);
     ASSERT_TRUE(s.is_ok()) << s.message();
     ASSERT_TRUE(op->q.nonfinite_seen);
-    pack_scales(op);
+    op->swizzled_scales = gemm_scales(op->q);
   }
   if (HasFatalFailure()) return;
   finish_case(&c);
@@ -721,7 +711,7 @@ void scaled_by_1024(const bf::QuantizedMatrix& q, const std::vector<float>& x, H
   ASSERT_EQ(out->q.data, q.data) << "codes changed with the amax";
   ASSERT_EQ(out->q.scales, q.scales) << "block scales changed with the amax";
   ASSERT_EQ(out->q.global_scale_dec, 1024.0f * q.global_scale_dec);
-  pack_scales(out);
+  out->swizzled_scales = gemm_scales(out->q);
 }
 
 class GemmBlockScaledNvfp4TensorScale : public BlockScaledPair {};
@@ -741,8 +731,8 @@ TEST_P(GemmBlockScaledNvfp4TensorScale, ScaleDecIsApplied) {
   ASSERT_TRUE(bf::quantize(xa.data(), m, k, k, options, bf::Direction::kRowwise, &base.a.q).is_ok());
   options.recipe = pair.b;
   ASSERT_TRUE(bf::quantize(xb.data(), n, k, k, options, bf::Direction::kRowwise, &base.b.q).is_ok());
-  pack_scales(&base.a);
-  pack_scales(&base.b);
+  base.a.swizzled_scales = gemm_scales(base.a.q);
+  base.b.swizzled_scales = gemm_scales(base.b.q);
   if (HasFatalFailure()) return;
   finish_case(&base);
   const Variant fp32_d{MatrixType::kFp32, 1.0f, 0.0f, MatrixType::kFp32, 0, false, "fp32 D"};

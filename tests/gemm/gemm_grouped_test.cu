@@ -40,7 +40,7 @@
 #include "gemm/grouped.h"
 #include "gemm/launchers.h"  // the tile selector
 #include "tests/gemm/gemm_test_util.h"
-#include "tests/quant/gpu_test_util.h"
+#include "tests/gpu_test.h"  // defines: SKIP_WITHOUT_GPU, ASSERT_CUDA, ASSERT_OK, expect_error
 
 namespace {
 
@@ -49,7 +49,7 @@ namespace bg = blockscale::gemm;
 using bf::Recipe;
 using bg::MatrixType;
 using blockscale_test::absolute;
-using blockscale_test::DeviceBuffer;
+using blockscale::runtime::DeviceBuffer;
 using blockscale_test::RouteScope;
 using blockscale_test::element_bytes;
 using blockscale_test::element_value;
@@ -57,7 +57,6 @@ using blockscale_test::encode;
 using blockscale_test::expect_error;
 using blockscale_test::frobenius;
 using blockscale_test::gemm_scales;
-using blockscale_test::is_fp8_blockwise;
 
 using Pair = blockscale_test::RecipePair;
 
@@ -146,63 +145,63 @@ void check_case(const GroupedCase& gc, uint64_t seed) {
   const std::vector<uint8_t> a_scales = gemm_scales(a);
   std::vector<int32_t> ends32(ends.begin(), ends.end());
   DeviceBuffer a_data, a_sc, a_dec, b_data, b_sc, b_dec_buf, ends_buf, c_buf, d_buf;
-  ASSERT_CUDA(a_data.upload(a.data.data(), a.data.size()));
-  ASSERT_CUDA(a_sc.upload(a_scales.data(), a_scales.size()));
-  ASSERT_CUDA(a_dec.upload(&a.global_scale_dec, sizeof(float)));
-  ASSERT_CUDA(b_data.upload(b_codes.data(), b_codes.size()));
-  ASSERT_CUDA(b_sc.upload(b_scales.data(), b_scales.size()));
-  ASSERT_CUDA(b_dec_buf.upload(b_dec.data(), b_dec.size() * sizeof(float)));
-  ASSERT_CUDA(ends_buf.upload(ends32.data(), ends32.size() * sizeof(int32_t)));
+  ASSERT_OK(a_data.upload(a.data.data(), a.data.size(), "a_data"));
+  ASSERT_OK(a_sc.upload(a_scales.data(), a_scales.size(), "a_sc"));
+  ASSERT_OK(a_dec.upload(&a.global_scale_dec, sizeof(float), "a_dec"));
+  ASSERT_OK(b_data.upload(b_codes.data(), b_codes.size(), "b_data"));
+  ASSERT_OK(b_sc.upload(b_scales.data(), b_scales.size(), "b_sc"));
+  ASSERT_OK(b_dec_buf.upload(b_dec.data(), b_dec.size() * sizeof(float), "b_dec_buf"));
+  ASSERT_OK(ends_buf.upload(ends32.data(), ends32.size() * sizeof(int32_t), "ends_buf"));
   const std::vector<uint8_t> poison(static_cast<size_t>(m * gc.n * element_bytes(gc.d_type)), 0xFF);
-  ASSERT_CUDA(d_buf.upload(poison.data(), poison.size()));
+  ASSERT_OK(d_buf.upload(poison.data(), poison.size(), "d_buf"));
   if (!c.empty()) {
     const std::vector<uint8_t> c_bytes = encode(c, MatrixType::kFp32);
-    ASSERT_CUDA(c_buf.upload(c_bytes.data(), c_bytes.size()));
+    ASSERT_OK(c_buf.upload(c_bytes.data(), c_bytes.size(), "c_buf"));
   }
   bg::GroupedGemmArguments args;
-  args.a_data = a_data.ptr, args.a_scales = a_sc.ptr;
-  args.b_data = b_data.ptr, args.b_scales = b_sc.ptr;
-  args.a_scale_dec = p.a_recipe == Recipe::kNvfp4 ? reinterpret_cast<const float*>(a_dec.ptr) : nullptr;
-  args.b_scale_dec = p.b_recipe == Recipe::kNvfp4 ? reinterpret_cast<const float*>(b_dec_buf.ptr) : nullptr;
-  args.group_ends = reinterpret_cast<const int32_t*>(ends_buf.ptr);
-  args.c = c.empty() ? nullptr : c_buf.ptr;
-  args.d = d_buf.ptr;
+  args.a_data = a_data.data(), args.a_scales = a_sc.data();
+  args.b_data = b_data.data(), args.b_scales = b_sc.data();
+  args.a_scale_dec = p.a_recipe == Recipe::kNvfp4 ? a_dec.as<float>() : nullptr;
+  args.b_scale_dec = p.b_recipe == Recipe::kNvfp4 ? b_dec_buf.as<float>() : nullptr;
+  args.group_ends = ends_buf.as<int32_t>();
+  args.c = c.empty() ? nullptr : c_buf.data();
+  args.d = d_buf.data();
   DeviceBuffer workspace;
   const size_t ws_bytes = gc.host_ends ? bg::workspace_size(p) : 0;
   if (gc.host_ends) {
     args.host_group_ends = ends32.data();
-    ASSERT_CUDA(workspace.alloc(ws_bytes));
+    ASSERT_OK(workspace.alloc(ws_bytes, "workspace"));
   }
-  s = bg::run(p, args, workspace.ptr, ws_bytes, nullptr);
+  s = bg::run(p, args, workspace.data(), ws_bytes, nullptr);
   ASSERT_TRUE(s.is_ok()) << s.message();
   ASSERT_CUDA(cudaDeviceSynchronize());
   std::vector<uint8_t> d(poison.size());
-  ASSERT_CUDA(cudaMemcpy(d.data(), d_buf.ptr, d.size(), cudaMemcpyDeviceToHost));
+  ASSERT_CUDA(cudaMemcpy(d.data(), d_buf.data(), d.size(), cudaMemcpyDeviceToHost));
   if (gc.host_ends && gc.beta == 0.0f) {  // the grouped kernel on the same operands: the same bytes
     const bg::Sm90Fp8Route route = bg::sm90_fp8_route();
     bg::set_sm90_fp8_route(bg::Sm90Fp8Route::kKernel);
-    ASSERT_CUDA(cudaMemcpy(d_buf.ptr, poison.data(), poison.size(), cudaMemcpyHostToDevice));
-    s = bg::run(p, args, workspace.ptr, ws_bytes, nullptr);
+    ASSERT_CUDA(cudaMemcpy(d_buf.data(), poison.data(), poison.size(), cudaMemcpyHostToDevice));
+    s = bg::run(p, args, workspace.data(), ws_bytes, nullptr);
     bg::set_sm90_fp8_route(route);
     ASSERT_TRUE(s.is_ok()) << s.message();
     std::vector<uint8_t> d_kernel(poison.size());
-    ASSERT_CUDA(cudaMemcpy(d_kernel.data(), d_buf.ptr, d.size(), cudaMemcpyDeviceToHost));
+    ASSERT_CUDA(cudaMemcpy(d_kernel.data(), d_buf.data(), d.size(), cudaMemcpyDeviceToHost));
     int64_t differ = 0;
     for (int64_t i = 0; i < m * gc.n; ++i)
       differ += element_value(d, i, gc.d_type) != element_value(d_kernel, i, gc.d_type);
     EXPECT_EQ(differ, 0) << "elements differing from the grouped kernel's";
   }
 
-  if (is_fp8_blockwise(gc.pair.a) && !gc.host_ends) {  // every tile: the automatic choice's bytes
+  if (bf::is_fp8_block(gc.pair.a) && !gc.host_ends) {  // every tile: the automatic choice's bytes
     using bg::detail::Sm90Fp8Tile;
     for (const Sm90Fp8Tile tile : {Sm90Fp8Tile::kN128, Sm90Fp8Tile::kN192, Sm90Fp8Tile::kM256}) {
-      ASSERT_CUDA(cudaMemcpy(d_buf.ptr, poison.data(), poison.size(), cudaMemcpyHostToDevice));
+      ASSERT_CUDA(cudaMemcpy(d_buf.data(), poison.data(), poison.size(), cudaMemcpyHostToDevice));
       bg::detail::set_sm90_fp8_tile(tile);
       s = bg::run(p, args, nullptr, 0, nullptr);
       bg::detail::set_sm90_fp8_tile(Sm90Fp8Tile::kAuto);
       ASSERT_TRUE(s.is_ok()) << s.message();
       std::vector<uint8_t> d_tile(poison.size());
-      ASSERT_CUDA(cudaMemcpy(d_tile.data(), d_buf.ptr, d_tile.size(), cudaMemcpyDeviceToHost));
+      ASSERT_CUDA(cudaMemcpy(d_tile.data(), d_buf.data(), d_tile.size(), cudaMemcpyDeviceToHost));
       EXPECT_EQ(std::memcmp(d_tile.data(), d.data(), d.size()), 0)
           << "forced tile " << static_cast<int>(tile) << " differs from the automatic choice's D";
     }
@@ -220,7 +219,7 @@ void check_case(const GroupedCase& gc, uint64_t seed) {
   }
   EXPECT_EQ(non_finite, 0);
   const double u = std::ldexp(1.0, -24), u_out = gc.d_type == MatrixType::kBf16 ? std::ldexp(1.0, -8) : u;
-  const double accumulate = is_fp8_blockwise(gc.pair.a)
+  const double accumulate = bf::is_fp8_block(gc.pair.a)
                                 ? 8 * std::ldexp(1.0, -13) + (static_cast<double>(gc.k / 128) + 5) * u
                                 : 2 * (static_cast<double>(gc.k / 16) + 4) * std::ldexp(1.0, -23) + 4 * u;
   const double bound = std::fabs(gc.alpha) * accumulate * frobenius(abs_ref) +
@@ -327,21 +326,22 @@ TEST(GroupedHostEnds, BadHostEndsNameTheArgument) {
   bg::GroupedGemmProblem p;
   p.num_groups = 2, p.m = 64, p.n = 128, p.k = 128, p.d_type = MatrixType::kFp32, p.ldd = 128;
   DeviceBuffer a, as, b, bs, ends, d, ws;
-  ASSERT_CUDA(a.alloc(64 * 128));
-  ASSERT_CUDA(as.alloc(64 * 4));
-  ASSERT_CUDA(b.alloc(2 * 128 * 128));
-  ASSERT_CUDA(bs.alloc(2 * 16));
-  ASSERT_CUDA(ends.alloc(8));
-  ASSERT_CUDA(d.alloc(64 * 128 * 4));
-  ASSERT_CUDA(ws.alloc(bg::workspace_size(p)));
+  ASSERT_OK(a.alloc(64 * 128, "a"));
+  ASSERT_OK(as.alloc(64 * 4, "as"));
+  ASSERT_OK(b.alloc(2 * 128 * 128, "b"));
+  ASSERT_OK(bs.alloc(2 * 16, "bs"));
+  ASSERT_OK(ends.alloc(8, "ends"));
+  ASSERT_OK(d.alloc(64 * 128 * 4, "d"));
+  ASSERT_OK(ws.alloc(bg::workspace_size(p), "ws"));
   bg::GroupedGemmArguments args;
-  args.a_data = a.ptr, args.a_scales = as.ptr, args.b_data = b.ptr, args.b_scales = bs.ptr;
-  args.group_ends = reinterpret_cast<const int32_t*>(ends.ptr), args.d = d.ptr;
+  args.a_data = a.data(), args.a_scales = as.data(), args.b_data = b.data(), args.b_scales = bs.data();
+  args.group_ends = ends.as<int32_t>(), args.d = d.data();
   const int32_t decreasing[2] = {40, 30}, past_m[2] = {40, 65};
   args.host_group_ends = decreasing;
-  expect_error(bg::run(p, args, ws.ptr, bg::workspace_size(p), nullptr), "host_group_ends: must be non-decreasing");
+  expect_error(bg::run(p, args, ws.data(), bg::workspace_size(p), nullptr), "host_group_ends: must be non-decreasing");
   args.host_group_ends = past_m;
-  expect_error(bg::run(p, args, ws.ptr, bg::workspace_size(p), nullptr), "host_group_ends: the last end must be <= m");
+  expect_error(bg::run(p, args, ws.data(), bg::workspace_size(p), nullptr),
+               "host_group_ends: the last end must be <= m");
   const int32_t fine[2] = {40, 64};
   args.host_group_ends = fine;
   expect_error(bg::run(p, args, nullptr, 0, nullptr), "workspace_bytes: the per-expert cuBLASLt route");
@@ -367,25 +367,25 @@ TEST(GroupedGemm, MalformedEndsStayInBounds) {
   const int64_t guard = 4096, d_bytes = m * n * 2;
   std::vector<uint8_t> poison(static_cast<size_t>(d_bytes + 2 * guard), 0xFF);
   DeviceBuffer a_data, a_sc, b_data, b_sc, ends_buf, d_buf;
-  ASSERT_CUDA(a_data.upload(a.data.data(), a.data.size()));
-  ASSERT_CUDA(a_sc.upload(a_scales.data(), a_scales.size()));
-  ASSERT_CUDA(b_data.upload(b_codes.data(), b_codes.size()));
-  ASSERT_CUDA(b_sc.upload(b_scales.data(), b_scales.size()));
-  ASSERT_CUDA(ends_buf.upload(ends.data(), ends.size() * 4));
-  ASSERT_CUDA(d_buf.upload(poison.data(), poison.size()));
+  ASSERT_OK(a_data.upload(a.data.data(), a.data.size(), "a_data"));
+  ASSERT_OK(a_sc.upload(a_scales.data(), a_scales.size(), "a_sc"));
+  ASSERT_OK(b_data.upload(b_codes.data(), b_codes.size(), "b_data"));
+  ASSERT_OK(b_sc.upload(b_scales.data(), b_scales.size(), "b_sc"));
+  ASSERT_OK(ends_buf.upload(ends.data(), ends.size() * 4, "ends_buf"));
+  ASSERT_OK(d_buf.upload(poison.data(), poison.size(), "d_buf"));
   bg::GroupedGemmProblem p;
   p.num_groups = 3, p.m = m, p.n = n, p.k = k;
   p.a_recipe = pair.a, p.b_recipe = pair.b;
   p.d_type = MatrixType::kBf16, p.ldd = n;
   bg::GroupedGemmArguments args;
-  args.a_data = a_data.ptr, args.a_scales = a_sc.ptr, args.b_data = b_data.ptr, args.b_scales = b_sc.ptr;
-  args.group_ends = reinterpret_cast<const int32_t*>(ends_buf.ptr);
-  args.d = d_buf.ptr + guard;
+  args.a_data = a_data.data(), args.a_scales = a_sc.data(), args.b_data = b_data.data(), args.b_scales = b_sc.data();
+  args.group_ends = ends_buf.as<int32_t>();
+  args.d = d_buf.data() + guard;
   const blockscale::Status s = bg::run(p, args, nullptr, 0, nullptr);
   ASSERT_TRUE(s.is_ok()) << s.message();
   ASSERT_CUDA(cudaDeviceSynchronize());
   std::vector<uint8_t> out(poison.size());
-  ASSERT_CUDA(cudaMemcpy(out.data(), d_buf.ptr, out.size(), cudaMemcpyDeviceToHost));
+  ASSERT_CUDA(cudaMemcpy(out.data(), d_buf.data(), out.size(), cudaMemcpyDeviceToHost));
   for (int64_t i = 0; i < guard; ++i) {
     ASSERT_EQ(out[static_cast<size_t>(i)], 0xFF) << "written before D at byte " << i;
     ASSERT_EQ(out[static_cast<size_t>(guard + d_bytes + i)], 0xFF) << "written after D at byte " << i;
@@ -443,22 +443,22 @@ TEST(GroupedGemmChecks, PointersAreChecked) {
   SKIP_WITHOUT_GPU();
   bg::GroupedGemmProblem p = valid_problem();
   DeviceBuffer buf;
-  ASSERT_CUDA(buf.alloc(1 << 24));
+  ASSERT_OK(buf.alloc(1 << 24, "buf"));
   bg::GroupedGemmArguments args;
-  args.a_data = buf.ptr, args.a_scales = buf.ptr + (1 << 20), args.b_data = buf.ptr + (2 << 20);
-  args.b_scales = buf.ptr + (3 << 20), args.a_scale_dec = nullptr;
-  args.b_scale_dec = reinterpret_cast<const float*>(buf.ptr + (4 << 20));
-  args.group_ends = reinterpret_cast<const int32_t*>(buf.ptr + (5 << 20));
-  args.d = buf.ptr + (6 << 20);
+  args.a_data = buf.data(), args.a_scales = buf.data() + (1 << 20), args.b_data = buf.data() + (2 << 20);
+  args.b_scales = buf.data() + (3 << 20), args.a_scale_dec = nullptr;
+  args.b_scale_dec = reinterpret_cast<const float*>(buf.data() + (4 << 20));
+  args.group_ends = reinterpret_cast<const int32_t*>(buf.data() + (5 << 20));
+  args.d = buf.data() + (6 << 20);
   args.b_scale_dec = nullptr;  // B is NVFP4: one S_dec per expert is required
   expect_error(bg::can_implement(p, args), "b_scale_dec");
-  args.b_scale_dec = reinterpret_cast<const float*>(buf.ptr + (4 << 20));
+  args.b_scale_dec = reinterpret_cast<const float*>(buf.data() + (4 << 20));
   args.group_ends = nullptr;
   expect_error(bg::can_implement(p, args), "group_ends: must not be null");
-  args.group_ends = reinterpret_cast<const int32_t*>(buf.ptr + (5 << 20));
-  args.d = buf.ptr + (2 << 20);  // on top of b_data
+  args.group_ends = reinterpret_cast<const int32_t*>(buf.data() + (5 << 20));
+  args.d = buf.data() + (2 << 20);  // on top of b_data
   expect_error(bg::can_implement(p, args), "d: overlaps b_data");
-  args.d = buf.ptr + (6 << 20);
+  args.d = buf.data() + (6 << 20);
   EXPECT_TRUE(bg::can_implement(p, args).is_ok()) << bg::can_implement(p, args).message();
 }
 

@@ -37,7 +37,7 @@
 #include "gemm/grouped.h"
 #include "quant/quantize.h"
 #include "tests/gemm/gemm_test_util.h"
-#include "tests/quant/gpu_test_util.h"
+#include "tests/gpu_test.h"  // defines: SKIP_WITHOUT_GPU, ASSERT_CUDA, ASSERT_OK, expect_error
 
 namespace {
 
@@ -47,14 +47,13 @@ namespace bq = blockscale::quant;
 using bf::Recipe;
 using bg::MatrixType;
 using blockscale_test::absolute;
-using blockscale_test::DeviceBuffer;
+using blockscale::runtime::DeviceBuffer;
 using blockscale_test::element_bytes;
 using blockscale_test::element_value;
 using blockscale_test::encode;
 using blockscale_test::expect_error;
 using blockscale_test::frobenius;
 using blockscale_test::gemm_scales;
-using blockscale_test::is_fp8_blockwise;
 
 using Pair = blockscale_test::RecipePair;
 
@@ -157,38 +156,38 @@ std::vector<uint8_t> run_gpu(const bg::GroupedGemmProblem& p, const bf::Quantize
   const std::vector<int32_t> ends32(ends.begin(), ends.end());
   DeviceBuffer a_data, a_sc, b_data, b_sc, a_dec, b_dec, ends_buf, d_buf;
   std::vector<uint8_t> d(d_init.size());
-  EXPECT_EQ(cudaSuccess, a_data.upload(a.data.data(), a.data.size()));
-  EXPECT_EQ(cudaSuccess, a_sc.upload(a_scales.data(), a_scales.size()));
-  EXPECT_EQ(cudaSuccess, b_data.upload(b.data.data(), b.data.size()));
-  EXPECT_EQ(cudaSuccess, b_sc.upload(b_scales.data(), b_scales.size()));
-  EXPECT_EQ(cudaSuccess, a_dec.upload(&a.global_scale_dec, 4));
-  EXPECT_EQ(cudaSuccess, b_dec.upload(&b.global_scale_dec, 4));
-  EXPECT_EQ(cudaSuccess, ends_buf.upload(ends32.data(), ends32.size() * 4));
-  EXPECT_EQ(cudaSuccess, d_buf.upload(d_init.data(), d_init.size()));
+  EXPECT_OK(a_data.upload(a.data.data(), a.data.size(), "a_data"));
+  EXPECT_OK(a_sc.upload(a_scales.data(), a_scales.size(), "a_sc"));
+  EXPECT_OK(b_data.upload(b.data.data(), b.data.size(), "b_data"));
+  EXPECT_OK(b_sc.upload(b_scales.data(), b_scales.size(), "b_sc"));
+  EXPECT_OK(a_dec.upload(&a.global_scale_dec, 4, "a_dec"));
+  EXPECT_OK(b_dec.upload(&b.global_scale_dec, 4, "b_dec"));
+  EXPECT_OK(ends_buf.upload(ends32.data(), ends32.size() * 4, "ends_buf"));
+  EXPECT_OK(d_buf.upload(d_init.data(), d_init.size(), "d_buf"));
   bg::GroupedGemmArguments args;
-  args.a_data = a_data.ptr, args.a_scales = a_sc.ptr, args.b_data = b_data.ptr, args.b_scales = b_sc.ptr;
-  args.a_scale_dec = p.a_recipe == Recipe::kNvfp4 ? reinterpret_cast<const float*>(a_dec.ptr) : nullptr;
-  args.b_scale_dec = p.b_recipe == Recipe::kNvfp4 ? reinterpret_cast<const float*>(b_dec.ptr) : nullptr;
-  args.group_ends = reinterpret_cast<const int32_t*>(ends_buf.ptr);
-  args.c = p.beta != 0.0f ? d_buf.ptr : nullptr;
-  args.d = d_buf.ptr;
+  args.a_data = a_data.data(), args.a_scales = a_sc.data(), args.b_data = b_data.data(), args.b_scales = b_sc.data();
+  args.a_scale_dec = p.a_recipe == Recipe::kNvfp4 ? a_dec.as<float>() : nullptr;
+  args.b_scale_dec = p.b_recipe == Recipe::kNvfp4 ? b_dec.as<float>() : nullptr;
+  args.group_ends = ends_buf.as<int32_t>();
+  args.c = p.beta != 0.0f ? d_buf.data() : nullptr;
+  args.d = d_buf.data();
   DeviceBuffer workspace;
   const size_t ws_bytes = host_ends ? bg::workspace_size(p) : 0;
   if (host_ends) {
     args.host_group_ends = ends32.data();
-    EXPECT_EQ(cudaSuccess, workspace.alloc(ws_bytes));
+    EXPECT_OK(workspace.alloc(ws_bytes, "workspace"));
   }
-  const blockscale::Status s = bg::run(p, args, workspace.ptr, ws_bytes, nullptr);
+  const blockscale::Status s = bg::run(p, args, workspace.data(), ws_bytes, nullptr);
   EXPECT_TRUE(s.is_ok()) << s.message();
-  EXPECT_EQ(cudaSuccess, cudaDeviceSynchronize());
-  EXPECT_EQ(cudaSuccess, cudaMemcpy(d.data(), d_buf.ptr, d.size(), cudaMemcpyDeviceToHost));
+  EXPECT_CUDA(cudaDeviceSynchronize());
+  EXPECT_CUDA(cudaMemcpy(d.data(), d_buf.data(), d.size(), cudaMemcpyDeviceToHost));
   return d;
 }
 
 // The dense tests' bound for a reduction of length k (docs in tests/gemm/gemm_grouped_test.cu).
 double error_bound(const bg::GroupedGemmProblem& p, double abs_norm, double c_norm, double ref_norm) {
   const double u = std::ldexp(1.0, -24), u_out = p.d_type == MatrixType::kBf16 ? std::ldexp(1.0, -8) : u;
-  const double accumulate = is_fp8_blockwise(p.a_recipe)
+  const double accumulate = bf::is_fp8_block(p.a_recipe)
                                 ? 8 * std::ldexp(1.0, -13) + (static_cast<double>(p.k / 128) + 5) * u
                                 : 2 * (static_cast<double>(p.k / 16) + 4) * std::ldexp(1.0, -23) + 4 * u;
   return std::fabs(p.alpha) * accumulate * abs_norm + 2 * u * std::fabs(p.beta) * c_norm + 1.01 * u_out * ref_norm;
@@ -372,10 +371,10 @@ TEST(KGroupedGemm, FromQuantsGroupedQuantize) {
     for (int64_t c : kc.counts) ends32.push_back(static_cast<int32_t>(e += c));
 
     DeviceBuffer dy_buf, x_buf, ends_buf, pends, a_data, a_sc, a_dec, b_data, b_sc, b_dec, d_buf;
-    ASSERT_CUDA(dy_buf.upload(dy.data(), dy.size() * 4));
-    ASSERT_CUDA(x_buf.upload(x.data(), x.size() * 4));
-    ASSERT_CUDA(ends_buf.upload(ends32.data(), ends32.size() * 4));
-    ASSERT_CUDA(pends.alloc(ends32.size() * 4));
+    ASSERT_OK(dy_buf.upload(dy.data(), dy.size() * 4, "dy_buf"));
+    ASSERT_OK(x_buf.upload(x.data(), x.size() * 4, "x_buf"));
+    ASSERT_OK(ends_buf.upload(ends32.data(), ends32.size() * 4, "ends_buf"));
+    ASSERT_OK(pends.alloc(ends32.size() * 4, "pends"));
     const auto quantize = [&](const DeviceBuffer& in, int64_t cols, Recipe r,
                               DeviceBuffer* data, DeviceBuffer* scales, DeviceBuffer* dec) {
       bq::GroupedQuantizeProblem q;
@@ -384,18 +383,18 @@ TEST(KGroupedGemm, FromQuantsGroupedQuantize) {
       q.dense.directions = bq::Directions::kColumnwise;
       q.num_groups = static_cast<int>(kc.counts.size());
       EXPECT_EQ(bq::grouped_capacity(q), o.capacity);
-      EXPECT_EQ(cudaSuccess, data->alloc(static_cast<size_t>(bq::grouped_columnwise_data_bytes(q))));
-      EXPECT_EQ(cudaSuccess, scales->alloc(static_cast<size_t>(bq::grouped_columnwise_scale_bytes(q))));
-      EXPECT_EQ(cudaSuccess, dec->alloc(4));
+      EXPECT_OK(data->alloc(static_cast<size_t>(bq::grouped_columnwise_data_bytes(q)), "data"));
+      EXPECT_OK(scales->alloc(static_cast<size_t>(bq::grouped_columnwise_scale_bytes(q)), "scales"));
+      EXPECT_OK(dec->alloc(4, "dec"));
       DeviceBuffer workspace;
-      EXPECT_EQ(cudaSuccess, workspace.alloc(std::max<size_t>(1, bq::workspace_size(q))));
+      EXPECT_OK(workspace.alloc(std::max<size_t>(1, bq::workspace_size(q)), "workspace"));
       bq::GroupedQuantizeInputs qi;
-      qi.x = in.ptr, qi.group_ends = reinterpret_cast<const int32_t*>(ends_buf.ptr);
+      qi.x = in.data(), qi.group_ends = ends_buf.as<int32_t>();
       bq::GroupedQuantizeOutputs qo;
-      qo.dense.columnwise_data = data->ptr, qo.dense.columnwise_scales = scales->ptr;
-      qo.dense.columnwise_scale_dec = reinterpret_cast<float*>(dec->ptr);
-      qo.padded_group_ends = reinterpret_cast<int32_t*>(pends.ptr);
-      const blockscale::Status s = bq::run(q, qi, qo, workspace.ptr, bq::workspace_size(q), nullptr);
+      qo.dense.columnwise_data = data->data(), qo.dense.columnwise_scales = scales->data();
+      qo.dense.columnwise_scale_dec = dec->as<float>();
+      qo.padded_group_ends = pends.as<int32_t>();
+      const blockscale::Status s = bq::run(q, qi, qo, workspace.data(), bq::workspace_size(q), nullptr);
       EXPECT_TRUE(s.is_ok()) << s.message();
     };
     quantize(dy_buf, kc.m, pair.a, &a_data, &a_sc, &a_dec);
@@ -404,18 +403,18 @@ TEST(KGroupedGemm, FromQuantsGroupedQuantize) {
     const bg::GroupedGemmProblem p = problem_of(kc, o.capacity);
     const int64_t out = int64_t{4} * kc.m * kc.n;
     const std::vector<uint8_t> poison(static_cast<size_t>(out * 4), 0xFF);
-    ASSERT_CUDA(d_buf.upload(poison.data(), poison.size()));
+    ASSERT_OK(d_buf.upload(poison.data(), poison.size(), "d_buf"));
     bg::GroupedGemmArguments args;
-    args.a_data = a_data.ptr, args.a_scales = a_sc.ptr, args.b_data = b_data.ptr, args.b_scales = b_sc.ptr;
-    args.a_scale_dec = pair.a == Recipe::kNvfp4 ? reinterpret_cast<const float*>(a_dec.ptr) : nullptr;
-    args.b_scale_dec = pair.b == Recipe::kNvfp4 ? reinterpret_cast<const float*>(b_dec.ptr) : nullptr;
-    args.group_ends = reinterpret_cast<const int32_t*>(pends.ptr);
-    args.d = d_buf.ptr;
+    args.a_data = a_data.data(), args.a_scales = a_sc.data(), args.b_data = b_data.data(), args.b_scales = b_sc.data();
+    args.a_scale_dec = pair.a == Recipe::kNvfp4 ? a_dec.as<float>() : nullptr;
+    args.b_scale_dec = pair.b == Recipe::kNvfp4 ? b_dec.as<float>() : nullptr;
+    args.group_ends = pends.as<int32_t>();
+    args.d = d_buf.data();
     const blockscale::Status s = bg::run(p, args, nullptr, 0, nullptr);
     ASSERT_TRUE(s.is_ok()) << s.message();
     ASSERT_CUDA(cudaDeviceSynchronize());
     std::vector<uint8_t> d(poison.size());
-    ASSERT_CUDA(cudaMemcpy(d.data(), d_buf.ptr, d.size(), cudaMemcpyDeviceToHost));
+    ASSERT_CUDA(cudaMemcpy(d.data(), d_buf.data(), d.size(), cudaMemcpyDeviceToHost));
 
     std::vector<double> ref, abs_ref;
     ASSERT_TRUE(bf::reference_gemm_k_grouped(o.a, o.b, o.ends, 1.0, 0.0, nullptr, &ref).is_ok());
@@ -445,21 +444,21 @@ TEST(KGroupedGemm, MalformedEndsStayInBounds) {
   const std::vector<uint8_t> a_scales = gemm_scales(a), b_scales = gemm_scales(b);
   const std::vector<int32_t> ends32(bad_ends.begin(), bad_ends.end());
   DeviceBuffer a_data, a_sc, b_data, b_sc, ends_buf, d_buf;
-  ASSERT_CUDA(a_data.upload(a.data.data(), a.data.size()));
-  ASSERT_CUDA(a_sc.upload(a_scales.data(), a_scales.size()));
-  ASSERT_CUDA(b_data.upload(b.data.data(), b.data.size()));
-  ASSERT_CUDA(b_sc.upload(b_scales.data(), b_scales.size()));
-  ASSERT_CUDA(ends_buf.upload(ends32.data(), ends32.size() * 4));
-  ASSERT_CUDA(d_buf.upload(poison.data(), poison.size()));
+  ASSERT_OK(a_data.upload(a.data.data(), a.data.size(), "a_data"));
+  ASSERT_OK(a_sc.upload(a_scales.data(), a_scales.size(), "a_sc"));
+  ASSERT_OK(b_data.upload(b.data.data(), b.data.size(), "b_data"));
+  ASSERT_OK(b_sc.upload(b_scales.data(), b_scales.size(), "b_sc"));
+  ASSERT_OK(ends_buf.upload(ends32.data(), ends32.size() * 4, "ends_buf"));
+  ASSERT_OK(d_buf.upload(poison.data(), poison.size(), "d_buf"));
   bg::GroupedGemmArguments args;
-  args.a_data = a_data.ptr, args.a_scales = a_sc.ptr, args.b_data = b_data.ptr, args.b_scales = b_sc.ptr;
-  args.group_ends = reinterpret_cast<const int32_t*>(ends_buf.ptr);
-  args.d = d_buf.ptr + guard;
+  args.a_data = a_data.data(), args.a_scales = a_sc.data(), args.b_data = b_data.data(), args.b_scales = b_sc.data();
+  args.group_ends = ends_buf.as<int32_t>();
+  args.d = d_buf.data() + guard;
   const blockscale::Status s = bg::run(p, args, nullptr, 0, nullptr);
   ASSERT_TRUE(s.is_ok()) << s.message();
   ASSERT_CUDA(cudaDeviceSynchronize());
   std::vector<uint8_t> got(poison.size());
-  ASSERT_CUDA(cudaMemcpy(got.data(), d_buf.ptr, got.size(), cudaMemcpyDeviceToHost));
+  ASSERT_CUDA(cudaMemcpy(got.data(), d_buf.data(), got.size(), cudaMemcpyDeviceToHost));
   for (int64_t i = 0; i < guard; ++i) {
     ASSERT_EQ(got[static_cast<size_t>(i)], 0xFF) << "written before D at byte " << i;
     ASSERT_EQ(got[static_cast<size_t>(guard + d_bytes + i)], 0xFF) << "written after D at byte " << i;
@@ -513,19 +512,19 @@ TEST(KGroupedGemmChecks, PointersAreChecked) {
   bg::GroupedGemmProblem p = valid_problem();
   p.m = 256, p.n = 128, p.k = 1024, p.ldc = p.ldd = 128, p.num_groups = 4;
   DeviceBuffer buf;
-  ASSERT_CUDA(buf.alloc(1 << 24));
+  ASSERT_OK(buf.alloc(1 << 24, "buf"));
   bg::GroupedGemmArguments args;
-  args.a_data = buf.ptr, args.a_scales = buf.ptr + (1 << 20), args.b_data = buf.ptr + (2 << 20);
-  args.b_scales = buf.ptr + (3 << 20);
-  args.group_ends = reinterpret_cast<const int32_t*>(buf.ptr + (5 << 20));
-  args.d = buf.ptr + (6 << 20);
+  args.a_data = buf.data(), args.a_scales = buf.data() + (1 << 20), args.b_data = buf.data() + (2 << 20);
+  args.b_scales = buf.data() + (3 << 20);
+  args.group_ends = reinterpret_cast<const int32_t*>(buf.data() + (5 << 20));
+  args.d = buf.data() + (6 << 20);
   args.c = nullptr;
   expect_error(bg::can_implement(p, args), "c: must not be null");
-  args.c = buf.ptr + (6 << 20) + 4 * 128;  // C overlapping D (4 experts x 256 x 128 fp32) but not D itself
+  args.c = buf.data() + (6 << 20) + 4 * 128;  // C overlapping D (4 experts x 256 x 128 fp32) but not D itself
   expect_error(bg::can_implement(p, args), "c: must be d itself");
   args.c = args.d;
   EXPECT_TRUE(bg::can_implement(p, args).is_ok()) << bg::can_implement(p, args).message();
-  args.d = buf.ptr + (5 << 20) - 4 * 256 * 128;  // D's last expert on top of group_ends
+  args.d = buf.data() + (5 << 20) - 4 * 256 * 128;  // D's last expert on top of group_ends
   args.c = args.d;
   expect_error(bg::can_implement(p, args), "d: overlaps group_ends");
 }

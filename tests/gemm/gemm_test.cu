@@ -1,8 +1,8 @@
 // Tests of gemm/gemm.h (the FP8 blockwise GEMM and its checks). The reference is
 // formats::reference_gemm (fp64, exact products) on the same QuantizedMatrix operands whose bytes
-// are uploaded in quant/'s layout (data row-major, scales packed with formats::pack_vec128_scales
-// / pack_blk128_scales). D is poisoned (0xFF bytes: NaN in bf16 and fp32) before every run, and
-// its padding columns (ldd > n) must stay poisoned.
+// are uploaded in quant/'s layout (data row-major, scales packed with formats::pack_gemm_scales).
+// D is poisoned (0xFF bytes: NaN in bf16 and fp32) before every run, and its padding columns
+// (ldd > n) must stay poisoned.
 //
 // ---- The error bound (random data) ----
 // Per output d = alpha * sum_kb s_kb P_kb + beta * c, with P_kb = sum_{k in kb} a_k b_k (e4m3
@@ -58,7 +58,7 @@
 #include "gemm/gemm.h"
 #include "gemm/launchers.h"  // the tile-width selector
 #include "tests/gemm/gemm_test_util.h"
-#include "tests/quant/gpu_test_util.h"
+#include "tests/gpu_test.h"  // defines: SKIP_WITHOUT_GPU, ASSERT_CUDA, ASSERT_OK, expect_error
 
 namespace {
 
@@ -67,29 +67,22 @@ namespace bg = blockscale::gemm;
 using bf::Recipe;
 using bg::MatrixType;
 using bg::detail::Sm90Fp8Tile;
-using blockscale_test::DeviceBuffer;
+using blockscale::runtime::DeviceBuffer;
 using blockscale_test::RouteScope;
 using blockscale_test::element_bytes;
 using blockscale_test::element_value;
 using blockscale_test::encode;
 using blockscale_test::round_to;
 using blockscale_test::expect_error;
+using blockscale_test::gemm_scales;
 
 // ---- Operands ----------------------------------------------------------------------------------
 
 // A quantized operand and its scales packed in the GEMM layout of its recipe.
 struct HostOperand {
   bf::QuantizedMatrix q;
-  std::vector<float> packed_scales;
+  std::vector<uint8_t> packed_scales;  // gemm_scales(q)
 };
-
-void pack_scales(HostOperand* op) {
-  const bf::QuantizedMatrix& q = op->q;
-  const blockscale::Status s = q.recipe == Recipe::kFp8Block1x128
-                           ? bf::pack_vec128_scales(q.scales_f32.data(), q.rows, q.scale_cols(), &op->packed_scales)
-                           : bf::pack_blk128_scales(q.scales_f32.data(), q.scale_rows(), q.scale_cols(), &op->packed_scales);
-  ASSERT_TRUE(s.is_ok()) << s.message();
-}
 
 // rows x k random values quantized with formats::quantize: normal samples times `magnitude`
 // times a power of two in [2^-4, 2^4] drawn per 128-element block (so scales differ per block).
@@ -107,7 +100,7 @@ void random_operand(int64_t rows, int64_t k, Recipe recipe, double magnitude, ui
   options.recipe = recipe;
   const blockscale::Status s = bf::quantize(x.data(), rows, k, k, options, bf::Direction::kRowwise, &op->q);
   ASSERT_TRUE(s.is_ok()) << s.message();
-  pack_scales(op);
+  op->packed_scales = gemm_scales(op->q);
 }
 
 // rows x k codes drawn from {0, +-0.5, +-1, +-1.5, +-2} and scales 2^[-2, 2], set directly.
@@ -126,7 +119,7 @@ void exact_operand(int64_t rows, int64_t k, Recipe recipe, uint64_t seed, HostOp
   for (auto& code : q.data) code = bf::encode_e4m3(values[pick(rng)]);
   q.scales_f32.resize(static_cast<size_t>(q.scale_rows() * q.scale_cols()));
   for (auto& s : q.scales_f32) s = std::ldexp(1.0f, exponent(rng));
-  pack_scales(op);
+  op->packed_scales = gemm_scales(op->q);
 }
 
 // The operand with every code's sign and every scale's sign cleared: reference_gemm on two of
@@ -176,41 +169,41 @@ enum class Via { kKernel, kCublasLtLaunch, kRunAuto };
 void run_gemm(const bg::GemmProblem& p, const HostOperand& a, const HostOperand& b, const std::vector<double>* c,
               bool in_place, Sm90Fp8Tile tile, GemmRun* out, Via via = Via::kKernel) {
   DeviceBuffer a_data, a_scales, b_data, b_scales, c_buf, d_buf;
-  ASSERT_CUDA(a_data.upload(a.q.data.data(), a.q.data.size()));
-  ASSERT_CUDA(b_data.upload(b.q.data.data(), b.q.data.size()));
-  ASSERT_CUDA(a_scales.upload(a.packed_scales.data(), a.packed_scales.size() * 4));
-  ASSERT_CUDA(b_scales.upload(b.packed_scales.data(), b.packed_scales.size() * 4));
+  ASSERT_OK(a_data.upload(a.q.data.data(), a.q.data.size(), "a_data"));
+  ASSERT_OK(b_data.upload(b.q.data.data(), b.q.data.size(), "b_data"));
+  ASSERT_OK(a_scales.upload(a.packed_scales, "a_scales"));
+  ASSERT_OK(b_scales.upload(b.packed_scales, "b_scales"));
   const int64_t d_bytes = p.m * p.ldd * element_bytes(p.d_type);
-  ASSERT_CUDA(d_buf.alloc(static_cast<size_t>(d_bytes)));
-  ASSERT_CUDA(cudaMemset(d_buf.ptr, 0xFF, static_cast<size_t>(d_bytes)));
+  ASSERT_OK(d_buf.alloc(static_cast<size_t>(d_bytes), "d_buf"));
+  ASSERT_CUDA(cudaMemset(d_buf.data(), 0xFF, static_cast<size_t>(d_bytes)));
   if (c != nullptr) {
     const std::vector<uint8_t> c_bytes = encode(*c, p.c_type);
     if (in_place) {
-      ASSERT_CUDA(cudaMemcpy(d_buf.ptr, c_bytes.data(), c_bytes.size(), cudaMemcpyHostToDevice));
+      ASSERT_CUDA(cudaMemcpy(d_buf.data(), c_bytes.data(), c_bytes.size(), cudaMemcpyHostToDevice));
     } else {
-      ASSERT_CUDA(c_buf.upload(c_bytes.data(), c_bytes.size()));
+      ASSERT_OK(c_buf.upload(c_bytes.data(), c_bytes.size(), "c_buf"));
     }
   }
   bg::GemmArguments args;
-  args.a_data = a_data.ptr;
-  args.a_scales = reinterpret_cast<const float*>(a_scales.ptr);
-  args.b_data = b_data.ptr;
-  args.b_scales = reinterpret_cast<const float*>(b_scales.ptr);
-  args.c = c == nullptr ? nullptr : in_place ? static_cast<const void*>(d_buf.ptr) : c_buf.ptr;
-  args.d = d_buf.ptr;
+  args.a_data = a_data.data();
+  args.a_scales = a_scales.as<float>();
+  args.b_data = b_data.data();
+  args.b_scales = b_scales.as<float>();
+  args.c = c == nullptr ? nullptr : in_place ? static_cast<const void*>(d_buf.data()) : c_buf.data();
+  args.d = d_buf.data();
   DeviceBuffer workspace;
-  ASSERT_CUDA(workspace.alloc(bg::workspace_size(p)));
+  ASSERT_OK(workspace.alloc(bg::workspace_size(p), "workspace"));
   if (via == Via::kCublasLtLaunch) {
-    out->status = bg::detail::launch_cublaslt_block_scaled(p, args, workspace.ptr, workspace.bytes, nullptr);
+    out->status = bg::detail::launch_cublaslt_block_scaled(p, args, workspace.data(), workspace.size(), nullptr);
   } else {
     const TileScope scope(tile);
     const RouteScope route(via == Via::kKernel ? bg::Sm90Fp8Route::kKernel : bg::Sm90Fp8Route::kAuto);
-    out->status = bg::run(p, args, workspace.ptr, workspace.bytes, nullptr);
+    out->status = bg::run(p, args, workspace.data(), workspace.size(), nullptr);
   }
   ASSERT_TRUE(out->status.is_ok()) << out->status.message();
   ASSERT_CUDA(cudaDeviceSynchronize());
   out->d.resize(static_cast<size_t>(d_bytes));
-  ASSERT_CUDA(cudaMemcpy(out->d.data(), d_buf.ptr, out->d.size(), cudaMemcpyDeviceToHost));
+  ASSERT_CUDA(cudaMemcpy(out->d.data(), d_buf.data(), out->d.size(), cudaMemcpyDeviceToHost));
 }
 
 // Every element in columns [n, ldd) must still hold the poison (0xFF bytes).
@@ -450,15 +443,16 @@ TEST(GemmCublasLt, RefusalNamesTheProblem) {
   random_operand(260, 384, Recipe::kFp8Block128x128, 1.0, 52, &b);
   if (HasFatalFailure()) return;
   DeviceBuffer a_data, a_scales, b_data, b_scales, d;
-  ASSERT_CUDA(a_data.upload(a.q.data.data(), a.q.data.size()));
-  ASSERT_CUDA(b_data.upload(b.q.data.data(), b.q.data.size()));
-  ASSERT_CUDA(a_scales.upload(a.packed_scales.data(), a.packed_scales.size() * 4));
-  ASSERT_CUDA(b_scales.upload(b.packed_scales.data(), b.packed_scales.size() * 4));
-  ASSERT_CUDA(d.alloc(132 * 260 * 2));
+  ASSERT_OK(a_data.upload(a.q.data.data(), a.q.data.size(), "a_data"));
+  ASSERT_OK(b_data.upload(b.q.data.data(), b.q.data.size(), "b_data"));
+  ASSERT_OK(a_scales.upload(a.packed_scales, "a_scales"));
+  ASSERT_OK(b_scales.upload(b.packed_scales, "b_scales"));
+  ASSERT_OK(d.alloc(132 * 260 * 2, "d"));
   const bg::GemmProblem p = problem(132, 260, 384, Recipe::kFp8Block128x128, MatrixType::kBf16, 260, 1.0f, 0.0f);
   bg::GemmArguments args;
-  args.a_data = a_data.ptr, args.a_scales = a_scales.ptr, args.b_data = b_data.ptr, args.b_scales = b_scales.ptr;
-  args.d = d.ptr;
+  args.a_data = a_data.data(), args.a_scales = a_scales.data();
+  args.b_data = b_data.data(), args.b_scales = b_scales.data();
+  args.d = d.data();
   expect_error(bg::detail::launch_cublaslt_block_scaled(p, args, nullptr, 0, nullptr),
                "cuBLASLt found no algorithm for m=132, n=260, k=384");
 }

@@ -80,25 +80,10 @@ inline std::string recipe_pair_name(const ::testing::TestParamInfo<RecipePair>& 
          blockscale::formats::recipe_name(info.param.b);
 }
 
-inline bool is_fp8_blockwise(blockscale::formats::Recipe r) {
-  return r == blockscale::formats::Recipe::kFp8Block1x128 || r == blockscale::formats::Recipe::kFp8Block128x128;
-}
-
-// q's scales in the GEMM layout of its recipe (gemm/gemm.h), as bytes.
+// q's scales in the GEMM layout of its recipe (formats::pack_gemm_scales), as bytes.
 inline std::vector<uint8_t> gemm_scales(const blockscale::formats::QuantizedMatrix& q) {
-  namespace bf = blockscale::formats;
   std::vector<uint8_t> bytes;
-  blockscale::Status s = blockscale::Status::ok();
-  if (is_fp8_blockwise(q.recipe)) {
-    std::vector<float> packed;
-    s = q.recipe == bf::Recipe::kFp8Block1x128
-            ? bf::pack_vec128_scales(q.scales_f32.data(), q.rows, q.scale_cols(), &packed)
-            : bf::pack_blk128_scales(q.scales_f32.data(), q.scale_rows(), q.scale_cols(), &packed);
-    bytes.resize(packed.size() * 4);
-    std::memcpy(bytes.data(), packed.data(), bytes.size());
-  } else {
-    s = bf::pack_swizzled_scales(q.scales.data(), q.rows, q.scale_cols(), &bytes);
-  }
+  const blockscale::Status s = blockscale::formats::pack_gemm_scales(q, &bytes);
   EXPECT_TRUE(s.is_ok()) << s.message();
   return bytes;
 }

@@ -23,7 +23,7 @@ namespace {
 namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
 using bf::Recipe;
-using blockscale_test::DeviceBuffer;
+using blockscale::runtime::DeviceBuffer;
 
 struct Case {
   std::string name;
@@ -55,28 +55,6 @@ std::vector<float> make_input(int64_t rows, int64_t cols, uint32_t seed) {
   return x;
 }
 
-// The scales of q in the layout quant's kernels write (NVFP4 2D: one scale per row).
-std::vector<uint8_t> gpu_layout_scales(const bf::QuantizedMatrix& q) {
-  std::vector<uint8_t> bytes;
-  if (bf::is_fp8_block(q.recipe)) {
-    std::vector<float> packed;
-    const auto s = q.recipe == Recipe::kFp8Block1x128
-                       ? bf::pack_vec128_scales(q.scales_f32.data(), q.scale_rows(), q.scale_cols(), &packed)
-                       : bf::pack_blk128_scales(q.scales_f32.data(), q.scale_rows(), q.scale_cols(), &packed);
-    EXPECT_TRUE(s.is_ok()) << s.message();
-    bytes.resize(packed.size() * 4);
-    std::memcpy(bytes.data(), packed.data(), bytes.size());
-    return bytes;
-  }
-  std::vector<uint8_t> per_row(static_cast<size_t>(q.rows * q.scale_cols()));
-  for (int64_t r = 0; r < q.rows; ++r)
-    for (int64_t j = 0; j < q.scale_cols(); ++j)
-      per_row[static_cast<size_t>(r * q.scale_cols() + j)] = q.scales[static_cast<size_t>((r / q.block_rows) * q.scale_cols() + j)];
-  const auto s = bf::pack_swizzled_scales(per_row.data(), q.rows, q.scale_cols(), &bytes);
-  EXPECT_TRUE(s.is_ok()) << s.message();
-  return bytes;
-}
-
 class DequantizeTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DequantizeTest, MatchesFormatsDequantizeBitForBit) {
@@ -87,22 +65,23 @@ TEST_P(DequantizeTest, MatchesFormatsDequantizeBitForBit) {
   ASSERT_TRUE(bf::quantize(x.data(), c.rows, c.cols, c.cols, c.options, c.direction, &q).is_ok());
   std::vector<float> want;
   ASSERT_TRUE(bf::dequantize(q, &want).is_ok());
-  const std::vector<uint8_t> scales = gpu_layout_scales(q);
+  std::vector<uint8_t> scales;
+  ASSERT_OK(bf::pack_gemm_scales(q, &scales));
 
   DeviceBuffer data, scale_buf, scale_dec, out;
-  ASSERT_CUDA(data.upload(q.data.data(), q.data.size()));
-  ASSERT_CUDA(scale_buf.upload(scales.data(), scales.size()));
-  ASSERT_CUDA(scale_dec.upload(&q.global_scale_dec, sizeof(float)));
-  ASSERT_CUDA(out.alloc(want.size() * sizeof(float)));
-  ASSERT_CUDA(cudaMemset(out.ptr, 0xAB, out.bytes));
+  ASSERT_OK(data.upload(q.data.data(), q.data.size(), "data"));
+  ASSERT_OK(scale_buf.upload(scales.data(), scales.size(), "scale_buf"));
+  ASSERT_OK(scale_dec.upload(&q.global_scale_dec, sizeof(float), "scale_dec"));
+  ASSERT_OK(out.alloc(want.size() * sizeof(float), "out"));
+  ASSERT_CUDA(cudaMemset(out.data(), 0xAB, out.size()));
   bq::DequantizeProblem p;
   p.recipe = q.recipe, p.rows = q.rows, p.cols = q.cols;
-  const bq::DequantizeInputs in{data.ptr, scale_buf.ptr, reinterpret_cast<float*>(scale_dec.ptr)};
-  const auto s = bq::dequantize(p, in, reinterpret_cast<float*>(out.ptr), nullptr);
+  const bq::DequantizeInputs in{data.data(), scale_buf.data(), scale_dec.as<float>()};
+  const auto s = bq::dequantize(p, in, out.as<float>(), nullptr);
   ASSERT_TRUE(s.is_ok()) << s.message();
   ASSERT_CUDA(cudaDeviceSynchronize());
   std::vector<float> got(want.size());
-  ASSERT_CUDA(cudaMemcpy(got.data(), out.ptr, out.bytes, cudaMemcpyDeviceToHost));
+  ASSERT_CUDA(cudaMemcpy(got.data(), out.data(), out.size(), cudaMemcpyDeviceToHost));
   int64_t bad = 0, nans = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     if (std::isnan(want[i]) && std::isnan(got[i])) {
@@ -187,23 +166,24 @@ TEST_P(Nvfp4ValuesTest, TimesTensorScaleIsFormatsDequantize) {
     ASSERT_TRUE(bf::dequantize(q, &want[static_cast<size_t>(b)]).is_ok());
     dec[static_cast<size_t>(b)] = q.global_scale_dec;
     data.insert(data.end(), q.data.begin(), q.data.end());
-    const std::vector<uint8_t> packed = gpu_layout_scales(q);
+    std::vector<uint8_t> packed;
+    ASSERT_OK(bf::pack_gemm_scales(q, &packed));
     scales.insert(scales.end(), packed.begin(), packed.end());
   }
   DeviceBuffer data_buf, scale_buf, out;
-  ASSERT_CUDA(data_buf.upload(data.data(), data.size()));
-  ASSERT_CUDA(scale_buf.upload(scales.data(), scales.size()));
+  ASSERT_OK(data_buf.upload(data.data(), data.size(), "data_buf"));
+  ASSERT_OK(scale_buf.upload(scales.data(), scales.size(), "scale_buf"));
   const size_t count = static_cast<size_t>(c.batches * c.rows * c.cols);
-  ASSERT_CUDA(out.alloc(count * 2));
-  ASSERT_CUDA(cudaMemset(out.ptr, 0xAB, out.bytes));
+  ASSERT_OK(out.alloc(count * 2, "out"));
+  ASSERT_CUDA(cudaMemset(out.data(), 0xAB, out.size()));
   bq::DequantizeProblem p;
   p.recipe = Recipe::kNvfp4, p.rows = c.rows, p.cols = c.cols;
-  const bq::DequantizeInputs in{data_buf.ptr, scale_buf.ptr, nullptr};
-  const auto s = bq::nvfp4_block_values_bf16(p, c.batches, in, reinterpret_cast<uint16_t*>(out.ptr), nullptr);
+  const bq::DequantizeInputs in{data_buf.data(), scale_buf.data(), nullptr};
+  const auto s = bq::nvfp4_block_values_bf16(p, c.batches, in, out.as<uint16_t>(), nullptr);
   ASSERT_TRUE(s.is_ok()) << s.message();
   ASSERT_CUDA(cudaDeviceSynchronize());
   std::vector<uint16_t> got(count);
-  ASSERT_CUDA(cudaMemcpy(got.data(), out.ptr, out.bytes, cudaMemcpyDeviceToHost));
+  ASSERT_CUDA(cudaMemcpy(got.data(), out.data(), out.size(), cudaMemcpyDeviceToHost));
   int64_t bad = 0, nans = 0;
   for (size_t i = 0; i < count; ++i) {
     const size_t b = i / static_cast<size_t>(c.rows * c.cols), e = i % static_cast<size_t>(c.rows * c.cols);

@@ -38,7 +38,7 @@ namespace bq = blockscale::quant;
 using bf::Recipe;
 using bq::Directions;
 using bq::InputType;
-using blockscale_test::DeviceBuffer;
+using blockscale::runtime::DeviceBuffer;
 using blockscale_test::DeviceInput;
 using blockscale_test::GuardedOutput;
 using blockscale_test::HostInput;
@@ -166,8 +166,8 @@ bq::GroupedQuantizeProblem problem_of(const Case& c, bool pow2, Directions d) {
   pr->capacity = bq::grouped_capacity(problem_of(c, false, Directions::kBoth));
   const ::testing::AssertionResult uploaded = upload_input(pr->in, c.type, c.misaligned, &pr->x);
   if (!uploaded) return uploaded;
-  const cudaError_t err = pr->ends_dev.upload(ends32.data(), ends32.size() * 4);
-  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
+  const blockscale::Status s = pr->ends_dev.upload(ends32, "group ends");
+  if (!s) return ::testing::AssertionFailure() << s.message();
   return ::testing::AssertionSuccess();
 }
 
@@ -183,8 +183,8 @@ int64_t run_and_compare(const Case& c, const Prepared& pr, const GroupedReferenc
   EXPECT_TRUE(alloc_poisoned(&amax, 4, 0));
   EXPECT_TRUE(alloc_poisoned(&padded, 4 * int64_t{c.groups}, 0));
   DeviceBuffer flag;
-  EXPECT_EQ(flag.alloc(sizeof(int)), cudaSuccess);
-  EXPECT_EQ(cudaMemset(flag.ptr, 0, sizeof(int)), cudaSuccess);
+  EXPECT_OK(flag.alloc(sizeof(int), "flag"));
+  EXPECT_CUDA(cudaMemset(flag.data(), 0, sizeof(int)));
 
   p.dense.directions = dirs;
   bq::GroupedQuantizeOutputs out;
@@ -193,14 +193,14 @@ int64_t run_and_compare(const Case& c, const Prepared& pr, const GroupedReferenc
   out.dense.columnwise_data = col_data.ptr();
   out.dense.columnwise_scales = col_scales.ptr();
   out.dense.amax = reinterpret_cast<float*>(amax.ptr());
-  out.dense.nonfinite = reinterpret_cast<int*>(flag.ptr);
+  out.dense.nonfinite = flag.as<int>();
   out.padded_group_ends = reinterpret_cast<int32_t*>(padded.ptr());
   bq::GroupedQuantizeInputs in;
   in.x = pr.x.ptr();
-  in.group_ends = reinterpret_cast<const int32_t*>(pr.ends_dev.ptr);
+  in.group_ends = pr.ends_dev.as<int32_t>();
   const blockscale::Status s = bq::run(p, in, out, nullptr, 0, nullptr);
   EXPECT_TRUE(s.is_ok()) << s.message();
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_CUDA(cudaDeviceSynchronize());
 
   const bool row = dirs != Directions::kColumnwise, col = dirs != Directions::kRowwise;
   std::string report;
@@ -215,7 +215,7 @@ int64_t run_and_compare(const Case& c, const Prepared& pr, const GroupedReferenc
   bad += check_output(amax, &amax_bytes, 4, "amax", &report);
   bad += check_output(padded, &padded_bytes, 4, "padded_group_ends", &report);
   int got_flag = -1;
-  EXPECT_EQ(cudaMemcpy(&got_flag, flag.ptr, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_CUDA(cudaMemcpy(&got_flag, flag.data(), sizeof(int), cudaMemcpyDeviceToHost));
   if (got_flag != (ref.nonfinite ? 1 : 0)) {
     ++bad;
     report += "nonfinite flag: got " + std::to_string(got_flag) + "\n";
@@ -315,9 +315,9 @@ TEST(Fp8BlockGroupedQuantizeEmpty, WritesThePaddedEndsAlone) {
       const std::vector<int32_t> want = shape.first == 0 ? std::vector<int32_t>{0, 0, 0}
                                                          : std::vector<int32_t>{256, 256, 512};
       DeviceBuffer ends_dev, x;
-      ASSERT_CUDA(ends_dev.alloc(4 * g));
-      ASSERT_CUDA(cudaMemcpy(ends_dev.ptr, ends.data(), 4 * g, cudaMemcpyHostToDevice));
-      ASSERT_CUDA(x.alloc(256));
+      ASSERT_OK(ends_dev.alloc(4 * g, "ends_dev"));
+      ASSERT_CUDA(cudaMemcpy(ends_dev.data(), ends.data(), 4 * g, cudaMemcpyHostToDevice));
+      ASSERT_OK(x.alloc(256, "x"));
       GuardedOutput padded;
       ASSERT_TRUE(alloc_poisoned(&padded, 4 * g, 0));
       bq::GroupedQuantizeProblem p;
@@ -328,8 +328,8 @@ TEST(Fp8BlockGroupedQuantizeEmpty, WritesThePaddedEndsAlone) {
       bq::GroupedQuantizeOutputs out;
       out.padded_group_ends = reinterpret_cast<int32_t*>(padded.ptr());
       bq::GroupedQuantizeInputs in;
-      in.x = x.ptr;
-      in.group_ends = reinterpret_cast<const int32_t*>(ends_dev.ptr);
+      in.x = x.data();
+      in.group_ends = ends_dev.as<int32_t>();
       const auto s = bq::run(p, in, out, nullptr, 0, nullptr);
       ASSERT_TRUE(s.is_ok()) << s.message();
       ASSERT_CUDA(cudaDeviceSynchronize());

@@ -1,8 +1,8 @@
 // Tests of quant/fp8_block_quantize.cu (through quant/quantize.h's run()): the GPU's bytes against
 // the CPU emulator's, byte for byte. The reference is formats::quantize() (rowwise, and
 // columnwise = the transpose) on the input decoded exactly to fp32, its scales_f32 packed with
-// formats::pack_vec128_scales (1x128) or pack_blk128_scales (128x128); the tensor amax is formats'
-// block_amax over the whole input, the flag its nonfinite_seen.
+// formats::pack_gemm_scales (VEC128 for 1x128, BLK128x128 for 128x128); the tensor amax is
+// formats' block_amax over the whole input, the flag its nonfinite_seen.
 //   - every output (and 32 guard bytes either side) poisoned before each run: an unwritten byte,
 //     a write past a buffer, or a write to an output not requested fails;
 //   - both recipes (1x128, 128x128) x pow2 off / on x rowwise / columnwise / both x bf16 / fp16 /
@@ -48,7 +48,7 @@ namespace bq = blockscale::quant;
 using bf::Recipe;
 using bq::Directions;
 using bq::InputType;
-using blockscale_test::DeviceBuffer;
+using blockscale::runtime::DeviceBuffer;
 using blockscale_test::DeviceInput;
 using blockscale_test::GuardedOutput;
 using blockscale_test::HostInput;
@@ -149,17 +149,6 @@ struct Expected {
   bool nonfinite = false;
 };
 
-std::vector<uint8_t> packed_scale_bytes(const bf::QuantizedMatrix& q) {
-  std::vector<float> packed;
-  const auto s = q.recipe == Recipe::kFp8Block1x128
-                     ? bf::pack_vec128_scales(q.scales_f32.data(), q.scale_rows(), q.scale_cols(), &packed)
-                     : bf::pack_blk128_scales(q.scales_f32.data(), q.scale_rows(), q.scale_cols(), &packed);
-  EXPECT_TRUE(s.is_ok()) << s.message();
-  std::vector<uint8_t> bytes(packed.size() * 4);
-  if (!bytes.empty()) std::memcpy(bytes.data(), packed.data(), bytes.size());
-  return bytes;
-}
-
 bf::QuantizedMatrix emulate(const HostInput& in, int64_t rows, int64_t cols, int64_t ld, Recipe recipe,
                             bool pow2, bf::Direction dir) {
   bf::QuantizeOptions o;
@@ -186,7 +175,8 @@ std::vector<Expected> references(const HostInput& in, int64_t rows, int64_t cols
   for (size_t i = 0; i < configs.size(); ++i) {
     const bf::QuantizedMatrix row = jobs[2 * i].get(), col = jobs[2 * i + 1].get();
     out[i].row_data = row.data, out[i].col_data = col.data;
-    out[i].row_scales = packed_scale_bytes(row), out[i].col_scales = packed_scale_bytes(col);
+    EXPECT_OK(bf::pack_gemm_scales(row, &out[i].row_scales));
+    EXPECT_OK(bf::pack_gemm_scales(col, &out[i].col_scales));
     out[i].nonfinite = row.nonfinite_seen;
     EXPECT_EQ(row.nonfinite_seen, col.nonfinite_seen);
   }
@@ -233,7 +223,7 @@ int64_t run_one(const Layout& l, const DeviceInput& x, const Expected& want, flo
   in.x = x.ptr();
   const blockscale::Status s = bq::run(p, in, out, nullptr, 0, nullptr);
   EXPECT_TRUE(s.is_ok()) << s.message();
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_CUDA(cudaDeviceSynchronize());
 
   const bool row = dirs != Directions::kColumnwise, col = dirs != Directions::kRowwise;
   const int64_t row_scale_len = c.recipe == Recipe::kFp8Block1x128 ? bf::vec128_scale_ld(l.rows) * 4
@@ -250,7 +240,7 @@ int64_t run_one(const Layout& l, const DeviceInput& x, const Expected& want, flo
   std::memcpy(amax_bytes.data(), &want_amax, 4);
   bad += check_output(amax, &amax_bytes, 4, "amax", &report);
   int got_flag = -1;
-  EXPECT_EQ(cudaMemcpy(&got_flag, flag.ptr, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_CUDA(cudaMemcpy(&got_flag, flag.data(), sizeof(int), cudaMemcpyDeviceToHost));
   if (got_flag != (want.nonfinite ? 1 : 0)) {
     ++bad;
     report += "nonfinite flag: got " + std::to_string(got_flag) + "\n";
@@ -346,27 +336,27 @@ TEST(Fp8BlockQuantizeFlags, NonfiniteFlagIsOnlyEverSetToOne) {
       if (poison == 1) x[150 * 300 + 299] = std::nanf("");
       if (poison == 2) x[7 * 300 + 11] = -INFINITY;
       DeviceBuffer dx, data, scales, flag, amax;
-      ASSERT_CUDA(dx.upload(x.data(), x.size() * 4));
+      ASSERT_OK(dx.upload(x.data(), x.size() * 4, "dx"));
       bq::QuantizeProblem p;
       p.recipe = recipe, p.input_type = InputType::kFp32, p.rows = 200, p.cols = 300, p.ld = 300;
       p.directions = Directions::kColumnwise;
-      ASSERT_CUDA(data.alloc(static_cast<size_t>(bq::columnwise_data_bytes(p))));
-      ASSERT_CUDA(scales.alloc(static_cast<size_t>(bq::columnwise_scale_bytes(p))));
-      ASSERT_CUDA(flag.alloc(4));
-      ASSERT_CUDA(amax.alloc(4));
+      ASSERT_OK(data.alloc(static_cast<size_t>(bq::columnwise_data_bytes(p)), "data"));
+      ASSERT_OK(scales.alloc(static_cast<size_t>(bq::columnwise_scale_bytes(p)), "scales"));
+      ASSERT_OK(flag.alloc(4, "flag"));
+      ASSERT_OK(amax.alloc(4, "amax"));
       const int start = 7;
-      ASSERT_CUDA(cudaMemcpy(flag.ptr, &start, 4, cudaMemcpyHostToDevice));
+      ASSERT_CUDA(cudaMemcpy(flag.data(), &start, 4, cudaMemcpyHostToDevice));
       bq::QuantizeInputs in;
-      in.x = dx.ptr;
+      in.x = dx.data();
       bq::QuantizeOutputs out;
-      out.columnwise_data = data.ptr, out.columnwise_scales = scales.ptr;
-      out.nonfinite = reinterpret_cast<int*>(flag.ptr), out.amax = reinterpret_cast<float*>(amax.ptr);
+      out.columnwise_data = data.data(), out.columnwise_scales = scales.data();
+      out.nonfinite = flag.as<int>(), out.amax = amax.as<float>();
       const auto s = bq::run(p, in, out, nullptr, 0, nullptr);
       ASSERT_TRUE(s.is_ok()) << s.message();
       int got = 0;
       float got_amax = 0;
-      ASSERT_CUDA(cudaMemcpy(&got, flag.ptr, 4, cudaMemcpyDeviceToHost));
-      ASSERT_CUDA(cudaMemcpy(&got_amax, amax.ptr, 4, cudaMemcpyDeviceToHost));
+      ASSERT_CUDA(cudaMemcpy(&got, flag.data(), 4, cudaMemcpyDeviceToHost));
+      ASSERT_CUDA(cudaMemcpy(&got_amax, amax.data(), 4, cudaMemcpyDeviceToHost));
       EXPECT_EQ(got, poison ? 1 : start) << bf::recipe_name(recipe) << " poison " << poison;
       const float want_amax = bf::detail::block_amax(x.data(), 300, 0, 200, 0, 300).amax;
       EXPECT_EQ(bf::float_bits(got_amax), bf::float_bits(want_amax)) << "NaN ignored, Inf counts";
@@ -439,17 +429,17 @@ TEST(Fp8BlockScale, DeviceMatchesHost) {
   const std::vector<uint32_t> amax = amax_patterns(4099u);
   const int n = static_cast<int>(amax.size());
   DeviceBuffer d_amax, d_mult, d_scale;
-  ASSERT_CUDA(d_amax.upload(amax.data(), amax.size() * 4));
-  ASSERT_CUDA(d_mult.alloc(amax.size() * 4));
-  ASSERT_CUDA(d_scale.alloc(amax.size() * 4));
+  ASSERT_OK(d_amax.upload(amax.data(), amax.size() * 4, "d_amax"));
+  ASSERT_OK(d_mult.alloc(amax.size() * 4, "d_mult"));
+  ASSERT_OK(d_scale.alloc(amax.size() * 4, "d_scale"));
   int64_t bad = 0;
   for (bool pow2 : {false, true}) {
-    scale_kernel<<<512, 256>>>(reinterpret_cast<const uint32_t*>(d_amax.ptr), n, pow2,
-                               reinterpret_cast<uint32_t*>(d_mult.ptr), reinterpret_cast<uint32_t*>(d_scale.ptr));
+    scale_kernel<<<512, 256>>>(d_amax.as<uint32_t>(), n, pow2,
+                               d_mult.as<uint32_t>(), d_scale.as<uint32_t>());
     ASSERT_CUDA(cudaGetLastError());
     std::vector<uint32_t> mult(amax.size()), scale(amax.size());
-    ASSERT_CUDA(cudaMemcpy(mult.data(), d_mult.ptr, mult.size() * 4, cudaMemcpyDeviceToHost));
-    ASSERT_CUDA(cudaMemcpy(scale.data(), d_scale.ptr, scale.size() * 4, cudaMemcpyDeviceToHost));
+    ASSERT_CUDA(cudaMemcpy(mult.data(), d_mult.data(), mult.size() * 4, cudaMemcpyDeviceToHost));
+    ASSERT_CUDA(cudaMemcpy(scale.data(), d_scale.data(), scale.size() * 4, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < amax.size(); ++i) {
       const auto h = bq::detail::fp8_block_scale(amax[i], pow2);
       if (mult[i] == bf::float_bits(h.mult) && scale[i] == bf::float_bits(h.scale)) continue;
@@ -521,7 +511,7 @@ void check_batched(const BatchedLayout& l, bool pow2, Directions dirs) {
   bad += check_output(cs, col ? &want.col_scales : nullptr, bf::blk128_scale_ld((l.rows + 127) / 128) * 4,
                       "columnwise scales", &report);
   int got_flag = -1;
-  ASSERT_CUDA(cudaMemcpy(&got_flag, flag.ptr, sizeof(int), cudaMemcpyDeviceToHost));
+  ASSERT_CUDA(cudaMemcpy(&got_flag, flag.data(), sizeof(int), cudaMemcpyDeviceToHost));
   if (got_flag != (want.nonfinite ? 1 : 0)) ++bad, report += "nonfinite flag: got " + std::to_string(got_flag) + "\n";
   EXPECT_EQ(bad, 0) << l.batches << " x " << describe(Layout{l.rows, l.cols, l.ld, l.type, l.misaligned})
                     << (pow2 ? " pow2 " : " ") << name(dirs, true) << ": " << bad << " bad bytes\n" << report;

@@ -1,6 +1,6 @@
-// Shared by the GPU tests of quant/: skipping without a GPU, CUDA error assertions, a device
-// buffer that frees itself, input elements as bits of the input type, names for the test output,
-// poisoned output buffers with guard bytes and their byte-for-byte check.
+// Shared by the GPU tests of quant/: input elements as bits of the input type, names for the test
+// output, poisoned output buffers with guard bytes and their byte-for-byte check. Skipping without
+// a GPU, CUDA assertions and device memory: tests/gpu_test.h (runtime/).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -18,43 +18,9 @@
 #include "formats/scalar_codecs.h"
 #include "formats/status.h"
 #include "quant/quantize.h"
+#include "tests/gpu_test.h"  // defines: SKIP_WITHOUT_GPU, ASSERT_CUDA, ASSERT_OK, expect_error
 
 namespace blockscale_test {
-
-// ---- GPU presence and device memory ------------------------------------------------------------
-
-// True when a CUDA device is present; otherwise *why says why not (SKIP_WITHOUT_GPU's message).
-inline bool have_gpu(std::string* why) {
-  int n = 0;
-  const cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess || n == 0) {
-    *why = std::string("no CUDA device (cudaGetDeviceCount: ") +
-           (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") + ")";
-    return false;
-  }
-  return true;
-}
-
-// Device memory freed on destruction. alloc(0) allocates 1 byte (ptr is never null on success).
-struct DeviceBuffer {
-  uint8_t* ptr = nullptr;
-  size_t bytes = 0;
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (ptr) cudaFree(ptr);
-  }
-  cudaError_t alloc(size_t n) {
-    bytes = n;
-    return cudaMalloc(&ptr, n ? n : 1);
-  }
-  // Allocates and copies n bytes from the host.
-  cudaError_t upload(const void* host, size_t n) {
-    const cudaError_t err = alloc(n);
-    return err != cudaSuccess || n == 0 ? err : cudaMemcpy(ptr, host, n, cudaMemcpyHostToDevice);
-  }
-};
 
 // ---- Names for test output ---------------------------------------------------------------------
 
@@ -123,9 +89,9 @@ struct HostInput {
 
 // The device copy of an input, `offset` bytes into its buffer.
 struct DeviceInput {
-  DeviceBuffer buf;
+  blockscale::runtime::DeviceBuffer buf;
   int64_t offset = 0;
-  const void* ptr() const { return buf.ptr + offset; }
+  const void* ptr() const { return buf.data() + offset; }
 };
 
 // Copies in.bytes (elements of type t) to the device; misaligned: one element off the buffer's
@@ -133,10 +99,12 @@ struct DeviceInput {
 inline ::testing::AssertionResult upload_input(const HostInput& in, blockscale::quant::InputType t,
                                                bool misaligned, DeviceInput* d) {
   d->offset = misaligned ? element_bytes(t) : 0;
-  cudaError_t err = d->buf.alloc(in.bytes.size() + static_cast<size_t>(d->offset));
-  if (err == cudaSuccess)
-    err = cudaMemcpy(d->buf.ptr + d->offset, in.bytes.data(), in.bytes.size(), cudaMemcpyHostToDevice);
-  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
+  blockscale::Status s = d->buf.alloc(in.bytes.size() + static_cast<size_t>(d->offset), "input");
+  if (s) {
+    s = blockscale::runtime::cuda_status(
+        cudaMemcpy(d->buf.data() + d->offset, in.bytes.data(), in.bytes.size(), cudaMemcpyHostToDevice), "input");
+  }
+  if (!s) return ::testing::AssertionFailure() << s.message();
   return ::testing::AssertionSuccess();
 }
 
@@ -148,19 +116,19 @@ constexpr int64_t kDefaultGuard = 64;
 // One output buffer: `bytes` bytes at `offset` (misalignment) after `guard` poisoned bytes, and
 // `guard` poisoned bytes after it; every byte holds `poison` until the kernel writes.
 struct GuardedOutput {
-  DeviceBuffer buf;
+  blockscale::runtime::DeviceBuffer buf;
   int64_t bytes = 0, offset = 0, guard = kDefaultGuard;
   uint8_t poison = kDefaultPoison;
-  uint8_t* ptr() const { return buf.ptr + guard + offset; }
+  uint8_t* ptr() const { return buf.data() + guard + offset; }
 };
 
 inline ::testing::AssertionResult alloc_poisoned(GuardedOutput* o, int64_t bytes, int64_t offset,
                                                  uint8_t poison = kDefaultPoison,
                                                  int64_t guard = kDefaultGuard) {
   o->bytes = bytes, o->offset = offset, o->guard = guard, o->poison = poison;
-  cudaError_t err = o->buf.alloc(static_cast<size_t>(bytes + 2 * guard + offset));
-  if (err == cudaSuccess) err = cudaMemset(o->buf.ptr, poison, o->buf.bytes);
-  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
+  blockscale::Status s = o->buf.alloc(static_cast<size_t>(bytes + 2 * guard + offset), "output");
+  if (s) s = blockscale::runtime::cuda_status(cudaMemset(o->buf.data(), poison, o->buf.size()), "poison the output");
+  if (!s) return ::testing::AssertionFailure() << s.message();
   return ::testing::AssertionSuccess();
 }
 
@@ -168,16 +136,16 @@ inline ::testing::AssertionResult alloc_poisoned(GuardedOutput* o, int64_t bytes
 // this zeroes (a device int).
 inline ::testing::AssertionResult guarded_outputs(const GuardedOutput& rd, const GuardedOutput& rs,
                                                   const GuardedOutput& cd, const GuardedOutput& cs,
-                                                  const GuardedOutput* amax, DeviceBuffer* flag,
+                                                  const GuardedOutput* amax, blockscale::runtime::DeviceBuffer* flag,
                                                   blockscale::quant::QuantizeOutputs* out) {
-  cudaError_t err = flag->alloc(sizeof(int));
-  if (err == cudaSuccess) err = cudaMemset(flag->ptr, 0, sizeof(int));
-  if (err != cudaSuccess) return ::testing::AssertionFailure() << "non-finite flag: " << cudaGetErrorString(err);
+  blockscale::Status s = flag->alloc(sizeof(int), "non-finite flag");
+  if (s) s = blockscale::runtime::cuda_status(cudaMemset(flag->data(), 0, sizeof(int)), "non-finite flag");
+  if (!s) return ::testing::AssertionFailure() << s.message();
   *out = blockscale::quant::QuantizeOutputs{};
   out->rowwise_data = rd.ptr(), out->rowwise_scales = rs.ptr();
   out->columnwise_data = cd.ptr(), out->columnwise_scales = cs.ptr();
   out->amax = amax != nullptr ? reinterpret_cast<float*>(amax->ptr()) : nullptr;
-  out->nonfinite = reinterpret_cast<int*>(flag->ptr);
+  out->nonfinite = flag->as<int>();
   return ::testing::AssertionSuccess();
 }
 
@@ -187,10 +155,10 @@ inline ::testing::AssertionResult guarded_outputs(const GuardedOutput& rd, const
 // each line of the description starting with `indent`.
 inline int64_t check_output(const GuardedOutput& o, const std::vector<uint8_t>* want, int64_t row_len,
                             const char* what, std::string* report, const char* indent = "") {
-  std::vector<uint8_t> all(o.buf.bytes);
-  const cudaError_t err = cudaMemcpy(all.data(), o.buf.ptr, all.size(), cudaMemcpyDeviceToHost);
-  if (err != cudaSuccess) {
-    *report += std::string(indent) + what + ": cudaMemcpy " + cudaGetErrorString(err) + "\n";
+  std::vector<uint8_t> all(o.buf.size());
+  const blockscale::Status s = o.buf.download(all.data(), all.size(), what);
+  if (!s) {
+    *report += std::string(indent) + s.message() + "\n";
     return 1;
   }
   if (want != nullptr && static_cast<int64_t>(want->size()) != o.bytes) {
@@ -222,24 +190,4 @@ inline int64_t check_output(const GuardedOutput& o, const std::vector<uint8_t>* 
   return bad;
 }
 
-// ---- Argument checks ---------------------------------------------------------------------------
-
-// s must be an error whose message contains `needle`.
-inline void expect_error(const blockscale::Status& s, const std::string& needle) {
-  ASSERT_FALSE(s.is_ok()) << "expected an error naming " << needle;
-  EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
-}
-
 }  // namespace blockscale_test
-
-#define SKIP_WITHOUT_GPU()                                          \
-  do {                                                              \
-    std::string why_;                                               \
-    if (!blockscale_test::have_gpu(&why_)) GTEST_SKIP() << why_;    \
-  } while (0)
-
-#define ASSERT_CUDA(call)                                                      \
-  do {                                                                         \
-    const cudaError_t err_ = (call);                                           \
-    ASSERT_EQ(err_, cudaSuccess) << #call << ": " << cudaGetErrorString(err_); \
-  } while (0)

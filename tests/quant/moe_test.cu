@@ -39,7 +39,7 @@ namespace bq = blockscale::quant;
 using bf::Recipe;
 using bq::Directions;
 using bq::InputType;
-using blockscale_test::DeviceBuffer;
+using blockscale::runtime::DeviceBuffer;
 using blockscale_test::DeviceInput;
 using blockscale_test::GuardedOutput;
 using blockscale_test::HostInput;
@@ -80,16 +80,9 @@ std::vector<int32_t> make_ids(int64_t tokens, int top_k, int g, Routing kind, do
 }
 
 template <typename T>
-::testing::AssertionResult upload(DeviceBuffer* b, const std::vector<T>& v) {
-  const cudaError_t err = b->upload(v.data(), v.size() * sizeof(T));
-  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
-  return ::testing::AssertionSuccess();
-}
-
-template <typename T>
 std::vector<T> download(const void* ptr, size_t n) {
   std::vector<T> v(n);
-  EXPECT_EQ(cudaMemcpy(v.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_CUDA(cudaMemcpy(v.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
   return v;
 }
 
@@ -189,25 +182,25 @@ void check_route(const RouteCase& c) {
   bq::RoutingProblem p{c.tokens, c.top_k, c.groups};
   const int64_t slots = c.tokens * c.top_k;
   DeviceBuffer ids_dev, ends, rows, slot_row, ws;
-  ASSERT_TRUE(upload(&ids_dev, ids));
-  ASSERT_EQ(ends.alloc(4 * c.groups), cudaSuccess);
-  ASSERT_EQ(rows.alloc(4 * slots), cudaSuccess);
-  ASSERT_EQ(slot_row.alloc(4 * slots), cudaSuccess);
-  ASSERT_EQ(ws.alloc(bq::workspace_size(p)), cudaSuccess);
+  ASSERT_OK(ids_dev.upload(ids, "ids_dev"));
+  ASSERT_OK(ends.alloc(4 * c.groups, "ends"));
+  ASSERT_OK(rows.alloc(4 * slots, "rows"));
+  ASSERT_OK(slot_row.alloc(4 * slots, "slot_row"));
+  ASSERT_OK(ws.alloc(bq::workspace_size(p), "ws"));
   for (int rep = 0; rep < 2; ++rep) {  // twice, different poison: the same bytes (deterministic)
-    ASSERT_EQ(cudaMemset(ends.ptr, 0xA5 + rep, 4 * c.groups), cudaSuccess);
-    ASSERT_EQ(cudaMemset(rows.ptr, 0xA5 + rep, 4 * slots), cudaSuccess);
-    ASSERT_EQ(cudaMemset(slot_row.ptr, 0xA5 + rep, 4 * slots), cudaSuccess);
-    const blockscale::Status s = bq::run(p, bq::RoutingInputs{reinterpret_cast<const int32_t*>(ids_dev.ptr)},
-                                         bq::RoutingOutputs{reinterpret_cast<int32_t*>(ends.ptr),
-                                                            reinterpret_cast<int32_t*>(rows.ptr),
-                                                            reinterpret_cast<int32_t*>(slot_row.ptr)},
-                                         ws.ptr, ws.bytes, nullptr);
+    ASSERT_CUDA(cudaMemset(ends.data(), 0xA5 + rep, 4 * c.groups));
+    ASSERT_CUDA(cudaMemset(rows.data(), 0xA5 + rep, 4 * slots));
+    ASSERT_CUDA(cudaMemset(slot_row.data(), 0xA5 + rep, 4 * slots));
+    const blockscale::Status s = bq::run(p, bq::RoutingInputs{ids_dev.as<int32_t>()},
+                                         bq::RoutingOutputs{ends.as<int32_t>(),
+                                                            rows.as<int32_t>(),
+                                                            slot_row.as<int32_t>()},
+                                         ws.data(), ws.size(), nullptr);
     ASSERT_TRUE(s.is_ok()) << s.message();
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(download<int32_t>(ends.ptr, c.groups), ref.group_ends);
-    EXPECT_EQ(download<int32_t>(rows.ptr, slots), ref.row_source);
-    EXPECT_EQ(download<int32_t>(slot_row.ptr, slots), ref.slot_row);
+    ASSERT_CUDA(cudaDeviceSynchronize());
+    EXPECT_EQ(download<int32_t>(ends.data(), c.groups), ref.group_ends);
+    EXPECT_EQ(download<int32_t>(rows.data(), slots), ref.row_source);
+    EXPECT_EQ(download<int32_t>(slot_row.data(), slots), ref.slot_row);
   }
   std::printf("moe_test route: %lld tokens top_k %d, %d experts %s drop %.2f: routed %d\n",
               static_cast<long long>(c.tokens), c.top_k, c.groups, name(c.kind), c.drop,
@@ -353,8 +346,8 @@ int64_t run_gather(const GatherCase& c, const DeviceInput& x, const int32_t* row
   EXPECT_TRUE(alloc_poisoned(&amax, 4, 0));
   EXPECT_TRUE(alloc_poisoned(&padded, 4 * int64_t{c.groups}, 0));
   DeviceBuffer flag;
-  EXPECT_EQ(flag.alloc(sizeof(int)), cudaSuccess);
-  EXPECT_EQ(cudaMemset(flag.ptr, 0, sizeof(int)), cudaSuccess);
+  EXPECT_OK(flag.alloc(sizeof(int), "flag"));
+  EXPECT_CUDA(cudaMemset(flag.data(), 0, sizeof(int)));
   p.dense.directions = dirs;
   bq::GroupedQuantizeOutputs out;
   out.dense.rowwise_data = row_data.ptr();
@@ -362,7 +355,7 @@ int64_t run_gather(const GatherCase& c, const DeviceInput& x, const int32_t* row
   out.dense.columnwise_data = col_data.ptr();
   out.dense.columnwise_scales = col_scales.ptr();
   out.dense.amax = reinterpret_cast<float*>(amax.ptr());
-  out.dense.nonfinite = reinterpret_cast<int*>(flag.ptr);
+  out.dense.nonfinite = flag.as<int>();
   out.padded_group_ends = reinterpret_cast<int32_t*>(padded.ptr());
   bq::GroupedQuantizeInputs in;
   in.x = x.ptr();
@@ -370,7 +363,7 @@ int64_t run_gather(const GatherCase& c, const DeviceInput& x, const int32_t* row
   in.row_index = row_index;
   const blockscale::Status s = bq::run(p, in, out, nullptr, 0, nullptr);
   EXPECT_TRUE(s.is_ok()) << s.message();
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_CUDA(cudaDeviceSynchronize());
 
   const bool row = dirs != Directions::kColumnwise, col = dirs != Directions::kRowwise;
   if (row && col && routed < rows) accept_unrouted_rows(recipe, rows, c.cols, routed, row_data, row_scales, &ref);
@@ -387,7 +380,7 @@ int64_t run_gather(const GatherCase& c, const DeviceInput& x, const int32_t* row
   bad += check_output(amax, &amax_bytes, 4, "amax", &report);
   bad += check_output(padded, &padded_bytes, 4, "padded_group_ends", &report);
   int got_flag = -1;
-  EXPECT_EQ(cudaMemcpy(&got_flag, flag.ptr, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_CUDA(cudaMemcpy(&got_flag, flag.data(), sizeof(int), cudaMemcpyDeviceToHost));
   if (got_flag != (ref.nonfinite ? 1 : 0)) ++bad, report += "nonfinite flag: got " + std::to_string(got_flag) + "\n";
   EXPECT_EQ(bad, 0) << describe(c) << " " << bf::recipe_name(recipe) << " " << blockscale_test::name(dirs) << ": "
                     << bad << " bad bytes\n" << report;
@@ -408,19 +401,19 @@ void check_gather(const GatherCase& c, bool gpu_routing = false) {
   DeviceBuffer index_dev, ends_dev, ids_dev, slot_dev, ws;
   if (gpu_routing) {  // the whole chain on the device: routing's outputs feed the quantize
     bq::RoutingProblem rp{c.tokens, c.top_k, c.groups};
-    ASSERT_TRUE(upload(&ids_dev, ids));
-    ASSERT_EQ(index_dev.alloc(4 * rows), cudaSuccess);
-    ASSERT_EQ(ends_dev.alloc(4 * c.groups), cudaSuccess);
-    ASSERT_EQ(slot_dev.alloc(4 * rows), cudaSuccess);
-    ASSERT_EQ(ws.alloc(bq::workspace_size(rp)), cudaSuccess);
-    ASSERT_TRUE(bq::run(rp, {reinterpret_cast<const int32_t*>(ids_dev.ptr)},
-                        {reinterpret_cast<int32_t*>(ends_dev.ptr), reinterpret_cast<int32_t*>(index_dev.ptr),
-                         reinterpret_cast<int32_t*>(slot_dev.ptr)},
-                        ws.ptr, ws.bytes, nullptr)
+    ASSERT_OK(ids_dev.upload(ids, "ids_dev"));
+    ASSERT_OK(index_dev.alloc(4 * rows, "index_dev"));
+    ASSERT_OK(ends_dev.alloc(4 * c.groups, "ends_dev"));
+    ASSERT_OK(slot_dev.alloc(4 * rows, "slot_dev"));
+    ASSERT_OK(ws.alloc(bq::workspace_size(rp), "ws"));
+    ASSERT_TRUE(bq::run(rp, {ids_dev.as<int32_t>()},
+                        {ends_dev.as<int32_t>(), index_dev.as<int32_t>(),
+                         slot_dev.as<int32_t>()},
+                        ws.data(), ws.size(), nullptr)
                     .is_ok());
   } else {
-    ASSERT_TRUE(upload(&index_dev, r.row_source));
-    ASSERT_TRUE(upload(&ends_dev, r.group_ends));
+    ASSERT_OK(index_dev.upload(r.row_source, "index_dev"));
+    ASSERT_OK(ends_dev.upload(r.group_ends, "ends_dev"));
   }
   std::vector<float> gathered;
   ASSERT_TRUE(bf::moe_gather(in.values.data(), c.tokens, c.cols, c.ld, r.row_source.data(), rows, &gathered).is_ok());
@@ -433,8 +426,7 @@ void check_gather(const GatherCase& c, bool gpu_routing = false) {
     p.num_groups = c.groups;
     const GatherReference ref = make_reference(gathered, rows, c.cols, ends, bq::grouped_capacity(p), recipe);
     for (Directions d : {Directions::kRowwise, Directions::kColumnwise, Directions::kBoth}) {
-      bad += run_gather(c, x, reinterpret_cast<const int32_t*>(index_dev.ptr),
-                        reinterpret_cast<const int32_t*>(ends_dev.ptr), rows, ref, routed, recipe, d);
+      bad += run_gather(c, x, index_dev.as<int32_t>(), ends_dev.as<int32_t>(), rows, ref, routed, recipe, d);
       ++runs;
     }
   }
@@ -492,8 +484,8 @@ TEST(MoeGatherQuantizeOutOfRange, IndicesOutsideTheInputReadZeroRows) {
   DeviceInput x;
   ASSERT_TRUE(upload_input(in, c.type, false, &x));
   DeviceBuffer index_dev, ends_dev;
-  ASSERT_TRUE(upload(&index_dev, index));
-  ASSERT_TRUE(upload(&ends_dev, ends32));
+  ASSERT_OK(index_dev.upload(index, "index_dev"));
+  ASSERT_OK(ends_dev.upload(ends32, "ends_dev"));
   std::vector<float> gathered;
   ASSERT_TRUE(bf::moe_gather(in.values.data(), c.tokens, c.cols, c.ld, index.data(), rows, &gathered).is_ok());
   for (Recipe recipe : {Recipe::kMxfp8E4M3, Recipe::kFp8Block1x128}) {
@@ -502,8 +494,7 @@ TEST(MoeGatherQuantizeOutOfRange, IndicesOutsideTheInputReadZeroRows) {
     p.num_groups = 2;
     const GatherReference ref = make_reference(gathered, rows, c.cols, {40, rows}, bq::grouped_capacity(p), recipe);
     for (Directions d : {Directions::kRowwise, Directions::kBoth})
-      run_gather(c, x, reinterpret_cast<const int32_t*>(index_dev.ptr), reinterpret_cast<const int32_t*>(ends_dev.ptr),
-                 rows, ref, rows, recipe, d);
+      run_gather(c, x, index_dev.as<int32_t>(), ends_dev.as<int32_t>(), rows, ref, rows, recipe, d);
   }
 }
 
@@ -542,20 +533,20 @@ void check_combine(const CombineCase& c) {
   ASSERT_TRUE(bf::moe_unpermute_combine(y.data(), y_rows, c.cols, c.ld_y, gates.data(), r.slot_row.data(), c.tokens,
                                         c.top_k, &ref).is_ok());
   DeviceBuffer y_dev, g_dev, s_dev, out_dev;
-  ASSERT_TRUE(upload(&y_dev, y_bits));
-  ASSERT_TRUE(upload(&g_dev, gates));
-  ASSERT_TRUE(upload(&s_dev, r.slot_row));
+  ASSERT_OK(y_dev.upload(y_bits, "y_dev"));
+  ASSERT_OK(g_dev.upload(gates, "g_dev"));
+  ASSERT_OK(s_dev.upload(r.slot_row, "s_dev"));
   const bool bf16 = c.out_type == bq::CombineOutputType::kBf16;
   const int64_t esize = bf16 ? 2 : 4, out_bytes = c.tokens * c.ld_out * esize;
-  ASSERT_EQ(out_dev.alloc(out_bytes), cudaSuccess);
-  ASSERT_EQ(cudaMemset(out_dev.ptr, 0xAB, out_bytes), cudaSuccess);
+  ASSERT_OK(out_dev.alloc(out_bytes, "out_dev"));
+  ASSERT_CUDA(cudaMemset(out_dev.data(), 0xAB, out_bytes));
   bq::CombineProblem p{c.tokens, c.top_k, c.cols, y_rows, c.ld_y, c.ld_out, c.out_type};
-  const blockscale::Status s = bq::run(p, {y_dev.ptr, reinterpret_cast<const float*>(g_dev.ptr),
-                                           reinterpret_cast<const int32_t*>(s_dev.ptr)},
-                                       {out_dev.ptr}, nullptr, 0, nullptr);
+  const blockscale::Status s = bq::run(p, {y_dev.data(), g_dev.as<float>(),
+                                           s_dev.as<int32_t>()},
+                                       {out_dev.data()}, nullptr, 0, nullptr);
   ASSERT_TRUE(s.is_ok()) << s.message();
-  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  const std::vector<uint8_t> got = download<uint8_t>(out_dev.ptr, static_cast<size_t>(out_bytes));
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  const std::vector<uint8_t> got = download<uint8_t>(out_dev.data(), static_cast<size_t>(out_bytes));
   int64_t bad = 0;
   for (int64_t t = 0; t < c.tokens; ++t) {
     for (int64_t col = 0; col < c.ld_out; ++col) {

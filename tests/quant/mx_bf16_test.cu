@@ -45,7 +45,7 @@ namespace bq = blockscale::quant;
 using bf::Recipe;
 using bf::ScaleRounding;
 using bq::InputType;
-using blockscale_test::DeviceBuffer;
+using blockscale::runtime::DeviceBuffer;
 using blockscale_test::DeviceInput;
 using blockscale_test::GuardedOutput;
 using blockscale_test::HostInput;
@@ -190,10 +190,10 @@ Expected grouped_reference(const std::vector<float>& g, int64_t rows, int64_t co
 // first few in *report.
 int64_t check_bf16(const GuardedOutput& o, const std::vector<uint16_t>& want, int64_t cols, const char* what,
                    std::string* report) {
-  std::vector<uint8_t> all(o.buf.bytes);
-  const cudaError_t err = cudaMemcpy(all.data(), o.buf.ptr, all.size(), cudaMemcpyDeviceToHost);
-  if (err != cudaSuccess) {
-    *report += std::string(what) + ": cudaMemcpy " + cudaGetErrorString(err) + "\n";
+  std::vector<uint8_t> all(o.buf.size());
+  const blockscale::Status copied = o.buf.download(all.data(), all.size(), what);
+  if (!copied) {
+    *report += copied.message() + "\n";
     return 1;
   }
   if (static_cast<int64_t>(want.size()) * 2 != o.bytes) {
@@ -261,9 +261,9 @@ int64_t run_and_check(const bq::MxBf16Problem& p, const bq::MxBf16Inputs& in, co
   }
   const blockscale::Status s = bq::run(p, in, out, nullptr);
   EXPECT_TRUE(s.is_ok()) << what << ": " << s.message();
-  const cudaError_t err = cudaDeviceSynchronize();
-  EXPECT_EQ(err, cudaSuccess) << what << ": " << cudaGetErrorString(err);
-  if (!s.is_ok() || err != cudaSuccess) return 1;
+  const blockscale::Status synced = blockscale::runtime::cuda_status(cudaDeviceSynchronize(), what.c_str());
+  EXPECT_TRUE(synced.is_ok()) << synced.message();
+  if (!s.is_ok() || !synced) return 1;
   std::string report;
   int64_t bad = 0;
   if (row) bad += check_bf16(ro, want.row, p.cols, "rowwise", &report);
@@ -429,15 +429,15 @@ TEST_P(MxBf16Grouped, MatchesTheEmulatorBitForBit) {
   DeviceInput x;
   ASSERT_TRUE(upload_input(in, InputType::kFp32, (c.misalign & kMisX) != 0, &x));
   DeviceBuffer ends_dev, index_dev;
-  ASSERT_CUDA(ends_dev.upload(ends32.data(), ends32.size() * 4));
-  if (c.gather) ASSERT_CUDA(index_dev.upload(index.data(), index.size() * 4));
+  ASSERT_OK(ends_dev.upload(ends32.data(), ends32.size() * 4, "ends_dev"));
+  if (c.gather) ASSERT_OK(index_dev.upload(index.data(), index.size() * 4, "index_dev"));
   bq::MxBf16Problem p;
   p.rows = c.rows, p.cols = c.cols, p.num_groups = c.groups;
   p.input_rows = c.gather ? input_rows : 0;
   bq::MxBf16Inputs inputs;
   inputs.x = static_cast<const float*>(x.ptr());
-  inputs.group_ends = reinterpret_cast<const int32_t*>(ends_dev.ptr);
-  inputs.row_index = c.gather ? reinterpret_cast<const int32_t*>(index_dev.ptr) : nullptr;
+  inputs.group_ends = ends_dev.as<int32_t>();
+  inputs.row_index = c.gather ? index_dev.as<int32_t>() : nullptr;
   int runs = 0;
   int64_t nans = 0;
   const int64_t bad = run_variants(p, inputs, c.misalign, grouped_name(c), [&](const Variant& v) {
@@ -491,7 +491,7 @@ TEST(MxBf16Empty, RunsAndWritesNothing) {
   SKIP_WITHOUT_GPU();
   DeviceBuffer ends_dev;
   const int32_t zeros[3] = {0, 0, 0};
-  ASSERT_CUDA(ends_dev.upload(zeros, sizeof zeros));
+  ASSERT_OK(ends_dev.upload(zeros, sizeof zeros, "ends_dev"));
   struct Shape {
     int64_t rows, cols, batches;
     int groups;
@@ -503,7 +503,7 @@ TEST(MxBf16Empty, RunsAndWritesNothing) {
     bq::MxBf16Problem p;
     p.rows = s.rows, p.cols = s.cols, p.batches = s.batches, p.num_groups = s.groups;
     bq::MxBf16Inputs in;  // x null: the problem is empty
-    if (s.groups) in.group_ends = reinterpret_cast<const int32_t*>(ends_dev.ptr);
+    if (s.groups) in.group_ends = ends_dev.as<int32_t>();
     GuardedOutput ro, co;
     ASSERT_TRUE(alloc_poisoned(&ro, 0, 0, blockscale_test::kDefaultPoison, kGuardBytes));
     ASSERT_TRUE(alloc_poisoned(&co, 0, 0, blockscale_test::kDefaultPoison, kGuardBytes));

@@ -1,6 +1,6 @@
 // Tests of quant/mx_quantize.cu (dense mode; the grouped mode: mx_grouped_quantize_test.cu)
 // and quant/dequantize.cu: the GPU's bytes against the CPU emulator's, byte for byte. The reference is formats::quantize() +
-// formats::pack_swizzled_scales() on the input decoded exactly to fp32 (the tensor amax:
+// formats::pack_gemm_scales() on the input decoded exactly to fp32 (the tensor amax:
 // formats' block_amax over the whole input; dequantize: formats::dequantize()).
 //   - every output poisoned (0xAB) before each run, with poisoned guard bytes around it: an
 //     unwritten byte, a write outside a buffer, or a write to an output not requested fails;
@@ -46,7 +46,7 @@ using bf::ScaleRounding;
 using bq::Directions;
 using bq::InputType;
 using bq::detail::ElementEncoder;
-using blockscale_test::DeviceBuffer;
+using blockscale::runtime::DeviceBuffer;
 using blockscale_test::DeviceInput;
 using blockscale_test::GuardedOutput;
 using blockscale_test::HostInput;
@@ -157,10 +157,8 @@ Reference make_reference(const HostInput& in, int64_t rows, int64_t cols, int64_
   EXPECT_TRUE(s.is_ok()) << s.message();
   s = bf::quantize(in.values.data(), rows, cols, ld, o, bf::Direction::kColumnwise, &ref.col);
   EXPECT_TRUE(s.is_ok()) << s.message();
-  s = bf::pack_swizzled_scales(ref.row.scales.data(), ref.row.rows, ref.row.scale_cols(), &ref.row_scales);
-  EXPECT_TRUE(s.is_ok()) << s.message();
-  s = bf::pack_swizzled_scales(ref.col.scales.data(), ref.col.rows, ref.col.scale_cols(), &ref.col_scales);
-  EXPECT_TRUE(s.is_ok()) << s.message();
+  EXPECT_OK(bf::pack_gemm_scales(ref.row, &ref.row_scales));
+  EXPECT_OK(bf::pack_gemm_scales(ref.col, &ref.col_scales));
   ref.amax = bf::detail::block_amax(in.values.data(), ld, 0, rows, 0, cols).amax;
   return ref;
 }
@@ -213,7 +211,7 @@ int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Reference& 
   in.x = x.ptr();
   const blockscale::Status s = bq::detail::run_mx(p, in, out, enc, nullptr, grid);
   EXPECT_TRUE(s.is_ok()) << s.message();
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_CUDA(cudaDeviceSynchronize());
 
   const bool row = dirs != Directions::kColumnwise, col = dirs != Directions::kRowwise;
   std::string report;
@@ -226,7 +224,7 @@ int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Reference& 
   std::memcpy(amax_bytes.data(), &ref.amax, 4);
   bad += check_output(amax, &amax_bytes, 4, "amax", &report);
   int got_flag = -1;
-  EXPECT_EQ(cudaMemcpy(&got_flag, flag.ptr, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_CUDA(cudaMemcpy(&got_flag, flag.data(), sizeof(int), cudaMemcpyDeviceToHost));
   const int want_flag = ref.row.nonfinite_seen ? 1 : 0;
   EXPECT_EQ(ref.row.nonfinite_seen, ref.col.nonfinite_seen);
   if (got_flag != want_flag) {
@@ -350,7 +348,7 @@ int64_t check_batched(const BatchedLayout& bl, const HostInput& in, const Device
   qin.x = x.ptr();
   const blockscale::Status st = bq::run(p, qin, out, nullptr);
   EXPECT_TRUE(st.is_ok()) << st.message();
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_CUDA(cudaDeviceSynchronize());
 
   const bool row = dirs != Directions::kColumnwise, col = dirs != Directions::kRowwise;
   std::string report;
@@ -363,7 +361,7 @@ int64_t check_batched(const BatchedLayout& bl, const HostInput& in, const Device
   std::memcpy(amax_bytes.data(), &amax, 4);
   bad += check_output(amax_out, &amax_bytes, 4, "amax", &report);
   int got_flag = -1;
-  EXPECT_EQ(cudaMemcpy(&got_flag, flag.ptr, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_CUDA(cudaMemcpy(&got_flag, flag.data(), sizeof(int), cudaMemcpyDeviceToHost));
   if (got_flag != (nonfinite ? 1 : 0)) ++bad, report += "nonfinite flag: got " + std::to_string(got_flag) + "\n";
   EXPECT_EQ(bad, 0) << bl.batches << " x " << describe(l) << " " << bf::recipe_name(recipe) << " "
                     << (rounding == ScaleRounding::kCeil ? "ceil" : "floor") << " " << name(dirs) << ": " << bad
@@ -517,13 +515,13 @@ __global__ void cvt_sweep_kernel(CvtCounts* counts) {
 template <Recipe kRecipe>
 void sweep(const char* label) {
   DeviceBuffer buf;
-  ASSERT_CUDA(buf.alloc(sizeof(CvtCounts)));
-  ASSERT_CUDA(cudaMemset(buf.ptr, 0, sizeof(CvtCounts)));
-  cvt_sweep_kernel<kRecipe><<<4096, 256>>>(reinterpret_cast<CvtCounts*>(buf.ptr));
+  ASSERT_OK(buf.alloc(sizeof(CvtCounts), "buf"));
+  ASSERT_CUDA(cudaMemset(buf.data(), 0, sizeof(CvtCounts)));
+  cvt_sweep_kernel<kRecipe><<<4096, 256>>>(buf.as<CvtCounts>());
   ASSERT_CUDA(cudaGetLastError());
   ASSERT_CUDA(cudaDeviceSynchronize());
   CvtCounts c;
-  ASSERT_CUDA(cudaMemcpy(&c, buf.ptr, sizeof c, cudaMemcpyDeviceToHost));
+  ASSERT_CUDA(cudaMemcpy(&c, buf.data(), sizeof c, cudaMemcpyDeviceToHost));
   EXPECT_EQ(c.checked, (uint64_t{1} << 32) - (uint64_t{1} << 24));  // every finite pattern
   EXPECT_EQ(c.mismatches, 0u) << label;
   for (unsigned long long k = 0; k < std::min(c.mismatches, 4ull); ++k)
@@ -571,13 +569,13 @@ __global__ void e2m1_sweep_kernel(CvtCounts* counts) {
 TEST(Mxfp4Encoder, MatchesEncodeE2m1OnEveryFiniteFp32) {
   SKIP_WITHOUT_GPU();
   DeviceBuffer buf;
-  ASSERT_CUDA(buf.alloc(sizeof(CvtCounts)));
-  ASSERT_CUDA(cudaMemset(buf.ptr, 0, sizeof(CvtCounts)));
-  e2m1_sweep_kernel<<<4096, 256>>>(reinterpret_cast<CvtCounts*>(buf.ptr));
+  ASSERT_OK(buf.alloc(sizeof(CvtCounts), "buf"));
+  ASSERT_CUDA(cudaMemset(buf.data(), 0, sizeof(CvtCounts)));
+  e2m1_sweep_kernel<<<4096, 256>>>(buf.as<CvtCounts>());
   ASSERT_CUDA(cudaGetLastError());
   ASSERT_CUDA(cudaDeviceSynchronize());
   CvtCounts c;
-  ASSERT_CUDA(cudaMemcpy(&c, buf.ptr, sizeof c, cudaMemcpyDeviceToHost));
+  ASSERT_CUDA(cudaMemcpy(&c, buf.data(), sizeof c, cudaMemcpyDeviceToHost));
   EXPECT_EQ(c.checked, (uint64_t{1} << 32) - (uint64_t{1} << 24));  // every finite pattern
   EXPECT_EQ(c.mismatches, 0u);
   for (unsigned long long k = 0; k < std::min(c.mismatches, 4ull); ++k)
@@ -628,13 +626,13 @@ TEST(Mxfp4Encoder, PackedPathsMatchEncodeE2m1ForEvery16BitInputAndScale) {
   SKIP_WITHOUT_GPU();
   for (bool bf16 : {true, false}) {
     DeviceBuffer buf;
-    ASSERT_CUDA(buf.alloc(sizeof(CvtCounts)));
-    ASSERT_CUDA(cudaMemset(buf.ptr, 0, sizeof(CvtCounts)));
-    e2m1_packed_sweep_kernel<<<2048, 256>>>(bf16, reinterpret_cast<CvtCounts*>(buf.ptr));
+    ASSERT_OK(buf.alloc(sizeof(CvtCounts), "buf"));
+    ASSERT_CUDA(cudaMemset(buf.data(), 0, sizeof(CvtCounts)));
+    e2m1_packed_sweep_kernel<<<2048, 256>>>(bf16, buf.as<CvtCounts>());
     ASSERT_CUDA(cudaGetLastError());
     ASSERT_CUDA(cudaDeviceSynchronize());
     CvtCounts c;
-    ASSERT_CUDA(cudaMemcpy(&c, buf.ptr, sizeof c, cudaMemcpyDeviceToHost));
+    ASSERT_CUDA(cudaMemcpy(&c, buf.data(), sizeof c, cudaMemcpyDeviceToHost));
     const char* label = bf16 ? "bf16" : "fp16";
     EXPECT_EQ(c.checked, 65536ull * 255ull * 16ull);
     EXPECT_EQ(c.mismatches, 0u) << label;
@@ -672,15 +670,15 @@ TEST(MxBlockScale, MatchesMxScaleExponentOnEveryFiniteAmax) {
   for (Recipe recipe : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2, Recipe::kMxfp4}) {
     for (bool ceil_rounding : {true, false}) {
       DeviceBuffer buf;
-      ASSERT_CUDA(buf.alloc(sizeof(CvtCounts)));
-      ASSERT_CUDA(cudaMemset(buf.ptr, 0, sizeof(CvtCounts)));
+      ASSERT_OK(buf.alloc(sizeof(CvtCounts), "buf"));
+      ASSERT_CUDA(cudaMemset(buf.data(), 0, sizeof(CvtCounts)));
       const float maxnorm = bf::element_max(recipe);
       scale_sweep_kernel<<<4096, 256>>>(bq::detail::mx_scale_rule(maxnorm, ceil_rounding), maxnorm,
-                                        ceil_rounding, reinterpret_cast<CvtCounts*>(buf.ptr));
+                                        ceil_rounding, buf.as<CvtCounts>());
       ASSERT_CUDA(cudaGetLastError());
       ASSERT_CUDA(cudaDeviceSynchronize());
       CvtCounts c;
-      ASSERT_CUDA(cudaMemcpy(&c, buf.ptr, sizeof c, cudaMemcpyDeviceToHost));
+      ASSERT_CUDA(cudaMemcpy(&c, buf.data(), sizeof c, cudaMemcpyDeviceToHost));
       const char* label = ceil_rounding ? "ceil" : "floor";
       EXPECT_EQ(c.checked, 0x7F800000ull);
       EXPECT_EQ(c.mismatches, 0u) << bf::recipe_name(recipe) << " " << label;
@@ -706,20 +704,20 @@ TEST(Mxfp8QuantizeFlags, NonfiniteFlagIsOnlyEverSetToOne) {
     DeviceBuffer data, scales, flag;
     bq::QuantizeProblem p;
     p.rows = l.rows, p.cols = l.cols, p.ld = l.ld;
-    ASSERT_CUDA(data.alloc(static_cast<size_t>(bq::rowwise_data_bytes(p))));
-    ASSERT_CUDA(scales.alloc(static_cast<size_t>(bq::rowwise_scale_bytes(p))));
-    ASSERT_CUDA(flag.alloc(sizeof(int)));
+    ASSERT_OK(data.alloc(static_cast<size_t>(bq::rowwise_data_bytes(p)), "data"));
+    ASSERT_OK(scales.alloc(static_cast<size_t>(bq::rowwise_scale_bytes(p)), "scales"));
+    ASSERT_OK(flag.alloc(sizeof(int), "flag"));
     const int start = 7;
-    ASSERT_CUDA(cudaMemcpy(flag.ptr, &start, sizeof start, cudaMemcpyHostToDevice));
+    ASSERT_CUDA(cudaMemcpy(flag.data(), &start, sizeof start, cudaMemcpyHostToDevice));
     bq::QuantizeOutputs out;
-    out.rowwise_data = data.ptr, out.rowwise_scales = scales.ptr;
-    out.nonfinite = reinterpret_cast<int*>(flag.ptr);
+    out.rowwise_data = data.data(), out.rowwise_scales = scales.data();
+    out.nonfinite = flag.as<int>();
     bq::QuantizeInputs xin;
     xin.x = x.ptr();
     const auto s = bq::run(p, xin, out, nullptr, 0, nullptr);
     ASSERT_TRUE(s.is_ok()) << s.message();
     int got = 0;
-    ASSERT_CUDA(cudaMemcpy(&got, flag.ptr, sizeof got, cudaMemcpyDeviceToHost));
+    ASSERT_CUDA(cudaMemcpy(&got, flag.data(), sizeof got, cudaMemcpyDeviceToHost));
     EXPECT_EQ(got, with_nan ? 1 : start) << (with_nan ? "NaN input" : "finite input");
   }
 }
@@ -752,16 +750,17 @@ TEST(Mxfp8Dequantize, MatchesFormatsDequantize) {
       std::vector<float> want;
       ASSERT_TRUE(bf::dequantize(ref.row, &want).is_ok());
       DeviceBuffer data, scales, out;
-      ASSERT_CUDA(data.upload(ref.row.data.data(), ref.row.data.size()));
-      ASSERT_CUDA(scales.upload(ref.row_scales.data(), ref.row_scales.size()));
-      ASSERT_CUDA(out.alloc(want.size() * sizeof(float)));
-      ASSERT_CUDA(cudaMemset(out.ptr, blockscale_test::kDefaultPoison, out.bytes));
+      ASSERT_OK(data.upload(ref.row.data.data(), ref.row.data.size(), "data"));
+      ASSERT_OK(scales.upload(ref.row_scales.data(), ref.row_scales.size(), "scales"));
+      ASSERT_OK(out.alloc(want.size() * sizeof(float), "out"));
+      ASSERT_CUDA(cudaMemset(out.data(), blockscale_test::kDefaultPoison, out.size()));
       bq::DequantizeProblem p;
       p.recipe = recipe, p.rows = rows, p.cols = cols;
-      const auto s = bq::dequantize(p, bq::DequantizeInputs{data.ptr, scales.ptr, nullptr}, reinterpret_cast<float*>(out.ptr), nullptr);
+      const auto s =
+          bq::dequantize(p, bq::DequantizeInputs{data.data(), scales.data(), nullptr}, out.as<float>(), nullptr);
       ASSERT_TRUE(s.is_ok()) << s.message();
       std::vector<float> got(want.size());
-      ASSERT_CUDA(cudaMemcpy(got.data(), out.ptr, out.bytes, cudaMemcpyDeviceToHost));
+      ASSERT_CUDA(cudaMemcpy(got.data(), out.data(), out.size(), cudaMemcpyDeviceToHost));
       int64_t bad = 0, nans = 0;
       for (size_t i = 0; i < want.size(); ++i) {
         const bool both_nan = std::isnan(got[i]) && std::isnan(want[i]);

@@ -55,7 +55,7 @@ using bf::Recipe;
 using bq::Directions;
 using bq::InputType;
 using bq::TensorAmax;
-using blockscale_test::DeviceBuffer;
+using blockscale::runtime::DeviceBuffer;
 using blockscale_test::DeviceInput;
 using blockscale_test::GuardedOutput;
 using blockscale_test::HostInput;
@@ -304,8 +304,8 @@ struct Prepared {
   pr->rht_amax = padded_rht_amax(pr->in, c.cols, c.ld, pr->ends);
   const ::testing::AssertionResult uploaded = upload_input(pr->in, c.type, c.misaligned, &pr->x);
   if (!uploaded) return uploaded;
-  const cudaError_t err = pr->ends_dev.upload(ends32.data(), ends32.size() * 4);
-  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
+  const blockscale::Status s = pr->ends_dev.upload(ends32, "group ends");
+  if (!s) return ::testing::AssertionFailure() << s.message();
   return ::testing::AssertionSuccess();
 }
 
@@ -330,11 +330,11 @@ int64_t run_and_compare(const Case& cs, const Prepared& pr, const Config& c, con
   EXPECT_TRUE(alloc_poisoned(&col_amax, 4, 0));
   EXPECT_TRUE(alloc_poisoned(&padded, 4 * int64_t{cs.groups}, 0));
   DeviceBuffer flag, given, workspace;
-  EXPECT_EQ(flag.alloc(sizeof(int)), cudaSuccess);
-  EXPECT_EQ(cudaMemset(flag.ptr, 0, sizeof(int)), cudaSuccess);
-  EXPECT_EQ(given.alloc(2 * sizeof(float)), cudaSuccess);
+  EXPECT_OK(flag.alloc(sizeof(int), "flag"));
+  EXPECT_CUDA(cudaMemset(flag.data(), 0, sizeof(int)));
+  EXPECT_OK(given.alloc(2 * sizeof(float), "given"));
   const float given_host[2] = {given_row, given_col};
-  EXPECT_EQ(cudaMemcpy(given.ptr, given_host, sizeof given_host, cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_CUDA(cudaMemcpy(given.data(), given_host, sizeof given_host, cudaMemcpyHostToDevice));
 
   p.dense.directions = c.dirs;
   p.dense.stochastic_rounding = c.sr;
@@ -342,8 +342,8 @@ int64_t run_and_compare(const Case& cs, const Prepared& pr, const Config& c, con
   p.dense.hadamard_columnwise = c.rht;
   p.dense.tensor_amax = c.mode;
   const size_t ws = bq::workspace_size(p);
-  EXPECT_EQ(workspace.alloc(ws), cudaSuccess);
-  EXPECT_EQ(cudaMemset(workspace.ptr, 0xCD, std::max<size_t>(ws, 1)), cudaSuccess);  // never zeroed for the kernels
+  EXPECT_OK(workspace.alloc(ws, "workspace"));
+  EXPECT_CUDA(cudaMemset(workspace.data(), 0xCD, std::max<size_t>(ws, 1)));  // never zeroed for the kernels
 
   bq::GroupedQuantizeOutputs out;
   out.dense.rowwise_data = row_data.ptr(), out.dense.rowwise_scales = row_scales.ptr();
@@ -352,20 +352,20 @@ int64_t run_and_compare(const Case& cs, const Prepared& pr, const Config& c, con
   out.dense.columnwise_scale_dec = reinterpret_cast<float*>(col_dec.ptr());
   out.dense.amax = reinterpret_cast<float*>(amax.ptr());
   out.dense.columnwise_amax = c.rht ? reinterpret_cast<float*>(col_amax.ptr()) : nullptr;
-  out.dense.nonfinite = reinterpret_cast<int*>(flag.ptr);
+  out.dense.nonfinite = flag.as<int>();
   out.padded_group_ends = reinterpret_cast<int32_t*>(padded.ptr());
   bq::GroupedQuantizeInputs in;
   in.x = pr.x.ptr();
-  in.group_ends = reinterpret_cast<const int32_t*>(pr.ends_dev.ptr);
+  in.group_ends = pr.ends_dev.as<int32_t>();
   if (c.mode == TensorAmax::kGiven)
   {
-    in.rowwise_tensor_amax = reinterpret_cast<const float*>(given.ptr);
-    in.columnwise_tensor_amax = reinterpret_cast<const float*>(given.ptr) + 1;
+    in.rowwise_tensor_amax = given.as<float>();
+    in.columnwise_tensor_amax = given.as<float>() + 1;
   }
-  const blockscale::Status s = bq::run(p, in, out, workspace.ptr, ws, nullptr);
+  const blockscale::Status s = bq::run(p, in, out, workspace.data(), ws, nullptr);
   EXPECT_TRUE(s.is_ok()) << describe(cs) << " " << describe(c) << ": run: " << s.message();
-  const cudaError_t sync = cudaDeviceSynchronize();
-  EXPECT_EQ(sync, cudaSuccess) << describe(cs) << " " << describe(c) << ": " << cudaGetErrorString(sync);
+  const blockscale::Status sync = blockscale::runtime::cuda_status(cudaDeviceSynchronize(), "run");
+  EXPECT_TRUE(sync.is_ok()) << describe(cs) << " " << describe(c) << ": " << sync.message();
 
   const bool row = c.dirs != Directions::kColumnwise, col = c.dirs != Directions::kRowwise;
   std::string report;
@@ -391,7 +391,7 @@ int64_t run_and_compare(const Case& cs, const Prepared& pr, const Config& c, con
   std::memcpy(padded_want.data(), ref.padded_ends.data(), padded_want.size());
   bad += check_output(padded, &padded_want, 4, "padded_group_ends (row = expert)", &report, kReportIndent);
   int got_flag = -1;
-  EXPECT_EQ(cudaMemcpy(&got_flag, flag.ptr, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_CUDA(cudaMemcpy(&got_flag, flag.data(), sizeof(int), cudaMemcpyDeviceToHost));
   const int want_flag = ((row && ref.row.nonfinite_seen) || (col && ref.col.nonfinite_seen)) ? 1 : 0;
   if (got_flag != want_flag) {
     ++bad;
@@ -538,9 +538,9 @@ TEST(Nvfp4GroupedQuantizeEmpty, WritesThePaddedEndsAlone) {
       const std::vector<int32_t> ends = shape.first == 0 ? std::vector<int32_t>{0, 0, 0} : std::vector<int32_t>{33, 33, 70};
       const std::vector<int32_t> want = shape.first == 0 ? std::vector<int32_t>{0, 0, 0} : std::vector<int32_t>{48, 48, 96};
       DeviceBuffer ends_dev, x;
-      ASSERT_CUDA(ends_dev.alloc(4 * g));
-      ASSERT_CUDA(cudaMemcpy(ends_dev.ptr, ends.data(), 4 * g, cudaMemcpyHostToDevice));
-      ASSERT_CUDA(x.alloc(256));
+      ASSERT_OK(ends_dev.alloc(4 * g, "ends_dev"));
+      ASSERT_CUDA(cudaMemcpy(ends_dev.data(), ends.data(), 4 * g, cudaMemcpyHostToDevice));
+      ASSERT_OK(x.alloc(256, "x"));
       GuardedOutput padded, amax, col_amax, data, scales, dec;
       ASSERT_TRUE(alloc_poisoned(&padded, 4 * g, 0));
       ASSERT_TRUE(alloc_poisoned(&amax, 4, 0));
@@ -563,8 +563,8 @@ TEST(Nvfp4GroupedQuantizeEmpty, WritesThePaddedEndsAlone) {
       out.dense.rowwise_scale_dec = reinterpret_cast<float*>(dec.ptr());
       out.dense.columnwise_scale_dec = reinterpret_cast<float*>(dec.ptr() + 4);
       bq::GroupedQuantizeInputs in;
-      in.x = x.ptr;
-      in.group_ends = reinterpret_cast<const int32_t*>(ends_dev.ptr);
+      in.x = x.data();
+      in.group_ends = ends_dev.as<int32_t>();
       EXPECT_EQ(bq::workspace_size(p), 0u);
       const auto s = bq::run(p, in, out, nullptr, 0, nullptr);
       ASSERT_TRUE(s.is_ok()) << s.message();

@@ -1,8 +1,8 @@
 // Tests of quant/nvfp4_quantize.cu (through quant/quantize.h): the GPU's bytes against the CPU
 // emulator's, byte for byte. The reference is formats::quantize() (recipe nvfp4 with the same
 // options; the columnwise copy with `hadamard` when the RHT is on; the given tensor amax as
-// `tensor_amax`) + formats::pack_swizzled_scales() (2D: the tile scale repeated on each of its
-// 16 rows first), on the input decoded exactly to fp32.
+// `tensor_amax`) + formats::pack_gemm_scales() (2D: the tile scale repeated on each of its 16
+// rows), on the input decoded exactly to fp32.
 //   - host (no GPU needed): the kernels' E2M1 encoder against formats::encode_e2m1 near every
 //     rounding decision point and on a stride of all fp32; the packed eight-element encode; the Philox
 //     words of 16 elements at every phase; the stochastic encode; the unscaled RHT against
@@ -54,7 +54,7 @@ using bf::Recipe;
 using bq::Directions;
 using bq::InputType;
 using bq::TensorAmax;
-using blockscale_test::DeviceBuffer;
+using blockscale::runtime::DeviceBuffer;
 using blockscale_test::DeviceInput;
 using blockscale_test::GuardedOutput;
 using blockscale_test::HostInput;
@@ -384,17 +384,6 @@ struct Reference {
   std::vector<uint8_t> row_scales, col_scales;  // swizzled, one scale per stored row
 };
 
-std::vector<uint8_t> swizzled_per_row(const bf::QuantizedMatrix& q) {
-  const int64_t sc = q.scale_cols();
-  std::vector<uint8_t> linear(static_cast<size_t>(q.rows * sc));
-  for (int64_t r = 0; r < q.rows; ++r)
-    for (int64_t j = 0; j < sc; ++j) linear[static_cast<size_t>(r * sc + j)] = q.scales[static_cast<size_t>((r / q.block_rows) * sc + j)];
-  std::vector<uint8_t> out;
-  const auto s = bf::pack_swizzled_scales(linear.data(), q.rows, sc, &out);
-  EXPECT_TRUE(s.is_ok()) << s.message();
-  return out;
-}
-
 Reference make_reference(const HostInput& in, int64_t rows, int64_t cols, int64_t ld, const Config& c, float given_row,
                          float given_col) {
   Reference ref;
@@ -409,14 +398,14 @@ Reference make_reference(const HostInput& in, int64_t rows, int64_t cols, int64_
     o.tensor_amax = given_row;
     const auto s = bf::quantize(in.values.data(), rows, cols, ld, o, bf::Direction::kRowwise, &ref.row);
     EXPECT_TRUE(s.is_ok()) << s.message();
-    ref.row_scales = swizzled_per_row(ref.row);
+    EXPECT_OK(bf::pack_gemm_scales(ref.row, &ref.row_scales));
   }
   if (c.dirs != Directions::kRowwise) {
     o.tensor_amax = given_col;
     o.hadamard = c.rht;
     const auto s = bf::quantize(in.values.data(), rows, cols, ld, o, bf::Direction::kColumnwise, &ref.col);
     EXPECT_TRUE(s.is_ok()) << s.message();
-    ref.col_scales = swizzled_per_row(ref.col);
+    EXPECT_OK(bf::pack_gemm_scales(ref.col, &ref.col_scales));
   }
   return ref;
 }
@@ -465,11 +454,11 @@ int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Config& c, 
   EXPECT_TRUE(alloc_poisoned(&amax, 4, 0));
   EXPECT_TRUE(alloc_poisoned(&col_amax, 4, 0));
   DeviceBuffer flag, given, workspace;
-  EXPECT_EQ(flag.alloc(sizeof(int)), cudaSuccess);
-  EXPECT_EQ(cudaMemset(flag.ptr, 0, sizeof(int)), cudaSuccess);
-  EXPECT_EQ(given.alloc(2 * sizeof(float)), cudaSuccess);
+  EXPECT_OK(flag.alloc(sizeof(int), "flag"));
+  EXPECT_CUDA(cudaMemset(flag.data(), 0, sizeof(int)));
+  EXPECT_OK(given.alloc(2 * sizeof(float), "given"));
   const float given_host[2] = {given_row, given_col};
-  EXPECT_EQ(cudaMemcpy(given.ptr, given_host, sizeof given_host, cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_CUDA(cudaMemcpy(given.data(), given_host, sizeof given_host, cudaMemcpyHostToDevice));
 
   p.directions = c.dirs;
   p.nvfp4_2d = c.two_d;
@@ -478,8 +467,8 @@ int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Config& c, 
   p.hadamard_columnwise = c.rht;
   p.tensor_amax = c.mode;
   const size_t ws = bq::workspace_size(p);
-  EXPECT_EQ(workspace.alloc(ws), cudaSuccess);
-  EXPECT_EQ(cudaMemset(workspace.ptr, 0xCD, std::max<size_t>(ws, 1)), cudaSuccess);  // never zeroed for the kernels
+  EXPECT_OK(workspace.alloc(ws, "workspace"));
+  EXPECT_CUDA(cudaMemset(workspace.data(), 0xCD, std::max<size_t>(ws, 1)));  // never zeroed for the kernels
 
   bq::QuantizeOutputs out;
   out.rowwise_data = row_data.ptr(), out.rowwise_scales = row_scales.ptr();
@@ -488,16 +477,16 @@ int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Config& c, 
   out.columnwise_scale_dec = reinterpret_cast<float*>(col_dec.ptr());
   out.amax = reinterpret_cast<float*>(amax.ptr());
   out.columnwise_amax = c.rht ? reinterpret_cast<float*>(col_amax.ptr()) : nullptr;
-  out.nonfinite = reinterpret_cast<int*>(flag.ptr);
+  out.nonfinite = flag.as<int>();
   bq::QuantizeInputs in;
   in.x = x.ptr();
   if (c.mode == TensorAmax::kGiven) {
-    in.rowwise_tensor_amax = reinterpret_cast<const float*>(given.ptr);
-    in.columnwise_tensor_amax = reinterpret_cast<const float*>(given.ptr) + 1;
+    in.rowwise_tensor_amax = given.as<float>();
+    in.columnwise_tensor_amax = given.as<float>() + 1;
   }
-  const blockscale::Status s = bq::run(p, in, out, workspace.ptr, ws, nullptr);
+  const blockscale::Status s = bq::run(p, in, out, workspace.data(), ws, nullptr);
   EXPECT_TRUE(s.is_ok()) << s.message();
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_CUDA(cudaDeviceSynchronize());
 
   const bool row = c.dirs != Directions::kColumnwise, col = c.dirs != Directions::kRowwise;
   std::string report;
@@ -514,7 +503,7 @@ int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Config& c, 
   bad += check_output(amax, &amax_want, 4, "amax", &report, kReportIndent);
   bad += check_output(col_amax, c.rht ? &rht_want : nullptr, 4, "columnwise_amax", &report, kReportIndent);
   int got_flag = -1;
-  EXPECT_EQ(cudaMemcpy(&got_flag, flag.ptr, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_CUDA(cudaMemcpy(&got_flag, flag.data(), sizeof(int), cudaMemcpyDeviceToHost));
   const int want_flag = ((row && ref.row.nonfinite_seen) || (col && ref.col.nonfinite_seen)) ? 1 : 0;
   if (got_flag != want_flag) {
     ++bad;
@@ -737,12 +726,12 @@ __global__ void sign_gather_kernel(const uint32_t* words, uint32_t* out, int n) 
 SweepCounts run_sweep(void (*kernel)(SweepCounts*)) {
   SweepCounts c{};
   DeviceBuffer buf;
-  EXPECT_EQ(buf.alloc(sizeof c), cudaSuccess);
-  EXPECT_EQ(cudaMemset(buf.ptr, 0, sizeof c), cudaSuccess);
-  kernel<<<4096, 256>>>(reinterpret_cast<SweepCounts*>(buf.ptr));
-  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(cudaMemcpy(&c, buf.ptr, sizeof c, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_OK(buf.alloc(sizeof c, "buf"));
+  EXPECT_CUDA(cudaMemset(buf.data(), 0, sizeof c));
+  kernel<<<4096, 256>>>(buf.as<SweepCounts>());
+  EXPECT_CUDA(cudaGetLastError());
+  EXPECT_CUDA(cudaDeviceSynchronize());
+  EXPECT_CUDA(cudaMemcpy(&c, buf.data(), sizeof c, cudaMemcpyDeviceToHost));
   return c;
 }
 
@@ -786,13 +775,13 @@ TEST(Nvfp4DeviceArithmetic, SignGathers) {
   std::mt19937 rng(5);
   for (auto& w : words) w = rng();
   DeviceBuffer dw, dout;
-  ASSERT_CUDA(dw.alloc(words.size() * 4));
-  ASSERT_CUDA(dout.alloc(4 * n * 4));
-  ASSERT_CUDA(cudaMemcpy(dw.ptr, words.data(), words.size() * 4, cudaMemcpyHostToDevice));
-  sign_gather_kernel<<<n / 256, 256>>>(reinterpret_cast<const uint32_t*>(dw.ptr), reinterpret_cast<uint32_t*>(dout.ptr), n);
+  ASSERT_OK(dw.alloc(words.size() * 4, "dw"));
+  ASSERT_OK(dout.alloc(4 * n * 4, "dout"));
+  ASSERT_CUDA(cudaMemcpy(dw.data(), words.data(), words.size() * 4, cudaMemcpyHostToDevice));
+  sign_gather_kernel<<<n / 256, 256>>>(dw.as<uint32_t>(), dout.as<uint32_t>(), n);
   ASSERT_CUDA(cudaGetLastError());
   std::vector<uint32_t> got(4 * n);
-  ASSERT_CUDA(cudaMemcpy(got.data(), dout.ptr, got.size() * 4, cudaMemcpyDeviceToHost));
+  ASSERT_CUDA(cudaMemcpy(got.data(), dout.data(), got.size() * 4, cudaMemcpyDeviceToHost));
   int64_t bad = 0;
   for (int i = 0; i < n; ++i) {
     const uint32_t* w = &words[8 * i];
@@ -859,22 +848,22 @@ TEST(Nvfp4QuantizeSpecial, NonfiniteFlagIsOnlyEverSetToOne) {
     bq::QuantizeProblem p;
     p.recipe = Recipe::kNvfp4, p.rows = l.rows, p.cols = l.cols, p.ld = l.ld;
     DeviceBuffer data, scales, dec, flag, ws;
-    ASSERT_CUDA(data.alloc(static_cast<size_t>(bq::rowwise_data_bytes(p))));
-    ASSERT_CUDA(scales.alloc(static_cast<size_t>(bq::rowwise_scale_bytes(p))));
-    ASSERT_CUDA(dec.alloc(4));
-    ASSERT_CUDA(flag.alloc(sizeof(int)));
-    ASSERT_CUDA(ws.alloc(bq::workspace_size(p)));
+    ASSERT_OK(data.alloc(static_cast<size_t>(bq::rowwise_data_bytes(p)), "data"));
+    ASSERT_OK(scales.alloc(static_cast<size_t>(bq::rowwise_scale_bytes(p)), "scales"));
+    ASSERT_OK(dec.alloc(4, "dec"));
+    ASSERT_OK(flag.alloc(sizeof(int), "flag"));
+    ASSERT_OK(ws.alloc(bq::workspace_size(p), "ws"));
     const int start = 7;
-    ASSERT_CUDA(cudaMemcpy(flag.ptr, &start, sizeof start, cudaMemcpyHostToDevice));
+    ASSERT_CUDA(cudaMemcpy(flag.data(), &start, sizeof start, cudaMemcpyHostToDevice));
     bq::QuantizeOutputs out;
-    out.rowwise_data = data.ptr, out.rowwise_scales = scales.ptr, out.rowwise_scale_dec = reinterpret_cast<float*>(dec.ptr);
-    out.nonfinite = reinterpret_cast<int*>(flag.ptr);
+    out.rowwise_data = data.data(), out.rowwise_scales = scales.data(), out.rowwise_scale_dec = dec.as<float>();
+    out.nonfinite = flag.as<int>();
     bq::QuantizeInputs xin;
     xin.x = x.ptr();
-    const auto s = bq::run(p, xin, out, ws.ptr, ws.bytes, nullptr);
+    const auto s = bq::run(p, xin, out, ws.data(), ws.size(), nullptr);
     ASSERT_TRUE(s.is_ok()) << s.message();
     int got = 0;
-    ASSERT_CUDA(cudaMemcpy(&got, flag.ptr, sizeof got, cudaMemcpyDeviceToHost));
+    ASSERT_CUDA(cudaMemcpy(&got, flag.data(), sizeof got, cudaMemcpyDeviceToHost));
     EXPECT_EQ(got, with_nan ? 1 : start) << (with_nan ? "NaN input" : "finite input");
   }
 }

@@ -7,6 +7,7 @@
 
 #include "formats/scale_layout.h"
 #include "quant/quantize.h"
+#include "tests/status_test.h"  // defines: expect_error
 
 namespace {
 
@@ -14,11 +15,7 @@ namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
 using bf::Recipe;
 using bq::Directions;
-
-void expect_error(const blockscale::Status& s, const std::string& names) {
-  ASSERT_FALSE(s.is_ok()) << "expected an error naming " << names;
-  EXPECT_NE(s.message().find(names), std::string::npos) << s.message();
-}
+using blockscale_test::expect_error;
 
 bq::QuantizeProblem problem(Recipe r, int64_t rows, int64_t cols, Directions d = Directions::kBoth) {
   bq::QuantizeProblem p;

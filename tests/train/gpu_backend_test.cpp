@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "tests/gpu_test.h"  // defines: SKIP_WITHOUT_GPU
 #include "train/communicator.h"
 #include "train/cpu_model.h"
 #include "train/optimizer.h"
@@ -75,7 +76,7 @@ ModelConfig tiny_config(bool moe) {
 }
 
 TEST_P(GpuBackendTest, MatchesCpuModel) {
-  if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  SKIP_WITHOUT_GPU();
   const Case tc = GetParam();
   const ModelConfig c = tiny_config(tc.moe);
   const int batch = 2;
@@ -125,7 +126,7 @@ TEST_P(GpuBackendTest, MatchesCpuModel) {
 // quantizes the same inputs to the same bytes, so this holds to fp32 rounding: a beta-0 product in
 // the second micro-batch would drop the first one's share, a missed write would keep a stale one.
 TEST_P(GpuBackendTest, AccumulatesMicroBatches) {
-  if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  SKIP_WITHOUT_GPU();
   const Case tc = GetParam();
   const ModelConfig c = tiny_config(tc.moe);
   const int batch = 2;
@@ -171,7 +172,7 @@ TEST_P(GpuBackendTest, AccumulatesMicroBatches) {
 // bit for bit, clipped (clip_norm a quarter of the norm) and not (clip_norm 0). The step that does
 // not time its phases adds nothing to the phase times; the one that does adds to them.
 TEST_P(GpuBackendTest, OptimizerStepIsTheHostUpdate) {
-  if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  SKIP_WITHOUT_GPU();
   const Case tc = GetParam();
   const ModelConfig c = tiny_config(tc.moe);
   const int batch = 2;
@@ -223,7 +224,7 @@ TEST_P(GpuBackendTest, OptimizerStepIsTheHostUpdate) {
 // copies would give the first the old weights' loss), and evaluating twice (the reuse) changes
 // nothing.
 TEST_P(GpuBackendTest, WeightCopiesFollowTheOptimizer) {
-  if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  SKIP_WITHOUT_GPU();
   const Case tc = GetParam();
   const ModelConfig c = tiny_config(tc.moe);
   const int batch = 2;
@@ -280,13 +281,11 @@ class HostStagedMember final : public Communicator {
   Status all_reduce_host(float* d, int64_t n) override { return inner_->all_reduce_host(d, n); }
   Status all_reduce_device(float* data, int64_t n, void* after) override {
     std::vector<float> host(n);
-    if (cudaStreamSynchronize(static_cast<cudaStream_t>(after)) != cudaSuccess ||
-        cudaMemcpy(host.data(), data, n * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess)
-      return Status::error("HostStagedMember: copy out failed");
+    BS_RETURN_IF_ERROR(runtime::cuda_status(cudaStreamSynchronize(static_cast<cudaStream_t>(after)), "copy out"));
+    BS_RETURN_IF_ERROR(
+        runtime::cuda_status(cudaMemcpy(host.data(), data, n * sizeof(float), cudaMemcpyDeviceToHost), "copy out"));
     BS_RETURN_IF_ERROR(inner_->all_reduce_host(host.data(), n));
-    if (cudaMemcpy(data, host.data(), n * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess)
-      return Status::error("HostStagedMember: copy in failed");
-    return Status::ok();
+    return runtime::cuda_status(cudaMemcpy(data, host.data(), n * sizeof(float), cudaMemcpyHostToDevice), "copy in");
   }
   Status all_to_all_device(const void* send, const int64_t* send_bytes, void* recv, const int64_t* recv_bytes,
                            void* after) override {
@@ -294,13 +293,11 @@ class HostStagedMember final : public Communicator {
     int64_t out = 0, in = 0;
     for (int r = 0; r < world; ++r) out += send_bytes[r], in += recv_bytes[r];
     std::vector<uint8_t> send_host(out), recv_host(in);
-    if (cudaStreamSynchronize(static_cast<cudaStream_t>(after)) != cudaSuccess ||
-        cudaMemcpy(send_host.data(), send, out, cudaMemcpyDeviceToHost) != cudaSuccess)
-      return Status::error("HostStagedMember: copy out failed");
+    BS_RETURN_IF_ERROR(runtime::cuda_status(cudaStreamSynchronize(static_cast<cudaStream_t>(after)), "copy out"));
+    BS_RETURN_IF_ERROR(
+        runtime::cuda_status(cudaMemcpy(send_host.data(), send, out, cudaMemcpyDeviceToHost), "copy out"));
     BS_RETURN_IF_ERROR(inner_->all_to_all_host(send_host.data(), send_bytes, recv_host.data(), recv_bytes));
-    if (cudaMemcpy(recv, recv_host.data(), in, cudaMemcpyHostToDevice) != cudaSuccess)
-      return Status::error("HostStagedMember: copy in failed");
-    return Status::ok();
+    return runtime::cuda_status(cudaMemcpy(recv, recv_host.data(), in, cudaMemcpyHostToDevice), "copy in");
   }
   Status wait_device(void*) override { return Status::ok(); }
 
@@ -391,7 +388,7 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
 // (bf16: to summation order; mxfp8: the per-expert wgrad blocks may hold other tokens on each
 // rank, so a scale can differ). A layer whose sum was missed would be off by about half.
 TEST(GpuBackendDataParallel, TwoRanksSumToOneRank) {
-  if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  SKIP_WITHOUT_GPU();
   const ParallelCase pc = parallel_case(11);
   for (TrainRecipe recipe : {TrainRecipe::kBf16, TrainRecipe::kMxfp8, TrainRecipe::kFp8Block}) {
     // fp8_block on its cublaslt route: each rank's experts one matmul each, sizes copied back.
@@ -421,7 +418,7 @@ TEST(GpuBackendDataParallel, TwoRanksSumToOneRank) {
 // gradients, and each rank's own experts' gradients; the other rank's experts stay zero; the
 // gathered state is the whole model.
 TEST(GpuBackendExpertParallel, TwoRanksMatchOneRank) {
-  if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  SKIP_WITHOUT_GPU();
   const ParallelCase pc = parallel_case(13);
   struct Run {
     TrainRecipe recipe;
@@ -474,7 +471,7 @@ TEST(GpuBackendExpertParallel, TwoRanksMatchOneRank) {
 // measured per-tensor gradient differences up to 0.38), but its two GEMM routes take the same
 // quantized bytes on each rank and must agree as they do against the CPU model.
 TEST(GpuBackendExpertParallel, Nvfp4RoutesAgree) {
-  if (!gpu_available()) GTEST_SKIP() << "no CUDA device";
+  SKIP_WITHOUT_GPU();
   const ParallelCase pc = parallel_case(17);
   const auto values = two_ranks(pc, TrainRecipe::kNvfp4, true, MxGemm::kBf16Values, Fp8Gemm::kAuto);
   const auto kernel = two_ranks(pc, TrainRecipe::kNvfp4, true, MxGemm::kBlockScaled, Fp8Gemm::kAuto);

@@ -13,39 +13,44 @@
 #include <vector>
 
 #include "formats/scalar_codecs.h"
-#include "tests/quant/gpu_test_util.h"  // SKIP_WITHOUT_GPU, ASSERT_CUDA, DeviceBuffer
+#include "tests/gpu_test.h"  // defines: SKIP_WITHOUT_GPU, ASSERT_CUDA
 #include "tests/train/test_inputs.h"  // normal, bf16_rounding_inputs
 #include "train/gpu_glue.h"
 
 namespace {
 
 namespace gpu = blockscale::train::gpu;
-using blockscale_test::DeviceBuffer;
+using blockscale::runtime::DeviceBuffer;
 
 using blockscale_test::normal;
 
 // `host` on the device at element `offset` of a poisoned buffer.
 template <class T>
 ::testing::AssertionResult upload_at(const std::vector<T>& host, size_t offset, DeviceBuffer* b) {
-  cudaError_t err = b->alloc(sizeof(T) * (host.size() + offset));
-  if (err == cudaSuccess) err = cudaMemset(b->ptr, 0xFF, b->bytes);
-  if (err == cudaSuccess && !host.empty())
-    err = cudaMemcpy(b->ptr + sizeof(T) * offset, host.data(), sizeof(T) * host.size(), cudaMemcpyHostToDevice);
-  if (err != cudaSuccess) return ::testing::AssertionFailure() << cudaGetErrorString(err);
+  blockscale::Status s = b->alloc(sizeof(T) * (host.size() + offset), "input");
+  if (s) s = blockscale::runtime::cuda_status(cudaMemset(b->data(), 0xFF, b->size()), "poison");
+  if (s && !host.empty()) {
+    s = blockscale::runtime::cuda_status(
+        cudaMemcpy(b->data() + sizeof(T) * offset, host.data(), sizeof(T) * host.size(), cudaMemcpyHostToDevice),
+        "input");
+  }
+  if (!s) return ::testing::AssertionFailure() << s.message();
   return ::testing::AssertionSuccess();
 }
 template <class T>
 std::vector<T> download_at(const DeviceBuffer& b, size_t offset, size_t n) {
   std::vector<T> h(n);
-  cudaError_t err = cudaDeviceSynchronize();
-  if (err == cudaSuccess && n > 0) err = cudaMemcpy(h.data(), b.ptr + sizeof(T) * offset, sizeof(T) * n,
-                                                    cudaMemcpyDeviceToHost);
-  if (err != cudaSuccess) ADD_FAILURE() << cudaGetErrorString(err);
+  blockscale::Status s = blockscale::runtime::cuda_status(cudaDeviceSynchronize(), "the kernel");
+  if (s && n > 0) {
+    s = blockscale::runtime::cuda_status(
+        cudaMemcpy(h.data(), b.data() + sizeof(T) * offset, sizeof(T) * n, cudaMemcpyDeviceToHost), "output");
+  }
+  if (!s) ADD_FAILURE() << s.message();
   return h;
 }
 template <class T>
 T* at(const DeviceBuffer& b, size_t offset) {
-  return reinterpret_cast<T*>(b.ptr) + offset;
+  return b.as<T>() + offset;
 }
 template <class T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
@@ -76,7 +81,7 @@ TEST_P(GatherRowsTest, CopiesTheIndexedRowsAndZerosTheRest) {
     ASSERT_TRUE(upload_at(x, offset, &dx));
     ASSERT_TRUE(upload_at(index, 0, &dindex));
     ASSERT_TRUE(upload_at(std::vector<float>(want.size()), offset, &dout));
-    ASSERT_CUDA(cudaMemset(dout.ptr, 0xFF, dout.bytes));
+    ASSERT_CUDA(cudaMemset(dout.data(), 0xFF, dout.size()));
     gpu::gather_rows(at<float>(dx, offset), c.x_rows, c.d, at<int32_t>(dindex, 0), c.rows, at<float>(dout, offset),
                      nullptr);
     EXPECT_TRUE(same_bits(download_at<float>(dout, offset, want.size()), want));

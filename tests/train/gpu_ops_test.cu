@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "formats/scalar_codecs.h"
-#include "tests/quant/gpu_test_util.h"  // SKIP_WITHOUT_GPU, ASSERT_CUDA, expect_error
+#include "tests/gpu_test.h"  // defines: SKIP_WITHOUT_GPU, ASSERT_CUDA, ASSERT_OK, expect_error
 #include "tests/train/test_inputs.h"  // normal, bf16_rounding_inputs
 #include "train/cpu_ops.h"
 #include "train/gpu_ops.h"
@@ -39,47 +39,34 @@ namespace {
 namespace cpu = blockscale::train;
 namespace gpu = blockscale::train::gpu;
 using blockscale::train::clip_factor;
+using blockscale::runtime::DeviceBuffer;
 using blockscale_test::expect_error;
 
-#define ASSERT_OK(expr)                                    \
-  do {                                                     \
-    const blockscale::Status s_ = (expr);                  \
-    ASSERT_TRUE(s_.is_ok()) << #expr << ": " << s_.message(); \
-  } while (0)
-
-// ---- Device arrays, poisoned on allocation -------------------------------------------------------
+// ---- Device copies, poisoned on allocation (a failure fails the test) -----------------------------
 
 template <class T>
-class DeviceArray {
- public:
-  explicit DeviceArray(size_t n) : n_(n) {
-    err_ = cudaMalloc(&ptr_, sizeof(T) * std::max<size_t>(n, 1));
-    if (err_ == cudaSuccess) err_ = cudaMemset(ptr_, 0xFF, sizeof(T) * std::max<size_t>(n, 1));
-  }
-  explicit DeviceArray(const std::vector<T>& h) : DeviceArray(h.size()) {
-    if (err_ == cudaSuccess && !h.empty()) err_ = cudaMemcpy(ptr_, h.data(), sizeof(T) * n_, cudaMemcpyHostToDevice);
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  ~DeviceArray() {
-    if (ptr_) cudaFree(ptr_);
-  }
-  T* get() const { return ptr_; }
-  size_t bytes() const { return sizeof(T) * n_; }
-  // The contents after the device finished (a failed copy fails the test and returns poison-free zeros).
-  std::vector<T> host() const {
-    std::vector<T> h(n_);
-    cudaError_t err = err_ != cudaSuccess ? err_ : cudaDeviceSynchronize();
-    if (err == cudaSuccess && n_ > 0) err = cudaMemcpy(h.data(), ptr_, sizeof(T) * n_, cudaMemcpyDeviceToHost);
-    if (err != cudaSuccess) ADD_FAILURE() << "device array: " << cudaGetErrorString(err);
-    return h;
-  }
-
- private:
-  T* ptr_ = nullptr;
-  size_t n_;
-  cudaError_t err_;
-};
+DeviceBuffer poisoned(size_t n) {
+  DeviceBuffer b;
+  blockscale::Status s = b.alloc(sizeof(T) * n, "output");
+  if (s) s = blockscale::runtime::cuda_status(cudaMemset(b.data(), 0xFF, b.size()), "poison");
+  EXPECT_OK(s);
+  return b;
+}
+template <class T>
+DeviceBuffer on_device(const std::vector<T>& h) {
+  DeviceBuffer b;
+  EXPECT_OK(b.upload(h, "input"));
+  return b;
+}
+// The contents after the device finished.
+template <class T>
+std::vector<T> host_copy(const DeviceBuffer& b) {
+  std::vector<T> h(b.size() / sizeof(T));
+  blockscale::Status s = blockscale::runtime::cuda_status(cudaDeviceSynchronize(), "the kernels");
+  if (s) s = b.download(h.data(), b.size(), "output");
+  EXPECT_OK(s);
+  return h;
+}
 
 // ---- Inputs --------------------------------------------------------------------------------------
 
@@ -196,21 +183,21 @@ TEST_P(EmbeddingTest, ForwardAndBackwardMatchTheCpuBitForBit) {
   cpu::embedding_forward(tokens.data(), c.n_tokens, c.seq_len, c.d, embed.data(), pos.data(), x_ref.data());
   cpu::embedding_backward(tokens.data(), c.n_tokens, c.seq_len, c.d, dx.data(), d_embed_ref.data(), d_pos_ref.data());
 
-  DeviceArray<int32_t> d_tokens(tokens);
-  DeviceArray<float> d_embed_in(embed), d_pos_in(pos), d_dx(dx), x(nd);
-  ASSERT_OK(gpu::embedding_forward(d_tokens.get(), c.n_tokens, c.seq_len, c.d, c.vocab, d_embed_in.get(),
-                                   d_pos_in.get(), x.get(), nullptr));
-  EXPECT_TRUE(same_bits(x.host(), x_ref)) << "x";
+  DeviceBuffer d_tokens = on_device(tokens);
+  DeviceBuffer d_embed_in = on_device(embed), d_pos_in = on_device(pos), d_dx = on_device(dx), x = poisoned<float>(nd);
+  ASSERT_OK(gpu::embedding_forward(d_tokens.as<int32_t>(), c.n_tokens, c.seq_len, c.d, c.vocab, d_embed_in.as<float>(),
+                                   d_pos_in.as<float>(), x.as<float>(), nullptr));
+  EXPECT_TRUE(same_bits(host_copy<float>(x), x_ref)) << "x";
 
   size_t ws_bytes = 0;
   ASSERT_OK(gpu::embedding_backward_workspace_bytes(c.n_tokens, c.vocab, &ws_bytes));
-  DeviceArray<uint8_t> ws(ws_bytes);
+  DeviceBuffer ws = poisoned<uint8_t>(ws_bytes);
   std::vector<float> first_embed, first_pos;
   for (int run = 0; run < 2; ++run) {
-    DeviceArray<float> d_embed(d_embed0), d_pos(d_pos0);
-    ASSERT_OK(gpu::embedding_backward(d_tokens.get(), c.n_tokens, c.seq_len, c.d, c.vocab, d_dx.get(), d_embed.get(),
-                                      d_pos.get(), ws.get(), ws_bytes, nullptr));
-    const auto ge = d_embed.host(), gp = d_pos.host();
+    DeviceBuffer d_embed = on_device(d_embed0), d_pos = on_device(d_pos0);
+    ASSERT_OK(gpu::embedding_backward(d_tokens.as<int32_t>(), c.n_tokens, c.seq_len, c.d, c.vocab, d_dx.as<float>(),
+                                      d_embed.as<float>(), d_pos.as<float>(), ws.as<uint8_t>(), ws_bytes, nullptr));
+    const auto ge = host_copy<float>(d_embed), gp = host_copy<float>(d_pos);
     EXPECT_TRUE(same_bits(ge, d_embed_ref)) << "d_embed, run " << run;
     EXPECT_TRUE(same_bits(gp, d_pos_ref)) << "d_pos_embed, run " << run;
     if (run == 0) first_embed = ge, first_pos = gp;
@@ -242,24 +229,27 @@ TEST(EmbeddingRangeTest, OutOfRangeTokensPoisonTheRowAndAreSkipped) {
   cpu::embedding_backward(cpu_tokens.data(), n, seq, d, dx.data(), d_embed_ref.data(), d_pos_ref.data());
   d_embed_ref.resize(size_t(vocab) * d);
 
-  DeviceArray<int32_t> d_tokens(tokens);
-  DeviceArray<float> d_embed_in(embed), d_pos_in(pos), d_dx(dx), x(size_t(n) * d);
-  DeviceArray<float> d_embed(std::vector<float>(size_t(vocab) * d, 0.5f)), d_pos(std::vector<float>(pos.size(), 0.25f));
-  ASSERT_OK(gpu::embedding_forward(d_tokens.get(), n, seq, d, vocab, d_embed_in.get(), d_pos_in.get(), x.get(), nullptr));
+  DeviceBuffer d_tokens = on_device(tokens);
+  DeviceBuffer d_embed_in = on_device(embed), d_pos_in = on_device(pos), d_dx = on_device(dx),
+               x = poisoned<float>(size_t(n) * d);
+  DeviceBuffer d_embed = on_device(std::vector<float>(size_t(vocab) * d, 0.5f)),
+               d_pos = on_device(std::vector<float>(pos.size(), 0.25f));
+  ASSERT_OK(gpu::embedding_forward(d_tokens.as<int32_t>(), n, seq, d, vocab, d_embed_in.as<float>(),
+                                   d_pos_in.as<float>(), x.as<float>(), nullptr));
   size_t ws_bytes = 0;
   ASSERT_OK(gpu::embedding_backward_workspace_bytes(n, vocab, &ws_bytes));
-  DeviceArray<uint8_t> ws(ws_bytes);
-  ASSERT_OK(gpu::embedding_backward(d_tokens.get(), n, seq, d, vocab, d_dx.get(), d_embed.get(), d_pos.get(),
-                                    ws.get(), ws_bytes, nullptr));
-  const auto gx = x.host();
+  DeviceBuffer ws = poisoned<uint8_t>(ws_bytes);
+  ASSERT_OK(gpu::embedding_backward(d_tokens.as<int32_t>(), n, seq, d, vocab, d_dx.as<float>(), d_embed.as<float>(),
+                                    d_pos.as<float>(), ws.as<uint8_t>(), ws_bytes, nullptr));
+  const auto gx = host_copy<float>(x);
   for (int t = 0; t < n; ++t)
     for (int c = 0; c < d; ++c) {
       const float g = gx[size_t(t) * d + c];
       if (is_bad(t)) EXPECT_TRUE(std::isnan(g)) << "token " << t;
       else EXPECT_EQ(bits(g), bits(x_ref[size_t(t) * d + c])) << "token " << t;
     }
-  EXPECT_TRUE(same_bits(d_embed.host(), d_embed_ref)) << "d_embed";
-  EXPECT_TRUE(same_bits(d_pos.host(), d_pos_ref)) << "d_pos_embed";
+  EXPECT_TRUE(same_bits(host_copy<float>(d_embed), d_embed_ref)) << "d_embed";
+  EXPECT_TRUE(same_bits(host_copy<float>(d_pos), d_pos_ref)) << "d_pos_embed";
 }
 
 // ---- RMSNorm -------------------------------------------------------------------------------------
@@ -284,12 +274,14 @@ TEST_P(RmsNormTest, ForwardAndBackwardMatchTheCpu) {
   cpu::rmsnorm_forward(x.data(), gain.data(), rows, d, y_ref.data(), rstd_ref.data());
   cpu::rmsnorm_backward(dy.data(), x.data(), gain.data(), rstd_ref.data(), rows, d, dx_ref.data(), d_gain_ref.data());
 
-  DeviceArray<float> dev_x(x), dev_gain(gain), dev_dy(dy), y(n), rstd(rows);
-  ASSERT_OK(gpu::rmsnorm_forward(dev_x.get(), dev_gain.get(), rows, d, y.get(), rstd.get(), nullptr));
+  DeviceBuffer dev_x = on_device(x), dev_gain = on_device(gain), dev_dy = on_device(dy), y = poisoned<float>(n),
+               rstd = poisoned<float>(rows);
+  ASSERT_OK(
+      gpu::rmsnorm_forward(dev_x.as<float>(), dev_gain.as<float>(), rows, d, y.as<float>(), rstd.as<float>(), nullptr));
   // rstd: an fp32 sum of d positive squares (lanes of d/32 terms, then a 5-level tree) is within
   // (d/32 + 5) * 2^-24 < 1e-5 of the double sum; the square root halves it. y adds two roundings.
-  EXPECT_TRUE(all_near(rstd.host(), rstd_ref, 1e-5, 0.0)) << "rstd";
-  EXPECT_TRUE(all_near(y.host(), y_ref, 1e-5, 0.0)) << "y";
+  EXPECT_TRUE(all_near(host_copy<float>(rstd), rstd_ref, 1e-5, 0.0)) << "rstd";
+  EXPECT_TRUE(all_near(host_copy<float>(y), y_ref, 1e-5, 0.0)) << "y";
 
   // The backward from the CPU's rstd on both sides. dx: the row's dot is fp32, and gain*dy - x*m
   // can cancel, so each element is bounded by 1e-5 of its terms' magnitudes; d_gain: fp32 chunked
@@ -308,15 +300,15 @@ TEST_P(RmsNormTest, ForwardAndBackwardMatchTheCpu) {
     }
   }
   for (auto& a : gain_atol) a *= 1e-5;
-  DeviceArray<float> dev_rstd(rstd_ref);
+  DeviceBuffer dev_rstd = on_device(rstd_ref);
   const size_t ws_bytes = gpu::rmsnorm_backward_workspace_bytes(rows, d);
-  DeviceArray<uint8_t> ws(ws_bytes);
+  DeviceBuffer ws = poisoned<uint8_t>(ws_bytes);
   std::vector<float> first_dx, first_gain;
   for (int run = 0; run < 2; ++run) {
-    DeviceArray<float> dx(dx0), d_gain(d_gain0);
-    ASSERT_OK(gpu::rmsnorm_backward(dev_dy.get(), dev_x.get(), dev_gain.get(), dev_rstd.get(), rows, d, dx.get(),
-                                    d_gain.get(), ws.get(), ws_bytes, nullptr));
-    const auto gdx = dx.host(), gg = d_gain.host();
+    DeviceBuffer dx = on_device(dx0), d_gain = on_device(d_gain0);
+    ASSERT_OK(gpu::rmsnorm_backward(dev_dy.as<float>(), dev_x.as<float>(), dev_gain.as<float>(), dev_rstd.as<float>(),
+                                    rows, d, dx.as<float>(), d_gain.as<float>(), ws.as<uint8_t>(), ws_bytes, nullptr));
+    const auto gdx = host_copy<float>(dx), gg = host_copy<float>(d_gain);
     EXPECT_TRUE(all_near(gdx, dx_ref, 0.0, dx_atol)) << "dx, run " << run;
     EXPECT_TRUE(all_near(gg, d_gain_ref, 0.0, gain_atol)) << "d_gain, run " << run;
     if (run == 0) first_dx = gdx, first_gain = gg;
@@ -369,13 +361,14 @@ TEST_P(AttentionTest, ForwardAndBackwardMatchTheCpu) {
   ASSERT_EQ(cublasCreate(&cs.handle), CUBLAS_STATUS_SUCCESS);
   ASSERT_CUDA(cudaStreamCreate(&cs.stream));  // not the default stream: the handle must follow it
   const size_t ws_bytes = gpu::attention_workspace_bytes(B, T, H, hd);
-  DeviceArray<uint8_t> ws(ws_bytes);
-  DeviceArray<float> d_qkv(qkv), d_dout(dout), out(rows * H * hd), dqkv(rows * width);
-  DeviceArray<uint16_t> probs(square);
-  ASSERT_OK(gpu::attention_forward(d_qkv.get(), B, T, H, hd, probs.get(), out.get(), ws.get(), ws_bytes, cs.handle,
-                                   cs.stream));
+  DeviceBuffer ws = poisoned<uint8_t>(ws_bytes);
+  DeviceBuffer d_qkv = on_device(qkv), d_dout = on_device(dout), out = poisoned<float>(rows * H * hd),
+               dqkv = poisoned<float>(rows * width);
+  DeviceBuffer probs = poisoned<uint16_t>(square);
+  ASSERT_OK(gpu::attention_forward(d_qkv.as<float>(), B, T, H, hd, probs.as<uint16_t>(), out.as<float>(),
+                                   ws.as<uint8_t>(), ws_bytes, cs.handle, cs.stream));
   ASSERT_CUDA(cudaStreamSynchronize(cs.stream));
-  const auto p_bits = probs.host();
+  const auto p_bits = host_copy<uint16_t>(probs);
   std::vector<float> p(square);
   int64_t above_diagonal = 0, flips = 0, far = 0;
   for (size_t idx = 0; idx < square; ++idx) {
@@ -392,18 +385,18 @@ TEST_P(AttentionTest, ForwardAndBackwardMatchTheCpu) {
   EXPECT_EQ(above_diagonal, 0) << "probabilities above the diagonal must be +0";
   EXPECT_EQ(far, 0) << "probabilities more than one bf16 ulp from the CPU's";
   EXPECT_LE(flips, 1 + int64_t(square) / 100) << "probabilities one bf16 ulp off";
-  EXPECT_TRUE(normwise_near(out.host(), out_ref, 1e-2)) << "out";
+  EXPECT_TRUE(normwise_near(host_copy<float>(out), out_ref, 1e-2)) << "out";
 
   // The backward from the GPU's probabilities on both sides.
   std::vector<float> dqkv_ref(rows * width);
   cpu::attention_backward(qkv.data(), p.data(), dout.data(), B, T, H, hd, dqkv_ref.data());
   std::vector<float> first;
   for (int run = 0; run < 2; ++run) {
-    ASSERT_CUDA(cudaMemset(dqkv.get(), 0xFF, dqkv.bytes()));
-    ASSERT_OK(gpu::attention_backward(d_qkv.get(), probs.get(), d_dout.get(), B, T, H, hd, dqkv.get(), ws.get(),
-                                      ws_bytes, cs.handle, cs.stream));
+    ASSERT_CUDA(cudaMemset(dqkv.as<float>(), 0xFF, dqkv.size()));
+    ASSERT_OK(gpu::attention_backward(d_qkv.as<float>(), probs.as<uint16_t>(), d_dout.as<float>(), B, T, H, hd,
+                                      dqkv.as<float>(), ws.as<uint8_t>(), ws_bytes, cs.handle, cs.stream));
     ASSERT_CUDA(cudaStreamSynchronize(cs.stream));
-    const auto g = dqkv.host();
+    const auto g = host_copy<float>(dqkv);
     for (int part = 0; part < 3; ++part) {  // q, k, v columns of each row, compared separately
       std::vector<float> got, want;
       for (size_t r = 0; r < rows; ++r)
@@ -437,13 +430,13 @@ TEST_P(SwigluTest, ForwardAndBackwardMatchTheCpu) {
   std::vector<float> a_ref(da.size()), du_ref(u.size());
   cpu::swiglu_forward(u.data(), rows, f, a_ref.data());
   cpu::swiglu_backward(u.data(), da.data(), rows, f, du_ref.data());
-  DeviceArray<float> d_u(u), d_da(da), a(da.size()), du(u.size());
-  ASSERT_OK(gpu::swiglu_forward(d_u.get(), rows, f, a.get(), nullptr));
-  ASSERT_OK(gpu::swiglu_backward(d_u.get(), d_da.get(), rows, f, du.get(), nullptr));
+  DeviceBuffer d_u = on_device(u), d_da = on_device(da), a = poisoned<float>(da.size()), du = poisoned<float>(u.size());
+  ASSERT_OK(gpu::swiglu_forward(d_u.as<float>(), rows, f, a.as<float>(), nullptr));
+  ASSERT_OK(gpu::swiglu_backward(d_u.as<float>(), d_da.as<float>(), rows, f, du.as<float>(), nullptr));
   // The device expf and the host's differ by a few ulps: 1e-5 relative; du's gate half also gets
   // 1e-6 of the largest value, where 1 + g * (1 - sig) crosses zero (g ~ -1.28) and cancels.
-  EXPECT_TRUE(all_near(a.host(), a_ref, 1e-5, 0.0)) << "a";
-  EXPECT_TRUE(all_near(du.host(), du_ref, 1e-5, 1e-6 * max_abs(du_ref))) << "du";
+  EXPECT_TRUE(all_near(host_copy<float>(a), a_ref, 1e-5, 0.0)) << "a";
+  EXPECT_TRUE(all_near(host_copy<float>(du), du_ref, 1e-5, 1e-6 * max_abs(du_ref))) << "du";
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SwigluTest,
@@ -487,27 +480,27 @@ TEST_P(RouterTest, ForwardLossAndBackwardMatchTheCpu) {
   std::vector<int32_t> ids_ref(slots);
   cpu::router_forward(logits.data(), c.tokens, c.experts, c.top_k, probs_ref.data(), ids_ref.data(), gates_ref.data());
 
-  DeviceArray<float> d_logits(logits), probs(te), gates(slots);
-  DeviceArray<int32_t> ids(slots);
-  ASSERT_OK(gpu::router_forward(d_logits.get(), c.tokens, c.experts, c.top_k, probs.get(), ids.get(), gates.get(),
-                                nullptr));
+  DeviceBuffer d_logits = on_device(logits), probs = poisoned<float>(te), gates = poisoned<float>(slots);
+  DeviceBuffer ids = poisoned<int32_t>(slots);
+  ASSERT_OK(gpu::router_forward(d_logits.as<float>(), c.tokens, c.experts, c.top_k, probs.as<float>(),
+                                ids.as<int32_t>(), gates.as<float>(), nullptr));
   // Probabilities: expf vs exp and an fp32 vs double sum of <= 256 terms: 1e-5 relative.
-  EXPECT_TRUE(same_bits(ids.host(), ids_ref)) << "expert_ids";
-  EXPECT_TRUE(all_near(probs.host(), probs_ref, 1e-5, 0.0)) << "probs";
-  EXPECT_TRUE(all_near(gates.host(), gates_ref, 1e-5, 0.0)) << "gates";
+  EXPECT_TRUE(same_bits(host_copy<int32_t>(ids), ids_ref)) << "expert_ids";
+  EXPECT_TRUE(all_near(host_copy<float>(probs), probs_ref, 1e-5, 0.0)) << "probs";
+  EXPECT_TRUE(all_near(host_copy<float>(gates), gates_ref, 1e-5, 0.0)) << "gates";
 
   // The loss and the backward take the CPU's routing on both sides.
-  DeviceArray<float> d_probs(probs_ref), d_gates_in(gates_ref);
-  DeviceArray<int32_t> d_ids(ids_ref);
+  DeviceBuffer d_probs = on_device(probs_ref), d_gates_in = on_device(gates_ref);
+  DeviceBuffer d_ids = on_device(ids_ref);
   const size_t ws_bytes = gpu::router_workspace_bytes(c.tokens, c.experts);
-  DeviceArray<uint8_t> ws(ws_bytes);
+  DeviceBuffer ws = poisoned<uint8_t>(ws_bytes);
   const float loss_ref = cpu::load_balance_loss(probs_ref.data(), ids_ref.data(), c.tokens, c.experts, c.top_k);
   std::vector<float> first_loss;
   for (int run = 0; run < 2; ++run) {
-    DeviceArray<float> loss(1);
-    ASSERT_OK(gpu::load_balance_loss(d_probs.get(), d_ids.get(), c.tokens, c.experts, c.top_k, loss.get(), ws.get(),
-                                     ws_bytes, nullptr));
-    const auto l = loss.host();
+    DeviceBuffer loss = poisoned<float>(1);
+    ASSERT_OK(gpu::load_balance_loss(d_probs.as<float>(), d_ids.as<int32_t>(), c.tokens, c.experts, c.top_k,
+                                     loss.as<float>(), ws.as<uint8_t>(), ws_bytes, nullptr));
+    const auto l = host_copy<float>(loss);
     EXPECT_TRUE(all_near(l, {loss_ref}, 1e-5, 0.0)) << "load-balancing loss (fp32 column sums of probabilities)";
     if (run == 0) first_loss = l;
     else EXPECT_TRUE(same_bits(l, first_loss)) << "second loss differs";
@@ -518,12 +511,13 @@ TEST_P(RouterTest, ForwardLossAndBackwardMatchTheCpu) {
   std::vector<float> dlogits_ref(te);
   cpu::router_backward(probs_ref.data(), ids_ref.data(), gates_ref.data(), d_gates.data(), c.tokens, c.experts,
                        c.top_k, aux_weight, dlogits_ref.data());
-  DeviceArray<float> d_d_gates(d_gates), dlogits(te);
-  ASSERT_OK(gpu::router_backward(d_probs.get(), d_ids.get(), d_gates_in.get(), d_d_gates.get(), c.tokens, c.experts,
-                                 c.top_k, aux_weight, dlogits.get(), ws.get(), ws_bytes, nullptr));
+  DeviceBuffer d_d_gates = on_device(d_gates), dlogits = poisoned<float>(te);
+  ASSERT_OK(gpu::router_backward(d_probs.as<float>(), d_ids.as<int32_t>(), d_gates_in.as<float>(),
+                                 d_d_gates.as<float>(), c.tokens, c.experts, c.top_k, aux_weight, dlogits.as<float>(),
+                                 ws.as<uint8_t>(), ws_bytes, nullptr));
   // p * (dp - sum dp * p): the sum is fp32 here, double there; it can cancel, so the bound is
   // 1e-5 of each value plus 1e-5 of the largest.
-  EXPECT_TRUE(all_near(dlogits.host(), dlogits_ref, 1e-5, 1e-5 * max_abs(dlogits_ref))) << "dlogits";
+  EXPECT_TRUE(all_near(host_copy<float>(dlogits), dlogits_ref, 1e-5, 1e-5 * max_abs(dlogits_ref))) << "dlogits";
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, RouterTest,
@@ -537,11 +531,13 @@ TEST(RouterTieTest, EqualProbabilitiesPickTheLowerIndex) {
   const int experts = 5, top_k = 2;
   const std::vector<float> logits = {0.25f, 0.25f, 0.25f, 0.25f, 0.25f,  // all tied
                                      1.0f,  3.0f,  3.0f,  0.0f,  3.0f};  // three tied at the top
-  DeviceArray<float> d_logits(logits), probs(10), gates(4);
-  DeviceArray<int32_t> ids(4);
-  ASSERT_OK(gpu::router_forward(d_logits.get(), 2, experts, top_k, probs.get(), ids.get(), gates.get(), nullptr));
-  EXPECT_EQ(ids.host(), (std::vector<int32_t>{0, 1, 1, 2}));
-  EXPECT_EQ(gates.host(), (std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f}));  // equal probabilities, renormalised
+  DeviceBuffer d_logits = on_device(logits), probs = poisoned<float>(10), gates = poisoned<float>(4);
+  DeviceBuffer ids = poisoned<int32_t>(4);
+  ASSERT_OK(gpu::router_forward(d_logits.as<float>(), 2, experts, top_k, probs.as<float>(), ids.as<int32_t>(),
+                                gates.as<float>(), nullptr));
+  EXPECT_EQ(host_copy<int32_t>(ids), (std::vector<int32_t>{0, 1, 1, 2}));
+  EXPECT_EQ(host_copy<float>(gates),
+            (std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f}));  // equal probabilities, renormalised
 }
 
 // ---- MoE combine backward and scatter-add ----------------------------------------------------------
@@ -593,11 +589,13 @@ TEST_P(MoeTest, CombineBackwardMatchesTheCpu) {
   std::vector<float> dy_ref(size_t(y_rows) * c.d), d_gates_ref(slots);
   cpu::moe_combine_backward(dout.data(), y.data(), gates.data(), routing.slot_row.data(), c.tokens, c.top_k, c.d,
                             y_rows, dy_ref.data(), d_gates_ref.data());
-  DeviceArray<float> d_dout(dout), d_y(y), d_gates_in(gates), dy(dy_ref.size()), d_gates(slots);
-  DeviceArray<int32_t> d_slot_row(routing.slot_row);
-  ASSERT_OK(gpu::moe_combine_backward(d_dout.get(), d_y.get(), d_gates_in.get(), d_slot_row.get(), c.tokens, c.top_k,
-                                      c.d, y_rows, dy.get(), d_gates.get(), nullptr));
-  EXPECT_TRUE(same_bits(dy.host(), dy_ref)) << "dy (one product per element)";
+  DeviceBuffer d_dout = on_device(dout), d_y = on_device(y), d_gates_in = on_device(gates),
+               dy = poisoned<float>(dy_ref.size()), d_gates = poisoned<float>(slots);
+  DeviceBuffer d_slot_row = on_device(routing.slot_row);
+  ASSERT_OK(gpu::moe_combine_backward(d_dout.as<float>(), d_y.as<float>(), d_gates_in.as<float>(),
+                                      d_slot_row.as<int32_t>(), c.tokens, c.top_k, c.d, y_rows, dy.as<float>(),
+                                      d_gates.as<float>(), nullptr));
+  EXPECT_TRUE(same_bits(host_copy<float>(dy), dy_ref)) << "dy (one product per element)";
   // d_gates: an fp32 dot of d terms, within 1e-5 of the sum of |terms| (dropped slots: exactly 0).
   std::vector<double> atol(slots, 0.0);
   for (size_t s = 0; s < slots; ++s) {
@@ -606,7 +604,7 @@ TEST_P(MoeTest, CombineBackwardMatchesTheCpu) {
     for (int col = 0; col < c.d; ++col)
       atol[s] += 1e-5 * std::fabs(double(dout[s / c.top_k * c.d + col]) * y[size_t(r) * c.d + col]);
   }
-  EXPECT_TRUE(all_near(d_gates.host(), d_gates_ref, 0.0, atol)) << "d_gates";
+  EXPECT_TRUE(all_near(host_copy<float>(d_gates), d_gates_ref, 0.0, atol)) << "d_gates";
 }
 
 TEST_P(MoeTest, ScatterAddPerTokenMatchesTheCpu) {
@@ -616,10 +614,10 @@ TEST_P(MoeTest, ScatterAddPerTokenMatchesTheCpu) {
   const auto dx_sorted = normal(size_t(routing.rows) * c.d, 1.0f, 82), dx0 = normal(size_t(c.tokens) * c.d, 1.0f, 83);
   std::vector<float> dx_ref = dx0;
   cpu::moe_scatter_add(dx_sorted.data(), routing.row_source.data(), routing.rows, c.d, dx_ref.data());
-  DeviceArray<float> d_sorted(dx_sorted), dx(dx0);
-  DeviceArray<int32_t> d_slot_row(routing.slot_row);
-  ASSERT_OK(gpu::moe_scatter_add(d_sorted.get(), d_slot_row.get(), c.tokens, c.top_k, routing.rows, c.d, dx.get(),
-                                 nullptr));
+  DeviceBuffer d_sorted = on_device(dx_sorted), dx = on_device(dx0);
+  DeviceBuffer d_slot_row = on_device(routing.slot_row);
+  ASSERT_OK(gpu::moe_scatter_add(d_sorted.as<float>(), d_slot_row.as<int32_t>(), c.tokens, c.top_k, routing.rows, c.d,
+                                 dx.as<float>(), nullptr));
   // The same <= top_k + 1 terms added in another order (slot order here, sorted-row order there):
   // within 1e-6 of the sum of their magnitudes.
   std::vector<double> atol(dx0.size());
@@ -632,7 +630,7 @@ TEST_P(MoeTest, ScatterAddPerTokenMatchesTheCpu) {
       }
       atol[t * c.d + col] = 1e-6 * mag;
     }
-  EXPECT_TRUE(all_near(dx.host(), dx_ref, 0.0, atol)) << "dx";
+  EXPECT_TRUE(all_near(host_copy<float>(dx), dx_ref, 0.0, atol)) << "dx";
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeTest,
@@ -670,22 +668,26 @@ TEST_P(CrossEntropyTest, LossesAndGradientMatchTheCpu) {
   // absolute error of the logsumexp; plus a few ulps of it (< 20 here): 3e-5 absolute. dlogits:
   // p = expf(z - logsumexp) inherits that as a relative error: 3e-5; the target's p - 1 cancels,
   // so plus 3e-5 of grad_scale.
-  DeviceArray<int32_t> d_targets(targets);
+  DeviceBuffer d_targets = on_device(targets);
   enum Mode { kSeparate, kInPlace, kLossOnly };
   for (Mode mode : {kSeparate, kInPlace, kLossOnly}) {
     SCOPED_TRACE(mode == kSeparate ? "separate dlogits" : mode == kInPlace ? "dlogits aliasing logits" : "no dlogits");
-    DeviceArray<float> d_logits(logits), losses(rows), dlogits(mode == kSeparate ? n : 0);
-    float* dl = mode == kSeparate ? dlogits.get() : mode == kInPlace ? d_logits.get() : nullptr;
-    ASSERT_OK(gpu::cross_entropy(d_logits.get(), d_targets.get(), rows, vocab, grad_scale, losses.get(), dl, nullptr));
-    const auto gl = losses.host();
+    DeviceBuffer d_logits = on_device(logits), losses = poisoned<float>(rows),
+                 dlogits = poisoned<float>(mode == kSeparate ? n : 0);
+    float* dl = mode == kSeparate ? dlogits.as<float>() : mode == kInPlace ? d_logits.as<float>() : nullptr;
+    ASSERT_OK(gpu::cross_entropy(d_logits.as<float>(), d_targets.as<int32_t>(), rows, vocab, grad_scale,
+                                 losses.as<float>(), dl, nullptr));
+    const auto gl = host_copy<float>(losses);
     EXPECT_TRUE(all_near(gl, loss_ref, 0.0, 3e-5)) << "losses";
-    if (mode == kSeparate) EXPECT_TRUE(all_near(dlogits.host(), dlogits_ref, 3e-5, 3e-5 * grad_scale)) << "dlogits";
-    if (mode == kInPlace) EXPECT_TRUE(all_near(d_logits.host(), dlogits_ref, 3e-5, 3e-5 * grad_scale)) << "dlogits";
-    if (mode == kLossOnly) EXPECT_TRUE(same_bits(d_logits.host(), logits)) << "logits must be untouched";
-    DeviceArray<float> total(1);
-    DeviceArray<uint8_t> ws(gpu::reduction_workspace_bytes(rows));
-    ASSERT_OK(gpu::sum(losses.get(), rows, total.get(), ws.get(), ws.bytes(), nullptr));
-    EXPECT_NEAR(total.host()[0], total_ref, 3e-5 * rows + 1e-5 * std::fabs(total_ref)) << "summed loss";
+    if (mode == kSeparate)
+      EXPECT_TRUE(all_near(host_copy<float>(dlogits), dlogits_ref, 3e-5, 3e-5 * grad_scale)) << "dlogits";
+    if (mode == kInPlace)
+      EXPECT_TRUE(all_near(host_copy<float>(d_logits), dlogits_ref, 3e-5, 3e-5 * grad_scale)) << "dlogits";
+    if (mode == kLossOnly) EXPECT_TRUE(same_bits(host_copy<float>(d_logits), logits)) << "logits must be untouched";
+    DeviceBuffer total = poisoned<float>(1);
+    DeviceBuffer ws = poisoned<uint8_t>(gpu::reduction_workspace_bytes(rows));
+    ASSERT_OK(gpu::sum(losses.as<float>(), rows, total.as<float>(), ws.as<uint8_t>(), ws.size(), nullptr));
+    EXPECT_NEAR(host_copy<float>(total)[0], total_ref, 3e-5 * rows + 1e-5 * std::fabs(total_ref)) << "summed loss";
   }
 }
 
@@ -698,11 +700,12 @@ TEST(CrossEntropyTargetTest, OutOfRangeTargetGivesNanLossAndNoOneHot) {
   SKIP_WITHOUT_GPU();
   const int vocab = 50;
   const auto logits = normal(2 * vocab, 2.0f, 93);
-  DeviceArray<float> d_logits(logits), losses(2), dlogits(2 * vocab);
-  DeviceArray<int32_t> targets(std::vector<int32_t>{-1, vocab});
-  ASSERT_OK(gpu::cross_entropy(d_logits.get(), targets.get(), 2, vocab, 0.5f, losses.get(), dlogits.get(), nullptr));
-  for (float l : losses.host()) EXPECT_TRUE(std::isnan(l));
-  const auto g = dlogits.host();
+  DeviceBuffer d_logits = on_device(logits), losses = poisoned<float>(2), dlogits = poisoned<float>(2 * vocab);
+  DeviceBuffer targets = on_device(std::vector<int32_t>{-1, vocab});
+  ASSERT_OK(gpu::cross_entropy(d_logits.as<float>(), targets.as<int32_t>(), 2, vocab, 0.5f, losses.as<float>(),
+                               dlogits.as<float>(), nullptr));
+  for (float l : host_copy<float>(losses)) EXPECT_TRUE(std::isnan(l));
+  const auto g = host_copy<float>(dlogits);
   for (int r = 0; r < 2; ++r) {  // softmax * 0.5: positive, summing to 0.5
     double s = 0;
     for (int v = 0; v < vocab; ++v) {
@@ -723,14 +726,14 @@ TEST_P(ReductionTest, SumsMatchDoubleAndRepeatBitForBit) {
   const auto x = normal(size_t(n), 1.0f, 101);
   double sum_ref = 0, sq_ref = 0, abs_ref = 0;
   for (float v : x) sum_ref += v, sq_ref += double(v) * v, abs_ref += std::fabs(v);
-  DeviceArray<float> d_x(x);
-  DeviceArray<uint8_t> ws(gpu::reduction_workspace_bytes(n));
+  DeviceBuffer d_x = on_device(x);
+  DeviceBuffer ws = poisoned<uint8_t>(gpu::reduction_workspace_bytes(n));
   std::vector<float> first;
   for (int run = 0; run < 2; ++run) {
-    DeviceArray<float> out(2);
-    ASSERT_OK(gpu::sum(d_x.get(), n, out.get(), ws.get(), ws.bytes(), nullptr));
-    ASSERT_OK(gpu::sum_of_squares(d_x.get(), n, out.get() + 1, ws.get(), ws.bytes(), nullptr));
-    const auto o = out.host();
+    DeviceBuffer out = poisoned<float>(2);
+    ASSERT_OK(gpu::sum(d_x.as<float>(), n, out.as<float>(), ws.as<uint8_t>(), ws.size(), nullptr));
+    ASSERT_OK(gpu::sum_of_squares(d_x.as<float>(), n, out.as<float>() + 1, ws.as<uint8_t>(), ws.size(), nullptr));
+    const auto o = host_copy<float>(out);
     // Per-thread runs of <= 16 (or n / 262144) terms, then trees of 256 and <= 1024: the error is
     // far below 1e-5 of the sum of |terms| (which bounds the sum's cancellation too).
     EXPECT_NEAR(o[0], sum_ref, 1e-5 * abs_ref) << "sum";
@@ -783,23 +786,24 @@ TEST(AdamWTest, MatchesTheHostFormulaBitForBit) {
       };
       std::vector<uint8_t> shifted_mask = mask;
       shifted_mask.insert(shifted_mask.begin(), offset, uint8_t{0});
-      DeviceArray<float> d_p(at(p)), d_m(at(m)), d_v(at(v));
-      DeviceArray<uint8_t> d_mask(shifted_mask);
+      DeviceBuffer d_p = on_device(at(p)), d_m = on_device(at(m)), d_v = on_device(at(v));
+      DeviceBuffer d_mask = on_device(shifted_mask);
       const auto tail = [offset](const std::vector<float>& x) {
         return std::vector<float>(x.begin() + offset, x.end());
       };
       for (const int64_t step : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{1000}}) {
         const auto g = normal(n, 1e-2f, 122 + uint64_t(step));
         const float grad_scale = step == 2 ? 0.37f : 1.0f;  // clipping, at one step
-        DeviceArray<float> d_g(at(g));
+        DeviceBuffer d_g = on_device(at(g));
         adamw_host(p, g, grad_scale, m, v, h, step, masked ? &mask : nullptr);
-        ASSERT_OK(gpu::adamw_step(d_p.get() + offset, d_g.get() + offset, {grad_scale}, d_m.get() + offset,
-                                  d_v.get() + offset, int64_t(n), h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, step,
-                                  masked ? d_mask.get() + offset : nullptr, nullptr));
-        EXPECT_TRUE(same_bits(tail(d_g.host()), g)) << "grads are not written, step " << step;
-        EXPECT_TRUE(same_bits(tail(d_p.host()), p)) << "params, step " << step;
-        EXPECT_TRUE(same_bits(tail(d_m.host()), m)) << "m, step " << step;
-        EXPECT_TRUE(same_bits(tail(d_v.host()), v)) << "v, step " << step;
+        ASSERT_OK(gpu::adamw_step(d_p.as<float>() + offset, d_g.as<float>() + offset, {grad_scale},
+                                  d_m.as<float>() + offset, d_v.as<float>() + offset, int64_t(n), h.lr, h.beta1,
+                                  h.beta2, h.eps, h.weight_decay, step,
+                                  masked ? d_mask.as<uint8_t>() + offset : nullptr, nullptr));
+        EXPECT_TRUE(same_bits(tail(host_copy<float>(d_g)), g)) << "grads are not written, step " << step;
+        EXPECT_TRUE(same_bits(tail(host_copy<float>(d_p)), p)) << "params, step " << step;
+        EXPECT_TRUE(same_bits(tail(host_copy<float>(d_m)), m)) << "m, step " << step;
+        EXPECT_TRUE(same_bits(tail(host_copy<float>(d_v)), v)) << "v, step " << step;
       }
     }
 }
@@ -820,15 +824,17 @@ TEST(AdamWTest, ClipsOnTheDeviceAsTheHostDoes) {
                  ", factor " + std::to_string(factor));
     std::vector<float> p = normal(n, 0.02f, 141), m = normal(n, 1e-3f, 142), v(n, 1e-6f);
     const auto g = normal(n, 1e-1f, 143);
-    DeviceArray<float> d_p(p), d_m(m), d_v(v), d_g(g), d_sum_sq(std::vector<float>{k.sum_sq}), d_factor(1);
+    DeviceBuffer d_p = on_device(p), d_m = on_device(m), d_v = on_device(v), d_g = on_device(g),
+                 d_sum_sq = on_device(std::vector<float>{k.sum_sq}), d_factor = poisoned<float>(1);
     adamw_host(p, g, factor, m, v, h, 7, nullptr);
-    ASSERT_OK(gpu::clip_factor_on_device(d_sum_sq.get(), k.clip_norm, d_factor.get(), nullptr));
-    EXPECT_TRUE(same_bits(d_factor.host(), std::vector<float>{factor})) << "the factor";
-    ASSERT_OK(gpu::adamw_step(d_p.get(), d_g.get(), {1.0f, d_factor.get()}, d_m.get(), d_v.get(), int64_t(n), h.lr,
-                              h.beta1, h.beta2, h.eps, h.weight_decay, 7, nullptr, nullptr));
-    EXPECT_TRUE(same_bits(d_p.host(), p)) << "params";
-    EXPECT_TRUE(same_bits(d_m.host(), m)) << "m";
-    EXPECT_TRUE(same_bits(d_v.host(), v)) << "v";
+    ASSERT_OK(gpu::clip_factor_on_device(d_sum_sq.as<float>(), k.clip_norm, d_factor.as<float>(), nullptr));
+    EXPECT_TRUE(same_bits(host_copy<float>(d_factor), std::vector<float>{factor})) << "the factor";
+    ASSERT_OK(gpu::adamw_step(d_p.as<float>(), d_g.as<float>(), {1.0f, d_factor.as<float>()}, d_m.as<float>(),
+                              d_v.as<float>(), int64_t(n), h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, 7, nullptr,
+                              nullptr));
+    EXPECT_TRUE(same_bits(host_copy<float>(d_p), p)) << "params";
+    EXPECT_TRUE(same_bits(host_copy<float>(d_m), m)) << "m";
+    EXPECT_TRUE(same_bits(host_copy<float>(d_v), v)) << "v";
   }
   // The cases above must clip: a factor of 1 everywhere would not test the device's formula.
   EXPECT_LT(clip_factor(std::sqrt(2.5), 1.0f), 1.0f);
@@ -843,12 +849,12 @@ TEST(ToBf16Test, MatchesTheFormatsCodecBitForBit) {
   const auto x = blockscale_test::bf16_rounding_inputs(131);
   std::vector<uint16_t> want(x.size());
   for (size_t i = 0; i < x.size(); ++i) want[i] = blockscale::formats::float_to_bf16_bits_rn(x[i]);
-  DeviceArray<float> d_x(x);
+  DeviceBuffer d_x = on_device(x);
   for (const int64_t offset : {int64_t{0}, int64_t{1}}) {
     SCOPED_TRACE("offset " + std::to_string(offset));
-    DeviceArray<uint16_t> y(x.size());
-    ASSERT_OK(gpu::to_bf16(d_x.get() + offset, int64_t(x.size()) - offset, y.get() + offset, nullptr));
-    auto got = y.host();
+    DeviceBuffer y = poisoned<uint16_t>(x.size());
+    ASSERT_OK(gpu::to_bf16(d_x.as<float>() + offset, int64_t(x.size()) - offset, y.as<uint16_t>() + offset, nullptr));
+    auto got = host_copy<uint16_t>(y);
     if (offset) got[0] = want[0];  // not written
     EXPECT_TRUE(same_bits(got, want));
   }
