@@ -1,5 +1,6 @@
-// What the benchmark programs share: a fatal CUDA check, the counter hash their input fills use,
-// and the cuBLAS BF16 GEMM the GEMM benchmarks compare against.
+// What the benchmark programs share: runtime/'s errors and device memory made fatal (a benchmark has
+// nothing left to measure after a failed call), the counter hash their input fills use, and the
+// cuBLAS BF16 GEMM the GEMM benchmarks compare against.
 #pragma once
 
 #include <cublas_v2.h>
@@ -13,16 +14,31 @@
 #include <string>
 #include <vector>
 
-#define CHECK_CUDA(call)                                                                            \
-  do {                                                                                              \
-    const cudaError_t err_ = (call);                                                                \
-    if (err_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                                 \
-    }                                                                                               \
-  } while (0)
+#include "formats/status.h"
+#include "runtime/cuda_status.h"
+#include "runtime/device.h"
+
+// A CUDA runtime call that must succeed: runtime::cuda_status's message, then exit.
+#define CHECK_CUDA(call) ::bench::check(::blockscale::runtime::cuda_status((call), #call))
 
 namespace bench {
+
+using blockscale::runtime::DeviceBuffer;
+
+// Prints an error ("what: message") and ends the program.
+inline void check(const blockscale::Status& s, const char* what = nullptr) {
+  if (s) return;
+  std::fprintf(stderr, "%s%s%s\n", what ? what : "", what ? ": " : "", s.message().c_str());
+  std::exit(1);
+}
+
+// `count` elements of T in device memory, named `what` in an error (which ends the program).
+template <typename T>
+DeviceBuffer device_array(int64_t count, const char* what) {
+  DeviceBuffer b;
+  check(b.alloc(static_cast<size_t>(std::max<int64_t>(count, 0)) * sizeof(T), what));
+  return b;
+}
 
 // A 64-bit mix (splitmix64's finaliser), low 32 bits.
 __device__ inline uint32_t hash32(uint64_t x) {

@@ -16,7 +16,7 @@
 #include <cstdlib>
 #include <type_traits>
 
-#include "bench/bench_common.cuh"     // defines: CHECK_CUDA, hash32
+#include "bench/bench_common.cuh"     // defines: CHECK_CUDA, DeviceBuffer, device_array, hash32
 #include "formats/recipe.h"           // defines: Recipe, recipe_name
 #include "formats/scalar_codecs.h"    // defines: decode_e8m0, decode_ue4m3
 #include "formats/scale_layout.h"     // defines: swizzled_scale_offset, swizzled_scale_bytes
@@ -28,19 +28,7 @@ using bf::Recipe;
 
 constexpr float kNvfp4ScaleDec = 1.0f / 2688.0f;  // S_dec of a tensor with amax 1 (448 * 6 / amax)
 
-// ---- Device buffers and random operands -----------------------------------------------------
-
-// A cudaMalloc'd array freed at scope exit, so a skipped case frees what it allocated.
-template <typename T>
-struct DeviceBuffer {
-  T* ptr = nullptr;
-  explicit DeviceBuffer(int64_t count) {
-    CHECK_CUDA(cudaMalloc(&ptr, static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(T)));
-  }
-  ~DeviceBuffer() { CHECK_CUDA(cudaFree(ptr)); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
+// ---- Random operands --------------------------------------------------------------------------
 
 enum class Fill { kE4M3, kE2M1Pair, kE8M0, kUE4M3 };
 
@@ -73,26 +61,25 @@ inline int scale_block(Recipe r) { return r == Recipe::kNvfp4 ? 16 : 32; }
 struct Operand {
   Recipe recipe;
   int64_t rows, k;
-  DeviceBuffer<uint8_t> data;     // rows x k codes (E2M1: k / 2 bytes per row, low nibble first)
-  DeviceBuffer<uint8_t> scales;   // swizzled 128x4 over rows x (k / block)
-  DeviceBuffer<float> scale_dec;  // NVFP4's S_dec (allocated for every recipe, read only for NVFP4)
+  DeviceBuffer data;       // rows x k codes (E2M1: k / 2 bytes per row, low nibble first)
+  DeviceBuffer scales;     // swizzled 128x4 over rows x (k / block)
+  DeviceBuffer scale_dec;  // NVFP4's S_dec, one float (allocated for every recipe, read only for NVFP4)
 
   Operand(Recipe r, int64_t rows_, int64_t k_, uint64_t seed)
       : recipe(r),
         rows(rows_),
         k(k_),
-        data(data_bytes()),
-        scales(scale_bytes()),
-        scale_dec(1) {
-    fill_bytes<<<1024, 256>>>(data.ptr, data_bytes(), is_e2m1(r) ? Fill::kE2M1Pair : Fill::kE4M3, seed);
-    fill_bytes<<<256, 256>>>(scales.ptr, scale_bytes(), r == Recipe::kNvfp4 ? Fill::kUE4M3 : Fill::kE8M0,
+        data(device_array<uint8_t>(data_bytes(), "operand data")),
+        scales(device_array<uint8_t>(scale_bytes(), "operand scales")) {
+    check(scale_dec.upload(&kNvfp4ScaleDec, sizeof(float), "operand S_dec"));
+    fill_bytes<<<1024, 256>>>(data.data(), data_bytes(), is_e2m1(r) ? Fill::kE2M1Pair : Fill::kE4M3, seed);
+    fill_bytes<<<256, 256>>>(scales.data(), scale_bytes(), r == Recipe::kNvfp4 ? Fill::kUE4M3 : Fill::kE8M0,
                              seed + (1ull << 40));
     CHECK_CUDA(cudaGetLastError());
-    CHECK_CUDA(cudaMemcpy(scale_dec.ptr, &kNvfp4ScaleDec, sizeof(float), cudaMemcpyHostToDevice));
   }
   int64_t data_bytes() const { return is_e2m1(recipe) ? rows * k / 2 : rows * k; }
   int64_t scale_bytes() const { return bf::swizzled_scale_bytes(rows, k / scale_block(recipe)); }
-  const float* scale_dec_or_null() const { return recipe == Recipe::kNvfp4 ? scale_dec.ptr : nullptr; }
+  const float* scale_dec_or_null() const { return recipe == Recipe::kNvfp4 ? scale_dec.as<float>() : nullptr; }
 };
 
 // ---- The peer's dequantize kernels ------------------------------------------------------------
@@ -176,7 +163,8 @@ void launch_dequantize(const Operand& op, __nv_bfloat16* out) {
   const int64_t per_block = kDequantThreads * kDequantChunks;
   const dim3 grid(static_cast<unsigned>((op.k / 8 + per_block - 1) / per_block),
                   static_cast<unsigned>(std::min<int64_t>(op.rows, 65535)));
-  dequantize_bf16<kRecipe><<<grid, kDequantThreads>>>(op.data.ptr, op.scales.ptr, op.scale_dec.ptr, op.rows, op.k, out);
+  dequantize_bf16<kRecipe>
+      <<<grid, kDequantThreads>>>(op.data.data(), op.scales.data(), op.scale_dec.as<float>(), op.rows, op.k, out);
 }
 
 // Launches only (asynchronous, default stream); launch errors surface at the caller's check.
@@ -223,12 +211,12 @@ __global__ void compare_bf16(const __nv_bfloat16* x, const __nv_bfloat16* y, int
 
 // max |x - y| / max |y| and ||x - y|| / ||y|| over two device bf16 matrices of n elements.
 inline void compare(const __nv_bfloat16* x, const __nv_bfloat16* y, int64_t n, double* max_rel, double* frob_rel) {
-  DeviceBuffer<double> acc(4);
-  CHECK_CUDA(cudaMemset(acc.ptr, 0, 4 * sizeof(double)));
-  compare_bf16<<<1024, 256>>>(x, y, n, acc.ptr);
+  const DeviceBuffer acc = device_array<double>(4, "comparison sums");
+  CHECK_CUDA(cudaMemset(acc.data(), 0, acc.size()));
+  compare_bf16<<<1024, 256>>>(x, y, n, acc.as<double>());
   CHECK_CUDA(cudaGetLastError());
   double h[4];
-  CHECK_CUDA(cudaMemcpy(h, acc.ptr, sizeof h, cudaMemcpyDeviceToHost));
+  check(acc.download(h, sizeof h, "comparison sums"));
   *max_rel = h[0] / h[1];
   *frob_rel = std::sqrt(h[2] / h[3]);
 }

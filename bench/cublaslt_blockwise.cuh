@@ -40,11 +40,10 @@ class LtMatmul {
   }
   cublasStatus_t run(const void* a_data, const void* b_data, void* d, cudaStream_t stream = nullptr) {
     const float alpha = 1.0f;
-    return cublasLtMatmul(handle_, op_, &alpha, b_data, a_, a_data, b_, &beta_, d, d_, d, d_, &algo_, workspace_,
-                          kWorkspaceBytes, stream);
+    return cublasLtMatmul(handle_, op_, &alpha, b_data, a_, a_data, b_, &beta_, d, d_, d, d_, &algo_,
+                          workspace_.data(), kWorkspaceBytes, stream);
   }
   ~LtMatmul() {
-    if (workspace_) cudaFree(workspace_);
     if (a_) cublasLtMatrixLayoutDestroy(a_);
     if (b_) cublasLtMatrixLayoutDestroy(b_);
     if (d_) cublasLtMatrixLayoutDestroy(d_);
@@ -80,14 +79,14 @@ class LtMatmul {
     if (s != CUBLAS_STATUS_SUCCESS || found == 0)
       return *why = std::string("no cuBLASLt algorithm (") + cublasGetStatusString(s) + ")", false;
     algo_ = result.algo;
-    CHECK_CUDA(cudaMalloc(&workspace_, kWorkspaceBytes));
+    workspace_ = device_array<uint8_t>(kWorkspaceBytes, "cuBLASLt workspace");
     return true;
   }
   cublasLtHandle_t handle_ = nullptr;
   cublasLtMatmulDesc_t op_ = nullptr;
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
   cublasLtMatmulAlgo_t algo_{};
-  void* workspace_ = nullptr;
+  DeviceBuffer workspace_;
   float beta_ = 0.0f;
 };
 

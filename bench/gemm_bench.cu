@@ -40,14 +40,9 @@ namespace {
 namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
 using bf::Recipe;
+using bench::DeviceBuffer;
+using bench::device_array;
 using bg::detail::Sm90Fp8Tile;
-
-template <typename T>
-T* device_alloc(int64_t count) {
-  T* p = nullptr;
-  CHECK_CUDA(cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(T)));
-  return p;
-}
 
 struct Case {
   int64_t m, n, k;
@@ -124,12 +119,14 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
   const int64_t a_scale_floats = bf::vec128_scale_floats(c.m, kb);
   const int64_t b_scale_floats = c.b_recipe == Recipe::kFp8Block1x128 ? bf::vec128_scale_floats(c.n, kb)
                                                                       : bf::blk128_scale_floats((c.n + 127) / 128, kb);
-  uint8_t* a = device_alloc<uint8_t>(c.m * c.k);
-  uint8_t* b = device_alloc<uint8_t>(c.n * c.k);
-  float* sa = device_alloc<float>(a_scale_floats);
-  float* sb = device_alloc<float>(b_scale_floats);
-  __nv_bfloat16* d_ours = device_alloc<__nv_bfloat16>(c.m * c.n);
-  __nv_bfloat16* d_lt = device_alloc<__nv_bfloat16>(c.m * c.n);
+  DeviceBuffer a_buf = device_array<uint8_t>(c.m * c.k, "A"), b_buf = device_array<uint8_t>(c.n * c.k, "B");
+  const DeviceBuffer sa_buf = device_array<float>(a_scale_floats, "A scales");
+  const DeviceBuffer sb_buf = device_array<float>(b_scale_floats, "B scales");
+  const DeviceBuffer d_ours_buf = device_array<__nv_bfloat16>(c.m * c.n, "D");
+  const DeviceBuffer d_lt_buf = device_array<__nv_bfloat16>(c.m * c.n, "D (cuBLASLt)");
+  uint8_t *a = a_buf.data(), *b = b_buf.data();
+  float *sa = sa_buf.as<float>(), *sb = sb_buf.as<float>();
+  __nv_bfloat16 *d_ours = d_ours_buf.as<__nv_bfloat16>(), *d_lt = d_lt_buf.as<__nv_bfloat16>();
   std::vector<__nv_bfloat16> first_host;  // the first variant's D; every other must equal it
   bench::fill_e4m3<<<1024, 256>>>(a, c.m * c.k, 1);
   bench::fill_e4m3<<<1024, 256>>>(b, c.n * c.k, 2);
@@ -184,11 +181,11 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
     const std::vector<__nv_bfloat16> lt_host = download(d_lt, c.m * c.n);
     if (!first_host.empty()) compare(first_host, lt_host, &row.max_rel, &row.frob_rel);
   }
-  CHECK_CUDA(cudaFree(a));
-  CHECK_CUDA(cudaFree(b));
+  a_buf = DeviceBuffer(), b_buf = DeviceBuffer();  // room for the bf16 operands
 
-  __nv_bfloat16* a16 = device_alloc<__nv_bfloat16>(c.m * c.k);
-  __nv_bfloat16* b16 = device_alloc<__nv_bfloat16>(c.n * c.k);
+  const DeviceBuffer a16_buf = device_array<__nv_bfloat16>(c.m * c.k, "A (bf16)");
+  const DeviceBuffer b16_buf = device_array<__nv_bfloat16>(c.n * c.k, "B (bf16)");
+  __nv_bfloat16 *a16 = a16_buf.as<__nv_bfloat16>(), *b16 = b16_buf.as<__nv_bfloat16>();
   bench::fill_bf16<<<1024, 256>>>(a16, c.m * c.k, 5);
   bench::fill_bf16<<<1024, 256>>>(b16, c.n * c.k, 6);
   auto bf16_gemm = [&] { return bench::cublas_bf16_gemm(blas, c.m, c.n, c.k, a16, b16, d_lt); };
@@ -197,12 +194,6 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
   } else {
     row.bf16 = flop / (bench::median_ms([&] { (void)bf16_gemm(); }, iters) * 1e9);
   }
-  CHECK_CUDA(cudaFree(a16));
-  CHECK_CUDA(cudaFree(b16));
-  CHECK_CUDA(cudaFree(sa));
-  CHECK_CUDA(cudaFree(sb));
-  CHECK_CUDA(cudaFree(d_ours));
-  CHECK_CUDA(cudaFree(d_lt));
   const auto ratio = [](double x, double y) { return y > 0 ? x / y : 0.0; };
   std::printf("case %-28s ours-128 %7.1f ours-192 %7.1f ours-256 %7.1f auto %7.1f TFLOP/s  cublasLt-block %7.1f"
               "  cublas-bf16 %7.1f  auto/lt %.3f  vs-lt max-rel %.2e frob-rel %.2e  same bits %s\n",

@@ -47,6 +47,7 @@ using bf::Recipe;
 using bench::compare;
 using bench::dequantize;
 using bench::DeviceBuffer;
+using bench::device_array;
 using bench::Operand;
 
 constexpr double kMismatch = 1e-2;
@@ -114,7 +115,9 @@ bool run_case(const Case& c, int iters, cublasHandle_t blas, Row* row) {
   const double flop = 2.0 * c.m * c.n * c.k;
   const Operand a(c.recipes.a, c.m, c.k, static_cast<uint64_t>(2 * c.index + 1) << 44);
   const Operand b(c.recipes.b, c.n, c.k, static_cast<uint64_t>(2 * c.index + 2) << 44);
-  DeviceBuffer<__nv_bfloat16> d_ours(c.m * c.n), d_peer(c.m * c.n);
+  const DeviceBuffer d_ours_buf = device_array<__nv_bfloat16>(c.m * c.n, "D");
+  const DeviceBuffer d_peer_buf = device_array<__nv_bfloat16>(c.m * c.n, "D (peer)");
+  __nv_bfloat16 *d_ours = d_ours_buf.as<__nv_bfloat16>(), *d_peer = d_peer_buf.as<__nv_bfloat16>();
 
   // 1. Ours.
   bg::GemmProblem p;
@@ -123,13 +126,13 @@ bool run_case(const Case& c, int iters, cublasHandle_t blas, Row* row) {
   p.d_type = bg::MatrixType::kBf16, p.ldd = c.n;
   p.alpha = 1.0f, p.beta = 0.0f;
   bg::GemmArguments args;
-  args.a_data = a.data.ptr, args.a_scales = a.scales.ptr, args.a_scale_dec = a.scale_dec_or_null();
-  args.b_data = b.data.ptr, args.b_scales = b.scales.ptr, args.b_scale_dec = b.scale_dec_or_null();
-  args.d = d_ours.ptr;
+  args.a_data = a.data.data(), args.a_scales = a.scales.data(), args.a_scale_dec = a.scale_dec_or_null();
+  args.b_data = b.data.data(), args.b_scales = b.scales.data(), args.b_scale_dec = b.scale_dec_or_null();
+  args.d = d_ours;
   const size_t ws_bytes = bg::workspace_size(p);
-  DeviceBuffer<uint8_t> ws(static_cast<int64_t>(ws_bytes));
-  CHECK_CUDA(cudaMemset(d_ours.ptr, 0xFF, static_cast<size_t>(c.m * c.n) * 2));  // NaN: unwritten shows
-  const blockscale::Status s = bg::run(p, args, ws.ptr, ws_bytes, nullptr);
+  const DeviceBuffer ws = device_array<uint8_t>(static_cast<int64_t>(ws_bytes), "workspace");
+  CHECK_CUDA(cudaMemset(d_ours, 0xFF, d_ours_buf.size()));  // NaN: unwritten shows
+  const blockscale::Status s = bg::run(p, args, ws.data(), ws_bytes, nullptr);
   if (!s.is_ok()) {
     std::printf("case %d %s: blockscale gemm: %s (case skipped)\n", c.index, name.c_str(), s.message().c_str());
     std::fflush(stdout);
@@ -137,29 +140,31 @@ bool run_case(const Case& c, int iters, cublasHandle_t blas, Row* row) {
   }
   CHECK_CUDA(cudaGetLastError());
   CHECK_CUDA(cudaDeviceSynchronize());
-  row->ours = flop / (bench::median_ms([&] { (void)bg::run(p, args, ws.ptr, ws_bytes, nullptr); }, iters) * 1e9);
+  row->ours = flop / (bench::median_ms([&] { (void)bg::run(p, args, ws.data(), ws_bytes, nullptr); }, iters) * 1e9);
 
   // 3. Dequantize + cuBLAS BF16, first once for the cross-check.
-  DeviceBuffer<__nv_bfloat16> a16(c.m * c.k), b16(c.n * c.k);
+  const DeviceBuffer a16_buf = device_array<__nv_bfloat16>(c.m * c.k, "A (bf16)");
+  const DeviceBuffer b16_buf = device_array<__nv_bfloat16>(c.n * c.k, "B (bf16)");
+  __nv_bfloat16 *a16 = a16_buf.as<__nv_bfloat16>(), *b16 = b16_buf.as<__nv_bfloat16>();
   const auto dequant_both = [&] {
-    dequantize(a, a16.ptr);
-    dequantize(b, b16.ptr);
+    dequantize(a, a16);
+    dequantize(b, b16);
   };
   const auto peer = [&] {
     dequant_both();
-    return bench::cublas_bf16_gemm(blas, c.m, c.n, c.k, a16.ptr, b16.ptr, d_peer.ptr);
+    return bench::cublas_bf16_gemm(blas, c.m, c.n, c.k, a16, b16, d_peer);
   };
-  CHECK_CUDA(cudaMemset(d_peer.ptr, 0xFF, static_cast<size_t>(c.m * c.n) * 2));
+  CHECK_CUDA(cudaMemset(d_peer, 0xFF, d_peer_buf.size()));
   const cublasStatus_t peer_status = peer();
   CHECK_CUDA(cudaGetLastError());
   CHECK_CUDA(cudaDeviceSynchronize());
   if (peer_status != CUBLAS_STATUS_SUCCESS) {
     std::printf("case %d %s: cuBLAS BF16 failed: %s\n", c.index, name.c_str(), cublasGetStatusString(peer_status));
   } else {
-    compare(d_ours.ptr, d_peer.ptr, c.m * c.n, &row->max_rel, &row->frob_rel);
+    compare(d_ours, d_peer, c.m * c.n, &row->max_rel, &row->frob_rel);
     row->peer = flop / (bench::median_ms([&] { (void)peer(); }, iters) * 1e9);
     // 2. cuBLAS BF16 alone, on the dequantized operands.
-    row->bf16 = flop / (bench::median_ms([&] { (void)bench::cublas_bf16_gemm(blas, c.m, c.n, c.k, a16.ptr, b16.ptr, d_peer.ptr); },
+    row->bf16 = flop / (bench::median_ms([&] { (void)bench::cublas_bf16_gemm(blas, c.m, c.n, c.k, a16, b16, d_peer); },
                                   iters) * 1e9);
   }
   // The dequantize alone: its share of the peer, and its bandwidth (codes + scales in, bf16 out).

@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "bench/bench_common.cuh"            // defines: CHECK_CUDA, cublas_bf16_gemm, median_ms, fill_scales, fill_bf16
-#include "bench/block_scaled_operands.cuh"  // defines: DeviceBuffer, fill_bytes (E4M3, E8M0)
+#include "bench/block_scaled_operands.cuh"  // defines: fill_bytes (E4M3, E8M0)
 #include "formats/scale_layout.h"
 #include "gemm/grouped.h"
 #include "gemm/launchers.h"  // the sm90 tile-width selector
@@ -43,6 +43,7 @@ namespace {
 
 namespace bg = blockscale::gemm;
 using bench::DeviceBuffer;
+using bench::device_array;
 using bench::Fill;
 using blockscale::formats::Recipe;
 
@@ -66,32 +67,30 @@ std::vector<int64_t> expert_counts(const Case& c) {
 
 // Device buffers of one of our grouped problems, filled with random codes and scales.
 struct OurOperands {
-  DeviceBuffer<uint8_t> a, b, sa, sb;
-  DeviceBuffer<int32_t> ends;
+  DeviceBuffer a, b, sa, sb;  // codes and scales (bytes)
+  DeviceBuffer ends;          // int32 group ends
   OurOperands(bool mx, int64_t a_bytes, int64_t b_bytes, int64_t sa_bytes, int64_t sb_bytes,
               const std::vector<int64_t>& group_ends)
-      : a(a_bytes), b(b_bytes), sa(sa_bytes), sb(sb_bytes), ends(static_cast<int64_t>(group_ends.size())) {
-    bench::fill_bytes<<<1024, 256>>>(a.ptr, a_bytes, Fill::kE4M3, 1);
-    bench::fill_bytes<<<1024, 256>>>(b.ptr, b_bytes, Fill::kE4M3, 2);
+      : a(device_array<uint8_t>(a_bytes, "A")),
+        b(device_array<uint8_t>(b_bytes, "B")),
+        sa(device_array<uint8_t>(sa_bytes, "A scales")),
+        sb(device_array<uint8_t>(sb_bytes, "B scales")) {
+    bench::fill_bytes<<<1024, 256>>>(a.data(), a_bytes, Fill::kE4M3, 1);
+    bench::fill_bytes<<<1024, 256>>>(b.data(), b_bytes, Fill::kE4M3, 2);
     if (mx) {
-      bench::fill_bytes<<<256, 256>>>(sa.ptr, sa_bytes, Fill::kE8M0, 3);
-      bench::fill_bytes<<<256, 256>>>(sb.ptr, sb_bytes, Fill::kE8M0, 4);
+      bench::fill_bytes<<<256, 256>>>(sa.data(), sa_bytes, Fill::kE8M0, 3);
+      bench::fill_bytes<<<256, 256>>>(sb.data(), sb_bytes, Fill::kE8M0, 4);
     } else {
-      bench::fill_scales<<<256, 256>>>(reinterpret_cast<float*>(sa.ptr), sa_bytes / 4, 3);
-      bench::fill_scales<<<256, 256>>>(reinterpret_cast<float*>(sb.ptr), sb_bytes / 4, 4);
+      bench::fill_scales<<<256, 256>>>(sa.as<float>(), sa_bytes / 4, 3);
+      bench::fill_scales<<<256, 256>>>(sb.as<float>(), sb_bytes / 4, 4);
     }
     CHECK_CUDA(cudaGetLastError());
-    const std::vector<int32_t> host(group_ends.begin(), group_ends.end());
-    CHECK_CUDA(cudaMemcpy(ends.ptr, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+    bench::check(ends.upload(std::vector<int32_t>(group_ends.begin(), group_ends.end()), "group ends"));
   }
 };
 
 double time_ours(const char* name, const bg::GroupedGemmProblem& p, const bg::GroupedGemmArguments& args, int iters) {
-  const blockscale::Status s = bg::run(p, args, nullptr, 0, nullptr);
-  if (!s.is_ok()) {
-    std::fprintf(stderr, "%s: %s\n", name, s.message().c_str());
-    std::exit(1);
-  }
+  bench::check(bg::run(p, args, nullptr, 0, nullptr), name);
   CHECK_CUDA(cudaDeviceSynchronize());
   return bench::median_ms([&] { (void)bg::run(p, args, nullptr, 0, nullptr); }, iters);
 }
@@ -115,10 +114,10 @@ double ours_fprop_tflops(const Case& c, Recipe recipe, const std::vector<int64_t
   const int64_t a_scale_bytes = mx ? blockscale::formats::swizzled_scale_bytes(m, c.k / 32)
                                    : blockscale::formats::vec128_scale_floats(m, c.k / 128) * 4;
   OurOperands o(mx, m * c.k, g * c.n * c.k, a_scale_bytes, g * bg::grouped_b_scale_bytes(p), cumulative(counts, 1));
-  DeviceBuffer<__nv_bfloat16> d(m * c.n);
+  const DeviceBuffer d = device_array<__nv_bfloat16>(m * c.n, "D");
   bg::GroupedGemmArguments args;
-  args.a_data = o.a.ptr, args.a_scales = o.sa.ptr, args.b_data = o.b.ptr, args.b_scales = o.sb.ptr;
-  args.group_ends = o.ends.ptr, args.d = d.ptr;
+  args.a_data = o.a.data(), args.a_scales = o.sa.data(), args.b_data = o.b.data(), args.b_scales = o.sb.data();
+  args.group_ends = o.ends.as<int32_t>(), args.d = d.data();
   return 2.0 * m * c.n * c.k / (time_ours(c.name, p, args, iters) * 1e9);
 }
 
@@ -140,11 +139,11 @@ double ours_wgrad_tflops(const Case& c, Recipe recipe, const std::vector<int64_t
               : blockscale::formats::vec128_scale_floats(rows, capacity / 128) * 4;
   };
   OurOperands o(mx, c.n * capacity, c.k * capacity, scale_bytes(c.n), scale_bytes(c.k), ends);
-  DeviceBuffer<float> d(g * c.n * c.k);
-  CHECK_CUDA(cudaMemset(d.ptr, 0, static_cast<size_t>(g * c.n * c.k) * 4));
+  const DeviceBuffer d = device_array<float>(g * c.n * c.k, "dW");
+  CHECK_CUDA(cudaMemset(d.data(), 0, d.size()));
   bg::GroupedGemmArguments args;
-  args.a_data = o.a.ptr, args.a_scales = o.sa.ptr, args.b_data = o.b.ptr, args.b_scales = o.sb.ptr;
-  args.group_ends = o.ends.ptr, args.c = d.ptr, args.d = d.ptr;
+  args.a_data = o.a.data(), args.a_scales = o.sa.data(), args.b_data = o.b.data(), args.b_scales = o.sb.data();
+  args.group_ends = o.ends.as<int32_t>(), args.c = d.data(), args.d = d.data();
   return 2.0 * tokens * c.n * c.k / (time_ours(c.name, p, args, iters) * 1e9);
 }
 
@@ -189,12 +188,14 @@ struct PeerTflops {
 // cublasGemmEx, bf16, on the same expert sizes.
 PeerTflops peer_tflops(const Case& c, bool wgrad, const std::vector<int64_t>& counts, cublasHandle_t blas, int iters) {
   const int64_t tokens = c.experts * c.tokens_per_expert, g = c.experts;
-  DeviceBuffer<__nv_bfloat16> x(tokens * c.k), other(wgrad ? tokens * c.n : g * c.n * c.k);
-  DeviceBuffer<__nv_bfloat16> out(wgrad ? g * c.n * c.k : tokens * c.n);
-  bench::fill_bf16<<<1024, 256>>>(x.ptr, tokens * c.k, 5);
-  bench::fill_bf16<<<1024, 256>>>(other.ptr, wgrad ? tokens * c.n : g * c.n * c.k, 6);
+  const DeviceBuffer x = device_array<__nv_bfloat16>(tokens * c.k, "X");
+  const DeviceBuffer other = device_array<__nv_bfloat16>(wgrad ? tokens * c.n : g * c.n * c.k, "the other operand");
+  const DeviceBuffer out = device_array<__nv_bfloat16>(wgrad ? g * c.n * c.k : tokens * c.n, "D");
+  bench::fill_bf16<<<1024, 256>>>(x.as<__nv_bfloat16>(), tokens * c.k, 5);
+  bench::fill_bf16<<<1024, 256>>>(other.as<__nv_bfloat16>(), wgrad ? tokens * c.n : g * c.n * c.k, 6);
   CHECK_CUDA(cudaDeviceSynchronize());
-  const std::vector<BlasGemm> problems = peer_problems(c, wgrad, counts, x.ptr, other.ptr, out.ptr);
+  const std::vector<BlasGemm> problems =
+      peer_problems(c, wgrad, counts, x.as<__nv_bfloat16>(), other.as<__nv_bfloat16>(), out.as<__nv_bfloat16>());
   const size_t count = problems.size();
   std::vector<cublasOperation_t> ta(count), tb(count);
   std::vector<int> m(count), n(count), k(count), lda(count), ldb(count), ldc(count), size(count, 1);
@@ -206,16 +207,15 @@ PeerTflops peer_tflops(const Case& c, bool wgrad, const std::vector<int64_t>& co
     ta[i] = q.ta, tb[i] = q.tb, m[i] = q.m, n[i] = q.n, k[i] = q.k, lda[i] = q.lda, ldb[i] = q.ldb, ldc[i] = q.ldc;
     a_ptrs[i] = q.a, b_ptrs[i] = q.b, c_ptrs[i] = q.c;
   }
-  DeviceBuffer<const void*> a_dev(static_cast<int64_t>(count)), b_dev(static_cast<int64_t>(count));
-  DeviceBuffer<void*> c_dev(static_cast<int64_t>(count));
-  CHECK_CUDA(cudaMemcpy(a_dev.ptr, a_ptrs.data(), count * sizeof(void*), cudaMemcpyHostToDevice));
-  CHECK_CUDA(cudaMemcpy(b_dev.ptr, b_ptrs.data(), count * sizeof(void*), cudaMemcpyHostToDevice));
-  CHECK_CUDA(cudaMemcpy(c_dev.ptr, c_ptrs.data(), count * sizeof(void*), cudaMemcpyHostToDevice));
+  DeviceBuffer a_dev, b_dev, c_dev;
+  bench::check(a_dev.upload(a_ptrs, "A pointers"));
+  bench::check(b_dev.upload(b_ptrs, "B pointers"));
+  bench::check(c_dev.upload(c_ptrs, "C pointers"));
   const auto grouped = [&] {
     const cublasStatus_t st = cublasGemmGroupedBatchedEx(
-        blas, ta.data(), tb.data(), m.data(), n.data(), k.data(), alpha.data(), a_dev.ptr, CUDA_R_16BF, lda.data(),
-        b_dev.ptr, CUDA_R_16BF, ldb.data(), beta.data(), c_dev.ptr, CUDA_R_16BF, ldc.data(), static_cast<int>(count),
-        size.data(), CUBLAS_COMPUTE_32F);
+        blas, ta.data(), tb.data(), m.data(), n.data(), k.data(), alpha.data(), a_dev.as<const void*>(), CUDA_R_16BF,
+        lda.data(), b_dev.as<const void*>(), CUDA_R_16BF, ldb.data(), beta.data(), c_dev.as<void*>(), CUDA_R_16BF,
+        ldc.data(), static_cast<int>(count), size.data(), CUBLAS_COMPUTE_32F);
     if (st != CUBLAS_STATUS_SUCCESS) {
       std::fprintf(stderr, "cublasGemmGroupedBatchedEx: status %d\n", static_cast<int>(st));
       std::exit(1);

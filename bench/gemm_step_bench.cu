@@ -33,6 +33,8 @@ namespace {
 
 namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
+using bench::DeviceBuffer;
+using bench::device_array;
 using bf::Recipe;
 
 struct Case {
@@ -82,17 +84,15 @@ Row run_case(const Case& c, int iters) {
   const int64_t kb = c.k / 128;
   const int64_t sa_n = bf::vec128_scale_floats(c.m, kb);
   const int64_t sb_n = c.wgrad ? bf::vec128_scale_floats(c.n, kb) : bf::blk128_scale_floats((c.n + 127) / 128, kb);
-  uint8_t *a, *b;
-  float *sa, *sb, *d;
-  __nv_bfloat16 *a16, *b16;
-  CHECK_CUDA(cudaMalloc(&a, c.m * c.k));
-  CHECK_CUDA(cudaMalloc(&b, c.n * c.k));
-  CHECK_CUDA(cudaMalloc(&sa, sa_n * 4));
-  CHECK_CUDA(cudaMalloc(&sb, sb_n * 4));
-  CHECK_CUDA(cudaMalloc(&d, c.m * c.n * 4));
-  CHECK_CUDA(cudaMalloc(&a16, c.m * c.k * 2));
-  CHECK_CUDA(cudaMalloc(&b16, c.n * c.k * 2));
-  CHECK_CUDA(cudaMemset(d, 0, c.m * c.n * 4));
+  const DeviceBuffer a_buf = device_array<uint8_t>(c.m * c.k, "A"), b_buf = device_array<uint8_t>(c.n * c.k, "B");
+  const DeviceBuffer sa_buf = device_array<float>(sa_n, "A scales"), sb_buf = device_array<float>(sb_n, "B scales");
+  const DeviceBuffer d_buf = device_array<float>(c.m * c.n, "D");
+  const DeviceBuffer a16_buf = device_array<__nv_bfloat16>(c.m * c.k, "A (bf16)");
+  const DeviceBuffer b16_buf = device_array<__nv_bfloat16>(c.n * c.k, "B (bf16)");
+  uint8_t *a = a_buf.data(), *b = b_buf.data();
+  float *sa = sa_buf.as<float>(), *sb = sb_buf.as<float>(), *d = d_buf.as<float>();
+  __nv_bfloat16 *a16 = a16_buf.as<__nv_bfloat16>(), *b16 = b16_buf.as<__nv_bfloat16>();
+  CHECK_CUDA(cudaMemset(d, 0, d_buf.size()));
   bench::fill_e4m3<<<1024, 256>>>(a, c.m * c.k, 1);
   bench::fill_e4m3<<<1024, 256>>>(b, c.n * c.k, 2);
   bench::fill_scales<<<256, 256>>>(sa, sa_n, 3);
@@ -111,9 +111,9 @@ Row run_case(const Case& c, int iters) {
   bg::GemmArguments args;
   args.a_data = a, args.b_data = b, args.a_scales = sa, args.b_scales = sb, args.d = d;
   args.c = c.beta != 0 ? d : nullptr;
-  void* ws = nullptr;
   const size_t ws_bytes = bg::workspace_size(p);
-  CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
+  const DeviceBuffer ws_buf = device_array<uint8_t>(static_cast<int64_t>(ws_bytes), "workspace");
+  void* ws = ws_buf.data();
   for (bg::Sm90Fp8Route route : {bg::Sm90Fp8Route::kKernel, bg::Sm90Fp8Route::kAuto}) {
     bg::set_sm90_fp8_route(route);
     const blockscale::Status s = bg::run(p, args, ws, ws_bytes, nullptr);
@@ -139,9 +139,6 @@ Row run_case(const Case& c, int iters) {
   else
     row.lt_bf16_us = 1e3 * bench::median_ms([&] { bf16.run(a16, b16, d); }, iters);
   CHECK_CUDA(cudaDeviceSynchronize());
-  for (void* ptr : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(sa), static_cast<void*>(sb),
-                    static_cast<void*>(d), static_cast<void*>(a16), static_cast<void*>(b16), ws})
-    CHECK_CUDA(cudaFree(ptr));
   std::printf("case %-10s %-28s %6lld x %6lld x %6lld  kernel %8.1f us  auto %8.1f  cublasLt-fp8 %8.1f"
               "  cublasLt-bf16 %8.1f  (kernel %.0f TFLOP/s)\n",
               c.config, c.name, static_cast<long long>(c.m), static_cast<long long>(c.n), static_cast<long long>(c.k),

@@ -13,21 +13,17 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_common.cuh"  // defines: CHECK_CUDA, hash32, median_ms
+#include "bench/bench_common.cuh"  // defines: CHECK_CUDA, check, device_array, hash32, median_ms
 #include "quant/moe.h"
 #include "quant/quantize.h"
 
 namespace {
 
 namespace bq = blockscale::quant;
+using bench::check;
+using bench::DeviceBuffer;
+using bench::device_array;
 using blockscale::formats::Recipe;
-
-void check(const blockscale::Status& s, const char* what) {
-  if (!s.is_ok()) {
-    std::fprintf(stderr, "%s: %s\n", what, s.message().c_str());
-    std::exit(1);
-  }
-}
 
 __global__ void fill_bf16(uint16_t* x, int64_t n, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
@@ -61,30 +57,29 @@ struct Row {
   double ms, gbps;
 };
 
-void* dalloc(size_t n) {
-  void* p = nullptr;
-  CHECK_CUDA(cudaMalloc(&p, n ? n : 1));
-  return p;
-}
-
 void bench_shape(int64_t tokens, int64_t hidden, int groups, int top_k, std::vector<Row>* rows_out) {
   const int iters = 20;
   const int64_t slots = tokens * top_k;
-  auto* x = static_cast<uint16_t*>(dalloc(tokens * hidden * 2));
-  auto* ids = static_cast<int32_t*>(dalloc(slots * 4));
-  auto* ends = static_cast<int32_t*>(dalloc(groups * 4));
-  auto* row_source = static_cast<int32_t*>(dalloc(slots * 4));
-  auto* slot_row = static_cast<int32_t*>(dalloc(slots * 4));
-  auto* gates = static_cast<float*>(dalloc(slots * 4));
-  auto* gathered = static_cast<uint16_t*>(dalloc(slots * hidden * 2));
+  const DeviceBuffer x_buf = device_array<uint16_t>(tokens * hidden, "x");
+  const DeviceBuffer ids_buf = device_array<int32_t>(slots, "expert ids");
+  const DeviceBuffer ends_buf = device_array<int32_t>(groups, "group ends");
+  const DeviceBuffer row_source_buf = device_array<int32_t>(slots, "row source");
+  const DeviceBuffer slot_row_buf = device_array<int32_t>(slots, "slot row");
+  const DeviceBuffer gates_buf = device_array<float>(slots, "gates");
+  const DeviceBuffer gathered_buf = device_array<uint16_t>(slots * hidden, "gathered rows");
+  uint16_t *x = x_buf.as<uint16_t>(), *gathered = gathered_buf.as<uint16_t>();
+  int32_t *ids = ids_buf.as<int32_t>(), *ends = ends_buf.as<int32_t>();
+  int32_t *row_source = row_source_buf.as<int32_t>(), *slot_row = slot_row_buf.as<int32_t>();
+  float* gates = gates_buf.as<float>();
   fill_bf16<<<1024, 256>>>(x, tokens * hidden, 1);
   fill_ids<<<1024, 256>>>(ids, slots, groups, 2);
   fill_gates<<<1024, 256>>>(gates, slots);
   CHECK_CUDA(cudaGetLastError());
 
   bq::RoutingProblem rp{tokens, top_k, groups};
-  void* ws = dalloc(bq::workspace_size(rp));
   const size_t ws_bytes = bq::workspace_size(rp);
+  const DeviceBuffer ws_buf = device_array<uint8_t>(static_cast<int64_t>(ws_bytes), "workspace");
+  void* ws = ws_buf.data();
   auto route = [&] { check(bq::run(rp, {ids}, {ends, row_source, slot_row}, ws, ws_bytes, nullptr), "route"); };
   route();
   CHECK_CUDA(cudaDeviceSynchronize());
@@ -100,13 +95,13 @@ void bench_shape(int64_t tokens, int64_t hidden, int groups, int top_k, std::vec
 
   // The copy reference: the gathered input's bytes (T * top_k rows), device to device.
   const size_t in_bytes = static_cast<size_t>(slots * hidden * 2);
-  void* copy_dst = dalloc(in_bytes);
-  void* copy_src = dalloc(in_bytes);
-  const double memcpy_ms = bench::median_ms(
-      [&] { CHECK_CUDA(cudaMemcpyAsync(copy_dst, copy_src, in_bytes, cudaMemcpyDeviceToDevice)); }, iters);
-  CHECK_CUDA(cudaFree(copy_dst));
-  CHECK_CUDA(cudaFree(copy_src));
-  add("cudaMemcpy D2D (copy reference)", memcpy_ms, 2.0 * in_bytes);
+  {
+    const DeviceBuffer dst = device_array<uint8_t>(static_cast<int64_t>(in_bytes), "copy destination");
+    const DeviceBuffer src = device_array<uint8_t>(static_cast<int64_t>(in_bytes), "copy source");
+    const double memcpy_ms = bench::median_ms(
+        [&] { CHECK_CUDA(cudaMemcpyAsync(dst.data(), src.data(), in_bytes, cudaMemcpyDeviceToDevice)); }, iters);
+    add("cudaMemcpy D2D (copy reference)", memcpy_ms, 2.0 * in_bytes);
+  }
 
   for (Recipe recipe : {Recipe::kMxfp8E4M3, Recipe::kFp8Block1x128}) {
     bq::GroupedQuantizeProblem p;
@@ -115,12 +110,15 @@ void bench_shape(int64_t tokens, int64_t hidden, int groups, int top_k, std::vec
     p.dense.directions = bq::Directions::kBoth;
     p.num_groups = groups;
     p.input_rows = tokens;
+    const DeviceBuffer row_data = device_array<uint8_t>(bq::rowwise_data_bytes(p.dense), "rowwise data");
+    const DeviceBuffer row_scales = device_array<uint8_t>(bq::rowwise_scale_bytes(p.dense), "rowwise scales");
+    const DeviceBuffer col_data = device_array<uint8_t>(bq::grouped_columnwise_data_bytes(p), "columnwise data");
+    const DeviceBuffer col_scales = device_array<uint8_t>(bq::grouped_columnwise_scale_bytes(p), "columnwise scales");
+    const DeviceBuffer padded_ends = device_array<int32_t>(groups, "padded group ends");
     bq::GroupedQuantizeOutputs out;
-    out.dense.rowwise_data = static_cast<uint8_t*>(dalloc(bq::rowwise_data_bytes(p.dense)));
-    out.dense.rowwise_scales = dalloc(bq::rowwise_scale_bytes(p.dense));
-    out.dense.columnwise_data = static_cast<uint8_t*>(dalloc(bq::grouped_columnwise_data_bytes(p)));
-    out.dense.columnwise_scales = dalloc(bq::grouped_columnwise_scale_bytes(p));
-    out.padded_group_ends = static_cast<int32_t*>(dalloc(groups * 4));
+    out.dense.rowwise_data = row_data.data(), out.dense.rowwise_scales = row_scales.data();
+    out.dense.columnwise_data = col_data.data(), out.dense.columnwise_scales = col_scales.data();
+    out.padded_group_ends = padded_ends.as<int32_t>();
     const double out_bytes = static_cast<double>(bq::rowwise_data_bytes(p.dense) + bq::rowwise_scale_bytes(p.dense) +
                                                  bq::grouped_columnwise_data_bytes(p) +
                                                  bq::grouped_columnwise_scale_bytes(p));
@@ -141,23 +139,15 @@ void bench_shape(int64_t tokens, int64_t hidden, int groups, int top_k, std::vec
     const std::string r = recipe == Recipe::kMxfp8E4M3 ? "MXFP8 row+col" : "FP8 1x128 row+col";
     add(("fused gather+quantize " + r).c_str(), fused_ms, bytes);
     add(("unfused gather copy + grouped quantize " + r).c_str(), unfused_ms, bytes);
-    CHECK_CUDA(cudaFree(out.dense.rowwise_data));
-    CHECK_CUDA(cudaFree(out.dense.rowwise_scales));
-    CHECK_CUDA(cudaFree(out.dense.columnwise_data));
-    CHECK_CUDA(cudaFree(out.dense.columnwise_scales));
-    CHECK_CUDA(cudaFree(out.padded_group_ends));
   }
 
   bq::CombineProblem cp{tokens, top_k, hidden, slots, hidden, hidden, bq::CombineOutputType::kBf16};
-  void* out = dalloc(tokens * hidden * 2);
+  const DeviceBuffer out_buf = device_array<uint16_t>(tokens * hidden, "combined output");
+  void* out = out_buf.data();
   const double combine_ms =
       bench::median_ms([&] { check(bq::run(cp, {gathered, gates, slot_row}, {out}, nullptr, 0, nullptr), "combine"); }, iters);
   add("unpermute + combine (bf16 out)", combine_ms, in_bytes + slots * 8.0 + tokens * hidden * 2.0);
   CHECK_CUDA(cudaDeviceSynchronize());
-  for (void* p : {static_cast<void*>(x), static_cast<void*>(ids), static_cast<void*>(ends),
-                  static_cast<void*>(row_source), static_cast<void*>(slot_row), static_cast<void*>(gates),
-                  static_cast<void*>(gathered), ws, out})
-    CHECK_CUDA(cudaFree(p));
 }
 
 }  // namespace

@@ -135,28 +135,18 @@ double time_us(F launch, int iters, void* flush, size_t flush_bytes, cudaEvent_t
   return median(ms) * 1000.0;
 }
 
-// Device allocations freed at the end of a case; each adds its size to `bytes` when counted.
+// A case's device memory, zeroed, freed at the end of the case; no bytes: a null pointer (an output
+// not asked for).
 struct Buffers {
-  std::vector<void*> ptrs;
+  std::vector<bench::DeviceBuffer> owned;
   template <typename T>
   T* alloc(int64_t n_bytes) {
     if (n_bytes <= 0) return nullptr;
-    void* p = nullptr;
-    CHECK_CUDA(cudaMalloc(&p, static_cast<size_t>(n_bytes)));
-    CHECK_CUDA(cudaMemset(p, 0, static_cast<size_t>(n_bytes)));
-    ptrs.push_back(p);
-    return static_cast<T*>(p);
-  }
-  ~Buffers() {
-    for (void* p : ptrs) cudaFree(p);
+    owned.push_back(bench::device_array<uint8_t>(n_bytes, "a quantize buffer"));
+    CHECK_CUDA(cudaMemset(owned.back().data(), 0, owned.back().size()));
+    return static_cast<T*>(static_cast<void*>(owned.back().data()));
   }
 };
-
-void die_unless_ok(const blockscale::Status& s, const char* what) {
-  if (s.is_ok()) return;
-  std::fprintf(stderr, "%s: %s\n", what, s.message().c_str());
-  std::exit(1);
-}
 
 // Uneven expert token counts summing to rows (a fixed, skewed split; some counts not multiples of
 // the block), as cumulative ends.
@@ -304,7 +294,7 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
   cudaEvent_t a, b;
   CHECK_CUDA(cudaEventCreate(&a));
   CHECK_CUDA(cudaEventCreate(&b));
-  const double kernel_us = time_us([&] { die_unless_ok(launch(), "run"); }, iters, flush, flush_bytes, a, b);
+  const double kernel_us = time_us([&] { bench::check(launch(), "run"); }, iters, flush, flush_bytes, a, b);
   CHECK_CUDA(cudaGetLastError());
 
   // The copy moves the same bytes: half read, half written.
@@ -455,9 +445,9 @@ int main(int argc, char** argv) {
   std::printf("quant_bench: %s (sm_%d%d), %d SMs, L2 %d MB; median of %d timed launches, L2 flushed (read) before each\n",
               prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, iters);
   const size_t flush_bytes = static_cast<size_t>(prop.l2CacheSize) * 4;  // also covers the host time of run()
-  void* flush = nullptr;
-  CHECK_CUDA(cudaMalloc(&flush, flush_bytes));
-  CHECK_CUDA(cudaMemset(flush, 0, flush_bytes));
+  const bench::DeviceBuffer flush_buf = bench::device_array<uint8_t>(static_cast<int64_t>(flush_bytes), "L2 flush");
+  CHECK_CUDA(cudaMemset(flush_buf.data(), 0, flush_bytes));
+  void* flush = flush_buf.data();
 
   std::vector<Result> results;
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -466,7 +456,6 @@ int main(int argc, char** argv) {
     Result r;
     if (run_case(cases[i], iters, flush, flush_bytes, &r)) results.push_back(r);
   }
-  CHECK_CUDA(cudaFree(flush));
 
   std::printf("\n| case | input | shape | copies | MB moved | kernel us | GB/s | copy GB/s | %% of copy |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");
