@@ -107,7 +107,7 @@ void bench_shape(int64_t tokens, int64_t hidden, int groups, int top_k, std::vec
     bq::GroupedQuantizeProblem p;
     p.dense.recipe = recipe;
     p.dense.rows = slots, p.dense.cols = hidden, p.dense.ld = hidden;
-    p.dense.directions = bq::Directions::kBoth;
+    p.dense.directions = blockscale::formats::Direction::kBoth;
     p.num_groups = groups;
     p.input_rows = tokens;
     const DeviceBuffer row_data = device_array<uint8_t>(bq::rowwise_data_bytes(p.dense), "rowwise data");

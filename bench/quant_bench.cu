@@ -30,7 +30,7 @@
 namespace {
 
 namespace bq = blockscale::quant;
-using bq::Directions;
+using blockscale::formats::Direction;
 using bq::InputType;
 using bq::detail::ElementEncoder;
 
@@ -97,7 +97,7 @@ struct Result {
 
 int elem_bytes(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
 const char* name(InputType t) { return t == InputType::kBf16 ? "bf16" : t == InputType::kFp16 ? "fp16" : "fp32"; }
-const char* name(Directions d) { return d == Directions::kRowwise ? "row" : d == Directions::kColumnwise ? "col" : "row+col"; }
+const char* name(Direction d) { return d == Direction::kRowwise ? "row" : d == Direction::kColumnwise ? "col" : "row+col"; }
 
 std::string describe(const Case& c) {
   char buf[256];
@@ -190,7 +190,7 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
     return b;
   };
   bq::QuantizeOutputs out;
-  const bool row = p.directions != Directions::kColumnwise, col = p.directions != Directions::kRowwise;
+  const bool row = p.directions != Direction::kColumnwise, col = p.directions != Direction::kRowwise;
   out.rowwise_data = buf.alloc<uint8_t>(counted(copies * bq::rowwise_data_bytes(p)));
   out.rowwise_scales = buf.alloc<void>(counted(copies * bq::rowwise_scale_bytes(p)));
   out.columnwise_data = buf.alloc<uint8_t>(
@@ -317,7 +317,7 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
 std::vector<Case> all_cases() {
   using blockscale::formats::Recipe;
   std::vector<Case> cases;
-  auto add = [&](std::string label, Recipe r, int64_t rows, int64_t cols, InputType t, Directions d) -> Case& {
+  auto add = [&](std::string label, Recipe r, int64_t rows, int64_t cols, InputType t, Direction d) -> Case& {
     Case c;
     c.label = std::move(label);
     c.p.recipe = r, c.p.rows = rows, c.p.cols = cols, c.p.ld = cols, c.p.input_type = t, c.p.directions = d;
@@ -325,7 +325,7 @@ std::vector<Case> all_cases() {
     return cases.back();
   };
   const auto bf16 = InputType::kBf16;
-  const auto row = Directions::kRowwise, both = Directions::kBoth, colw = Directions::kColumnwise;
+  const auto row = Direction::kRowwise, both = Direction::kBoth, colw = Direction::kColumnwise;
   add("mxfp8", Recipe::kMxfp8E4M3, 16384, 8192, bf16, row);
   add("mxfp8", Recipe::kMxfp8E4M3, 16384, 8192, bf16, both);
   add("mxfp8", Recipe::kMxfp8E4M3, 16384, 8192, bf16, colw);

@@ -78,6 +78,8 @@ Status quantize(const float* x, int64_t rows, int64_t cols, int64_t ld,
   if (ld < cols)
     return Status::error("ld: row stride (" + std::to_string(ld) + ") must be >= cols (" +
                          std::to_string(cols) + ")");
+  if (direction != Direction::kRowwise && direction != Direction::kColumnwise)
+    return Status::error("direction: kRowwise or kColumnwise (one call writes one copy)");
   const bool columnwise = direction == Direction::kColumnwise;
   const int64_t stored_rows = columnwise ? cols : rows;
   const int64_t stored_cols = columnwise ? rows : cols;

@@ -14,6 +14,7 @@ namespace blockscale::formats {
 // Quantizes the rows x cols fp32 matrix x (row stride ld >= cols elements).
 //   kRowwise   : blocks run along cols; out is rows x cols.
 //   kColumnwise: blocks run along rows; out holds the transpose, cols x rows.
+//   kBoth is refused: one call writes one copy.
 // Partial blocks at the edges are treated as zero-padded. On error `out` is left unchanged.
 Status quantize(const float* x, int64_t rows, int64_t cols, int64_t ld,
                 const QuantizeOptions& options, Direction direction, QuantizedMatrix* out);

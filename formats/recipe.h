@@ -22,7 +22,12 @@ enum class Recipe {
 };
 
 enum class ScaleRounding { kCeil, kFloor };  // MX recipes: ceil is the default
-enum class Direction { kRowwise, kColumnwise };
+// Which quantized copy. kRowwise: blocks run along each row, stored as the input is (rows x cols).
+// kColumnwise: blocks run along each column, stored transposed (cols x rows, the block dimension
+// contiguous: the K-major operand that wgrad/dgrad take). kBoth: the two copies at once, which
+// quant/'s kernels write from one read of the input; formats::quantize and a stored tensor hold
+// one copy, rowwise or columnwise.
+enum class Direction { kRowwise, kColumnwise, kBoth };
 
 struct QuantizeOptions {
   Recipe recipe = Recipe::kMxfp8E4M3;

@@ -68,6 +68,7 @@
 namespace blockscale::quant::detail {
 namespace {
 
+using formats::Direction;
 using formats::Recipe;
 
 constexpr int kDim = 128;      // tile rows = tile columns = FP8 block length
@@ -703,15 +704,15 @@ Status launch(const Fp8BlockArgs& args, cudaStream_t stream) {
 
 // kGather && !kGrouped: a gathered grouped run without a columnwise copy (dense tiles, rowwise only).
 template <InputType kIn, Recipe kRecipe, bool kGrouped, bool kGather>
-Status pick_directions(Directions d, const Fp8BlockArgs& args, cudaStream_t stream) {
+Status pick_directions(Direction d, const Fp8BlockArgs& args, cudaStream_t stream) {
   switch (d) {
-    case Directions::kRowwise:
+    case Direction::kRowwise:
       if constexpr (!kGrouped) return launch<kIn, kRecipe, true, false, false, kGather>(args, stream);
       break;  // grouped rowwise-only runs are dense runs
-    case Directions::kColumnwise:
+    case Direction::kColumnwise:
       if constexpr (kGrouped || !kGather) return launch<kIn, kRecipe, false, true, kGrouped, kGather>(args, stream);
       break;
-    case Directions::kBoth:
+    case Direction::kBoth:
       if constexpr (kGrouped || !kGather) return launch<kIn, kRecipe, true, true, kGrouped, kGather>(args, stream);
       break;
   }
@@ -751,8 +752,8 @@ int store_align(const void* ptr, int64_t row_len) {
 // The kernel's arguments; col_ld: the columnwise copy's row length (rows, or the grouped capacity).
 Status make_args(const QuantizeProblem& p, const void* x, const QuantizeOutputs& out, int64_t col_ld,
                  Fp8BlockArgs* args) {
-  const bool row = p.directions != Directions::kColumnwise;
-  const bool col = p.directions != Directions::kRowwise;
+  const bool row = p.directions != Direction::kColumnwise;
+  const bool col = p.directions != Direction::kRowwise;
   const int64_t esize = p.input_type == InputType::kFp32 ? 4 : 2;
   Fp8BlockArgs& a = *args;
   a = Fp8BlockArgs{};
@@ -810,7 +811,7 @@ Status launch_fp8_block_grouped_quantize(const GroupedQuantizeProblem& p, const 
   if (p.dense.recipe != Recipe::kFp8Block1x128)
     return Status::error("problem.dense.recipe: the grouped FP8 blockwise kernel takes fp8_block128 (1x128)");
   const bool empty = p.dense.rows == 0 || p.dense.cols == 0;
-  if (p.dense.directions == Directions::kRowwise || empty) {  // the padded ends, then the dense rowwise copy
+  if (p.dense.directions == Direction::kRowwise || empty) {  // the padded ends, then the dense rowwise copy
     BS_RETURN_IF_ERROR(launch_grouped_offsets(in.group_ends, p.num_groups, p.dense.rows, kDim,
                                               out.padded_group_ends, stream));
     if (empty) return Status::ok();

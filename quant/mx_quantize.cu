@@ -60,6 +60,7 @@
 namespace blockscale::quant::detail {
 namespace {
 
+using formats::Direction;
 using formats::Recipe;
 
 constexpr int kTile = 128;     // tile rows = tile columns
@@ -724,13 +725,13 @@ template <InputType kIn, Recipe kRecipe, bool kGrouped, bool kGather>
 Status dispatch_directions(const QuantizeProblem& p, ElementEncoder enc, Action a, const MxParams& params,
                            cudaStream_t s) {
   if constexpr (kGather && !kGrouped) {
-    if (p.directions != Directions::kRowwise) return Status::error("gathered dense tiles: rowwise only");
+    if (p.directions != Direction::kRowwise) return Status::error("gathered dense tiles: rowwise only");
     return dispatch_encoder<kIn, kRecipe, true, false, false, true>(enc, a, params, s);
   } else {
     switch (p.directions) {  // rowwise only: the dense tiles (grouped: the rowwise copy is the dense one)
-      case Directions::kRowwise: return dispatch_encoder<kIn, kRecipe, true, false, false, false>(enc, a, params, s);
-      case Directions::kColumnwise: return dispatch_encoder<kIn, kRecipe, false, true, kGrouped, kGather>(enc, a, params, s);
-      case Directions::kBoth: return dispatch_encoder<kIn, kRecipe, true, true, kGrouped, kGather>(enc, a, params, s);
+      case Direction::kRowwise: return dispatch_encoder<kIn, kRecipe, true, false, false, false>(enc, a, params, s);
+      case Direction::kColumnwise: return dispatch_encoder<kIn, kRecipe, false, true, kGrouped, kGather>(enc, a, params, s);
+      case Direction::kBoth: return dispatch_encoder<kIn, kRecipe, true, true, kGrouped, kGather>(enc, a, params, s);
     }
   }
   return Status::error("problem.directions: unknown value");
@@ -763,8 +764,8 @@ int64_t code_row_bytes(Recipe r, int64_t n) { return is_e2m1(r) ? (n + 1) / 2 : 
 
 // The parameters both modes share; tile_rows = rows (dense) or the capacity (grouped, columnwise).
 MxParams make_params(const QuantizeProblem& p, const void* x, const QuantizeOutputs& out, int64_t tile_rows) {
-  const bool row = p.directions != Directions::kColumnwise;
-  const bool col = p.directions != Directions::kRowwise;
+  const bool row = p.directions != Direction::kColumnwise;
+  const bool col = p.directions != Direction::kRowwise;
   const int vec = is_e2m1(p.recipe) ? 8 : 16;  // bytes of 16 codes
   MxParams params{};
   params.x = x;
@@ -850,7 +851,7 @@ Status launch_mx_grouped_quantize(const GroupedQuantizeProblem& p, const Grouped
   if (!is_mx_gpu_recipe(p.dense.recipe)) return Status::error("problem.dense.recipe: not an MX recipe");
   if (p.num_groups < 1 || p.num_groups > kMaxGroups)
     return Status::error("problem.num_groups: must be in [1, " + std::to_string(kMaxGroups) + "]");
-  const bool col = p.dense.directions != Directions::kRowwise;
+  const bool col = p.dense.directions != Direction::kRowwise;
   const bool empty = p.dense.rows == 0 || p.dense.cols == 0;
   const bool gather = in.row_index != nullptr;
   if (!col || empty) {  // the padded ends alone; then the dense kernel writes the rowwise copy

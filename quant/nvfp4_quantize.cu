@@ -90,6 +90,8 @@
 namespace blockscale::quant::detail {
 namespace {
 
+using formats::Direction;
+
 constexpr int kTile = 128;
 constexpr int kThreads = 256;
 constexpr int kChunkBytes = 512;
@@ -855,14 +857,14 @@ Status dispatch_directions(const QuantizeProblem& p, const QuantizeOutputs& out,
   if (params->measure) {
     // The plain amax is needed by the rowwise copy, the un-transformed columnwise one and outputs.amax.
     const bool rht = p.hadamard_columnwise;
-    const bool plain = p.directions != Directions::kColumnwise || !rht || out.amax != nullptr;
+    const bool plain = p.directions != Direction::kColumnwise || !rht || out.amax != nullptr;
     BS_RETURN_IF_ERROR(launch_nvfp4_amax(p, params->x, params->vec_load, plain, rht,
                                          const_cast<uint32_t*>(params->partials), &params->n_partials, s));
   }
   switch (p.directions) {
-    case Directions::kRowwise: return dispatch_options<kIn, true, false>(p, *params, s);
-    case Directions::kColumnwise: return dispatch_options<kIn, false, true>(p, *params, s);
-    case Directions::kBoth: return dispatch_options<kIn, true, true>(p, *params, s);
+    case Direction::kRowwise: return dispatch_options<kIn, true, false>(p, *params, s);
+    case Direction::kColumnwise: return dispatch_options<kIn, false, true>(p, *params, s);
+    case Direction::kBoth: return dispatch_options<kIn, true, true>(p, *params, s);
   }
   return Status::error("problem.directions: unknown value");
 }
@@ -875,13 +877,13 @@ Status dispatch_grouped(const GroupedQuantizeProblem& gp, const QuantizeOutputs&
   const QuantizeProblem& p = gp.dense;
   const bool rht = p.hadamard_columnwise;
   if (params->measure) {
-    const bool plain = p.directions != Directions::kColumnwise || !rht || out.amax != nullptr;
+    const bool plain = p.directions != Direction::kColumnwise || !rht || out.amax != nullptr;
     const Nvfp4AmaxGroups groups{params->group_ends, params->num_groups, params->tile_rows};
     BS_RETURN_IF_ERROR(launch_nvfp4_amax(p, params->x, params->vec_load, plain, rht,
                                          const_cast<uint32_t*>(params->partials), &params->n_partials, s, &groups));
   }
   const bool sr = p.stochastic_rounding;
-  if (p.directions == Directions::kBoth) {
+  if (p.directions == Direction::kBoth) {
     if (rht) return sr ? launch_quantize<kIn, true, true, true, false, true, true>(*params, s)
                        : launch_quantize<kIn, true, true, true, false, false, true>(*params, s);
     return sr ? launch_quantize<kIn, true, true, false, false, true, true>(*params, s)
@@ -897,8 +899,8 @@ Status dispatch_grouped(const GroupedQuantizeProblem& gp, const QuantizeOutputs&
 // capacity (grouped with a columnwise copy: the columnwise copy's row count).
 Nvfp4Params make_params(const QuantizeProblem& p, const void* x, const float* given_row, const float* given_col,
                         const QuantizeOutputs& out, void* workspace, int64_t tile_rows) {
-  const bool row = p.directions != Directions::kColumnwise;
-  const bool col = p.directions != Directions::kRowwise;
+  const bool row = p.directions != Direction::kColumnwise;
+  const bool col = p.directions != Direction::kRowwise;
   const int64_t esize = element_bytes(p.input_type);
   Nvfp4Params params{};
   params.x = x;
@@ -957,7 +959,7 @@ size_t nvfp4_grouped_workspace_size(const GroupedQuantizeProblem& p) { return nv
 Status launch_nvfp4_grouped_quantize(const GroupedQuantizeProblem& gp, const GroupedQuantizeInputs& in,
                                      const GroupedQuantizeOutputs& out, void* workspace, cudaStream_t stream) {
   const QuantizeProblem& p = gp.dense;  // checked by quantize.cpp's can_implement
-  const bool col = p.directions != Directions::kRowwise;
+  const bool col = p.directions != Direction::kRowwise;
   const bool empty = p.rows == 0 || p.cols == 0;
   const QuantizeInputs dense_in{in.x, in.rowwise_tensor_amax, in.columnwise_tensor_amax};
   if (!col || empty) {  // the padded ends alone; then the dense kernel writes the rowwise copy

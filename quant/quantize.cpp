@@ -17,12 +17,13 @@
 namespace blockscale::quant {
 namespace {
 
+using formats::Direction;
 using formats::Recipe;
 
 constexpr int64_t kMaxDim = int64_t{1} << 31;  // as formats/: keeps every offset far from overflow
 
-bool wants_rowwise(const QuantizeProblem& p) { return p.directions != Directions::kColumnwise; }
-bool wants_columnwise(const QuantizeProblem& p) { return p.directions != Directions::kRowwise; }
+bool wants_rowwise(const QuantizeProblem& p) { return p.directions != Direction::kColumnwise; }
+bool wants_columnwise(const QuantizeProblem& p) { return p.directions != Direction::kRowwise; }
 bool empty(const QuantizeProblem& p) { return p.rows == 0 || p.cols == 0; }
 int64_t element_bytes(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -68,8 +69,8 @@ Status check_options(const QuantizeProblem& p, bool grouped) {
     return Status::error("problem.rounding: floor scale rounding applies to MX recipes only, not " + name);
   if (p.input_type != InputType::kBf16 && p.input_type != InputType::kFp16 && p.input_type != InputType::kFp32)
     return Status::error("problem.input_type: unknown value");
-  if (p.directions != Directions::kRowwise && p.directions != Directions::kColumnwise &&
-      p.directions != Directions::kBoth)
+  if (p.directions != Direction::kRowwise && p.directions != Direction::kColumnwise &&
+      p.directions != Direction::kBoth)
     return Status::error("problem.directions: unknown value");
   if (p.pow2_scales && !formats::is_fp8_block(p.recipe))
     return Status::error("problem.pow2_scales: applies to FP8 blockwise recipes only, not " + name);

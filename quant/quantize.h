@@ -20,11 +20,6 @@ namespace blockscale::quant {
 
 enum class InputType { kBf16, kFp16, kFp32 };
 
-// Which quantized copies one run writes. A columnwise copy quantizes blocks that run along the
-// input's rows and stores the transpose (cols x rows, the block dimension contiguous: the K-major
-// operand that wgrad/dgrad take), exactly as formats::quantize(..., Direction::kColumnwise) does.
-enum class Directions { kRowwise, kColumnwise, kBoth };
-
 // NVFP4's tensor amax (which sets the fp32 tensor scale S_enc = 2688 / amax):
 //   kMeasure: two passes: an amax kernel reads the input, then the quantize kernel reads it again.
 //   kGiven  : one pass, with the amax the caller supplies on the device (e.g. the previous step's,
@@ -41,7 +36,7 @@ struct QuantizeProblem {
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t ld = 0;  // input row stride in elements
-  Directions directions = Directions::kRowwise;
+  formats::Direction directions = formats::Direction::kRowwise;  // which copies: one or both
   bool pow2_scales = false;          // FP8 blockwise: power-of-two scales
   bool nvfp4_2d = false;             // NVFP4: 16x16 blocks (weights); both copies share them
   bool stochastic_rounding = false;  // NVFP4: Philox SR of the elements (both copies)

@@ -73,9 +73,9 @@ Status gpu_quantize(const io::TensorView& t, int64_t rows, int64_t cols, const f
   p.rows = rows;
   p.cols = cols;
   p.ld = cols;
-  p.directions = rowwise && columnwise ? quant::Directions::kBoth
-                 : rowwise             ? quant::Directions::kRowwise
-                                       : quant::Directions::kColumnwise;
+  p.directions = rowwise && columnwise ? formats::Direction::kBoth
+                 : rowwise             ? formats::Direction::kRowwise
+                                       : formats::Direction::kColumnwise;
   p.pow2_scales = options.pow2_scales;
   p.nvfp4_2d = options.nvfp4_2d;
   p.stochastic_rounding = options.stochastic_rounding;

@@ -17,7 +17,7 @@ quant::QuantizeProblem quant_problem(TrainRecipe recipe, OperandRole role, SrKey
   p.rows = rows;
   p.cols = cols;
   p.ld = cols;
-  p.directions = quant::Directions::kBoth;
+  p.directions = formats::Direction::kBoth;
   p.nvfp4_2d = o.nvfp4_2d;
   p.stochastic_rounding = o.stochastic_rounding;
   p.sr_seed = o.sr_seed;

@@ -311,6 +311,8 @@ Status add_quantized_tensor(const QuantizedTensor& t,
   int64_t rows = 0, cols = 0;
   const Status view = matrix_view(t.shape, &rows, &cols);
   if (!view) return Status::error(entry + view.message());
+  if (t.direction != f::Direction::kRowwise && t.direction != f::Direction::kColumnwise)
+    return Status::error(entry + "direction: a stored copy is rowwise or columnwise");
   const bool colwise = t.direction == f::Direction::kColumnwise;
   if (q.rows != (colwise ? cols : rows) || q.cols != (colwise ? rows : cols))
     return Status::error(entry + "shape " + shape_string(t.shape) + " has the 2D view [" +

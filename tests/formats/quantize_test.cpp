@@ -428,6 +428,7 @@ TEST(QuantizeValidation, BadArgumentsAreRejectedAndOutIsUnchanged) {
   expect_error(bf::quantize(x.data(), 32, -1, 64, o, Direction::kColumnwise, &q), "cols");
   expect_error(bf::quantize(x.data(), 32, 64, 63, o, Direction::kRowwise, &q), "ld");
   expect_error(bf::quantize(x.data(), 32, 64, 63, o, Direction::kColumnwise, &q), "ld");
+  expect_error(bf::quantize(x.data(), 32, 64, 64, o, Direction::kBoth, &q), "direction");
   expect_same(q, before, "out after errors");
 }
 

@@ -72,7 +72,7 @@ int64_t capacity_of(const Pair& pair, int64_t tokens, int groups) {
   for (Recipe r : {pair.a, pair.b}) {
     bq::GroupedQuantizeProblem p;
     p.dense.recipe = r, p.dense.rows = tokens, p.dense.cols = 1, p.dense.ld = 1;
-    p.dense.directions = bq::Directions::kColumnwise;
+    p.dense.directions = bf::Direction::kColumnwise;
     p.num_groups = groups;
     cap = std::max(cap, bq::grouped_capacity(p));
   }
@@ -380,7 +380,7 @@ TEST(KGroupedGemm, FromQuantsGroupedQuantize) {
       bq::GroupedQuantizeProblem q;
       q.dense.recipe = r, q.dense.input_type = bq::InputType::kFp32;
       q.dense.rows = tokens, q.dense.cols = cols, q.dense.ld = cols;
-      q.dense.directions = bq::Directions::kColumnwise;
+      q.dense.directions = bf::Direction::kColumnwise;
       q.num_groups = static_cast<int>(kc.counts.size());
       EXPECT_EQ(bq::grouped_capacity(q), o.capacity);
       EXPECT_OK(data->alloc(static_cast<size_t>(bq::grouped_columnwise_data_bytes(q)), "data"));

@@ -36,7 +36,7 @@ namespace {
 namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
 using bf::Recipe;
-using bq::Directions;
+using bf::Direction;
 using bq::InputType;
 using blockscale::runtime::DeviceBuffer;
 using blockscale_test::DeviceInput;
@@ -141,7 +141,7 @@ struct Prepared {
   int64_t capacity = 0;
 };
 
-bq::GroupedQuantizeProblem problem_of(const Case& c, bool pow2, Directions d) {
+bq::GroupedQuantizeProblem problem_of(const Case& c, bool pow2, Direction d) {
   bq::GroupedQuantizeProblem p;
   p.dense.recipe = Recipe::kFp8Block1x128;
   p.dense.pow2_scales = pow2;
@@ -163,7 +163,7 @@ bq::GroupedQuantizeProblem problem_of(const Case& c, bool pow2, Directions d) {
     ends32.push_back(static_cast<int32_t>(acc));
   }
   if (acc != c.rows) return ::testing::AssertionFailure() << "counts sum to " << acc;
-  pr->capacity = bq::grouped_capacity(problem_of(c, false, Directions::kBoth));
+  pr->capacity = bq::grouped_capacity(problem_of(c, false, Direction::kBoth));
   const ::testing::AssertionResult uploaded = upload_input(pr->in, c.type, c.misaligned, &pr->x);
   if (!uploaded) return uploaded;
   const blockscale::Status s = pr->ends_dev.upload(ends32, "group ends");
@@ -172,8 +172,8 @@ bq::GroupedQuantizeProblem problem_of(const Case& c, bool pow2, Directions d) {
 }
 
 // One grouped run on the GPU against the reference; returns the number of bad bytes.
-int64_t run_and_compare(const Case& c, const Prepared& pr, const GroupedReference& ref, bool pow2, Directions dirs) {
-  bq::GroupedQuantizeProblem p = problem_of(c, pow2, Directions::kBoth);  // sizes of every buffer
+int64_t run_and_compare(const Case& c, const Prepared& pr, const GroupedReference& ref, bool pow2, Direction dirs) {
+  bq::GroupedQuantizeProblem p = problem_of(c, pow2, Direction::kBoth);  // sizes of every buffer
   const int64_t off = c.misaligned ? 1 : 0;
   GuardedOutput row_data, row_scales, col_data, col_scales, amax, padded;
   EXPECT_TRUE(alloc_poisoned(&row_data, bq::rowwise_data_bytes(p.dense), off));
@@ -202,7 +202,7 @@ int64_t run_and_compare(const Case& c, const Prepared& pr, const GroupedReferenc
   EXPECT_TRUE(s.is_ok()) << s.message();
   EXPECT_CUDA(cudaDeviceSynchronize());
 
-  const bool row = dirs != Directions::kColumnwise, col = dirs != Directions::kRowwise;
+  const bool row = dirs != Direction::kColumnwise, col = dirs != Direction::kRowwise;
   std::string report;
   int64_t bad = 0;
   bad += check_output(row_data, row ? &ref.row_data : nullptr, c.cols, "rowwise data", &report);
@@ -239,7 +239,7 @@ void check_case(const Case& c) {
   int64_t bad = 0;
   for (bool pow2 : {false, true}) {
     const GroupedReference ref = make_reference(pr.in, c.rows, c.cols, c.ld, pr.ends, pr.capacity, pow2);
-    for (Directions d : {Directions::kRowwise, Directions::kColumnwise, Directions::kBoth}) {
+    for (Direction d : {Direction::kRowwise, Direction::kColumnwise, Direction::kBoth}) {
       bad += run_and_compare(c, pr, ref, pow2, d);
       ++runs;
     }
@@ -296,7 +296,7 @@ TEST(Fp8BlockGroupedQuantizeLarge, EightExperts16384x2048) {
   Prepared pr;
   ASSERT_TRUE(prepare(c, 16384, &pr));
   const GroupedReference ref = make_reference(pr.in, c.rows, c.cols, c.ld, pr.ends, pr.capacity, false);
-  const int64_t bad = run_and_compare(c, pr, ref, false, Directions::kBoth);
+  const int64_t bad = run_and_compare(c, pr, ref, false, Direction::kBoth);
   std::string counts;
   for (size_t g = 0; g < pr.ends.size(); ++g)
     counts += (g ? "," : "") + std::to_string(pr.ends[g] - (g ? pr.ends[g - 1] : 0));
@@ -308,7 +308,7 @@ TEST(Fp8BlockGroupedQuantizeLarge, EightExperts16384x2048) {
 TEST(Fp8BlockGroupedQuantizeEmpty, WritesThePaddedEndsAlone) {
   SKIP_WITHOUT_GPU();
   for (const auto& shape : {std::pair<int64_t, int64_t>{0, 64}, {300, 0}}) {
-    for (Directions d : {Directions::kRowwise, Directions::kBoth}) {
+    for (Direction d : {Direction::kRowwise, Direction::kBoth}) {
       const int g = 3;
       const std::vector<int32_t> ends = shape.first == 0 ? std::vector<int32_t>{0, 0, 0}
                                                          : std::vector<int32_t>{129, 129, 300};
@@ -346,7 +346,7 @@ TEST(Fp8BlockGroupedQuantizeEmpty, WritesThePaddedEndsAlone) {
 TEST(Fp8BlockGroupedQuantizeApi, CapacityAndChecks) {
   bq::GroupedQuantizeProblem p;
   p.dense.recipe = Recipe::kFp8Block1x128;
-  p.dense.rows = 300, p.dense.cols = 64, p.dense.ld = 64, p.dense.directions = Directions::kBoth;
+  p.dense.rows = 300, p.dense.cols = 64, p.dense.ld = 64, p.dense.directions = Direction::kBoth;
   p.num_groups = 4;
   EXPECT_TRUE(bq::can_implement(p).is_ok());
   EXPECT_EQ(bq::grouped_capacity(p), (300 + 4 * 127) / 128 * 128);

@@ -46,7 +46,7 @@ namespace {
 namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
 using bf::Recipe;
-using bq::Directions;
+using bf::Direction;
 using bq::InputType;
 using blockscale::runtime::DeviceBuffer;
 using blockscale_test::DeviceInput;
@@ -200,13 +200,13 @@ void PrintTo(const Layout& l, std::ostream* os) { *os << describe(l); }
 
 // One run of the public API on poisoned outputs, compared with the reference; returns bad bytes.
 int64_t run_one(const Layout& l, const DeviceInput& x, const Expected& want, float want_amax, Config c,
-                Directions dirs) {
+                Direction dirs) {
   bq::QuantizeProblem p;
   p.recipe = c.recipe;
   p.pow2_scales = c.pow2;
   p.input_type = l.type;
   p.rows = l.rows, p.cols = l.cols, p.ld = l.ld;
-  p.directions = Directions::kBoth;  // sizes every buffer; those not requested must stay poisoned
+  p.directions = Direction::kBoth;  // sizes every buffer; those not requested must stay poisoned
   const int64_t data_off = l.misaligned ? 1 : 0, scale_off = l.misaligned ? 4 : 0;
   GuardedOutput rd, rs, cd, cs, amax;
   EXPECT_TRUE(poisoned(&rd, bq::rowwise_data_bytes(p), data_off));
@@ -225,7 +225,7 @@ int64_t run_one(const Layout& l, const DeviceInput& x, const Expected& want, flo
   EXPECT_TRUE(s.is_ok()) << s.message();
   EXPECT_CUDA(cudaDeviceSynchronize());
 
-  const bool row = dirs != Directions::kColumnwise, col = dirs != Directions::kRowwise;
+  const bool row = dirs != Direction::kColumnwise, col = dirs != Direction::kRowwise;
   const int64_t row_scale_len = c.recipe == Recipe::kFp8Block1x128 ? bf::vec128_scale_ld(l.rows) * 4
                                                                      : bf::blk128_scale_ld((l.cols + 127) / 128) * 4;
   const int64_t col_scale_len = c.recipe == Recipe::kFp8Block1x128 ? bf::vec128_scale_ld(l.cols) * 4
@@ -262,7 +262,7 @@ uint64_t seed_of(const Layout& l) {
 }
 
 // Runs `configs` x `dirs` on one layout; prints one summary line.
-void check(const Layout& l, const std::vector<Config>& configs, const std::vector<Directions>& dirs) {
+void check(const Layout& l, const std::vector<Config>& configs, const std::vector<Direction>& dirs) {
   const HostInput in = make_input(l.rows, l.cols, l.ld, l.type, seed_of(l));
   DeviceInput x;
   ASSERT_TRUE(upload_input(in, l.type, l.misaligned, &x));
@@ -271,12 +271,12 @@ void check(const Layout& l, const std::vector<Config>& configs, const std::vecto
   int64_t bad = 0;
   int runs = 0;
   for (size_t i = 0; i < configs.size(); ++i)
-    for (Directions d : dirs) bad += run_one(l, x, want[i], amax, configs[i], d), ++runs;
+    for (Direction d : dirs) bad += run_one(l, x, want[i], amax, configs[i], d), ++runs;
   std::printf("fp8_block_quantize_test: %-34s %2d runs, input %s non-finite, bad bytes %lld\n",
               describe(l).c_str(), runs, want[0].nonfinite ? "has" : "no", static_cast<long long>(bad));
 }
 
-const std::vector<Directions> kAllDirs = {Directions::kRowwise, Directions::kColumnwise, Directions::kBoth};
+const std::vector<Direction> kAllDirs = {Direction::kRowwise, Direction::kColumnwise, Direction::kBoth};
 
 class Fp8BlockQuantizeLayouts : public ::testing::TestWithParam<Layout> {};
 
@@ -314,16 +314,16 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Fp8BlockQuantizeLayouts, ::testing::ValuesIn(la
 TEST(Fp8BlockQuantizeLarge, ManyTilesPerCta) {
   SKIP_WITHOUT_GPU();
   check({4096, 8192, 8192, InputType::kFp16, false}, {{Recipe::kFp8Block1x128, true}, {Recipe::kFp8Block128x128, false}},
-        {Directions::kBoth});
+        {Direction::kBoth});
   check({4096, 8192, 8192, InputType::kFp32, false}, {{Recipe::kFp8Block1x128, false}, {Recipe::kFp8Block128x128, true}},
-        {Directions::kBoth, Directions::kRowwise});
+        {Direction::kBoth, Direction::kRowwise});
 }
 
 // One large bf16 tensor, partial tiles along both edges.
 TEST(Fp8BlockQuantizeLarge, Bf16_16385x7169) {
   SKIP_WITHOUT_GPU();
   check({16385, 7169, 7169, InputType::kBf16, false}, {{Recipe::kFp8Block1x128, false}, {Recipe::kFp8Block128x128, true}},
-        {Directions::kBoth});
+        {Direction::kBoth});
 }
 
 // ---- The flag: set to 1 on NaN / Inf input, never written otherwise.
@@ -339,7 +339,7 @@ TEST(Fp8BlockQuantizeFlags, NonfiniteFlagIsOnlyEverSetToOne) {
       ASSERT_OK(dx.upload(x.data(), x.size() * 4, "dx"));
       bq::QuantizeProblem p;
       p.recipe = recipe, p.input_type = InputType::kFp32, p.rows = 200, p.cols = 300, p.ld = 300;
-      p.directions = Directions::kColumnwise;
+      p.directions = Direction::kColumnwise;
       ASSERT_OK(data.alloc(static_cast<size_t>(bq::columnwise_data_bytes(p)), "data"));
       ASSERT_OK(scales.alloc(static_cast<size_t>(bq::columnwise_scale_bytes(p)), "scales"));
       ASSERT_OK(flag.alloc(4, "flag"));
@@ -462,7 +462,7 @@ struct BatchedLayout {
   bool misaligned;
 };
 
-void check_batched(const BatchedLayout& l, bool pow2, Directions dirs) {
+void check_batched(const BatchedLayout& l, bool pow2, Direction dirs) {
   const Layout stacked{l.batches * l.rows, l.cols, l.ld, l.type, l.misaligned};
   const HostInput in = make_input(stacked.rows, l.cols, l.ld, l.type, seed_of(stacked) + 17);
   DeviceInput x;
@@ -483,7 +483,7 @@ void check_batched(const BatchedLayout& l, bool pow2, Directions dirs) {
   p.matrix.pow2_scales = pow2;
   p.matrix.input_type = l.type;
   p.matrix.rows = l.rows, p.matrix.cols = l.cols, p.matrix.ld = l.ld;
-  p.matrix.directions = Directions::kBoth;  // sizes every buffer; those not requested must stay poisoned
+  p.matrix.directions = Direction::kBoth;  // sizes every buffer; those not requested must stay poisoned
   p.batches = l.batches;
   const int64_t data_off = l.misaligned ? 1 : 0, scale_off = l.misaligned ? 4 : 0;
   GuardedOutput rd, rs, cd, cs;
@@ -501,7 +501,7 @@ void check_batched(const BatchedLayout& l, bool pow2, Directions dirs) {
   ASSERT_TRUE(st.is_ok()) << st.message();
   ASSERT_CUDA(cudaDeviceSynchronize());
 
-  const bool row = dirs != Directions::kColumnwise, col = dirs != Directions::kRowwise;
+  const bool row = dirs != Direction::kColumnwise, col = dirs != Direction::kRowwise;
   std::string report;
   int64_t bad = 0;
   bad += check_output(rd, row ? &want.row_data : nullptr, l.cols, "rowwise data", &report);
@@ -533,14 +533,14 @@ TEST(Fp8BlockQuantizeBatched, MatchesTheEmulatorPerMatrix) {
                                    {1, 300, 520, 600, InputType::kBf16, false},
                                    {8, 1408, 1024, 1024, InputType::kFp32, false}};
   for (const BatchedLayout& l : layouts)
-    for (Directions d : kAllDirs) check_batched(l, /*pow2=*/l.rows % 2 == 1, d);
+    for (Direction d : kAllDirs) check_batched(l, /*pow2=*/l.rows % 2 == 1, d);
 }
 
 // ---- Host-side API facts this kernel relies on (no GPU).
 TEST(Fp8BlockQuantizeApi, BatchedChecks) {
   bq::BatchedQuantizeProblem p;
   p.matrix.recipe = Recipe::kFp8Block128x128, p.matrix.input_type = InputType::kFp32;
-  p.matrix.rows = 256, p.matrix.cols = 128, p.matrix.ld = 128, p.matrix.directions = Directions::kBoth;
+  p.matrix.rows = 256, p.matrix.cols = 128, p.matrix.ld = 128, p.matrix.directions = Direction::kBoth;
   p.batches = 4;
   EXPECT_TRUE(bq::can_implement(p).is_ok());
   auto expect_error = [&](const char* field) {
@@ -576,7 +576,7 @@ TEST(Fp8BlockQuantizeApi, BatchedChecks) {
 
 TEST(Fp8BlockQuantizeApi, SizesAndOptions) {
   bq::QuantizeProblem p;
-  p.recipe = Recipe::kFp8Block128x128, p.rows = 300, p.cols = 129, p.ld = 130, p.directions = Directions::kBoth;
+  p.recipe = Recipe::kFp8Block128x128, p.rows = 300, p.cols = 129, p.ld = 130, p.directions = Direction::kBoth;
   p.pow2_scales = true;
   EXPECT_TRUE(bq::can_implement(p).is_ok());
   EXPECT_EQ(bq::rowwise_scale_bytes(p), bf::blk128_scale_floats(3, 2) * 4);

@@ -29,10 +29,10 @@ inline const char* name(blockscale::quant::InputType t) {
   return t == InputType::kBf16 ? "bf16" : t == InputType::kFp16 ? "fp16" : "fp32";
 }
 // "rowwise" / "columnwise" / "both"; abbreviated: "row" / "col" / "both".
-inline const char* name(blockscale::quant::Directions d, bool abbreviated = false) {
-  using blockscale::quant::Directions;
-  if (d == Directions::kRowwise) return abbreviated ? "row" : "rowwise";
-  if (d == Directions::kColumnwise) return abbreviated ? "col" : "columnwise";
+inline const char* name(blockscale::formats::Direction d, bool abbreviated = false) {
+  using blockscale::formats::Direction;
+  if (d == Direction::kRowwise) return abbreviated ? "row" : "rowwise";
+  if (d == Direction::kColumnwise) return abbreviated ? "col" : "columnwise";
   return "both";
 }
 

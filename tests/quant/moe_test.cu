@@ -37,7 +37,7 @@ namespace {
 namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
 using bf::Recipe;
-using bq::Directions;
+using bf::Direction;
 using bq::InputType;
 using blockscale::runtime::DeviceBuffer;
 using blockscale_test::DeviceInput;
@@ -144,7 +144,7 @@ TEST(MoeCombineChecks, NameTheArgumentAndRule) {
 TEST(MoeGatherChecks, NvFp4RefusedAndRowIndexChecked) {
   bq::GroupedQuantizeProblem p;
   p.dense.recipe = Recipe::kNvfp4;
-  p.dense.rows = 64, p.dense.cols = 64, p.dense.ld = 64, p.dense.directions = Directions::kRowwise;
+  p.dense.rows = 64, p.dense.cols = 64, p.dense.ld = 64, p.dense.directions = Direction::kRowwise;
   p.num_groups = 2, p.input_rows = 32;
   bq::GroupedQuantizeInputs in;
   in.x = fake(0x100000), in.group_ends = fake(0x200000), in.row_index = fake(0x300000);
@@ -330,12 +330,12 @@ std::string describe(const GatherCase& c) {
 
 // One gathered grouped run against the reference; returns bad bytes. row_index: device, rows entries.
 int64_t run_gather(const GatherCase& c, const DeviceInput& x, const int32_t* row_index, const int32_t* ends_dev,
-                   int64_t rows, GatherReference ref, int64_t routed, Recipe recipe, Directions dirs) {
+                   int64_t rows, GatherReference ref, int64_t routed, Recipe recipe, Direction dirs) {
   bq::GroupedQuantizeProblem p;
   p.dense.recipe = recipe;
   p.dense.input_type = c.type;
   p.dense.rows = rows, p.dense.cols = c.cols, p.dense.ld = c.ld;
-  p.dense.directions = Directions::kBoth;  // sizes of every buffer
+  p.dense.directions = Direction::kBoth;  // sizes of every buffer
   p.num_groups = c.groups;
   p.input_rows = c.tokens;
   GuardedOutput row_data, row_scales, col_data, col_scales, amax, padded;
@@ -365,7 +365,7 @@ int64_t run_gather(const GatherCase& c, const DeviceInput& x, const int32_t* row
   EXPECT_TRUE(s.is_ok()) << s.message();
   EXPECT_CUDA(cudaDeviceSynchronize());
 
-  const bool row = dirs != Directions::kColumnwise, col = dirs != Directions::kRowwise;
+  const bool row = dirs != Direction::kColumnwise, col = dirs != Direction::kRowwise;
   if (row && col && routed < rows) accept_unrouted_rows(recipe, rows, c.cols, routed, row_data, row_scales, &ref);
   std::string report;
   int64_t bad = 0;
@@ -425,7 +425,7 @@ void check_gather(const GatherCase& c, bool gpu_routing = false) {
     p.dense.recipe = recipe, p.dense.rows = rows, p.dense.cols = c.cols, p.dense.ld = c.ld;
     p.num_groups = c.groups;
     const GatherReference ref = make_reference(gathered, rows, c.cols, ends, bq::grouped_capacity(p), recipe);
-    for (Directions d : {Directions::kRowwise, Directions::kColumnwise, Directions::kBoth}) {
+    for (Direction d : {Direction::kRowwise, Direction::kColumnwise, Direction::kBoth}) {
       bad += run_gather(c, x, index_dev.as<int32_t>(), ends_dev.as<int32_t>(), rows, ref, routed, recipe, d);
       ++runs;
     }
@@ -493,7 +493,7 @@ TEST(MoeGatherQuantizeOutOfRange, IndicesOutsideTheInputReadZeroRows) {
     p.dense.recipe = recipe, p.dense.rows = rows, p.dense.cols = c.cols, p.dense.ld = c.ld;
     p.num_groups = 2;
     const GatherReference ref = make_reference(gathered, rows, c.cols, {40, rows}, bq::grouped_capacity(p), recipe);
-    for (Directions d : {Directions::kRowwise, Directions::kBoth})
+    for (Direction d : {Direction::kRowwise, Direction::kBoth})
       run_gather(c, x, index_dev.as<int32_t>(), ends_dev.as<int32_t>(), rows, ref, rows, recipe, d);
   }
 }

@@ -41,7 +41,7 @@ namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
 using bf::Recipe;
 using bf::ScaleRounding;
-using bq::Directions;
+using bf::Direction;
 using bq::InputType;
 using blockscale::runtime::DeviceBuffer;
 using blockscale_test::DeviceInput;
@@ -135,7 +135,7 @@ void PrintTo(const Case& c, std::ostream* os) { *os << describe(c); }
 
 // One grouped run on the GPU against the reference; returns the number of bad bytes.
 int64_t run_and_compare(const Case& c, const DeviceInput& x, const DeviceBuffer& ends_dev, const GroupedReference& ref,
-                        Recipe recipe, ScaleRounding rounding, Directions dirs) {
+                        Recipe recipe, ScaleRounding rounding, Direction dirs) {
   bq::GroupedQuantizeProblem p;
   p.dense.recipe = recipe;
   p.dense.rounding = rounding;
@@ -143,7 +143,7 @@ int64_t run_and_compare(const Case& c, const DeviceInput& x, const DeviceBuffer&
   p.dense.rows = c.rows;
   p.dense.cols = c.cols;
   p.dense.ld = c.ld;
-  p.dense.directions = Directions::kBoth;  // sizes of every buffer
+  p.dense.directions = Direction::kBoth;  // sizes of every buffer
   p.num_groups = c.groups;
   const int64_t off = c.misaligned ? 1 : 0;
   GuardedOutput row_data, row_scales, col_data, col_scales, amax, padded;
@@ -173,7 +173,7 @@ int64_t run_and_compare(const Case& c, const DeviceInput& x, const DeviceBuffer&
   EXPECT_TRUE(s.is_ok()) << s.message();
   EXPECT_CUDA(cudaDeviceSynchronize());
 
-  const bool row = dirs != Directions::kColumnwise, col = dirs != Directions::kRowwise;
+  const bool row = dirs != Direction::kColumnwise, col = dirs != Direction::kRowwise;
   std::string report;
   int64_t bad = 0;
   bad += check_output(row_data, row ? &ref.row.data : nullptr, ref.row.data_row_bytes(), "rowwise data", &report);
@@ -243,7 +243,7 @@ void check_case(const Case& c) {
     for (ScaleRounding rounding : {ScaleRounding::kCeil, ScaleRounding::kFloor}) {
       const GroupedReference ref =
           make_reference(pr.in, c.rows, c.cols, c.ld, pr.ends, pr.capacity, recipe, rounding);
-      for (Directions d : {Directions::kRowwise, Directions::kColumnwise, Directions::kBoth}) {
+      for (Direction d : {Direction::kRowwise, Direction::kColumnwise, Direction::kBoth}) {
         bad += run_and_compare(c, pr.x, pr.ends_dev, ref, recipe, rounding, d);
         ++runs;
       }
@@ -305,12 +305,12 @@ TEST(MxGroupedQuantizeLarge, EightExperts16384x4096) {
   {
     const GroupedReference ref =
         make_reference(pr.in, c.rows, c.cols, c.ld, pr.ends, pr.capacity, Recipe::kMxfp8E4M3, ScaleRounding::kCeil);
-    bad += run_and_compare(c, pr.x, pr.ends_dev, ref, Recipe::kMxfp8E4M3, ScaleRounding::kCeil, Directions::kBoth);
+    bad += run_and_compare(c, pr.x, pr.ends_dev, ref, Recipe::kMxfp8E4M3, ScaleRounding::kCeil, Direction::kBoth);
   }
   {
     const GroupedReference ref =
         make_reference(pr.in, c.rows, c.cols, c.ld, pr.ends, pr.capacity, Recipe::kMxfp4, ScaleRounding::kCeil);
-    bad += run_and_compare(c, pr.x, pr.ends_dev, ref, Recipe::kMxfp4, ScaleRounding::kCeil, Directions::kBoth);
+    bad += run_and_compare(c, pr.x, pr.ends_dev, ref, Recipe::kMxfp4, ScaleRounding::kCeil, Direction::kBoth);
   }
   std::string counts;
   for (size_t g = 0; g < pr.ends.size(); ++g)
@@ -324,7 +324,7 @@ TEST(MxGroupedQuantizeLarge, EightExperts16384x4096) {
 TEST(MxGroupedQuantizeEmpty, WritesThePaddedEndsAlone) {
   SKIP_WITHOUT_GPU();
   for (const auto& shape : {std::pair<int64_t, int64_t>{0, 64}, {70, 0}}) {
-    for (Directions d : {Directions::kRowwise, Directions::kBoth}) {
+    for (Direction d : {Direction::kRowwise, Direction::kBoth}) {
       const int g = 3;
       const std::vector<int32_t> ends = shape.first == 0 ? std::vector<int32_t>{0, 0, 0}
                                                          : std::vector<int32_t>{33, 33, 70};
@@ -363,7 +363,7 @@ TEST(MxGroupedQuantizeEmpty, WritesThePaddedEndsAlone) {
 
 TEST(GroupedQuantizeApi, CapacityAndChecks) {
   bq::GroupedQuantizeProblem p;
-  p.dense.rows = 100, p.dense.cols = 64, p.dense.ld = 64, p.dense.directions = Directions::kBoth;
+  p.dense.rows = 100, p.dense.cols = 64, p.dense.ld = 64, p.dense.directions = Direction::kBoth;
   p.num_groups = 4;
   EXPECT_TRUE(bq::can_implement(p).is_ok());
   EXPECT_EQ(bq::grouped_capacity(p), (100 + 4 * 31) / 32 * 32);

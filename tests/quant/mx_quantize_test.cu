@@ -43,7 +43,7 @@ namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
 using bf::Recipe;
 using bf::ScaleRounding;
-using bq::Directions;
+using bf::Direction;
 using bq::InputType;
 using bq::detail::ElementEncoder;
 using blockscale::runtime::DeviceBuffer;
@@ -185,7 +185,7 @@ void PrintTo(const Layout& l, std::ostream* os) { *os << describe(l); }  // read
 // Runs one configuration on the GPU and compares every output with the reference. Returns the
 // number of bad bytes (0: pass); failures are reported through gtest.
 int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Reference& ref, Recipe recipe,
-                        ScaleRounding rounding, Directions dirs, ElementEncoder enc,
+                        ScaleRounding rounding, Direction dirs, ElementEncoder enc,
                         bq::detail::GridPolicy grid = bq::detail::GridPolicy::kAuto) {
   bq::QuantizeProblem p;
   p.recipe = recipe;
@@ -194,7 +194,7 @@ int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Reference& 
   p.rows = l.rows;
   p.cols = l.cols;
   p.ld = l.ld;
-  p.directions = Directions::kBoth;  // sizes of every buffer
+  p.directions = Direction::kBoth;  // sizes of every buffer
   const int64_t out_off = l.misaligned ? 1 : 0;
   GuardedOutput row_data, row_scales, col_data, col_scales, amax;
   EXPECT_TRUE(alloc_poisoned(&row_data, bq::rowwise_data_bytes(p), out_off));
@@ -213,7 +213,7 @@ int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Reference& 
   EXPECT_TRUE(s.is_ok()) << s.message();
   EXPECT_CUDA(cudaDeviceSynchronize());
 
-  const bool row = dirs != Directions::kColumnwise, col = dirs != Directions::kRowwise;
+  const bool row = dirs != Direction::kColumnwise, col = dirs != Direction::kRowwise;
   std::string report;
   int64_t bad = 0;
   bad += check_output(row_data, row ? &ref.row.data : nullptr, ref.row.data_row_bytes(), "rowwise data", &report);
@@ -250,12 +250,12 @@ void check_layout(const Layout& l, uint64_t seed) {
     for (ScaleRounding rounding : {ScaleRounding::kCeil, ScaleRounding::kFloor}) {
       const Reference ref = make_reference(in, l.rows, l.cols, l.ld, recipe, rounding);
       nonfinite = ref.row.nonfinite_seen;
-      for (Directions d : {Directions::kRowwise, Directions::kColumnwise, Directions::kBoth}) {
+      for (Direction d : {Direction::kRowwise, Direction::kColumnwise, Direction::kBoth}) {
         bad += run_and_compare(l, x, ref, recipe, rounding, d, bq::detail::kDefaultEncoder);
         ++runs;
       }
       if (recipe == Recipe::kMxfp4) continue;  // one encoder
-      bad += run_and_compare(l, x, ref, recipe, rounding, Directions::kBoth, ElementEncoder::kSoftware);
+      bad += run_and_compare(l, x, ref, recipe, rounding, Direction::kBoth, ElementEncoder::kSoftware);
       ++runs;
     }
   }
@@ -309,7 +309,7 @@ struct BatchedLayout {
 };
 
 int64_t check_batched(const BatchedLayout& bl, const HostInput& in, const DeviceInput& x, Recipe recipe,
-                      ScaleRounding rounding, Directions dirs) {
+                      ScaleRounding rounding, Direction dirs) {
   const Layout& l = bl.matrix;
   Reference want;
   std::vector<uint8_t> row_data, row_scales, col_data, col_scales;
@@ -331,7 +331,7 @@ int64_t check_batched(const BatchedLayout& bl, const HostInput& in, const Device
   p.matrix.rounding = rounding;
   p.matrix.input_type = l.type;
   p.matrix.rows = l.rows, p.matrix.cols = l.cols, p.matrix.ld = l.ld;
-  p.matrix.directions = Directions::kBoth;  // sizes every buffer; those not requested must stay poisoned
+  p.matrix.directions = Direction::kBoth;  // sizes every buffer; those not requested must stay poisoned
   p.batches = bl.batches;
   const int64_t out_off = l.misaligned ? 1 : 0;
   GuardedOutput rd, rs, cd, cs, amax_out;
@@ -350,7 +350,7 @@ int64_t check_batched(const BatchedLayout& bl, const HostInput& in, const Device
   EXPECT_TRUE(st.is_ok()) << st.message();
   EXPECT_CUDA(cudaDeviceSynchronize());
 
-  const bool row = dirs != Directions::kColumnwise, col = dirs != Directions::kRowwise;
+  const bool row = dirs != Direction::kColumnwise, col = dirs != Direction::kRowwise;
   std::string report;
   int64_t bad = 0;
   bad += check_output(rd, row ? &row_data : nullptr, want.row.data_row_bytes(), "rowwise data", &report);
@@ -390,7 +390,7 @@ TEST(MxQuantizeBatched, MatchesTheEmulatorPerMatrix) {
     int64_t bad = 0;
     for (Recipe recipe : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2, Recipe::kMxfp4})
       for (ScaleRounding rounding : {ScaleRounding::kCeil, ScaleRounding::kFloor})
-        for (Directions d : {Directions::kRowwise, Directions::kColumnwise, Directions::kBoth}) {
+        for (Direction d : {Direction::kRowwise, Direction::kColumnwise, Direction::kBoth}) {
           bad += check_batched(bl, in, x, recipe, rounding, d);
           ++runs;
         }
@@ -403,7 +403,7 @@ TEST(MxQuantizeBatched, MatchesTheEmulatorPerMatrix) {
 TEST(MxQuantizeBatched, RowsMustBeWholeTiles) {
   bq::BatchedQuantizeProblem p;
   p.matrix.recipe = Recipe::kMxfp8E4M3, p.matrix.input_type = InputType::kFp32;
-  p.matrix.rows = 256, p.matrix.cols = 64, p.matrix.ld = 64, p.matrix.directions = Directions::kBoth;
+  p.matrix.rows = 256, p.matrix.cols = 64, p.matrix.ld = 64, p.matrix.directions = Direction::kBoth;
   p.batches = 3;
   EXPECT_TRUE(bq::can_implement(p).is_ok());
   p.matrix.rows = 200;
@@ -425,12 +425,12 @@ TEST(Mxfp8QuantizeLarge, Bf16_16385x7169) {
   int64_t bad = 0;
   {
     const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp8E4M3, ScaleRounding::kCeil);
-    bad += run_and_compare(l, x, ref, Recipe::kMxfp8E4M3, ScaleRounding::kCeil, Directions::kBoth,
+    bad += run_and_compare(l, x, ref, Recipe::kMxfp8E4M3, ScaleRounding::kCeil, Direction::kBoth,
                            bq::detail::kDefaultEncoder);
   }
   {
     const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp8E5M2, ScaleRounding::kFloor);
-    bad += run_and_compare(l, x, ref, Recipe::kMxfp8E5M2, ScaleRounding::kFloor, Directions::kBoth,
+    bad += run_and_compare(l, x, ref, Recipe::kMxfp8E5M2, ScaleRounding::kFloor, Direction::kBoth,
                            ElementEncoder::kSoftware);
   }
   std::printf("mx_quantize_test: %s: e4m3 ceil both hw-cvt, e5m2 floor both sw-encode: bad bytes %lld\n",
@@ -449,21 +449,21 @@ TEST(Mxfp8QuantizeLarge, ManyTilesPerCtaEveryInputType) {
     int64_t bad = 0;
     {
       const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp8E4M3, ScaleRounding::kCeil);
-      bad += run_and_compare(l, x, ref, Recipe::kMxfp8E4M3, ScaleRounding::kCeil, Directions::kBoth,
+      bad += run_and_compare(l, x, ref, Recipe::kMxfp8E4M3, ScaleRounding::kCeil, Direction::kBoth,
                              bq::detail::kDefaultEncoder);
       // The benchmark's fixed grids write the same bytes.
       for (auto grid : {bq::detail::GridPolicy::kPersistent, bq::detail::GridPolicy::kOneTilePerCta})
-        bad += run_and_compare(l, x, ref, Recipe::kMxfp8E4M3, ScaleRounding::kCeil, Directions::kBoth,
+        bad += run_and_compare(l, x, ref, Recipe::kMxfp8E4M3, ScaleRounding::kCeil, Direction::kBoth,
                                bq::detail::kDefaultEncoder, grid);
     }
     {
       const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp8E5M2, ScaleRounding::kFloor);
-      for (Directions d : {Directions::kRowwise, Directions::kColumnwise})
+      for (Direction d : {Direction::kRowwise, Direction::kColumnwise})
         bad += run_and_compare(l, x, ref, Recipe::kMxfp8E5M2, ScaleRounding::kFloor, d, bq::detail::kDefaultEncoder);
     }
     if (t == InputType::kBf16) {
       const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp4, ScaleRounding::kCeil);
-      bad += run_and_compare(l, x, ref, Recipe::kMxfp4, ScaleRounding::kCeil, Directions::kBoth,
+      bad += run_and_compare(l, x, ref, Recipe::kMxfp4, ScaleRounding::kCeil, Direction::kBoth,
                              bq::detail::kDefaultEncoder);
     }
     std::printf("mx_quantize_test: %s: e4m3 ceil both (auto, persistent and one-tile-per-CTA grids), e5m2 floor row and col (hw-cvt)%s: bad bytes %lld\n",
@@ -480,7 +480,7 @@ TEST(Mxfp4QuantizeLarge, OddRowsAndColsBothCopies) {
   DeviceInput x;
   ASSERT_TRUE(upload_input(in, l.type, l.misaligned, &x));
   const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp4, ScaleRounding::kFloor);
-  const int64_t bad = run_and_compare(l, x, ref, Recipe::kMxfp4, ScaleRounding::kFloor, Directions::kBoth,
+  const int64_t bad = run_and_compare(l, x, ref, Recipe::kMxfp4, ScaleRounding::kFloor, Direction::kBoth,
                                       bq::detail::kDefaultEncoder);
   std::printf("mx_quantize_test: %s: e2m1 floor both: bad bytes %lld\n", describe(l).c_str(),
               static_cast<long long>(bad));
@@ -727,7 +727,7 @@ TEST(Mxfp8QuantizeFlags, EmptyProblemWritesAmaxZeroAndNothingElse) {
   GuardedOutput amax;
   ASSERT_TRUE(alloc_poisoned(&amax, 4, 0));
   bq::QuantizeProblem p;
-  p.rows = 0, p.cols = 5, p.ld = 5, p.directions = Directions::kBoth;
+  p.rows = 0, p.cols = 5, p.ld = 5, p.directions = Direction::kBoth;
   bq::QuantizeOutputs out;
   out.amax = reinterpret_cast<float*>(amax.ptr());
   const auto s = bq::run(p, bq::QuantizeInputs{}, out, nullptr, 0, nullptr);
@@ -783,7 +783,7 @@ TEST(Mxfp8Dequantize, MatchesFormatsDequantize) {
 
 bq::QuantizeProblem good_problem() {
   bq::QuantizeProblem p;
-  p.rows = 64, p.cols = 64, p.ld = 64, p.directions = Directions::kBoth;
+  p.rows = 64, p.cols = 64, p.ld = 64, p.directions = Direction::kBoth;
   return p;
 }
 
@@ -835,7 +835,7 @@ TEST(QuantizeApi, PointerChecksNameTheArgument) {
   expect_error(bq::can_implement(p, odd, out), "inputs.x");
   // Buffers of a direction not requested may be null.
   bq::QuantizeProblem row_only = p;
-  row_only.directions = Directions::kRowwise;
+  row_only.directions = Direction::kRowwise;
   o = out, o.columnwise_data = nullptr, o.columnwise_scales = nullptr, o.rowwise_data = nullptr;
   expect_error(bq::can_implement(row_only, in, o), "outputs.rowwise_data");
 

@@ -52,7 +52,7 @@ namespace {
 namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
 using bf::Recipe;
-using bq::Directions;
+using bf::Direction;
 using bq::InputType;
 using bq::TensorAmax;
 using blockscale::runtime::DeviceBuffer;
@@ -173,7 +173,7 @@ float padded_rht_amax(const HostInput& in, int64_t cols, int64_t ld, const std::
 }
 
 struct Config {
-  Directions dirs = Directions::kBoth;
+  Direction dirs = Direction::kBoth;
   bool sr = false, rht = false;
   TensorAmax mode = TensorAmax::kMeasure;
   float given_scale = 1.0f;  // kGiven: given amax = scale x the true one (0: zero)
@@ -212,7 +212,7 @@ GroupedReference make_reference(const HostInput& in, int64_t rows, int64_t cols,
   o.sr_seed = c.seed;
   o.sr_offset = c.offset;
   o.has_tensor_amax = c.mode == TensorAmax::kGiven;
-  if (c.dirs != Directions::kColumnwise) {
+  if (c.dirs != Direction::kColumnwise) {
     o.tensor_amax = given_row;
     auto s = bf::quantize(in.values.data(), rows, cols, ld, o, bf::Direction::kRowwise, &ref.row);
     EXPECT_TRUE(s.is_ok()) << s.message();
@@ -230,7 +230,7 @@ GroupedReference make_reference(const HostInput& in, int64_t rows, int64_t cols,
   EXPECT_EQ(ref.col.rows, cols);
   EXPECT_EQ(ref.col.cols, padded_total);
   EXPECT_LE(padded_total, capacity);
-  if (c.dirs == Directions::kRowwise) return ref;
+  if (c.dirs == Direction::kRowwise) return ref;
   // Widen to the capacity: codes and scales past the padded total are 0.
   const int64_t cap_bytes = capacity / 2, ref_bytes = ref.col.data_row_bytes();
   ref.col_data.assign(static_cast<size_t>(cols * cap_bytes), 0);
@@ -316,7 +316,7 @@ int64_t run_and_compare(const Case& cs, const Prepared& pr, const Config& c, con
   p.dense.recipe = Recipe::kNvfp4;
   p.dense.input_type = cs.type;
   p.dense.rows = cs.rows, p.dense.cols = cs.cols, p.dense.ld = cs.ld;
-  p.dense.directions = Directions::kBoth;  // sizes of every buffer
+  p.dense.directions = Direction::kBoth;  // sizes of every buffer
   p.num_groups = cs.groups;
   const int64_t off = cs.misaligned ? 1 : 0;
   GuardedOutput row_data, row_scales, row_dec, col_data, col_scales, col_dec, amax, col_amax, padded;
@@ -367,7 +367,7 @@ int64_t run_and_compare(const Case& cs, const Prepared& pr, const Config& c, con
   const blockscale::Status sync = blockscale::runtime::cuda_status(cudaDeviceSynchronize(), "run");
   EXPECT_TRUE(sync.is_ok()) << describe(cs) << " " << describe(c) << ": " << sync.message();
 
-  const bool row = c.dirs != Directions::kColumnwise, col = c.dirs != Directions::kRowwise;
+  const bool row = c.dirs != Direction::kColumnwise, col = c.dirs != Direction::kRowwise;
   std::string report;
   int64_t bad = 0;
   const int64_t cap_bytes = pr.capacity / 2;
@@ -418,7 +418,7 @@ int64_t check_configs(const Case& cs, uint64_t seed, const std::vector<Config>& 
   int64_t bad = 0;
   int runs = 0;
   for (const Config& c : configs) {
-    if (c.rht && c.dirs == Directions::kRowwise) continue;
+    if (c.rht && c.dirs == Direction::kRowwise) continue;
     const bool given = c.mode == TensorAmax::kGiven;
     const float given_row = given ? given_amax(pr.amax, c, cs.type) : 0.0f;
     const float given_col = given ? given_amax(c.rht ? pr.rht_amax : pr.amax, c, cs.type) : 0.0f;
@@ -439,10 +439,10 @@ int64_t check_configs(const Case& cs, uint64_t seed, const std::vector<Config>& 
 // saturates block scales; zero, S_enc = 1).
 std::vector<Config> full_matrix() {
   std::vector<Config> v;
-  for (Directions d : {Directions::kRowwise, Directions::kColumnwise, Directions::kBoth})
+  for (Direction d : {Direction::kRowwise, Direction::kColumnwise, Direction::kBoth})
     for (bool sr : {false, true})
       for (bool rht : {false, true}) {
-        if (rht && d == Directions::kRowwise) continue;
+        if (rht && d == Direction::kRowwise) continue;
         Config c;
         c.dirs = d, c.sr = sr, c.rht = rht;
         c.mode = TensorAmax::kMeasure;
@@ -465,7 +465,7 @@ std::vector<Config> light_matrix() {
   c.mode = TensorAmax::kGiven;
   v.push_back(c);
   Config d;
-  d.sr = true, d.rht = true, d.dirs = Directions::kColumnwise;
+  d.sr = true, d.rht = true, d.dirs = Direction::kColumnwise;
   d.offset = 0xFFFFFFFF00000001ull;
   v.push_back(d);
   Config e;
@@ -533,7 +533,7 @@ TEST(Nvfp4GroupedQuantizeLarge, EightExperts4096x2048) {
 TEST(Nvfp4GroupedQuantizeEmpty, WritesThePaddedEndsAlone) {
   SKIP_WITHOUT_GPU();
   for (const auto& shape : {std::pair<int64_t, int64_t>{0, 64}, {70, 0}}) {
-    for (Directions d : {Directions::kRowwise, Directions::kColumnwise, Directions::kBoth}) {
+    for (Direction d : {Direction::kRowwise, Direction::kColumnwise, Direction::kBoth}) {
       const int g = 3;
       const std::vector<int32_t> ends = shape.first == 0 ? std::vector<int32_t>{0, 0, 0} : std::vector<int32_t>{33, 33, 70};
       const std::vector<int32_t> want = shape.first == 0 ? std::vector<int32_t>{0, 0, 0} : std::vector<int32_t>{48, 48, 96};
@@ -552,7 +552,7 @@ TEST(Nvfp4GroupedQuantizeEmpty, WritesThePaddedEndsAlone) {
       p.dense.recipe = Recipe::kNvfp4;
       p.dense.rows = shape.first, p.dense.cols = shape.second, p.dense.ld = std::max<int64_t>(shape.second, 1);
       p.dense.directions = d;
-      p.dense.hadamard_columnwise = d != Directions::kRowwise;
+      p.dense.hadamard_columnwise = d != Direction::kRowwise;
       p.num_groups = g;
       bq::GroupedQuantizeOutputs out;
       out.padded_group_ends = reinterpret_cast<int32_t*>(padded.ptr());
@@ -572,7 +572,7 @@ TEST(Nvfp4GroupedQuantizeEmpty, WritesThePaddedEndsAlone) {
       std::string report;
       std::vector<uint8_t> want_bytes(4 * g), zero(4, 0);
       std::memcpy(want_bytes.data(), want.data(), want_bytes.size());
-      const char* what = d == Directions::kRowwise ? "rowwise" : d == Directions::kColumnwise ? "columnwise" : "both";
+      const char* what = d == Direction::kRowwise ? "rowwise" : d == Direction::kColumnwise ? "columnwise" : "both";
       EXPECT_EQ(check_output(padded, &want_bytes, 4, "padded_group_ends", &report), 0) << what << "\n" << report;
       EXPECT_EQ(check_output(amax, &zero, 4, "amax", &report), 0) << what << "\n" << report;
       EXPECT_EQ(check_output(col_amax, p.dense.hadamard_columnwise ? &zero : nullptr, 4, "columnwise_amax", &report), 0)
@@ -589,7 +589,7 @@ TEST(Nvfp4GroupedQuantizeEmpty, WritesThePaddedEndsAlone) {
 TEST(Nvfp4GroupedQuantizeApi, CapacitySizesOptionsAndWorkspace) {
   bq::GroupedQuantizeProblem p;
   p.dense.recipe = Recipe::kNvfp4;
-  p.dense.rows = 100, p.dense.cols = 64, p.dense.ld = 64, p.dense.directions = Directions::kBoth;
+  p.dense.rows = 100, p.dense.cols = 64, p.dense.ld = 64, p.dense.directions = Direction::kBoth;
   p.num_groups = 4;
   EXPECT_TRUE(bq::can_implement(p).is_ok()) << bq::can_implement(p).message();
   EXPECT_EQ(bq::grouped_capacity(p), ((100 + 4 * 15) / 16 * 16 + 31) / 32 * 32) << "each expert padded to 16 rows, in all a multiple of 32";

@@ -51,7 +51,7 @@ namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
 namespace nv = blockscale::quant::detail::nvfp4;
 using bf::Recipe;
-using bq::Directions;
+using bf::Direction;
 using bq::InputType;
 using bq::TensorAmax;
 using blockscale::runtime::DeviceBuffer;
@@ -240,7 +240,7 @@ TEST(Nvfp4Hadamard, UnscaledTransformAndFoldMatchFormats) {
 
 TEST(Nvfp4Api, OptionsChecksAndWorkspace) {
   bq::QuantizeProblem p;
-  p.recipe = Recipe::kNvfp4, p.rows = 64, p.cols = 48, p.ld = 48, p.directions = Directions::kBoth;
+  p.recipe = Recipe::kNvfp4, p.rows = 64, p.cols = 48, p.ld = 48, p.directions = Direction::kBoth;
   EXPECT_TRUE(bq::can_implement(p).is_ok());
   EXPECT_EQ(bq::workspace_size(p), 8192u) << "kMeasure keeps 2 x 1024 partial maxima";
   p.tensor_amax = TensorAmax::kGiven;
@@ -251,7 +251,7 @@ TEST(Nvfp4Api, OptionsChecksAndWorkspace) {
   expect_error(bq::can_implement(p), "problem.hadamard_columnwise");
   p.rows = 64, p.nvfp4_2d = true;
   expect_error(bq::can_implement(p), "nvfp4_2d");
-  p.nvfp4_2d = false, p.directions = Directions::kRowwise;
+  p.nvfp4_2d = false, p.directions = Direction::kRowwise;
   expect_error(bq::can_implement(p), "columnwise");
   bq::QuantizeProblem empty = p;
   empty.rows = 0, empty.hadamard_columnwise = false, empty.tensor_amax = TensorAmax::kMeasure;
@@ -359,7 +359,7 @@ float rht_amax(const HostInput& in, int64_t rows, int64_t cols, int64_t ld) {
 // ==== One configuration ===========================================================================
 
 struct Config {
-  Directions dirs = Directions::kBoth;
+  Direction dirs = Direction::kBoth;
   bool two_d = false, sr = false, rht = false;
   TensorAmax mode = TensorAmax::kMeasure;
   float given_scale = 1.0f;  // kGiven: given amax = scale x the true one (0: zero)
@@ -394,13 +394,13 @@ Reference make_reference(const HostInput& in, int64_t rows, int64_t cols, int64_
   o.sr_seed = c.seed;
   o.sr_offset = c.offset;
   o.has_tensor_amax = c.mode == TensorAmax::kGiven;
-  if (c.dirs != Directions::kColumnwise) {
+  if (c.dirs != Direction::kColumnwise) {
     o.tensor_amax = given_row;
     const auto s = bf::quantize(in.values.data(), rows, cols, ld, o, bf::Direction::kRowwise, &ref.row);
     EXPECT_TRUE(s.is_ok()) << s.message();
     EXPECT_OK(bf::pack_gemm_scales(ref.row, &ref.row_scales));
   }
-  if (c.dirs != Directions::kRowwise) {
+  if (c.dirs != Direction::kRowwise) {
     o.tensor_amax = given_col;
     o.hadamard = c.rht;
     const auto s = bf::quantize(in.values.data(), rows, cols, ld, o, bf::Direction::kColumnwise, &ref.col);
@@ -442,7 +442,7 @@ int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Config& c, 
   p.recipe = Recipe::kNvfp4;
   p.input_type = l.type;
   p.rows = l.rows, p.cols = l.cols, p.ld = l.ld;
-  p.directions = Directions::kBoth;  // sizes of every buffer
+  p.directions = Direction::kBoth;  // sizes of every buffer
   const int64_t off = l.misaligned ? 1 : 0;
   GuardedOutput row_data, row_scales, row_dec, col_data, col_scales, col_dec, amax, col_amax;
   EXPECT_TRUE(alloc_poisoned(&row_data, bq::rowwise_data_bytes(p), off));
@@ -488,7 +488,7 @@ int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Config& c, 
   EXPECT_TRUE(s.is_ok()) << s.message();
   EXPECT_CUDA(cudaDeviceSynchronize());
 
-  const bool row = c.dirs != Directions::kColumnwise, col = c.dirs != Directions::kRowwise;
+  const bool row = c.dirs != Direction::kColumnwise, col = c.dirs != Direction::kRowwise;
   std::string report;
   int64_t bad = 0;
   bad += check_output(row_data, row ? &ref.row.data : nullptr, (l.cols + 1) / 2, "rowwise data", &report, kReportIndent);
@@ -526,7 +526,7 @@ int64_t check_configs(const Layout& l, uint64_t seed, const std::vector<Config>&
   int64_t bad = 0;
   int runs = 0;
   for (const Config& c : configs) {
-    if (c.rht && (!rht_ok || c.two_d || c.dirs == Directions::kRowwise)) continue;
+    if (c.rht && (!rht_ok || c.two_d || c.dirs == Direction::kRowwise)) continue;
     const bool given = c.mode == TensorAmax::kGiven;
     const float given_row = given ? given_amax(truth.amax, c, l.type) : 0.0f;
     const float given_col = given ? given_amax(c.rht ? truth.rht_amax : truth.amax, c, l.type) : 0.0f;
@@ -558,11 +558,11 @@ std::vector<Config> full_matrix() {
         c.given_scale = sr ? 0.0f : 0.25f;  // saturating block scales / S_enc = 1
         v.push_back(c);
       }
-  for (Directions d : {Directions::kRowwise, Directions::kColumnwise}) {
+  for (Direction d : {Direction::kRowwise, Direction::kColumnwise}) {
     Config c;
     c.dirs = d;
     v.push_back(c);  // 1D measure
-    c.rht = d == Directions::kColumnwise;
+    c.rht = d == Direction::kColumnwise;
     c.mode = TensorAmax::kGiven;
     v.push_back(c);
     c.rht = false, c.two_d = true, c.sr = true;
@@ -583,7 +583,7 @@ std::vector<Config> light_matrix() {
   d.two_d = true, d.mode = TensorAmax::kGiven, d.given_scale = 0.5f;
   v.push_back(d);
   Config e;
-  e.sr = true, e.dirs = Directions::kRowwise;
+  e.sr = true, e.dirs = Direction::kRowwise;
   v.push_back(e);
   return v;
 }
@@ -827,7 +827,7 @@ TEST(Nvfp4QuantizeSpecial, AllZeroTensorAndEmptyProblem) {
   GuardedOutput amax;
   ASSERT_TRUE(alloc_poisoned(&amax, 4, 0));
   bq::QuantizeProblem p;
-  p.recipe = Recipe::kNvfp4, p.rows = 0, p.cols = 5, p.ld = 5, p.directions = Directions::kBoth;
+  p.recipe = Recipe::kNvfp4, p.rows = 0, p.cols = 5, p.ld = 5, p.directions = Direction::kBoth;
   bq::QuantizeOutputs out;
   out.amax = reinterpret_cast<float*>(amax.ptr());
   ASSERT_TRUE(bq::run(p, bq::QuantizeInputs{}, out, nullptr, 0, nullptr).is_ok());

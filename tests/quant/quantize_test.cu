@@ -14,10 +14,10 @@ namespace {
 namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
 using bf::Recipe;
-using bq::Directions;
+using bf::Direction;
 using blockscale_test::expect_error;
 
-bq::QuantizeProblem problem(Recipe r, int64_t rows, int64_t cols, Directions d = Directions::kBoth) {
+bq::QuantizeProblem problem(Recipe r, int64_t rows, int64_t cols, Direction d = Direction::kBoth) {
   bq::QuantizeProblem p;
   p.recipe = r, p.rows = rows, p.cols = cols, p.ld = cols, p.directions = d;
   return p;
@@ -59,7 +59,7 @@ TEST(QuantizeSizes, EveryRecipe) {
   EXPECT_EQ(bq::rowwise_scale_bytes(p), bf::blk128_scale_floats(2, 3) * 4);
   EXPECT_EQ(bq::columnwise_scale_bytes(p), bf::blk128_scale_floats(3, 2) * 4);
   // Directions not requested and empty shapes take no bytes.
-  p = problem(Recipe::kMxfp8E4M3, 64, 64, Directions::kRowwise);
+  p = problem(Recipe::kMxfp8E4M3, 64, 64, Direction::kRowwise);
   EXPECT_EQ(bq::columnwise_data_bytes(p), 0);
   EXPECT_EQ(bq::columnwise_scale_bytes(p), 0);
   p = problem(Recipe::kMxfp8E4M3, 0, 64);
@@ -84,7 +84,7 @@ TEST(QuantizeChecks, RecipeOptions) {
   expect_error(bq::can_implement(p), "problem.tensor_amax");
   p = problem(Recipe::kNvfp4, 64, 64), p.hadamard_columnwise = true, p.nvfp4_2d = true;
   expect_error(bq::can_implement(p), "nvfp4_2d");
-  p = problem(Recipe::kNvfp4, 64, 64, Directions::kRowwise), p.hadamard_columnwise = true;
+  p = problem(Recipe::kNvfp4, 64, 64, Direction::kRowwise), p.hadamard_columnwise = true;
   expect_error(bq::can_implement(p), "needs the columnwise copy");
   p = problem(Recipe::kNvfp4, 40, 64), p.hadamard_columnwise = true;
   expect_error(bq::can_implement(p), "multiple of 16");

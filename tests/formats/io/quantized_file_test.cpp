@@ -516,6 +516,8 @@ TEST_F(QuantizedFileAddErrors, ShapeMismatch) {
   t.shape = {2, 16, 48};  // rank 3 with the same 2D view
   t.direction = f::Direction::kRowwise;
   EXPECT_TRUE(add(t));
+  t.direction = f::Direction::kBoth;  // a stored tensor is one copy
+  EXPECT_TRUE(mentions(add(t), "direction: a stored copy is rowwise or columnwise"));
 }
 
 TEST_F(QuantizedFileAddErrors, ScalarAndEmptyShapes) {
