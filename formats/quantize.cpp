@@ -45,6 +45,8 @@ Status check_options(const QuantizeOptions& o, int64_t block_dim_length) {
   const Recipe r = o.recipe;
   const std::string name = recipe_name(r);
   if (std::string(recipe_name(r)) == "unknown") return Status::error("options.recipe: unknown recipe");
+  if (o.rounding != ScaleRounding::kCeil && o.rounding != ScaleRounding::kFloor)
+    return Status::error("options.rounding: kCeil or kFloor (one rule per quantization)");
   if (o.rounding == ScaleRounding::kFloor && !is_mx(r))
     return Status::error("options.rounding: floor scale rounding applies to MX recipes only, not " + name);
   if (o.pow2_scales && !is_fp8_block(r))

@@ -21,7 +21,10 @@ enum class Recipe {
   kFp8Block128x128,  // 128x128 blocks, E4M3 elements, fp32 scales (weights)
 };
 
-enum class ScaleRounding { kCeil, kFloor };  // MX recipes: ceil is the default
+// The MX scale rule (docs/numerics.md): kCeil (the default) or kFloor. kBoth asks for the two
+// (the accuracy study's columns, tools/study.h); a quantization and a stored tensor take one.
+enum class ScaleRounding { kCeil, kFloor, kBoth };
+
 // Which quantized copy. kRowwise: blocks run along each row, stored as the input is (rows x cols).
 // kColumnwise: blocks run along each column, stored transposed (cols x rows, the block dimension
 // contiguous: the K-major operand that wgrad/dgrad take). kBoth: the two copies at once, which

@@ -225,6 +225,8 @@ bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 Status check_problem(const MxBf16Problem& p, const MxBf16Inputs& in) {
   if (p.recipe != formats::Recipe::kMxfp8E4M3 && p.recipe != formats::Recipe::kMxfp8E5M2)
     return fail(std::string("recipe: must be mxfp8_e4m3 or mxfp8_e5m2 (got ") + formats::recipe_name(p.recipe) + ")");
+  if (p.rounding != formats::ScaleRounding::kCeil && p.rounding != formats::ScaleRounding::kFloor)
+    return fail("rounding: kCeil or kFloor (one rule per run)");
   constexpr int64_t kMaxDim = int64_t{1} << 31;
   if (p.rows < 0 || p.rows > kMaxDim) return fail("rows: must be in [0, 2^31] (got " + std::to_string(p.rows) + ")");
   if (p.cols < 0 || p.cols > kMaxDim) return fail("cols: must be in [0, 2^31] (got " + std::to_string(p.cols) + ")");

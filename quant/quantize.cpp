@@ -64,7 +64,7 @@ Status check_options(const QuantizeProblem& p, bool grouped) {
   if (!has_gpu_kernel(p.recipe))
     return Status::error("problem.recipe: " + name + " has no GPU quantize kernel (a study format: use formats::quantize)");
   if (p.rounding != formats::ScaleRounding::kCeil && p.rounding != formats::ScaleRounding::kFloor)
-    return Status::error("problem.rounding: unknown value");
+    return Status::error("problem.rounding: kCeil or kFloor (one rule per run)");
   if (p.rounding == formats::ScaleRounding::kFloor && !formats::is_mx(p.recipe))
     return Status::error("problem.rounding: floor scale rounding applies to MX recipes only, not " + name);
   if (p.input_type != InputType::kBf16 && p.input_type != InputType::kFp16 && p.input_type != InputType::kFp32)

@@ -77,9 +77,9 @@ void run(const StudyArgs& args) {
     recipes.push_back(r);
   }
   if (recipes.empty()) recipes = formats::all_recipes();
-  const MxRounding mx = args.rounding == "ceil" ? MxRounding::kCeil
-                        : args.rounding == "floor" ? MxRounding::kFloor
-                                                   : MxRounding::kBoth;
+  const formats::ScaleRounding mx = args.rounding == "ceil"    ? formats::ScaleRounding::kCeil
+                                    : args.rounding == "floor" ? formats::ScaleRounding::kFloor
+                                                               : formats::ScaleRounding::kBoth;
   StudyOptions options;
   options.configs = study_configs(recipes, mx);
   options.threads = args.threads;

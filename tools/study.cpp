@@ -239,15 +239,15 @@ Status open_study_files(const std::vector<std::string>& paths, const std::string
 
 // ---- configs ---------------------------------------------------------------------------------
 
-std::vector<StudyConfig> study_configs(const std::vector<formats::Recipe>& recipes, MxRounding mx) {
+std::vector<StudyConfig> study_configs(const std::vector<formats::Recipe>& recipes, formats::ScaleRounding mx) {
   std::vector<StudyConfig> configs;
   for (formats::Recipe r : formats::all_recipes()) {
     if (std::find(recipes.begin(), recipes.end(), r) == recipes.end()) continue;
     StudyConfig c;
     c.label = formats::recipe_name(r);
     c.options.recipe = r;
-    if (!formats::is_mx(r) || mx != MxRounding::kFloor) configs.push_back(c);
-    if (formats::is_mx(r) && mx != MxRounding::kCeil) {
+    if (!formats::is_mx(r) || mx != formats::ScaleRounding::kFloor) configs.push_back(c);
+    if (formats::is_mx(r) && mx != formats::ScaleRounding::kCeil) {
       c.label += "/floor";
       c.options.rounding = formats::ScaleRounding::kFloor;
       configs.push_back(c);

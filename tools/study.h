@@ -87,10 +87,9 @@ struct StudyConfig {
   formats::QuantizeOptions options;
 };
 
-enum class MxRounding { kCeil, kFloor, kBoth };
-
-// Every recipe in `recipes` (all_recipes() order kept); MX recipes once per rounding asked for.
-std::vector<StudyConfig> study_configs(const std::vector<formats::Recipe>& recipes, MxRounding mx);
+// Every recipe in `recipes` (all_recipes() order kept); MX recipes once per rounding asked for
+// (`mx`: kCeil, kFloor or kBoth).
+std::vector<StudyConfig> study_configs(const std::vector<formats::Recipe>& recipes, formats::ScaleRounding mx);
 
 // The error of one tensor under one config (rowwise quantization, blocks along the last dim).
 // Non-finite inputs are counted and excluded, together with the finite elements that share a

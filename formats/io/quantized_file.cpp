@@ -319,6 +319,8 @@ Status add_quantized_tensor(const QuantizedTensor& t,
                          std::to_string(rows) + ", " + std::to_string(cols) + "], but q is " +
                          std::to_string(q.rows) + " x " + std::to_string(q.cols) + " (a " +
                          (colwise ? "columnwise copy stores [cols, rows]" : "rowwise copy stores [rows, cols]") + ")");
+  if (t.rounding != f::ScaleRounding::kCeil && t.rounding != f::ScaleRounding::kFloor)
+    return Status::error(entry + "rounding: a stored copy has one rule, ceil or floor");
   if (t.rounding == f::ScaleRounding::kFloor && !f::is_mx(r))
     return Status::error(entry + "rounding: floor applies to MX recipes only, not " + rn);
   if (t.hadamard && (r != Recipe::kNvfp4 || q.block_rows != 1))

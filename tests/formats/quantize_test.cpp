@@ -429,6 +429,9 @@ TEST(QuantizeValidation, BadArgumentsAreRejectedAndOutIsUnchanged) {
   expect_error(bf::quantize(x.data(), 32, 64, 63, o, Direction::kRowwise, &q), "ld");
   expect_error(bf::quantize(x.data(), 32, 64, 63, o, Direction::kColumnwise, &q), "ld");
   expect_error(bf::quantize(x.data(), 32, 64, 64, o, Direction::kBoth, &q), "direction");
+  QuantizeOptions both = o;
+  both.rounding = bf::ScaleRounding::kBoth;  // the study's request for two rules, not one rule
+  expect_error(bf::quantize(x.data(), 32, 64, 64, both, Direction::kRowwise, &q), "options.rounding");
   expect_same(q, before, "out after errors");
 }
 

@@ -179,7 +179,7 @@ TEST(StudyMetrics, NonFiniteInputsAreCountedAndExcluded) {
 
 std::vector<QuantizeOptions> every_config() {
   std::vector<QuantizeOptions> v;
-  for (const StudyConfig& c : study_configs(formats::all_recipes(), MxRounding::kBoth)) v.push_back(c.options);
+  for (const StudyConfig& c : study_configs(formats::all_recipes(), formats::ScaleRounding::kBoth)) v.push_back(c.options);
   QuantizeOptions nv2d = opts(Recipe::kNvfp4);
   nv2d.nvfp4_2d = true;
   v.push_back(nv2d);
@@ -308,17 +308,17 @@ TEST(StudyGemm, ErrorMatchesDirectFp64) {
 // ---- configs, the suite, inputs, the driver --------------------------------------------------
 
 TEST(StudyConfigs, LabelsAndRounding) {
-  const auto both = study_configs({Recipe::kNvfp4, Recipe::kMxfp8E4M3}, MxRounding::kBoth);
+  const auto both = study_configs({Recipe::kNvfp4, Recipe::kMxfp8E4M3}, formats::ScaleRounding::kBoth);
   ASSERT_EQ(both.size(), 3u);  // all_recipes() order: mxfp8, mxfp8/floor, nvfp4
   EXPECT_EQ(both[0].label, "mxfp8");
   EXPECT_EQ(both[1].label, "mxfp8/floor");
   EXPECT_EQ(both[1].options.rounding, formats::ScaleRounding::kFloor);
   EXPECT_EQ(both[2].label, "nvfp4");
-  const auto floor = study_configs({Recipe::kMxfp4, Recipe::kFp8Block1x128}, MxRounding::kFloor);
+  const auto floor = study_configs({Recipe::kMxfp4, Recipe::kFp8Block1x128}, formats::ScaleRounding::kFloor);
   ASSERT_EQ(floor.size(), 2u);
   EXPECT_EQ(floor[0].label, "mxfp4/floor");
   EXPECT_EQ(floor[1].label, "fp8_block128");
-  EXPECT_EQ(study_configs(formats::all_recipes(), MxRounding::kBoth).size(), 13u);
+  EXPECT_EQ(study_configs(formats::all_recipes(), formats::ScaleRounding::kBoth).size(), 13u);
 }
 
 TEST(StudySuite, ShapesAndDeterminism) {
@@ -427,7 +427,7 @@ TEST(StudyRun, ChecksGemmPairsFirst) {
   std::vector<StudyInput> suite;
   ASSERT_TRUE(synthetic_suite(64, 1, &suite));
   StudyOptions o;
-  o.configs = study_configs({Recipe::kMxfp8E4M3}, MxRounding::kCeil);
+  o.configs = study_configs({Recipe::kMxfp8E4M3}, formats::ScaleRounding::kCeil);
   StudyResult r;
   o.gemms = {{"mlp.input", "nope"}};
   EXPECT_NE(run_study(suite, o, &r).message().find("no tensor named 'nope'"), std::string::npos);
@@ -442,7 +442,7 @@ TEST(StudyRun, ResultsAreIndependentOfThreads) {
   std::vector<StudyInput> suite;
   ASSERT_TRUE(synthetic_suite(64, 3, &suite));
   StudyOptions o;
-  o.configs = study_configs(formats::all_recipes(), MxRounding::kBoth);
+  o.configs = study_configs(formats::all_recipes(), formats::ScaleRounding::kBoth);
   o.gemms = synthetic_gemms();
   StudyResult one, many;
   o.threads = 1;

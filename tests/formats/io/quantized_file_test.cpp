@@ -532,6 +532,9 @@ TEST_F(QuantizedFileAddErrors, OptionsThatDoNotBelongToTheRecipe) {
   QuantizedTensor t = fresh(Recipe::kNvfp4);
   t.rounding = f::ScaleRounding::kFloor;
   EXPECT_TRUE(mentions(add(t), "rounding: floor applies to MX recipes only, not nvfp4"));
+  QuantizedTensor b = fresh(Recipe::kMxfp8E4M3);
+  b.rounding = f::ScaleRounding::kBoth;  // a stored tensor has one rule
+  EXPECT_TRUE(mentions(add(b), "rounding: a stored copy has one rule, ceil or floor"));
   QuantizedTensor m = fresh(Recipe::kMxfp8E4M3);
   m.hadamard = true;
   EXPECT_TRUE(mentions(add(m), "hadamard: applies to nvfp4"));
