@@ -17,14 +17,14 @@
 #include <type_traits>
 
 #include "bench/bench_common.cuh"     // defines: CHECK_CUDA, DeviceBuffer, device_array, hash32
-#include "formats/recipe.h"           // defines: Recipe, recipe_name
+#include "formats/recipe.h"           // defines: Format, format_name
 #include "formats/scalar_codecs.h"    // defines: decode_e8m0, decode_ue4m3
 #include "formats/scale_layout.h"     // defines: swizzled_scale_offset, swizzled_scale_bytes
 
 namespace bench {
 
 namespace bf = blockscale::formats;
-using bf::Recipe;
+using bf::Format;
 
 constexpr float kNvfp4ScaleDec = 1.0f / 2688.0f;  // S_dec of a tensor with amax 1 (448 * 6 / amax)
 
@@ -54,18 +54,18 @@ __global__ void fill_bytes(uint8_t* x, int64_t n, Fill kind, uint64_t seed) {
   }
 }
 
-inline bool is_e2m1(Recipe r) { return r == Recipe::kMxfp4 || r == Recipe::kNvfp4; }
-inline int scale_block(Recipe r) { return r == Recipe::kNvfp4 ? 16 : 32; }
+inline bool is_e2m1(Format r) { return r == Format::kMxfp4 || r == Format::kNvfp4; }
+inline int scale_block(Format r) { return r == Format::kNvfp4 ? 16 : 32; }
 
 // One quantized K-major operand (rows x k) on the device, as quant/ writes it.
 struct Operand {
-  Recipe recipe;
+  Format recipe;
   int64_t rows, k;
   DeviceBuffer data;       // rows x k codes (E2M1: k / 2 bytes per row, low nibble first)
   DeviceBuffer scales;     // swizzled 128x4 over rows x (k / block)
   DeviceBuffer scale_dec;  // NVFP4's S_dec, one float (allocated for every recipe, read only for NVFP4)
 
-  Operand(Recipe r, int64_t rows_, int64_t k_, uint64_t seed)
+  Operand(Format r, int64_t rows_, int64_t k_, uint64_t seed)
       : recipe(r),
         rows(rows_),
         k(k_),
@@ -73,13 +73,13 @@ struct Operand {
         scales(device_array<uint8_t>(scale_bytes(), "operand scales")) {
     check(scale_dec.upload(&kNvfp4ScaleDec, sizeof(float), "operand S_dec"));
     fill_bytes<<<1024, 256>>>(data.data(), data_bytes(), is_e2m1(r) ? Fill::kE2M1Pair : Fill::kE4M3, seed);
-    fill_bytes<<<256, 256>>>(scales.data(), scale_bytes(), r == Recipe::kNvfp4 ? Fill::kUE4M3 : Fill::kE8M0,
+    fill_bytes<<<256, 256>>>(scales.data(), scale_bytes(), r == Format::kNvfp4 ? Fill::kUE4M3 : Fill::kE8M0,
                              seed + (1ull << 40));
     CHECK_CUDA(cudaGetLastError());
   }
   int64_t data_bytes() const { return is_e2m1(recipe) ? rows * k / 2 : rows * k; }
   int64_t scale_bytes() const { return bf::swizzled_scale_bytes(rows, k / scale_block(recipe)); }
-  const float* scale_dec_or_null() const { return recipe == Recipe::kNvfp4 ? scale_dec.as<float>() : nullptr; }
+  const float* scale_dec_or_null() const { return recipe == Format::kNvfp4 ? scale_dec.as<float>() : nullptr; }
 };
 
 // ---- The peer's dequantize kernels ------------------------------------------------------------
@@ -122,16 +122,16 @@ __device__ __forceinline__ uint32_t e2m1x2_to_bf16x2(uint32_t byte, float s) {
 constexpr int kDequantThreads = 128;
 constexpr int kDequantChunks = 4;
 
-template <Recipe kRecipe>
+template <Format kRecipe>
 __global__ void __launch_bounds__(kDequantThreads)
     dequantize_bf16(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales,
                     const float* __restrict__ scale_dec, int64_t rows, int64_t k, __nv_bfloat16* __restrict__ out) {
-  constexpr bool kFp4 = kRecipe == Recipe::kMxfp4 || kRecipe == Recipe::kNvfp4;
-  constexpr int kBlock = kRecipe == Recipe::kNvfp4 ? 16 : 32;
+  constexpr bool kFp4 = kRecipe == Format::kMxfp4 || kRecipe == Format::kNvfp4;
+  constexpr int kBlock = kRecipe == Format::kNvfp4 ? 16 : 32;
   using Codes = std::conditional_t<kFp4, uint32_t, uint2>;  // the 8 codes of a chunk
   const int64_t chunks = k / 8, scale_cols = k / kBlock, row_bytes = kFp4 ? k / 2 : k;
   const int64_t first = blockIdx.x * int64_t{kDequantThreads * kDequantChunks} + threadIdx.x;
-  const float dec = kRecipe == Recipe::kNvfp4 ? __ldg(scale_dec) : 1.0f;
+  const float dec = kRecipe == Format::kNvfp4 ? __ldg(scale_dec) : 1.0f;
   for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
     const Codes* src = reinterpret_cast<const Codes*>(codes + row * row_bytes);
     Codes v[kDequantChunks] = {};
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kDequantThreads)
       if (c >= chunks) break;
       v[i] = __ldg(src + c);
       const uint8_t code = __ldg(scales + bf::swizzled_scale_offset(row, c * 8 / kBlock, scale_cols));
-      s[i] = kRecipe == Recipe::kNvfp4 ? bf::decode_ue4m3(code) * dec : bf::decode_e8m0(code);
+      s[i] = kRecipe == Format::kNvfp4 ? bf::decode_ue4m3(code) * dec : bf::decode_e8m0(code);
     }
     uint4* dst = reinterpret_cast<uint4*>(out + row * k);
     for (int i = 0; i < kDequantChunks; ++i) {
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(kDequantThreads)
   }
 }
 
-template <Recipe kRecipe>
+template <Format kRecipe>
 void launch_dequantize(const Operand& op, __nv_bfloat16* out) {
   const int64_t per_block = kDequantThreads * kDequantChunks;
   const dim3 grid(static_cast<unsigned>((op.k / 8 + per_block - 1) / per_block),
@@ -170,14 +170,14 @@ void launch_dequantize(const Operand& op, __nv_bfloat16* out) {
 // Launches only (asynchronous, default stream); launch errors surface at the caller's check.
 inline void dequantize(const Operand& op, __nv_bfloat16* out) {
   switch (op.recipe) {
-    case Recipe::kMxfp8E4M3:
-      return launch_dequantize<Recipe::kMxfp8E4M3>(op, out);
-    case Recipe::kMxfp4:
-      return launch_dequantize<Recipe::kMxfp4>(op, out);
-    case Recipe::kNvfp4:
-      return launch_dequantize<Recipe::kNvfp4>(op, out);
+    case Format::kMxfp8E4M3:
+      return launch_dequantize<Format::kMxfp8E4M3>(op, out);
+    case Format::kMxfp4:
+      return launch_dequantize<Format::kMxfp4>(op, out);
+    case Format::kNvfp4:
+      return launch_dequantize<Format::kNvfp4>(op, out);
     default:
-      std::fprintf(stderr, "dequantize: recipe %s not supported by this benchmark\n", bf::recipe_name(op.recipe));
+      std::fprintf(stderr, "dequantize: recipe %s not supported by this benchmark\n", bf::format_name(op.recipe));
       std::exit(1);
   }
 }

@@ -21,10 +21,10 @@ class LtMatmul {
   // FP8 blockwise: A 1x128 (VEC128_32F), B 1x128 or 128x128 (BLK128x128_32F) fp32 scales.
   // d_type CUDA_R_16BF or CUDA_R_32F; beta != 0 reads D as C (in place). False (and *why) when
   // cuBLASLt has no algorithm for the case.
-  bool setup_fp8(int64_t m, int64_t n, int64_t k, blockscale::formats::Recipe b_recipe, const float* a_scales,
+  bool setup_fp8(int64_t m, int64_t n, int64_t k, blockscale::formats::Format b_recipe, const float* a_scales,
                  const float* b_scales, cudaDataType d_type, float beta, std::string* why) {
     if (!create(n, m, k, CUDA_R_8F_E4M3, d_type, beta, why)) return false;
-    const int32_t a_mode = b_recipe == blockscale::formats::Recipe::kFp8Block1x128
+    const int32_t a_mode = b_recipe == blockscale::formats::Format::kFp8Block1x128
                                ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
                                : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
     const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;

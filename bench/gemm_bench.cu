@@ -39,43 +39,43 @@ namespace {
 
 namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
-using bf::Recipe;
+using bf::Format;
 using bench::DeviceBuffer;
 using bench::device_array;
 using bg::detail::Sm90Fp8Tile;
 
 struct Case {
   int64_t m, n, k;
-  Recipe b_recipe;  // kFp8Block128x128 (fprop / dgrad) or kFp8Block1x128 (wgrad)
+  Format b_recipe;  // kFp8Block128x128 (fprop / dgrad) or kFp8Block1x128 (wgrad)
 };
 
 std::string label(const Case& c) {
   char buf[96];
   std::snprintf(buf, sizeof buf, "%lldx%lldx%lld %s", static_cast<long long>(c.m), static_cast<long long>(c.n),
-                static_cast<long long>(c.k), c.b_recipe == Recipe::kFp8Block1x128 ? "1x128.1x128" : "1x128.128x128");
+                static_cast<long long>(c.k), c.b_recipe == Format::kFp8Block1x128 ? "1x128.1x128" : "1x128.128x128");
   return buf;
 }
 
 std::vector<Case> all_cases() {
-  std::vector<Case> cases = {{8192, 8192, 8192, Recipe::kFp8Block128x128},
-                             {16384, 4096, 4096, Recipe::kFp8Block128x128},
-                             {16384, 14336, 4096, Recipe::kFp8Block128x128},
-                             {16384, 4096, 14336, Recipe::kFp8Block128x128}};
+  std::vector<Case> cases = {{8192, 8192, 8192, Format::kFp8Block128x128},
+                             {16384, 4096, 4096, Format::kFp8Block128x128},
+                             {16384, 14336, 4096, Format::kFp8Block128x128},
+                             {16384, 4096, 14336, Format::kFp8Block128x128}};
   for (int64_t m : {128, 512, 2048}) {
-    cases.push_back({m, 4096, 4096, Recipe::kFp8Block128x128});
-    cases.push_back({m, 14336, 4096, Recipe::kFp8Block128x128});
+    cases.push_back({m, 4096, 4096, Format::kFp8Block128x128});
+    cases.push_back({m, 14336, 4096, Format::kFp8Block128x128});
   }
-  cases.push_back({8192, 8192, 8192, Recipe::kFp8Block1x128});  // wgrad recipe
-  cases.push_back({4096, 4096, 16384, Recipe::kFp8Block1x128});
+  cases.push_back({8192, 8192, 8192, Format::kFp8Block1x128});  // wgrad recipe
+  cases.push_back({4096, 4096, 16384, Format::kFp8Block1x128});
   // The attention projections of the width-2048 training step (docs/performance.md, 4096 tokens):
   // wqkv and wo fprop, wqkv dgrad, wqkv wgrad (dW = dY^T X over the tokens).
-  cases.push_back({4096, 6144, 2048, Recipe::kFp8Block128x128});
-  cases.push_back({4096, 2048, 2048, Recipe::kFp8Block128x128});
-  cases.push_back({4096, 2048, 6144, Recipe::kFp8Block128x128});
-  cases.push_back({6144, 2048, 4096, Recipe::kFp8Block1x128});
+  cases.push_back({4096, 6144, 2048, Format::kFp8Block128x128});
+  cases.push_back({4096, 2048, 2048, Format::kFp8Block128x128});
+  cases.push_back({4096, 2048, 6144, Format::kFp8Block128x128});
+  cases.push_back({6144, 2048, 4096, Format::kFp8Block1x128});
   // DeepGEMM's own dense set (M 4096; N x K), for a one-to-one comparison with its benchmark.
   for (const auto& nk : {std::pair<int64_t, int64_t>{2112, 7168}, {24576, 1536}, {7168, 16384}, {4096, 7168}, {7168, 2048}})
-    cases.push_back({4096, nk.first, nk.second, Recipe::kFp8Block128x128});
+    cases.push_back({4096, nk.first, nk.second, Format::kFp8Block128x128});
   return cases;
 }
 
@@ -117,7 +117,7 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
   row.label = label(c);
   const int64_t kb = c.k / 128;
   const int64_t a_scale_floats = bf::vec128_scale_floats(c.m, kb);
-  const int64_t b_scale_floats = c.b_recipe == Recipe::kFp8Block1x128 ? bf::vec128_scale_floats(c.n, kb)
+  const int64_t b_scale_floats = c.b_recipe == Format::kFp8Block1x128 ? bf::vec128_scale_floats(c.n, kb)
                                                                       : bf::blk128_scale_floats((c.n + 127) / 128, kb);
   DeviceBuffer a_buf = device_array<uint8_t>(c.m * c.k, "A"), b_buf = device_array<uint8_t>(c.n * c.k, "B");
   const DeviceBuffer sa_buf = device_array<float>(a_scale_floats, "A scales");
@@ -137,7 +137,7 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
 
   bg::GemmProblem p;
   p.m = c.m, p.n = c.n, p.k = c.k;
-  p.a_recipe = Recipe::kFp8Block1x128, p.b_recipe = c.b_recipe;
+  p.a_recipe = Format::kFp8Block1x128, p.b_recipe = c.b_recipe;
   p.d_type = bg::MatrixType::kBf16, p.ldd = c.n;
   bg::GemmArguments args;
   args.a_data = a, args.b_data = b, args.a_scales = sa, args.b_scales = sb, args.d = d_ours;
@@ -165,7 +165,7 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
     return tflops;
   };
   for (const Sm90Fp8Tile tile : tiles)
-    if (tile != Sm90Fp8Tile::kM256 || c.b_recipe == Recipe::kFp8Block128x128)
+    if (tile != Sm90Fp8Tile::kM256 || c.b_recipe == Format::kFp8Block128x128)
       row.ours[tile_index(tile)] = time_variant(tile, tile_name(tile));
   row.automatic = time_variant(Sm90Fp8Tile::kAuto, "auto");
 

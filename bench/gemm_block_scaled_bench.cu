@@ -36,14 +36,14 @@
 
 #include "bench/bench_common.cuh"            // defines: CHECK_CUDA, cublas_bf16_gemm, median_ms
 #include "bench/block_scaled_operands.cuh"  // defines: Operand, DeviceBuffer, dequantize, compare
-#include "formats/recipe.h"                  // defines: Recipe, recipe_name
+#include "formats/recipe.h"                  // defines: Format, format_name
 #include "gemm/gemm.h"
 
 namespace {
 
 namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
-using bf::Recipe;
+using bf::Format;
 using bench::compare;
 using bench::dequantize;
 using bench::DeviceBuffer;
@@ -55,16 +55,16 @@ constexpr double kMismatch = 1e-2;
 // ---- Cases ---------------------------------------------------------------------------------------
 
 struct RecipePair {
-  Recipe a, b;
+  Format a, b;
 };
 
-std::string pair_name(const RecipePair& r) { return std::string(bf::recipe_name(r.a)) + "." + bf::recipe_name(r.b); }
+std::string pair_name(const RecipePair& r) { return std::string(bf::format_name(r.a)) + "." + bf::format_name(r.b); }
 
 std::vector<RecipePair> all_pairs() {
-  return {{Recipe::kMxfp8E4M3, Recipe::kMxfp8E4M3},
-          {Recipe::kNvfp4, Recipe::kNvfp4},
-          {Recipe::kMxfp8E4M3, Recipe::kNvfp4},
-          {Recipe::kMxfp8E4M3, Recipe::kMxfp4}};
+  return {{Format::kMxfp8E4M3, Format::kMxfp8E4M3},
+          {Format::kNvfp4, Format::kNvfp4},
+          {Format::kMxfp8E4M3, Format::kNvfp4},
+          {Format::kMxfp8E4M3, Format::kMxfp4}};
 }
 
 struct Case {

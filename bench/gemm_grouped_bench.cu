@@ -45,7 +45,7 @@ namespace bg = blockscale::gemm;
 using bench::DeviceBuffer;
 using bench::device_array;
 using bench::Fill;
-using blockscale::formats::Recipe;
+using blockscale::formats::Format;
 
 struct Case {
   const char* name;
@@ -103,13 +103,13 @@ std::vector<int64_t> cumulative(const std::vector<int64_t>& counts, int64_t mult
 }
 
 // fprop: D (tokens x N, bf16) = A (tokens x K) . B_g^T per expert (M-grouped).
-double ours_fprop_tflops(const Case& c, Recipe recipe, const std::vector<int64_t>& counts, int iters) {
+double ours_fprop_tflops(const Case& c, Format recipe, const std::vector<int64_t>& counts, int iters) {
   const int64_t m = c.experts * c.tokens_per_expert, g = c.experts;
-  const bool mx = recipe == Recipe::kMxfp8E4M3;
+  const bool mx = recipe == Format::kMxfp8E4M3;
   bg::GroupedGemmProblem p;
   p.num_groups = c.experts, p.m = m, p.n = c.n, p.k = c.k;
-  p.a_recipe = mx ? recipe : Recipe::kFp8Block1x128;
-  p.b_recipe = mx ? recipe : Recipe::kFp8Block128x128;
+  p.a_recipe = mx ? recipe : Format::kFp8Block1x128;
+  p.b_recipe = mx ? recipe : Format::kFp8Block128x128;
   p.d_type = bg::MatrixType::kBf16, p.ldd = c.n;
   const int64_t a_scale_bytes = mx ? blockscale::formats::swizzled_scale_bytes(m, c.k / 32)
                                    : blockscale::formats::vec128_scale_floats(m, c.k / 128) * 4;
@@ -123,16 +123,16 @@ double ours_fprop_tflops(const Case& c, Recipe recipe, const std::vector<int64_t
 
 // wgrad: dW_g (N x K, fp32, accumulated in place: beta 1) = dY_g^T . X_g over expert g's tokens
 // (K-grouped), from columnwise copies with each expert padded to the block as quant/ writes them.
-double ours_wgrad_tflops(const Case& c, Recipe recipe, const std::vector<int64_t>& counts, int iters) {
+double ours_wgrad_tflops(const Case& c, Format recipe, const std::vector<int64_t>& counts, int iters) {
   const int64_t tokens = c.experts * c.tokens_per_expert, g = c.experts;
-  const bool mx = recipe == Recipe::kMxfp8E4M3;
+  const bool mx = recipe == Format::kMxfp8E4M3;
   const int64_t block = mx ? 32 : 128;
   const std::vector<int64_t> ends = cumulative(counts, block);
   const int64_t capacity = (tokens + g * (block - 1) + block - 1) / block * block;
   bg::GroupedGemmProblem p;
   p.mode = bg::GroupedGemmMode::kK;
   p.num_groups = c.experts, p.m = c.n, p.n = c.k, p.k = capacity;
-  p.a_recipe = p.b_recipe = mx ? recipe : Recipe::kFp8Block1x128;
+  p.a_recipe = p.b_recipe = mx ? recipe : Format::kFp8Block1x128;
   p.c_type = p.d_type = bg::MatrixType::kFp32, p.ldc = p.ldd = c.k, p.beta = 1.0f;
   const auto scale_bytes = [&](int64_t rows) {
     return mx ? blockscale::formats::swizzled_scale_bytes(rows, capacity / 32)
@@ -281,8 +281,8 @@ int main(int argc, char** argv) {
       const Case& c = cases[index];
       const std::vector<int64_t> counts = expert_counts(c);
       const auto ours = wgrad ? ours_wgrad_tflops : ours_fprop_tflops;
-      Row r{std::string(wgrad ? "wgrad " : "fprop ") + c.name, ours(c, Recipe::kFp8Block1x128, counts, iters),
-            ours(c, Recipe::kMxfp8E4M3, counts, iters), peer_tflops(c, wgrad, counts, blas, iters)};
+      Row r{std::string(wgrad ? "wgrad " : "fprop ") + c.name, ours(c, Format::kFp8Block1x128, counts, iters),
+            ours(c, Format::kMxfp8E4M3, counts, iters), peer_tflops(c, wgrad, counts, blas, iters)};
       const double best = std::max(r.peer.grouped, r.peer.loop);
       std::printf("%-34s fp8-blockwise %7.1f  mxfp8-exact %7.1f  cublas-grouped %7.1f  cublas-loop %7.1f TFLOP/s  "
                   "fp8/best-peer %.3f  mxfp8/best-peer %.3f\n",

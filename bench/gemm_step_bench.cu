@@ -35,7 +35,7 @@ namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
 using bench::DeviceBuffer;
 using bench::device_array;
-using bf::Recipe;
+using bf::Format;
 
 struct Case {
   const char* config;
@@ -103,8 +103,8 @@ Row run_case(const Case& c, int iters) {
 
   bg::GemmProblem p;
   p.m = c.m, p.n = c.n, p.k = c.k;
-  p.a_recipe = Recipe::kFp8Block1x128;
-  p.b_recipe = c.wgrad ? Recipe::kFp8Block1x128 : Recipe::kFp8Block128x128;
+  p.a_recipe = Format::kFp8Block1x128;
+  p.b_recipe = c.wgrad ? Format::kFp8Block1x128 : Format::kFp8Block128x128;
   p.d_type = p.c_type = bg::MatrixType::kFp32;
   p.ldd = p.ldc = c.n;
   p.beta = c.beta;

@@ -23,7 +23,7 @@ namespace bq = blockscale::quant;
 using bench::check;
 using bench::DeviceBuffer;
 using bench::device_array;
-using blockscale::formats::Recipe;
+using blockscale::formats::Format;
 
 __global__ void fill_bf16(uint16_t* x, int64_t n, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
@@ -103,7 +103,7 @@ void bench_shape(int64_t tokens, int64_t hidden, int groups, int top_k, std::vec
     add("cudaMemcpy D2D (copy reference)", memcpy_ms, 2.0 * in_bytes);
   }
 
-  for (Recipe recipe : {Recipe::kMxfp8E4M3, Recipe::kFp8Block1x128}) {
+  for (Format recipe : {Format::kMxfp8E4M3, Format::kFp8Block1x128}) {
     bq::GroupedQuantizeProblem p;
     p.dense.recipe = recipe;
     p.dense.rows = slots, p.dense.cols = hidden, p.dense.ld = hidden;
@@ -136,7 +136,7 @@ void bench_shape(int64_t tokens, int64_t hidden, int groups, int top_k, std::vec
           check(bq::run(p, plain_in, out, nullptr, 0, nullptr), "unfused");
         },
         iters);
-    const std::string r = recipe == Recipe::kMxfp8E4M3 ? "MXFP8 row+col" : "FP8 1x128 row+col";
+    const std::string r = recipe == Format::kMxfp8E4M3 ? "MXFP8 row+col" : "FP8 1x128 row+col";
     add(("fused gather+quantize " + r).c_str(), fused_ms, bytes);
     add(("unfused gather copy + grouped quantize " + r).c_str(), unfused_ms, bytes);
   }

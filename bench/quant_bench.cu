@@ -173,7 +173,7 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
   const bq::QuantizeProblem& p = c.p;
   const bq::GroupedQuantizeProblem gp{p, c.groups};
   const bool grouped = c.groups > 0;
-  const bool nvfp4 = p.recipe == blockscale::formats::Recipe::kNvfp4;
+  const bool nvfp4 = p.recipe == blockscale::formats::Format::kNvfp4;
   const int64_t copies = std::max<int64_t>(c.batches, 1);  // stacked matrices
   const int64_t n = copies * p.rows * p.cols;
   Buffers buf;
@@ -258,7 +258,7 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
     nv_col = buf.alloc<uint16_t>(2 * n);
   }
   auto nvfp4_values = [&] {
-    bq::DequantizeProblem dp{blockscale::formats::Recipe::kNvfp4, p.rows, p.cols};
+    bq::DequantizeProblem dp{blockscale::formats::Format::kNvfp4, p.rows, p.cols};
     auto st = bq::nvfp4_block_values_bf16(dp, 1, {out.rowwise_data, out.rowwise_scales, nullptr}, nv_row, nullptr);
     if (!st.is_ok()) return st;
     dp.rows = p.cols, dp.cols = p.rows;
@@ -315,9 +315,9 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
 
 // The cases: the headline shape first (16384 x 8192 bf16), then shapes, dtypes and a size sweep.
 std::vector<Case> all_cases() {
-  using blockscale::formats::Recipe;
+  using blockscale::formats::Format;
   std::vector<Case> cases;
-  auto add = [&](std::string label, Recipe r, int64_t rows, int64_t cols, InputType t, Direction d) -> Case& {
+  auto add = [&](std::string label, Format r, int64_t rows, int64_t cols, InputType t, Direction d) -> Case& {
     Case c;
     c.label = std::move(label);
     c.p.recipe = r, c.p.rows = rows, c.p.cols = cols, c.p.ld = cols, c.p.input_type = t, c.p.directions = d;
@@ -326,92 +326,92 @@ std::vector<Case> all_cases() {
   };
   const auto bf16 = InputType::kBf16;
   const auto row = Direction::kRowwise, both = Direction::kBoth, colw = Direction::kColumnwise;
-  add("mxfp8", Recipe::kMxfp8E4M3, 16384, 8192, bf16, row);
-  add("mxfp8", Recipe::kMxfp8E4M3, 16384, 8192, bf16, both);
-  add("mxfp8", Recipe::kMxfp8E4M3, 16384, 8192, bf16, colw);
-  add("mxfp8", Recipe::kMxfp8E4M3, 16384, 8192, bf16, both).with_amax = true;
-  add("mxfp8 (software encode)", Recipe::kMxfp8E4M3, 16384, 8192, bf16, both).enc = ElementEncoder::kSoftware;
-  add("fp8_block128", Recipe::kFp8Block1x128, 16384, 8192, bf16, both);
-  add("fp8_block128", Recipe::kFp8Block1x128, 16384, 8192, bf16, row);
-  add("fp8_block128 pow2", Recipe::kFp8Block1x128, 16384, 8192, bf16, both).p.pow2_scales = true;
-  add("fp8_block128x128", Recipe::kFp8Block128x128, 16384, 8192, bf16, both);
+  add("mxfp8", Format::kMxfp8E4M3, 16384, 8192, bf16, row);
+  add("mxfp8", Format::kMxfp8E4M3, 16384, 8192, bf16, both);
+  add("mxfp8", Format::kMxfp8E4M3, 16384, 8192, bf16, colw);
+  add("mxfp8", Format::kMxfp8E4M3, 16384, 8192, bf16, both).with_amax = true;
+  add("mxfp8 (software encode)", Format::kMxfp8E4M3, 16384, 8192, bf16, both).enc = ElementEncoder::kSoftware;
+  add("fp8_block128", Format::kFp8Block1x128, 16384, 8192, bf16, both);
+  add("fp8_block128", Format::kFp8Block1x128, 16384, 8192, bf16, row);
+  add("fp8_block128 pow2", Format::kFp8Block1x128, 16384, 8192, bf16, both).p.pow2_scales = true;
+  add("fp8_block128x128", Format::kFp8Block128x128, 16384, 8192, bf16, both);
   {
-    Case& c = add("nvfp4 rht given", Recipe::kNvfp4, 16384, 8192, bf16, both);
+    Case& c = add("nvfp4 rht given", Format::kNvfp4, 16384, 8192, bf16, both);
     c.p.hadamard_columnwise = true, c.p.tensor_amax = bq::TensorAmax::kGiven, c.with_amax = true;
   }
-  add("nvfp4 two-pass", Recipe::kNvfp4, 16384, 8192, bf16, both);
-  add("nvfp4 two-pass", Recipe::kNvfp4, 16384, 8192, bf16, row);
-  add("nvfp4 given", Recipe::kNvfp4, 16384, 8192, bf16, both).p.tensor_amax = bq::TensorAmax::kGiven;
-  add("nvfp4 2d (weights)", Recipe::kNvfp4, 16384, 8192, bf16, both).p.nvfp4_2d = true;
+  add("nvfp4 two-pass", Format::kNvfp4, 16384, 8192, bf16, both);
+  add("nvfp4 two-pass", Format::kNvfp4, 16384, 8192, bf16, row);
+  add("nvfp4 given", Format::kNvfp4, 16384, 8192, bf16, both).p.tensor_amax = bq::TensorAmax::kGiven;
+  add("nvfp4 2d (weights)", Format::kNvfp4, 16384, 8192, bf16, both).p.nvfp4_2d = true;
   {
-    Case& c = add("nvfp4 sr rht given", Recipe::kNvfp4, 16384, 8192, bf16, both);
+    Case& c = add("nvfp4 sr rht given", Format::kNvfp4, 16384, 8192, bf16, both);
     c.p.stochastic_rounding = true, c.p.sr_seed = 7;
     c.p.hadamard_columnwise = true, c.p.tensor_amax = bq::TensorAmax::kGiven;
   }
-  add("mxfp4", Recipe::kMxfp4, 16384, 8192, bf16, both);
-  add("grouped mxfp8 8 experts", Recipe::kMxfp8E4M3, 16384, 8192, bf16, both).groups = 8;
-  add("grouped mxfp8 8 experts", Recipe::kMxfp8E4M3, 16384, 8192, bf16, colw).groups = 8;
-  add("grouped mxfp8 64 experts", Recipe::kMxfp8E4M3, 16384, 8192, bf16, both).groups = 64;
-  add("grouped fp8_block128 8 experts", Recipe::kFp8Block1x128, 16384, 8192, bf16, both).groups = 8;
-  add("grouped nvfp4 two-pass 8 experts", Recipe::kNvfp4, 16384, 8192, bf16, both).groups = 8;
+  add("mxfp4", Format::kMxfp4, 16384, 8192, bf16, both);
+  add("grouped mxfp8 8 experts", Format::kMxfp8E4M3, 16384, 8192, bf16, both).groups = 8;
+  add("grouped mxfp8 8 experts", Format::kMxfp8E4M3, 16384, 8192, bf16, colw).groups = 8;
+  add("grouped mxfp8 64 experts", Format::kMxfp8E4M3, 16384, 8192, bf16, both).groups = 64;
+  add("grouped fp8_block128 8 experts", Format::kFp8Block1x128, 16384, 8192, bf16, both).groups = 8;
+  add("grouped nvfp4 two-pass 8 experts", Format::kNvfp4, 16384, 8192, bf16, both).groups = 8;
   {
-    Case& c = add("grouped nvfp4 rht given 8 experts", Recipe::kNvfp4, 16384, 8192, bf16, both);
+    Case& c = add("grouped nvfp4 rht given 8 experts", Format::kNvfp4, 16384, 8192, bf16, both);
     c.groups = 8, c.p.hadamard_columnwise = true, c.p.tensor_amax = bq::TensorAmax::kGiven;
   }
   // A MoE layer's expert weights (the width-2048 training step's w13 and w2, fp32 masters), all 8
   // in one batched launch against one run() per expert.
   const auto fp32 = InputType::kFp32;
-  add("fp8_block128x128 experts batched", Recipe::kFp8Block128x128, 2816, 2048, fp32, both).batches = 8;
+  add("fp8_block128x128 experts batched", Format::kFp8Block128x128, 2816, 2048, fp32, both).batches = 8;
   {
-    Case& c = add("fp8_block128x128 experts per-expert runs", Recipe::kFp8Block128x128, 2816, 2048, fp32, both);
+    Case& c = add("fp8_block128x128 experts per-expert runs", Format::kFp8Block128x128, 2816, 2048, fp32, both);
     c.batches = 8, c.batch_loop = true;
   }
-  add("fp8_block128x128 experts batched", Recipe::kFp8Block128x128, 2048, 1408, fp32, both).batches = 8;
+  add("fp8_block128x128 experts batched", Format::kFp8Block128x128, 2048, 1408, fp32, both).batches = 8;
   {
-    Case& c = add("fp8_block128x128 experts per-expert runs", Recipe::kFp8Block128x128, 2048, 1408, fp32, both);
+    Case& c = add("fp8_block128x128 experts per-expert runs", Format::kFp8Block128x128, 2048, 1408, fp32, both);
     c.batches = 8, c.batch_loop = true;
   }
   // Shapes of real layers and other input types.
-  add("mxfp8", Recipe::kMxfp8E4M3, 4096, 14336, bf16, both);
-  add("mxfp8", Recipe::kMxfp8E4M3, 128000, 7168, bf16, both);
-  add("fp8_block128", Recipe::kFp8Block1x128, 128000, 7168, bf16, both);
-  add("mxfp8", Recipe::kMxfp8E4M3, 16384, 8192, InputType::kFp16, both);
-  add("mxfp8", Recipe::kMxfp8E4M3, 16384, 8192, InputType::kFp32, both);
+  add("mxfp8", Format::kMxfp8E4M3, 4096, 14336, bf16, both);
+  add("mxfp8", Format::kMxfp8E4M3, 128000, 7168, bf16, both);
+  add("fp8_block128", Format::kFp8Block1x128, 128000, 7168, bf16, both);
+  add("mxfp8", Format::kMxfp8E4M3, 16384, 8192, InputType::kFp16, both);
+  add("mxfp8", Format::kMxfp8E4M3, 16384, 8192, InputType::kFp32, both);
   // Size sweep, 1 MiB .. 1 GiB of bf16 input, MXFP8 rowwise + columnwise: the grid run() picks
   // (detail::tile_grid), then always persistent, then always one CTA per 128x128 tile.
   const std::vector<std::pair<int64_t, int64_t>> sweep = {{512, 1024},   {1024, 2048},  {2048, 4096},
                                                           {4096, 8192},  {8192, 16384}, {32768, 16384}};
-  for (const auto& [rows, cols] : sweep) add("mxfp8 sweep", Recipe::kMxfp8E4M3, rows, cols, bf16, both);
+  for (const auto& [rows, cols] : sweep) add("mxfp8 sweep", Format::kMxfp8E4M3, rows, cols, bf16, both);
   for (const auto& [rows, cols] : sweep)
-    add("mxfp8 sweep persistent", Recipe::kMxfp8E4M3, rows, cols, bf16, both).grid = bq::detail::GridPolicy::kPersistent;
+    add("mxfp8 sweep persistent", Format::kMxfp8E4M3, rows, cols, bf16, both).grid = bq::detail::GridPolicy::kPersistent;
   for (const auto& [rows, cols] : sweep)
-    add("mxfp8 sweep one-tile-per-CTA", Recipe::kMxfp8E4M3, rows, cols, bf16, both).grid =
+    add("mxfp8 sweep one-tile-per-CTA", Format::kMxfp8E4M3, rows, cols, bf16, both).grid =
         bq::detail::GridPolicy::kOneTilePerCta;
   // The experts' weights of cases 22-25 in the mxfp8 recipe (batched MX: whole 128-row tiles per
   // expert) against one run() per expert.
   for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{2816, 2048}, {2048, 1408}}) {
-    add("mxfp8 experts batched", Recipe::kMxfp8E4M3, rows, cols, fp32, both).batches = 8;
-    Case& c = add("mxfp8 experts per-expert runs", Recipe::kMxfp8E4M3, rows, cols, fp32, both);
+    add("mxfp8 experts batched", Format::kMxfp8E4M3, rows, cols, fp32, both).batches = 8;
+    Case& c = add("mxfp8 experts per-expert runs", Format::kMxfp8E4M3, rows, cols, fp32, both);
     c.batches = 8, c.batch_loop = true;
   }
   // The mxfp8 training recipe's operands on Hopper (quant/mx_bf16.h): the width-2048 step's
   // activations (4096 tokens), its routed tokens (8192 rows gathered, 8 experts), its experts'
   // weights, and the large case above, all fp32 to two bf16 copies.
-  add("mx_bf16", Recipe::kMxfp8E4M3, 4096, 2048, fp32, both).mx_bf16 = true;
-  add("mx_bf16", Recipe::kMxfp8E4M3, 4096, 6144, fp32, both).mx_bf16 = true;
+  add("mx_bf16", Format::kMxfp8E4M3, 4096, 2048, fp32, both).mx_bf16 = true;
+  add("mx_bf16", Format::kMxfp8E4M3, 4096, 6144, fp32, both).mx_bf16 = true;
   {
-    Case& c = add("mx_bf16 grouped gathered 8 experts", Recipe::kMxfp8E4M3, 8192, 2048, fp32, both);
+    Case& c = add("mx_bf16 grouped gathered 8 experts", Format::kMxfp8E4M3, 8192, 2048, fp32, both);
     c.mx_bf16 = true, c.groups = 8;
   }
   {
-    Case& c = add("mx_bf16 experts", Recipe::kMxfp8E4M3, 2816, 2048, fp32, both);
+    Case& c = add("mx_bf16 experts", Format::kMxfp8E4M3, 2816, 2048, fp32, both);
     c.mx_bf16 = true, c.batches = 8;
   }
-  add("mx_bf16", Recipe::kMxfp8E4M3, 16384, 8192, fp32, both).mx_bf16 = true;
+  add("mx_bf16", Format::kMxfp8E4M3, 16384, 8192, fp32, both).mx_bf16 = true;
   // The nvfp4 training recipe's bf16 values on Hopper, from its quantized copies (the width-2048
   // step's activations, and the large case).
   for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{4096, 2048}, {16384, 8192}}) {
-    Case& c = add("nvfp4 values as bf16", Recipe::kNvfp4, rows, cols, fp32, both);
+    Case& c = add("nvfp4 values as bf16", Format::kNvfp4, rows, cols, fp32, both);
     c.nvfp4_values = true, c.p.hadamard_columnwise = true;
   }
   return cases;

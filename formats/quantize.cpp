@@ -42,16 +42,16 @@ BlockAmax block_amax(const float* x, int64_t ld, int64_t r0, int64_t r1, int64_t
 namespace {
 
 Status check_options(const QuantizeOptions& o, int64_t block_dim_length) {
-  const Recipe r = o.recipe;
-  const std::string name = recipe_name(r);
-  if (std::string(recipe_name(r)) == "unknown") return Status::error("options.recipe: unknown recipe");
+  const Format r = o.recipe;
+  const std::string name = format_name(r);
+  if (std::string(format_name(r)) == "unknown") return Status::error("options.recipe: unknown recipe");
   if (o.rounding != ScaleRounding::kCeil && o.rounding != ScaleRounding::kFloor)
     return Status::error("options.rounding: kCeil or kFloor (one rule per quantization)");
   if (o.rounding == ScaleRounding::kFloor && !is_mx(r))
     return Status::error("options.rounding: floor scale rounding applies to MX recipes only, not " + name);
   if (o.pow2_scales && !is_fp8_block(r))
     return Status::error("options.pow2_scales: applies to FP8 blockwise recipes only, not " + name);
-  const bool nvfp4 = r == Recipe::kNvfp4;
+  const bool nvfp4 = r == Format::kNvfp4;
   if (o.nvfp4_2d && !nvfp4) return Status::error("options.nvfp4_2d: applies to nvfp4 only, not " + name);
   if (o.stochastic_rounding && !nvfp4)
     return Status::error("options.stochastic_rounding: applies to nvfp4 only, not " + name);
@@ -108,7 +108,7 @@ Status quantize(const float* x, int64_t rows, int64_t cols, int64_t ld,
 
   if (is_mx(options.recipe))
     detail::mx_quantize_rows(stored.data(), options, &q);
-  else if (options.recipe == Recipe::kNvfp4)
+  else if (options.recipe == Format::kNvfp4)
     detail::nvfp4_quantize_rows(stored.data(), options, &q);
   else
     detail::fp8_block_quantize_rows(stored.data(), options, &q);
@@ -132,7 +132,7 @@ Status validate(const QuantizedMatrix& q, const char* name) {
       q.block_cols != default_block_cols(q.recipe))
     return Status::error(n + ": block shape " + std::to_string(q.block_rows) + "x" +
                          std::to_string(q.block_cols) + " does not belong to recipe " +
-                         recipe_name(q.recipe));
+                         format_name(q.recipe));
   if (static_cast<int64_t>(q.data.size()) != q.rows * q.data_row_bytes())
     return Status::error(n + ".data: holds " + std::to_string(q.data.size()) + " bytes, expected " +
                          std::to_string(q.rows * q.data_row_bytes()));
@@ -149,7 +149,7 @@ Status validate(const QuantizedMatrix& q, const char* name) {
 }
 
 Status check_scales(const QuantizedMatrix& q, const std::string& name) {
-  const bool fp8_block = is_fp8_block(q.recipe), nvfp4 = q.recipe == Recipe::kNvfp4;
+  const bool fp8_block = is_fp8_block(q.recipe), nvfp4 = q.recipe == Format::kNvfp4;
   if (!fp8_block && !nvfp4) return Status::ok();  // E8M0: every code is a scale
   const int64_t scale_cols = q.scale_cols(), n = q.scale_rows() * scale_cols;
   for (int64_t i = 0; i < n; ++i) {
@@ -167,7 +167,7 @@ Status check_scales(const QuantizedMatrix& q, const std::string& name) {
     }
     return Status::error(name + ": scale (" + std::to_string(i / scale_cols) + ", " +
                          std::to_string(i % scale_cols) + ") is " + value + ", but " +
-                         recipe_name(q.recipe) + " " + rule);
+                         format_name(q.recipe) + " " + rule);
   }
   return Status::ok();
 }
@@ -188,7 +188,7 @@ Status dequantize_as(const QuantizedMatrix& q, std::vector<T>* out) {
       T value;
       if (is_mx(q.recipe)) {
         value = static_cast<T>(elem) * static_cast<T>(decode_e8m0(q.scales[s]));
-      } else if (q.recipe == Recipe::kNvfp4) {
+      } else if (q.recipe == Format::kNvfp4) {
         value = static_cast<T>(elem) * static_cast<T>(decode_ue4m3(q.scales[s])) *
                 static_cast<T>(q.global_scale_dec);
       } else {

@@ -1,5 +1,5 @@
-// The quantization recipes, their options, and the quantized matrix every formats/ function
-// produces or consumes. docs/numerics.md defines the bytes.
+// The element / block formats (Format), their quantization options, and the quantized matrix
+// every formats/ function produces or consumes. docs/numerics.md defines the bytes.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +10,7 @@
 
 namespace blockscale::formats {
 
-enum class Recipe {
+enum class Format {
   kMxfp8E4M3,        // 1x32 blocks, E4M3 elements, E8M0 scales
   kMxfp8E5M2,        // 1x32 blocks, E5M2 elements, E8M0 scales
   kMxfp6E2M3,        // 1x32 blocks, E2M3 elements (one per byte), E8M0 scales; studies only
@@ -20,6 +20,8 @@ enum class Recipe {
   kFp8Block1x128,    // 1x128 blocks, E4M3 elements, fp32 scales (activations, gradients)
   kFp8Block128x128,  // 128x128 blocks, E4M3 elements, fp32 scales (weights)
 };
+// The spelling gemm/sm90/sm90_fp8_gemm.cu uses (`using formats::Recipe;`); new code names Format.
+using Recipe = Format;
 
 // The MX scale rule (docs/numerics.md): kCeil (the default) or kFloor. kBoth asks for the two
 // (the accuracy study's columns, tools/study.h); a quantization and a stored tensor take one.
@@ -33,7 +35,7 @@ enum class ScaleRounding { kCeil, kFloor, kBoth };
 enum class Direction { kRowwise, kColumnwise, kBoth };
 
 struct QuantizeOptions {
-  Recipe recipe = Recipe::kMxfp8E4M3;
+  Format recipe = Format::kMxfp8E4M3;
   ScaleRounding rounding = ScaleRounding::kCeil;  // MX recipes only
   bool pow2_scales = false;                      // FP8 blockwise only
   bool nvfp4_2d = false;                         // NVFP4: one scale per 16x16 tile
@@ -49,7 +51,7 @@ struct QuantizeOptions {
 // block_rows x block_cols, with the block dimension (cols) contiguous. A columnwise copy of an
 // R x C input is stored as C x R (transposed).
 struct QuantizedMatrix {
-  Recipe recipe = Recipe::kMxfp8E4M3;
+  Format recipe = Format::kMxfp8E4M3;
   int64_t rows = 0;
   int64_t cols = 0;
   int block_rows = 1;
@@ -69,18 +71,18 @@ struct QuantizedMatrix {
   int64_t data_row_bytes() const;
 };
 
-bool is_mx(Recipe r);
-bool is_fp4(Recipe r);       // E2M1 elements, two per byte
-bool is_fp8_block(Recipe r);
-const MinifloatSpec& element_spec(Recipe r);
-float element_max(Recipe r);  // largest finite element value
-int default_block_rows(Recipe r, bool nvfp4_2d);
-int default_block_cols(Recipe r);
+bool is_mx(Format r);
+bool is_fp4(Format r);       // E2M1 elements, two per byte
+bool is_fp8_block(Format r);
+const MinifloatSpec& element_spec(Format r);
+float element_max(Format r);  // largest finite element value
+int default_block_rows(Format r, bool nvfp4_2d);
+int default_block_cols(Format r);
 
 // Names used by the CLI and the file schema: mxfp8, mxfp8_e5m2, mxfp6_e2m3, mxfp6_e3m2, mxfp4,
 // nvfp4, fp8_block128, fp8_block128x128.
-const char* recipe_name(Recipe r);
-bool parse_recipe(const std::string& name, Recipe* out);
-std::vector<Recipe> all_recipes();
+const char* format_name(Format r);
+bool parse_format(const std::string& name, Format* out);
+std::vector<Format> all_formats();
 
 }  // namespace blockscale::formats

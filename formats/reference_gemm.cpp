@@ -24,7 +24,7 @@ Status err(const char* fn, const std::string& msg) {
 Status check_k_blocks(const char* fn, const QuantizedMatrix& q, const std::string& name) {
   if (q.cols % q.block_cols != 0)
     return err(fn, name + ".cols (K = " + s(q.cols) + ") must be a multiple of its block length " +
-                       s(q.block_cols) + " (" + recipe_name(q.recipe) + ")");
+                       s(q.block_cols) + " (" + format_name(q.recipe) + ")");
   return Status::ok();
 }
 

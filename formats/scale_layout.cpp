@@ -158,7 +158,7 @@ Status pack_gemm_scales(const QuantizedMatrix& q, std::vector<uint8_t>* out) {
                          std::to_string(q.scale_rows() * q.scale_cols()));
   if (is_fp8_block(q.recipe)) {
     std::vector<float> packed;
-    BS_RETURN_IF_ERROR(q.recipe == Recipe::kFp8Block1x128
+    BS_RETURN_IF_ERROR(q.recipe == Format::kFp8Block1x128
                            ? pack_vec128_scales(q.scales_f32.data(), q.scale_rows(), q.scale_cols(), &packed)
                            : pack_blk128_scales(q.scales_f32.data(), q.scale_rows(), q.scale_cols(), &packed));
     out->resize(packed.size() * sizeof(float));

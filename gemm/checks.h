@@ -20,13 +20,13 @@ inline bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintp
 inline int64_t element_bytes(MatrixType t) { return t == MatrixType::kBf16 ? 2 : 4; }
 
 // Bytes of an operand's scale buffer in the GEMM layout of its recipe.
-inline int64_t scale_bytes(formats::Recipe r, int64_t rows, int64_t k) {
-  if (r == formats::Recipe::kFp8Block1x128) return formats::vec128_scale_floats(rows, k / 128) * 4;
-  if (r == formats::Recipe::kFp8Block128x128) return formats::blk128_scale_floats((rows + 127) / 128, k / 128) * 4;
+inline int64_t scale_bytes(formats::Format r, int64_t rows, int64_t k) {
+  if (r == formats::Format::kFp8Block1x128) return formats::vec128_scale_floats(rows, k / 128) * 4;
+  if (r == formats::Format::kFp8Block128x128) return formats::blk128_scale_floats((rows + 127) / 128, k / 128) * 4;
   return formats::swizzled_scale_bytes(rows, k / formats::default_block_cols(r));
 }
 
-inline int64_t data_bytes(formats::Recipe r, int64_t rows, int64_t k) {
+inline int64_t data_bytes(formats::Format r, int64_t rows, int64_t k) {
   return rows * (formats::is_fp4(r) ? k / 2 : k);
 }
 

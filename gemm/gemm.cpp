@@ -18,12 +18,12 @@
 namespace blockscale::gemm {
 namespace {
 
-using formats::Recipe;
+using formats::Format;
 using namespace detail;  // gemm/checks.h
 
 bool empty_problem(const GemmProblem& p) { return p.m == 0 || p.n == 0; }
 
-bool is_mx8(Recipe r) { return r == Recipe::kMxfp8E4M3 || r == Recipe::kMxfp8E5M2; }
+bool is_mx8(Format r) { return r == Format::kMxfp8E4M3 || r == Format::kMxfp8E5M2; }
 
 // The K granularity of a pair: the FP8 blockwise block; for MX / NVFP4 the MX block of 32 (for
 // NVFP4 also what keeps k / 2 packed bytes a multiple of 16, the TMA row-stride rule).
@@ -32,8 +32,8 @@ int64_t k_multiple(const GemmProblem& p) { return is_fp8_blockwise_pair(p.a_reci
 Status check_recipes(const GemmProblem& p) {
   if (is_fp8_blockwise_pair(p.a_recipe, p.b_recipe) || is_block_scaled_pair(p.a_recipe, p.b_recipe))
     return Status::ok();
-  return Status::error(std::string("a_recipe, b_recipe: the pair (") + formats::recipe_name(p.a_recipe) + ", " +
-                       formats::recipe_name(p.b_recipe) +
+  return Status::error(std::string("a_recipe, b_recipe: the pair (") + formats::format_name(p.a_recipe) + ", " +
+                       formats::format_name(p.b_recipe) +
                        ") is not supported; supported pairs: (fp8_block128, fp8_block128x128 | fp8_block128), "
                        "(mxfp8 | mxfp8_e5m2, mxfp8 | mxfp8_e5m2 | mxfp4 | nvfp4), (mxfp4, mxfp4), (nvfp4, nvfp4)");
 }
@@ -77,8 +77,8 @@ Status check_pointers(const GemmProblem& p, const GemmArguments& args, const Buf
   const int64_t d_elem = element_bytes(p.d_type), c_elem = element_bytes(p.c_type);
   BS_RETURN_IF_ERROR(need_pointer(args.d, static_cast<size_t>(d_elem), "d",
                                   p.d_type == MatrixType::kBf16 ? "2-byte aligned (bf16)" : "4-byte aligned (fp32)"));
-  if (p.a_recipe == Recipe::kNvfp4) BS_RETURN_IF_ERROR(need_scale_dec(args.a_scale_dec, "a_scale_dec"));
-  if (p.b_recipe == Recipe::kNvfp4) BS_RETURN_IF_ERROR(need_scale_dec(args.b_scale_dec, "b_scale_dec"));
+  if (p.a_recipe == Format::kNvfp4) BS_RETURN_IF_ERROR(need_scale_dec(args.a_scale_dec, "a_scale_dec"));
+  if (p.b_recipe == Format::kNvfp4) BS_RETURN_IF_ERROR(need_scale_dec(args.b_scale_dec, "b_scale_dec"));
   const int64_t d_bytes = span_bytes(copies.c_d * p.m, p.n, p.ldd, d_elem);
   const struct {
     const void* ptr;
@@ -89,8 +89,8 @@ Status check_pointers(const GemmProblem& p, const GemmArguments& args, const Buf
                 {args.a_scales, scale_bytes(p.a_recipe, p.m, p.k), "a_scales"},
                 {args.b_scales, copies.b * scale_bytes(p.b_recipe, p.n, p.k), "b_scales"},
                 {group_ends, group_ends ? 4 * copies.ends : 0, "group_ends"},
-                {args.a_scale_dec, p.a_recipe == Recipe::kNvfp4 ? 4 : 0, "a_scale_dec"},
-                {args.b_scale_dec, p.b_recipe == Recipe::kNvfp4 ? 4 * copies.b : 0, "b_scale_dec"}};
+                {args.a_scale_dec, p.a_recipe == Format::kNvfp4 ? 4 : 0, "a_scale_dec"},
+                {args.b_scale_dec, p.b_recipe == Format::kNvfp4 ? 4 * copies.b : 0, "b_scale_dec"}};
   for (const auto& in : inputs)
     if (overlap(args.d, d_bytes, in.ptr, in.bytes)) return Status::error(std::string("d: overlaps ") + in.name);
   if (p.beta != 0.0f) {
@@ -137,13 +137,13 @@ Sm90Fp8Route sm90_fp8_route() { return g_route.load(); }
 
 const char* matrix_type_name(MatrixType t) { return t == MatrixType::kBf16 ? "bf16" : "fp32"; }
 
-bool is_fp8_blockwise_pair(Recipe a, Recipe b) {
-  return a == Recipe::kFp8Block1x128 && (b == Recipe::kFp8Block128x128 || b == Recipe::kFp8Block1x128);
+bool is_fp8_blockwise_pair(Format a, Format b) {
+  return a == Format::kFp8Block1x128 && (b == Format::kFp8Block128x128 || b == Format::kFp8Block1x128);
 }
 
-bool is_block_scaled_pair(Recipe a, Recipe b) {
-  if (is_mx8(a)) return is_mx8(b) || b == Recipe::kMxfp4 || b == Recipe::kNvfp4;
-  return (a == Recipe::kMxfp4 && b == Recipe::kMxfp4) || (a == Recipe::kNvfp4 && b == Recipe::kNvfp4);
+bool is_block_scaled_pair(Format a, Format b) {
+  if (is_mx8(a)) return is_mx8(b) || b == Format::kMxfp4 || b == Format::kNvfp4;
+  return (a == Format::kMxfp4 && b == Format::kMxfp4) || (a == Format::kNvfp4 && b == Format::kNvfp4);
 }
 
 Status can_implement(const GemmProblem& p) {

@@ -50,8 +50,8 @@ struct GemmProblem {
   int64_t m = 0;  // rows of A and D
   int64_t n = 0;  // rows of B, columns of D
   int64_t k = 0;  // reduction length: a positive multiple of 128 (FP8 blockwise) or 32 (MX, NVFP4)
-  formats::Recipe a_recipe = formats::Recipe::kFp8Block1x128;
-  formats::Recipe b_recipe = formats::Recipe::kFp8Block128x128;
+  formats::Format a_recipe = formats::Format::kFp8Block1x128;
+  formats::Format b_recipe = formats::Format::kFp8Block128x128;
   MatrixType c_type = MatrixType::kFp32;  // read only when beta != 0
   MatrixType d_type = MatrixType::kBf16;
   int64_t ldc = 0;  // row stride of C in elements (>= n when beta != 0)
@@ -115,7 +115,7 @@ Sm90Fp8Route sm90_fp8_route();
 
 const char* matrix_type_name(MatrixType t);  // "bf16" / "fp32"
 // Whether (a_recipe, b_recipe) is a pair this API multiplies, and the FP8 blockwise family.
-bool is_fp8_blockwise_pair(formats::Recipe a, formats::Recipe b);
-bool is_block_scaled_pair(formats::Recipe a, formats::Recipe b);  // MX / NVFP4 pairs above
+bool is_fp8_blockwise_pair(formats::Format a, formats::Format b);
+bool is_block_scaled_pair(formats::Format a, formats::Format b);  // MX / NVFP4 pairs above
 
 }  // namespace blockscale::gemm

@@ -11,7 +11,7 @@
 namespace blockscale::gemm {
 namespace {
 
-using formats::Recipe;
+using formats::Format;
 using namespace detail;  // gemm/checks.h
 
 // The whole problem seen as one dense GEMM (m tokens, one expert's n and k): its shape, type and
@@ -57,19 +57,19 @@ Status can_implement(const GroupedGemmProblem& p) {
   if (p.num_groups < 1 || p.num_groups > kMaxGroups)
     return Status::error("num_groups: must be in [1, " + str(kMaxGroups) + "], got " + str(p.num_groups));
   const bool fp8 = is_fp8_blockwise_pair(p.a_recipe, p.b_recipe);
-  if (fp8 && !k_grouped(p) && p.b_recipe != Recipe::kFp8Block128x128)
+  if (fp8 && !k_grouped(p) && p.b_recipe != Format::kFp8Block128x128)
     return Status::error(
         "b_recipe: the M-grouped FP8 blockwise GEMM takes 128x128-block weights (fp8_block128x128), got " +
-        std::string(formats::recipe_name(p.b_recipe)));
-  if (fp8 && k_grouped(p) && p.b_recipe != Recipe::kFp8Block1x128)
+        std::string(formats::format_name(p.b_recipe)));
+  if (fp8 && k_grouped(p) && p.b_recipe != Format::kFp8Block1x128)
     return Status::error(
         "b_recipe: the K-grouped (wgrad) FP8 blockwise GEMM takes X quantized along the tokens (fp8_block128), got " +
-        std::string(formats::recipe_name(p.b_recipe)));
+        std::string(formats::format_name(p.b_recipe)));
   BS_RETURN_IF_ERROR(can_implement(dense_view(p)));
   if (k_grouped(p) && formats::default_block_cols(p.a_recipe) != formats::default_block_cols(p.b_recipe))
     return Status::error("b_recipe: the K-grouped GEMM's operands share one padded token axis, so their block lengths "
                          "must match (MX with MX, NVFP4 with NVFP4), got " +
-                         std::string(formats::recipe_name(p.a_recipe)) + " x " + formats::recipe_name(p.b_recipe));
+                         std::string(formats::format_name(p.a_recipe)) + " x " + formats::format_name(p.b_recipe));
   if (!k_grouped(p) && p.n * p.num_groups > kInt32Max)
     return Status::error("n * num_groups: the experts' B rows must be < 2^31, got " + str(p.n * p.num_groups));
   if (k_grouped(p) && p.num_groups * ((p.m + 127) / 128) * ((p.n + 127) / 128) > kInt32Max)

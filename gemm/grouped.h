@@ -71,8 +71,8 @@ struct GroupedGemmProblem {
   int64_t n = 0;       // columns of D; kM: rows of each expert's B; kK: rows of B
   int64_t k = 0;       // kM: K; kK: the token capacity. As gemm.h: a multiple of 128 (FP8
                        // blockwise) or 32 (MX, NVFP4)
-  formats::Recipe a_recipe = formats::Recipe::kFp8Block1x128;
-  formats::Recipe b_recipe = formats::Recipe::kFp8Block128x128;
+  formats::Format a_recipe = formats::Format::kFp8Block1x128;
+  formats::Format b_recipe = formats::Format::kFp8Block128x128;
   MatrixType c_type = MatrixType::kFp32;
   MatrixType d_type = MatrixType::kBf16;
   int64_t ldc = 0;

@@ -15,7 +15,7 @@
 namespace blockscale::quant::detail {
 namespace {
 
-using formats::Recipe;
+using formats::Format;
 
 struct DequantizeParams {
   const uint8_t* data;
@@ -31,16 +31,16 @@ __device__ __forceinline__ uint32_t code_at(const uint8_t* data, int64_t r, int6
   return c % 2 == 0 ? (byte & 0xFu) : (byte >> 4);
 }
 
-template <Recipe kRecipe>
+template <Format kRecipe>
 __device__ __forceinline__ float dequantize_one(const DequantizeParams& p, int64_t r, int64_t c) {
-  if constexpr (kRecipe == Recipe::kMxfp8E4M3 || kRecipe == Recipe::kMxfp8E5M2 || kRecipe == Recipe::kMxfp4) {
-    constexpr formats::MinifloatSpec spec = kRecipe == Recipe::kMxfp8E4M3   ? formats::e4m3_spec()
-                                            : kRecipe == Recipe::kMxfp8E5M2 ? formats::e5m2_spec()
+  if constexpr (kRecipe == Format::kMxfp8E4M3 || kRecipe == Format::kMxfp8E5M2 || kRecipe == Format::kMxfp4) {
+    constexpr formats::MinifloatSpec spec = kRecipe == Format::kMxfp8E4M3   ? formats::e4m3_spec()
+                                            : kRecipe == Format::kMxfp8E5M2 ? formats::e5m2_spec()
                                                                              : formats::e2m1_spec();
     const auto* s = static_cast<const uint8_t*>(p.scales);
     const float scale = formats::decode_e8m0(s[formats::swizzled_scale_offset(r, c / 32, (p.cols + 31) / 32)]);
-    return formats::mul_rn(formats::decode_minifloat(code_at(p.data, r, c, p.cols, kRecipe == Recipe::kMxfp4), spec), scale);
-  } else if constexpr (kRecipe == Recipe::kNvfp4) {
+    return formats::mul_rn(formats::decode_minifloat(code_at(p.data, r, c, p.cols, kRecipe == Format::kMxfp4), spec), scale);
+  } else if constexpr (kRecipe == Format::kNvfp4) {
     const auto* s = static_cast<const uint8_t*>(p.scales);
     const float scale = formats::decode_ue4m3(s[formats::swizzled_scale_offset(r, c / 16, (p.cols + 15) / 16)]);
     return formats::mul_rn(formats::mul_rn(formats::decode_e2m1(code_at(p.data, r, c, p.cols, true)), scale),
@@ -48,21 +48,21 @@ __device__ __forceinline__ float dequantize_one(const DequantizeParams& p, int64
   } else {
     const auto* s = static_cast<const float*>(p.scales);
     const int64_t k_blocks = (p.cols + 127) / 128;
-    const float scale = kRecipe == Recipe::kFp8Block1x128
+    const float scale = kRecipe == Format::kFp8Block1x128
                             ? s[formats::vec128_scale_offset(r, c / 128, p.rows)]
                             : s[formats::blk128_scale_offset(r / 128, c / 128, k_blocks)];
     return formats::mul_rn(formats::decode_e4m3(p.data[r * p.cols + c]), scale);
   }
 }
 
-template <Recipe kRecipe>
+template <Format kRecipe>
 __global__ void dequantize_kernel(DequantizeParams p) {
   const int64_t n = p.rows * p.cols;
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     p.out[i] = dequantize_one<kRecipe>(p, i / p.cols, i % p.cols);
 }
 
-template <Recipe kRecipe>
+template <Format kRecipe>
 Status launch(const DequantizeParams& params, unsigned blocks, cudaStream_t stream) {
   dequantize_kernel<kRecipe><<<blocks, 256, 0, stream>>>(params);
   return cuda_status(cudaGetLastError(), "dequantize_kernel launch");
@@ -78,12 +78,12 @@ Status launch_dequantize(const DequantizeProblem& p, const DequantizeInputs& in,
   const auto blocks = static_cast<unsigned>(std::min<int64_t>((p.rows * p.cols + 255) / 256, int64_t{sms} * 8));
   const DequantizeParams params{in.data, in.scales, in.scale_dec, out, p.rows, p.cols};
   switch (p.recipe) {
-    case Recipe::kMxfp8E4M3: return launch<Recipe::kMxfp8E4M3>(params, blocks, stream);
-    case Recipe::kMxfp8E5M2: return launch<Recipe::kMxfp8E5M2>(params, blocks, stream);
-    case Recipe::kMxfp4: return launch<Recipe::kMxfp4>(params, blocks, stream);
-    case Recipe::kNvfp4: return launch<Recipe::kNvfp4>(params, blocks, stream);
-    case Recipe::kFp8Block1x128: return launch<Recipe::kFp8Block1x128>(params, blocks, stream);
-    case Recipe::kFp8Block128x128: return launch<Recipe::kFp8Block128x128>(params, blocks, stream);
+    case Format::kMxfp8E4M3: return launch<Format::kMxfp8E4M3>(params, blocks, stream);
+    case Format::kMxfp8E5M2: return launch<Format::kMxfp8E5M2>(params, blocks, stream);
+    case Format::kMxfp4: return launch<Format::kMxfp4>(params, blocks, stream);
+    case Format::kNvfp4: return launch<Format::kNvfp4>(params, blocks, stream);
+    case Format::kFp8Block1x128: return launch<Format::kFp8Block1x128>(params, blocks, stream);
+    case Format::kFp8Block128x128: return launch<Format::kFp8Block128x128>(params, blocks, stream);
     default: return Status::error("problem.recipe: no GPU dequantize kernel for it");
   }
 }

@@ -124,31 +124,31 @@ __device__ __forceinline__ void note_tensor_amax(const uint32_t* w, uint32_t m, 
 }
 
 // ---- FP8 element formats.
-template <formats::Recipe kRecipe>
+template <formats::Format kRecipe>
 struct Fp8Format;
 
 template <>
-struct Fp8Format<formats::Recipe::kMxfp8E4M3> {
+struct Fp8Format<formats::Format::kMxfp8E4M3> {
   __device__ __forceinline__ static formats::MinifloatSpec spec() { return formats::e4m3_spec(); }
 };
 
 template <>
-struct Fp8Format<formats::Recipe::kFp8Block1x128> : Fp8Format<formats::Recipe::kMxfp8E4M3> {};
+struct Fp8Format<formats::Format::kFp8Block1x128> : Fp8Format<formats::Format::kMxfp8E4M3> {};
 template <>
-struct Fp8Format<formats::Recipe::kFp8Block128x128> : Fp8Format<formats::Recipe::kMxfp8E4M3> {};
+struct Fp8Format<formats::Format::kFp8Block128x128> : Fp8Format<formats::Format::kMxfp8E4M3> {};
 
 template <>
-struct Fp8Format<formats::Recipe::kMxfp8E5M2> {
+struct Fp8Format<formats::Format::kMxfp8E5M2> {
   __device__ __forceinline__ static formats::MinifloatSpec spec() { return formats::e5m2_spec(); }
 };
 
 // Two fp32 values -> two FP8 codes, a in the low byte. The kernels only pass finite values here.
-template <formats::Recipe kRecipe, ElementEncoder kEnc>
+template <formats::Format kRecipe, ElementEncoder kEnc>
 __device__ __forceinline__ uint32_t encode2(float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   if constexpr (kEnc == ElementEncoder::kHardware) {
     unsigned short r;  // cvt d, hi, lo: the first source goes to the upper byte
-    if constexpr (kRecipe != formats::Recipe::kMxfp8E5M2)
+    if constexpr (kRecipe != formats::Format::kMxfp8E5M2)
       asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(b), "f"(a));
     else
       asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(b), "f"(a));
@@ -160,7 +160,7 @@ __device__ __forceinline__ uint32_t encode2(float a, float b) {
 }
 
 // Four values times `inv` (exactly as formats: x * 2^-e in fp32, RN) -> one word of four codes.
-template <formats::Recipe kRecipe, ElementEncoder kEnc>
+template <formats::Format kRecipe, ElementEncoder kEnc>
 __device__ __forceinline__ uint32_t encode4(const float* f, float inv) {
   return encode2<kRecipe, kEnc>(formats::mul_rn(f[0], inv), formats::mul_rn(f[1], inv)) |
          (encode2<kRecipe, kEnc>(formats::mul_rn(f[2], inv), formats::mul_rn(f[3], inv)) << 16);

@@ -69,7 +69,7 @@ namespace blockscale::quant::detail {
 namespace {
 
 using formats::Direction;
-using formats::Recipe;
+using formats::Format;
 
 constexpr int kDim = 128;      // tile rows = tile columns = FP8 block length
 constexpr int kThreads = 256;  // 8 warps
@@ -300,7 +300,7 @@ struct ColLanes {
 
 __device__ __forceinline__ float block_mult(const Fp8BlockScale& s) { return s.nonfinite ? 0.0f : s.mult; }
 
-template <Recipe kRecipe>
+template <Format kRecipe>
 __device__ __forceinline__ uint4 encode16(const float* f, float mult) {
   constexpr ElementEncoder kEnc = kDefaultEncoder;
   uint4 v;
@@ -332,7 +332,7 @@ __device__ __forceinline__ void put_codes(uint8_t* dst, const uint4& v, int n, i
 }
 
 // Rowwise codes of 16 elements (words from RowLanes::read) to dst: tile row rt, group q.
-template <InputType kIn, Recipe kRecipe, bool kWhole>
+template <InputType kIn, Format kRecipe, bool kWhole>
 __device__ __forceinline__ void emit_row16(const Fp8BlockArgs& a, const Tile& t, uint8_t* dst, int rt, int q,
                                            const uint32_t* w, float mult) {
   using In = InputTraits<kIn>;
@@ -349,7 +349,7 @@ __device__ __forceinline__ void emit_row16(const Fp8BlockArgs& a, const Tile& t,
 
 // Columnwise codes of 16 rows (words from ColLanes::read, element h of each) to dst: tile
 // column ct, rows 16k ..
-template <InputType kIn, Recipe kRecipe, bool kWhole>
+template <InputType kIn, Format kRecipe, bool kWhole>
 __device__ __forceinline__ void emit_col16(const Fp8BlockArgs& a, const Tile& t, uint8_t* dst, int ct, int k,
                                            const uint32_t* w, int h, float mult) {
   using In = InputTraits<kIn>;
@@ -415,7 +415,7 @@ __device__ __forceinline__ uint32_t warp_max_u32(uint32_t m, int first_mask, int
 }
 
 // ---- Rowwise. 128x128: every row encodes with the tile's multiplier.
-template <InputType kIn, Recipe kRecipe, bool kWhole>
+template <InputType kIn, Format kRecipe, bool kWhole>
 __device__ __forceinline__ void rowwise_tile_scale(const Fp8BlockArgs& a, const uint32_t* tile, const Tile& t,
                                                    float tile_mult) {
   const RowLanes<kIn> m;
@@ -433,7 +433,7 @@ __device__ __forceinline__ void rowwise_tile_scale(const Fp8BlockArgs& a, const 
 // scale of warp row L (one scale evaluation per warp and tile) and stores it (16 consecutive
 // floats of VEC128); the passes then re-read their elements and take their row's multiplier by
 // shuffle.
-template <InputType kIn, Recipe kRecipe, bool kWhole, bool kAmax, bool kGrouped>
+template <InputType kIn, Format kRecipe, bool kWhole, bool kAmax, bool kGrouped>
 __device__ __forceinline__ void rowwise_1x128(const Fp8BlockArgs& a, const uint32_t* tile, const Tile& t,
                                               uint32_t& tensor_amax, bool& saw_nonfinite) {
   using S = Smem<kIn>;
@@ -473,7 +473,7 @@ __device__ __forceinline__ void rowwise_1x128(const Fp8BlockArgs& a, const uint3
 }
 
 // ---- Columnwise. 128x128: every column encodes with the tile's multiplier.
-template <InputType kIn, Recipe kRecipe, bool kWhole>
+template <InputType kIn, Format kRecipe, bool kWhole>
 __device__ __forceinline__ void columnwise_tile_scale(const Fp8BlockArgs& a, const uint32_t* tile, const Tile& t,
                                                       float tile_mult) {
   using M = ColLanes<kIn>;
@@ -493,7 +493,7 @@ __device__ __forceinline__ void columnwise_tile_scale(const Fp8BlockArgs& a, con
 // 1x128: the amax of the warp's 16 columns first (8 lanes per column, packed per 16-bit half),
 // then lane L < 16 evaluates the scale of the warp's column L and stores it; the items then
 // re-read their elements and take their column's multiplier by shuffle.
-template <InputType kIn, Recipe kRecipe, bool kWhole, bool kAmax>
+template <InputType kIn, Format kRecipe, bool kWhole, bool kAmax>
 __device__ __forceinline__ void columnwise_1x128(const Fp8BlockArgs& a, const uint32_t* tile, const Tile& t,
                                                  uint32_t& tensor_amax, bool& saw_nonfinite) {
   using M = ColLanes<kIn>;
@@ -584,10 +584,10 @@ __device__ __forceinline__ void store_tile_scale(const Fp8BlockArgs& a, const Ti
   }
 }
 
-template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, bool kWhole, bool kGrouped>
+template <InputType kIn, Format kRecipe, bool kRow, bool kCol, bool kWhole, bool kGrouped>
 __device__ __forceinline__ void quantize_tile(const Fp8BlockArgs& a, const uint32_t* tile, const Tile& t,
                                               uint32_t* partial, uint32_t& tensor_amax, bool& saw_nonfinite) {
-  if constexpr (kRecipe == Recipe::kFp8Block128x128) {
+  if constexpr (kRecipe == Format::kFp8Block128x128) {
     const Fp8BlockScale sc = tile_block_scale<kIn>(a, tile, partial, tensor_amax, saw_nonfinite);
     if (threadIdx.x == 0) store_tile_scale<kRow, kCol>(a, t, sc.scale);
     if constexpr (kRow) rowwise_tile_scale<kIn, kRecipe, kWhole>(a, tile, t, block_mult(sc));
@@ -616,10 +616,10 @@ __device__ void grouped_prologue(const Fp8BlockArgs& a, const uint32_t* pends) {
   }
 }
 
-template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, bool kGrouped, bool kGather>
+template <InputType kIn, Format kRecipe, bool kRow, bool kCol, bool kGrouped, bool kGather>
 __global__ void __launch_bounds__(kThreads, 3) fp8_block_quantize_kernel(const __grid_constant__ Fp8BlockArgs a) {
   using S = Smem<kIn>;
-  constexpr bool kBatched = kRecipe == Recipe::kFp8Block128x128;
+  constexpr bool kBatched = kRecipe == Format::kFp8Block128x128;
   // S::kStages tiles; grouped: then the clamped ends and the padded ends (num_groups words each).
   extern __shared__ uint4 fp8_block_smem[];
   __shared__ uint32_t partial[kWarps];  // 128x128: per-warp tile amax; grouped: the scan's warp totals
@@ -687,7 +687,7 @@ __global__ void __launch_bounds__(kThreads, 3) fp8_block_quantize_kernel(const _
 
 // Dense: tile_grid (one CTA per tile beyond two resident rounds). Grouped: persistent, since
 // every CTA scans the group ends before its first tile.
-template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, bool kGrouped, bool kGather>
+template <InputType kIn, Format kRecipe, bool kRow, bool kCol, bool kGrouped, bool kGather>
 Status launch(const Fp8BlockArgs& args, cudaStream_t stream) {
   auto* kernel = fp8_block_quantize_kernel<kIn, kRecipe, kRow, kCol, kGrouped, kGather>;
   // Grouped: 8 bytes of offsets per expert past the tiles (the limit raised for kMaxGroups once).
@@ -703,7 +703,7 @@ Status launch(const Fp8BlockArgs& args, cudaStream_t stream) {
 }
 
 // kGather && !kGrouped: a gathered grouped run without a columnwise copy (dense tiles, rowwise only).
-template <InputType kIn, Recipe kRecipe, bool kGrouped, bool kGather>
+template <InputType kIn, Format kRecipe, bool kGrouped, bool kGather>
 Status pick_directions(Direction d, const Fp8BlockArgs& args, cudaStream_t stream) {
   switch (d) {
     case Direction::kRowwise:
@@ -721,11 +721,11 @@ Status pick_directions(Direction d, const Fp8BlockArgs& args, cudaStream_t strea
 
 template <InputType kIn, bool kGrouped, bool kGather>
 Status pick_recipe(const QuantizeProblem& p, const Fp8BlockArgs& args, cudaStream_t stream) {
-  if (p.recipe == Recipe::kFp8Block1x128)
-    return pick_directions<kIn, Recipe::kFp8Block1x128, kGrouped, kGather>(p.directions, args, stream);
+  if (p.recipe == Format::kFp8Block1x128)
+    return pick_directions<kIn, Format::kFp8Block1x128, kGrouped, kGather>(p.directions, args, stream);
   if constexpr (!kGrouped && !kGather) {
-    if (p.recipe == Recipe::kFp8Block128x128)
-      return pick_directions<kIn, Recipe::kFp8Block128x128, false, false>(p.directions, args, stream);
+    if (p.recipe == Format::kFp8Block128x128)
+      return pick_directions<kIn, Format::kFp8Block128x128, false, false>(p.directions, args, stream);
   }
   return Status::error("problem.recipe: not an FP8 blockwise recipe the kernel implements");
 }
@@ -792,7 +792,7 @@ Status launch_fp8_block_quantize(const QuantizeProblem& p, const QuantizeInputs&
 Status launch_fp8_block_batched_quantize(const BatchedQuantizeProblem& p, const QuantizeInputs& in,
                                          const QuantizeOutputs& out, cudaStream_t stream) {
   const QuantizeProblem& m = p.matrix;
-  if (m.recipe != Recipe::kFp8Block128x128)
+  if (m.recipe != Format::kFp8Block128x128)
     return Status::error("problem.matrix.recipe: the batched FP8 blockwise kernel takes fp8_block128x128");
   Fp8BlockArgs a;
   BS_RETURN_IF_ERROR(make_args(m, in.x, out, m.rows, &a));
@@ -808,7 +808,7 @@ Status launch_fp8_block_batched_quantize(const BatchedQuantizeProblem& p, const 
 
 Status launch_fp8_block_grouped_quantize(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,
                                          const GroupedQuantizeOutputs& out, cudaStream_t stream) {
-  if (p.dense.recipe != Recipe::kFp8Block1x128)
+  if (p.dense.recipe != Format::kFp8Block1x128)
     return Status::error("problem.dense.recipe: the grouped FP8 blockwise kernel takes fp8_block128 (1x128)");
   const bool empty = p.dense.rows == 0 || p.dense.cols == 0;
   if (p.dense.directions == Direction::kRowwise || empty) {  // the padded ends, then the dense rowwise copy

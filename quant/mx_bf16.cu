@@ -34,7 +34,7 @@ namespace blockscale::quant {
 namespace detail {
 namespace {
 
-using formats::Recipe;
+using formats::Format;
 
 constexpr int kThreads = 256;
 constexpr int kSegRows = 32;               // a columnwise block's rows
@@ -61,12 +61,12 @@ struct Params {
 };
 
 // Two FP8 codes (the first in the low byte) -> their values, exactly.
-template <Recipe kRecipe>
+template <Format kRecipe>
 __device__ __forceinline__ float2 decode2(uint32_t codes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   uint32_t h2;
   const unsigned short c = static_cast<unsigned short>(codes);
-  if constexpr (kRecipe == Recipe::kMxfp8E4M3)
+  if constexpr (kRecipe == Format::kMxfp8E4M3)
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(c));
   else
     asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(h2) : "h"(c));
@@ -78,7 +78,7 @@ __device__ __forceinline__ float2 decode2(uint32_t codes) {
 }
 
 // Two inputs of one block -> their dequantized values as a bf16 pair (the first in the low half).
-template <Recipe kRecipe>
+template <Format kRecipe>
 __device__ __forceinline__ uint32_t bf16_pair(float a, float b, const MxScale& s) {
   if (s.nonfinite) return kBf16Nan * 0x00010001u;
   const uint32_t codes = encode2<kRecipe, kDefaultEncoder>(formats::mul_rn(a, s.inv), formats::mul_rn(b, s.inv));
@@ -127,7 +127,7 @@ __device__ __forceinline__ void load8(const Params& p, const float* row, int64_t
   for (int j = 0; j < kLaneCols; ++j) v[j] = row != nullptr && c + j < p.cols ? row[c + j] : 0.0f;
 }
 
-template <Recipe kRecipe>
+template <Format kRecipe>
 __device__ __forceinline__ void store8_rowwise(const Params& p, int64_t r, int64_t c, const float* v,
                                                const MxScale& s) {
   uint32_t w[kLaneCols / 2];
@@ -143,7 +143,7 @@ __device__ __forceinline__ void store8_rowwise(const Params& p, int64_t r, int64
     if (c + j < p.cols) dst[j] = static_cast<uint16_t>(w[j / 2] >> (16 * (j % 2)));
 }
 
-template <Recipe kRecipe, bool kGrouped>
+template <Format kRecipe, bool kGrouped>
 __global__ void __launch_bounds__(kThreads) mx_bf16_kernel(Params p) {
   extern __shared__ __align__(16) unsigned char smem[];
   float(*tile)[kTileCols] = reinterpret_cast<float(*)[kTileCols]>(smem);
@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(kThreads) mx_bf16_kernel(Params p) {
   }
 }
 
-template <Recipe kRecipe, bool kGrouped>
+template <Format kRecipe, bool kGrouped>
 Status launch(const Params& p, cudaStream_t stream) {
   const auto kernel = mx_bf16_kernel<kRecipe, kGrouped>;
   const int smem = static_cast<int>(kTileBytes) + (kGrouped ? (2 * p.num_groups + 32) * 4 : 0);
@@ -223,8 +223,8 @@ Status fail(const std::string& what) { return Status::error(kFn + what); }
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 Status check_problem(const MxBf16Problem& p, const MxBf16Inputs& in) {
-  if (p.recipe != formats::Recipe::kMxfp8E4M3 && p.recipe != formats::Recipe::kMxfp8E5M2)
-    return fail(std::string("recipe: must be mxfp8_e4m3 or mxfp8_e5m2 (got ") + formats::recipe_name(p.recipe) + ")");
+  if (p.recipe != formats::Format::kMxfp8E4M3 && p.recipe != formats::Format::kMxfp8E5M2)
+    return fail(std::string("recipe: must be mxfp8_e4m3 or mxfp8_e5m2 (got ") + formats::format_name(p.recipe) + ")");
   if (p.rounding != formats::ScaleRounding::kCeil && p.rounding != formats::ScaleRounding::kFloor)
     return fail("rounding: kCeil or kFloor (one rule per run)");
   constexpr int64_t kMaxDim = int64_t{1} << 31;
@@ -280,12 +280,12 @@ Status run(const MxBf16Problem& p, const MxBf16Inputs& in, const MxBf16Outputs& 
   k.col_tiles = (p.cols + detail::kTileCols - 1) / detail::kTileCols;
   k.rule = detail::mx_scale_rule(formats::element_max(p.recipe), p.rounding == formats::ScaleRounding::kCeil);
   k.vector = p.cols % detail::kLaneCols == 0 && aligned16(in.x) && (out.rowwise == nullptr || aligned16(out.rowwise));
-  const bool e4m3 = p.recipe == formats::Recipe::kMxfp8E4M3;
+  const bool e4m3 = p.recipe == formats::Format::kMxfp8E4M3;
   if (p.num_groups > 0)
-    return e4m3 ? detail::launch<formats::Recipe::kMxfp8E4M3, true>(k, stream)
-                : detail::launch<formats::Recipe::kMxfp8E5M2, true>(k, stream);
-  return e4m3 ? detail::launch<formats::Recipe::kMxfp8E4M3, false>(k, stream)
-              : detail::launch<formats::Recipe::kMxfp8E5M2, false>(k, stream);
+    return e4m3 ? detail::launch<formats::Format::kMxfp8E4M3, true>(k, stream)
+                : detail::launch<formats::Format::kMxfp8E5M2, true>(k, stream);
+  return e4m3 ? detail::launch<formats::Format::kMxfp8E4M3, false>(k, stream)
+              : detail::launch<formats::Format::kMxfp8E5M2, false>(k, stream);
 }
 
 }  // namespace blockscale::quant

@@ -34,7 +34,7 @@
 namespace blockscale::quant {
 
 struct MxBf16Problem {
-  formats::Recipe recipe = formats::Recipe::kMxfp8E4M3;  // kMxfp8E4M3 or kMxfp8E5M2
+  formats::Format recipe = formats::Format::kMxfp8E4M3;  // kMxfp8E4M3 or kMxfp8E5M2
   formats::ScaleRounding rounding = formats::ScaleRounding::kCeil;
   int64_t rows = 0;  // fp32 input rows x cols, row-major, row stride cols
   int64_t cols = 0;

@@ -70,9 +70,9 @@ __device__ __forceinline__ uint32_t e2m1_code(float y) {
 
 // ---- The codes of 16 consecutive elements of a block: FP8 16 bytes (uint4), E2M1 8 bytes (uint2,
 // element 2i in the low nibble of byte i).
-template <formats::Recipe kRecipe>
+template <formats::Format kRecipe>
 struct MxCodes {
-  static constexpr bool kFp4 = kRecipe == formats::Recipe::kMxfp4;
+  static constexpr bool kFp4 = kRecipe == formats::Format::kMxfp4;
   static constexpr int kBytes = kFp4 ? 8 : 16;  // bytes of 16 codes
   using Vec = std::conditional_t<kFp4, uint2, uint4>;
 };
@@ -85,7 +85,7 @@ __device__ __forceinline__ uint32_t encode8_e2m1(const float* f, float inv) {
   return w;
 }
 
-template <formats::Recipe kRecipe, ElementEncoder kEnc>
+template <formats::Format kRecipe, ElementEncoder kEnc>
 __device__ __forceinline__ typename MxCodes<kRecipe>::Vec encode16(const float* f, float inv) {
   if constexpr (MxCodes<kRecipe>::kFp4) {
     return make_uint2(encode8_e2m1(f, inv), encode8_e2m1(f + 8, inv));
@@ -165,7 +165,7 @@ __device__ __forceinline__ uint2 encode16_e2m1_bf16(const uint32_t* pairs, const
     float f[16];
 #pragma unroll
     for (int i = 0; i < 16; ++i) f[i] = In::elem(pairs[i / 2], i % 2);
-    return encode16<formats::Recipe::kMxfp4, ElementEncoder::kSoftware>(f, s.inv);
+    return encode16<formats::Format::kMxfp4, ElementEncoder::kSoftware>(f, s.inv);
   }
   const uint32_t inv2 = (__float_as_uint(s.inv) >> 16) * 0x00010001u;  // 2^-e is a bf16 exactly
   uint32_t c[8];

@@ -61,7 +61,7 @@ namespace blockscale::quant::detail {
 namespace {
 
 using formats::Direction;
-using formats::Recipe;
+using formats::Format;
 
 constexpr int kTile = 128;     // tile rows = tile columns
 constexpr int kThreads = 256;  // 8 warps
@@ -355,7 +355,7 @@ __device__ __forceinline__ void store_codes_partial(uint8_t* dst, const Vec& v, 
 }
 
 // Bytes of `n` codes (E2M1: two per byte).
-template <Recipe kRecipe>
+template <Format kRecipe>
 __device__ __forceinline__ int code_bytes(int n) {
   return MxCodes<kRecipe>::kFp4 ? (n + 1) >> 1 : n;
 }
@@ -367,7 +367,7 @@ __device__ __forceinline__ int code_bytes(int n) {
 //   kWordScale == true : the row's 4 scale bytes (blocks 4 * tc .. 4 * tc + 3, contiguous in the
 //                        swizzled layout) go to scale_word directly, and nothing is stored for a
 //                        row that does not exist, kFull or not (grouped tiles).
-template <InputType kIn, Recipe kRecipe, ElementEncoder kEnc, bool kFull, bool kWordScale>
+template <InputType kIn, Format kRecipe, ElementEncoder kEnc, bool kFull, bool kWordScale>
 __device__ __forceinline__ void quantize_row16(const MxParams& p, const uint32_t* tile, const TilePos& tp,
                                                int rt, int q, bool row_ok, uint8_t* dst, uint8_t* scale_chunk,
                                                uint8_t* scale_word, uint32_t& tensor_amax, bool& saw_nonfinite) {
@@ -417,7 +417,7 @@ __device__ __forceinline__ void quantize_row16(const MxParams& p, const uint32_t
 
 // Columnwise: word column 4g + pl of the shared tile (granule g), rows 16k..16k+15; lanes k and
 // k ^ 1 hold one 32-row block.
-template <InputType kIn, Recipe kRecipe, ElementEncoder kEnc, bool kFull, bool kTensorAmax>
+template <InputType kIn, Format kRecipe, ElementEncoder kEnc, bool kFull, bool kTensorAmax>
 __device__ __forceinline__ void quantize_col16(const MxParams& p, const uint32_t* tile, const TilePos& tp,
                                                int g, int pl, int k, uint8_t* scale_chunk, uint32_t& tensor_amax,
                                                bool& saw_nonfinite) {
@@ -468,7 +468,7 @@ __device__ __forceinline__ void quantize_col16(const MxParams& p, const uint32_t
 
 // The row and column work of one tile in shared memory. kGroupedTiles: the tile lies in the
 // padded row space of grouped mode; `ls` holds this lane's segment.
-template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kFull, bool kGroupedTiles>
+template <InputType kIn, Format kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kFull, bool kGroupedTiles>
 __device__ __forceinline__ void quantize_tile(const MxParams& p, const uint32_t* tile, const TilePos& tp,
                                               const LaneSegment& ls, uint8_t* row_chunk, uint8_t* col_chunk,
                                               uint32_t& tensor_amax, bool& saw_nonfinite) {
@@ -536,7 +536,7 @@ __device__ __forceinline__ void store_scale_chunk(const MxParams& p, uint8_t* ds
 // file comment; CTA 0 writes the padded ends). A rowwise-only grouped run is the dense kernel plus
 // launch_grouped_offsets.
 // kGather: the input rows are read through p.row_index (load_tile_gathered); nothing else changes.
-template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kGrouped, bool kGather>
+template <InputType kIn, Format kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kGrouped, bool kGather>
 __global__ void __launch_bounds__(kThreads, 3) mx_quantize_kernel(const __grid_constant__ MxParams p) {
   using In = InputTraits<kIn>;
   using S = TileShape<kIn>;
@@ -664,7 +664,7 @@ enum class Action { kCheck, kLaunch };
 
 bool aligned(const void* ptr, int64_t n) { return reinterpret_cast<uintptr_t>(ptr) % n == 0; }
 
-template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kGrouped, bool kGather>
+template <InputType kIn, Format kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kGrouped, bool kGather>
 Status leaf(Action action, const MxParams& params, cudaStream_t stream) {
   auto* kernel = mx_quantize_kernel<kIn, kRecipe, kRow, kCol, kEnc, kGrouped, kGather>;
   int dev = 0;
@@ -704,12 +704,12 @@ Status leaf(Action action, const MxParams& params, cudaStream_t stream) {
   return cuda_status(cudaGetLastError(), "mx_quantize_kernel launch");
 }
 
-template <InputType kIn, Recipe kRecipe, bool kRow, bool kCol, bool kGrouped, bool kGather>
+template <InputType kIn, Format kRecipe, bool kRow, bool kCol, bool kGrouped, bool kGather>
 Status dispatch_encoder(ElementEncoder enc, Action a, const MxParams& params, cudaStream_t s) {
-  if constexpr (kRecipe == Recipe::kMxfp4 || kGrouped || kGather) {
+  if constexpr (kRecipe == Format::kMxfp4 || kGrouped || kGather) {
     // E2M1 has one (software) encoder; the grouped and gathered modes run the default FP8 encoder.
     (void)enc;
-    constexpr ElementEncoder kEnc = kRecipe == Recipe::kMxfp4 ? ElementEncoder::kSoftware : kDefaultEncoder;
+    constexpr ElementEncoder kEnc = kRecipe == Format::kMxfp4 ? ElementEncoder::kSoftware : kDefaultEncoder;
     return leaf<kIn, kRecipe, kRow, kCol, kEnc, kGrouped, kGather>(a, params, s);
   } else {
     switch (enc) {
@@ -721,7 +721,7 @@ Status dispatch_encoder(ElementEncoder enc, Action a, const MxParams& params, cu
 }
 
 // kGather && !kGrouped: a gathered grouped run without a columnwise copy (the dense tiles, rowwise only).
-template <InputType kIn, Recipe kRecipe, bool kGrouped, bool kGather>
+template <InputType kIn, Format kRecipe, bool kGrouped, bool kGather>
 Status dispatch_directions(const QuantizeProblem& p, ElementEncoder enc, Action a, const MxParams& params,
                            cudaStream_t s) {
   if constexpr (kGather && !kGrouped) {
@@ -741,9 +741,9 @@ template <InputType kIn, bool kGrouped, bool kGather>
 Status dispatch_recipe(const QuantizeProblem& p, ElementEncoder enc, Action a, const MxParams& params,
                        cudaStream_t s) {
   switch (p.recipe) {
-    case Recipe::kMxfp8E4M3: return dispatch_directions<kIn, Recipe::kMxfp8E4M3, kGrouped, kGather>(p, enc, a, params, s);
-    case Recipe::kMxfp8E5M2: return dispatch_directions<kIn, Recipe::kMxfp8E5M2, kGrouped, kGather>(p, enc, a, params, s);
-    case Recipe::kMxfp4: return dispatch_directions<kIn, Recipe::kMxfp4, kGrouped, kGather>(p, enc, a, params, s);
+    case Format::kMxfp8E4M3: return dispatch_directions<kIn, Format::kMxfp8E4M3, kGrouped, kGather>(p, enc, a, params, s);
+    case Format::kMxfp8E5M2: return dispatch_directions<kIn, Format::kMxfp8E5M2, kGrouped, kGather>(p, enc, a, params, s);
+    case Format::kMxfp4: return dispatch_directions<kIn, Format::kMxfp4, kGrouped, kGather>(p, enc, a, params, s);
     default: return Status::error("problem.recipe: not an MX recipe with a GPU kernel (mxfp8, mxfp8_e5m2, mxfp4)");
   }
 }
@@ -759,8 +759,8 @@ Status dispatch(const QuantizeProblem& p, ElementEncoder enc, Action a, const Mx
 }
 
 int element_bytes(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
-bool is_e2m1(Recipe r) { return r == Recipe::kMxfp4; }
-int64_t code_row_bytes(Recipe r, int64_t n) { return is_e2m1(r) ? (n + 1) / 2 : n; }
+bool is_e2m1(Format r) { return r == Format::kMxfp4; }
+int64_t code_row_bytes(Format r, int64_t n) { return is_e2m1(r) ? (n + 1) / 2 : n; }
 
 // The parameters both modes share; tile_rows = rows (dense) or the capacity (grouped, columnwise).
 MxParams make_params(const QuantizeProblem& p, const void* x, const QuantizeOutputs& out, int64_t tile_rows) {
@@ -796,8 +796,8 @@ MxParams make_params(const QuantizeProblem& p, const void* x, const QuantizeOutp
   return params;
 }
 
-bool is_mx_gpu_recipe(Recipe r) {
-  return r == Recipe::kMxfp8E4M3 || r == Recipe::kMxfp8E5M2 || r == Recipe::kMxfp4;
+bool is_mx_gpu_recipe(Format r) {
+  return r == Format::kMxfp8E4M3 || r == Format::kMxfp8E5M2 || r == Format::kMxfp4;
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ namespace blockscale::quant {
 namespace {
 
 using formats::Direction;
-using formats::Recipe;
+using formats::Format;
 
 constexpr int64_t kMaxDim = int64_t{1} << 31;  // as formats/: keeps every offset far from overflow
 
@@ -27,22 +27,22 @@ bool wants_columnwise(const QuantizeProblem& p) { return p.directions != Directi
 bool empty(const QuantizeProblem& p) { return p.rows == 0 || p.cols == 0; }
 int64_t element_bytes(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-bool is_nvfp4(Recipe r) { return r == Recipe::kNvfp4; }
-bool has_gpu_kernel(Recipe r) {
-  return r == Recipe::kMxfp8E4M3 || r == Recipe::kMxfp8E5M2 || r == Recipe::kMxfp4 ||
-         r == Recipe::kNvfp4 || formats::is_fp8_block(r);
+bool is_nvfp4(Format r) { return r == Format::kNvfp4; }
+bool has_gpu_kernel(Format r) {
+  return r == Format::kMxfp8E4M3 || r == Format::kMxfp8E5M2 || r == Format::kMxfp4 ||
+         r == Format::kNvfp4 || formats::is_fp8_block(r);
 }
 bool aligned(const void* ptr, int64_t n) { return reinterpret_cast<uintptr_t>(ptr) % n == 0; }
 
 // Bytes of one stored row of `cols` element codes (E2M1: two per byte).
-int64_t row_bytes(Recipe r, int64_t cols) { return formats::is_fp4(r) ? ceil_div(cols, 2) : cols; }
+int64_t row_bytes(Format r, int64_t cols) { return formats::is_fp4(r) ? ceil_div(cols, 2) : cols; }
 
 // Bytes of the scales of a stored matrix (rows x cols, blocks along cols) in the GEMM's layout.
-int64_t scale_bytes(Recipe r, int64_t rows, int64_t cols) {
+int64_t scale_bytes(Format r, int64_t rows, int64_t cols) {
   if (rows <= 0 || cols <= 0) return 0;
   const int64_t k_blocks = ceil_div(cols, formats::default_block_cols(r));
-  if (r == Recipe::kFp8Block1x128) return formats::vec128_scale_floats(rows, k_blocks) * 4;
-  if (r == Recipe::kFp8Block128x128) return formats::blk128_scale_floats(ceil_div(rows, 128), k_blocks) * 4;
+  if (r == Format::kFp8Block1x128) return formats::vec128_scale_floats(rows, k_blocks) * 4;
+  if (r == Format::kFp8Block128x128) return formats::blk128_scale_floats(ceil_div(rows, 128), k_blocks) * 4;
   return formats::swizzled_scale_bytes(rows, k_blocks);  // NVFP4 2D too: one scale per row
 }
 
@@ -59,7 +59,7 @@ using detail::Range;
 // grouped: the columnwise copy's blocks run over each expert's zero-padded tokens, so the RHT
 // needs no particular row count.
 Status check_options(const QuantizeProblem& p, bool grouped) {
-  const std::string name = formats::recipe_name(p.recipe);
+  const std::string name = formats::format_name(p.recipe);
   if (name == "unknown") return Status::error("problem.recipe: unknown value");
   if (!has_gpu_kernel(p.recipe))
     return Status::error("problem.recipe: " + name + " has no GPU quantize kernel (a study format: use formats::quantize)");
@@ -191,7 +191,7 @@ Status check_workspace(size_t need, const void* workspace, size_t workspace_byte
   return Status::ok();
 }
 
-int columnwise_block(Recipe r) {  // block length along the input's rows of a columnwise copy
+int columnwise_block(Format r) {  // block length along the input's rows of a columnwise copy
   return formats::default_block_cols(r);
 }
 
@@ -304,7 +304,7 @@ Status run(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOut
 Status can_implement(const BatchedQuantizeProblem& p) {
   BS_RETURN_IF_ERROR(can_implement(p.matrix));
   const bool mx = formats::is_mx(p.matrix.recipe);
-  if (p.matrix.recipe != Recipe::kFp8Block128x128 && !mx)
+  if (p.matrix.recipe != Format::kFp8Block128x128 && !mx)
     return Status::error("problem.matrix.recipe: batched quantize takes fp8_block128x128 and the MX recipes (the "
                          "weights' recipes of fp8_block and mxfp8); quantize other recipes one matrix per run()");
   if (mx && p.matrix.rows % 128 != 0)
@@ -354,7 +354,7 @@ int64_t grouped_columnwise_scale_bytes(const GroupedQuantizeProblem& p) {
 Status can_implement(const GroupedQuantizeProblem& p) {
   BS_RETURN_IF_ERROR(check_options(p.dense, true));
   BS_RETURN_IF_ERROR(check_shape(p.dense));
-  if (p.dense.recipe == Recipe::kFp8Block128x128)
+  if (p.dense.recipe == Format::kFp8Block128x128)
     return Status::error("problem.dense.recipe: fp8_block128x128 is the weights' recipe; grouped (token) "
                          "quantize takes the activations' and gradients' fp8_block128 (1x128)");
   if (p.dense.nvfp4_2d)
@@ -406,7 +406,7 @@ Status run(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in, con
 // ---- Dequantize -------------------------------------------------------------------------------
 
 Status dequantize(const DequantizeProblem& p, const DequantizeInputs& in, float* out, cudaStream_t stream) {
-  const std::string name = formats::recipe_name(p.recipe);
+  const std::string name = formats::format_name(p.recipe);
   if (name == "unknown") return Status::error("problem.recipe: unknown value");
   if (!has_gpu_kernel(p.recipe))
     return Status::error("problem.recipe: " + name + " has no GPU dequantize kernel (a study format: use formats::dequantize)");

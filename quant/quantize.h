@@ -30,7 +30,7 @@ enum class TensorAmax { kMeasure, kGiven };
 // elements (ld >= cols), and what to make of it. The recipe options mean what the fields of
 // formats::QuantizeOptions of the same name mean.
 struct QuantizeProblem {
-  formats::Recipe recipe = formats::Recipe::kMxfp8E4M3;
+  formats::Format recipe = formats::Format::kMxfp8E4M3;
   formats::ScaleRounding rounding = formats::ScaleRounding::kCeil;  // MX recipes only
   InputType input_type = InputType::kBf16;
   int64_t rows = 0;
@@ -186,7 +186,7 @@ Status run(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,
 // A quantized matrix in its stored orientation (a columnwise copy of an R x C input is C x R):
 // rows x cols element codes (row bytes as above) and its scales in the layout run() writes.
 struct DequantizeProblem {
-  formats::Recipe recipe = formats::Recipe::kMxfp8E4M3;
+  formats::Format recipe = formats::Format::kMxfp8E4M3;
   int64_t rows = 0;
   int64_t cols = 0;
 };

@@ -30,11 +30,11 @@ const char* version() { return BLOCKSCALE_VERSION; }
 
 CLI::Validator recipe_validator() {
   std::string names;
-  for (formats::Recipe r : formats::all_recipes()) names += std::string(names.empty() ? "" : ", ") + formats::recipe_name(r);
+  for (formats::Format r : formats::all_formats()) names += std::string(names.empty() ? "" : ", ") + formats::format_name(r);
   return CLI::Validator(
       [names](std::string& value) -> std::string {
-        formats::Recipe r;
-        return formats::parse_recipe(value, &r) ? "" : "unknown recipe '" + value + "' (one of: " + names + ")";
+        formats::Format r;
+        return formats::parse_format(value, &r) ? "" : "unknown recipe '" + value + "' (one of: " + names + ")";
       },
       "", "recipe");
 }

@@ -45,7 +45,7 @@ void add_gemm_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_version_command(CLI::App& app);
 
-// --recipe values: formats::recipe_name() spellings, checked by parse_recipe().
+// --recipe values: formats::format_name() spellings, checked by parse_format().
 CLI::Validator recipe_validator();
 // --seed / --sr-seed values: 0 .. 2^64 - 1 in decimal digits (no sign, no wrap-around).
 CLI::Validator seed_validator();

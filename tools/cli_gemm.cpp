@@ -42,7 +42,7 @@ std::vector<float> random_matrix(int64_t rows, int64_t cols, uint64_t seed) {
   return x;
 }
 
-formats::QuantizedMatrix quantize_operand(const std::string& what, int64_t rows, int64_t cols, formats::Recipe r,
+formats::QuantizedMatrix quantize_operand(const std::string& what, int64_t rows, int64_t cols, formats::Format r,
                                           uint64_t seed) {
   const std::vector<float> x = random_matrix(rows, cols, seed);
   formats::QuantizeOptions o;
@@ -84,11 +84,11 @@ namespace {
 void run_gemm(const GemmArgs& a) {
   if (!a.grouped.empty()) return run_grouped_gemm(a);
   if (a.m <= 0) usage_error("gemm", "--m: required (rows of A and D) unless --grouped");
-  formats::Recipe ra, rb;
-  formats::parse_recipe(a.recipe, &ra);  // the validator accepted it
+  formats::Format ra, rb;
+  formats::parse_format(a.recipe, &ra);  // the validator accepted it
   const std::string b_name = !a.b_recipe.empty() ? a.b_recipe
-                             : ra == formats::Recipe::kFp8Block1x128 ? "fp8_block128x128" : a.recipe;
-  if (!formats::parse_recipe(b_name, &rb)) usage_error("gemm", "--b-recipe: unknown recipe '" + b_name + "'");
+                             : ra == formats::Format::kFp8Block1x128 ? "fp8_block128x128" : a.recipe;
+  if (!formats::parse_format(b_name, &rb)) usage_error("gemm", "--b-recipe: unknown recipe '" + b_name + "'");
 #ifndef BLOCKSCALE_HAVE_CUDA
   (void)rb;
   fail("gemm", "this build has no CUDA parts (configure with -DBLOCKSCALE_CUDA=ON); gemm/ runs on the GPU only");

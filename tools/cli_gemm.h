@@ -30,7 +30,7 @@ struct GemmArgs {
 // rows x cols random values (see cli_gemm.cpp), seedable.
 std::vector<float> random_matrix(int64_t rows, int64_t cols, uint64_t seed);
 // random_matrix quantized rowwise by formats::quantize; errors name `what`.
-formats::QuantizedMatrix quantize_operand(const std::string& what, int64_t rows, int64_t cols, formats::Recipe r,
+formats::QuantizedMatrix quantize_operand(const std::string& what, int64_t rows, int64_t cols, formats::Format r,
                                           uint64_t seed);
 // Rows `rows` of a 1-row-block operand, for a sampled reference.
 formats::QuantizedMatrix take_rows(const formats::QuantizedMatrix& q, const std::vector<int64_t>& rows);

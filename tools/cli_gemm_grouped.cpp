@@ -65,7 +65,7 @@ void report_check(const GemmArgs& a, const std::vector<double>& got, const std::
 }
 
 #ifdef BLOCKSCALE_HAVE_CUDA
-void run_fprop(const GemmArgs& a, formats::Recipe ra, formats::Recipe rb, const std::vector<int64_t>& counts) {
+void run_fprop(const GemmArgs& a, formats::Format ra, formats::Format rb, const std::vector<int64_t>& counts) {
   const std::vector<int64_t> ends = cumulative(counts);
   progress(a, "quantizing random tokens and expert weights on the CPU (formats::quantize)");
   const formats::QuantizedMatrix qa = quantize_operand("A (tokens)", a.tokens, a.k, ra, a.seed);
@@ -78,7 +78,7 @@ void run_fprop(const GemmArgs& a, formats::Recipe ra, formats::Recipe rb, const 
   check("gemm", gpu_grouped_gemm(false, qa, qb, ends, a.out_type == "fp32", a.iters, a.check, &res));
   std::printf("grouped gemm m (fprop) %s x %s, %d experts, %lld tokens, n %lld, k %lld, %s D: %.1f us, %.1f TFLOP/s "
               "(median of %d)\n",
-              formats::recipe_name(ra), formats::recipe_name(rb), a.experts, static_cast<long long>(a.tokens),
+              formats::format_name(ra), formats::format_name(rb), a.experts, static_cast<long long>(a.tokens),
               static_cast<long long>(a.n), static_cast<long long>(a.k), a.out_type.c_str(), res.median_us,
               a.iters > 0 ? 2.0 * a.tokens * a.n * a.k / (res.median_us * 1e6) : 0.0, a.iters);
   if (!a.check) return;
@@ -102,7 +102,7 @@ void run_fprop(const GemmArgs& a, formats::Recipe ra, formats::Recipe rb, const 
   report_check(a, got, want, std::to_string(rows.size()) + " of " + std::to_string(a.tokens) + " rows");
 }
 
-void run_wgrad(const GemmArgs& a, formats::Recipe ra, formats::Recipe rb, const std::vector<int64_t>& counts) {
+void run_wgrad(const GemmArgs& a, formats::Format ra, formats::Format rb, const std::vector<int64_t>& counts) {
   const std::vector<int64_t> ends = cumulative(counts);
   progress(a, "quantizing random dY and X columnwise per expert on the CPU (formats::quantize_grouped_columnwise)");
   const std::vector<float> dy = random_matrix(a.tokens, a.n, a.seed);
@@ -124,7 +124,7 @@ void run_wgrad(const GemmArgs& a, formats::Recipe ra, formats::Recipe rb, const 
   check("gemm", gpu_grouped_gemm(true, wa, {wb}, pends, a.out_type == "fp32", a.iters, a.check, &res));
   std::printf("grouped gemm k (wgrad) %s x %s, %d experts, %lld tokens (capacity %lld), dW %lld x %lld per expert, "
               "%s dW: %.1f us, %.1f TFLOP/s (median of %d)\n",
-              formats::recipe_name(ra), formats::recipe_name(rb), a.experts, static_cast<long long>(a.tokens),
+              formats::format_name(ra), formats::format_name(rb), a.experts, static_cast<long long>(a.tokens),
               static_cast<long long>(capacity), static_cast<long long>(a.n), static_cast<long long>(a.k),
               a.out_type.c_str(), res.median_us, a.iters > 0 ? 2.0 * a.tokens * a.n * a.k / (res.median_us * 1e6) : 0.0,
               a.iters);
@@ -148,12 +148,12 @@ void run_grouped_gemm(const GemmArgs& a) {
   if (a.tokens <= 0) usage_error("gemm", "--tokens: required with --grouped (the tokens of all experts together)");
   if (a.m > 0) usage_error("gemm", "--m: not with --grouped (the rows are the tokens: --tokens)");
   if (a.skew > 0 && a.experts < 2) usage_error("gemm", "--skew: needs --experts >= 2");
-  formats::Recipe ra, rb;
-  formats::parse_recipe(a.recipe, &ra);  // the validator accepted it
+  formats::Format ra, rb;
+  formats::parse_format(a.recipe, &ra);  // the validator accepted it
   const std::string b_name = !a.b_recipe.empty()                                    ? a.b_recipe
-                             : ra == formats::Recipe::kFp8Block1x128 && !wgrad ? "fp8_block128x128"
+                             : ra == formats::Format::kFp8Block1x128 && !wgrad ? "fp8_block128x128"
                                                                                     : a.recipe;
-  if (!formats::parse_recipe(b_name, &rb)) usage_error("gemm", "--b-recipe: unknown recipe '" + b_name + "'");
+  if (!formats::parse_format(b_name, &rb)) usage_error("gemm", "--b-recipe: unknown recipe '" + b_name + "'");
   const std::vector<int64_t> counts = expert_counts(a.tokens, a.experts, a.skew);
 #ifndef BLOCKSCALE_HAVE_CUDA
   (void)rb, (void)counts;

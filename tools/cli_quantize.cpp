@@ -34,8 +34,8 @@ struct QuantizeArgs {
 // The options, checked against each other and named as the user typed them, before any file is
 // read.
 Status make_options(const QuantizeArgs& a, bool sr, formats::QuantizeOptions* o) {
-  formats::parse_recipe(a.recipe, &o->recipe);  // recipe_validator() accepted it
-  const bool mx = formats::is_mx(o->recipe), nvfp4 = o->recipe == formats::Recipe::kNvfp4;
+  formats::parse_format(a.recipe, &o->recipe);  // recipe_validator() accepted it
+  const bool mx = formats::is_mx(o->recipe), nvfp4 = o->recipe == formats::Format::kNvfp4;
   if (a.rounding == "floor" && !mx)
     return Status::error("--rounding floor: applies to MX recipes only (" + a.recipe + " rounds to nearest)");
   o->rounding = a.rounding == "floor" ? formats::ScaleRounding::kFloor : formats::ScaleRounding::kCeil;

@@ -70,13 +70,13 @@ std::pair<std::string, std::string> split_pair(const std::string& arg,
 }
 
 void run(const StudyArgs& args) {
-  std::vector<formats::Recipe> recipes;
+  std::vector<formats::Format> recipes;
   for (const std::string& name : args.recipes) {
-    formats::Recipe r;
-    if (!formats::parse_recipe(name, &r)) usage_error("study", "--recipes: unknown recipe '" + name + "'");
+    formats::Format r;
+    if (!formats::parse_format(name, &r)) usage_error("study", "--recipes: unknown recipe '" + name + "'");
     recipes.push_back(r);
   }
-  if (recipes.empty()) recipes = formats::all_recipes();
+  if (recipes.empty()) recipes = formats::all_formats();
   const formats::ScaleRounding mx = args.rounding == "ceil"    ? formats::ScaleRounding::kCeil
                                     : args.rounding == "floor" ? formats::ScaleRounding::kFloor
                                                                : formats::ScaleRounding::kBoth;
@@ -151,8 +151,8 @@ void add_study_command(CLI::App& app) {
       ->check(extension_validator({".npy", ".safetensors"}))
       ->type_name("FILE");
   std::string names;
-  for (formats::Recipe r : formats::all_recipes())
-    names += std::string(names.empty() ? "" : ", ") + formats::recipe_name(r);
+  for (formats::Format r : formats::all_formats())
+    names += std::string(names.empty() ? "" : ", ") + formats::format_name(r);
   sub->add_option("-r,--recipes", args->recipes,
                   "Recipes to study, comma-separated or repeated (default: all): " + names)
       ->delimiter(',')

@@ -46,12 +46,12 @@ Devices: --device auto uses the GPU when the build has CUDA and a GPU is present
 Exit status: 0 success, 1 failure (bad data or checkpoint file, I/O error, a run directory in use
 or holding a run, too little memory), 2 bad usage.)";
 
-std::vector<train::TrainRecipe> parse_recipe_list(const std::string& list) {
-  std::vector<train::TrainRecipe> out;
+std::vector<train::Recipe> parse_recipe_list(const std::string& list) {
+  std::vector<train::Recipe> out;
   std::stringstream ss(list);
   std::string name;
   while (std::getline(ss, name, ',')) {
-    train::TrainRecipe r;
+    train::Recipe r;
     check_usage("train", train::parse_recipe(name, &r));
     out.push_back(r);
   }
@@ -87,9 +87,9 @@ void run_train(TrainArgs& args) {
   check_usage("train", train::parse_fp8_gemm(args.fp8_gemm, &c.fp8_gemm));
   if (c.optimizer.total_steps <= 0) c.optimizer.total_steps = c.steps;
   // Every option's range for every recipe the run trains, before any work (train() checks again).
-  const std::vector<train::TrainRecipe> recipes =
-      args.compare.empty() ? std::vector<train::TrainRecipe>{c.recipe} : parse_recipe_list(args.compare);
-  for (train::TrainRecipe r : recipes) {
+  const std::vector<train::Recipe> recipes =
+      args.compare.empty() ? std::vector<train::Recipe>{c.recipe} : parse_recipe_list(args.compare);
+  for (train::Recipe r : recipes) {
     train::TrainConfig each = c;
     each.recipe = r;
     check_usage("train", train::validate(each));

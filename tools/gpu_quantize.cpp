@@ -40,9 +40,9 @@ Status fetch(const formats::QuantizeOptions& o, int64_t rows, int64_t cols, cons
   std::vector<uint8_t> packed(scale_bytes);
   BS_RETURN_IF_ERROR(device_status(cudaMemcpy(packed.data(), scales.data(), scale_bytes, cudaMemcpyDeviceToHost), "copy scales back"));
   const auto* packed_f32 = reinterpret_cast<const float*>(packed.data());
-  if (o.recipe == formats::Recipe::kFp8Block1x128) {
+  if (o.recipe == formats::Format::kFp8Block1x128) {
     BS_RETURN_IF_ERROR(formats::unpack_vec128_scales(packed_f32, scale_bytes / 4, q.scale_rows(), q.scale_cols(), &q.scales_f32));
-  } else if (o.recipe == formats::Recipe::kFp8Block128x128) {
+  } else if (o.recipe == formats::Format::kFp8Block128x128) {
     BS_RETURN_IF_ERROR(formats::unpack_blk128_scales(packed_f32, scale_bytes / 4, q.scale_rows(), q.scale_cols(), &q.scales_f32));
   } else {
     std::vector<uint8_t> per_row;
@@ -51,7 +51,7 @@ Status fetch(const formats::QuantizeOptions& o, int64_t rows, int64_t cols, cons
     for (int64_t i = 0; i < q.scale_rows(); ++i)  // row i * block_rows holds tile row i's scales
       std::copy_n(per_row.begin() + i * q.block_rows * q.scale_cols(), q.scale_cols(), q.scales.begin() + i * q.scale_cols());
   }
-  if (o.recipe == formats::Recipe::kNvfp4)
+  if (o.recipe == formats::Format::kNvfp4)
     BS_RETURN_IF_ERROR(device_status(cudaMemcpy(&q.global_scale_dec, scale_dec.data(), sizeof(float), cudaMemcpyDeviceToHost),
                                   "copy the tensor scale back"));
   *out = std::move(q);
@@ -109,7 +109,7 @@ Status gpu_quantize(const io::TensorView& t, int64_t rows, int64_t cols, const f
   BS_RETURN_IF_ERROR(flag.alloc(sizeof(int), "allocate"));
   BS_RETURN_IF_ERROR(workspace.alloc(quant::workspace_size(p), "allocate the workspace"));
   BS_RETURN_IF_ERROR(device_status(cudaMemset(flag.data(), 0, sizeof(int)), "clear the flag"));
-  const bool nvfp4 = p.recipe == formats::Recipe::kNvfp4;
+  const bool nvfp4 = p.recipe == formats::Format::kNvfp4;
   quant::QuantizeOutputs out;
   out.rowwise_data = row_data.as<uint8_t>();
   out.rowwise_scales = row_scales.data();

@@ -239,12 +239,12 @@ Status open_study_files(const std::vector<std::string>& paths, const std::string
 
 // ---- configs ---------------------------------------------------------------------------------
 
-std::vector<StudyConfig> study_configs(const std::vector<formats::Recipe>& recipes, formats::ScaleRounding mx) {
+std::vector<StudyConfig> study_configs(const std::vector<formats::Format>& recipes, formats::ScaleRounding mx) {
   std::vector<StudyConfig> configs;
-  for (formats::Recipe r : formats::all_recipes()) {
+  for (formats::Format r : formats::all_formats()) {
     if (std::find(recipes.begin(), recipes.end(), r) == recipes.end()) continue;
     StudyConfig c;
-    c.label = formats::recipe_name(r);
+    c.label = formats::format_name(r);
     c.options.recipe = r;
     if (!formats::is_mx(r) || mx != formats::ScaleRounding::kFloor) configs.push_back(c);
     if (formats::is_mx(r) && mx != formats::ScaleRounding::kCeil) {
@@ -281,9 +281,9 @@ struct Accumulator {
 
 enum class ScaleFormat { kE8M0, kUE4M3, kFp32 };
 
-ScaleFormat scale_format(formats::Recipe r) {
+ScaleFormat scale_format(formats::Format r) {
   if (formats::is_mx(r)) return ScaleFormat::kE8M0;
-  return r == formats::Recipe::kNvfp4 ? ScaleFormat::kUE4M3 : ScaleFormat::kFp32;
+  return r == formats::Format::kNvfp4 ? ScaleFormat::kUE4M3 : ScaleFormat::kFp32;
 }
 
 // Adds chunk x (nr x nc, contiguous), its quantized copy q and q's fp32 dequantization.
@@ -346,7 +346,7 @@ void accumulate(const float* x, const formats::QuantizedMatrix& q, const std::ve
   }
 }
 
-RecipeError finish(const Accumulator& a, int64_t elements, formats::Recipe recipe) {
+RecipeError finish(const Accumulator& a, int64_t elements, formats::Format recipe) {
   RecipeError e;
   e.elements = elements;
   e.nonfinite = a.nonfinite;
@@ -401,7 +401,7 @@ Status quantize_in_chunks(const TensorSource& source, const formats::QuantizeOpt
   const int bc = formats::default_block_cols(opt.recipe);
   const Chunking ch = chunking(source.rows, source.cols, br, bc, chunk_elements);
   std::vector<float> x;
-  if (opt.recipe == formats::Recipe::kNvfp4 && !opt.has_tensor_amax) {
+  if (opt.recipe == formats::Format::kNvfp4 && !opt.has_tensor_amax) {
     // Pass 1: the tensor amax as quantize() measures it (NaN ignored, Inf counts).
     uint32_t amax_bits = 0;
     BS_RETURN_IF_ERROR(for_each_chunk(source, ch, &x, [&](int64_t, int64_t, int64_t nr, int64_t nc,

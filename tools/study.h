@@ -87,9 +87,9 @@ struct StudyConfig {
   formats::QuantizeOptions options;
 };
 
-// Every recipe in `recipes` (all_recipes() order kept); MX recipes once per rounding asked for
+// Every recipe in `recipes` (all_formats() order kept); MX recipes once per rounding asked for
 // (`mx`: kCeil, kFloor or kBoth).
-std::vector<StudyConfig> study_configs(const std::vector<formats::Recipe>& recipes, formats::ScaleRounding mx);
+std::vector<StudyConfig> study_configs(const std::vector<formats::Format>& recipes, formats::ScaleRounding mx);
 
 // The error of one tensor under one config (rowwise quantization, blocks along the last dim).
 // Non-finite inputs are counted and excluded, together with the finite elements that share a

@@ -182,7 +182,7 @@ std::string format_json(const StudyResult& r, const StudyProvenance& p) {
                                  : opt.rounding == formats::ScaleRounding::kFloor ? "\"floor\""
                                                                                    : "\"ceil\"";
     o += std::string(c ? ",\n    " : "\n    ") + "{\"label\": " + json_str(r.configs[c].label) +
-         ", \"recipe\": " + json_str(formats::recipe_name(opt.recipe)) +
+         ", \"recipe\": " + json_str(formats::format_name(opt.recipe)) +
          ", \"rounding\": " + rounding + "}";
   }
   o += "\n  ],\n  \"tensors\": [";

@@ -8,7 +8,7 @@ namespace {
 
 class CpuBackend final : public StepBackend {
  public:
-  CpuBackend(const ModelConfig& config, TrainRecipe recipe, uint64_t init_seed)
+  CpuBackend(const ModelConfig& config, Recipe recipe, uint64_t init_seed)
       : model_(config, recipe), decay_(decay_mask(model_.layout())) {
     const int64_t n = model_.layout().total;
     params_.resize(n);
@@ -72,7 +72,7 @@ class CpuBackend final : public StepBackend {
 
 }  // namespace
 
-std::unique_ptr<StepBackend> make_cpu_backend(const ModelConfig& config, TrainRecipe recipe, uint64_t init_seed) {
+std::unique_ptr<StepBackend> make_cpu_backend(const ModelConfig& config, Recipe recipe, uint64_t init_seed) {
   return std::make_unique<CpuBackend>(config, recipe, init_seed);
 }
 

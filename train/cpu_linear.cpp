@@ -13,14 +13,14 @@ using formats::Direction;
 
 // The values a GEMM operand holds after the recipe's rounding, in its stored orientation
 // (a columnwise copy of rows x cols is cols x rows).
-Status operand_values(TrainRecipe recipe, OperandRole role, bool wgrad_operand, SrKey sr, const float* x,
+Status operand_values(Recipe recipe, OperandRole role, bool wgrad_operand, SrKey sr, const float* x,
                       int64_t rows, int64_t cols, Direction direction, MatrixD* out) {
   const bool columnwise = direction == Direction::kColumnwise;
   if (!is_quantized(recipe)) {
     out->resize(columnwise ? cols : rows, columnwise ? rows : cols);
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
-        const float v = recipe == TrainRecipe::kBf16 ? round_to_bf16(x[r * cols + c]) : x[r * cols + c];
+        const float v = recipe == Recipe::kBf16 ? round_to_bf16(x[r * cols + c]) : x[r * cols + c];
         (columnwise ? (*out)(c, r) : (*out)(r, c)) = v;
       }
     }
@@ -38,7 +38,7 @@ Status operand_values(TrainRecipe recipe, OperandRole role, bool wgrad_operand, 
 // The experts' stacked weights (experts x n x k), each expert quantized on its own (its own NVFP4
 // tensor scale, as the grouped GEMM takes them): rowwise gives (experts*n) x k, columnwise
 // k x (experts*n) with expert g's W_g^T in columns g*n ...
-Status expert_weight_values(TrainRecipe recipe, const float* w, int64_t experts, int64_t n, int64_t k,
+Status expert_weight_values(Recipe recipe, const float* w, int64_t experts, int64_t n, int64_t k,
                             Direction direction, MatrixD* out) {
   const bool columnwise = direction == Direction::kColumnwise;
   out->resize(columnwise ? k : experts * n, columnwise ? experts * n : k);
@@ -56,7 +56,7 @@ Status expert_weight_values(TrainRecipe recipe, const float* w, int64_t experts,
 
 // The wgrad operand: x (rows x cols, tokens sorted by expert) quantized columnwise with each
 // expert's tokens padded to whole blocks; returns cols x padded_rows and the padded ends.
-Status wgrad_operand_values(TrainRecipe recipe, OperandRole role, SrKey sr, const float* x, int64_t rows,
+Status wgrad_operand_values(Recipe recipe, OperandRole role, SrKey sr, const float* x, int64_t rows,
                             int64_t cols, const std::vector<int64_t>& group_ends, MatrixD* out,
                             std::vector<int64_t>* padded_ends) {
   if (!is_quantized(recipe)) {
@@ -91,19 +91,19 @@ int64_t rows_of(const std::vector<int64_t>& group_ends) { return group_ends.empt
 
 }  // namespace
 
-formats::QuantizeOptions quantize_options(TrainRecipe recipe, OperandRole role, bool wgrad_operand,
+formats::QuantizeOptions quantize_options(Recipe recipe, OperandRole role, bool wgrad_operand,
                                           SrKey sr) {
-  using formats::Recipe;
+  using formats::Format;
   formats::QuantizeOptions o;
   switch (recipe) {
-    case TrainRecipe::kFp8Block:
-      o.recipe = role == OperandRole::kWeight ? Recipe::kFp8Block128x128 : Recipe::kFp8Block1x128;
+    case Recipe::kFp8Block:
+      o.recipe = role == OperandRole::kWeight ? Format::kFp8Block128x128 : Format::kFp8Block1x128;
       break;
-    case TrainRecipe::kMxfp8:
-      o.recipe = Recipe::kMxfp8E4M3;
+    case Recipe::kMxfp8:
+      o.recipe = Format::kMxfp8E4M3;
       break;
-    case TrainRecipe::kNvfp4:
-      o.recipe = Recipe::kNvfp4;
+    case Recipe::kNvfp4:
+      o.recipe = Format::kNvfp4;
       o.nvfp4_2d = role == OperandRole::kWeight;
       o.stochastic_rounding = role == OperandRole::kGradient;
       o.sr_seed = sr.seed;
@@ -116,17 +116,17 @@ formats::QuantizeOptions quantize_options(TrainRecipe recipe, OperandRole role, 
   return o;
 }
 
-Status linear_forward(TrainRecipe recipe, const float* x, const float* w, int64_t m, int64_t n, int64_t k,
+Status linear_forward(Recipe recipe, const float* x, const float* w, int64_t m, int64_t n, int64_t k,
                       float* y) {
   return grouped_linear_forward(recipe, x, {m}, w, n, k, y);
 }
 
-Status linear_backward(TrainRecipe recipe, SrKey sr, const float* dy, const float* x, const float* w, int64_t m,
+Status linear_backward(Recipe recipe, SrKey sr, const float* dy, const float* x, const float* w, int64_t m,
                        int64_t n, int64_t k, float* dx, float* dw) {
   return grouped_linear_backward(recipe, sr, dy, x, {m}, w, n, k, dx, dw);
 }
 
-Status grouped_linear_forward(TrainRecipe recipe, const float* x, const std::vector<int64_t>& group_ends,
+Status grouped_linear_forward(Recipe recipe, const float* x, const std::vector<int64_t>& group_ends,
                               const float* w, int64_t n, int64_t k, float* y) {
   const int64_t m = rows_of(group_ends), experts = static_cast<int64_t>(group_ends.size());
   BS_RETURN_IF_ERROR(check_ends(group_ends, m));
@@ -145,7 +145,7 @@ Status grouped_linear_forward(TrainRecipe recipe, const float* x, const std::vec
   return Status::ok();
 }
 
-Status grouped_linear_backward(TrainRecipe recipe, SrKey sr, const float* dy, const float* x,
+Status grouped_linear_backward(Recipe recipe, SrKey sr, const float* dy, const float* x,
                                const std::vector<int64_t>& group_ends, const float* w, int64_t n, int64_t k,
                                float* dx, float* dw) {
   const int64_t m = rows_of(group_ends), experts = static_cast<int64_t>(group_ends.size());

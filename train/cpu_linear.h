@@ -35,20 +35,20 @@ struct SrKey {  // NVFP4 stochastic rounding of a gradient: formats' (sr_seed, s
 
 // The formats:: options of a quantized recipe's operand (wgrad_operand: a wgrad input, which
 // NVFP4 passes through the Hadamard transform).
-formats::QuantizeOptions quantize_options(TrainRecipe recipe, OperandRole role, bool wgrad_operand,
+formats::QuantizeOptions quantize_options(Recipe recipe, OperandRole role, bool wgrad_operand,
                                           SrKey sr);
 
 // y (m x n) = x (m x k) · w (n x k)^T.
-Status linear_forward(TrainRecipe recipe, const float* x, const float* w, int64_t m, int64_t n, int64_t k,
+Status linear_forward(Recipe recipe, const float* x, const float* w, int64_t m, int64_t n, int64_t k,
                       float* y);
 // dx (m x k, overwritten; may be null to skip) = dy · w; dw (n x k) += dy^T · x.
-Status linear_backward(TrainRecipe recipe, SrKey sr, const float* dy, const float* x, const float* w, int64_t m,
+Status linear_backward(Recipe recipe, SrKey sr, const float* dy, const float* x, const float* w, int64_t m,
                        int64_t n, int64_t k, float* dx, float* dw);
 
 // Expert g multiplies rows [group_ends[g-1], group_ends[g]) of x by w[g]; group_ends.back() == m.
-Status grouped_linear_forward(TrainRecipe recipe, const float* x, const std::vector<int64_t>& group_ends,
+Status grouped_linear_forward(Recipe recipe, const float* x, const std::vector<int64_t>& group_ends,
                               const float* w, int64_t n, int64_t k, float* y);
-Status grouped_linear_backward(TrainRecipe recipe, SrKey sr, const float* dy, const float* x,
+Status grouped_linear_backward(Recipe recipe, SrKey sr, const float* dy, const float* x,
                                const std::vector<int64_t>& group_ends, const float* w, int64_t n, int64_t k,
                                float* dx, float* dw);
 

@@ -27,7 +27,7 @@ uint64_t mix(uint64_t h, uint64_t v) {
 }
 
 // The LM head and the router are kept out of the quantized recipes.
-TrainRecipe head_recipe(TrainRecipe r) { return r == TrainRecipe::kFp32 ? TrainRecipe::kFp32 : TrainRecipe::kBf16; }
+Recipe head_recipe(Recipe r) { return r == Recipe::kFp32 ? Recipe::kFp32 : Recipe::kBf16; }
 
 }  // namespace
 
@@ -38,7 +38,7 @@ SrKey gradient_sr_key(uint64_t run_seed, int64_t micro_step, int layer, int matm
   return k;
 }
 
-CpuModel::CpuModel(const ModelConfig& config, TrainRecipe recipe)
+CpuModel::CpuModel(const ModelConfig& config, Recipe recipe)
     : config_(config), recipe_(recipe), layout_(make_param_layout(config)) {}
 
 Status CpuModel::forward_backward(const float* params, const int32_t* tokens, const int32_t* targets, int batch,
@@ -65,8 +65,8 @@ Status CpuModel::run(const float* params, const int32_t* tokens, const int32_t* 
       return Status::error("tokens/targets: entry " + std::to_string(t) + " is outside [0, vocab)");
   }
   const int d = c.d_model, f = c.d_ff, e = c.n_experts, k = c.top_k, hd = c.head_dim();
-  const TrainRecipe lin = recipe_, head = head_recipe(recipe_);
-  const bool bf16_attention = recipe_ != TrainRecipe::kFp32;  // fp32: exact, for gradient checks
+  const Recipe lin = recipe_, head = head_recipe(recipe_);
+  const bool bf16_attention = recipe_ != Recipe::kFp32;  // fp32: exact, for gradient checks
   auto P = [&](int index) { return params + layout_.at(index).offset; };
   auto G = [&](int index) { return grads + layout_.at(index).offset; };
 
@@ -97,7 +97,7 @@ Status CpuModel::run(const float* params, const int32_t* tokens, const int32_t* 
     Floats ffn_out(m * d);
     if (c.moe()) {
       Floats logits(m * e);
-      BS_RETURN_IF_ERROR(linear_forward(TrainRecipe::kFp32, s.h2.data(), P(lp.router), m, e, d, logits.data()));
+      BS_RETURN_IF_ERROR(linear_forward(Recipe::kFp32, s.h2.data(), P(lp.router), m, e, d, logits.data()));
       s.router_probs.resize(m * e);
       s.expert_ids.resize(m * k);
       s.gates.resize(m * k);
@@ -161,7 +161,7 @@ Status CpuModel::run(const float* params, const int32_t* tokens, const int32_t* 
       Floats dlogits(m * e), dh2_router(m * d);
       router_backward(s.router_probs.data(), s.expert_ids.data(), s.gates.data(), d_gates.data(), m, e, k,
                       aux_weight, dlogits.data());
-      BS_RETURN_IF_ERROR(linear_backward(TrainRecipe::kFp32, {}, dlogits.data(), s.h2.data(), P(lp.router), m, e, d,
+      BS_RETURN_IF_ERROR(linear_backward(Recipe::kFp32, {}, dlogits.data(), s.h2.data(), P(lp.router), m, e, d,
                                          dh2_router.data(), G(lp.router)));
       for (int64_t i = 0; i < m * d; ++i) dh2[i] += dh2_router[i];
     } else {

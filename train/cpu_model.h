@@ -24,7 +24,7 @@ SrKey gradient_sr_key(uint64_t run_seed, int64_t micro_step, int layer, int matm
 
 class CpuModel {
  public:
-  CpuModel(const ModelConfig& config, TrainRecipe recipe);
+  CpuModel(const ModelConfig& config, Recipe recipe);
 
   // tokens, targets: batch x seq_len. grads (layout().total floats) += the gradient of
   // grad_scale * (mean cross-entropy + aux_loss_coef * aux_loss).
@@ -42,7 +42,7 @@ class CpuModel {
              uint64_t run_seed, int64_t micro_step, float* grads, StepLosses* losses);
 
   ModelConfig config_;
-  TrainRecipe recipe_;
+  Recipe recipe_;
   ParamLayout layout_;
 };
 

@@ -36,7 +36,7 @@ namespace {
 
 class GpuBackend final : public StepBackend {
  public:
-  GpuBackend(const ModelConfig& config, TrainRecipe recipe, MxGemm mx_gemm, Fp8Gemm fp8_gemm)
+  GpuBackend(const ModelConfig& config, Recipe recipe, MxGemm mx_gemm, Fp8Gemm fp8_gemm)
       : config_(config), recipe_(recipe), mx_gemm_(mx_gemm), fp8_gemm_(fp8_gemm), layout_(make_param_layout(config)) {}
   ~GpuBackend() override {
     if (host_scalars_) cudaFreeHost(host_scalars_);
@@ -45,11 +45,11 @@ class GpuBackend final : public StepBackend {
   }
 
   std::string gemm_route() const override {
-    if (recipe_ == TrainRecipe::kFp8Block)
+    if (recipe_ == Recipe::kFp8Block)
       return std::string("gemm/, ") + fp8_gemm_name(fp8_gemm_) + " route";
-    if (recipe_ != TrainRecipe::kMxfp8 && recipe_ != TrainRecipe::kNvfp4) return "";
+    if (recipe_ != Recipe::kMxfp8 && recipe_ != Recipe::kNvfp4) return "";
     if (!layers_.cublas_experts()) return "gemm/ block-scaled kernels";
-    return recipe_ == TrainRecipe::kMxfp8 ? "MX values as bf16 + cuBLASLt" : "NVFP4 block values as bf16 + cuBLASLt";
+    return recipe_ == Recipe::kMxfp8 ? "MX values as bf16 + cuBLASLt" : "NVFP4 block values as bf16 + cuBLASLt";
   }
 
   Status init(uint64_t seed) {
@@ -72,7 +72,7 @@ class GpuBackend final : public StepBackend {
     peak_ = major == 9 ? double(sms) * clock_khz * 1e3 * 4096.0 : 0.0;
     layers_.set_bf16_values(mx_gemm_ == MxGemm::kBf16Values || (mx_gemm_ == MxGemm::kAuto && major == 9));
     // The FP8 route is process-wide in gemm/: the backend made last sets it.
-    if (recipe_ == TrainRecipe::kFp8Block) {
+    if (recipe_ == Recipe::kFp8Block) {
       gemm::set_sm90_fp8_route(fp8_gemm_ == Fp8Gemm::kKernel     ? gemm::Sm90Fp8Route::kKernel
                                : fp8_gemm_ == Fp8Gemm::kCublasLt ? gemm::Sm90Fp8Route::kCublasLt
                                                                  : gemm::Sm90Fp8Route::kAuto);
@@ -326,7 +326,7 @@ class GpuBackend final : public StepBackend {
   }
 
   ModelConfig config_;
-  TrainRecipe recipe_;
+  Recipe recipe_;
   MxGemm mx_gemm_;
   Fp8Gemm fp8_gemm_;
   // fp8_block on Hopper's cuBLASLt route (--fp8-gemm cublaslt only): the experts run one cuBLASLt
@@ -362,7 +362,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
   const ModelConfig& c = config_;
   const int64_t m = int64_t{batch} * c.seq_len;
   const int d = c.d_model, f = c.d_ff, e = c.n_experts, k = c.top_k, hd = c.head_dim(), L = c.n_layers;
-  const TrainRecipe lin = recipe_, head = recipe_ == TrainRecipe::kFp32 ? TrainRecipe::kFp32 : TrainRecipe::kBf16;
+  const Recipe lin = recipe_, head = recipe_ == Recipe::kFp32 ? Recipe::kFp32 : Recipe::kBf16;
   for (int64_t t = 0; t < m; ++t) {
     if (tokens_host[t] < 0 || tokens_host[t] >= c.vocab || targets_host[t] < 0 || targets_host[t] >= c.vocab)
       return Status::error("tokens/targets: entry " + std::to_string(t) + " is outside [0, vocab)");
@@ -460,7 +460,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
       }
       // MXFP8 and FP8 blockwise permute the tokens while quantizing them (the backward needs only
       // their quantized copies); NVFP4 and the cuBLAS recipes take a permuted fp32 copy.
-      const bool fused = !expert_parallel_ && (recipe_ == TrainRecipe::kMxfp8 || recipe_ == TrainRecipe::kFp8Block);
+      const bool fused = !expert_parallel_ && (recipe_ == Recipe::kMxfp8 || recipe_ == Recipe::kFp8Block);
       const GpuLayers::Gather gather{row_source, m};
       if (!expert_parallel_ && !fused) gpu::gather_rows(h2, m, d, row_source, rows, xs, stream_);
       if (er.rows > 0) {
@@ -652,7 +652,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
 
 }  // namespace
 
-Status make_gpu_backend(const ModelConfig& config, TrainRecipe recipe, uint64_t init_seed,
+Status make_gpu_backend(const ModelConfig& config, Recipe recipe, uint64_t init_seed,
                         std::unique_ptr<StepBackend>* out, MxGemm mx_gemm, Fp8Gemm fp8_gemm) {
   auto backend = std::make_unique<GpuBackend>(config, recipe, mx_gemm, fp8_gemm);
   BS_RETURN_IF_ERROR(backend->init(init_seed));

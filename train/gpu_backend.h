@@ -12,7 +12,7 @@ namespace blockscale::train {
 
 // Ok when a CUDA device can run the step (runtime/device.h); usable as a bool.
 using runtime::gpu_available;
-Status make_gpu_backend(const ModelConfig& config, TrainRecipe recipe, uint64_t init_seed,
+Status make_gpu_backend(const ModelConfig& config, Recipe recipe, uint64_t init_seed,
                         std::unique_ptr<StepBackend>* out, MxGemm mx_gemm = MxGemm::kAuto,
                         Fp8Gemm fp8_gemm = Fp8Gemm::kAuto);
 // The gradients of the last forward_backward (tests compare them with the CPU model's).

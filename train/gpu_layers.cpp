@@ -8,7 +8,7 @@
 namespace blockscale::train {
 namespace {
 
-quant::QuantizeProblem quant_problem(TrainRecipe recipe, OperandRole role, SrKey sr, int64_t rows, int64_t cols) {
+quant::QuantizeProblem quant_problem(Recipe recipe, OperandRole role, SrKey sr, int64_t rows, int64_t cols) {
   const formats::QuantizeOptions o = quantize_options(recipe, role, false, sr);
   quant::QuantizeProblem p;
   p.recipe = o.recipe;
@@ -32,10 +32,10 @@ struct Operand {
   const uint8_t* data;
   const void* scales;
   const float* dec;
-  formats::Recipe recipe;
+  formats::Format recipe;
 };
-Operand row_copy(const Quantized& q, formats::Recipe r) { return {q.row_data, q.row_scales, q.row_dec, r}; }
-Operand col_copy(const Quantized& q, formats::Recipe r) { return {q.col_data, q.col_scales, q.col_dec, r}; }
+Operand row_copy(const Quantized& q, formats::Format r) { return {q.row_data, q.row_scales, q.row_dec, r}; }
+Operand col_copy(const Quantized& q, formats::Format r) { return {q.col_data, q.col_scales, q.col_dec, r}; }
 
 // d (m x n, fp32) = A B^T, or d += A B^T (accumulate: wgrad into the fp32 main gradient), for the
 // dense and the grouped GEMM alike (their problems and arguments share these fields).
@@ -60,7 +60,7 @@ void describe(const Operand& a_op, const Operand& b_op, int64_t m, int64_t n, in
 }  // namespace
 
 // ---- quantization of one operand (both copies) ----
-Status GpuLayers::quantize(const std::string& name, TrainRecipe recipe, OperandRole role, SrKey sr, const float* x,
+Status GpuLayers::quantize(const std::string& name, Recipe recipe, OperandRole role, SrKey sr, const float* x,
                            int64_t rows, int64_t cols, Quantized* q) {
   const quant::QuantizeProblem p = quant_problem(recipe, role, sr, rows, cols);
   BS_RETURN_IF_ERROR(buf(name + ".rd", quant::rowwise_data_bytes(p), &q->row_data));
@@ -122,7 +122,7 @@ Status GpuLayers::quantize_experts(const std::string& name, const float* w, int 
   expert_scale_bytes_[name] = {rs, cs};
   saved_[name] = *q;
   // One launch for every expert: FP8 blockwise, and MX where no 128-row tile spans two experts.
-  if (p.recipe == formats::Recipe::kFp8Block128x128 || (formats::is_mx(p.recipe) && n % 128 == 0)) {
+  if (p.recipe == formats::Format::kFp8Block128x128 || (formats::is_mx(p.recipe) && n % 128 == 0)) {
     quant::BatchedQuantizeProblem bp;
     bp.matrix = p;
     bp.batches = experts;
@@ -186,11 +186,11 @@ Status GpuLayers::quantize_grouped(const std::string& name, OperandRole role, Sr
   return quant::run(p, in, out, ws, ws_bytes, stream_);
 }
 
-formats::Recipe GpuLayers::recipe_of(OperandRole role) const { return quantize_options(recipe_, role, false, {}).recipe; }
+formats::Format GpuLayers::format_of(OperandRole role) const { return quantize_options(recipe_, role, false, {}).recipe; }
 
 // ---- linear layers ----
 // y (m x n) = x · w^T; the forward keeps x's quantized copies (or bf16 bits) under `name`.
-Status GpuLayers::linear_forward(const std::string& name, TrainRecipe recipe, const float* x, const float* w, int64_t m,
+Status GpuLayers::linear_forward(const std::string& name, Recipe recipe, const float* x, const float* w, int64_t m,
                                  int64_t n, int64_t k, float* y) {
   if (nvfp4_bf16(recipe)) return nvfp4_linear_forward(name, x, w, m, n, k, y);
   if (!is_quantized(recipe) || mx_bf16(recipe)) {
@@ -205,13 +205,13 @@ Status GpuLayers::linear_forward(const std::string& name, TrainRecipe recipe, co
   qw = saved_[name + ".w"];
   gemm::GemmProblem p;
   gemm::GemmArguments a;
-  describe(row_copy(qx, recipe_of(OperandRole::kActivation)), row_copy(qw, recipe_of(OperandRole::kWeight)), m, n, k,
+  describe(row_copy(qx, format_of(OperandRole::kActivation)), row_copy(qw, format_of(OperandRole::kWeight)), m, n, k,
            y, false, &p, &a);
   return gemm_run(p, a);
 }
 
 // dx (m x k) = dy · w (skipped when dx is null); dw += dy^T · x. x's copies come from the forward.
-Status GpuLayers::linear_backward(const std::string& name, TrainRecipe recipe, SrKey sr, const float* dy, const float* x,
+Status GpuLayers::linear_backward(const std::string& name, Recipe recipe, SrKey sr, const float* dy, const float* x,
                                   const float* w, int64_t m, int64_t n, int64_t k, float* dx, float* dw) {
   if (nvfp4_bf16(recipe)) return nvfp4_linear_backward(name, sr, dy, m, n, k, dx, dw);
   if (!is_quantized(recipe) || mx_bf16(recipe)) {
@@ -224,16 +224,16 @@ Status GpuLayers::linear_backward(const std::string& name, TrainRecipe recipe, S
   Quantized qdy;
   const Quantized qx = saved_[name + ".x"], qw = saved_[name + ".w"];
   BS_RETURN_IF_ERROR(quantize(name + ".dy", recipe, OperandRole::kGradient, sr, dy, m, n, &qdy));
-  const formats::Recipe gradient = recipe_of(OperandRole::kGradient);
+  const formats::Format gradient = format_of(OperandRole::kGradient);
   if (dx) {  // dgrad: dY.row x W.col
     gemm::GemmProblem p;
     gemm::GemmArguments a;
-    describe(row_copy(qdy, gradient), col_copy(qw, recipe_of(OperandRole::kWeight)), m, k, n, dx, false, &p, &a);
+    describe(row_copy(qdy, gradient), col_copy(qw, format_of(OperandRole::kWeight)), m, k, n, dx, false, &p, &a);
     BS_RETURN_IF_ERROR(gemm_run(p, a));
   }
   gemm::GemmProblem p;  // wgrad: dY.col x X.col, accumulated
   gemm::GemmArguments a;
-  describe(col_copy(qdy, gradient), col_copy(qx, recipe_of(OperandRole::kActivation)), n, k, m, dw, !fresh_gradients_,
+  describe(col_copy(qdy, gradient), col_copy(qx, format_of(OperandRole::kActivation)), n, k, m, dw, !fresh_gradients_,
            &p, &a);
   return gemm_run(p, a);
 }
@@ -266,7 +266,7 @@ Status GpuLayers::mx_bf16_copies(const std::string& name, const float* x, int64_
                                  const int32_t* ends, int groups, const Gather* gather, MxBf16Copies* out) {
   BS_RETURN_IF_ERROR(saved_mx_bf16(name, rows * cols, out));
   quant::MxBf16Problem p;
-  p.recipe = recipe_of(OperandRole::kActivation);  // mxfp8: E4M3 with ceil scales for every role
+  p.recipe = format_of(OperandRole::kActivation);  // mxfp8: E4M3 with ceil scales for every role
   p.rows = rows, p.cols = cols, p.batches = batches, p.num_groups = groups;
   quant::MxBf16Inputs in;
   in.x = x, in.group_ends = ends;
@@ -287,14 +287,14 @@ Status GpuLayers::saved_mx_bf16(const std::string& name, int64_t count, MxBf16Co
   return Status::ok();
 }
 
-Status GpuLayers::cublas_forward_operands(const std::string& name, TrainRecipe recipe, const float* x, const float* w,
+Status GpuLayers::cublas_forward_operands(const std::string& name, Recipe recipe, const float* x, const float* w,
                                           int64_t rows, int64_t n, int64_t k, int experts, const RowGroups& groups,
                                           CublasOperands* o) {
   *o = CublasOperands{};
   o->x = x, o->w = w;
   if (groups.gather != nullptr && !mx_bf16(recipe))
     return Status::error(name + ": the " + recipe_name(recipe) + " experts take permuted rows, not a gather");
-  if (recipe == TrainRecipe::kFp32) return Status::ok();
+  if (recipe == Recipe::kFp32) return Status::ok();
   o->type = CUDA_R_16BF, o->elem_bytes = 2;
   const int64_t w_rows = experts * n;
   if (mx_bf16(recipe)) {
@@ -310,12 +310,12 @@ Status GpuLayers::cublas_forward_operands(const std::string& name, TrainRecipe r
   BS_RETURN_IF_ERROR(weight_copy(name + ".w16", [&] { return bf16_copy(name + ".w16", w, w_rows * k, &o->w); }));
   return saved_bf16(name + ".w16", w_rows * k, &o->w);
 }
-Status GpuLayers::cublas_backward_operands(const std::string& name, TrainRecipe recipe, const float* dy, const float* x,
+Status GpuLayers::cublas_backward_operands(const std::string& name, Recipe recipe, const float* dy, const float* x,
                                            const float* w, int64_t rows, int64_t n, int64_t k, int experts,
                                            const RowGroups& groups, CublasOperands* o) {
   *o = CublasOperands{};
   o->dy = o->dy_wgrad = dy, o->w_dgrad = w, o->x_wgrad = x;
-  if (recipe == TrainRecipe::kFp32) return Status::ok();
+  if (recipe == Recipe::kFp32) return Status::ok();
   o->type = CUDA_R_16BF, o->elem_bytes = 2;
   const int64_t w_rows = experts * n;
   if (mx_bf16(recipe)) {
@@ -363,7 +363,7 @@ Status GpuLayers::grouped_forward(const std::string& name, const float* x, int64
   gemm::GroupedGemmArguments a;
   p.mode = gemm::GroupedGemmMode::kM;
   p.num_groups = e;
-  describe(row_copy(qx, recipe_of(OperandRole::kActivation)), row_copy(qw, recipe_of(OperandRole::kWeight)), rows, n,
+  describe(row_copy(qx, format_of(OperandRole::kActivation)), row_copy(qw, format_of(OperandRole::kWeight)), rows, n,
            k, y, false, &p, &a);
   a.group_ends = ends;
   if (host_sized_experts_) a.host_group_ends = host_ends_.data();
@@ -392,12 +392,12 @@ Status GpuLayers::grouped_backward(const std::string& name, SrKey sr, const floa
   Quantized qdy;
   const Quantized qx = saved_[name + ".x"], qw = saved_[name + ".w"];
   BS_RETURN_IF_ERROR(quantize_grouped(name + ".dy", OperandRole::kGradient, sr, dy, rows, n, ends, e, &qdy));
-  const formats::Recipe gradient = recipe_of(OperandRole::kGradient);
+  const formats::Format gradient = format_of(OperandRole::kGradient);
   gemm::GroupedGemmProblem p;  // dgrad: dY.row x W.col, M-grouped
   gemm::GroupedGemmArguments a;
   p.mode = gemm::GroupedGemmMode::kM;
   p.num_groups = e;
-  describe(row_copy(qdy, gradient), col_copy(qw, recipe_of(OperandRole::kWeight)), rows, k, n, dx, false, &p, &a);
+  describe(row_copy(qdy, gradient), col_copy(qw, format_of(OperandRole::kWeight)), rows, k, n, dx, false, &p, &a);
   a.group_ends = ends;
   if (host_sized_experts_) a.host_group_ends = host_ends_.data();
   if (gemm::grouped_b_scale_bytes(p) != expert_scale_bytes_[name + ".w"].second)
@@ -407,7 +407,7 @@ Status GpuLayers::grouped_backward(const std::string& name, SrKey sr, const floa
   gemm::GroupedGemmArguments aw;
   pw.mode = gemm::GroupedGemmMode::kK;
   pw.num_groups = e;
-  describe(col_copy(qdy, gradient), col_copy(qx, recipe_of(OperandRole::kActivation)), n, k, qdy.capacity, dw,
+  describe(col_copy(qdy, gradient), col_copy(qx, format_of(OperandRole::kActivation)), n, k, qdy.capacity, dw,
            !fresh_gradients_, &pw, &aw);
   aw.group_ends = qdy.padded_ends;
   if (host_sized_experts_) {  // quant/'s padded ends: each expert's tokens rounded up to the 1x128 block
@@ -429,7 +429,7 @@ Status GpuLayers::nvfp4_values(const std::string& name, const Quantized& q, int6
   Nvfp4Values& v = saved_values_[name];  // a copy not asked for stays as an earlier call made it
   v.row_dec = q.row_dec, v.col_dec = q.col_dec, v.col_rows = col_rows;
   quant::DequantizeProblem p;
-  p.recipe = formats::Recipe::kNvfp4;
+  p.recipe = formats::Format::kNvfp4;
   auto make = [&](const char* suffix, const uint8_t* data, const void* scales, int64_t r, int64_t c,
                   const uint16_t** dst) -> Status {
     uint16_t* values;

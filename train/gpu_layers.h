@@ -88,7 +88,7 @@ struct Quantized {
 
 class GpuLayers {
  public:
-  GpuLayers(TrainRecipe recipe, DeviceBuffers& buffers, PhaseTimer& timer)
+  GpuLayers(Recipe recipe, DeviceBuffers& buffers, PhaseTimer& timer)
       : recipe_(recipe), buffers_(buffers), timer_(timer) {}
   Status init(cudaStream_t stream) {
     stream_ = stream;
@@ -114,10 +114,10 @@ class GpuLayers {
 
   // ---- linear layers ----
   // y (m x n) = x · w^T; the forward keeps x's quantized copies (or bf16 bits) under `name`.
-  Status linear_forward(const std::string& name, TrainRecipe recipe, const float* x, const float* w, int64_t m,
+  Status linear_forward(const std::string& name, Recipe recipe, const float* x, const float* w, int64_t m,
                         int64_t n, int64_t k, float* y);
   // dx (m x k) = dy · w (skipped when dx is null); dw += dy^T · x. x's copies come from the forward.
-  Status linear_backward(const std::string& name, TrainRecipe recipe, SrKey sr, const float* dy, const float* x,
+  Status linear_backward(const std::string& name, Recipe recipe, SrKey sr, const float* dy, const float* x,
                          const float* w, int64_t m, int64_t n, int64_t k, float* dx, float* dw);
   // cuBLAS product of fp32 operands or their bf16 copies (fp32 accumulation and output).
   Status cublas_gemm(Product prod, cudaDataType type, const void* a, const void* b, int64_t m, int64_t n, int64_t k,
@@ -164,7 +164,7 @@ class GpuLayers {
     const Gather* gather = nullptr;
   };
   // ---- quantization of one operand (both copies) ----
-  Status quantize(const std::string& name, TrainRecipe recipe, OperandRole role, SrKey sr, const float* x,
+  Status quantize(const std::string& name, Recipe recipe, OperandRole role, SrKey sr, const float* x,
                   int64_t rows, int64_t cols, Quantized* q);
   Status run_quant(const std::string& name, const quant::QuantizeProblem& p, const quant::QuantizeInputs& in,
                    const quant::QuantizeOutputs& out);
@@ -183,15 +183,15 @@ class GpuLayers {
   Status quantize_experts(const std::string& name, const float* w, int experts, int64_t n, int64_t k, Quantized* q);
   Status quantize_grouped(const std::string& name, OperandRole role, SrKey sr, const float* x, int64_t rows,
                           int64_t cols, const int32_t* ends, int experts, Quantized* q, const Gather* gather = nullptr);
-  formats::Recipe recipe_of(OperandRole role) const;
+  formats::Format format_of(OperandRole role) const;
   // The bf16 recipe's "quantization": a rounded copy in the named buffer, made once per operand
   // (the forward's copies of x and w are the backward's too, as the quantized recipes reuse theirs).
   Status bf16_copy(const std::string& name, const float* x, int64_t count, const void** out);
   // The forward's bf16 copy of an operand (buffers keep their contents between uses).
   Status saved_bf16(const std::string& name, int64_t count, const void** out);
   // mxfp8 / nvfp4 on the bf16-values route.
-  bool mx_bf16(TrainRecipe recipe) const { return bf16_values_ && recipe == TrainRecipe::kMxfp8; }
-  bool nvfp4_bf16(TrainRecipe recipe) const { return bf16_values_ && recipe == TrainRecipe::kNvfp4; }
+  bool mx_bf16(Recipe recipe) const { return bf16_values_ && recipe == Recipe::kMxfp8; }
+  bool nvfp4_bf16(Recipe recipe) const { return bf16_values_ && recipe == Recipe::kNvfp4; }
   // An operand's MX values as bf16, rowwise and columnwise (rows x cols each, x's layout), in the
   // buffers name.r16 / name.c16: dense (`batches` stacked matrices) or grouped (ends on the device,
   // optionally gathered). saved_mx_bf16: the copies an earlier call made (buffers keep them).
@@ -234,14 +234,14 @@ class GpuLayers {
                      float* dx, const float* alpha);
   // x (rows x k) and w (experts stacked n x k matrices); the forward's copies of x and w serve the
   // backward, which makes a new one of dy (rows x n).
-  Status cublas_forward_operands(const std::string& name, TrainRecipe recipe, const float* x, const float* w,
+  Status cublas_forward_operands(const std::string& name, Recipe recipe, const float* x, const float* w,
                                  int64_t rows, int64_t n, int64_t k, int experts, const RowGroups& groups,
                                  CublasOperands* o);
-  Status cublas_backward_operands(const std::string& name, TrainRecipe recipe, const float* dy, const float* x,
+  Status cublas_backward_operands(const std::string& name, Recipe recipe, const float* dy, const float* x,
                                   const float* w, int64_t rows, int64_t n, int64_t k, int experts,
                                   const RowGroups& groups, CublasOperands* o);
 
-  TrainRecipe recipe_;
+  Recipe recipe_;
   DeviceBuffers& buffers_;
   PhaseTimer& timer_;
   cudaStream_t stream_ = nullptr;

@@ -30,14 +30,14 @@ double cpu_linear_workspace(double n, double k, double groups, double rows) {
 // kernels a rowwise and a columnwise 8-bit copy; nvfp4 two 4-bit ones; on the bf16-values route
 // (--mx-gemm bf16) mxfp8 keeps two bf16 copies instead and nvfp4 two more beside its 4-bit ones.
 // Scales (1/16 of an element at most) are left out: the figure is a floor, not a ceiling.
-double gpu_copy_bytes(TrainRecipe r, MxGemm route) {
+double gpu_copy_bytes(Recipe r, MxGemm route) {
   const bool bf16_values = route == MxGemm::kBf16Values;
   switch (r) {
-    case TrainRecipe::kFp32: return 0;
-    case TrainRecipe::kBf16: return 2;
-    case TrainRecipe::kFp8Block: return 2;
-    case TrainRecipe::kMxfp8: return bf16_values ? 4 : 2;
-    case TrainRecipe::kNvfp4: return bf16_values ? 5 : 1;
+    case Recipe::kFp32: return 0;
+    case Recipe::kBf16: return 2;
+    case Recipe::kFp8Block: return 2;
+    case Recipe::kMxfp8: return bf16_values ? 4 : 2;
+    case Recipe::kNvfp4: return bf16_values ? 5 : 1;
   }
   return 0;
 }
@@ -154,7 +154,7 @@ MemoryPlan plan_memory(const TrainConfig& c, bool on_gpu) {
     return plan;
   }
   const double cb = gpu_copy_bytes(c.recipe, c.mx_gemm);
-  const double lm_copy = c.recipe == TrainRecipe::kFp32 ? 0.0 : 2.0;
+  const double lm_copy = c.recipe == Recipe::kFp32 ? 0.0 : 2.0;
   const double kept = 8 * M * D + 2 * M + probs / 2 + 3 * R * F +
                       (m.moe() ? M * E + 4 * M * K + E + R * D + M * K * D : 0.0);
   const double step = 12 * M * D + M * V + (m.moe() ? 2 * M * E + M * K + 2.5 * R * D + 3 * R * F : 3 * M * F);

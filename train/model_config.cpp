@@ -29,20 +29,19 @@ Status parse_named(const char* option, const char* what, const std::string& name
 
 }  // namespace
 
-const char* recipe_name(TrainRecipe r) {
+const char* recipe_name(Recipe r) {
   switch (r) {
-    case TrainRecipe::kFp32: return "fp32";
-    case TrainRecipe::kBf16: return "bf16";
-    case TrainRecipe::kFp8Block: return "fp8_block";
-    case TrainRecipe::kMxfp8: return "mxfp8";
-    case TrainRecipe::kNvfp4: return "nvfp4";
+    case Recipe::kFp32: return "fp32";
+    case Recipe::kBf16: return "bf16";
+    case Recipe::kFp8Block: return "fp8_block";
+    case Recipe::kMxfp8: return "mxfp8";
+    case Recipe::kNvfp4: return "nvfp4";
   }
   return "?";
 }
 
-Status parse_recipe(const std::string& name, TrainRecipe* out) {
-  const TrainRecipe all[] = {TrainRecipe::kFp32, TrainRecipe::kBf16, TrainRecipe::kFp8Block, TrainRecipe::kMxfp8,
-                             TrainRecipe::kNvfp4};
+Status parse_recipe(const std::string& name, Recipe* out) {
+  const Recipe all[] = {Recipe::kFp32, Recipe::kBf16, Recipe::kFp8Block, Recipe::kMxfp8, Recipe::kNvfp4};
   return parse_named("--recipe", "recipe", name, all, recipe_name, out);
 }
 
@@ -74,20 +73,20 @@ Status parse_fp8_gemm(const std::string& name, Fp8Gemm* out) {
   return parse_named("--fp8-gemm", "route", name, all, fp8_gemm_name, out);
 }
 
-bool is_quantized(TrainRecipe r) {
-  return r == TrainRecipe::kFp8Block || r == TrainRecipe::kMxfp8 || r == TrainRecipe::kNvfp4;
+bool is_quantized(Recipe r) {
+  return r == Recipe::kFp8Block || r == Recipe::kMxfp8 || r == Recipe::kNvfp4;
 }
 
-int recipe_alignment(TrainRecipe r) {
+int recipe_alignment(Recipe r) {
   switch (r) {
-    case TrainRecipe::kFp8Block: return 128;
-    case TrainRecipe::kMxfp8:
-    case TrainRecipe::kNvfp4: return 32;
+    case Recipe::kFp8Block: return 128;
+    case Recipe::kMxfp8:
+    case Recipe::kNvfp4: return 32;
     default: return 1;
   }
 }
 
-Status validate(const ModelConfig& c, TrainRecipe recipe, int64_t tokens_per_micro_batch) {
+Status validate(const ModelConfig& c, Recipe recipe, int64_t tokens_per_micro_batch) {
   BS_RETURN_IF_ERROR(require(c.vocab >= 2 && c.vocab <= (1 << 24), "--vocab must be in [2, 2^24]"));
   BS_RETURN_IF_ERROR(require(c.n_layers >= 1 && c.n_layers <= 1024, "--layers must be in [1, 1024]"));
   BS_RETURN_IF_ERROR(require(c.n_heads >= 1, "--heads must be >= 1"));

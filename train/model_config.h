@@ -22,7 +22,7 @@
 
 namespace blockscale::train {
 
-enum class TrainRecipe {
+enum class Recipe {
   kFp32,      // fp32 matmuls: the CPU reference's exact mode (gradient checks)
   kBf16,      // bf16 operands, fp32 accumulation (the baseline)
   kFp8Block,  // E4M3, 1x128 activations / gradients, 128x128 weights, fp32 scales (Hopper-native)
@@ -31,8 +31,8 @@ enum class TrainRecipe {
               // 16-point random Hadamard transform on both wgrad operands
 };
 
-const char* recipe_name(TrainRecipe r);  // fp32, bf16, fp8_block, mxfp8, nvfp4
-Status parse_recipe(const std::string& name, TrainRecipe* out);
+const char* recipe_name(Recipe r);  // fp32, bf16, fp8_block, mxfp8, nvfp4
+Status parse_recipe(const std::string& name, Recipe* out);
 
 // How the mxfp8 and nvfp4 recipes' GEMMs run on the GPU. Both compute exact products summed in
 // fp32 (docs/numerics.md), in different orders:
@@ -57,10 +57,10 @@ Status parse_mx_gemm(const std::string& name, MxGemm* out);
 enum class Fp8Gemm { kAuto, kKernel, kCublasLt };
 const char* fp8_gemm_name(Fp8Gemm g);  // auto, kernel, cublaslt
 Status parse_fp8_gemm(const std::string& name, Fp8Gemm* out);
-bool is_quantized(TrainRecipe r);
+bool is_quantized(Recipe r);
 // The block length every quantized dimension (model width, expert width, tokens per micro-batch)
 // must be a multiple of: 128 (fp8_block), 32 (mxfp8, nvfp4), 1 otherwise.
-int recipe_alignment(TrainRecipe r);
+int recipe_alignment(Recipe r);
 
 struct ModelConfig {
   int vocab = 256;
@@ -79,7 +79,7 @@ struct ModelConfig {
 
 // Range and divisibility rules; `tokens_per_micro_batch` must be a multiple of the recipe's
 // alignment (dense wgrad reduces over the tokens). Messages name the flag.
-Status validate(const ModelConfig& c, TrainRecipe recipe, int64_t tokens_per_micro_batch);
+Status validate(const ModelConfig& c, Recipe recipe, int64_t tokens_per_micro_batch);
 
 int64_t parameter_count(const ModelConfig& c);
 int64_t active_parameter_count(const ModelConfig& c);  // per token: top_k experts of n_experts

@@ -64,6 +64,6 @@ class StepBackend {
   Communicator* comm_ = nullptr;
 };
 
-std::unique_ptr<StepBackend> make_cpu_backend(const ModelConfig& config, TrainRecipe recipe, uint64_t init_seed);
+std::unique_ptr<StepBackend> make_cpu_backend(const ModelConfig& config, Recipe recipe, uint64_t init_seed);
 
 }  // namespace blockscale::train

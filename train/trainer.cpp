@@ -459,7 +459,7 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
   return Status::ok();
 }
 
-Status compare_recipes(const TrainConfig& base, const std::vector<TrainRecipe>& recipes, std::ostream& progress_out,
+Status compare_recipes(const TrainConfig& base, const std::vector<Recipe>& recipes, std::ostream& progress_out,
                        std::vector<TrainSummary>* summaries, Communicator* comm) {
   const Ranks ranks(comm);
   std::ostringstream quiet;
@@ -471,14 +471,14 @@ Status compare_recipes(const TrainConfig& base, const std::vector<TrainRecipe>& 
   RunDirLock lock;
   Status s = ranks.leader() ? RunDirLock::acquire(base.out_dir, &lock) : Status::ok();
   if (s && ranks.leader()) s = check_run_dir(base.out_dir, !base.resume.empty(), base.overwrite);
-  for (TrainRecipe r : recipes) {
+  for (Recipe r : recipes) {
     if (s && ranks.leader()) s = check_run_dir(base.out_dir + "/" + recipe_name(r), !base.resume.empty(), base.overwrite);
   }
   if (s && ranks.leader()) s = clear_run_dir(base.out_dir, base.overwrite);
   BS_RETURN_IF_ERROR(ranks.agree(s));
   std::vector<PlotSeries> curves;
   summaries->clear();
-  for (TrainRecipe r : recipes) {
+  for (Recipe r : recipes) {
     TrainConfig c = base;
     c.recipe = r;
     c.out_dir = base.out_dir + "/" + recipe_name(r);

@@ -26,7 +26,7 @@ struct DataConfig {
 
 struct TrainConfig {
   ModelConfig model;
-  TrainRecipe recipe = TrainRecipe::kBf16;
+  Recipe recipe = Recipe::kBf16;
   OptimizerConfig optimizer;
   DataConfig data;
   int batch = 8;       // sequences per micro-batch, per rank
@@ -75,7 +75,7 @@ Status train(const TrainConfig& c, std::ostream& progress, TrainSummary* summary
 // Trains each recipe (out_dir/<recipe>) on the same data and seed, then writes
 // out_dir/compare.svg (eval loss against step) and out_dir/compare.csv, and prints each recipe's
 // final eval loss and step time against the first recipe's (the baseline, usually bf16).
-Status compare_recipes(const TrainConfig& base, const std::vector<TrainRecipe>& recipes, std::ostream& progress,
+Status compare_recipes(const TrainConfig& base, const std::vector<Recipe>& recipes, std::ostream& progress,
                        std::vector<TrainSummary>* summaries, Communicator* comm = nullptr);
 
 }  // namespace blockscale::train

@@ -20,7 +20,7 @@ namespace {
 
 namespace f = blockscale::formats;
 using detail::printable;
-using f::Recipe;
+using f::Format;
 
 // Scales and the global scale are written as the host's fp32 bytes; the file is little-endian.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the file format is little-endian");
@@ -28,31 +28,31 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the file format is lit
 constexpr const char* kMetaSuffixes[] = {".recipe", ".shape", ".direction",
                                          ".rounding", ".block", ".transform"};
 
-DType data_dtype(Recipe r) {
+DType data_dtype(Format r) {
   switch (r) {
-    case Recipe::kMxfp8E5M2: return DType::F8_E5M2;
-    case Recipe::kMxfp8E4M3:
-    case Recipe::kFp8Block1x128:
-    case Recipe::kFp8Block128x128: return DType::F8_E4M3;
+    case Format::kMxfp8E5M2: return DType::F8_E5M2;
+    case Format::kMxfp8E4M3:
+    case Format::kFp8Block1x128:
+    case Format::kFp8Block128x128: return DType::F8_E4M3;
     default: return DType::U8;  // E2M1 pairs (mxfp4, nvfp4), one E2M3/E3M2 code (mxfp6)
   }
 }
 
 // E8M0 and UE4M3 codes are U8: numpy has neither type, and safetensors has no UE4M3 dtype.
-DType scale_dtype(Recipe r) { return f::is_fp8_block(r) ? DType::F32 : DType::U8; }
+DType scale_dtype(Format r) { return f::is_fp8_block(r) ? DType::F32 : DType::U8; }
 
 // The blocks each recipe may be stored with (nvfp4: 1D, or 2D tiles for weights).
-std::string legal_blocks(Recipe r) {
+std::string legal_blocks(Format r) {
   const std::string one = std::to_string(f::default_block_rows(r, false)) + "x" +
                           std::to_string(f::default_block_cols(r));
-  return r == Recipe::kNvfp4 ? one + " or 16x16" : one;
+  return r == Format::kNvfp4 ? one + " or 16x16" : one;
 }
-bool is_legal_block(Recipe r, int64_t br, int64_t bc) {
+bool is_legal_block(Format r, int64_t br, int64_t bc) {
   if (bc != f::default_block_cols(r)) return false;
-  return br == f::default_block_rows(r, false) || (r == Recipe::kNvfp4 && br == 16);
+  return br == f::default_block_rows(r, false) || (r == Format::kNvfp4 && br == 16);
 }
 
-const char* rounding_name(Recipe r, f::ScaleRounding s) {
+const char* rounding_name(Format r, f::ScaleRounding s) {
   if (!f::is_mx(r)) return "rn";  // nvfp4 and FP8 blockwise scales have no rounding option
   return s == f::ScaleRounding::kFloor ? "floor" : "ceil";
 }
@@ -64,7 +64,7 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 }
 
 // Bytes per stored row, without the (cols + 1) that could overflow for a hostile shape.
-int64_t row_bytes(Recipe r, int64_t cols) { return f::is_fp4(r) ? cols / 2 + cols % 2 : cols; }
+int64_t row_bytes(Format r, int64_t cols) { return f::is_fp4(r) ? cols / 2 + cols % 2 : cols; }
 int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
@@ -154,7 +154,7 @@ Status check_codes(const std::string& key, const f::QuantizedMatrix& q) {
       return Status::error(printable(key) + ": row " + std::to_string(r) + " has a non-zero " +
                            "padding nibble (the high nibble of the last byte of a row of odd " +
                            "length must be 0)");
-    if (q.recipe == Recipe::kMxfp6E2M3 || q.recipe == Recipe::kMxfp6E3M2) {
+    if (q.recipe == Format::kMxfp6E2M3 || q.recipe == Format::kMxfp6E3M2) {
       for (int64_t c = 0; c < q.cols; ++c) {
         if (q.data[r * rb + c] > 0x3F)
           return Status::error(printable(key) + ": element (" + std::to_string(r) + ", " +
@@ -181,12 +181,12 @@ Status read_entry(const SafetensorsFile& file, const std::string& name, Quantize
   f::QuantizedMatrix& q = t.q;
 
   BS_RETURN_IF_ERROR(get_meta(file, key(".recipe"), &text));
-  if (!f::parse_recipe(text, &q.recipe))
+  if (!f::parse_format(text, &q.recipe))
     return Status::error(printable(key(".recipe")) + ": unknown recipe " + printable(text) +
                          " (known: mxfp8 mxfp8_e5m2 mxfp6_e2m3 mxfp6_e3m2 mxfp4 nvfp4 "
                          "fp8_block128 fp8_block128x128)");
-  const Recipe r = q.recipe;
-  const std::string rn = f::recipe_name(r);
+  const Format r = q.recipe;
+  const std::string rn = f::format_name(r);
 
   BS_RETURN_IF_ERROR(get_meta(file, key(".rounding"), &text));
   if (text != "ceil" && text != "floor" && text != "rn")
@@ -228,7 +228,7 @@ Status read_entry(const SafetensorsFile& file, const std::string& name, Quantize
     return Status::error(printable(key(".transform")) + ": unknown transform " + printable(text) +
                          " (known: none rht16)");
   t.hadamard = text == "rht16";
-  if (t.hadamard && (r != Recipe::kNvfp4 || br != 1 || q.cols % 16 != 0))
+  if (t.hadamard && (r != Format::kNvfp4 || br != 1 || q.cols % 16 != 0))
     return Status::error(printable(key(".transform")) + ": rht16 applies to nvfp4 with 1x16 " +
                          "blocks and a block dimension that is a multiple of 16 (here " + rn +
                          ", " + std::to_string(br) + "x" + std::to_string(bc) + ", " +
@@ -253,7 +253,7 @@ Status read_entry(const SafetensorsFile& file, const std::string& name, Quantize
   }
 
   const std::string gkey = key(".global_scale");
-  if (r == Recipe::kNvfp4) {
+  if (r == Format::kNvfp4) {
     BS_RETURN_IF_ERROR(get_tensor(file, gkey, DType::F32, {}, "nvfp4's S_dec, one fp32 scalar", &v));
     std::memcpy(&q.global_scale_dec, v.data, sizeof(float));
     if (!valid_global_scale(q.global_scale_dec))
@@ -302,9 +302,9 @@ Status add_quantized_tensor(const QuantizedTensor& t,
   if (t.name.empty()) return Status::error("name: the entry name must not be empty");
   const std::string entry = "entry " + printable(t.name) + ": ";
   const f::QuantizedMatrix& q = t.q;
-  const Recipe r = q.recipe;
-  if (std::string(f::recipe_name(r)) == "unknown") return Status::error(entry + "q.recipe: unknown recipe");
-  const std::string rn = f::recipe_name(r);
+  const Format r = q.recipe;
+  if (std::string(f::format_name(r)) == "unknown") return Status::error(entry + "q.recipe: unknown recipe");
+  const std::string rn = f::format_name(r);
   const Status valid = f::validate(q, "q");
   if (!valid) return Status::error(entry + valid.message());
 
@@ -323,15 +323,15 @@ Status add_quantized_tensor(const QuantizedTensor& t,
     return Status::error(entry + "rounding: a stored copy has one rule, ceil or floor");
   if (t.rounding == f::ScaleRounding::kFloor && !f::is_mx(r))
     return Status::error(entry + "rounding: floor applies to MX recipes only, not " + rn);
-  if (t.hadamard && (r != Recipe::kNvfp4 || q.block_rows != 1))
+  if (t.hadamard && (r != Format::kNvfp4 || q.block_rows != 1))
     return Status::error(entry + "hadamard: applies to nvfp4 with 1x16 blocks only, not " + rn +
                          " " + std::to_string(q.block_rows) + "x" + std::to_string(q.block_cols));
   if (t.hadamard && q.cols % 16 != 0)
     return Status::error(entry + "hadamard: the block dimension (" + std::to_string(q.cols) +
                          ") must be a multiple of 16");
-  if (r == Recipe::kNvfp4 ? !valid_global_scale(q.global_scale_dec) : q.global_scale_dec != 1.0f)
+  if (r == Format::kNvfp4 ? !valid_global_scale(q.global_scale_dec) : q.global_scale_dec != 1.0f)
     return Status::error(entry + "q.global_scale_dec: " + float_string(q.global_scale_dec) +
-                         (r == Recipe::kNvfp4 ? " is not a finite value > 0"
+                         (r == Format::kNvfp4 ? " is not a finite value > 0"
                                               : " must be 1 (only nvfp4 stores a global scale)"));
 
   // Every key this entry adds must be new: a clash would overwrite another entry's metadata. The
@@ -360,7 +360,7 @@ Status add_quantized_tensor(const QuantizedTensor& t,
     } else {
       tensors->push_back({t.name + ".scale", TensorView{DType::U8, sshape, q.scales.data(), q.scales.size()}});
     }
-    if (r == Recipe::kNvfp4) {
+    if (r == Format::kNvfp4) {
       tensors->push_back({t.name + ".global_scale",
                           TensorView{DType::F32, {}, reinterpret_cast<const uint8_t*>(&q.global_scale_dec),
                                      sizeof(float)}});

@@ -54,7 +54,7 @@
 namespace blockscale::gemm::detail {
 namespace {
 
-using formats::Recipe;
+using formats::Format;
 
 // Writes {alpha * S_dec_a * S_dec_b, beta}; a null S_dec (a non-NVFP4 operand) counts as 1.
 __global__ void fold_tensor_scales(float* scalars, float alpha, float beta, const float* a_scale_dec,
@@ -150,14 +150,14 @@ struct LtOperand {
   cublasLtMatmulMatrixScale_t scale_mode;
 };
 
-bool lt_operand(Recipe r, LtOperand* out) {
+bool lt_operand(Format r, LtOperand* out) {
   switch (r) {
-    case Recipe::kMxfp8E4M3: *out = {CUDA_R_8F_E4M3, CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0}; return true;
-    case Recipe::kMxfp8E5M2: *out = {CUDA_R_8F_E5M2, CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0}; return true;
-    case Recipe::kMxfp4: *out = {CUDA_R_4F_E2M1, CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0}; return true;
-    case Recipe::kNvfp4: *out = {CUDA_R_4F_E2M1, CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3}; return true;
-    case Recipe::kFp8Block1x128: *out = {CUDA_R_8F_E4M3, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F}; return true;
-    case Recipe::kFp8Block128x128: *out = {CUDA_R_8F_E4M3, CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F}; return true;
+    case Format::kMxfp8E4M3: *out = {CUDA_R_8F_E4M3, CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0}; return true;
+    case Format::kMxfp8E5M2: *out = {CUDA_R_8F_E5M2, CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0}; return true;
+    case Format::kMxfp4: *out = {CUDA_R_4F_E2M1, CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0}; return true;
+    case Format::kNvfp4: *out = {CUDA_R_4F_E2M1, CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3}; return true;
+    case Format::kFp8Block1x128: *out = {CUDA_R_8F_E4M3, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F}; return true;
+    case Format::kFp8Block128x128: *out = {CUDA_R_8F_E4M3, CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F}; return true;
     default: return false;
   }
 }
@@ -230,7 +230,7 @@ constexpr size_t kMaxPlans = 4096;  // expert sizes change every step: bound the
 
 std::string problem_text(const GemmProblem& p) {
   return "m=" + std::to_string(p.m) + ", n=" + std::to_string(p.n) + ", k=" + std::to_string(p.k) + ", " +
-         formats::recipe_name(p.a_recipe) + " x " + formats::recipe_name(p.b_recipe) + ", d_type " +
+         formats::format_name(p.a_recipe) + " x " + formats::format_name(p.b_recipe) + ", d_type " +
          matrix_type_name(p.d_type) + ", ldd=" + std::to_string(p.ldd) +
          (p.beta != 0.0f ? ", c_type " + std::string(matrix_type_name(p.c_type)) + ", ldc=" + std::to_string(p.ldc)
                          : std::string());
@@ -267,7 +267,7 @@ Status make_plan(cublasLtHandle_t handle, const GemmProblem& p, const GemmArgume
   BS_RETURN_IF_ERROR(set_op(desc.op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, scale_mode_b,
                             "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)"));
   BS_RETURN_IF_ERROR(set_scale_pointers(desc.op, args));
-  const bool device_scalars = p.a_recipe == Recipe::kNvfp4 || p.b_recipe == Recipe::kNvfp4;
+  const bool device_scalars = p.a_recipe == Format::kNvfp4 || p.b_recipe == Format::kNvfp4;
   const int32_t pointer_mode = device_scalars ? CUBLASLT_POINTER_MODE_DEVICE : CUBLASLT_POINTER_MODE_HOST;
   BS_RETURN_IF_ERROR(set_op(desc.op, CUBLASLT_MATMUL_DESC_POINTER_MODE, pointer_mode,
                             "cublasLtMatmulDescSetAttribute(POINTER_MODE)"));
@@ -313,16 +313,16 @@ Status launch_cublaslt_block_scaled(const GemmProblem& p, const GemmArguments& a
   LtOperand a{}, b{};
   if (!lt_operand(p.a_recipe, &a))
     return Status::error(std::string("a_recipe: must be an MX, NVFP4 or FP8 blockwise recipe on sm_100, got ") +
-                         formats::recipe_name(p.a_recipe));
+                         formats::format_name(p.a_recipe));
   if (!lt_operand(p.b_recipe, &b))
     return Status::error(std::string("b_recipe: must be an MX, NVFP4 or FP8 blockwise recipe on sm_100, got ") +
-                         formats::recipe_name(p.b_recipe));
+                         formats::format_name(p.b_recipe));
   const bool read_c = p.beta != 0.0f;
   if (read_c && p.c_type != p.d_type)
     return Status::error(std::string("c_type: must equal d_type when beta != 0 on sm_100 (cuBLASLt's block-scaled "
                                      "matmul takes C in D's type), got c_type ") +
                          matrix_type_name(p.c_type) + " with d_type " + matrix_type_name(p.d_type));
-  const bool a_nvfp4 = p.a_recipe == Recipe::kNvfp4, b_nvfp4 = p.b_recipe == Recipe::kNvfp4;
+  const bool a_nvfp4 = p.a_recipe == Format::kNvfp4, b_nvfp4 = p.b_recipe == Format::kNvfp4;
   const bool device_scalars = a_nvfp4 || b_nvfp4;
   if (workspace == nullptr) workspace_bytes = 0;
 

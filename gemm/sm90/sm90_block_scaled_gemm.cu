@@ -4,16 +4,16 @@
 namespace blockscale::gemm::detail {
 namespace {
 
-using formats::Recipe;
+using formats::Format;
 
 // Calls fn.template run<FmtA, FmtB>() for p's recipe pair (gemm.cpp has checked the pair).
 template <class FmtA, class Fn>
 Status with_b_format(const GemmProblem& p, const Fn& fn) {
   switch (p.b_recipe) {
-    case Recipe::kMxfp8E4M3: return fn.template run<FmtA, sm90::Mxfp8E4M3>();
-    case Recipe::kMxfp8E5M2: return fn.template run<FmtA, sm90::Mxfp8E5M2>();
-    case Recipe::kMxfp4: return fn.template run<FmtA, sm90::Mxfp4>();
-    case Recipe::kNvfp4: return fn.template run<FmtA, sm90::Nvfp4>();
+    case Format::kMxfp8E4M3: return fn.template run<FmtA, sm90::Mxfp8E4M3>();
+    case Format::kMxfp8E5M2: return fn.template run<FmtA, sm90::Mxfp8E5M2>();
+    case Format::kMxfp4: return fn.template run<FmtA, sm90::Mxfp4>();
+    case Format::kNvfp4: return fn.template run<FmtA, sm90::Nvfp4>();
     default: return Status::error("b_recipe: not a block-scaled recipe");
   }
 }
@@ -21,10 +21,10 @@ Status with_b_format(const GemmProblem& p, const Fn& fn) {
 template <class Fn>
 Status with_formats(const GemmProblem& p, const Fn& fn) {
   switch (p.a_recipe) {
-    case Recipe::kMxfp8E4M3: return with_b_format<sm90::Mxfp8E4M3>(p, fn);
-    case Recipe::kMxfp8E5M2: return with_b_format<sm90::Mxfp8E5M2>(p, fn);
-    case Recipe::kMxfp4: return fn.template run<sm90::Mxfp4, sm90::Mxfp4>();
-    case Recipe::kNvfp4: return fn.template run<sm90::Nvfp4, sm90::Nvfp4>();
+    case Format::kMxfp8E4M3: return with_b_format<sm90::Mxfp8E4M3>(p, fn);
+    case Format::kMxfp8E5M2: return with_b_format<sm90::Mxfp8E5M2>(p, fn);
+    case Format::kMxfp4: return fn.template run<sm90::Mxfp4, sm90::Mxfp4>();
+    case Format::kNvfp4: return fn.template run<sm90::Nvfp4, sm90::Nvfp4>();
     default: return Status::error("a_recipe: not a block-scaled recipe");
   }
 }

@@ -72,14 +72,14 @@ Status launch_block_scaled(const GemmProblem& p, const GemmArguments& args, cuda
   params.order.tiles_m = static_cast<int32_t>((p.m + Cfg::kTileM - 1) / Cfg::kTileM);
   params.order.tiles_n = static_cast<int32_t>((p.n + Cfg::kTileN - 1) / Cfg::kTileN);
   params.order.group_m = 8;
-  params.a_scale_dec = p.a_recipe == formats::Recipe::kNvfp4 ? args.a_scale_dec : nullptr;
-  params.b_scale_dec = p.b_recipe == formats::Recipe::kNvfp4 ? args.b_scale_dec : nullptr;
+  params.a_scale_dec = p.a_recipe == formats::Format::kNvfp4 ? args.a_scale_dec : nullptr;
+  params.b_scale_dec = p.b_recipe == formats::Format::kNvfp4 ? args.b_scale_dec : nullptr;
   params.epilogue = sm90::make_epilogue(p, args);
   params.k_limit = static_cast<int32_t>(p.k);
   if (kMode != GroupMode::kDense) params.groups = {grouping->group_ends, grouping->num_groups};
   if (kMGrouped) {
     params.b_row_tiles = static_cast<int32_t>(b_row_tiles);
-    params.b_scale_dec = p.b_recipe == formats::Recipe::kNvfp4 ? grouping->b_scale_dec : nullptr;
+    params.b_scale_dec = p.b_recipe == formats::Format::kNvfp4 ? grouping->b_scale_dec : nullptr;
   }
 
   // M-grouped: the tile count lives on the device, so one CTA per SM (the extra ones exit at once).

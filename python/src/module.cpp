@@ -29,11 +29,11 @@ void check(const Status& s) {
   if (!s) throw nb::value_error(s.message().c_str());
 }
 
-formats::Recipe recipe_of(const std::string& name) {
-  formats::Recipe r;
-  if (!formats::parse_recipe(name, &r)) {
+formats::Format format_of(const std::string& name) {
+  formats::Format r;
+  if (!formats::parse_format(name, &r)) {
     std::string all;
-    for (formats::Recipe x : formats::all_recipes()) all += std::string(all.empty() ? "" : ", ") + formats::recipe_name(x);
+    for (formats::Format x : formats::all_formats()) all += std::string(all.empty() ? "" : ", ") + formats::format_name(x);
     throw nb::value_error(("format: '" + name + "' is not one of " + all).c_str());
   }
   return r;
@@ -50,7 +50,7 @@ nb::ndarray<nb::numpy, T> to_numpy(const std::vector<T>& v, std::vector<size_t> 
 // The QuantizedMatrix fields as a dict (the Python QuantizedTensor's constructor arguments).
 nb::dict to_dict(const formats::QuantizedMatrix& q) {
   nb::dict d;
-  d["format"] = formats::recipe_name(q.recipe);
+  d["format"] = formats::format_name(q.recipe);
   d["rows"] = q.rows;
   d["cols"] = q.cols;
   d["block"] = std::make_pair(q.block_rows, q.block_cols);
@@ -70,7 +70,7 @@ formats::QuantizedMatrix from_parts(const std::string& format, int64_t rows, int
                                     std::pair<int, int> block, U8Matrix data, nb::ndarray<nb::numpy, nb::ndim<2>, nb::c_contig, nb::device::cpu> scales,
                                     float global_scale) {
   formats::QuantizedMatrix q;
-  q.recipe = recipe_of(format);
+  q.recipe = format_of(format);
   q.rows = rows;
   q.cols = cols;
   q.block_rows = block.first;
@@ -94,7 +94,7 @@ formats::QuantizedMatrix from_parts(const std::string& format, int64_t rows, int
 nb::dict quantize(F32Matrix x, const std::string& format, const std::string& rounding, bool columnwise,
                   bool stochastic, uint64_t sr_seed, bool hadamard, bool block_2d, bool pow2) {
   formats::QuantizeOptions o;
-  o.recipe = recipe_of(format);
+  o.recipe = format_of(format);
   o.rounding = rounding == "floor" ? formats::ScaleRounding::kFloor : formats::ScaleRounding::kCeil;
   o.stochastic_rounding = stochastic;
   o.sr_seed = sr_seed;
@@ -133,7 +133,7 @@ NB_MODULE(_core, m) {
 #endif
   m.def("formats", [] {
     std::vector<std::string> names;
-    for (formats::Recipe r : formats::all_recipes()) names.push_back(formats::recipe_name(r));
+    for (formats::Format r : formats::all_formats()) names.push_back(formats::format_name(r));
     return names;
   });
   m.def("quantize", &quantize, "x"_a, "format"_a, "rounding"_a, "columnwise"_a, "stochastic"_a, "sr_seed"_a,

@@ -12,7 +12,7 @@ bool check_cuda_parts() {
   bool ok = true;
 
   blockscale::quant::QuantizeProblem p;
-  ok &= f::parse_recipe("mxfp8", &p.recipe);
+  ok &= f::parse_format("mxfp8", &p.recipe);
   p.rows = 128;
   p.cols = 64;
   p.ld = 64;
@@ -25,7 +25,7 @@ bool check_cuda_parts() {
   blockscale::gemm::GemmProblem g;
   g.m = g.n = g.k = 128;
   g.ldd = 128;
-  ok &= f::parse_recipe("fp8_block128", &g.a_recipe) && f::parse_recipe("fp8_block128x128", &g.b_recipe);
+  ok &= f::parse_format("fp8_block128", &g.a_recipe) && f::parse_format("fp8_block128x128", &g.b_recipe);
   const blockscale::Status s = blockscale::gemm::can_implement(g);
   if (!s) {
     std::fprintf(stderr, "consumer: FAILED: gemm::can_implement of a 128^3 FP8 blockwise GEMM: %s\n",

@@ -31,7 +31,7 @@ void check_mxfp8() {
   for (int i = 0; i < 32; ++i) x[i] = 0.25f * static_cast<float>(i - 16);
 
   f::QuantizeOptions options;
-  expect(f::parse_recipe("mxfp8", &options.recipe), "parse_recipe(\"mxfp8\")");
+  expect(f::parse_format("mxfp8", &options.recipe), "parse_recipe(\"mxfp8\")");
   f::QuantizedMatrix q;
   blockscale::Status s = f::quantize(x.data(), 1, 32, 32, options, f::Direction::kRowwise, &q);
   if (!s) {

@@ -19,14 +19,14 @@ namespace bf = blockscale::formats;
 using bf::Direction;
 using bf::QuantizedMatrix;
 using bf::QuantizeOptions;
-using bf::Recipe;
+using bf::Format;
 
 namespace {
 
 uint32_t fbits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 float from_bits(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
 
-QuantizedMatrix quantize(const std::vector<float>& x, int64_t rows, int64_t cols, Recipe r,
+QuantizedMatrix quantize(const std::vector<float>& x, int64_t rows, int64_t cols, Format r,
                          bool pow2, Direction d = Direction::kRowwise) {
   QuantizeOptions o;
   o.recipe = r;
@@ -67,7 +67,7 @@ TEST(Fp8BlockGolden, OneBy128) {
   //   rounds to +0. 2^-149*FLT_MAX = 2^-21 - 2^-45 -> 0x00, and the zeros stay 0x00 (0*Inf would be
   //   NaN = 0x7F).
   const auto x = golden_row();
-  const QuantizedMatrix q = quantize(x, 1, 300, Recipe::kFp8Block1x128, false);
+  const QuantizedMatrix q = quantize(x, 1, 300, Format::kFp8Block1x128, false);
   EXPECT_EQ(q.block_rows, 1);
   EXPECT_EQ(q.block_cols, 128);
   expect_scales(q, {from_bits(0x400EDB6Eu), 1.0f, 0.0f});
@@ -93,7 +93,7 @@ TEST(Fp8BlockGolden, OneBy128Pow2) {
   // Block 1, amax 0: r = s = 1.  Block 2, amax 2^-149: e = -149-8 clamped to -127: s = 2^-127,
   //   r = 2^127; 2^-149*2^127 = 2^-22 -> 0x00.
   const auto x = golden_row();
-  const QuantizedMatrix q = quantize(x, 1, 300, Recipe::kFp8Block1x128, true);
+  const QuantizedMatrix q = quantize(x, 1, 300, Format::kFp8Block1x128, true);
   expect_scales(q, {4.0f, 1.0f, std::ldexp(1.0f, -127)});
   std::vector<uint8_t> want(300, 0);
   const uint8_t b0[] = {0x78, 0x70, 0xB4, 0x0D, 0x73, 0xF8, 0x80};
@@ -112,13 +112,13 @@ TEST(Fp8BlockGolden, FltMax) {
   // pow2: e = 127-8+1 = 120 (s = 2^120, r = 2^-120): FLT_MAX*2^-120 = 255.99998 -> 256: 0x78.
   std::vector<float> x(128, 0.0f);
   x[0] = FLT_MAX;
-  QuantizedMatrix q = quantize(x, 1, 128, Recipe::kFp8Block1x128, false);
+  QuantizedMatrix q = quantize(x, 1, 128, Format::kFp8Block1x128, false);
   expect_scales(q, {from_bits(0x7B124924u)});
   EXPECT_EQ(q.data[0], 0x7E);
   std::vector<float> d;
   ASSERT_TRUE(bf::dequantize(q, &d).is_ok());
   EXPECT_EQ(d[0], FLT_MAX);
-  q = quantize(x, 1, 128, Recipe::kFp8Block1x128, true);
+  q = quantize(x, 1, 128, Format::kFp8Block1x128, true);
   expect_scales(q, {std::ldexp(1.0f, 120)});
   EXPECT_EQ(q.data[0], 0x78);
 }
@@ -138,7 +138,7 @@ TEST(Fp8BlockGolden, OneTwentyEightSquared) {
   at(0, 128) = 448; at(1, 128) = -0.001f;
   at(128, 0) = -0.0f;
   at(128, 128) = 0.001f;
-  const QuantizedMatrix q = quantize(x, n, n, Recipe::kFp8Block128x128, false);
+  const QuantizedMatrix q = quantize(x, n, n, Format::kFp8Block128x128, false);
   EXPECT_EQ(q.block_rows, 128);
   EXPECT_EQ(q.block_cols, 128);
   const float s11 = from_bits(0x3615CBEDu);
@@ -150,7 +150,7 @@ TEST(Fp8BlockGolden, OneTwentyEightSquared) {
   want[128 * n + 128] = 0x7E;
   EXPECT_EQ(q.data, want);
   // The columnwise copy shares the tiles: scales transposed, codes transposed.
-  const QuantizedMatrix c = quantize(x, n, n, Recipe::kFp8Block128x128, false, Direction::kColumnwise);
+  const QuantizedMatrix c = quantize(x, n, n, Format::kFp8Block128x128, false, Direction::kColumnwise);
   expect_scales(c, {2.0f, 1.0f, 1.0f, s11});
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < n; ++j) ASSERT_EQ(c.data[j * n + i], q.data[i * n + j]) << i << "," << j;
@@ -203,9 +203,9 @@ void model(const std::vector<float>& s, int64_t R, int64_t C, int br, bool pow2,
 using blockscale_test::Dist;
 using blockscale_test::make_data;
 
-struct Fp8Case { Recipe recipe; bool pow2; Dist dist; double mag; };
+struct Fp8Case { Format recipe; bool pow2; Dist dist; double mag; };
 void PrintTo(const Fp8Case& c, std::ostream* os) {
-  *os << bf::recipe_name(c.recipe) << (c.pow2 ? " pow2" : "") << " dist " << int(c.dist) << " x" << c.mag;
+  *os << bf::format_name(c.recipe) << (c.pow2 ? " pow2" : "") << " dist " << int(c.dist) << " x" << c.mag;
 }
 
 class Fp8BlockProperties : public ::testing::TestWithParam<Fp8Case> {};
@@ -217,7 +217,7 @@ class Fp8BlockProperties : public ::testing::TestWithParam<Fp8Case> {};
 //          |deq - x| <= max(|x|/16, 2^-10 * s) * (1 + 2^-20) + |x| * 2^-20.
 TEST_P(Fp8BlockProperties, MatchesModelAndErrorBound) {
   const Fp8Case p = GetParam();
-  const int br = p.recipe == Recipe::kFp8Block128x128 ? 128 : 1;
+  const int br = p.recipe == Format::kFp8Block128x128 ? 128 : 1;
   const struct { int64_t r, c; } shapes[] = {{3, 300}, {130, 257}};
   for (auto s : shapes) {
     const auto x = make_data(s.r * s.c, 31 + s.c, p.dist, p.mag);
@@ -255,7 +255,7 @@ TEST_P(Fp8BlockProperties, MatchesModelAndErrorBound) {
 
 std::vector<Fp8Case> fp8_cases() {
   std::vector<Fp8Case> v;
-  for (Recipe r : {Recipe::kFp8Block1x128, Recipe::kFp8Block128x128})
+  for (Format r : {Format::kFp8Block1x128, Format::kFp8Block128x128})
     for (bool pow2 : {false, true}) {
       for (double mag : {1e-30, 1e-3, 1.0, 1e3, 1e30}) v.push_back({r, pow2, Dist::kNormal, mag});
       v.push_back({r, pow2, Dist::kCubed, 1.0});
@@ -269,7 +269,7 @@ std::string fp8_name(const ::testing::TestParamInfo<Fp8Case>& i) {
   const char* d[] = {"normal", "cubed", "student_t", "outlier"};
   std::string mag = std::to_string(int(std::lround(std::log10(i.param.mag))));
   for (auto& ch : mag) if (ch == '-') ch = 'm';
-  return std::string(bf::recipe_name(i.param.recipe)) + (i.param.pow2 ? "_pow2_" : "_") +
+  return std::string(bf::format_name(i.param.recipe)) + (i.param.pow2 ? "_pow2_" : "_") +
          d[int(i.param.dist)] + "_e" + mag;
 }
 
@@ -285,16 +285,16 @@ TEST(Fp8BlockAdversarial, SubnormalAmaxBlocks) {
   x[256] = std::numeric_limits<float>::denorm_min();
   x[384 + 7] = -std::numeric_limits<float>::denorm_min();
   for (bool pow2 : {false, true}) {
-    for (Recipe r : {Recipe::kFp8Block1x128, Recipe::kFp8Block128x128}) {
-      SCOPED_TRACE(std::string(bf::recipe_name(r)) + (pow2 ? " pow2" : ""));
+    for (Format r : {Format::kFp8Block1x128, Format::kFp8Block128x128}) {
+      SCOPED_TRACE(std::string(bf::format_name(r)) + (pow2 ? " pow2" : ""));
       const QuantizedMatrix q = quantize(x, 4, 128, r, pow2);
       std::vector<uint8_t> codes;
       std::vector<float> scales;
-      model(x, 4, 128, r == Recipe::kFp8Block128x128 ? 128 : 1, pow2, &codes, &scales);
+      model(x, 4, 128, r == Format::kFp8Block128x128 ? 128 : 1, pow2, &codes, &scales);
       expect_scales(q, scales);
       EXPECT_EQ(q.data, codes);
       for (uint8_t c : q.data) ASSERT_NE(c & 0x7F, 0x7F) << "NaN code from a finite input";
-      if (!pow2 && r == Recipe::kFp8Block1x128) {
+      if (!pow2 && r == Format::kFp8Block1x128) {
         EXPECT_EQ(q.data[0], 0x28);
         EXPECT_EQ(q.data[1], 0xA0);
       }

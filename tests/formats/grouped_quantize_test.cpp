@@ -18,7 +18,7 @@ namespace bf = blockscale::formats;
 using bf::Direction;
 using bf::QuantizedMatrix;
 using bf::QuantizeOptions;
-using bf::Recipe;
+using bf::Format;
 
 namespace {
 
@@ -37,21 +37,21 @@ struct Case { const char* name; QuantizeOptions opt; int block; };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 std::vector<Case> cases() {
-  auto mk = [](Recipe r) { QuantizeOptions o; o.recipe = r; return o; };
+  auto mk = [](Format r) { QuantizeOptions o; o.recipe = r; return o; };
   std::vector<Case> v;
-  v.push_back({"mxfp8", mk(Recipe::kMxfp8E4M3), 32});
-  v.push_back({"mxfp4", mk(Recipe::kMxfp4), 32});
-  v.push_back({"nvfp4", mk(Recipe::kNvfp4), 16});
-  QuantizeOptions o = mk(Recipe::kNvfp4); o.nvfp4_2d = true;
+  v.push_back({"mxfp8", mk(Format::kMxfp8E4M3), 32});
+  v.push_back({"mxfp4", mk(Format::kMxfp4), 32});
+  v.push_back({"nvfp4", mk(Format::kNvfp4), 16});
+  QuantizeOptions o = mk(Format::kNvfp4); o.nvfp4_2d = true;
   v.push_back({"nvfp4_2d", o, 16});
-  o = mk(Recipe::kNvfp4); o.stochastic_rounding = true; o.sr_seed = 4711; o.sr_offset = 9;
+  o = mk(Format::kNvfp4); o.stochastic_rounding = true; o.sr_seed = 4711; o.sr_offset = 9;
   v.push_back({"nvfp4_sr", o, 16});
-  o = mk(Recipe::kNvfp4); o.hadamard = true;
+  o = mk(Format::kNvfp4); o.hadamard = true;
   v.push_back({"nvfp4_rht", o, 16});
-  v.push_back({"fp8_1x128", mk(Recipe::kFp8Block1x128), 128});
-  o = mk(Recipe::kFp8Block1x128); o.pow2_scales = true;
+  v.push_back({"fp8_1x128", mk(Format::kFp8Block1x128), 128});
+  o = mk(Format::kFp8Block1x128); o.pow2_scales = true;
   v.push_back({"fp8_1x128_pow2", o, 128});
-  v.push_back({"fp8_128x128", mk(Recipe::kFp8Block128x128), 128});
+  v.push_back({"fp8_128x128", mk(Format::kFp8Block128x128), 128});
   return v;
 }
 
@@ -67,7 +67,7 @@ const Groups kGroups[] = {
 };
 
 uint32_t code_at(const QuantizedMatrix& q, int64_t r, int64_t c) {
-  if (q.recipe != Recipe::kMxfp4 && q.recipe != Recipe::kNvfp4) return q.data[r * q.cols + c];
+  if (q.recipe != Format::kMxfp4 && q.recipe != Format::kNvfp4) return q.data[r * q.cols + c];
   const uint8_t b = q.data[r * ((q.cols + 1) / 2) + c / 2];
   return (c & 1) ? b >> 4 : b & 0xF;
 }
@@ -138,7 +138,7 @@ TEST_P(GroupedSlices, EachExpertSliceEqualsTheExpertAlone) {
   ASSERT_TRUE(st.is_ok()) << st.message();
   ASSERT_EQ(ends.size(), g.ends.size());
   QuantizeOptions alone = c.opt;
-  if (alone.recipe == Recipe::kNvfp4) {
+  if (alone.recipe == Format::kNvfp4) {
     float amax = 0;
     for (float v : x) amax = std::max(amax, std::fabs(v));
     alone.has_tensor_amax = true;
@@ -199,7 +199,7 @@ TEST(GroupedValidation, BadArgumentsRejected) {
   const int64_t rows = kRows, cols = kCols;
   const auto x = random_matrix(rows, cols, cols, 7);
   QuantizeOptions o;
-  o.recipe = Recipe::kMxfp8E4M3;
+  o.recipe = Format::kMxfp8E4M3;
   QuantizedMatrix poisoned;
   poisoned.data.assign(5, 0xAB);
   poisoned.rows = 3;
@@ -237,8 +237,8 @@ TEST(GroupedValidation, BadArgumentsRejected) {
 TEST(PadColumns, EqualsQuantizingZeroPaddedTokens) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 3.0f);
-  for (Recipe r : {Recipe::kMxfp8E4M3, Recipe::kMxfp4, Recipe::kNvfp4, Recipe::kFp8Block1x128}) {
-    SCOPED_TRACE(bf::recipe_name(r));
+  for (Format r : {Format::kMxfp8E4M3, Format::kMxfp4, Format::kNvfp4, Format::kFp8Block1x128}) {
+    SCOPED_TRACE(bf::format_name(r));
     const int64_t block = bf::default_block_cols(r), tokens = 2 * block, cols = 40, capacity = 5 * block;
     std::vector<float> x(static_cast<size_t>(capacity * cols), 0.0f);
     for (size_t i = 0; i < static_cast<size_t>(tokens * cols); ++i) x[i] = normal(rng);
@@ -258,7 +258,7 @@ TEST(PadColumns, EqualsQuantizingZeroPaddedTokens) {
     EXPECT_EQ(padded.scales_f32, want_f32);
   }
   QuantizedMatrix q, out;
-  q.recipe = Recipe::kMxfp8E4M3, q.rows = 1, q.cols = 32, q.data.assign(32, 0), q.scales.assign(1, 0);
+  q.recipe = Format::kMxfp8E4M3, q.rows = 1, q.cols = 32, q.data.assign(32, 0), q.scales.assign(1, 0);
   EXPECT_FALSE(bf::pad_columns(q, 48, &out).is_ok()) << "not a multiple of the block";
   EXPECT_FALSE(bf::pad_columns(q, 0, &out).is_ok()) << "narrower than q";
 }

@@ -20,14 +20,14 @@ namespace bf = blockscale::formats;
 using bf::Direction;
 using bf::QuantizedMatrix;
 using bf::QuantizeOptions;
-using bf::Recipe;
+using bf::Format;
 using bf::ScaleRounding;
 
 namespace {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-QuantizedMatrix quantize(const std::vector<float>& x, int64_t rows, int64_t cols, Recipe r,
+QuantizedMatrix quantize(const std::vector<float>& x, int64_t rows, int64_t cols, Format r,
                          ScaleRounding rounding, Direction d = Direction::kRowwise) {
   QuantizeOptions o;
   o.recipe = r;
@@ -39,12 +39,12 @@ QuantizedMatrix quantize(const std::vector<float>& x, int64_t rows, int64_t cols
 }
 
 // One row: checks the scale codes and the stored data bytes.
-void expect_row(Recipe r, ScaleRounding rounding, const std::vector<float>& x,
+void expect_row(Format r, ScaleRounding rounding, const std::vector<float>& x,
                 const std::vector<uint8_t>& scales, const std::vector<uint8_t>& bytes) {
   const QuantizedMatrix q = quantize(x, 1, static_cast<int64_t>(x.size()), r, rounding);
   SCOPED_TRACE(rounding == ScaleRounding::kCeil ? "ceil" : "floor");
   EXPECT_EQ(q.scales, scales);
-  ASSERT_EQ(q.data.size(), r == Recipe::kMxfp4 ? (x.size() + 1) / 2 : x.size());
+  ASSERT_EQ(q.data.size(), r == Format::kMxfp4 ? (x.size() + 1) / 2 : x.size());
   for (size_t i = 0; i < bytes.size(); ++i) EXPECT_EQ(q.data[i], bytes[i]) << "byte " << i;
   for (size_t i = bytes.size(); i < q.data.size(); ++i) EXPECT_EQ(q.data[i], 0) << "byte " << i;
 }
@@ -78,15 +78,15 @@ TEST(MxGolden, Mxfp8E4M3) {
     (*b)[40] = 0x80;
     (*b)[64] = 0x7C; (*b)[65] = 0x70; (*b)[66] = 0xFE; (*b)[67] = 0x00;
   }
-  expect_row(Recipe::kMxfp8E4M3, ScaleRounding::kCeil, x, {0x81, 0x00, 0x77}, ceil_bytes);
-  expect_row(Recipe::kMxfp8E4M3, ScaleRounding::kFloor, x, {0x80, 0x00, 0x77}, floor_bytes);
+  expect_row(Format::kMxfp8E4M3, ScaleRounding::kCeil, x, {0x81, 0x00, 0x77}, ceil_bytes);
+  expect_row(Format::kMxfp8E4M3, ScaleRounding::kFloor, x, {0x80, 0x00, 0x77}, floor_bytes);
   // Dequantize (ceil): 957 -> 240*4 = 960; floor: 957 -> 448*2 = 896.
   std::vector<float> d;
-  ASSERT_TRUE(bf::dequantize(quantize(x, 1, 69, Recipe::kMxfp8E4M3, ScaleRounding::kCeil), &d).is_ok());
+  ASSERT_TRUE(bf::dequantize(quantize(x, 1, 69, Format::kMxfp8E4M3, ScaleRounding::kCeil), &d).is_ok());
   EXPECT_EQ(d[1], 960.0f);
   EXPECT_EQ(d[3], 13 * std::ldexp(1.0f, -9) * 4);
   EXPECT_TRUE(std::signbit(d[40]) && d[40] == 0.0f);
-  ASSERT_TRUE(bf::dequantize(quantize(x, 1, 69, Recipe::kMxfp8E4M3, ScaleRounding::kFloor), &d).is_ok());
+  ASSERT_TRUE(bf::dequantize(quantize(x, 1, 69, Format::kMxfp8E4M3, ScaleRounding::kFloor), &d).is_ok());
   EXPECT_EQ(d[1], 896.0f);
 }
 
@@ -106,8 +106,8 @@ TEST(MxGolden, Mxfp8E5M2) {
   std::vector<float> x(32, 0.0f);
   x[0] = 1966080; x[1] = 100; x[2] = std::ldexp(3.0f, -10); x[3] = std::ldexp(2.5f, -10);
   x[4] = -57344;
-  expect_row(Recipe::kMxfp8E5M2, ScaleRounding::kCeil, x, {0x85}, {0x78, 0x3E, 0x03, 0x02, 0xE3});
-  expect_row(Recipe::kMxfp8E5M2, ScaleRounding::kFloor, x, {0x84}, {0x7B, 0x42, 0x06, 0x05, 0xE7});
+  expect_row(Format::kMxfp8E5M2, ScaleRounding::kCeil, x, {0x85}, {0x78, 0x3E, 0x03, 0x02, 0xE3});
+  expect_row(Format::kMxfp8E5M2, ScaleRounding::kFloor, x, {0x84}, {0x7B, 0x42, 0x06, 0x05, 0xE7});
 }
 
 TEST(MxGolden, Mxfp6E2M3) {
@@ -124,8 +124,8 @@ TEST(MxGolden, Mxfp6E2M3) {
   //          0.5/2 = 0.25 -> 0x02. 0.75/2 = 0.375 -> 0x03.
   std::vector<float> x(32, 0.0f);
   x[0] = 15.5f; x[1] = 5.3f; x[2] = -0.2f; x[3] = 0.5f; x[4] = 0.75f;
-  expect_row(Recipe::kMxfp6E2M3, ScaleRounding::kCeil, x, {0x81}, {0x18, 0x0B, 0x20, 0x01, 0x02});
-  expect_row(Recipe::kMxfp6E2M3, ScaleRounding::kFloor, x, {0x80}, {0x1F, 0x13, 0x21, 0x02, 0x03});
+  expect_row(Format::kMxfp6E2M3, ScaleRounding::kCeil, x, {0x81}, {0x18, 0x0B, 0x20, 0x01, 0x02});
+  expect_row(Format::kMxfp6E2M3, ScaleRounding::kFloor, x, {0x80}, {0x1F, 0x13, 0x21, 0x02, 0x03});
 }
 
 TEST(MxGolden, Mxfp6E3M2) {
@@ -141,8 +141,8 @@ TEST(MxGolden, Mxfp6E3M2) {
   //          -7/4 = -1.75 -> 0x20|(3<<2)|3 = 0x2F.
   std::vector<float> x(32, 0.0f);
   x[0] = 120; x[1] = 3; x[2] = -0.3f; x[3] = 1.0f / 32; x[4] = -7;
-  expect_row(Recipe::kMxfp6E3M2, ScaleRounding::kCeil, x, {0x82}, {0x1C, 0x06, 0x21, 0x00, 0x2B});
-  expect_row(Recipe::kMxfp6E3M2, ScaleRounding::kFloor, x, {0x81}, {0x1F, 0x0A, 0x21, 0x00, 0x2F});
+  expect_row(Format::kMxfp6E3M2, ScaleRounding::kCeil, x, {0x82}, {0x1C, 0x06, 0x21, 0x00, 0x2B});
+  expect_row(Format::kMxfp6E3M2, ScaleRounding::kFloor, x, {0x81}, {0x1F, 0x0A, 0x21, 0x00, 0x2F});
 }
 
 TEST(MxGolden, Mxfp4NibblePacking) {
@@ -165,9 +165,9 @@ TEST(MxGolden, Mxfp4NibblePacking) {
   std::vector<uint8_t> ceil_bytes(17, 0), floor_bytes(17, 0);
   ceil_bytes[0] = 0x96; ceil_bytes[1] = 0x02; ceil_bytes[2] = 0x48; ceil_bytes[16] = 0x0F;
   floor_bytes[0] = 0xA7; floor_bytes[1] = 0x04; floor_bytes[2] = 0x68; floor_bytes[16] = 0x0F;
-  expect_row(Recipe::kMxfp4, ScaleRounding::kCeil, x, {0x80, 0x7E}, ceil_bytes);
-  expect_row(Recipe::kMxfp4, ScaleRounding::kFloor, x, {0x7F, 0x7E}, floor_bytes);
-  const QuantizedMatrix q = quantize(x, 1, 33, Recipe::kMxfp4, ScaleRounding::kCeil);
+  expect_row(Format::kMxfp4, ScaleRounding::kCeil, x, {0x80, 0x7E}, ceil_bytes);
+  expect_row(Format::kMxfp4, ScaleRounding::kFloor, x, {0x7F, 0x7E}, floor_bytes);
+  const QuantizedMatrix q = quantize(x, 1, 33, Format::kMxfp4, ScaleRounding::kCeil);
   EXPECT_EQ(bf::element_code(q, 0, 0), 0x6u);
   EXPECT_EQ(bf::element_code(q, 0, 1), 0x9u);
   EXPECT_EQ(bf::element_code(q, 0, 32), 0xFu);
@@ -177,19 +177,19 @@ TEST(MxGolden, ScaleBoundaries) {
   // amax exactly maxnorm * 2^k gives e = k under ceil; the next float up gives k + 1.
   std::vector<float> x(32, 0.0f);
   x[0] = 448;  // e = 0: code 0x7F, 448 -> 0x7E
-  expect_row(Recipe::kMxfp8E4M3, ScaleRounding::kCeil, x, {0x7F}, {0x7E});
+  expect_row(Format::kMxfp8E4M3, ScaleRounding::kCeil, x, {0x7F}, {0x7E});
   x[0] = std::nextafter(448.0f, 1000.0f);  // 448.00003 = 1.75000012*2^8 -> ceil e = 1: 224 -> 0x76
-  expect_row(Recipe::kMxfp8E4M3, ScaleRounding::kCeil, x, {0x80}, {0x76});
-  expect_row(Recipe::kMxfp8E4M3, ScaleRounding::kFloor, x, {0x7F}, {0x7E});  // saturates
+  expect_row(Format::kMxfp8E4M3, ScaleRounding::kCeil, x, {0x80}, {0x76});
+  expect_row(Format::kMxfp8E4M3, ScaleRounding::kFloor, x, {0x7F}, {0x7E});  // saturates
   x[0] = 6;  // E2M1: e = 0, 6 -> code 7
-  expect_row(Recipe::kMxfp4, ScaleRounding::kCeil, x, {0x7F}, {0x07});
+  expect_row(Format::kMxfp4, ScaleRounding::kCeil, x, {0x7F}, {0x07});
   x[0] = std::nextafter(6.0f, 7.0f);  // ceil e = 1: 3.0000002 -> 3 (code 5); floor: saturates
-  expect_row(Recipe::kMxfp4, ScaleRounding::kCeil, x, {0x80}, {0x05});
-  expect_row(Recipe::kMxfp4, ScaleRounding::kFloor, x, {0x7F}, {0x07});
+  expect_row(Format::kMxfp4, ScaleRounding::kCeil, x, {0x80}, {0x05});
+  expect_row(Format::kMxfp4, ScaleRounding::kFloor, x, {0x7F}, {0x07});
   x[0] = 28;  // E3M2 exactly maxnorm: e = 0, code 0x1F
-  expect_row(Recipe::kMxfp6E3M2, ScaleRounding::kCeil, x, {0x7F}, {0x1F});
+  expect_row(Format::kMxfp6E3M2, ScaleRounding::kCeil, x, {0x7F}, {0x1F});
   x[0] = 7.5f * 1024;  // E2M3: 7.5*2^10 -> e = 10, 7.5 -> 0x1F
-  expect_row(Recipe::kMxfp6E2M3, ScaleRounding::kCeil, x, {0x89}, {0x1F});
+  expect_row(Format::kMxfp6E2M3, ScaleRounding::kCeil, x, {0x89}, {0x1F});
 }
 
 TEST(MxGolden, FltMaxAndSubnormals) {
@@ -198,17 +198,17 @@ TEST(MxGolden, FltMaxAndSubnormals) {
   //   0x80|(13<<3)|1 = 0xE9. floor: e = 119 (0xF6); 511.99997 -> 0x7E; -150.46 -> -144: 0xF1.
   std::vector<float> x(32, 0.0f);
   x[0] = FLT_MAX; x[1] = -1e38f;
-  expect_row(Recipe::kMxfp8E4M3, ScaleRounding::kCeil, x, {0xF7}, {0x78, 0xE9});
-  expect_row(Recipe::kMxfp8E4M3, ScaleRounding::kFloor, x, {0xF6}, {0x7E, 0xF1});
+  expect_row(Format::kMxfp8E4M3, ScaleRounding::kCeil, x, {0xF7}, {0x78, 0xE9});
+  expect_row(Format::kMxfp8E4M3, ScaleRounding::kFloor, x, {0xF6}, {0x7E, 0xF1});
   // E5M2 ceil: e = 127-15+1 = 113 (0xF0); FLT_MAX*2^-113 = 32767.998 -> 2^15: 0x78;
   //   -1e38*2^-113 = -9629.6 -> -10240 = -1.25*2^13 (step 2048): 0x80|(28<<2)|1 = 0xF1.
   // E2M1 ceil: e = 127-2+1 = 126 (0xFD); 3.9999998 -> 4: code 6; -1e38*2^-126 = -1.175 -> -1: 0xA.
-  expect_row(Recipe::kMxfp8E5M2, ScaleRounding::kCeil, x, {0xF0}, {0x78, 0xF1});
-  expect_row(Recipe::kMxfp4, ScaleRounding::kCeil, x, {0xFD}, {0xA6});
+  expect_row(Format::kMxfp8E5M2, ScaleRounding::kCeil, x, {0xF0}, {0x78, 0xF1});
+  expect_row(Format::kMxfp4, ScaleRounding::kCeil, x, {0xFD}, {0xA6});
   // Note: decode(q) * 2^e = 2^128 here, so the fp32 dequantize overflows to +Inf (spec formula);
   // the exact fp64 value is 2^128.
   std::vector<double> dx;
-  ASSERT_TRUE(bf::dequantize_exact(quantize(x, 1, 32, Recipe::kMxfp8E4M3, ScaleRounding::kCeil), &dx).is_ok());
+  ASSERT_TRUE(bf::dequantize_exact(quantize(x, 1, 32, Format::kMxfp8E4M3, ScaleRounding::kCeil), &dx).is_ok());
   EXPECT_EQ(dx[0], std::ldexp(1.0, 128));
 
   // fp32 subnormals: amax = 2^-127 (subnormal): e = -127-8 = -135, clamped to -127: code 0x00,
@@ -218,28 +218,28 @@ TEST(MxGolden, FltMaxAndSubnormals) {
   s[0] = std::ldexp(1.0f, -127); s[1] = -std::numeric_limits<float>::denorm_min();
   s[2] = std::ldexp(1.5f, -130); s[3] = std::ldexp(1.0f, -136);
   for (auto rnd : {ScaleRounding::kCeil, ScaleRounding::kFloor}) {
-    expect_row(Recipe::kMxfp8E4M3, rnd, s, {0x00}, {0x38, 0x80, 0x24, 0x01});
+    expect_row(Format::kMxfp8E4M3, rnd, s, {0x00}, {0x38, 0x80, 0x24, 0x01});
     // E2M1: 1 -> 2, -2^-22 -> 8, 0.1875 -> 0, 2^-9 -> 0: bytes 0x82, 0x00.
-    expect_row(Recipe::kMxfp4, rnd, s, {0x00}, {0x82, 0x00});
+    expect_row(Format::kMxfp4, rnd, s, {0x00}, {0x82, 0x00});
   }
   std::vector<float> d;
-  ASSERT_TRUE(bf::dequantize(quantize(s, 1, 32, Recipe::kMxfp8E4M3, ScaleRounding::kCeil), &d).is_ok());
+  ASSERT_TRUE(bf::dequantize(quantize(s, 1, 32, Format::kMxfp8E4M3, ScaleRounding::kCeil), &d).is_ok());
   EXPECT_EQ(d[0], std::ldexp(1.0f, -127));
   EXPECT_EQ(d[3], std::ldexp(1.0f, -136));
 }
 
 // ---- spec model and properties ------------------------------------------------------------------
 
-const bf::MinifloatSpec& spec_of(Recipe r) {
+const bf::MinifloatSpec& spec_of(Format r) {
   switch (r) {
-    case Recipe::kMxfp8E5M2: return bf::kE5M2;
-    case Recipe::kMxfp6E2M3: return bf::kE2M3;
-    case Recipe::kMxfp6E3M2: return bf::kE3M2;
-    case Recipe::kMxfp4: return bf::kE2M1;
+    case Format::kMxfp8E5M2: return bf::kE5M2;
+    case Format::kMxfp6E2M3: return bf::kE2M3;
+    case Format::kMxfp6E3M2: return bf::kE3M2;
+    case Format::kMxfp4: return bf::kE2M1;
     default: return bf::kE4M3;
   }
 }
-float maxnorm_of(Recipe r) { return bf::decode_minifloat(spec_of(r).max_code, spec_of(r)); }
+float maxnorm_of(Format r) { return bf::decode_minifloat(spec_of(r).max_code, spec_of(r)); }
 
 // The scale exponent, decided in fp64 from the definitions.
 int model_exponent(float amax, float maxnorm, bool ceil) {
@@ -255,7 +255,7 @@ int model_exponent(float amax, float maxnorm, bool ceil) {
 }
 
 // Rowwise model on a contiguous R x C matrix: codes (one per element) and scale codes.
-void model(const std::vector<float>& x, int64_t R, int64_t C, Recipe r, bool ceil,
+void model(const std::vector<float>& x, int64_t R, int64_t C, Format r, bool ceil,
            std::vector<uint32_t>* codes, std::vector<uint8_t>* scales) {
   const auto& sp = spec_of(r);
   const int64_t nb = (C + 31) / 32;
@@ -283,14 +283,14 @@ using blockscale_test::Dist;
 using blockscale_test::make_data;
 
 struct PropCase {
-  Recipe recipe;
+  Format recipe;
   ScaleRounding rounding;
   Dist dist;
   float magnitude;
 };
 
 void PrintTo(const PropCase& c, std::ostream* os) {
-  *os << bf::recipe_name(c.recipe) << (c.rounding == ScaleRounding::kCeil ? " ceil" : " floor")
+  *os << bf::format_name(c.recipe) << (c.rounding == ScaleRounding::kCeil ? " ceil" : " floor")
       << " dist " << int(c.dist) << " x" << c.magnitude;
 }
 
@@ -352,8 +352,8 @@ TEST_P(MxProperties, MatchesModelAndErrorBound) {
 
 std::vector<PropCase> prop_cases() {
   std::vector<PropCase> v;
-  for (Recipe r : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2, Recipe::kMxfp6E2M3, Recipe::kMxfp6E3M2,
-                   Recipe::kMxfp4})
+  for (Format r : {Format::kMxfp8E4M3, Format::kMxfp8E5M2, Format::kMxfp6E2M3, Format::kMxfp6E3M2,
+                   Format::kMxfp4})
     for (auto rnd : {ScaleRounding::kCeil, ScaleRounding::kFloor}) {
       for (float mag : {1e-30f, 1e-3f, 1.0f, 1e3f, 1e30f}) v.push_back({r, rnd, Dist::kNormal, mag});
       v.push_back({r, rnd, Dist::kCubed, 1.0f});
@@ -372,7 +372,7 @@ std::string dist_name(Dist d, double mag) {
 }
 
 std::string prop_name(const ::testing::TestParamInfo<PropCase>& i) {
-  return std::string(bf::recipe_name(i.param.recipe)) +
+  return std::string(bf::format_name(i.param.recipe)) +
          (i.param.rounding == ScaleRounding::kCeil ? "_ceil_" : "_floor_") +
          dist_name(i.param.dist, i.param.magnitude);
 }
@@ -382,9 +382,9 @@ INSTANTIATE_TEST_SUITE_P(Mx, MxProperties, ::testing::ValuesIn(prop_cases()), pr
 // A NaN block next to finite ones, with the model treating it as the spec says: scale 0xFF and
 // all codes 0; columnwise too. -0 and an outlier in the same matrix.
 TEST(MxAdversarial, NanInfZeroAndOutlierBlocks) {
-  for (Recipe r : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2, Recipe::kMxfp6E2M3, Recipe::kMxfp6E3M2,
-                   Recipe::kMxfp4}) {
-    SCOPED_TRACE(bf::recipe_name(r));
+  for (Format r : {Format::kMxfp8E4M3, Format::kMxfp8E5M2, Format::kMxfp6E2M3, Format::kMxfp6E3M2,
+                   Format::kMxfp4}) {
+    SCOPED_TRACE(bf::format_name(r));
     auto x = make_data(3 * 96, 7, Dist::kNormal, 1.0f);
     x[5] = kNaN;                                            // row 0 block 0
     x[96 + 40] = std::numeric_limits<float>::infinity();    // row 1 block 1
@@ -402,7 +402,7 @@ TEST(MxAdversarial, NanInfZeroAndOutlierBlocks) {
       EXPECT_EQ(q.scales[4], 0xFF);
       EXPECT_EQ(q.scales[8], 0xFF);
       EXPECT_TRUE(q.nonfinite_seen);
-      const uint32_t neg_zero = r == Recipe::kMxfp4 ? 0x8 : (r == Recipe::kMxfp8E4M3 || r == Recipe::kMxfp8E5M2 ? 0x80 : 0x20);
+      const uint32_t neg_zero = r == Format::kMxfp4 ? 0x8 : (r == Format::kMxfp8E4M3 || r == Format::kMxfp8E5M2 ? 0x80 : 0x20);
       for (int c = 32; c < 64; ++c) EXPECT_EQ(bf::element_code(q, 0, c), (c & 1) ? neg_zero : 0u);
       for (int64_t i = 0; i < 3; ++i)
         for (int64_t j = 0; j < 96; ++j)

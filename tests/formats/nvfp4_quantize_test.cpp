@@ -23,7 +23,7 @@ namespace bf = blockscale::formats;
 using bf::Direction;
 using bf::QuantizedMatrix;
 using bf::QuantizeOptions;
-using bf::Recipe;
+using bf::Format;
 
 namespace {
 
@@ -33,7 +33,7 @@ uint32_t fbits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
 
 QuantizeOptions nv(bool two_d = false) {
   QuantizeOptions o;
-  o.recipe = Recipe::kNvfp4;
+  o.recipe = Format::kNvfp4;
   o.nvfp4_2d = two_d;
   return o;
 }

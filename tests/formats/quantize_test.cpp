@@ -19,7 +19,7 @@ namespace bf = blockscale::formats;
 using bf::Direction;
 using bf::QuantizedMatrix;
 using bf::QuantizeOptions;
-using bf::Recipe;
+using bf::Format;
 
 namespace {
 
@@ -54,7 +54,7 @@ struct Case {
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
-QuantizeOptions make(Recipe r) { QuantizeOptions o; o.recipe = r; return o; }
+QuantizeOptions make(Format r) { QuantizeOptions o; o.recipe = r; return o; }
 
 std::vector<Case> all_cases();
 
@@ -67,50 +67,50 @@ std::vector<Case> cases_without_sr() {
 
 std::vector<Case> all_cases() {
   std::vector<Case> c;
-  c.push_back({"mxfp8", make(Recipe::kMxfp8E4M3)});
-  QuantizeOptions o = make(Recipe::kMxfp8E4M3); o.rounding = bf::ScaleRounding::kFloor;
+  c.push_back({"mxfp8", make(Format::kMxfp8E4M3)});
+  QuantizeOptions o = make(Format::kMxfp8E4M3); o.rounding = bf::ScaleRounding::kFloor;
   c.push_back({"mxfp8_floor", o});
-  c.push_back({"mxfp8_e5m2", make(Recipe::kMxfp8E5M2)});
-  c.push_back({"mxfp6_e2m3", make(Recipe::kMxfp6E2M3)});
-  c.push_back({"mxfp6_e3m2", make(Recipe::kMxfp6E3M2)});
-  c.push_back({"mxfp4", make(Recipe::kMxfp4)});
-  o = make(Recipe::kMxfp4); o.rounding = bf::ScaleRounding::kFloor;
+  c.push_back({"mxfp8_e5m2", make(Format::kMxfp8E5M2)});
+  c.push_back({"mxfp6_e2m3", make(Format::kMxfp6E2M3)});
+  c.push_back({"mxfp6_e3m2", make(Format::kMxfp6E3M2)});
+  c.push_back({"mxfp4", make(Format::kMxfp4)});
+  o = make(Format::kMxfp4); o.rounding = bf::ScaleRounding::kFloor;
   c.push_back({"mxfp4_floor", o});
-  c.push_back({"nvfp4", make(Recipe::kNvfp4)});
-  o = make(Recipe::kNvfp4); o.nvfp4_2d = true;
+  c.push_back({"nvfp4", make(Format::kNvfp4)});
+  o = make(Format::kNvfp4); o.nvfp4_2d = true;
   c.push_back({"nvfp4_2d", o});
-  o = make(Recipe::kNvfp4); o.stochastic_rounding = true; o.sr_seed = 0x1234567890ull; o.sr_offset = 77;
+  o = make(Format::kNvfp4); o.stochastic_rounding = true; o.sr_seed = 0x1234567890ull; o.sr_offset = 77;
   c.push_back({"nvfp4_sr", o});
-  o = make(Recipe::kNvfp4); o.has_tensor_amax = true; o.tensor_amax = 3.5f;
+  o = make(Format::kNvfp4); o.has_tensor_amax = true; o.tensor_amax = 3.5f;
   c.push_back({"nvfp4_given_amax", o});
-  c.push_back({"fp8_1x128", make(Recipe::kFp8Block1x128)});
-  o = make(Recipe::kFp8Block1x128); o.pow2_scales = true;
+  c.push_back({"fp8_1x128", make(Format::kFp8Block1x128)});
+  o = make(Format::kFp8Block1x128); o.pow2_scales = true;
   c.push_back({"fp8_1x128_pow2", o});
-  c.push_back({"fp8_128x128", make(Recipe::kFp8Block128x128)});
-  o = make(Recipe::kFp8Block128x128); o.pow2_scales = true;
+  c.push_back({"fp8_128x128", make(Format::kFp8Block128x128)});
+  o = make(Format::kFp8Block128x128); o.pow2_scales = true;
   c.push_back({"fp8_128x128_pow2", o});
   return c;
 }
 
 QuantizeOptions rht_options() {
-  QuantizeOptions o = make(Recipe::kNvfp4);
+  QuantizeOptions o = make(Format::kNvfp4);
   o.hadamard = true;
   return o;
 }
 
 int expected_block_rows(const QuantizeOptions& o) {
-  if (o.recipe == Recipe::kFp8Block128x128) return 128;
-  if (o.recipe == Recipe::kNvfp4 && o.nvfp4_2d) return 16;
+  if (o.recipe == Format::kFp8Block128x128) return 128;
+  if (o.recipe == Format::kNvfp4 && o.nvfp4_2d) return 16;
   return 1;
 }
-int expected_block_cols(Recipe r) {
-  if (r == Recipe::kNvfp4) return 16;
-  if (r == Recipe::kFp8Block1x128 || r == Recipe::kFp8Block128x128) return 128;
+int expected_block_cols(Format r) {
+  if (r == Format::kNvfp4) return 16;
+  if (r == Format::kFp8Block1x128 || r == Format::kFp8Block128x128) return 128;
   return 32;
 }
-bool fp4(Recipe r) { return r == Recipe::kMxfp4 || r == Recipe::kNvfp4; }
-bool fp8_block(Recipe r) { return r == Recipe::kFp8Block1x128 || r == Recipe::kFp8Block128x128; }
-bool mx(Recipe r) { return !fp8_block(r) && r != Recipe::kNvfp4; }
+bool fp4(Format r) { return r == Format::kMxfp4 || r == Format::kNvfp4; }
+bool fp8_block(Format r) { return r == Format::kFp8Block1x128 || r == Format::kFp8Block128x128; }
+bool mx(Format r) { return !fp8_block(r) && r != Format::kNvfp4; }
 
 // The element code at (r, c), unpacked here from the bytes (not with formats::element_code).
 uint32_t code_at(const QuantizedMatrix& q, int64_t r, int64_t c) {
@@ -119,12 +119,12 @@ uint32_t code_at(const QuantizedMatrix& q, int64_t r, int64_t c) {
   return (c & 1) ? b >> 4 : b & 0xF;
 }
 
-float decode_elem(Recipe r, uint32_t code) {
+float decode_elem(Format r, uint32_t code) {
   switch (r) {
-    case Recipe::kMxfp8E5M2: return bf::decode_e5m2(code);
-    case Recipe::kMxfp6E2M3: return bf::decode_e2m3(code);
-    case Recipe::kMxfp6E3M2: return bf::decode_e3m2(code);
-    case Recipe::kMxfp4: case Recipe::kNvfp4: return bf::decode_e2m1(code);
+    case Format::kMxfp8E5M2: return bf::decode_e5m2(code);
+    case Format::kMxfp6E2M3: return bf::decode_e2m3(code);
+    case Format::kMxfp6E3M2: return bf::decode_e3m2(code);
+    case Format::kMxfp4: case Format::kNvfp4: return bf::decode_e2m1(code);
     default: return bf::decode_e4m3(code);
   }
 }
@@ -147,7 +147,7 @@ void expect_same(const QuantizedMatrix& a, const QuantizedMatrix& b, const std::
 
 QuantizedMatrix poisoned() {
   QuantizedMatrix q;
-  q.recipe = Recipe::kMxfp6E3M2;
+  q.recipe = Format::kMxfp6E3M2;
   q.rows = 7; q.cols = 9; q.block_rows = 3; q.block_cols = 5;
   q.data.assign(1000, 0xA5);
   q.scales.assign(77, 0x5A);
@@ -280,7 +280,7 @@ TEST_P(AllRecipes, DequantizeFollowsTheFormula) {
           const float X = bf::decode_e8m0(q.scales[si]);
           want = e * X;
           want_x = static_cast<double>(e) * X;
-        } else if (q.recipe == Recipe::kNvfp4) {
+        } else if (q.recipe == Format::kNvfp4) {
           const float sb = bf::decode_ue4m3(q.scales[si]);
           want = (e * sb) * q.global_scale_dec;
           want_x = static_cast<double>(e) * sb * q.global_scale_dec;
@@ -337,7 +337,7 @@ class NonFinite : public ::testing::TestWithParam<Case> {};
 
 TEST_P(NonFinite, BlockGetsNanScaleZeroCodesOthersUnaffected) {
   Case c = GetParam();
-  if (c.opt.recipe == Recipe::kNvfp4) {  // decouple the tensor scale from the Inf (own test)
+  if (c.opt.recipe == Format::kNvfp4) {  // decouple the tensor scale from the Inf (own test)
     c.opt.has_tensor_amax = true;
     c.opt.tensor_amax = 4.0f;
   }
@@ -398,14 +398,14 @@ TEST(QuantizeNonFinite, Nvfp4MeasuredAmaxIgnoresNanCountsInf) {
   x[0] = 100.0f;  // amax_t = 100 whatever the NaN does
   auto xn = x;
   xn[40] = kNaN;
-  const QuantizedMatrix a = quantize_ok(x, rows, cols, cols, make(Recipe::kNvfp4), Direction::kRowwise);
-  const QuantizedMatrix b = quantize_ok(xn, rows, cols, cols, make(Recipe::kNvfp4), Direction::kRowwise);
+  const QuantizedMatrix a = quantize_ok(x, rows, cols, cols, make(Format::kNvfp4), Direction::kRowwise);
+  const QuantizedMatrix b = quantize_ok(xn, rows, cols, cols, make(Format::kNvfp4), Direction::kRowwise);
   EXPECT_EQ(fbits(a.global_scale_dec), fbits(b.global_scale_dec));
   EXPECT_EQ(a.global_scale_dec, 1.0f / (2688.0f / 100.0f));
   EXPECT_TRUE(b.nonfinite_seen);
   // +Inf: amax_t = Inf, S_enc = 2688 / Inf = 0 -> S_enc = 1, S_dec = 1.
   xn[40] = kInf;
-  const QuantizedMatrix c = quantize_ok(xn, rows, cols, cols, make(Recipe::kNvfp4), Direction::kRowwise);
+  const QuantizedMatrix c = quantize_ok(xn, rows, cols, cols, make(Format::kNvfp4), Direction::kRowwise);
   EXPECT_EQ(c.global_scale_dec, 1.0f);
   EXPECT_EQ(c.scales[1 * 2 + 0], 0x7F);  // index 40 = row 1, col 8: block (1, 0) holds the Inf
   EXPECT_TRUE(c.nonfinite_seen);
@@ -417,7 +417,7 @@ using blockscale_test::expect_error;
 
 TEST(QuantizeValidation, BadArgumentsAreRejectedAndOutIsUnchanged) {
   const auto x = random_matrix(32, 64, 64, 81);
-  const QuantizeOptions o = make(Recipe::kMxfp8E4M3);
+  const QuantizeOptions o = make(Format::kMxfp8E4M3);
   const QuantizedMatrix before = poisoned();
   QuantizedMatrix q = before;
   expect_error(bf::quantize(nullptr, 32, 64, 64, o, Direction::kRowwise, &q), "x");
@@ -455,10 +455,10 @@ struct Mismatch {
 
 std::vector<Mismatch> mismatches() {
   std::vector<Mismatch> m;
-  for (Recipe r : {Recipe::kMxfp8E4M3, Recipe::kMxfp4, Recipe::kNvfp4}) {
+  for (Format r : {Format::kMxfp8E4M3, Format::kMxfp4, Format::kNvfp4}) {
     QuantizeOptions o = make(r); o.pow2_scales = true; m.push_back({"pow2_scales", o});
   }
-  for (Recipe r : {Recipe::kMxfp8E4M3, Recipe::kMxfp4, Recipe::kFp8Block1x128, Recipe::kFp8Block128x128}) {
+  for (Format r : {Format::kMxfp8E4M3, Format::kMxfp4, Format::kFp8Block1x128, Format::kFp8Block128x128}) {
     QuantizeOptions o = make(r); o.nvfp4_2d = true; m.push_back({"nvfp4_2d", o});
     o = make(r); o.stochastic_rounding = true; m.push_back({"stochastic_rounding", o});
     o = make(r); o.hadamard = true; m.push_back({"hadamard", o});
@@ -466,19 +466,19 @@ std::vector<Mismatch> mismatches() {
     // a caller's mistake.
     o = make(r); o.has_tensor_amax = true; o.tensor_amax = 1.0f; m.push_back({"tensor_amax", o});
   }
-  for (Recipe r : {Recipe::kNvfp4, Recipe::kFp8Block1x128, Recipe::kFp8Block128x128}) {
+  for (Format r : {Format::kNvfp4, Format::kFp8Block1x128, Format::kFp8Block128x128}) {
     QuantizeOptions o = make(r); o.rounding = bf::ScaleRounding::kFloor; m.push_back({"rounding", o});
   }
   // (interpretation) a given tensor amax must be a non-negative number.
   for (float a : {-1.0f, kNaN}) {
-    QuantizeOptions o = make(Recipe::kNvfp4); o.has_tensor_amax = true; o.tensor_amax = a;
+    QuantizeOptions o = make(Format::kNvfp4); o.has_tensor_amax = true; o.tensor_amax = a;
     m.push_back({"tensor_amax", o});
   }
   return m;
 }
 
 void PrintTo(const Mismatch& m, std::ostream* os) {
-  *os << bf::recipe_name(m.opt.recipe) << " with " << m.name;
+  *os << bf::format_name(m.opt.recipe) << " with " << m.name;
 }
 
 class OptionMismatch : public ::testing::TestWithParam<Mismatch> {};
@@ -487,14 +487,14 @@ TEST_P(OptionMismatch, IsRejectedNamingTheOption) {
   const Mismatch m = GetParam();
   const auto x = random_matrix(32, 64, 64, 101);
   QuantizedMatrix q = poisoned();
-  SCOPED_TRACE(std::string(bf::recipe_name(m.opt.recipe)) + " with " + m.name);
+  SCOPED_TRACE(std::string(bf::format_name(m.opt.recipe)) + " with " + m.name);
   expect_error(bf::quantize(x.data(), 32, 64, 64, m.opt, Direction::kRowwise, &q), m.name);
   expect_same(q, poisoned(), "out after error");
 }
 
 INSTANTIATE_TEST_SUITE_P(Quantize, OptionMismatch, ::testing::ValuesIn(mismatches()),
                          [](const auto& i) {
-                           return std::string(bf::recipe_name(i.param.opt.recipe)) + "_" +
+                           return std::string(bf::format_name(i.param.opt.recipe)) + "_" +
                                   i.param.name + "_" + std::to_string(i.index);
                          });
 
@@ -540,7 +540,7 @@ TEST(QuantizeValidation, CheckScalesAcceptsWhatQuantizeWritesAndNothingElse) {
         "'w.scale': scale (" + std::to_string(q.scale_rows() - 1) + ", " + std::to_string(q.scale_cols() - 1) + ") is ";
     QuantizedMatrix bad = q;
     if (fp8_block(q.recipe)) {
-      if (c.opt.recipe == Recipe::kFp8Block1x128 && !c.opt.pow2_scales)
+      if (c.opt.recipe == Format::kFp8Block1x128 && !c.opt.pow2_scales)
         EXPECT_EQ(fbits(q.scales_f32[last]), 0u) << "a +0 scale for the row of subnormals";
       for (float v : {-1.0f, -0.0f, kInf, -kInf, -kNaN}) {
         bad.scales_f32[last] = v;
@@ -549,7 +549,7 @@ TEST(QuantizeValidation, CheckScalesAcceptsWhatQuantizeWritesAndNothingElse) {
       }
       bad.scales_f32[last] = kNaN;
       EXPECT_TRUE(bf::check_scales(bad, "'w.scale'").is_ok());
-    } else if (q.recipe == Recipe::kNvfp4) {
+    } else if (q.recipe == Format::kNvfp4) {
       for (int code : {0x80, 0xFE, 0xFF}) {
         bad.scales[last] = static_cast<uint8_t>(code);
         expect_error(bf::check_scales(bad, "'w.scale'"), at_last + "code 0x");

@@ -30,39 +30,39 @@ struct Operand {
   std::vector<LD> v;
 };
 
-const MinifloatSpec& spec_of(Recipe r) {
+const MinifloatSpec& spec_of(Format r) {
   switch (r) {
-    case Recipe::kMxfp8E5M2:
+    case Format::kMxfp8E5M2:
       return kE5M2;
-    case Recipe::kMxfp6E2M3:
+    case Format::kMxfp6E2M3:
       return kE2M3;
-    case Recipe::kMxfp6E3M2:
+    case Format::kMxfp6E3M2:
       return kE3M2;
-    case Recipe::kMxfp4:
-    case Recipe::kNvfp4:
+    case Format::kMxfp4:
+    case Format::kNvfp4:
       return kE2M1;
     default:
       return kE4M3;
   }
 }
 
-bool is_mx_recipe(Recipe r) {
-  return r == Recipe::kMxfp8E4M3 || r == Recipe::kMxfp8E5M2 || r == Recipe::kMxfp6E2M3 ||
-         r == Recipe::kMxfp6E3M2 || r == Recipe::kMxfp4;
+bool is_mx_recipe(Format r) {
+  return r == Format::kMxfp8E4M3 || r == Format::kMxfp8E5M2 || r == Format::kMxfp6E2M3 ||
+         r == Format::kMxfp6E3M2 || r == Format::kMxfp4;
 }
-bool is_fp4_recipe(Recipe r) { return r == Recipe::kMxfp4 || r == Recipe::kNvfp4; }
-bool is_fp8_block_recipe(Recipe r) {
-  return r == Recipe::kFp8Block1x128 || r == Recipe::kFp8Block128x128;
+bool is_fp4_recipe(Format r) { return r == Format::kMxfp4 || r == Format::kNvfp4; }
+bool is_fp8_block_recipe(Format r) {
+  return r == Format::kFp8Block1x128 || r == Format::kFp8Block128x128;
 }
 
 // An empty operand of the right shape: block shape, data and scale buffers sized, all zero.
-QuantizedMatrix shell(Recipe r, int64_t rows, int64_t cols, bool nvfp4_2d = false) {
+QuantizedMatrix shell(Format r, int64_t rows, int64_t cols, bool nvfp4_2d = false) {
   QuantizedMatrix q;
   q.recipe = r;
   q.rows = rows;
   q.cols = cols;
-  q.block_rows = r == Recipe::kFp8Block128x128 ? 128 : (r == Recipe::kNvfp4 && nvfp4_2d ? 16 : 1);
-  q.block_cols = r == Recipe::kNvfp4 ? 16 : (is_fp8_block_recipe(r) ? 128 : 32);
+  q.block_rows = r == Format::kFp8Block128x128 ? 128 : (r == Format::kNvfp4 && nvfp4_2d ? 16 : 1);
+  q.block_cols = r == Format::kNvfp4 ? 16 : (is_fp8_block_recipe(r) ? 128 : 32);
   q.data.assign(static_cast<size_t>(rows * (is_fp4_recipe(r) ? (cols + 1) / 2 : cols)), 0);
   const size_t n_scales = static_cast<size_t>(((rows + q.block_rows - 1) / q.block_rows) *
                                               ((cols + q.block_cols - 1) / q.block_cols));
@@ -84,7 +84,7 @@ void put_code(QuantizedMatrix* q, int64_t r, int64_t c, uint32_t code) {
 }
 
 // Random finite element codes and random scales; values never all zero.
-Operand random_operand(Recipe r, int64_t rows, int64_t cols, std::mt19937& rng,
+Operand random_operand(Format r, int64_t rows, int64_t cols, std::mt19937& rng,
                        bool nvfp4_2d = false) {
   Operand o{shell(r, rows, cols, nvfp4_2d), {}};
   QuantizedMatrix& q = o.q;
@@ -92,12 +92,12 @@ Operand random_operand(Recipe r, int64_t rows, int64_t cols, std::mt19937& rng,
   const uint32_t n_codes = 1u << (spec.exp_bits + spec.man_bits + 1);
   const int64_t scale_cols = (cols + q.block_cols - 1) / q.block_cols;
   std::vector<LD> scale(is_fp8_block_recipe(r) ? q.scales_f32.size() : q.scales.size());
-  if (r == Recipe::kNvfp4) q.global_scale_dec = 0.375f;
+  if (r == Format::kNvfp4) q.global_scale_dec = 0.375f;
   for (size_t i = 0; i < scale.size(); ++i) {
     if (is_mx_recipe(r)) {
       q.scales[i] = static_cast<uint8_t>(120 + rng() % 15);  // 2^-7 .. 2^7
       scale[i] = std::ldexp(1.0L, static_cast<int>(q.scales[i]) - 127);
-    } else if (r == Recipe::kNvfp4) {
+    } else if (r == Format::kNvfp4) {
       q.scales[i] = static_cast<uint8_t>(0x20 + rng() % 0x40);  // UE4M3 0.125 .. 30
       scale[i] = static_cast<LD>(decode_ue4m3(q.scales[i])) * static_cast<LD>(q.global_scale_dec);
     } else {
@@ -163,11 +163,11 @@ std::vector<double> random_c(int64_t rows, int64_t ld, std::mt19937& rng) {
 
 TEST(ReferenceGemm, HandComputedMxfp8) {
   // A (1 x 64): block 0 = 1.0 x 2^0, block 1 = 1.5 x 2^3 = 12.
-  QuantizedMatrix a = shell(Recipe::kMxfp8E4M3, 1, 64);
+  QuantizedMatrix a = shell(Format::kMxfp8E4M3, 1, 64);
   for (int c = 0; c < 64; ++c) a.data[c] = c < 32 ? 0x38 : 0x3C;  // E4M3 1.0, 1.5
   a.scales = {127, 130};
   // B (2 x 64): row 0 = 1.0 x 2^0 everywhere; row 1 = -2.0 x 2^-1 then 0.5 x 2^1.
-  QuantizedMatrix b = shell(Recipe::kMxfp8E4M3, 2, 64);
+  QuantizedMatrix b = shell(Format::kMxfp8E4M3, 2, 64);
   for (int c = 0; c < 64; ++c) {
     b.data[c] = 0x38;
     b.data[64 + c] = c < 32 ? 0xC0 : 0x30;  // E4M3 -2.0, 0.5
@@ -183,12 +183,12 @@ TEST(ReferenceGemm, HandComputedMxfp8) {
 
 TEST(ReferenceGemm, HandComputedNvfp4WithTensorScale) {
   // A (1 x 32): E2M1 6.0; block scales 2.0 (UE4M3 0x40) and 0.5 (0x30); S_dec 0.25 -> 3, 0.75.
-  QuantizedMatrix a = shell(Recipe::kNvfp4, 1, 32);
+  QuantizedMatrix a = shell(Format::kNvfp4, 1, 32);
   for (auto& byte : a.data) byte = 0x77;
   a.scales = {0x40, 0x30};
   a.global_scale_dec = 0.25f;
   // B (1 x 32): E2M1 -1.5 (0xB), block scales 1.0 (0x38), S_dec 2 -> -3 everywhere.
-  QuantizedMatrix b = shell(Recipe::kNvfp4, 1, 32);
+  QuantizedMatrix b = shell(Format::kNvfp4, 1, 32);
   for (auto& byte : b.data) byte = 0xBB;
   b.scales = {0x38, 0x38};
   b.global_scale_dec = 2.0f;
@@ -200,10 +200,10 @@ TEST(ReferenceGemm, HandComputedNvfp4WithTensorScale) {
 TEST(ReferenceGemm, HandComputedFp8BlockwiseAndMixedRecipes) {
   // A (1 x 128) FP8 1x128: 1.0 x 0.25. B (2 x 128) FP8 128x128, one scale 3.0 for both rows:
   // row 0 = 2.0, row 1 = 0.5.
-  QuantizedMatrix a = shell(Recipe::kFp8Block1x128, 1, 128);
+  QuantizedMatrix a = shell(Format::kFp8Block1x128, 1, 128);
   for (auto& byte : a.data) byte = 0x38;
   a.scales_f32 = {0.25f};
-  QuantizedMatrix b = shell(Recipe::kFp8Block128x128, 2, 128);
+  QuantizedMatrix b = shell(Format::kFp8Block128x128, 2, 128);
   for (int c = 0; c < 128; ++c) {
     b.data[c] = 0x40;
     b.data[128 + c] = 0x30;
@@ -214,10 +214,10 @@ TEST(ReferenceGemm, HandComputedFp8BlockwiseAndMixedRecipes) {
   EXPECT_EQ(d, (std::vector<double>{128 * 0.25 * 6.0, 128 * 0.25 * 1.5}));  // 192, 48
 
   // MXFP8 A (1 x 32, 1.0 x 2^2) times NVFP4 B (1 x 32, 0.5 x 1.0 x S_dec 1): 32 * 4 * 0.5.
-  QuantizedMatrix mx = shell(Recipe::kMxfp8E4M3, 1, 32);
+  QuantizedMatrix mx = shell(Format::kMxfp8E4M3, 1, 32);
   for (auto& byte : mx.data) byte = 0x38;
   mx.scales = {129};
-  QuantizedMatrix nv = shell(Recipe::kNvfp4, 1, 32);
+  QuantizedMatrix nv = shell(Format::kNvfp4, 1, 32);
   for (auto& byte : nv.data) byte = 0x11;
   nv.scales = {0x38, 0x38};
   ASSERT_TRUE(reference_gemm(mx, nv, 1.0, 0.0, nullptr, 0, &d).is_ok());
@@ -225,10 +225,10 @@ TEST(ReferenceGemm, HandComputedFp8BlockwiseAndMixedRecipes) {
 }
 
 TEST(ReferenceGemm, NanScaleBlockMakesItsRowNan) {
-  QuantizedMatrix a = shell(Recipe::kMxfp8E4M3, 2, 32);
+  QuantizedMatrix a = shell(Format::kMxfp8E4M3, 2, 32);
   for (auto& byte : a.data) byte = 0x38;
   a.scales = {0xFF, 127};  // row 0 holds a non-finite block
-  QuantizedMatrix b = shell(Recipe::kMxfp8E4M3, 1, 32);
+  QuantizedMatrix b = shell(Format::kMxfp8E4M3, 1, 32);
   for (auto& byte : b.data) byte = 0x38;
   b.scales = {127};
   std::vector<double> d;
@@ -241,8 +241,8 @@ TEST(ReferenceGemm, NanScaleBlockMakesItsRowNan) {
 // ---- Random operands against the long-double loop -------------------------------------------
 
 struct RecipePair {
-  Recipe a;
-  Recipe b;
+  Format a;
+  Format b;
   bool b_2d;
   int64_t m, n, k;
 };
@@ -270,24 +270,24 @@ TEST_P(ReferenceGemmRandom, MatchesNaiveLoopWithAlphaBeta) {
 
 INSTANTIATE_TEST_SUITE_P(
     Recipes, ReferenceGemmRandom,
-    testing::Values(RecipePair{Recipe::kMxfp8E4M3, Recipe::kMxfp8E4M3, false, 5, 7, 256},
-                    RecipePair{Recipe::kMxfp8E5M2, Recipe::kMxfp4, false, 3, 9, 96},
-                    RecipePair{Recipe::kMxfp6E2M3, Recipe::kMxfp6E3M2, false, 4, 4, 64},
-                    RecipePair{Recipe::kNvfp4, Recipe::kNvfp4, false, 6, 5, 48},
-                    RecipePair{Recipe::kMxfp8E4M3, Recipe::kNvfp4, true, 2, 33, 64},
-                    RecipePair{Recipe::kFp8Block1x128, Recipe::kFp8Block128x128, false, 3, 130,
+    testing::Values(RecipePair{Format::kMxfp8E4M3, Format::kMxfp8E4M3, false, 5, 7, 256},
+                    RecipePair{Format::kMxfp8E5M2, Format::kMxfp4, false, 3, 9, 96},
+                    RecipePair{Format::kMxfp6E2M3, Format::kMxfp6E3M2, false, 4, 4, 64},
+                    RecipePair{Format::kNvfp4, Format::kNvfp4, false, 6, 5, 48},
+                    RecipePair{Format::kMxfp8E4M3, Format::kNvfp4, true, 2, 33, 64},
+                    RecipePair{Format::kFp8Block1x128, Format::kFp8Block128x128, false, 3, 130,
                                256},
-                    RecipePair{Recipe::kFp8Block1x128, Recipe::kFp8Block1x128, false, 1, 1, 384}),
+                    RecipePair{Format::kFp8Block1x128, Format::kFp8Block1x128, false, 1, 1, 384}),
     [](const testing::TestParamInfo<RecipePair>& info) {
       const RecipePair& p = info.param;
-      return std::string(recipe_name(p.a)) + "_x_" + recipe_name(p.b) + (p.b_2d ? "_2d_" : "_") +
+      return std::string(format_name(p.a)) + "_x_" + format_name(p.b) + (p.b_2d ? "_2d_" : "_") +
              std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k);
     });
 
 TEST(ReferenceGemm, BetaZeroDoesNotReadC) {
   std::mt19937 rng(5);
-  const Operand a = random_operand(Recipe::kMxfp8E4M3, 2, 32, rng);
-  const Operand b = random_operand(Recipe::kMxfp8E4M3, 3, 32, rng);
+  const Operand a = random_operand(Format::kMxfp8E4M3, 2, 32, rng);
+  const Operand b = random_operand(Format::kMxfp8E4M3, 3, 32, rng);
   const std::vector<double> c(6, kNaN);
   std::vector<double> d;
   ASSERT_TRUE(reference_gemm(a.q, b.q, 1.0, 0.0, c.data(), 3, &d).is_ok());
@@ -296,20 +296,20 @@ TEST(ReferenceGemm, BetaZeroDoesNotReadC) {
 
 TEST(ReferenceGemm, BadInputNamesTheArgument) {
   std::mt19937 rng(6);
-  const Operand a = random_operand(Recipe::kMxfp8E4M3, 2, 64, rng);
-  const Operand b = random_operand(Recipe::kMxfp8E4M3, 3, 64, rng);
-  const Operand b96 = random_operand(Recipe::kMxfp8E4M3, 3, 96, rng);
+  const Operand a = random_operand(Format::kMxfp8E4M3, 2, 64, rng);
+  const Operand b = random_operand(Format::kMxfp8E4M3, 3, 64, rng);
+  const Operand b96 = random_operand(Format::kMxfp8E4M3, 3, 96, rng);
   const std::vector<double> keep = {7.0};
   std::vector<double> d = keep;
   EXPECT_TRUE(mentions(reference_gemm(a.q, b96.q, 1, 0, nullptr, 0, &d), "b.cols"));
   // K = 48 is a valid MXFP8 matrix (a partial block) but not a GEMM operand.
-  const Operand a48 = random_operand(Recipe::kMxfp8E4M3, 2, 48, rng);
-  const Operand b48 = random_operand(Recipe::kMxfp8E4M3, 3, 48, rng);
+  const Operand a48 = random_operand(Format::kMxfp8E4M3, 2, 48, rng);
+  const Operand b48 = random_operand(Format::kMxfp8E4M3, 3, 48, rng);
   const Status s48 = reference_gemm(a48.q, b48.q, 1, 0, nullptr, 0, &d);
   EXPECT_TRUE(mentions(s48, "a.cols") && mentions(s48, "multiple of")) << s48.message();
   // NVFP4 with K = 16 times FP8 1x128: K must be a multiple of both blocks.
-  const Operand n16 = random_operand(Recipe::kNvfp4, 2, 16, rng);
-  const Operand f16 = random_operand(Recipe::kFp8Block1x128, 3, 16, rng);
+  const Operand n16 = random_operand(Format::kNvfp4, 2, 16, rng);
+  const Operand f16 = random_operand(Format::kFp8Block1x128, 3, 16, rng);
   EXPECT_TRUE(mentions(reference_gemm(n16.q, f16.q, 1, 0, nullptr, 0, &d), "b.cols"));
   const std::vector<double> c(6, 1.0);
   EXPECT_TRUE(mentions(reference_gemm(a.q, b.q, 1, 1, nullptr, 3, &d), "c must not be null"));
@@ -325,8 +325,8 @@ TEST(ReferenceGemm, BadInputNamesTheArgument) {
 
 struct MGroupCase {
   std::vector<int64_t> group_ends;
-  Recipe a_recipe;
-  Recipe b_recipe;
+  Format a_recipe;
+  Format b_recipe;
   int64_t k;
 };
 
@@ -369,22 +369,22 @@ INSTANTIATE_TEST_SUITE_P(
     Groups, MGrouped,
     testing::Values(
         // empty, 1-token, empty, 8 tokens
-        MGroupCase{{0, 1, 1, 9}, Recipe::kMxfp8E4M3, Recipe::kMxfp8E4M3, 64},
+        MGroupCase{{0, 1, 1, 9}, Format::kMxfp8E4M3, Format::kMxfp8E4M3, 64},
         // all tokens on one expert; mixed recipes
-        MGroupCase{{0, 0, 7, 7}, Recipe::kMxfp8E4M3, Recipe::kNvfp4, 64},
-        MGroupCase{{1, 2, 3}, Recipe::kNvfp4, Recipe::kMxfp4, 32},  // one token each
-        MGroupCase{{0, 130, 131}, Recipe::kFp8Block1x128, Recipe::kFp8Block128x128, 256},
-        MGroupCase{{5}, Recipe::kMxfp8E5M2, Recipe::kMxfp8E5M2, 96}),  // a single expert
+        MGroupCase{{0, 0, 7, 7}, Format::kMxfp8E4M3, Format::kNvfp4, 64},
+        MGroupCase{{1, 2, 3}, Format::kNvfp4, Format::kMxfp4, 32},  // one token each
+        MGroupCase{{0, 130, 131}, Format::kFp8Block1x128, Format::kFp8Block128x128, 256},
+        MGroupCase{{5}, Format::kMxfp8E5M2, Format::kMxfp8E5M2, 96}),  // a single expert
     [](const testing::TestParamInfo<MGroupCase>& info) {
-      return std::string(recipe_name(info.param.a_recipe)) + "_x_" +
-             recipe_name(info.param.b_recipe) + "_case" + std::to_string(info.index);
+      return std::string(format_name(info.param.a_recipe)) + "_x_" +
+             format_name(info.param.b_recipe) + "_case" + std::to_string(info.index);
     });
 
 TEST(MGrouped, BadGroupEndsAndExpertsNameTheArgument) {
   std::mt19937 rng(8);
-  const Operand a = random_operand(Recipe::kMxfp8E4M3, 9, 64, rng);
+  const Operand a = random_operand(Format::kMxfp8E4M3, 9, 64, rng);
   std::vector<QuantizedMatrix> b;
-  for (int g = 0; g < 4; ++g) b.push_back(random_operand(Recipe::kMxfp8E4M3, 6, 64, rng).q);
+  for (int g = 0; g < 4; ++g) b.push_back(random_operand(Format::kMxfp8E4M3, 6, 64, rng).q);
   std::vector<double> d;
   auto run = [&](const std::vector<int64_t>& ends, const std::vector<QuantizedMatrix>& experts) {
     return reference_gemm_m_grouped(a.q, experts, ends, 1, 0, nullptr, 0, &d);
@@ -397,10 +397,10 @@ TEST(MGrouped, BadGroupEndsAndExpertsNameTheArgument) {
   EXPECT_TRUE(mentions(run({2, 9, 9}, b), "group_ends has 3"));
   EXPECT_TRUE(mentions(run({}, {}), "at least one expert"));
   std::vector<QuantizedMatrix> bad_n = b;
-  bad_n[2] = random_operand(Recipe::kMxfp8E4M3, 5, 64, rng).q;
+  bad_n[2] = random_operand(Format::kMxfp8E4M3, 5, 64, rng).q;
   EXPECT_TRUE(mentions(run({2, 4, 6, 9}, bad_n), "b[2].rows"));
   std::vector<QuantizedMatrix> bad_k = b;
-  bad_k[1] = random_operand(Recipe::kMxfp8E4M3, 6, 96, rng).q;
+  bad_k[1] = random_operand(Format::kMxfp8E4M3, 6, 96, rng).q;
   EXPECT_TRUE(mentions(run({2, 4, 6, 9}, bad_k), "b[1].cols"));
   EXPECT_TRUE(mentions(reference_gemm_m_grouped(a.q, b, {2, 4, 6, 9}, 1, 1, nullptr, 6, &d), "c"));
 }
@@ -408,8 +408,8 @@ TEST(MGrouped, BadGroupEndsAndExpertsNameTheArgument) {
 // ---- K-grouped -------------------------------------------------------------------------------
 
 struct KGroupCase {
-  Recipe a_recipe;
-  Recipe b_recipe;
+  Format a_recipe;
+  Format b_recipe;
   std::vector<int64_t> ends;
 };
 
@@ -443,19 +443,19 @@ TEST_P(KGrouped, EachExpertSumsOnlyItsTokens) {
 
 INSTANTIATE_TEST_SUITE_P(
     Groups, KGrouped,
-    testing::Values(KGroupCase{Recipe::kMxfp8E4M3, Recipe::kMxfp8E4M3, {0, 32, 32, 128}},
-                    KGroupCase{Recipe::kNvfp4, Recipe::kNvfp4, {16, 16, 48, 64}},
-                    KGroupCase{Recipe::kMxfp8E4M3, Recipe::kNvfp4, {64, 64, 64}},  // one expert
-                    KGroupCase{Recipe::kFp8Block1x128, Recipe::kFp8Block1x128, {128, 256}}),
+    testing::Values(KGroupCase{Format::kMxfp8E4M3, Format::kMxfp8E4M3, {0, 32, 32, 128}},
+                    KGroupCase{Format::kNvfp4, Format::kNvfp4, {16, 16, 48, 64}},
+                    KGroupCase{Format::kMxfp8E4M3, Format::kNvfp4, {64, 64, 64}},  // one expert
+                    KGroupCase{Format::kFp8Block1x128, Format::kFp8Block1x128, {128, 256}}),
     [](const testing::TestParamInfo<KGroupCase>& info) {
-      return std::string(recipe_name(info.param.a_recipe)) + "_x_" +
-             recipe_name(info.param.b_recipe) + "_case" + std::to_string(info.index);
+      return std::string(format_name(info.param.a_recipe)) + "_x_" +
+             format_name(info.param.b_recipe) + "_case" + std::to_string(info.index);
     });
 
 TEST(KGrouped, EmptyExpertGetsBetaTimesC) {
   std::mt19937 rng(10);
-  const Operand a = random_operand(Recipe::kMxfp8E4M3, 2, 32, rng);
-  const Operand b = random_operand(Recipe::kMxfp8E4M3, 3, 32, rng);
+  const Operand a = random_operand(Format::kMxfp8E4M3, 2, 32, rng);
+  const Operand b = random_operand(Format::kMxfp8E4M3, 3, 32, rng);
   const std::vector<double> c = random_c(2 * 2, 3, rng);
   std::vector<double> d;
   ASSERT_TRUE(reference_gemm_k_grouped(a.q, b.q, {0, 32}, 1.0, 2.0, c.data(), &d).is_ok());
@@ -464,10 +464,10 @@ TEST(KGrouped, EmptyExpertGetsBetaTimesC) {
 
 TEST(KGrouped, BadGroupEndsNameTheArgument) {
   std::mt19937 rng(11);
-  const Operand a = random_operand(Recipe::kMxfp8E4M3, 5, 128, rng);
-  const Operand b = random_operand(Recipe::kMxfp8E4M3, 7, 128, rng);
-  const Operand b_nv = random_operand(Recipe::kNvfp4, 7, 128, rng);
-  const Operand b96 = random_operand(Recipe::kMxfp8E4M3, 7, 96, rng);
+  const Operand a = random_operand(Format::kMxfp8E4M3, 5, 128, rng);
+  const Operand b = random_operand(Format::kMxfp8E4M3, 7, 128, rng);
+  const Operand b_nv = random_operand(Format::kNvfp4, 7, 128, rng);
+  const Operand b96 = random_operand(Format::kMxfp8E4M3, 7, 96, rng);
   std::vector<double> d;
   auto run = [&](const QuantizedMatrix& bq, const std::vector<int64_t>& ends) {
     return reference_gemm_k_grouped(a.q, bq, ends, 1, 0, nullptr, &d);

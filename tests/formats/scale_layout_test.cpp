@@ -260,7 +260,7 @@ TEST(Blk128Scales, BadArgumentsAreRejected) {
 
 // ---- pack_gemm_scales: a QuantizedMatrix's scales in its recipe's GEMM layout ----------------
 
-QuantizedMatrix scaled_matrix(Recipe r, int64_t rows, int64_t cols, int block_rows, uint32_t seed) {
+QuantizedMatrix scaled_matrix(Format r, int64_t rows, int64_t cols, int block_rows, uint32_t seed) {
   QuantizedMatrix q;
   q.recipe = r, q.rows = rows, q.cols = cols;
   q.block_rows = block_rows, q.block_cols = default_block_cols(r);
@@ -274,20 +274,20 @@ QuantizedMatrix scaled_matrix(Recipe r, int64_t rows, int64_t cols, int block_ro
 TEST(GemmScales, EachRecipeGetsItsLayout) {
   std::vector<uint8_t> got;
   std::vector<float> want_f32;
-  const QuantizedMatrix v = scaled_matrix(Recipe::kFp8Block1x128, 130, 384, 1, 71);
+  const QuantizedMatrix v = scaled_matrix(Format::kFp8Block1x128, 130, 384, 1, 71);
   ASSERT_TRUE(pack_gemm_scales(v, &got).is_ok());
   ASSERT_TRUE(pack_vec128_scales(v.scales_f32.data(), 130, 3, &want_f32).is_ok());
   ASSERT_EQ(got.size(), want_f32.size() * 4);
   EXPECT_EQ(std::memcmp(got.data(), want_f32.data(), got.size()), 0);
 
-  const QuantizedMatrix b = scaled_matrix(Recipe::kFp8Block128x128, 300, 640, 128, 72);
+  const QuantizedMatrix b = scaled_matrix(Format::kFp8Block128x128, 300, 640, 128, 72);
   ASSERT_TRUE(pack_gemm_scales(b, &got).is_ok());
   ASSERT_TRUE(pack_blk128_scales(b.scales_f32.data(), 3, 5, &want_f32).is_ok());
   ASSERT_EQ(got.size(), want_f32.size() * 4);
   EXPECT_EQ(std::memcmp(got.data(), want_f32.data(), got.size()), 0);
 
   std::vector<uint8_t> want;
-  const QuantizedMatrix mx = scaled_matrix(Recipe::kMxfp8E4M3, 130, 96, 1, 73);
+  const QuantizedMatrix mx = scaled_matrix(Format::kMxfp8E4M3, 130, 96, 1, 73);
   ASSERT_TRUE(pack_gemm_scales(mx, &got).is_ok());
   ASSERT_TRUE(pack_swizzled_scales(mx.scales.data(), 130, 3, &want).is_ok());
   EXPECT_EQ(got, want);
@@ -295,7 +295,7 @@ TEST(GemmScales, EachRecipeGetsItsLayout) {
 
 // NVFP4 2D: one scale per 16 x 16 tile, written on each of the tile's rows (the last tile short).
 TEST(GemmScales, TileScalesAreRepeatedOverTheirRows) {
-  const QuantizedMatrix q = scaled_matrix(Recipe::kNvfp4, 40, 64, 16, 74);
+  const QuantizedMatrix q = scaled_matrix(Format::kNvfp4, 40, 64, 16, 74);
   std::vector<uint8_t> got;
   ASSERT_TRUE(pack_gemm_scales(q, &got).is_ok());
   ASSERT_EQ(got.size(), static_cast<size_t>(swizzled_scale_bytes(40, 4)));
@@ -307,12 +307,12 @@ TEST(GemmScales, TileScalesAreRepeatedOverTheirRows) {
 }
 
 TEST(GemmScales, BadArgumentsAreRejected) {
-  QuantizedMatrix q = scaled_matrix(Recipe::kMxfp8E4M3, 8, 64, 1, 75);
+  QuantizedMatrix q = scaled_matrix(Format::kMxfp8E4M3, 8, 64, 1, 75);
   EXPECT_TRUE(mentions(pack_gemm_scales(q, nullptr), "out"));
   std::vector<uint8_t> out;
   q.scales.pop_back();
   EXPECT_TRUE(mentions(pack_gemm_scales(q, &out), "holds 15 scales"));
-  q = scaled_matrix(Recipe::kFp8Block1x128, 8, 256, 1, 76);
+  q = scaled_matrix(Format::kFp8Block1x128, 8, 256, 1, 76);
   q.scales_f32.clear();
   EXPECT_TRUE(mentions(pack_gemm_scales(q, &out), "needs 16"));
   q.block_rows = 0;

@@ -15,25 +15,25 @@
 namespace blockscale_test {
 
 struct Pair {
-  blockscale::formats::Recipe a, b;
+  blockscale::formats::Format a, b;
 };
 
 inline std::vector<Pair> supported_pairs() {
-  using blockscale::formats::Recipe;
+  using blockscale::formats::Format;
   std::vector<Pair> pairs;
-  for (Recipe a : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2})
-    for (Recipe b : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2, Recipe::kMxfp4, Recipe::kNvfp4}) pairs.push_back({a, b});
-  pairs.push_back({Recipe::kMxfp4, Recipe::kMxfp4});
-  pairs.push_back({Recipe::kNvfp4, Recipe::kNvfp4});
+  for (Format a : {Format::kMxfp8E4M3, Format::kMxfp8E5M2})
+    for (Format b : {Format::kMxfp8E4M3, Format::kMxfp8E5M2, Format::kMxfp4, Format::kNvfp4}) pairs.push_back({a, b});
+  pairs.push_back({Format::kMxfp4, Format::kMxfp4});
+  pairs.push_back({Format::kNvfp4, Format::kNvfp4});
   return pairs;
 }
 
 inline std::string pair_label(const Pair& p) {
-  return std::string(blockscale::formats::recipe_name(p.a)) + " x " + blockscale::formats::recipe_name(p.b);
+  return std::string(blockscale::formats::format_name(p.a)) + " x " + blockscale::formats::format_name(p.b);
 }
 inline std::string pair_name(const ::testing::TestParamInfo<Pair>& info) {
-  return std::string(blockscale::formats::recipe_name(info.param.a)) + "_x_" +
-         blockscale::formats::recipe_name(info.param.b);
+  return std::string(blockscale::formats::format_name(info.param.a)) + "_x_" +
+         blockscale::formats::format_name(info.param.b);
 }
 
 // m x n x k with D of d_type (row stride ldd, also C's), alpha, beta.

@@ -20,7 +20,7 @@ namespace {
 
 namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
-using bf::Recipe;
+using bf::Format;
 using bg::MatrixType;
 using blockscale_test::expect_error;
 using blockscale_test::pair_label;
@@ -34,8 +34,8 @@ bg::GemmProblem valid_problem(const Pair& pair) {
 
 TEST(GemmBlockScaledCanImplement, SupportedPairsAreExactlyTheTen) {
   const std::vector<Pair> supported = supported_pairs();
-  for (Recipe a : bf::all_recipes())
-    for (Recipe b : bf::all_recipes()) {
+  for (Format a : bf::all_formats())
+    for (Format b : bf::all_formats()) {
       const bool want = std::any_of(supported.begin(), supported.end(),
                                     [&](const Pair& p) { return p.a == a && p.b == b; });
       EXPECT_EQ(bg::is_block_scaled_pair(a, b), want) << pair_label({a, b});
@@ -50,17 +50,17 @@ TEST(GemmBlockScaledCanImplement, SupportedPairsAreExactlyTheTen) {
 }
 
 TEST(GemmBlockScaledCanImplement, UnsupportedPairsNameThePair) {
-  const Pair unsupported[] = {{Recipe::kMxfp4, Recipe::kMxfp8E4M3},
-                              {Recipe::kNvfp4, Recipe::kMxfp4},
-                              {Recipe::kFp8Block1x128, Recipe::kMxfp8E4M3},
-                              {Recipe::kMxfp8E4M3, Recipe::kFp8Block128x128},
-                              {Recipe::kMxfp4, Recipe::kNvfp4},
-                              {Recipe::kNvfp4, Recipe::kMxfp8E5M2},
-                              {Recipe::kMxfp6E2M3, Recipe::kMxfp8E4M3},
-                              {Recipe::kMxfp8E4M3, Recipe::kMxfp6E3M2}};
+  const Pair unsupported[] = {{Format::kMxfp4, Format::kMxfp8E4M3},
+                              {Format::kNvfp4, Format::kMxfp4},
+                              {Format::kFp8Block1x128, Format::kMxfp8E4M3},
+                              {Format::kMxfp8E4M3, Format::kFp8Block128x128},
+                              {Format::kMxfp4, Format::kNvfp4},
+                              {Format::kNvfp4, Format::kMxfp8E5M2},
+                              {Format::kMxfp6E2M3, Format::kMxfp8E4M3},
+                              {Format::kMxfp8E4M3, Format::kMxfp6E3M2}};
   for (const Pair& pair : unsupported)
     expect_error(bg::can_implement(valid_problem(pair)), std::string("a_recipe, b_recipe: the pair (") +
-                                                             bf::recipe_name(pair.a) + ", " + bf::recipe_name(pair.b) +
+                                                             bf::format_name(pair.a) + ", " + bf::format_name(pair.b) +
                                                              ")");
 }
 
@@ -97,7 +97,7 @@ TEST(GemmBlockScaledCanImplement, PointerRulesNameTheArgument) {
   auto about_scale_dec = [](const blockscale::Status& s) {
     return !s.is_ok() && s.message().find("scale_dec") != std::string::npos;
   };
-  const bg::GemmProblem nv = valid_problem({Recipe::kNvfp4, Recipe::kNvfp4});
+  const bg::GemmProblem nv = valid_problem({Format::kNvfp4, Format::kNvfp4});
   EXPECT_FALSE(about_scale_dec(bg::can_implement(nv, pointers()))) << bg::can_implement(nv, pointers()).message();
   bg::GemmArguments a = pointers();
   a.a_scale_dec = nullptr;
@@ -110,12 +110,12 @@ TEST(GemmBlockScaledCanImplement, PointerRulesNameTheArgument) {
   expect_error(bg::can_implement(nv, a), "b_scale_dec: must be a 4-byte aligned device pointer");
 
   // S_dec is required for NVFP4 operands only.
-  const bg::GemmProblem mixed = valid_problem({Recipe::kMxfp8E4M3, Recipe::kNvfp4});
+  const bg::GemmProblem mixed = valid_problem({Format::kMxfp8E4M3, Format::kNvfp4});
   a = pointers(), a.a_scale_dec = nullptr;
   EXPECT_FALSE(about_scale_dec(bg::can_implement(mixed, a))) << bg::can_implement(mixed, a).message();
   a.b_scale_dec = nullptr;
   expect_error(bg::can_implement(mixed, a), "b_scale_dec: must be a 4-byte aligned device pointer");
-  const bg::GemmProblem mx = valid_problem({Recipe::kMxfp8E4M3, Recipe::kMxfp4});
+  const bg::GemmProblem mx = valid_problem({Format::kMxfp8E4M3, Format::kMxfp4});
   a = pointers(), a.a_scale_dec = nullptr, a.b_scale_dec = nullptr;
   EXPECT_FALSE(about_scale_dec(bg::can_implement(mx, a))) << bg::can_implement(mx, a).message();
 
@@ -129,7 +129,7 @@ TEST(GemmBlockScaledCanImplement, PointerRulesNameTheArgument) {
 // The overlap checks size FP4 data as k / 2 bytes per row and scales as the swizzled buffer.
 TEST(GemmBlockScaledCanImplement, OverlapChecksUseThePackedSizes) {
   alignas(256) static uint8_t arena[1 << 20];
-  const bg::GemmProblem p = valid_problem({Recipe::kMxfp4, Recipe::kMxfp4});  // 256 x 384 x 512
+  const bg::GemmProblem p = valid_problem({Format::kMxfp4, Format::kMxfp4});  // 256 x 384 x 512
   const int64_t a_bytes = 256 * 512 / 2;
   const int64_t a_scale_bytes = bf::swizzled_scale_bytes(256, 512 / 32);
   ASSERT_EQ(a_scale_bytes, 4096);
@@ -151,7 +151,7 @@ TEST(GemmBlockScaledCanImplement, OverlapChecksUseThePackedSizes) {
   expect_error(with_d_at(arena + (384 << 10) + a_scale_bytes - 2), "d: overlaps a_scales");
   // The same address overlaps FP8 data, k bytes per row.
   bg::GemmProblem fp8 = p;
-  fp8.a_recipe = Recipe::kMxfp8E4M3;
+  fp8.a_recipe = Format::kMxfp8E4M3;
   bg::GemmArguments a = ok;
   a.d = arena + a_bytes;
   expect_error(bg::can_implement(fp8, a), "d: overlaps a_data");

@@ -65,7 +65,7 @@ namespace {
 
 namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
-using bf::Recipe;
+using bf::Format;
 using bg::MatrixType;
 using blockscale_test::element_bytes;
 using blockscale_test::element_value;
@@ -85,7 +85,7 @@ constexpr uint8_t kPoison = 0xFF;  // NaN in bf16 and fp32
 
 // ---- Recipe pairs (tests/gemm/block_scaled_pairs.h) --------------------------------------------
 
-bool has_nvfp4(const Pair& p) { return p.a == Recipe::kNvfp4 || p.b == Recipe::kNvfp4; }
+bool has_nvfp4(const Pair& p) { return p.a == Format::kNvfp4 || p.b == Format::kNvfp4; }
 
 uint64_t seed_of(const Pair& pair, int64_t m, int64_t n, int64_t k, uint64_t salt) {
   return static_cast<uint64_t>(pair.a) * 1000003u + static_cast<uint64_t>(pair.b) * 100019u +
@@ -94,9 +94,9 @@ uint64_t seed_of(const Pair& pair, int64_t m, int64_t n, int64_t k, uint64_t sal
 }
 
 // The E8M0 scale exponents for which element x 2^e is exact in bf16 (docs/numerics.md).
-void exact_scale_range(Recipe r, int* lo, int* hi) {
-  if (r == Recipe::kMxfp8E5M2) *lo = -117, *hi = 112;
-  else if (r == Recipe::kMxfp4) *lo = -132, *hi = 125;
+void exact_scale_range(Format r, int* lo, int* hi) {
+  if (r == Format::kMxfp8E5M2) *lo = -117, *hi = 112;
+  else if (r == Format::kMxfp4) *lo = -132, *hi = 125;
   else *lo = -124, *hi = 119;  // E4M3
 }
 
@@ -110,19 +110,19 @@ struct HostOperand {
 };
 
 // log2 of the element format's largest value, rounded down: 8 (E4M3), 15 (E5M2), 2 (E2M1).
-int element_max_exponent(Recipe r) { return static_cast<int>(std::floor(std::log2(bf::element_max(r)))); }
+int element_max_exponent(Format r) { return static_cast<int>(std::floor(std::log2(bf::element_max(r)))); }
 
 // rows x k values quantized rowwise with formats::quantize. Each value is a normal sample times
 // 2^(log2_magnitude + a per-16-element offset in [-spread, spread]); one in four is further divided
 // by 2^[1, 16], so that small and subnormal codes occur in every element format. For MX recipes
 // log2_magnitude is shifted by the element format's top exponent so that it is roughly the E8M0
 // scale exponent the blocks get; for NVFP4 it is the tensor's magnitude (S_dec follows it).
-void random_operand(int64_t rows, int64_t k, Recipe recipe, int log2_magnitude, int spread, uint64_t seed,
+void random_operand(int64_t rows, int64_t k, Format recipe, int log2_magnitude, int spread, uint64_t seed,
                     HostOperand* op, bool nvfp4_2d = false) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
   std::uniform_int_distribution<int> offset(-spread, spread), shrink(1, 16), quarter(0, 3);
-  const int base = log2_magnitude + (recipe == Recipe::kNvfp4 ? 0 : element_max_exponent(recipe) - 1);
+  const int base = log2_magnitude + (recipe == Format::kNvfp4 ? 0 : element_max_exponent(recipe) - 1);
   std::vector<float> x(static_cast<size_t>(rows * k));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c0 = 0; c0 < k; c0 += 16) {
@@ -153,9 +153,9 @@ void put_code(bf::QuantizedMatrix* q, int64_t r, int64_t c, uint32_t code) {
 // The exact cases' codes and scales (see the header). Magnitudes of element values: E4M3 every
 // multiple of 1/8 in [1, 2) (all eight mantissas) and {0, 1/4, 1/2, 3/4, 2, 5/2, 3}; E5M2 multiples
 // of 1/4 up to 2 and {5/2, 3}; E2M1 all eight. Signs random (zeros included, -0 too).
-std::vector<float> exact_magnitudes(Recipe r) {
+std::vector<float> exact_magnitudes(Format r) {
   if (bf::is_fp4(r)) return {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  if (r == Recipe::kMxfp8E5M2) return {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f};
+  if (r == Format::kMxfp8E5M2) return {0.0f, 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f};
   return {0.0f,  0.25f,  0.5f, 0.75f,  1.0f, 1.125f, 1.25f, 1.375f,
           1.5f, 1.625f, 1.75f, 1.875f, 2.0f, 2.5f,   3.0f};
 }
@@ -167,8 +167,8 @@ struct ExactScales {
   int span;
   std::vector<int> mantissas;  // NVFP4 only
 };
-ExactScales exact_scales(Recipe r, int64_t k) {
-  if (r != Recipe::kNvfp4) return {k <= 256 ? 4 : k <= 1024 ? 3 : 2, {}};
+ExactScales exact_scales(Format r, int64_t k) {
+  if (r != Format::kNvfp4) return {k <= 256 ? 4 : k <= 1024 ? 3 : 2, {}};
   if (k <= 256) return {1, {0, 1, 2, 3, 4, 5, 6, 7}};
   if (k <= 1024) return {0, {0, 1, 2, 3, 4, 5, 6, 7}};
   return {0, {0, 2, 4, 6}};
@@ -176,7 +176,7 @@ ExactScales exact_scales(Recipe r, int64_t k) {
 
 // rows x k codes and scales set directly; every scale differs from the one of the previous block
 // in its row. s_dec: NVFP4's tensor decode scale (a power of two).
-void exact_operand(int64_t rows, int64_t k, Recipe recipe, float s_dec, uint64_t seed, HostOperand* op) {
+void exact_operand(int64_t rows, int64_t k, Format recipe, float s_dec, uint64_t seed, HostOperand* op) {
   std::mt19937_64 rng(seed);
   bf::QuantizedMatrix& q = op->q;
   q = bf::QuantizedMatrix();
@@ -185,7 +185,7 @@ void exact_operand(int64_t rows, int64_t k, Recipe recipe, float s_dec, uint64_t
   q.cols = k;
   q.block_rows = 1;
   q.block_cols = bf::default_block_cols(recipe);
-  q.global_scale_dec = recipe == Recipe::kNvfp4 ? s_dec : 1.0f;
+  q.global_scale_dec = recipe == Format::kNvfp4 ? s_dec : 1.0f;
   q.data.assign(static_cast<size_t>(rows * q.data_row_bytes()), 0);
   const std::vector<float> magnitudes = exact_magnitudes(recipe);
   std::uniform_int_distribution<size_t> pick(0, magnitudes.size() - 1);
@@ -208,7 +208,7 @@ void exact_operand(int64_t rows, int64_t k, Recipe recipe, float s_dec, uint64_t
       choice = (choice + step(rng)) % choices;  // never the previous block's scale
       const int e = lo + choice / static_cast<int>(n_mantissas);
       q.scales[static_cast<size_t>(r * q.scale_cols() + j)] =
-          recipe == Recipe::kNvfp4
+          recipe == Format::kNvfp4
               ? bf::encode_ue4m3(std::ldexp(1.0f + s.mantissas[choice % n_mantissas] / 8.0f, e))
               : static_cast<uint8_t>(e + 127);
     }
@@ -252,8 +252,8 @@ void run_gemm(const bg::GemmProblem& p, const HostOperand& a, const HostOperand&
   args.a_scales = a_scales.data();
   args.b_data = b_data.data();
   args.b_scales = b_scales.data();
-  args.a_scale_dec = p.a_recipe == Recipe::kNvfp4 ? a_dec.as<float>() : nullptr;
-  args.b_scale_dec = p.b_recipe == Recipe::kNvfp4 ? b_dec.as<float>() : nullptr;
+  args.a_scale_dec = p.a_recipe == Format::kNvfp4 ? a_dec.as<float>() : nullptr;
+  args.b_scale_dec = p.b_recipe == Format::kNvfp4 ? b_dec.as<float>() : nullptr;
   args.c = c == nullptr ? nullptr : in_place ? static_cast<const void*>(d_buf.data()) : c_buf.data();
   args.d = d_buf.data();
   const blockscale::Status s = bg::run(p, args, nullptr, bg::workspace_size(p), nullptr);
@@ -496,20 +496,20 @@ void value_range(const bf::QuantizedMatrix& q, double* lo, double* hi) {
 // product lies in fp32's normal range and no sum of |products| comes near fp32's overflow.
 void expect_scales_in_exact_range(const GemmCase& c) {
   for (const HostOperand* op : {&c.a, &c.b}) {
-    if (op->q.recipe == Recipe::kNvfp4) continue;
+    if (op->q.recipe == Format::kNvfp4) continue;
     int lo, hi;
     exact_scale_range(op->q.recipe, &lo, &hi);
     const auto [min_code, max_code] = std::minmax_element(op->q.scales.begin(), op->q.scales.end());
-    ASSERT_GE(*min_code - 127, lo) << bf::recipe_name(op->q.recipe) << ": a scale below the exact range";
-    ASSERT_LE(*max_code - 127, hi) << bf::recipe_name(op->q.recipe) << ": a scale above the exact range";
+    ASSERT_GE(*min_code - 127, lo) << bf::format_name(op->q.recipe) << ": a scale below the exact range";
+    ASSERT_LE(*max_code - 127, hi) << bf::format_name(op->q.recipe) << ": a scale above the exact range";
   }
   double a_lo, a_hi, b_lo, b_hi;
   value_range(c.a.q, &a_lo, &a_hi);
   value_range(c.b.q, &b_lo, &b_hi);
   if (::testing::Test::HasFatalFailure()) return;
   // The accumulator holds the products without S_dec (applied in the epilogue).
-  const double a_dec = c.a.q.recipe == Recipe::kNvfp4 ? c.a.q.global_scale_dec : 1.0;
-  const double b_dec = c.b.q.recipe == Recipe::kNvfp4 ? c.b.q.global_scale_dec : 1.0;
+  const double a_dec = c.a.q.recipe == Format::kNvfp4 ? c.a.q.global_scale_dec : 1.0;
+  const double b_dec = c.b.q.recipe == Format::kNvfp4 ? c.b.q.global_scale_dec : 1.0;
   ASSERT_GE(a_lo / a_dec * (b_lo / b_dec), std::ldexp(1.0, -126)) << "a product below fp32's normal range";
   ASSERT_LE(a_hi / a_dec * (b_hi / b_dec), std::ldexp(1.0, 126)) << "a product near fp32's overflow";
   ASSERT_LE(c.abs_max / (a_dec * b_dec), std::ldexp(1.0, 126)) << "a sum of |products| near fp32's overflow";
@@ -704,7 +704,7 @@ void scaled_by_1024(const bf::QuantizedMatrix& q, const std::vector<float>& x, H
   std::vector<float> scaled(x);
   for (auto& v : scaled) v *= 1024.0f;
   bf::QuantizeOptions options;
-  options.recipe = Recipe::kNvfp4;
+  options.recipe = Format::kNvfp4;
   const blockscale::Status s = bf::quantize(scaled.data(), q.rows, q.cols, q.cols, options, bf::Direction::kRowwise,
                                             &out->q);
   ASSERT_TRUE(s.is_ok()) << s.message();
@@ -740,7 +740,7 @@ TEST_P(GemmBlockScaledNvfp4TensorScale, ScaleDecIsApplied) {
   check_variant(base, fp32_d, 0, &d_base);
   if (HasFatalFailure()) return;
   for (const bool scale_a : {false, true}) {
-    if (scale_a && pair.a != Recipe::kNvfp4) continue;
+    if (scale_a && pair.a != Format::kNvfp4) continue;
     SCOPED_TRACE(scale_a ? "A's amax x 2^10" : "B's amax x 2^10");
     GemmCase scaled = base;
     if (scale_a) scaled_by_1024(base.a.q, xa, &scaled.a);
@@ -776,17 +776,17 @@ TEST_P(GemmBlockScaledNvfp4TensorScale, TwoDimensionalWeights) {
 std::vector<Pair> nvfp4_pairs() {
   std::vector<Pair> pairs;
   for (const Pair& p : supported_pairs())
-    if (p.b == Recipe::kNvfp4) pairs.push_back(p);
+    if (p.b == Format::kNvfp4) pairs.push_back(p);
   return pairs;
 }
 
 // Every operand recipe on each long side, without running all ten pairs at 16385.
 std::vector<Pair> long_side_pairs() {
-  return {{Recipe::kMxfp8E4M3, Recipe::kNvfp4},
-          {Recipe::kMxfp8E5M2, Recipe::kMxfp8E4M3},
-          {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2},
-          {Recipe::kMxfp4, Recipe::kMxfp4},
-          {Recipe::kNvfp4, Recipe::kNvfp4}};
+  return {{Format::kMxfp8E4M3, Format::kNvfp4},
+          {Format::kMxfp8E5M2, Format::kMxfp8E4M3},
+          {Format::kMxfp8E4M3, Format::kMxfp8E5M2},
+          {Format::kMxfp4, Format::kMxfp4},
+          {Format::kNvfp4, Format::kNvfp4}};
 }
 
 INSTANTIATE_TEST_SUITE_P(Pairs, GemmBlockScaledVariants, ::testing::ValuesIn(supported_pairs()), pair_name);
@@ -800,7 +800,7 @@ INSTANTIATE_TEST_SUITE_P(Pairs, GemmBlockScaledNvfp4TensorScale, ::testing::Valu
 
 // An empty problem launches nothing and succeeds, without pointers (S_dec included).
 TEST(GemmBlockScaledRun, EmptyProblemIsOk) {
-  const Pair pair{Recipe::kNvfp4, Recipe::kNvfp4};
+  const Pair pair{Format::kNvfp4, Format::kNvfp4};
   EXPECT_TRUE(bg::run(problem(pair, 0, 5, 64, MatrixType::kBf16, 5, 1.0f, 0.0f), bg::GemmArguments(), nullptr, 0,
                       nullptr)
                   .is_ok());
@@ -835,7 +835,7 @@ TEST(GemmBlockScaledPremise, Nvfp4AmaxTimes1024ChangesOnlyTheTensorScale) {
   for (auto& v : x) v = static_cast<float>(std::ldexp(normal(rng), static_cast<int>(rng() % 9) - 4));
   HostOperand op, scaled;
   bf::QuantizeOptions options;
-  options.recipe = Recipe::kNvfp4;
+  options.recipe = Format::kNvfp4;
   ASSERT_TRUE(bf::quantize(x.data(), 64, 96, 96, options, bf::Direction::kRowwise, &op.q).is_ok());
   scaled_by_1024(op.q, x, &scaled);
 }

@@ -46,7 +46,7 @@ namespace {
 
 namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
-using bf::Recipe;
+using bf::Format;
 using bg::MatrixType;
 using blockscale_test::absolute;
 using blockscale::runtime::DeviceBuffer;
@@ -61,16 +61,16 @@ using blockscale_test::gemm_scales;
 using Pair = blockscale_test::RecipePair;
 
 std::vector<Pair> all_pairs() {
-  std::vector<Pair> pairs = {{Recipe::kFp8Block1x128, Recipe::kFp8Block128x128}};
-  for (Recipe a : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2})
-    for (Recipe b : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2, Recipe::kMxfp4, Recipe::kNvfp4}) pairs.push_back({a, b});
-  pairs.push_back({Recipe::kMxfp4, Recipe::kMxfp4});
-  pairs.push_back({Recipe::kNvfp4, Recipe::kNvfp4});
+  std::vector<Pair> pairs = {{Format::kFp8Block1x128, Format::kFp8Block128x128}};
+  for (Format a : {Format::kMxfp8E4M3, Format::kMxfp8E5M2})
+    for (Format b : {Format::kMxfp8E4M3, Format::kMxfp8E5M2, Format::kMxfp4, Format::kNvfp4}) pairs.push_back({a, b});
+  pairs.push_back({Format::kMxfp4, Format::kMxfp4});
+  pairs.push_back({Format::kNvfp4, Format::kNvfp4});
   return pairs;
 }
 
 // rows x k normal values (scaled by 2^[-3, 3] per 16 elements) quantized with formats::quantize.
-bf::QuantizedMatrix random_quantized(int64_t rows, int64_t k, Recipe recipe, std::mt19937_64* rng) {
+bf::QuantizedMatrix random_quantized(int64_t rows, int64_t k, Format recipe, std::mt19937_64* rng) {
   std::normal_distribution<double> normal(0.0, 1.0);
   std::uniform_int_distribution<int> offset(-3, 3);
   std::vector<float> x(static_cast<size_t>(rows * k));
@@ -103,7 +103,7 @@ void check_case(const GroupedCase& gc, uint64_t seed) {
   std::vector<int64_t> ends;
   int64_t m = 0;
   for (int64_t c : gc.counts) ends.push_back(m += c);
-  const std::string label = std::string(bf::recipe_name(gc.pair.a)) + " x " + bf::recipe_name(gc.pair.b) +
+  const std::string label = std::string(bf::format_name(gc.pair.a)) + " x " + bf::format_name(gc.pair.b) +
                             ", m " + std::to_string(m) + ", n " + std::to_string(gc.n) + ", k " +
                             std::to_string(gc.k) + ", " + std::to_string(groups) + " experts";
   SCOPED_TRACE(label);
@@ -161,8 +161,8 @@ void check_case(const GroupedCase& gc, uint64_t seed) {
   bg::GroupedGemmArguments args;
   args.a_data = a_data.data(), args.a_scales = a_sc.data();
   args.b_data = b_data.data(), args.b_scales = b_sc.data();
-  args.a_scale_dec = p.a_recipe == Recipe::kNvfp4 ? a_dec.as<float>() : nullptr;
-  args.b_scale_dec = p.b_recipe == Recipe::kNvfp4 ? b_dec_buf.as<float>() : nullptr;
+  args.a_scale_dec = p.a_recipe == Format::kNvfp4 ? a_dec.as<float>() : nullptr;
+  args.b_scale_dec = p.b_recipe == Format::kNvfp4 ? b_dec_buf.as<float>() : nullptr;
   args.group_ends = ends_buf.as<int32_t>();
   args.c = c.empty() ? nullptr : c_buf.data();
   args.d = d_buf.data();
@@ -276,7 +276,7 @@ INSTANTIATE_TEST_SUITE_P(Pairs, GroupedPair, ::testing::ValuesIn(all_pairs()), b
 class GroupedHostEnds : public ::testing::TestWithParam<bg::Sm90Fp8Route> {};
 
 GroupedCase host_ends_case(std::vector<int64_t> counts, int64_t n, int64_t k, MatrixType d_type, float beta) {
-  GroupedCase gc{{Recipe::kFp8Block1x128, Recipe::kFp8Block128x128}, n, k, std::move(counts), d_type, 1.0f, beta};
+  GroupedCase gc{{Format::kFp8Block1x128, Format::kFp8Block128x128}, n, k, std::move(counts), d_type, 1.0f, beta};
   gc.host_ends = true;
   return gc;
 }
@@ -353,7 +353,7 @@ TEST(GroupedGemm, MalformedEndsStayInBounds) {
   SKIP_WITHOUT_GPU();
   const int64_t m = 150, n = 128, k = 128;
   std::mt19937_64 rng(5);
-  const Pair pair{Recipe::kMxfp8E4M3, Recipe::kMxfp8E4M3};
+  const Pair pair{Format::kMxfp8E4M3, Format::kMxfp8E4M3};
   const bf::QuantizedMatrix a = random_quantized(m, k, pair.a, &rng);
   std::vector<uint8_t> b_codes, b_scales;
   for (int g = 0; g < 3; ++g) {
@@ -400,7 +400,7 @@ TEST(GroupedGemm, MalformedEndsStayInBounds) {
 bg::GroupedGemmProblem valid_problem() {
   bg::GroupedGemmProblem p;
   p.num_groups = 4, p.m = 1000, p.n = 256, p.k = 512;
-  p.a_recipe = Recipe::kMxfp8E4M3, p.b_recipe = Recipe::kNvfp4;
+  p.a_recipe = Format::kMxfp8E4M3, p.b_recipe = Format::kNvfp4;
   p.ldd = 256;
   return p;
 }
@@ -408,7 +408,7 @@ bg::GroupedGemmProblem valid_problem() {
 TEST(GroupedGemmChecks, ValidProblemPasses) {
   EXPECT_TRUE(bg::can_implement(valid_problem()).is_ok());
   bg::GroupedGemmProblem p = valid_problem();
-  p.a_recipe = Recipe::kFp8Block1x128, p.b_recipe = Recipe::kFp8Block128x128;
+  p.a_recipe = Format::kFp8Block1x128, p.b_recipe = Format::kFp8Block128x128;
   EXPECT_TRUE(bg::can_implement(p).is_ok()) << bg::can_implement(p).message();
   bg::GemmKernel kernel;
   EXPECT_TRUE(bg::can_implement_for_arch(p, 90, &kernel).is_ok());
@@ -424,7 +424,7 @@ TEST(GroupedGemmChecks, RulesNameTheArgument) {
   p.num_groups = 1025;
   expect_error(bg::can_implement(p), "num_groups");
   p = valid_problem();
-  p.a_recipe = Recipe::kFp8Block1x128, p.b_recipe = Recipe::kFp8Block1x128;
+  p.a_recipe = Format::kFp8Block1x128, p.b_recipe = Format::kFp8Block1x128;
   expect_error(bg::can_implement(p), "fp8_block128x128");
   p = valid_problem();
   p.k = 100;

@@ -44,7 +44,7 @@ namespace {
 namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
 namespace bq = blockscale::quant;
-using bf::Recipe;
+using bf::Format;
 using bg::MatrixType;
 using blockscale_test::absolute;
 using blockscale::runtime::DeviceBuffer;
@@ -58,18 +58,18 @@ using blockscale_test::gemm_scales;
 using Pair = blockscale_test::RecipePair;
 
 std::vector<Pair> all_pairs() {
-  std::vector<Pair> pairs = {{Recipe::kFp8Block1x128, Recipe::kFp8Block1x128}};
-  for (Recipe a : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2})
-    for (Recipe b : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2, Recipe::kMxfp4}) pairs.push_back({a, b});
-  pairs.push_back({Recipe::kMxfp4, Recipe::kMxfp4});
-  pairs.push_back({Recipe::kNvfp4, Recipe::kNvfp4});
+  std::vector<Pair> pairs = {{Format::kFp8Block1x128, Format::kFp8Block1x128}};
+  for (Format a : {Format::kMxfp8E4M3, Format::kMxfp8E5M2})
+    for (Format b : {Format::kMxfp8E4M3, Format::kMxfp8E5M2, Format::kMxfp4}) pairs.push_back({a, b});
+  pairs.push_back({Format::kMxfp4, Format::kMxfp4});
+  pairs.push_back({Format::kNvfp4, Format::kNvfp4});
   return pairs;
 }
 
 // The token capacity quant/'s grouped quantize would allocate for these recipes (the larger).
 int64_t capacity_of(const Pair& pair, int64_t tokens, int groups) {
   int64_t cap = 0;
-  for (Recipe r : {pair.a, pair.b}) {
+  for (Format r : {pair.a, pair.b}) {
     bq::GroupedQuantizeProblem p;
     p.dense.recipe = r, p.dense.rows = tokens, p.dense.cols = 1, p.dense.ld = 1;
     p.dense.directions = bf::Direction::kColumnwise;
@@ -166,8 +166,8 @@ std::vector<uint8_t> run_gpu(const bg::GroupedGemmProblem& p, const bf::Quantize
   EXPECT_OK(d_buf.upload(d_init.data(), d_init.size(), "d_buf"));
   bg::GroupedGemmArguments args;
   args.a_data = a_data.data(), args.a_scales = a_sc.data(), args.b_data = b_data.data(), args.b_scales = b_sc.data();
-  args.a_scale_dec = p.a_recipe == Recipe::kNvfp4 ? a_dec.as<float>() : nullptr;
-  args.b_scale_dec = p.b_recipe == Recipe::kNvfp4 ? b_dec.as<float>() : nullptr;
+  args.a_scale_dec = p.a_recipe == Format::kNvfp4 ? a_dec.as<float>() : nullptr;
+  args.b_scale_dec = p.b_recipe == Format::kNvfp4 ? b_dec.as<float>() : nullptr;
   args.group_ends = ends_buf.as<int32_t>();
   args.c = p.beta != 0.0f ? d_buf.data() : nullptr;
   args.d = d_buf.data();
@@ -199,7 +199,7 @@ void check_case(const KGroupedCase& kc, uint64_t seed, int skip_expert = -1) {
   std::vector<float> dy, x;
   const Operands o = make_operands(kc, &rng, &dy, &x);
   const int groups = static_cast<int>(kc.counts.size());
-  SCOPED_TRACE(std::string(bf::recipe_name(kc.pair.a)) + " x " + bf::recipe_name(kc.pair.b) + ", m " +
+  SCOPED_TRACE(std::string(bf::format_name(kc.pair.a)) + " x " + bf::format_name(kc.pair.b) + ", m " +
                std::to_string(kc.m) + ", n " + std::to_string(kc.n) + ", padded tokens " +
                std::to_string(o.ends.back()) + ", capacity " + std::to_string(o.capacity) + ", " +
                std::to_string(groups) + " experts");
@@ -320,7 +320,7 @@ class KGroupedHostEnds : public ::testing::TestWithParam<bg::Sm90Fp8Route> {
   void TearDown() override { bg::set_sm90_fp8_route(bg::Sm90Fp8Route::kAuto); }
   static KGroupedCase fp8(int64_t m, int64_t n, std::vector<int64_t> counts, MatrixType d_type = MatrixType::kFp32,
                           float alpha = 1.0f, float beta = 0.0f) {
-    KGroupedCase kc{{Recipe::kFp8Block1x128, Recipe::kFp8Block1x128}, m, n, std::move(counts), d_type, alpha, beta};
+    KGroupedCase kc{{Format::kFp8Block1x128, Format::kFp8Block1x128}, m, n, std::move(counts), d_type, alpha, beta};
     kc.host_ends = true;
     return kc;
   }
@@ -358,9 +358,9 @@ INSTANTIATE_TEST_SUITE_P(Routes, KGroupedHostEnds,
 // as they are (no host round trip), checked against the reference on formats' copies.
 TEST(KGroupedGemm, FromQuantsGroupedQuantize) {
   SKIP_WITHOUT_GPU();
-  for (const Pair pair : {Pair{Recipe::kFp8Block1x128, Recipe::kFp8Block1x128},
-                          Pair{Recipe::kMxfp8E4M3, Recipe::kMxfp8E4M3}, Pair{Recipe::kNvfp4, Recipe::kNvfp4}}) {
-    SCOPED_TRACE(bf::recipe_name(pair.a));
+  for (const Pair pair : {Pair{Format::kFp8Block1x128, Format::kFp8Block1x128},
+                          Pair{Format::kMxfp8E4M3, Format::kMxfp8E4M3}, Pair{Format::kNvfp4, Format::kNvfp4}}) {
+    SCOPED_TRACE(bf::format_name(pair.a));
     const KGroupedCase kc{pair, 192, 160, {33, 0, 250, 1}};
     std::mt19937_64 rng(16);
     std::vector<float> dy, x;
@@ -375,7 +375,7 @@ TEST(KGroupedGemm, FromQuantsGroupedQuantize) {
     ASSERT_OK(x_buf.upload(x.data(), x.size() * 4, "x_buf"));
     ASSERT_OK(ends_buf.upload(ends32.data(), ends32.size() * 4, "ends_buf"));
     ASSERT_OK(pends.alloc(ends32.size() * 4, "pends"));
-    const auto quantize = [&](const DeviceBuffer& in, int64_t cols, Recipe r,
+    const auto quantize = [&](const DeviceBuffer& in, int64_t cols, Format r,
                               DeviceBuffer* data, DeviceBuffer* scales, DeviceBuffer* dec) {
       bq::GroupedQuantizeProblem q;
       q.dense.recipe = r, q.dense.input_type = bq::InputType::kFp32;
@@ -406,8 +406,8 @@ TEST(KGroupedGemm, FromQuantsGroupedQuantize) {
     ASSERT_OK(d_buf.upload(poison.data(), poison.size(), "d_buf"));
     bg::GroupedGemmArguments args;
     args.a_data = a_data.data(), args.a_scales = a_sc.data(), args.b_data = b_data.data(), args.b_scales = b_sc.data();
-    args.a_scale_dec = pair.a == Recipe::kNvfp4 ? a_dec.as<float>() : nullptr;
-    args.b_scale_dec = pair.b == Recipe::kNvfp4 ? b_dec.as<float>() : nullptr;
+    args.a_scale_dec = pair.a == Format::kNvfp4 ? a_dec.as<float>() : nullptr;
+    args.b_scale_dec = pair.b == Format::kNvfp4 ? b_dec.as<float>() : nullptr;
     args.group_ends = pends.as<int32_t>();
     args.d = d_buf.data();
     const blockscale::Status s = bg::run(p, args, nullptr, 0, nullptr);
@@ -430,7 +430,7 @@ TEST(KGroupedGemm, FromQuantsGroupedQuantize) {
 // written in full and nothing outside it.
 TEST(KGroupedGemm, MalformedEndsStayInBounds) {
   SKIP_WITHOUT_GPU();
-  const Pair pair{Recipe::kMxfp8E4M3, Recipe::kMxfp8E4M3};
+  const Pair pair{Format::kMxfp8E4M3, Format::kMxfp8E4M3};
   const KGroupedCase kc{pair, 128, 128, {100, 50}};
   std::mt19937_64 rng(17);
   std::vector<float> dy, x;
@@ -475,7 +475,7 @@ bg::GroupedGemmProblem valid_problem() {
   bg::GroupedGemmProblem p;
   p.mode = bg::GroupedGemmMode::kK;
   p.num_groups = 8, p.m = 4096, p.n = 7168, p.k = 4096 + 8 * 128;
-  p.a_recipe = Recipe::kFp8Block1x128, p.b_recipe = Recipe::kFp8Block1x128;
+  p.a_recipe = Format::kFp8Block1x128, p.b_recipe = Format::kFp8Block1x128;
   p.c_type = p.d_type = MatrixType::kFp32;
   p.ldc = p.ldd = p.n;
   p.beta = 1.0f;
@@ -487,16 +487,16 @@ TEST(KGroupedGemmChecks, RulesNameTheArgument) {
   EXPECT_TRUE(bg::can_implement_for_arch(valid_problem(), 90, &kernel).is_ok());
   EXPECT_EQ(kernel, bg::GemmKernel::kSm90Fp8Blockwise);
   bg::GroupedGemmProblem p = valid_problem();
-  p.b_recipe = Recipe::kFp8Block128x128;
+  p.b_recipe = Format::kFp8Block128x128;
   expect_error(bg::can_implement(p), "K-grouped (wgrad) FP8 blockwise GEMM takes X quantized along the tokens");
   p = valid_problem();
   p.k = 4000;
   expect_error(bg::can_implement(p), "k: must be a positive multiple of 128");
   p = valid_problem();
-  p.a_recipe = p.b_recipe = Recipe::kNvfp4, p.k = 4096 + 16;
+  p.a_recipe = p.b_recipe = Format::kNvfp4, p.k = 4096 + 16;
   expect_error(bg::can_implement(p), "k: must be a positive multiple of 32");
   p = valid_problem();
-  p.a_recipe = Recipe::kMxfp8E4M3, p.b_recipe = Recipe::kNvfp4;
+  p.a_recipe = Format::kMxfp8E4M3, p.b_recipe = Format::kNvfp4;
   expect_error(bg::can_implement(p), "block lengths must match");
   p = valid_problem();
   p.mode = static_cast<bg::GroupedGemmMode>(7);

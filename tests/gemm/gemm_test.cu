@@ -64,7 +64,7 @@ namespace {
 
 namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
-using bf::Recipe;
+using bf::Format;
 using bg::MatrixType;
 using bg::detail::Sm90Fp8Tile;
 using blockscale::runtime::DeviceBuffer;
@@ -86,7 +86,7 @@ struct HostOperand {
 
 // rows x k random values quantized with formats::quantize: normal samples times `magnitude`
 // times a power of two in [2^-4, 2^4] drawn per 128-element block (so scales differ per block).
-void random_operand(int64_t rows, int64_t k, Recipe recipe, double magnitude, uint64_t seed, HostOperand* op) {
+void random_operand(int64_t rows, int64_t k, Format recipe, double magnitude, uint64_t seed, HostOperand* op) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
   std::uniform_int_distribution<int> exponent(-4, 4);
@@ -104,7 +104,7 @@ void random_operand(int64_t rows, int64_t k, Recipe recipe, double magnitude, ui
 }
 
 // rows x k codes drawn from {0, +-0.5, +-1, +-1.5, +-2} and scales 2^[-2, 2], set directly.
-void exact_operand(int64_t rows, int64_t k, Recipe recipe, uint64_t seed, HostOperand* op) {
+void exact_operand(int64_t rows, int64_t k, Format recipe, uint64_t seed, HostOperand* op) {
   std::mt19937_64 rng(seed);
   const float values[] = {0.0f, 0.5f, -0.5f, 1.0f, -1.0f, 1.5f, -1.5f, 2.0f, -2.0f};
   std::uniform_int_distribution<int> pick(0, 8), exponent(-2, 2);
@@ -113,7 +113,7 @@ void exact_operand(int64_t rows, int64_t k, Recipe recipe, uint64_t seed, HostOp
   q.recipe = recipe;
   q.rows = rows;
   q.cols = k;
-  q.block_rows = recipe == Recipe::kFp8Block1x128 ? 1 : 128;
+  q.block_rows = recipe == Format::kFp8Block1x128 ? 1 : 128;
   q.block_cols = 128;
   q.data.resize(static_cast<size_t>(rows * k));
   for (auto& code : q.data) code = bf::encode_e4m3(values[pick(rng)]);
@@ -221,11 +221,11 @@ double frobenius(const std::vector<double>& v) {
   return std::sqrt(s);
 }
 
-bg::GemmProblem problem(int64_t m, int64_t n, int64_t k, Recipe b_recipe, MatrixType d_type, int64_t ldd,
+bg::GemmProblem problem(int64_t m, int64_t n, int64_t k, Format b_recipe, MatrixType d_type, int64_t ldd,
                         float alpha, float beta, MatrixType c_type = MatrixType::kFp32) {
   bg::GemmProblem p;
   p.m = m, p.n = n, p.k = k;
-  p.a_recipe = Recipe::kFp8Block1x128;
+  p.a_recipe = Format::kFp8Block1x128;
   p.b_recipe = b_recipe;
   p.d_type = d_type, p.c_type = c_type;
   p.ldd = ldd, p.ldc = ldd;
@@ -301,7 +301,7 @@ void check_random(const bg::GemmProblem& p, const HostOperand& a, const HostOper
                 " (err/bound %.3f)\n",
                 via == Via::kRunAuto ? "auto" : cublaslt ? "cublaslt" : tile_name(tile).c_str(),
                 static_cast<long long>(p.m), static_cast<long long>(p.n),
-                static_cast<long long>(p.k), bf::recipe_name(p.b_recipe), bg::matrix_type_name(p.d_type), p.beta,
+                static_cast<long long>(p.k), bf::format_name(p.b_recipe), bg::matrix_type_name(p.d_type), p.beta,
                 in_place ? " in place" : "", err / ref_norm, bound / ref_norm, err / bound);
     EXPECT_LE(err, bound) << "relative Frobenius error " << err / ref_norm << " above the derived bound "
                           << bound / ref_norm;
@@ -310,28 +310,28 @@ void check_random(const bg::GemmProblem& p, const HostOperand& a, const HostOper
 
 struct ShapeCase {
   int64_t m, n, k;
-  Recipe b_recipe;
+  Format b_recipe;
 };
 std::ostream& operator<<(std::ostream& os, const ShapeCase& c) {
-  return os << c.m << "x" << c.n << "x" << c.k << "_" << bf::recipe_name(c.b_recipe);
+  return os << c.m << "x" << c.n << "x" << c.k << "_" << bf::format_name(c.b_recipe);
 }
 std::string shape_name(const ::testing::TestParamInfo<ShapeCase>& info) {
   const ShapeCase& c = info.param;
   return "m" + std::to_string(c.m) + "_n" + std::to_string(c.n) + "_k" + std::to_string(c.k) +
-         (c.b_recipe == Recipe::kFp8Block1x128 ? "_wgrad1x128" : "_w128x128");
+         (c.b_recipe == Format::kFp8Block1x128 ? "_wgrad1x128" : "_w128x128");
 }
 uint64_t seed_of(const ShapeCase& c, uint64_t salt) {
   return static_cast<uint64_t>(c.m) * 1000003u + static_cast<uint64_t>(c.n) * 10007u + static_cast<uint64_t>(c.k) * 101u +
-         (c.b_recipe == Recipe::kFp8Block1x128 ? 7u : 0u) + salt * 0x9E3779B97F4A7C15ull;
+         (c.b_recipe == Format::kFp8Block1x128 ? 7u : 0u) + salt * 0x9E3779B97F4A7C15ull;
 }
 
 std::vector<ShapeCase> odd_shapes() {
   std::vector<ShapeCase> cases;
-  for (Recipe r : {Recipe::kFp8Block128x128, Recipe::kFp8Block1x128})
+  for (Format r : {Format::kFp8Block128x128, Format::kFp8Block1x128})
     for (int64_t m : {1, 127, 129, 1000})
       for (int64_t n : {1, 127, 129, 1000})
         for (int64_t k : {128, 384, 1024}) cases.push_back({m, n, k, r});
-  for (Recipe r : {Recipe::kFp8Block128x128, Recipe::kFp8Block1x128}) {
+  for (Format r : {Format::kFp8Block128x128, Format::kFp8Block1x128}) {
     // 128 x 192 tiles: n = 192 + 128 ends a tile on a scale-block edge; 449 ends one inside a block.
     cases.push_back({200, 320, 256, r});
     cases.push_back({130, 449, 512, r});
@@ -350,7 +350,7 @@ TEST_P(GemmRandom, WithinDerivedBound) {
   SKIP_WITHOUT_GPU();
   const ShapeCase c = GetParam();
   HostOperand a, b;
-  random_operand(c.m, c.k, Recipe::kFp8Block1x128, 1.0, seed_of(c, 1), &a);
+  random_operand(c.m, c.k, Format::kFp8Block1x128, 1.0, seed_of(c, 1), &a);
   random_operand(c.n, c.k, c.b_recipe, 1.0, seed_of(c, 2), &b);
   if (HasFatalFailure()) return;
   check_random(problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kBf16, c.n, 1.0f, 0.0f), a, b, false, seed_of(c, 3));
@@ -371,7 +371,7 @@ TEST_P(GemmCublasLt, WithinDerivedBoundAndEqualsTheSm90Kernel) {
   SKIP_WITHOUT_GPU();
   const ShapeCase c = GetParam();
   HostOperand a, b;
-  random_operand(c.m, c.k, Recipe::kFp8Block1x128, 1.0, seed_of(c, 41), &a);
+  random_operand(c.m, c.k, Format::kFp8Block1x128, 1.0, seed_of(c, 41), &a);
   random_operand(c.n, c.k, c.b_recipe, 1.0, seed_of(c, 42), &b);
   if (HasFatalFailure()) return;
   check_random(problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kBf16, c.n, 1.0f, 0.0f), a, b, false, seed_of(c, 43),
@@ -380,7 +380,7 @@ TEST_P(GemmCublasLt, WithinDerivedBoundAndEqualsTheSm90Kernel) {
                seed_of(c, 44), Via::kCublasLtLaunch);
   check_random(problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kFp32, c.n, 1.0f, 1.0f), a, b, true, seed_of(c, 45),
                Via::kCublasLtLaunch);
-  if (c.b_recipe != Recipe::kFp8Block128x128) return;
+  if (c.b_recipe != Format::kFp8Block128x128) return;
   const bg::GemmProblem p = problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kBf16, c.n, 1.0f, 0.0f);
   GemmRun lt, ours;
   run_gemm(p, a, b, nullptr, false, Sm90Fp8Tile::kAuto, &lt, Via::kCublasLtLaunch);
@@ -394,11 +394,11 @@ TEST_P(GemmCublasLt, WithinDerivedBoundAndEqualsTheSm90Kernel) {
   EXPECT_EQ(differ, 0);
 }
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmCublasLt,
-                         ::testing::Values(ShapeCase{256, 384, 512, Recipe::kFp8Block128x128},
-                                           ShapeCase{132, 264, 384, Recipe::kFp8Block128x128},
-                                           ShapeCase{1024, 2816, 2048, Recipe::kFp8Block128x128},
-                                           ShapeCase{256, 384, 512, Recipe::kFp8Block1x128},
-                                           ShapeCase{2048, 1408, 1024, Recipe::kFp8Block1x128}),
+                         ::testing::Values(ShapeCase{256, 384, 512, Format::kFp8Block128x128},
+                                           ShapeCase{132, 264, 384, Format::kFp8Block128x128},
+                                           ShapeCase{1024, 2816, 2048, Format::kFp8Block128x128},
+                                           ShapeCase{256, 384, 512, Format::kFp8Block1x128},
+                                           ShapeCase{2048, 1408, 1024, Format::kFp8Block1x128}),
                          shape_name);
 
 // gemm::run's automatic route on sm_90: cuBLASLt where it takes the shape (m and n multiples of 4,
@@ -410,7 +410,7 @@ TEST_P(GemmAutoRoute, WithinDerivedBound) {
   SKIP_WITHOUT_GPU();
   const ShapeCase c = GetParam();
   HostOperand a, b;
-  random_operand(c.m, c.k, Recipe::kFp8Block1x128, 1.0, seed_of(c, 51), &a);
+  random_operand(c.m, c.k, Format::kFp8Block1x128, 1.0, seed_of(c, 51), &a);
   random_operand(c.n, c.k, c.b_recipe, 1.0, seed_of(c, 52), &b);
   if (HasFatalFailure()) return;
   const bg::GemmProblem fprop = problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kBf16, c.n, 1.0f, 0.0f);
@@ -426,7 +426,7 @@ TEST_P(GemmAutoRoute, WithinDerivedBound) {
 }
 std::vector<ShapeCase> auto_route_shapes() {
   std::vector<ShapeCase> cases = odd_shapes();
-  for (Recipe r : {Recipe::kFp8Block128x128, Recipe::kFp8Block1x128}) {
+  for (Format r : {Format::kFp8Block128x128, Format::kFp8Block1x128}) {
     cases.push_back({512, 1024, 1024, r});
     cases.push_back({1028, 264, 384, r});
   }
@@ -439,8 +439,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmAutoRoute, ::testing::ValuesIn(auto_route_s
 TEST(GemmCublasLt, RefusalNamesTheProblem) {
   SKIP_WITHOUT_GPU();
   HostOperand a, b;
-  random_operand(132, 384, Recipe::kFp8Block1x128, 1.0, 51, &a);
-  random_operand(260, 384, Recipe::kFp8Block128x128, 1.0, 52, &b);
+  random_operand(132, 384, Format::kFp8Block1x128, 1.0, 51, &a);
+  random_operand(260, 384, Format::kFp8Block128x128, 1.0, 52, &b);
   if (HasFatalFailure()) return;
   DeviceBuffer a_data, a_scales, b_data, b_scales, d;
   ASSERT_OK(a_data.upload(a.q.data.data(), a.q.data.size(), "a_data"));
@@ -448,7 +448,7 @@ TEST(GemmCublasLt, RefusalNamesTheProblem) {
   ASSERT_OK(a_scales.upload(a.packed_scales, "a_scales"));
   ASSERT_OK(b_scales.upload(b.packed_scales, "b_scales"));
   ASSERT_OK(d.alloc(132 * 260 * 2, "d"));
-  const bg::GemmProblem p = problem(132, 260, 384, Recipe::kFp8Block128x128, MatrixType::kBf16, 260, 1.0f, 0.0f);
+  const bg::GemmProblem p = problem(132, 260, 384, Format::kFp8Block128x128, MatrixType::kBf16, 260, 1.0f, 0.0f);
   bg::GemmArguments args;
   args.a_data = a_data.data(), args.a_scales = a_scales.data();
   args.b_data = b_data.data(), args.b_scales = b_scales.data();
@@ -470,10 +470,10 @@ class GemmScales : public ::testing::TestWithParam<ScaleCase> {};
 TEST_P(GemmScales, WithinDerivedBound) {
   SKIP_WITHOUT_GPU();
   const ScaleCase s = GetParam();
-  for (Recipe r : {Recipe::kFp8Block128x128, Recipe::kFp8Block1x128}) {
+  for (Format r : {Format::kFp8Block128x128, Format::kFp8Block1x128}) {
     const ShapeCase c{257, 300, 1024, r};
     HostOperand a, b;
-    random_operand(c.m, c.k, Recipe::kFp8Block1x128, s.a_magnitude, seed_of(c, 11), &a);
+    random_operand(c.m, c.k, Format::kFp8Block1x128, s.a_magnitude, seed_of(c, 11), &a);
     random_operand(c.n, c.k, r, s.b_magnitude, seed_of(c, 12), &b);
     if (HasFatalFailure()) return;
     check_random(problem(c.m, c.n, c.k, r, s.d_type, c.n + 1, s.alpha, s.beta, s.c_type), a, b, s.in_place,
@@ -498,7 +498,7 @@ TEST_P(GemmExact, BitExact) {
   SKIP_WITHOUT_GPU();
   const ShapeCase c = GetParam();
   HostOperand a, b;
-  exact_operand(c.m, c.k, Recipe::kFp8Block1x128, seed_of(c, 21), &a);
+  exact_operand(c.m, c.k, Format::kFp8Block1x128, seed_of(c, 21), &a);
   exact_operand(c.n, c.k, c.b_recipe, seed_of(c, 22), &b);
   if (HasFatalFailure()) return;
   for (int variant = 0; variant < 3; ++variant) {
@@ -539,7 +539,7 @@ TEST_P(GemmExact, BitExact) {
 }
 std::vector<ShapeCase> exact_shapes() {
   std::vector<ShapeCase> cases;
-  for (Recipe r : {Recipe::kFp8Block128x128, Recipe::kFp8Block1x128})
+  for (Format r : {Format::kFp8Block128x128, Format::kFp8Block1x128})
     for (ShapeCase c : {ShapeCase{1, 1, 128, r}, ShapeCase{127, 129, 384, r}, ShapeCase{129, 127, 1024, r},
                         ShapeCase{129, 320, 384, r}, ShapeCase{1000, 1000, 256, r}, ShapeCase{300, 2000, 1024, r}})
       cases.push_back(c);
@@ -559,7 +559,7 @@ TEST_P(GemmTileWidths, BitIdentical) {
   if (tiles_under_test().size() < 2) GTEST_SKIP() << "GEMM_TEST_TILE selects one tile";
   const ShapeCase c = GetParam();
   HostOperand a, b;
-  random_operand(c.m, c.k, Recipe::kFp8Block1x128, 1.0, seed_of(c, 31), &a);
+  random_operand(c.m, c.k, Format::kFp8Block1x128, 1.0, seed_of(c, 31), &a);
   random_operand(c.n, c.k, c.b_recipe, 1.0, seed_of(c, 32), &b);
   if (HasFatalFailure()) return;
   for (int variant = 0; variant < 2; ++variant) {
@@ -595,7 +595,7 @@ TEST_P(GemmTileWidths, BitIdentical) {
 }
 std::vector<ShapeCase> width_shapes() {
   std::vector<ShapeCase> cases;
-  for (Recipe r : {Recipe::kFp8Block128x128, Recipe::kFp8Block1x128})
+  for (Format r : {Format::kFp8Block128x128, Format::kFp8Block1x128})
     for (ShapeCase c : {ShapeCase{100, 150, 256, r}, ShapeCase{257, 577, 384, r}, ShapeCase{1000, 1000, 1024, r},
                         ShapeCase{2048, 2304, 512, r}})
       cases.push_back(c);
@@ -609,7 +609,7 @@ TEST(GemmExactPremise, ReferenceIsAnFp32Value) {
   for (const ShapeCase& c : exact_shapes()) {
     if (c.m * c.n > 200000) continue;  // the host reference of the big cases is slow in debug builds
     HostOperand a, b;
-    exact_operand(c.m, c.k, Recipe::kFp8Block1x128, seed_of(c, 21), &a);
+    exact_operand(c.m, c.k, Format::kFp8Block1x128, seed_of(c, 21), &a);
     exact_operand(c.n, c.k, c.b_recipe, seed_of(c, 22), &b);
     std::vector<double> cmat(static_cast<size_t>(c.m * c.n), std::ldexp(-65536.0, -6)), ref;
     ASSERT_TRUE(bf::reference_gemm(a.q, b.q, 0.5, 1.0, cmat.data(), c.n, &ref).is_ok());
@@ -621,20 +621,20 @@ TEST(GemmExactPremise, ReferenceIsAnFp32Value) {
 
 // An empty problem launches nothing and succeeds.
 TEST(GemmRun, EmptyProblemIsOk) {
-  bg::GemmProblem p = problem(0, 5, 128, Recipe::kFp8Block128x128, MatrixType::kBf16, 5, 1.0f, 0.0f);
+  bg::GemmProblem p = problem(0, 5, 128, Format::kFp8Block128x128, MatrixType::kBf16, 5, 1.0f, 0.0f);
   EXPECT_TRUE(bg::run(p, bg::GemmArguments(), nullptr, 0, nullptr).is_ok());
 }
 
 // ---- No GPU needed: the checks, the dispatch rule, the tile order ---------------------------------
 
 bg::GemmProblem valid_problem() {
-  return problem(256, 384, 512, Recipe::kFp8Block128x128, MatrixType::kBf16, 384, 1.0f, 0.0f);
+  return problem(256, 384, 512, Format::kFp8Block128x128, MatrixType::kBf16, 384, 1.0f, 0.0f);
 }
 
 TEST(GemmCanImplement, ValidProblemsPass) {
   EXPECT_TRUE(bg::can_implement(valid_problem()).is_ok());
   bg::GemmProblem p = valid_problem();
-  p.b_recipe = Recipe::kFp8Block1x128;
+  p.b_recipe = Format::kFp8Block1x128;
   p.beta = 1.0f, p.ldc = 400, p.c_type = MatrixType::kFp32, p.d_type = MatrixType::kFp32;
   EXPECT_TRUE(bg::can_implement(p).is_ok());
   p.m = 0;  // empty: strides are not checked
@@ -677,14 +677,14 @@ TEST(GemmCanImplement, EachRuleNamesItsArgument) {
 // FP8 blockwise pairs: A 1x128 with B 128x128 or 1x128. Any other pair with an FP8 blockwise
 // operand (128x128 A, or one FP8 blockwise operand beside an MX / NVFP4 one) names the pair.
 TEST(GemmCanImplement, Fp8BlockwisePairRules) {
-  EXPECT_TRUE(bg::is_fp8_blockwise_pair(Recipe::kFp8Block1x128, Recipe::kFp8Block128x128));
-  EXPECT_TRUE(bg::is_fp8_blockwise_pair(Recipe::kFp8Block1x128, Recipe::kFp8Block1x128));
-  for (Recipe a : bf::all_recipes())
-    for (Recipe b : bf::all_recipes()) {
+  EXPECT_TRUE(bg::is_fp8_blockwise_pair(Format::kFp8Block1x128, Format::kFp8Block128x128));
+  EXPECT_TRUE(bg::is_fp8_blockwise_pair(Format::kFp8Block1x128, Format::kFp8Block1x128));
+  for (Format a : bf::all_formats())
+    for (Format b : bf::all_formats()) {
       if (!bf::is_fp8_block(a) && !bf::is_fp8_block(b)) continue;  // MX / NVFP4: gemm_block_scaled_test
       bg::GemmProblem p = valid_problem();
       p.a_recipe = a, p.b_recipe = b;
-      const std::string pair = std::string(bf::recipe_name(a)) + ", " + bf::recipe_name(b);
+      const std::string pair = std::string(bf::format_name(a)) + ", " + bf::format_name(b);
       EXPECT_FALSE(bg::is_block_scaled_pair(a, b)) << pair;
       if (bg::is_fp8_blockwise_pair(a, b)) {
         EXPECT_TRUE(bg::can_implement(p).is_ok()) << pair;
@@ -779,7 +779,7 @@ TEST(GemmCanImplement, PointerRulesNameTheArgument) {
 TEST(GemmWorkspace, Fp8BlockwiseOffersCublasLtItsWorkspace) {
   EXPECT_EQ(bg::workspace_size(valid_problem()), size_t{32} << 20);
   bg::GemmProblem mx = valid_problem();
-  mx.a_recipe = mx.b_recipe = Recipe::kMxfp8E4M3;
+  mx.a_recipe = mx.b_recipe = Format::kMxfp8E4M3;
   EXPECT_EQ(bg::workspace_size(mx), 0u);
 }
 

@@ -73,11 +73,11 @@ inline blockscale::formats::QuantizedMatrix absolute(const blockscale::formats::
 
 // An (A, B) recipe pair, a test parameter, named "a_x_b" in test names.
 struct RecipePair {
-  blockscale::formats::Recipe a, b;
+  blockscale::formats::Format a, b;
 };
 inline std::string recipe_pair_name(const ::testing::TestParamInfo<RecipePair>& info) {
-  return std::string(blockscale::formats::recipe_name(info.param.a)) + "_x_" +
-         blockscale::formats::recipe_name(info.param.b);
+  return std::string(blockscale::formats::format_name(info.param.a)) + "_x_" +
+         blockscale::formats::format_name(info.param.b);
 }
 
 // q's scales in the GEMM layout of its recipe (formats::pack_gemm_scales), as bytes.

@@ -22,7 +22,7 @@ namespace {
 
 namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
-using bf::Recipe;
+using bf::Format;
 using blockscale::runtime::DeviceBuffer;
 
 struct Case {
@@ -104,24 +104,24 @@ std::vector<Case> cases() {
     bf::QuantizeOptions o;
   };
   std::vector<Variant> variants;
-  auto options = [](Recipe r) {
+  auto options = [](Format r) {
     bf::QuantizeOptions o;
     o.recipe = r;
     return o;
   };
-  variants.push_back({"mxfp8", options(Recipe::kMxfp8E4M3)});
-  variants.push_back({"mxfp8_e5m2", options(Recipe::kMxfp8E5M2)});
-  variants.push_back({"mxfp4", options(Recipe::kMxfp4)});
-  variants.push_back({"nvfp4", options(Recipe::kNvfp4)});
+  variants.push_back({"mxfp8", options(Format::kMxfp8E4M3)});
+  variants.push_back({"mxfp8_e5m2", options(Format::kMxfp8E5M2)});
+  variants.push_back({"mxfp4", options(Format::kMxfp4)});
+  variants.push_back({"nvfp4", options(Format::kNvfp4)});
   {
-    bf::QuantizeOptions o = options(Recipe::kNvfp4);
+    bf::QuantizeOptions o = options(Format::kNvfp4);
     o.nvfp4_2d = true;
     variants.push_back({"nvfp4_2d", o});
   }
-  variants.push_back({"fp8_block128", options(Recipe::kFp8Block1x128)});
-  variants.push_back({"fp8_block128x128", options(Recipe::kFp8Block128x128)});
+  variants.push_back({"fp8_block128", options(Format::kFp8Block1x128)});
+  variants.push_back({"fp8_block128x128", options(Format::kFp8Block128x128)});
   {
-    bf::QuantizeOptions o = options(Recipe::kFp8Block1x128);
+    bf::QuantizeOptions o = options(Format::kFp8Block1x128);
     o.pow2_scales = true;
     variants.push_back({"fp8_block128_pow2", o});
   }
@@ -154,7 +154,7 @@ TEST_P(Nvfp4ValuesTest, TimesTensorScaleIsFormatsDequantize) {
   SKIP_WITHOUT_GPU();
   const ValuesCase& c = GetParam();
   bf::QuantizeOptions o;
-  o.recipe = Recipe::kNvfp4;
+  o.recipe = Format::kNvfp4;
   o.nvfp4_2d = c.two_d;
   std::vector<uint8_t> data, scales;
   std::vector<std::vector<float>> want(static_cast<size_t>(c.batches));
@@ -177,7 +177,7 @@ TEST_P(Nvfp4ValuesTest, TimesTensorScaleIsFormatsDequantize) {
   ASSERT_OK(out.alloc(count * 2, "out"));
   ASSERT_CUDA(cudaMemset(out.data(), 0xAB, out.size()));
   bq::DequantizeProblem p;
-  p.recipe = Recipe::kNvfp4, p.rows = c.rows, p.cols = c.cols;
+  p.recipe = Format::kNvfp4, p.rows = c.rows, p.cols = c.cols;
   const bq::DequantizeInputs in{data_buf.data(), scale_buf.data(), nullptr};
   const auto s = bq::nvfp4_block_values_bf16(p, c.batches, in, out.as<uint16_t>(), nullptr);
   ASSERT_TRUE(s.is_ok()) << s.message();
@@ -214,13 +214,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Nvfp4ValuesTest,
 
 TEST(Nvfp4ValuesArgs, RefusedWithTheRule) {
   bq::DequantizeProblem p;
-  p.recipe = Recipe::kMxfp8E4M3, p.rows = 16, p.cols = 16;
+  p.recipe = Format::kMxfp8E4M3, p.rows = 16, p.cols = 16;
   uint8_t fake = 0;
   uint16_t out = 0;
   const bq::DequantizeInputs in{&fake, &fake, nullptr};
   auto s = bq::nvfp4_block_values_bf16(p, 1, in, &out, nullptr);
   EXPECT_NE(s.message().find("problem.recipe: must be nvfp4"), std::string::npos) << s.message();
-  p.recipe = Recipe::kNvfp4;
+  p.recipe = Format::kNvfp4;
   s = bq::nvfp4_block_values_bf16(p, -1, in, &out, nullptr);
   EXPECT_NE(s.message().find("batches: must be in"), std::string::npos) << s.message();
   s = bq::nvfp4_block_values_bf16(p, 1, bq::DequantizeInputs{nullptr, &fake, nullptr}, &out, nullptr);

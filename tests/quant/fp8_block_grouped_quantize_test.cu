@@ -35,7 +35,7 @@ namespace {
 
 namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
-using bf::Recipe;
+using bf::Format;
 using bf::Direction;
 using bq::InputType;
 using blockscale::runtime::DeviceBuffer;
@@ -74,7 +74,7 @@ GroupedReference make_reference(const HostInput& in, int64_t rows, int64_t cols,
                                 const std::vector<int64_t>& ends, int64_t capacity, bool pow2) {
   GroupedReference ref;
   bf::QuantizeOptions o;
-  o.recipe = Recipe::kFp8Block1x128;
+  o.recipe = Format::kFp8Block1x128;
   o.pow2_scales = pow2;
   bf::QuantizedMatrix row;
   auto s = bf::quantize(in.values.data(), rows, cols, ld, o, bf::Direction::kRowwise, &row);
@@ -143,7 +143,7 @@ struct Prepared {
 
 bq::GroupedQuantizeProblem problem_of(const Case& c, bool pow2, Direction d) {
   bq::GroupedQuantizeProblem p;
-  p.dense.recipe = Recipe::kFp8Block1x128;
+  p.dense.recipe = Format::kFp8Block1x128;
   p.dense.pow2_scales = pow2;
   p.dense.input_type = c.type;
   p.dense.rows = c.rows, p.dense.cols = c.cols, p.dense.ld = c.ld;
@@ -321,7 +321,7 @@ TEST(Fp8BlockGroupedQuantizeEmpty, WritesThePaddedEndsAlone) {
       GuardedOutput padded;
       ASSERT_TRUE(alloc_poisoned(&padded, 4 * g, 0));
       bq::GroupedQuantizeProblem p;
-      p.dense.recipe = Recipe::kFp8Block1x128;
+      p.dense.recipe = Format::kFp8Block1x128;
       p.dense.rows = shape.first, p.dense.cols = shape.second, p.dense.ld = std::max<int64_t>(shape.second, 1);
       p.dense.directions = d;
       p.num_groups = g;
@@ -345,7 +345,7 @@ TEST(Fp8BlockGroupedQuantizeEmpty, WritesThePaddedEndsAlone) {
 
 TEST(Fp8BlockGroupedQuantizeApi, CapacityAndChecks) {
   bq::GroupedQuantizeProblem p;
-  p.dense.recipe = Recipe::kFp8Block1x128;
+  p.dense.recipe = Format::kFp8Block1x128;
   p.dense.rows = 300, p.dense.cols = 64, p.dense.ld = 64, p.dense.directions = Direction::kBoth;
   p.num_groups = 4;
   EXPECT_TRUE(bq::can_implement(p).is_ok());
@@ -353,7 +353,7 @@ TEST(Fp8BlockGroupedQuantizeApi, CapacityAndChecks) {
   EXPECT_EQ(bq::grouped_columnwise_data_bytes(p), 64 * bq::grouped_capacity(p));
   EXPECT_EQ(bq::grouped_columnwise_scale_bytes(p), bf::vec128_scale_floats(64, bq::grouped_capacity(p) / 128) * 4);
   EXPECT_EQ(bq::workspace_size(p), 0u);
-  p.dense.recipe = Recipe::kFp8Block128x128;
+  p.dense.recipe = Format::kFp8Block128x128;
   expect_error(bq::can_implement(p), "problem.dense.recipe: fp8_block128x128 is the weights' recipe");
 }
 

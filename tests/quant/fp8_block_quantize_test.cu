@@ -45,7 +45,7 @@ namespace {
 
 namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
-using bf::Recipe;
+using bf::Format;
 using bf::Direction;
 using bq::InputType;
 using blockscale::runtime::DeviceBuffer;
@@ -149,7 +149,7 @@ struct Expected {
   bool nonfinite = false;
 };
 
-bf::QuantizedMatrix emulate(const HostInput& in, int64_t rows, int64_t cols, int64_t ld, Recipe recipe,
+bf::QuantizedMatrix emulate(const HostInput& in, int64_t rows, int64_t cols, int64_t ld, Format recipe,
                             bool pow2, bf::Direction dir) {
   bf::QuantizeOptions o;
   o.recipe = recipe;
@@ -162,7 +162,7 @@ bf::QuantizedMatrix emulate(const HostInput& in, int64_t rows, int64_t cols, int
 
 // The references of several (recipe, pow2) configurations, each direction on its own thread.
 struct Config {
-  Recipe recipe;
+  Format recipe;
   bool pow2;
 };
 std::vector<Expected> references(const HostInput& in, int64_t rows, int64_t cols, int64_t ld,
@@ -226,9 +226,9 @@ int64_t run_one(const Layout& l, const DeviceInput& x, const Expected& want, flo
   EXPECT_CUDA(cudaDeviceSynchronize());
 
   const bool row = dirs != Direction::kColumnwise, col = dirs != Direction::kRowwise;
-  const int64_t row_scale_len = c.recipe == Recipe::kFp8Block1x128 ? bf::vec128_scale_ld(l.rows) * 4
+  const int64_t row_scale_len = c.recipe == Format::kFp8Block1x128 ? bf::vec128_scale_ld(l.rows) * 4
                                                                      : bf::blk128_scale_ld((l.cols + 127) / 128) * 4;
-  const int64_t col_scale_len = c.recipe == Recipe::kFp8Block1x128 ? bf::vec128_scale_ld(l.cols) * 4
+  const int64_t col_scale_len = c.recipe == Format::kFp8Block1x128 ? bf::vec128_scale_ld(l.cols) * 4
                                                                      : bf::blk128_scale_ld((l.rows + 127) / 128) * 4;
   std::string report;
   int64_t bad = 0;
@@ -245,16 +245,16 @@ int64_t run_one(const Layout& l, const DeviceInput& x, const Expected& want, flo
     ++bad;
     report += "nonfinite flag: got " + std::to_string(got_flag) + "\n";
   }
-  EXPECT_EQ(bad, 0) << describe(l) << " " << bf::recipe_name(c.recipe) << (c.pow2 ? " pow2 " : " ")
+  EXPECT_EQ(bad, 0) << describe(l) << " " << bf::format_name(c.recipe) << (c.pow2 ? " pow2 " : " ")
                     << name(dirs, /*abbreviated=*/true) << ": " << bad << " bad bytes\n"
                     << report;
   return bad;
 }
 
-const std::vector<Config> kAllConfigs = {{Recipe::kFp8Block1x128, false},
-                                         {Recipe::kFp8Block1x128, true},
-                                         {Recipe::kFp8Block128x128, false},
-                                         {Recipe::kFp8Block128x128, true}};
+const std::vector<Config> kAllConfigs = {{Format::kFp8Block1x128, false},
+                                         {Format::kFp8Block1x128, true},
+                                         {Format::kFp8Block128x128, false},
+                                         {Format::kFp8Block128x128, true}};
 
 uint64_t seed_of(const Layout& l) {
   return 1000003ull * static_cast<uint64_t>(l.rows) + 7919ull * static_cast<uint64_t>(l.cols) +
@@ -313,23 +313,23 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Fp8BlockQuantizeLayouts, ::testing::ValuesIn(la
 // pipelines over many rounds, whole tiles only.
 TEST(Fp8BlockQuantizeLarge, ManyTilesPerCta) {
   SKIP_WITHOUT_GPU();
-  check({4096, 8192, 8192, InputType::kFp16, false}, {{Recipe::kFp8Block1x128, true}, {Recipe::kFp8Block128x128, false}},
+  check({4096, 8192, 8192, InputType::kFp16, false}, {{Format::kFp8Block1x128, true}, {Format::kFp8Block128x128, false}},
         {Direction::kBoth});
-  check({4096, 8192, 8192, InputType::kFp32, false}, {{Recipe::kFp8Block1x128, false}, {Recipe::kFp8Block128x128, true}},
+  check({4096, 8192, 8192, InputType::kFp32, false}, {{Format::kFp8Block1x128, false}, {Format::kFp8Block128x128, true}},
         {Direction::kBoth, Direction::kRowwise});
 }
 
 // One large bf16 tensor, partial tiles along both edges.
 TEST(Fp8BlockQuantizeLarge, Bf16_16385x7169) {
   SKIP_WITHOUT_GPU();
-  check({16385, 7169, 7169, InputType::kBf16, false}, {{Recipe::kFp8Block1x128, false}, {Recipe::kFp8Block128x128, true}},
+  check({16385, 7169, 7169, InputType::kBf16, false}, {{Format::kFp8Block1x128, false}, {Format::kFp8Block128x128, true}},
         {Direction::kBoth});
 }
 
 // ---- The flag: set to 1 on NaN / Inf input, never written otherwise.
 TEST(Fp8BlockQuantizeFlags, NonfiniteFlagIsOnlyEverSetToOne) {
   SKIP_WITHOUT_GPU();
-  for (Recipe recipe : {Recipe::kFp8Block1x128, Recipe::kFp8Block128x128}) {
+  for (Format recipe : {Format::kFp8Block1x128, Format::kFp8Block128x128}) {
     for (int poison : {0, 1, 2}) {  // finite, one NaN, one -Inf
       std::vector<float> x(200 * 300);
       for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
@@ -357,7 +357,7 @@ TEST(Fp8BlockQuantizeFlags, NonfiniteFlagIsOnlyEverSetToOne) {
       float got_amax = 0;
       ASSERT_CUDA(cudaMemcpy(&got, flag.data(), 4, cudaMemcpyDeviceToHost));
       ASSERT_CUDA(cudaMemcpy(&got_amax, amax.data(), 4, cudaMemcpyDeviceToHost));
-      EXPECT_EQ(got, poison ? 1 : start) << bf::recipe_name(recipe) << " poison " << poison;
+      EXPECT_EQ(got, poison ? 1 : start) << bf::format_name(recipe) << " poison " << poison;
       const float want_amax = bf::detail::block_amax(x.data(), 300, 0, 200, 0, 300).amax;
       EXPECT_EQ(bf::float_bits(got_amax), bf::float_bits(want_amax)) << "NaN ignored, Inf counts";
       if (poison == 2) EXPECT_TRUE(std::isinf(got_amax));
@@ -390,7 +390,7 @@ TEST(Fp8BlockScale, HostFunctionMatchesFormatsQuantize) {
     for (uint32_t a : amax_patterns(1000003u)) {
       const float x[2] = {bf::bits_float(a), -bf::bits_float(a) / 3.0f};
       bf::QuantizeOptions o;
-      o.recipe = Recipe::kFp8Block1x128, o.pow2_scales = pow2;
+      o.recipe = Format::kFp8Block1x128, o.pow2_scales = pow2;
       bf::QuantizedMatrix q;
       ASSERT_TRUE(bf::quantize(x, 1, 2, 2, o, bf::Direction::kRowwise, &q).is_ok());
       const bq::detail::Fp8BlockScale s = bq::detail::fp8_block_scale(a, pow2);
@@ -471,7 +471,7 @@ void check_batched(const BatchedLayout& l, bool pow2, Direction dirs) {
   for (int64_t b = 0; b < l.batches; ++b) {
     HostInput one;  // matrix b alone
     one.values.assign(in.values.begin() + b * l.rows * l.ld, in.values.begin() + (b + 1) * l.rows * l.ld);
-    const Expected e = references(one, l.rows, l.cols, l.ld, {{Recipe::kFp8Block128x128, pow2}})[0];
+    const Expected e = references(one, l.rows, l.cols, l.ld, {{Format::kFp8Block128x128, pow2}})[0];
     want.row_data.insert(want.row_data.end(), e.row_data.begin(), e.row_data.end());
     want.row_scales.insert(want.row_scales.end(), e.row_scales.begin(), e.row_scales.end());
     want.col_data.insert(want.col_data.end(), e.col_data.begin(), e.col_data.end());
@@ -479,7 +479,7 @@ void check_batched(const BatchedLayout& l, bool pow2, Direction dirs) {
     want.nonfinite |= e.nonfinite;
   }
   bq::BatchedQuantizeProblem p;
-  p.matrix.recipe = Recipe::kFp8Block128x128;
+  p.matrix.recipe = Format::kFp8Block128x128;
   p.matrix.pow2_scales = pow2;
   p.matrix.input_type = l.type;
   p.matrix.rows = l.rows, p.matrix.cols = l.cols, p.matrix.ld = l.ld;
@@ -539,7 +539,7 @@ TEST(Fp8BlockQuantizeBatched, MatchesTheEmulatorPerMatrix) {
 // ---- Host-side API facts this kernel relies on (no GPU).
 TEST(Fp8BlockQuantizeApi, BatchedChecks) {
   bq::BatchedQuantizeProblem p;
-  p.matrix.recipe = Recipe::kFp8Block128x128, p.matrix.input_type = InputType::kFp32;
+  p.matrix.recipe = Format::kFp8Block128x128, p.matrix.input_type = InputType::kFp32;
   p.matrix.rows = 256, p.matrix.cols = 128, p.matrix.ld = 128, p.matrix.directions = Direction::kBoth;
   p.batches = 4;
   EXPECT_TRUE(bq::can_implement(p).is_ok());
@@ -551,9 +551,9 @@ TEST(Fp8BlockQuantizeApi, BatchedChecks) {
   p.batches = 0;
   expect_error("problem.batches");
   p.batches = 4;
-  p.matrix.recipe = Recipe::kFp8Block1x128;
+  p.matrix.recipe = Format::kFp8Block1x128;
   expect_error("problem.matrix.recipe");
-  p.matrix.recipe = Recipe::kFp8Block128x128;
+  p.matrix.recipe = Format::kFp8Block128x128;
   p.matrix.ld = 64;
   expect_error("problem.ld");
   p.matrix.ld = 128;
@@ -576,17 +576,17 @@ TEST(Fp8BlockQuantizeApi, BatchedChecks) {
 
 TEST(Fp8BlockQuantizeApi, SizesAndOptions) {
   bq::QuantizeProblem p;
-  p.recipe = Recipe::kFp8Block128x128, p.rows = 300, p.cols = 129, p.ld = 130, p.directions = Direction::kBoth;
+  p.recipe = Format::kFp8Block128x128, p.rows = 300, p.cols = 129, p.ld = 130, p.directions = Direction::kBoth;
   p.pow2_scales = true;
   EXPECT_TRUE(bq::can_implement(p).is_ok());
   EXPECT_EQ(bq::rowwise_scale_bytes(p), bf::blk128_scale_floats(3, 2) * 4);
   EXPECT_EQ(bq::columnwise_scale_bytes(p), bf::blk128_scale_floats(2, 3) * 4);
   EXPECT_EQ(bq::columnwise_data_bytes(p), 129 * 300);
-  p.recipe = Recipe::kFp8Block1x128;
+  p.recipe = Format::kFp8Block1x128;
   EXPECT_EQ(bq::rowwise_scale_bytes(p), bf::vec128_scale_floats(300, 2) * 4);
   EXPECT_EQ(bq::columnwise_scale_bytes(p), bf::vec128_scale_floats(129, 3) * 4);
   EXPECT_EQ(bq::workspace_size(p), 0u);
-  p.recipe = Recipe::kMxfp8E4M3;
+  p.recipe = Format::kMxfp8E4M3;
   const auto s = bq::can_implement(p);
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("problem.pow2_scales"), std::string::npos) << s.message();

@@ -36,7 +36,7 @@ namespace {
 
 namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
-using bf::Recipe;
+using bf::Format;
 using bf::Direction;
 using bq::InputType;
 using blockscale::runtime::DeviceBuffer;
@@ -143,7 +143,7 @@ TEST(MoeCombineChecks, NameTheArgumentAndRule) {
 
 TEST(MoeGatherChecks, NvFp4RefusedAndRowIndexChecked) {
   bq::GroupedQuantizeProblem p;
-  p.dense.recipe = Recipe::kNvfp4;
+  p.dense.recipe = Format::kNvfp4;
   p.dense.rows = 64, p.dense.cols = 64, p.dense.ld = 64, p.dense.directions = Direction::kRowwise;
   p.num_groups = 2, p.input_rows = 32;
   bq::GroupedQuantizeInputs in;
@@ -154,7 +154,7 @@ TEST(MoeGatherChecks, NvFp4RefusedAndRowIndexChecked) {
   out.dense.rowwise_scale_dec = reinterpret_cast<float*>(0x600000);
   out.padded_group_ends = fake(0x700000);
   expect_error(bq::can_implement(p, in, out), "inputs.row_index: the gathered grouped quantize supports");
-  p.dense.recipe = Recipe::kMxfp8E4M3;
+  p.dense.recipe = Format::kMxfp8E4M3;
   EXPECT_TRUE(bq::can_implement(p, in, out).is_ok());
   auto i2 = in;
   i2.row_index = fake(0x300002);
@@ -228,9 +228,9 @@ std::vector<uint8_t> float_bytes(const std::vector<float>& f) {
   return b;
 }
 
-bool mx_recipe(Recipe r) { return r != Recipe::kFp8Block1x128; }
-int64_t code_bytes(Recipe r, int64_t n) { return r == Recipe::kMxfp4 ? (n + 1) / 2 : n; }
-int64_t block_of(Recipe r) { return mx_recipe(r) ? 32 : 128; }
+bool mx_recipe(Format r) { return r != Format::kFp8Block1x128; }
+int64_t code_bytes(Format r, int64_t n) { return r == Format::kMxfp4 ? (n + 1) / 2 : n; }
+int64_t block_of(Format r) { return mx_recipe(r) ? 32 : 128; }
 
 // The reference bytes of a gathered grouped run: rows (all sorted rows) x cols; the experts end
 // at `ends` (last = the routed total R <= rows).
@@ -241,7 +241,7 @@ struct GatherReference {
   bool nonfinite = false;
 };
 
-std::vector<uint8_t> packed_scales(Recipe r, const bf::QuantizedMatrix& q, int64_t rows, int64_t blocks,
+std::vector<uint8_t> packed_scales(Format r, const bf::QuantizedMatrix& q, int64_t rows, int64_t blocks,
                                    const std::vector<uint8_t>* linear8, const std::vector<float>* linear32) {
   if (mx_recipe(r)) {
     std::vector<uint8_t> out;
@@ -254,7 +254,7 @@ std::vector<uint8_t> packed_scales(Recipe r, const bf::QuantizedMatrix& q, int64
 }
 
 GatherReference make_reference(const std::vector<float>& gathered, int64_t rows, int64_t cols,
-                               const std::vector<int64_t>& ends, int64_t capacity, Recipe recipe) {
+                               const std::vector<int64_t>& ends, int64_t capacity, Format recipe) {
   GatherReference ref;
   bf::QuantizeOptions o;
   o.recipe = recipe;
@@ -291,7 +291,7 @@ GatherReference make_reference(const std::vector<float>& gathered, int64_t rows,
 
 // Rows [routed, rows) of the rowwise copy are unspecified with a columnwise copy: take the GPU's
 // bytes there (their data rows and their scales; swizzle / VEC128 padding is still compared).
-void accept_unrouted_rows(Recipe recipe, int64_t rows, int64_t cols, int64_t routed, const GuardedOutput& data,
+void accept_unrouted_rows(Format recipe, int64_t rows, int64_t cols, int64_t routed, const GuardedOutput& data,
                           const GuardedOutput& scales, GatherReference* ref) {
   const int64_t rb = code_bytes(recipe, cols);
   const auto got_data = download<uint8_t>(data.ptr(), ref->row_data.size());
@@ -330,7 +330,7 @@ std::string describe(const GatherCase& c) {
 
 // One gathered grouped run against the reference; returns bad bytes. row_index: device, rows entries.
 int64_t run_gather(const GatherCase& c, const DeviceInput& x, const int32_t* row_index, const int32_t* ends_dev,
-                   int64_t rows, GatherReference ref, int64_t routed, Recipe recipe, Direction dirs) {
+                   int64_t rows, GatherReference ref, int64_t routed, Format recipe, Direction dirs) {
   bq::GroupedQuantizeProblem p;
   p.dense.recipe = recipe;
   p.dense.input_type = c.type;
@@ -382,7 +382,7 @@ int64_t run_gather(const GatherCase& c, const DeviceInput& x, const int32_t* row
   int got_flag = -1;
   EXPECT_CUDA(cudaMemcpy(&got_flag, flag.data(), sizeof(int), cudaMemcpyDeviceToHost));
   if (got_flag != (ref.nonfinite ? 1 : 0)) ++bad, report += "nonfinite flag: got " + std::to_string(got_flag) + "\n";
-  EXPECT_EQ(bad, 0) << describe(c) << " " << bf::recipe_name(recipe) << " " << blockscale_test::name(dirs) << ": "
+  EXPECT_EQ(bad, 0) << describe(c) << " " << bf::format_name(recipe) << " " << blockscale_test::name(dirs) << ": "
                     << bad << " bad bytes\n" << report;
   return bad;
 }
@@ -420,7 +420,7 @@ void check_gather(const GatherCase& c, bool gpu_routing = false) {
   std::vector<int64_t> ends(r.group_ends.begin(), r.group_ends.end());
   int64_t bad = 0;
   int runs = 0;
-  for (Recipe recipe : {Recipe::kMxfp8E4M3, Recipe::kMxfp4, Recipe::kFp8Block1x128}) {
+  for (Format recipe : {Format::kMxfp8E4M3, Format::kMxfp4, Format::kFp8Block1x128}) {
     bq::GroupedQuantizeProblem p;
     p.dense.recipe = recipe, p.dense.rows = rows, p.dense.cols = c.cols, p.dense.ld = c.ld;
     p.num_groups = c.groups;
@@ -488,7 +488,7 @@ TEST(MoeGatherQuantizeOutOfRange, IndicesOutsideTheInputReadZeroRows) {
   ASSERT_OK(ends_dev.upload(ends32, "ends_dev"));
   std::vector<float> gathered;
   ASSERT_TRUE(bf::moe_gather(in.values.data(), c.tokens, c.cols, c.ld, index.data(), rows, &gathered).is_ok());
-  for (Recipe recipe : {Recipe::kMxfp8E4M3, Recipe::kFp8Block1x128}) {
+  for (Format recipe : {Format::kMxfp8E4M3, Format::kFp8Block1x128}) {
     bq::GroupedQuantizeProblem p;
     p.dense.recipe = recipe, p.dense.rows = rows, p.dense.cols = c.cols, p.dense.ld = c.ld;
     p.num_groups = 2;

@@ -42,7 +42,7 @@ namespace {
 
 namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
-using bf::Recipe;
+using bf::Format;
 using bf::ScaleRounding;
 using bq::InputType;
 using blockscale::runtime::DeviceBuffer;
@@ -86,13 +86,13 @@ HostInput make_data(int64_t rows, int64_t cols, Data d, uint64_t seed) {
 // ---- Reference -----------------------------------------------------------------------------
 
 struct Variant {
-  Recipe recipe;
+  Format recipe;
   ScaleRounding rounding;
   const char* name;
 };
-const Variant kVariants[] = {{Recipe::kMxfp8E4M3, ScaleRounding::kCeil, "e4m3_ceil"},
-                             {Recipe::kMxfp8E5M2, ScaleRounding::kCeil, "e5m2_ceil"},
-                             {Recipe::kMxfp8E4M3, ScaleRounding::kFloor, "e4m3_floor"}};
+const Variant kVariants[] = {{Format::kMxfp8E4M3, ScaleRounding::kCeil, "e4m3_ceil"},
+                             {Format::kMxfp8E5M2, ScaleRounding::kCeil, "e5m2_ceil"},
+                             {Format::kMxfp8E4M3, ScaleRounding::kFloor, "e4m3_floor"}};
 
 bf::QuantizeOptions options(const Variant& v) {
   bf::QuantizeOptions o;
@@ -587,8 +587,8 @@ void expect_both(const bq::MxBf16Problem& p, const bq::MxBf16Inputs& in, const b
 TEST(MxBf16Api, RecipeMustBeMxfp8) {
   const bq::MxBf16Inputs in = good_inputs();
   const bq::MxBf16Outputs out = good_outputs();
-  for (Recipe r : {Recipe::kMxfp4, Recipe::kNvfp4, Recipe::kMxfp6E2M3, Recipe::kMxfp6E3M2, Recipe::kFp8Block1x128,
-                   Recipe::kFp8Block128x128}) {
+  for (Format r : {Format::kMxfp4, Format::kNvfp4, Format::kMxfp6E2M3, Format::kMxfp6E3M2, Format::kFp8Block1x128,
+                   Format::kFp8Block128x128}) {
     bq::MxBf16Problem p = good_problem();
     p.recipe = r;
     expect_both(p, in, out, "recipe");
@@ -597,7 +597,7 @@ TEST(MxBf16Api, RecipeMustBeMxfp8) {
   }
   // E5M2 and floor pass the argument rules (a later rule fails here: no outputs).
   bq::MxBf16Problem p = good_problem();
-  p.recipe = Recipe::kMxfp8E5M2, p.rounding = ScaleRounding::kFloor;
+  p.recipe = Format::kMxfp8E5M2, p.rounding = ScaleRounding::kFloor;
   expect_both(p, in, bq::MxBf16Outputs{}, "outputs");
 }
 
@@ -714,13 +714,13 @@ TEST(MxBf16Api, OutputsMustNotOverlap) {
 // input_rows, x, group_ends, outputs, then the overlaps.
 TEST(MxBf16Api, ChecksInOrder) {
   bq::MxBf16Problem p = good_problem();
-  p.recipe = Recipe::kNvfp4, p.rows = -1, p.batches = 0, p.num_groups = -1;
+  p.recipe = Format::kNvfp4, p.rows = -1, p.batches = 0, p.num_groups = -1;
   bq::MxBf16Inputs none;
   none.row_index = at<const int32_t>(kIndex);
   p.input_rows = -1;
   const bq::MxBf16Outputs no_out;
   expect_both(p, none, no_out, "recipe");
-  p.recipe = Recipe::kMxfp8E4M3;
+  p.recipe = Format::kMxfp8E4M3;
   expect_both(p, none, no_out, "rows");
   p.rows = 64;
   expect_both(p, none, no_out, "batches");
@@ -749,7 +749,7 @@ TEST(MxBf16Api, ValidProblemsPassOnTheGpu) {
   bq::MxBf16Outputs out = good_outputs();
   blockscale::Status s = bq::can_implement(p, in, out);
   EXPECT_TRUE(s.is_ok()) << s.message();
-  p.recipe = Recipe::kMxfp8E5M2, p.rounding = ScaleRounding::kFloor, p.batches = 2;
+  p.recipe = Format::kMxfp8E5M2, p.rounding = ScaleRounding::kFloor, p.batches = 2;
   s = bq::can_implement(p, in, out);
   EXPECT_TRUE(s.is_ok()) << s.message();
   p.batches = 1, p.num_groups = 4096;

@@ -39,7 +39,7 @@ namespace {
 
 namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
-using bf::Recipe;
+using bf::Format;
 using bf::ScaleRounding;
 using bf::Direction;
 using bq::InputType;
@@ -72,10 +72,10 @@ struct GroupedReference {
   bool nonfinite = false;
 };
 
-int64_t code_bytes(Recipe r, int64_t n) { return r == Recipe::kMxfp4 ? (n + 1) / 2 : n; }
+int64_t code_bytes(Format r, int64_t n) { return r == Format::kMxfp4 ? (n + 1) / 2 : n; }
 
 GroupedReference make_reference(const HostInput& in, int64_t rows, int64_t cols, int64_t ld,
-                                const std::vector<int64_t>& ends, int64_t capacity, Recipe recipe,
+                                const std::vector<int64_t>& ends, int64_t capacity, Format recipe,
                                 ScaleRounding rounding) {
   GroupedReference ref;
   bf::QuantizeOptions o;
@@ -135,7 +135,7 @@ void PrintTo(const Case& c, std::ostream* os) { *os << describe(c); }
 
 // One grouped run on the GPU against the reference; returns the number of bad bytes.
 int64_t run_and_compare(const Case& c, const DeviceInput& x, const DeviceBuffer& ends_dev, const GroupedReference& ref,
-                        Recipe recipe, ScaleRounding rounding, Direction dirs) {
+                        Format recipe, ScaleRounding rounding, Direction dirs) {
   bq::GroupedQuantizeProblem p;
   p.dense.recipe = recipe;
   p.dense.rounding = rounding;
@@ -192,7 +192,7 @@ int64_t run_and_compare(const Case& c, const DeviceInput& x, const DeviceBuffer&
     ++bad;
     report += "nonfinite flag: got " + std::to_string(got_flag) + "\n";
   }
-  EXPECT_EQ(bad, 0) << describe(c) << " " << bf::recipe_name(recipe) << " "
+  EXPECT_EQ(bad, 0) << describe(c) << " " << bf::format_name(recipe) << " "
                     << (rounding == ScaleRounding::kCeil ? "ceil" : "floor") << " " << name(dirs) << ": " << bad
                     << " bad bytes\n" << report;
   return bad;
@@ -239,7 +239,7 @@ void check_case(const Case& c) {
   ASSERT_TRUE(prepare(c, seed_of(c), &pr));
   int runs = 0;
   int64_t bad = 0;
-  for (Recipe recipe : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2, Recipe::kMxfp4}) {
+  for (Format recipe : {Format::kMxfp8E4M3, Format::kMxfp8E5M2, Format::kMxfp4}) {
     for (ScaleRounding rounding : {ScaleRounding::kCeil, ScaleRounding::kFloor}) {
       const GroupedReference ref =
           make_reference(pr.in, c.rows, c.cols, c.ld, pr.ends, pr.capacity, recipe, rounding);
@@ -304,13 +304,13 @@ TEST(MxGroupedQuantizeLarge, EightExperts16384x4096) {
   int64_t bad = 0;
   {
     const GroupedReference ref =
-        make_reference(pr.in, c.rows, c.cols, c.ld, pr.ends, pr.capacity, Recipe::kMxfp8E4M3, ScaleRounding::kCeil);
-    bad += run_and_compare(c, pr.x, pr.ends_dev, ref, Recipe::kMxfp8E4M3, ScaleRounding::kCeil, Direction::kBoth);
+        make_reference(pr.in, c.rows, c.cols, c.ld, pr.ends, pr.capacity, Format::kMxfp8E4M3, ScaleRounding::kCeil);
+    bad += run_and_compare(c, pr.x, pr.ends_dev, ref, Format::kMxfp8E4M3, ScaleRounding::kCeil, Direction::kBoth);
   }
   {
     const GroupedReference ref =
-        make_reference(pr.in, c.rows, c.cols, c.ld, pr.ends, pr.capacity, Recipe::kMxfp4, ScaleRounding::kCeil);
-    bad += run_and_compare(c, pr.x, pr.ends_dev, ref, Recipe::kMxfp4, ScaleRounding::kCeil, Direction::kBoth);
+        make_reference(pr.in, c.rows, c.cols, c.ld, pr.ends, pr.capacity, Format::kMxfp4, ScaleRounding::kCeil);
+    bad += run_and_compare(c, pr.x, pr.ends_dev, ref, Format::kMxfp4, ScaleRounding::kCeil, Direction::kBoth);
   }
   std::string counts;
   for (size_t g = 0; g < pr.ends.size(); ++g)
@@ -368,13 +368,13 @@ TEST(GroupedQuantizeApi, CapacityAndChecks) {
   EXPECT_TRUE(bq::can_implement(p).is_ok());
   EXPECT_EQ(bq::grouped_capacity(p), (100 + 4 * 31) / 32 * 32);
   EXPECT_EQ(bq::grouped_columnwise_data_bytes(p), 64 * bq::grouped_capacity(p));
-  p.dense.recipe = Recipe::kMxfp4;
+  p.dense.recipe = Format::kMxfp4;
   EXPECT_EQ(bq::grouped_columnwise_data_bytes(p), 64 * bq::grouped_capacity(p) / 2);
   p.num_groups = 0;
   expect_error(bq::can_implement(p), "problem.num_groups");
-  p.num_groups = 4, p.dense.recipe = Recipe::kFp8Block128x128;
+  p.num_groups = 4, p.dense.recipe = Format::kFp8Block128x128;
   expect_error(bq::can_implement(p), "problem.dense.recipe");
-  p.dense.recipe = Recipe::kNvfp4, p.dense.nvfp4_2d = true;
+  p.dense.recipe = Format::kNvfp4, p.dense.nvfp4_2d = true;
   expect_error(bq::can_implement(p), "problem.dense.nvfp4_2d");
   p.dense.nvfp4_2d = false;
   EXPECT_TRUE(bq::can_implement(p).is_ok());

@@ -41,7 +41,7 @@ namespace {
 
 namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
-using bf::Recipe;
+using bf::Format;
 using bf::ScaleRounding;
 using bf::Direction;
 using bq::InputType;
@@ -147,7 +147,7 @@ struct Reference {
   float amax = 0.0f;
 };
 
-Reference make_reference(const HostInput& in, int64_t rows, int64_t cols, int64_t ld, Recipe recipe,
+Reference make_reference(const HostInput& in, int64_t rows, int64_t cols, int64_t ld, Format recipe,
                          ScaleRounding rounding) {
   Reference ref;
   bf::QuantizeOptions o;
@@ -184,7 +184,7 @@ void PrintTo(const Layout& l, std::ostream* os) { *os << describe(l); }  // read
 
 // Runs one configuration on the GPU and compares every output with the reference. Returns the
 // number of bad bytes (0: pass); failures are reported through gtest.
-int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Reference& ref, Recipe recipe,
+int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Reference& ref, Format recipe,
                         ScaleRounding rounding, Direction dirs, ElementEncoder enc,
                         bq::detail::GridPolicy grid = bq::detail::GridPolicy::kAuto) {
   bq::QuantizeProblem p;
@@ -231,7 +231,7 @@ int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Reference& 
     ++bad;
     report += "nonfinite flag: got " + std::to_string(got_flag) + " want " + std::to_string(want_flag) + "\n";
   }
-  EXPECT_EQ(bad, 0) << describe(l) << " " << bf::recipe_name(recipe) << " "
+  EXPECT_EQ(bad, 0) << describe(l) << " " << bf::format_name(recipe) << " "
                     << (rounding == ScaleRounding::kCeil ? "ceil" : "floor") << " " << name(dirs)
                     << " " << name(enc) << ": " << bad << " bad bytes\n" << report;
   return bad;
@@ -246,7 +246,7 @@ void check_layout(const Layout& l, uint64_t seed) {
   int runs = 0;
   int64_t bad = 0;
   bool nonfinite = false;
-  for (Recipe recipe : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2, Recipe::kMxfp4}) {
+  for (Format recipe : {Format::kMxfp8E4M3, Format::kMxfp8E5M2, Format::kMxfp4}) {
     for (ScaleRounding rounding : {ScaleRounding::kCeil, ScaleRounding::kFloor}) {
       const Reference ref = make_reference(in, l.rows, l.cols, l.ld, recipe, rounding);
       nonfinite = ref.row.nonfinite_seen;
@@ -254,7 +254,7 @@ void check_layout(const Layout& l, uint64_t seed) {
         bad += run_and_compare(l, x, ref, recipe, rounding, d, bq::detail::kDefaultEncoder);
         ++runs;
       }
-      if (recipe == Recipe::kMxfp4) continue;  // one encoder
+      if (recipe == Format::kMxfp4) continue;  // one encoder
       bad += run_and_compare(l, x, ref, recipe, rounding, Direction::kBoth, ElementEncoder::kSoftware);
       ++runs;
     }
@@ -308,7 +308,7 @@ struct BatchedLayout {
   Layout matrix;
 };
 
-int64_t check_batched(const BatchedLayout& bl, const HostInput& in, const DeviceInput& x, Recipe recipe,
+int64_t check_batched(const BatchedLayout& bl, const HostInput& in, const DeviceInput& x, Format recipe,
                       ScaleRounding rounding, Direction dirs) {
   const Layout& l = bl.matrix;
   Reference want;
@@ -363,7 +363,7 @@ int64_t check_batched(const BatchedLayout& bl, const HostInput& in, const Device
   int got_flag = -1;
   EXPECT_CUDA(cudaMemcpy(&got_flag, flag.data(), sizeof(int), cudaMemcpyDeviceToHost));
   if (got_flag != (nonfinite ? 1 : 0)) ++bad, report += "nonfinite flag: got " + std::to_string(got_flag) + "\n";
-  EXPECT_EQ(bad, 0) << bl.batches << " x " << describe(l) << " " << bf::recipe_name(recipe) << " "
+  EXPECT_EQ(bad, 0) << bl.batches << " x " << describe(l) << " " << bf::format_name(recipe) << " "
                     << (rounding == ScaleRounding::kCeil ? "ceil" : "floor") << " " << name(dirs) << ": " << bad
                     << " bad bytes\n" << report;
   return bad;
@@ -388,7 +388,7 @@ TEST(MxQuantizeBatched, MatchesTheEmulatorPerMatrix) {
     ASSERT_TRUE(upload_input(in, l.type, l.misaligned, &x));
     int runs = 0;
     int64_t bad = 0;
-    for (Recipe recipe : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2, Recipe::kMxfp4})
+    for (Format recipe : {Format::kMxfp8E4M3, Format::kMxfp8E5M2, Format::kMxfp4})
       for (ScaleRounding rounding : {ScaleRounding::kCeil, ScaleRounding::kFloor})
         for (Direction d : {Direction::kRowwise, Direction::kColumnwise, Direction::kBoth}) {
           bad += check_batched(bl, in, x, recipe, rounding, d);
@@ -402,7 +402,7 @@ TEST(MxQuantizeBatched, MatchesTheEmulatorPerMatrix) {
 // Host-side checks: MX recipes batch only whole 128-row tiles per matrix.
 TEST(MxQuantizeBatched, RowsMustBeWholeTiles) {
   bq::BatchedQuantizeProblem p;
-  p.matrix.recipe = Recipe::kMxfp8E4M3, p.matrix.input_type = InputType::kFp32;
+  p.matrix.recipe = Format::kMxfp8E4M3, p.matrix.input_type = InputType::kFp32;
   p.matrix.rows = 256, p.matrix.cols = 64, p.matrix.ld = 64, p.matrix.directions = Direction::kBoth;
   p.batches = 3;
   EXPECT_TRUE(bq::can_implement(p).is_ok());
@@ -411,7 +411,7 @@ TEST(MxQuantizeBatched, RowsMustBeWholeTiles) {
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("problem.matrix.rows"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("multiple of 128"), std::string::npos) << s.message();
-  p.matrix.rows = 256, p.matrix.recipe = Recipe::kNvfp4;
+  p.matrix.rows = 256, p.matrix.recipe = Format::kNvfp4;
   EXPECT_FALSE(bq::can_implement(p).is_ok()) << "NVFP4 is not batched";
 }
 
@@ -424,13 +424,13 @@ TEST(Mxfp8QuantizeLarge, Bf16_16385x7169) {
   ASSERT_TRUE(upload_input(in, l.type, l.misaligned, &x));
   int64_t bad = 0;
   {
-    const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp8E4M3, ScaleRounding::kCeil);
-    bad += run_and_compare(l, x, ref, Recipe::kMxfp8E4M3, ScaleRounding::kCeil, Direction::kBoth,
+    const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Format::kMxfp8E4M3, ScaleRounding::kCeil);
+    bad += run_and_compare(l, x, ref, Format::kMxfp8E4M3, ScaleRounding::kCeil, Direction::kBoth,
                            bq::detail::kDefaultEncoder);
   }
   {
-    const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp8E5M2, ScaleRounding::kFloor);
-    bad += run_and_compare(l, x, ref, Recipe::kMxfp8E5M2, ScaleRounding::kFloor, Direction::kBoth,
+    const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Format::kMxfp8E5M2, ScaleRounding::kFloor);
+    bad += run_and_compare(l, x, ref, Format::kMxfp8E5M2, ScaleRounding::kFloor, Direction::kBoth,
                            ElementEncoder::kSoftware);
   }
   std::printf("mx_quantize_test: %s: e4m3 ceil both hw-cvt, e5m2 floor both sw-encode: bad bytes %lld\n",
@@ -448,22 +448,22 @@ TEST(Mxfp8QuantizeLarge, ManyTilesPerCtaEveryInputType) {
     ASSERT_TRUE(upload_input(in, l.type, l.misaligned, &x));
     int64_t bad = 0;
     {
-      const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp8E4M3, ScaleRounding::kCeil);
-      bad += run_and_compare(l, x, ref, Recipe::kMxfp8E4M3, ScaleRounding::kCeil, Direction::kBoth,
+      const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Format::kMxfp8E4M3, ScaleRounding::kCeil);
+      bad += run_and_compare(l, x, ref, Format::kMxfp8E4M3, ScaleRounding::kCeil, Direction::kBoth,
                              bq::detail::kDefaultEncoder);
       // The benchmark's fixed grids write the same bytes.
       for (auto grid : {bq::detail::GridPolicy::kPersistent, bq::detail::GridPolicy::kOneTilePerCta})
-        bad += run_and_compare(l, x, ref, Recipe::kMxfp8E4M3, ScaleRounding::kCeil, Direction::kBoth,
+        bad += run_and_compare(l, x, ref, Format::kMxfp8E4M3, ScaleRounding::kCeil, Direction::kBoth,
                                bq::detail::kDefaultEncoder, grid);
     }
     {
-      const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp8E5M2, ScaleRounding::kFloor);
+      const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Format::kMxfp8E5M2, ScaleRounding::kFloor);
       for (Direction d : {Direction::kRowwise, Direction::kColumnwise})
-        bad += run_and_compare(l, x, ref, Recipe::kMxfp8E5M2, ScaleRounding::kFloor, d, bq::detail::kDefaultEncoder);
+        bad += run_and_compare(l, x, ref, Format::kMxfp8E5M2, ScaleRounding::kFloor, d, bq::detail::kDefaultEncoder);
     }
     if (t == InputType::kBf16) {
-      const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp4, ScaleRounding::kCeil);
-      bad += run_and_compare(l, x, ref, Recipe::kMxfp4, ScaleRounding::kCeil, Direction::kBoth,
+      const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Format::kMxfp4, ScaleRounding::kCeil);
+      bad += run_and_compare(l, x, ref, Format::kMxfp4, ScaleRounding::kCeil, Direction::kBoth,
                              bq::detail::kDefaultEncoder);
     }
     std::printf("mx_quantize_test: %s: e4m3 ceil both (auto, persistent and one-tile-per-CTA grids), e5m2 floor row and col (hw-cvt)%s: bad bytes %lld\n",
@@ -479,8 +479,8 @@ TEST(Mxfp4QuantizeLarge, OddRowsAndColsBothCopies) {
   const HostInput in = make_input(l.rows, l.cols, l.ld, l.type, l.pattern, 4097);
   DeviceInput x;
   ASSERT_TRUE(upload_input(in, l.type, l.misaligned, &x));
-  const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Recipe::kMxfp4, ScaleRounding::kFloor);
-  const int64_t bad = run_and_compare(l, x, ref, Recipe::kMxfp4, ScaleRounding::kFloor, Direction::kBoth,
+  const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Format::kMxfp4, ScaleRounding::kFloor);
+  const int64_t bad = run_and_compare(l, x, ref, Format::kMxfp4, ScaleRounding::kFloor, Direction::kBoth,
                                       bq::detail::kDefaultEncoder);
   std::printf("mx_quantize_test: %s: e2m1 floor both: bad bytes %lld\n", describe(l).c_str(),
               static_cast<long long>(bad));
@@ -492,7 +492,7 @@ struct CvtCounts {
   unsigned long long checked, mismatches, first_bits[4], first_hw[4], first_sw[4];
 };
 
-template <Recipe kRecipe>
+template <Format kRecipe>
 __global__ void cvt_sweep_kernel(CvtCounts* counts) {
   const bf::MinifloatSpec spec = bq::detail::Fp8Format<kRecipe>::spec();
   unsigned long long checked = 0;
@@ -512,7 +512,7 @@ __global__ void cvt_sweep_kernel(CvtCounts* counts) {
   atomicAdd(&counts->checked, checked);
 }
 
-template <Recipe kRecipe>
+template <Format kRecipe>
 void sweep(const char* label) {
   DeviceBuffer buf;
   ASSERT_OK(buf.alloc(sizeof(CvtCounts), "buf"));
@@ -533,8 +533,8 @@ void sweep(const char* label) {
 
 TEST(Mxfp8HardwareCvt, MatchesEncodeMinifloatOnEveryFiniteFp32) {
   SKIP_WITHOUT_GPU();
-  sweep<Recipe::kMxfp8E4M3>("E4M3");
-  sweep<Recipe::kMxfp8E5M2>("E5M2");
+  sweep<Format::kMxfp8E4M3>("E4M3");
+  sweep<Format::kMxfp8E5M2>("E5M2");
 }
 
 // The kernels' E2M1 encoder (e2m1_code, and the 8-element packing) against formats::encode_e2m1.
@@ -667,7 +667,7 @@ __global__ void scale_sweep_kernel(bq::detail::MxScaleRule rule, float maxnorm, 
 
 TEST(MxBlockScale, MatchesMxScaleExponentOnEveryFiniteAmax) {
   SKIP_WITHOUT_GPU();
-  for (Recipe recipe : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2, Recipe::kMxfp4}) {
+  for (Format recipe : {Format::kMxfp8E4M3, Format::kMxfp8E5M2, Format::kMxfp4}) {
     for (bool ceil_rounding : {true, false}) {
       DeviceBuffer buf;
       ASSERT_OK(buf.alloc(sizeof(CvtCounts), "buf"));
@@ -681,12 +681,12 @@ TEST(MxBlockScale, MatchesMxScaleExponentOnEveryFiniteAmax) {
       ASSERT_CUDA(cudaMemcpy(&c, buf.data(), sizeof c, cudaMemcpyDeviceToHost));
       const char* label = ceil_rounding ? "ceil" : "floor";
       EXPECT_EQ(c.checked, 0x7F800000ull);
-      EXPECT_EQ(c.mismatches, 0u) << bf::recipe_name(recipe) << " " << label;
+      EXPECT_EQ(c.mismatches, 0u) << bf::format_name(recipe) << " " << label;
       for (unsigned long long k = 0; k < std::min(c.mismatches, 4ull); ++k)
-        ADD_FAILURE() << bf::recipe_name(recipe) << " " << label << " amax bits 0x" << std::hex
+        ADD_FAILURE() << bf::format_name(recipe) << " " << label << " amax bits 0x" << std::hex
                       << c.first_bits[k] << ": code 0x" << c.first_hw[k] << ", formats 0x" << c.first_sw[k];
       std::printf("mx_quantize_test: block scale %s %s vs mx_scale_exponent + exp2i: %llu finite amax "
-                  "patterns, mismatches %llu\n", bf::recipe_name(recipe), label, c.checked, c.mismatches);
+                  "patterns, mismatches %llu\n", bf::format_name(recipe), label, c.checked, c.mismatches);
     }
   }
 }
@@ -742,7 +742,7 @@ TEST(Mxfp8QuantizeFlags, EmptyProblemWritesAmaxZeroAndNothingElse) {
 
 TEST(Mxfp8Dequantize, MatchesFormatsDequantize) {
   SKIP_WITHOUT_GPU();
-  for (Recipe recipe : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2}) {
+  for (Format recipe : {Format::kMxfp8E4M3, Format::kMxfp8E5M2}) {
     for (const auto& shape : {std::pair<int64_t, int64_t>{127, 129}, {1, 33}, {300, 1024}}) {
       const int64_t rows = shape.first, cols = shape.second;
       const HostInput in = make_input(rows, cols, cols, InputType::kFp32, Pattern::kMixed, 77 + rows);
@@ -767,13 +767,13 @@ TEST(Mxfp8Dequantize, MatchesFormatsDequantize) {
         nans += both_nan;
         if (both_nan || bf::float_bits(got[i]) == bf::float_bits(want[i])) continue;
         if (bad++ < 4)
-          ADD_FAILURE() << bf::recipe_name(recipe) << " " << rows << "x" << cols << " element " << i
+          ADD_FAILURE() << bf::format_name(recipe) << " " << rows << "x" << cols << " element " << i
                         << ": got " << got[i] << " want " << want[i];
       }
       EXPECT_EQ(bad, 0);
       if (rows * cols > 10000) EXPECT_GT(nans, 0) << "the mixed input should hold NaN blocks";
       std::printf("mx_quantize_test: dequantize %s %lldx%lld: %zu values (%lld NaN), mismatches %lld\n",
-                  bf::recipe_name(recipe), static_cast<long long>(rows), static_cast<long long>(cols),
+                  bf::format_name(recipe), static_cast<long long>(rows), static_cast<long long>(cols),
                   want.size(), static_cast<long long>(nans), static_cast<long long>(bad));
     }
   }
@@ -796,11 +796,11 @@ TEST(QuantizeApi, CanImplementNamesTheArgument) {
   expect_error(bq::can_implement(p), "problem.cols");
   p = good_problem(), p.ld = 63;
   expect_error(bq::can_implement(p), "problem.ld");
-  p = good_problem(), p.recipe = Recipe::kMxfp6E3M2;
+  p = good_problem(), p.recipe = Format::kMxfp6E3M2;
   expect_error(bq::can_implement(p), "problem.recipe");
   p = good_problem(), p.rows = 0;
   EXPECT_TRUE(bq::can_implement(p).is_ok()) << "an empty problem is valid";
-  p = good_problem(), p.rounding = ScaleRounding::kFloor, p.recipe = Recipe::kMxfp8E5M2;
+  p = good_problem(), p.rounding = ScaleRounding::kFloor, p.recipe = Format::kMxfp8E5M2;
   EXPECT_TRUE(bq::can_implement(p).is_ok());
   EXPECT_EQ(bq::workspace_size(good_problem()), 0u);
 }
@@ -844,7 +844,7 @@ TEST(QuantizeApi, PointerChecksNameTheArgument) {
   expect_error(bq::dequantize(d, bq::DequantizeInputs{nullptr, at(0x300000), nullptr},
                                reinterpret_cast<float*>(at(0x400000)), nullptr),
                "inputs.data");
-  d.recipe = Recipe::kMxfp6E2M3;
+  d.recipe = Format::kMxfp6E2M3;
   expect_error(bq::dequantize(d, bq::DequantizeInputs{at(0x200000), at(0x300000), nullptr},
                                reinterpret_cast<float*>(at(0x400000)), nullptr),
                "problem.recipe");

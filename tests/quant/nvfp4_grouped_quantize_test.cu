@@ -51,7 +51,7 @@ namespace {
 
 namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
-using bf::Recipe;
+using bf::Format;
 using bf::Direction;
 using bq::InputType;
 using bq::TensorAmax;
@@ -207,7 +207,7 @@ GroupedReference make_reference(const HostInput& in, int64_t rows, int64_t cols,
                                 float given_col) {
   GroupedReference ref;
   bf::QuantizeOptions o;
-  o.recipe = Recipe::kNvfp4;
+  o.recipe = Format::kNvfp4;
   o.stochastic_rounding = c.sr;
   o.sr_seed = c.seed;
   o.sr_offset = c.offset;
@@ -297,7 +297,7 @@ struct Prepared {
   if (n.size() > 24) pr->counts += ",... (" + std::to_string(n.size()) + " experts)";
   if (acc != c.rows) return ::testing::AssertionFailure() << "counts sum to " << acc;
   bq::GroupedQuantizeProblem p;
-  p.dense.recipe = Recipe::kNvfp4;
+  p.dense.recipe = Format::kNvfp4;
   p.dense.rows = c.rows, p.dense.cols = c.cols, p.dense.ld = c.ld, p.num_groups = c.groups;
   pr->capacity = bq::grouped_capacity(p);
   pr->amax = input_amax(pr->in, c.rows, c.cols, c.ld);
@@ -313,7 +313,7 @@ struct Prepared {
 int64_t run_and_compare(const Case& cs, const Prepared& pr, const Config& c, const GroupedReference& ref,
                         float given_row, float given_col) {
   bq::GroupedQuantizeProblem p;
-  p.dense.recipe = Recipe::kNvfp4;
+  p.dense.recipe = Format::kNvfp4;
   p.dense.input_type = cs.type;
   p.dense.rows = cs.rows, p.dense.cols = cs.cols, p.dense.ld = cs.ld;
   p.dense.directions = Direction::kBoth;  // sizes of every buffer
@@ -549,7 +549,7 @@ TEST(Nvfp4GroupedQuantizeEmpty, WritesThePaddedEndsAlone) {
       ASSERT_TRUE(alloc_poisoned(&scales, 64, 0));
       ASSERT_TRUE(alloc_poisoned(&dec, 8, 0));
       bq::GroupedQuantizeProblem p;
-      p.dense.recipe = Recipe::kNvfp4;
+      p.dense.recipe = Format::kNvfp4;
       p.dense.rows = shape.first, p.dense.cols = shape.second, p.dense.ld = std::max<int64_t>(shape.second, 1);
       p.dense.directions = d;
       p.dense.hadamard_columnwise = d != Direction::kRowwise;
@@ -588,7 +588,7 @@ TEST(Nvfp4GroupedQuantizeEmpty, WritesThePaddedEndsAlone) {
 
 TEST(Nvfp4GroupedQuantizeApi, CapacitySizesOptionsAndWorkspace) {
   bq::GroupedQuantizeProblem p;
-  p.dense.recipe = Recipe::kNvfp4;
+  p.dense.recipe = Format::kNvfp4;
   p.dense.rows = 100, p.dense.cols = 64, p.dense.ld = 64, p.dense.directions = Direction::kBoth;
   p.num_groups = 4;
   EXPECT_TRUE(bq::can_implement(p).is_ok()) << bq::can_implement(p).message();

@@ -50,7 +50,7 @@ namespace {
 namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
 namespace nv = blockscale::quant::detail::nvfp4;
-using bf::Recipe;
+using bf::Format;
 using bf::Direction;
 using bq::InputType;
 using bq::TensorAmax;
@@ -240,7 +240,7 @@ TEST(Nvfp4Hadamard, UnscaledTransformAndFoldMatchFormats) {
 
 TEST(Nvfp4Api, OptionsChecksAndWorkspace) {
   bq::QuantizeProblem p;
-  p.recipe = Recipe::kNvfp4, p.rows = 64, p.cols = 48, p.ld = 48, p.directions = Direction::kBoth;
+  p.recipe = Format::kNvfp4, p.rows = 64, p.cols = 48, p.ld = 48, p.directions = Direction::kBoth;
   EXPECT_TRUE(bq::can_implement(p).is_ok());
   EXPECT_EQ(bq::workspace_size(p), 8192u) << "kMeasure keeps 2 x 1024 partial maxima";
   p.tensor_amax = TensorAmax::kGiven;
@@ -388,7 +388,7 @@ Reference make_reference(const HostInput& in, int64_t rows, int64_t cols, int64_
                          float given_col) {
   Reference ref;
   bf::QuantizeOptions o;
-  o.recipe = Recipe::kNvfp4;
+  o.recipe = Format::kNvfp4;
   o.nvfp4_2d = c.two_d;
   o.stochastic_rounding = c.sr;
   o.sr_seed = c.seed;
@@ -439,7 +439,7 @@ struct Truth {
 int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Config& c, const Reference& ref, const Truth& truth,
                         float given_row, float given_col) {
   bq::QuantizeProblem p;
-  p.recipe = Recipe::kNvfp4;
+  p.recipe = Format::kNvfp4;
   p.input_type = l.type;
   p.rows = l.rows, p.cols = l.cols, p.ld = l.ld;
   p.directions = Direction::kBoth;  // sizes of every buffer
@@ -827,7 +827,7 @@ TEST(Nvfp4QuantizeSpecial, AllZeroTensorAndEmptyProblem) {
   GuardedOutput amax;
   ASSERT_TRUE(alloc_poisoned(&amax, 4, 0));
   bq::QuantizeProblem p;
-  p.recipe = Recipe::kNvfp4, p.rows = 0, p.cols = 5, p.ld = 5, p.directions = Direction::kBoth;
+  p.recipe = Format::kNvfp4, p.rows = 0, p.cols = 5, p.ld = 5, p.directions = Direction::kBoth;
   bq::QuantizeOutputs out;
   out.amax = reinterpret_cast<float*>(amax.ptr());
   ASSERT_TRUE(bq::run(p, bq::QuantizeInputs{}, out, nullptr, 0, nullptr).is_ok());
@@ -846,7 +846,7 @@ TEST(Nvfp4QuantizeSpecial, NonfiniteFlagIsOnlyEverSetToOne) {
     DeviceInput x;
     ASSERT_TRUE(upload_input(in, l.type, l.misaligned, &x));
     bq::QuantizeProblem p;
-    p.recipe = Recipe::kNvfp4, p.rows = l.rows, p.cols = l.cols, p.ld = l.ld;
+    p.recipe = Format::kNvfp4, p.rows = l.rows, p.cols = l.cols, p.ld = l.ld;
     DeviceBuffer data, scales, dec, flag, ws;
     ASSERT_OK(data.alloc(static_cast<size_t>(bq::rowwise_data_bytes(p)), "data"));
     ASSERT_OK(scales.alloc(static_cast<size_t>(bq::rowwise_scale_bytes(p)), "scales"));

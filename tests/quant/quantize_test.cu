@@ -13,11 +13,11 @@ namespace {
 
 namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
-using bf::Recipe;
+using bf::Format;
 using bf::Direction;
 using blockscale_test::expect_error;
 
-bq::QuantizeProblem problem(Recipe r, int64_t rows, int64_t cols, Direction d = Direction::kBoth) {
+bq::QuantizeProblem problem(Format r, int64_t rows, int64_t cols, Direction d = Direction::kBoth) {
   bq::QuantizeProblem p;
   p.recipe = r, p.rows = rows, p.cols = cols, p.ld = cols, p.directions = d;
   return p;
@@ -31,73 +31,73 @@ bq::QuantizeOutputs outputs_for(const bq::QuantizeProblem& p) {
   bq::QuantizeOutputs o;
   o.rowwise_data = at(0x1000000), o.rowwise_scales = at(0x2000000);
   o.columnwise_data = at(0x3000000), o.columnwise_scales = at(0x4000000);
-  if (p.recipe == Recipe::kNvfp4) o.rowwise_scale_dec = at<float>(0x5000000), o.columnwise_scale_dec = at<float>(0x5000010);
+  if (p.recipe == Format::kNvfp4) o.rowwise_scale_dec = at<float>(0x5000000), o.columnwise_scale_dec = at<float>(0x5000010);
   return o;
 }
 const bq::QuantizeInputs kInputs{at(0x100000), at<float>(0x6000000), at<float>(0x6000000)};
 
 TEST(QuantizeSizes, EveryRecipe) {
   // MX: one byte per element (E2M1: two per byte), E8M0 scales swizzled per 32 elements.
-  auto p = problem(Recipe::kMxfp8E4M3, 300, 1000);
+  auto p = problem(Format::kMxfp8E4M3, 300, 1000);
   EXPECT_EQ(bq::rowwise_data_bytes(p), 300 * 1000);
   EXPECT_EQ(bq::rowwise_scale_bytes(p), bf::swizzled_scale_bytes(300, 32));
   EXPECT_EQ(bq::columnwise_scale_bytes(p), bf::swizzled_scale_bytes(1000, 10));
-  p = problem(Recipe::kMxfp4, 301, 999);
+  p = problem(Format::kMxfp4, 301, 999);
   EXPECT_EQ(bq::rowwise_data_bytes(p), 301 * 500);
   EXPECT_EQ(bq::columnwise_data_bytes(p), 999 * 151);
   // NVFP4: 16-element blocks, 1D and 2D alike (2D scales are written per row, as the GEMM reads).
-  p = problem(Recipe::kNvfp4, 33, 47);
+  p = problem(Format::kNvfp4, 33, 47);
   EXPECT_EQ(bq::rowwise_scale_bytes(p), bf::swizzled_scale_bytes(33, 3));
   p.nvfp4_2d = true;
   EXPECT_EQ(bq::rowwise_scale_bytes(p), bf::swizzled_scale_bytes(33, 3));
   EXPECT_EQ(bq::columnwise_scale_bytes(p), bf::swizzled_scale_bytes(47, 3));
   // FP8 blockwise: fp32 scales in the cuBLASLt layouts.
-  p = problem(Recipe::kFp8Block1x128, 130, 300);
+  p = problem(Format::kFp8Block1x128, 130, 300);
   EXPECT_EQ(bq::rowwise_scale_bytes(p), bf::vec128_scale_floats(130, 3) * 4);
   EXPECT_EQ(bq::columnwise_scale_bytes(p), bf::vec128_scale_floats(300, 2) * 4);
-  p = problem(Recipe::kFp8Block128x128, 130, 300);
+  p = problem(Format::kFp8Block128x128, 130, 300);
   EXPECT_EQ(bq::rowwise_scale_bytes(p), bf::blk128_scale_floats(2, 3) * 4);
   EXPECT_EQ(bq::columnwise_scale_bytes(p), bf::blk128_scale_floats(3, 2) * 4);
   // Directions not requested and empty shapes take no bytes.
-  p = problem(Recipe::kMxfp8E4M3, 64, 64, Direction::kRowwise);
+  p = problem(Format::kMxfp8E4M3, 64, 64, Direction::kRowwise);
   EXPECT_EQ(bq::columnwise_data_bytes(p), 0);
   EXPECT_EQ(bq::columnwise_scale_bytes(p), 0);
-  p = problem(Recipe::kMxfp8E4M3, 0, 64);
+  p = problem(Format::kMxfp8E4M3, 0, 64);
   EXPECT_EQ(bq::rowwise_data_bytes(p), 0);
   EXPECT_EQ(bq::rowwise_scale_bytes(p), 0);
 }
 
 TEST(QuantizeChecks, RecipeOptions) {
-  auto p = problem(Recipe::kMxfp6E2M3, 64, 64);
+  auto p = problem(Format::kMxfp6E2M3, 64, 64);
   expect_error(bq::can_implement(p), "problem.recipe");
-  p = problem(Recipe::kNvfp4, 64, 64), p.rounding = bf::ScaleRounding::kFloor;
+  p = problem(Format::kNvfp4, 64, 64), p.rounding = bf::ScaleRounding::kFloor;
   expect_error(bq::can_implement(p), "problem.rounding");
-  p = problem(Recipe::kMxfp8E4M3, 64, 64), p.pow2_scales = true;
+  p = problem(Format::kMxfp8E4M3, 64, 64), p.pow2_scales = true;
   expect_error(bq::can_implement(p), "problem.pow2_scales");
-  p = problem(Recipe::kMxfp4, 64, 64), p.nvfp4_2d = true;
+  p = problem(Format::kMxfp4, 64, 64), p.nvfp4_2d = true;
   expect_error(bq::can_implement(p), "problem.nvfp4_2d");
-  p = problem(Recipe::kFp8Block1x128, 64, 64), p.stochastic_rounding = true;
+  p = problem(Format::kFp8Block1x128, 64, 64), p.stochastic_rounding = true;
   expect_error(bq::can_implement(p), "problem.stochastic_rounding");
-  p = problem(Recipe::kMxfp8E4M3, 64, 64), p.hadamard_columnwise = true;
+  p = problem(Format::kMxfp8E4M3, 64, 64), p.hadamard_columnwise = true;
   expect_error(bq::can_implement(p), "problem.hadamard_columnwise");
-  p = problem(Recipe::kMxfp8E4M3, 64, 64), p.tensor_amax = bq::TensorAmax::kGiven;
+  p = problem(Format::kMxfp8E4M3, 64, 64), p.tensor_amax = bq::TensorAmax::kGiven;
   expect_error(bq::can_implement(p), "problem.tensor_amax");
-  p = problem(Recipe::kNvfp4, 64, 64), p.hadamard_columnwise = true, p.nvfp4_2d = true;
+  p = problem(Format::kNvfp4, 64, 64), p.hadamard_columnwise = true, p.nvfp4_2d = true;
   expect_error(bq::can_implement(p), "nvfp4_2d");
-  p = problem(Recipe::kNvfp4, 64, 64, Direction::kRowwise), p.hadamard_columnwise = true;
+  p = problem(Format::kNvfp4, 64, 64, Direction::kRowwise), p.hadamard_columnwise = true;
   expect_error(bq::can_implement(p), "needs the columnwise copy");
-  p = problem(Recipe::kNvfp4, 40, 64), p.hadamard_columnwise = true;
+  p = problem(Format::kNvfp4, 40, 64), p.hadamard_columnwise = true;
   expect_error(bq::can_implement(p), "multiple of 16");
-  p = problem(Recipe::kNvfp4, 48, 64), p.hadamard_columnwise = true, p.stochastic_rounding = true;
+  p = problem(Format::kNvfp4, 48, 64), p.hadamard_columnwise = true, p.stochastic_rounding = true;
   EXPECT_TRUE(bq::can_implement(p).is_ok());
-  p = problem(Recipe::kMxfp8E4M3, -1, 64);
+  p = problem(Format::kMxfp8E4M3, -1, 64);
   expect_error(bq::can_implement(p), "problem.rows");
-  p = problem(Recipe::kMxfp8E4M3, 64, 64), p.ld = 63;
+  p = problem(Format::kMxfp8E4M3, 64, 64), p.ld = 63;
   expect_error(bq::can_implement(p), "problem.ld");
 }
 
 TEST(QuantizeChecks, Pointers) {
-  const auto nv = problem(Recipe::kNvfp4, 64, 64);
+  const auto nv = problem(Format::kNvfp4, 64, 64);
   EXPECT_TRUE(bq::can_implement(nv, kInputs, outputs_for(nv)).is_ok());
   auto o = outputs_for(nv);
   o.columnwise_scale_dec = nullptr;
@@ -115,7 +115,7 @@ TEST(QuantizeChecks, Pointers) {
   in = kInputs, in.rowwise_tensor_amax = at<float>(0x1000000);
   expect_error(bq::can_implement(given, in, outputs_for(given)), "inputs.rowwise_tensor_amax: overlaps");
   // fp32 scales need 4-byte alignment.
-  const auto fp8 = problem(Recipe::kFp8Block1x128, 64, 256);
+  const auto fp8 = problem(Format::kFp8Block1x128, 64, 256);
   o = outputs_for(fp8), o.columnwise_scales = at(0x4000002);
   expect_error(bq::can_implement(fp8, kInputs, o), "outputs.columnwise_scales: fp32 scales");
   EXPECT_TRUE(bq::can_implement(fp8, kInputs, outputs_for(fp8)).is_ok());
@@ -125,26 +125,26 @@ TEST(QuantizeChecks, Pointers) {
 }
 
 TEST(QuantizeChecks, Grouped) {
-  bq::GroupedQuantizeProblem g{problem(Recipe::kMxfp8E4M3, 100, 64), 8};
+  bq::GroupedQuantizeProblem g{problem(Format::kMxfp8E4M3, 100, 64), 8};
   EXPECT_EQ(bq::grouped_capacity(g), (100 + 8 * 31) / 32 * 32);
   EXPECT_EQ(bq::grouped_columnwise_data_bytes(g), 64 * bq::grouped_capacity(g));
   EXPECT_EQ(bq::grouped_columnwise_scale_bytes(g), bf::swizzled_scale_bytes(64, bq::grouped_capacity(g) / 32));
-  g.dense.recipe = Recipe::kMxfp4;
+  g.dense.recipe = Format::kMxfp4;
   EXPECT_EQ(bq::grouped_columnwise_data_bytes(g), 64 * (bq::grouped_capacity(g) / 2));
   EXPECT_TRUE(bq::can_implement(g).is_ok());
   g.num_groups = 0;
   expect_error(bq::can_implement(g), "problem.num_groups");
-  g.num_groups = 8, g.dense.recipe = Recipe::kFp8Block1x128;
+  g.num_groups = 8, g.dense.recipe = Format::kFp8Block1x128;
   EXPECT_TRUE(bq::can_implement(g).is_ok()) << "the activations' 1x128 blocks have a grouped mode";
   EXPECT_EQ(bq::grouped_capacity(g), (100 + 8 * 127) / 128 * 128);
-  g.dense.recipe = Recipe::kFp8Block128x128;
+  g.dense.recipe = Format::kFp8Block128x128;
   expect_error(bq::can_implement(g), "problem.dense.recipe");
-  g.dense.recipe = Recipe::kNvfp4;
+  g.dense.recipe = Format::kNvfp4;
   EXPECT_TRUE(bq::can_implement(g).is_ok()) << bq::can_implement(g).message();
   g.dense.nvfp4_2d = true;
   expect_error(bq::can_implement(g), "problem.dense.nvfp4_2d");
   g.dense.nvfp4_2d = false;
-  g.dense.recipe = Recipe::kMxfp8E4M3;
+  g.dense.recipe = Format::kMxfp8E4M3;
   bq::GroupedQuantizeInputs in{at(0x100000), nullptr};
   bq::GroupedQuantizeOutputs out{outputs_for(g.dense), at<int32_t>(0x8000000)};
   expect_error(bq::can_implement(g, in, out), "inputs.group_ends");
@@ -158,15 +158,15 @@ TEST(QuantizeChecks, Grouped) {
 
 TEST(DequantizeChecks, Arguments) {
   bq::DequantizeProblem p;
-  p.recipe = Recipe::kNvfp4, p.rows = 16, p.cols = 32;
+  p.recipe = Format::kNvfp4, p.rows = 16, p.cols = 32;
   const bq::DequantizeInputs in{at(0x1000000), at(0x2000000), nullptr};
   expect_error(bq::dequantize(p, in, at<float>(0x3000000), nullptr), "inputs.scale_dec");
-  p.recipe = Recipe::kFp8Block128x128;
+  p.recipe = Format::kFp8Block128x128;
   const bq::DequantizeInputs odd{at(0x1000000), at(0x2000001), nullptr};
   expect_error(bq::dequantize(p, odd, at<float>(0x3000000), nullptr), "inputs.scales");
   expect_error(bq::dequantize(p, in, at<float>(0x3000002), nullptr), "out: must be 4-byte aligned");
   expect_error(bq::dequantize(p, in, at<float>(0x1000004), nullptr), "out: overlaps inputs.data");
-  p.recipe = Recipe::kMxfp6E3M2;
+  p.recipe = Format::kMxfp6E3M2;
   expect_error(bq::dequantize(p, in, at<float>(0x3000000), nullptr), "problem.recipe");
 }
 

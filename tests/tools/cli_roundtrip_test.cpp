@@ -94,7 +94,7 @@ class CliRoundTrip : public ::testing::TestWithParam<CliCase> {
 // The options the CLI should have used, rebuilt from the case.
 f::QuantizeOptions expected_options(const CliCase& c, bool columnwise) {
   f::QuantizeOptions o;
-  EXPECT_TRUE(f::parse_recipe(c.recipe, &o.recipe));
+  EXPECT_TRUE(f::parse_format(c.recipe, &o.recipe));
   for (size_t i = 0; i < c.flags.size(); ++i) {
     if (c.flags[i] == "--rounding") o.rounding = c.flags[i + 1] == "floor" ? f::ScaleRounding::kFloor : f::ScaleRounding::kCeil;
     if (c.flags[i] == "--sr-seed") {
@@ -274,7 +274,7 @@ TEST_F(CliRoundTrip, NpyInAndOut) {
   ASSERT_TRUE(io::read_npy(dir_ + "/x.npy.out.npy", &got));
   EXPECT_EQ(got.shape, (std::vector<int64_t>{33, 70}));
   f::QuantizeOptions o;
-  o.recipe = f::Recipe::kMxfp4;
+  o.recipe = f::Format::kMxfp4;
   f::QuantizedMatrix q;
   ASSERT_TRUE(f::quantize(x.data(), 33, 70, 70, o, f::Direction::kColumnwise, &q));
   std::vector<float> stored;

@@ -32,7 +32,7 @@ StudyResult small_study() {
   add("exact", exact, 2, 64);
   add("b", std::vector<float>(v.begin(), v.begin() + 32 * 64), 32, 64);
   StudyOptions o;
-  o.configs = study_configs(formats::all_recipes(), formats::ScaleRounding::kBoth);
+  o.configs = study_configs(formats::all_formats(), formats::ScaleRounding::kBoth);
   o.gemms = {{odd, "b"}};
   StudyResult r;
   const Status s = run_study(in, o, &r);

@@ -16,13 +16,13 @@ namespace blockscale::tools {
 namespace {
 
 using formats::QuantizeOptions;
-using formats::Recipe;
+using formats::Format;
 
 TensorSource source(const std::vector<float>& v, int64_t rows, int64_t cols) {
   return memory_source("t", {rows, cols}, rows, cols, v);
 }
 
-QuantizeOptions opts(Recipe r, bool floor = false) {
+QuantizeOptions opts(Format r, bool floor = false) {
   QuantizeOptions o;
   o.recipe = r;
   if (floor) o.rounding = formats::ScaleRounding::kFloor;
@@ -55,7 +55,7 @@ TEST(StudyMetrics, ExactValuesGiveInfiniteSqnr) {
   // Every value is a power of two within E4M3's range of the block's scale: nothing rounds.
   std::vector<float> v(4 * 64);
   for (size_t i = 0; i < v.size(); ++i) v[i] = (i % 2 ? -1.0f : 1.0f) * std::exp2(static_cast<float>(i % 9) - 4);
-  const RecipeError e = measure(v, 4, 64, opts(Recipe::kMxfp8E4M3));
+  const RecipeError e = measure(v, 4, 64, opts(Format::kMxfp8E4M3));
   EXPECT_TRUE(std::isinf(e.sqnr_db) && e.sqnr_db > 0);
   EXPECT_EQ(e.rel_fro_error, 0);
   EXPECT_EQ(e.max_abs_error, 0);
@@ -74,7 +74,7 @@ TEST(StudyMetrics, SqnrAndRelativeErrorOfOneRoundedValue) {
   std::vector<float> v(32, 0.0f);
   v[0] = 256.0f;
   v[1] = 1.0625f;
-  const RecipeError e = measure(v, 1, 32, opts(Recipe::kMxfp8E4M3));
+  const RecipeError e = measure(v, 1, 32, opts(Format::kMxfp8E4M3));
   const double signal = 256.0 * 256.0 + 1.0625 * 1.0625, noise = 0.0625 * 0.0625;
   EXPECT_DOUBLE_EQ(e.sqnr_db, 10 * std::log10(signal / noise));
   EXPECT_DOUBLE_EQ(e.rel_fro_error, std::sqrt(noise / signal));
@@ -89,7 +89,7 @@ TEST(StudyMetrics, FlushedValuesCount) {
   v[1] = std::exp2(-11.0f);
   v[2] = -std::exp2(-12.0f);
   v[3] = 0.0f;  // zero inputs are not counted as flushed
-  const RecipeError e = measure(v, 1, 64, opts(Recipe::kMxfp8E4M3));
+  const RecipeError e = measure(v, 1, 64, opts(Format::kMxfp8E4M3));
   EXPECT_DOUBLE_EQ(e.flushed, 2.0 / 63.0);
   EXPECT_EQ(e.max_rel_error, 1.0);  // a flushed value has relative error 1
   EXPECT_EQ(e.saturated, 0);
@@ -99,9 +99,9 @@ TEST(StudyMetrics, FloorRoundingSaturatesAndCeilDoesNot) {
   // amax 500: floor gives scale 2^(8 - 8) = 1, so 500 > 448 clips to 448; ceil takes 2^1.
   std::vector<float> v(32, 3.0f);
   v[5] = 500.0f;
-  EXPECT_DOUBLE_EQ(measure(v, 1, 32, opts(Recipe::kMxfp8E4M3, true)).saturated, 1.0 / 32);
-  EXPECT_EQ(measure(v, 1, 32, opts(Recipe::kMxfp8E4M3)).saturated, 0);
-  EXPECT_EQ(measure(v, 1, 32, opts(Recipe::kMxfp8E4M3, true)).max_abs_error, 52.0);
+  EXPECT_DOUBLE_EQ(measure(v, 1, 32, opts(Format::kMxfp8E4M3, true)).saturated, 1.0 / 32);
+  EXPECT_EQ(measure(v, 1, 32, opts(Format::kMxfp8E4M3)).saturated, 0);
+  EXPECT_EQ(measure(v, 1, 32, opts(Format::kMxfp8E4M3, true)).max_abs_error, 52.0);
 }
 
 TEST(StudyMetrics, E8M0ScaleAtItsMinimum) {
@@ -109,7 +109,7 @@ TEST(StudyMetrics, E8M0ScaleAtItsMinimum) {
   std::vector<float> v(4 * 32, 1.0f);
   for (int c = 0; c < 32; ++c) v[32 + c] = std::exp2(-126.0f);
   for (int c = 0; c < 32; ++c) v[64 + c] = 0.0f;  // an all-zero block is not counted
-  const RecipeError e = measure(v, 4, 32, opts(Recipe::kMxfp8E4M3));
+  const RecipeError e = measure(v, 4, 32, opts(Format::kMxfp8E4M3));
   EXPECT_EQ(e.blocks, 3);
   EXPECT_DOUBLE_EQ(e.scale_at_min, 1.0 / 3);
   EXPECT_EQ(e.scale_at_max, 0);
@@ -121,11 +121,11 @@ TEST(StudyMetrics, E8M0MaximumIsBeyondFiniteInputs) {
   // (what --help says).
   std::vector<float> v(32, 1.0f);
   v[0] = 3.4028235e38f;
-  for (Recipe r : {Recipe::kMxfp8E4M3, Recipe::kMxfp8E5M2, Recipe::kMxfp6E2M3, Recipe::kMxfp6E3M2, Recipe::kMxfp4})
+  for (Format r : {Format::kMxfp8E4M3, Format::kMxfp8E5M2, Format::kMxfp6E2M3, Format::kMxfp6E3M2, Format::kMxfp4})
     for (bool floor : {false, true}) {
       formats::QuantizedMatrix q;
       ASSERT_TRUE(formats::quantize(v.data(), 1, 32, 32, opts(r, floor), formats::Direction::kRowwise, &q));
-      EXPECT_LE(q.scales[0], 0xFD) << formats::recipe_name(r);
+      EXPECT_LE(q.scales[0], 0xFD) << formats::format_name(r);
       EXPECT_EQ(measure(v, 1, 32, opts(r, floor)).scale_at_max, 0);
     }
 }
@@ -136,7 +136,7 @@ TEST(StudyMetrics, Ue4m3ScaleLimits) {
   std::vector<float> v(3 * 16, 0.5f);
   v[0] = 6.0f;
   for (int c = 0; c < 16; ++c) v[16 + c] = 6.0f * std::exp2(-20.0f);
-  const RecipeError e = measure(v, 1, 48, opts(Recipe::kNvfp4));
+  const RecipeError e = measure(v, 1, 48, opts(Format::kNvfp4));
   EXPECT_EQ(e.blocks, 3);
   EXPECT_DOUBLE_EQ(e.scale_at_max, 1.0 / 3);
   EXPECT_DOUBLE_EQ(e.scale_at_min, 1.0 / 3);
@@ -146,7 +146,7 @@ TEST(StudyMetrics, Ue4m3ScaleLimits) {
 
 TEST(StudyMetrics, Fp8BlockwiseHasNoScaleLimits) {
   const std::vector<float> v = random_tensor(2 * 256, 3);
-  for (Recipe r : {Recipe::kFp8Block1x128, Recipe::kFp8Block128x128}) {
+  for (Format r : {Format::kFp8Block1x128, Format::kFp8Block128x128}) {
     const RecipeError e = measure(v, 2, 256, opts(r));
     EXPECT_FALSE(e.scale_limits);
     EXPECT_EQ(e.blocks, 0);
@@ -158,7 +158,7 @@ TEST(StudyMetrics, NonFiniteInputsAreCountedAndExcluded) {
   std::vector<float> v = random_tensor(2 * 64, 4);
   v[3] = NAN;
   v[70] = -INFINITY;
-  const RecipeError e = measure(v, 2, 64, opts(Recipe::kMxfp8E4M3));
+  const RecipeError e = measure(v, 2, 64, opts(Format::kMxfp8E4M3));
   EXPECT_EQ(e.nonfinite, 2);
   EXPECT_EQ(e.excluded, 64);  // two blocks of 32 dequantize to NaN
   EXPECT_TRUE(std::isfinite(e.sqnr_db));
@@ -166,11 +166,11 @@ TEST(StudyMetrics, NonFiniteInputsAreCountedAndExcluded) {
   std::vector<float> rest;
   for (int i = 0; i < 128; ++i)
     if (i / 32 != 0 && i / 32 != 2) rest.push_back(v[i]);
-  const RecipeError r = measure(rest, 2, 32, opts(Recipe::kMxfp8E4M3));
+  const RecipeError r = measure(rest, 2, 32, opts(Format::kMxfp8E4M3));
   EXPECT_DOUBLE_EQ(e.sqnr_db, r.sqnr_db);
   EXPECT_EQ(e.max_abs_error, r.max_abs_error);
   // One 128x128 tile holds everything: nothing is left to measure.
-  const RecipeError none = measure(v, 2, 64, opts(Recipe::kFp8Block128x128));
+  const RecipeError none = measure(v, 2, 64, opts(Format::kFp8Block128x128));
   EXPECT_EQ(none.excluded, 128);
   EXPECT_TRUE(std::isnan(none.sqnr_db) && std::isnan(none.rel_fro_error) && std::isnan(none.flushed));
 }
@@ -179,8 +179,8 @@ TEST(StudyMetrics, NonFiniteInputsAreCountedAndExcluded) {
 
 std::vector<QuantizeOptions> every_config() {
   std::vector<QuantizeOptions> v;
-  for (const StudyConfig& c : study_configs(formats::all_recipes(), formats::ScaleRounding::kBoth)) v.push_back(c.options);
-  QuantizeOptions nv2d = opts(Recipe::kNvfp4);
+  for (const StudyConfig& c : study_configs(formats::all_formats(), formats::ScaleRounding::kBoth)) v.push_back(c.options);
+  QuantizeOptions nv2d = opts(Format::kNvfp4);
   nv2d.nvfp4_2d = true;
   v.push_back(nv2d);
   return v;
@@ -214,9 +214,9 @@ TEST(StudyChunks, ChunkedBytesEqualWholeTensorQuantize) {
     ASSERT_TRUE(formats::dequantize(q, &whole));
     int chunks = 0;
     const std::vector<float> parts = chunked_dequantized(x, rows, cols, o, 4096, &chunks);
-    EXPECT_GT(chunks, 4) << formats::recipe_name(o.recipe);
+    EXPECT_GT(chunks, 4) << formats::format_name(o.recipe);
     EXPECT_EQ(std::memcmp(parts.data(), whole.data(), whole.size() * sizeof(float)), 0)
-        << formats::recipe_name(o.recipe) << (o.nvfp4_2d ? " 2d" : "");
+        << formats::format_name(o.recipe) << (o.nvfp4_2d ? " 2d" : "");
   }
 }
 
@@ -226,7 +226,7 @@ TEST(StudyChunks, Nvfp4WithInfMatchesWholeTensor) {
   std::vector<float> x = random_tensor(rows * cols, 6);
   x[40 * cols + 17] = INFINITY;
   x[2] = NAN;
-  const QuantizeOptions o = opts(Recipe::kNvfp4);
+  const QuantizeOptions o = opts(Format::kNvfp4);
   formats::QuantizedMatrix q;
   ASSERT_TRUE(formats::quantize(x.data(), rows, cols, cols, o, formats::Direction::kRowwise, &q));
   EXPECT_EQ(q.global_scale_dec, 1.0f);
@@ -243,7 +243,7 @@ TEST(StudyChunks, ChunkedMetricsEqualUnchunked) {
   const std::vector<float> x = random_tensor(rows * cols, 7);
   for (const QuantizeOptions& o : every_config()) {
     const RecipeError a = measure(x, rows, cols, o, 2048), b = measure(x, rows, cols, o, int64_t{1} << 30);
-    const std::string what = formats::recipe_name(o.recipe);
+    const std::string what = formats::format_name(o.recipe);
     EXPECT_NEAR(a.sqnr_db, b.sqnr_db, 1e-9) << what;
     EXPECT_NEAR(a.rel_fro_error, b.rel_fro_error, 1e-12 * b.rel_fro_error) << what;
     EXPECT_EQ(a.max_abs_error, b.max_abs_error) << what;
@@ -259,11 +259,11 @@ TEST(StudyChunks, ChunkedMetricsEqualUnchunked) {
 TEST(StudyChunks, RefusesPositionDependentOptions) {
   const std::vector<float> x(64, 1.0f);
   RecipeError e;
-  QuantizeOptions o = opts(Recipe::kNvfp4);
+  QuantizeOptions o = opts(Format::kNvfp4);
   o.stochastic_rounding = true;
   EXPECT_NE(measure_recipe_error(source(x, 1, 64), o, &e).message().find("stochastic_rounding"),
             std::string::npos);
-  o = opts(Recipe::kNvfp4);
+  o = opts(Format::kNvfp4);
   o.hadamard = true;
   EXPECT_NE(measure_recipe_error(source(x, 1, 64), o, &e).message().find("hadamard"), std::string::npos);
 }
@@ -275,7 +275,7 @@ TEST(StudyGemm, ErrorMatchesDirectFp64) {
   const std::vector<float> a = random_tensor(m * k, 8), b = random_tensor(n * k, 9);
   GemmReference ref;
   ASSERT_TRUE(gemm_reference(a, m, b, n, k, &ref));
-  for (Recipe r : {Recipe::kMxfp8E4M3, Recipe::kMxfp4, Recipe::kNvfp4, Recipe::kFp8Block128x128}) {
+  for (Format r : {Format::kMxfp8E4M3, Format::kMxfp4, Format::kNvfp4, Format::kFp8Block128x128}) {
     GemmError e;
     ASSERT_TRUE(measure_gemm(ref, opts(r), &e));
     // Direct: quantize both, dequantize exactly, triple loop in fp64.
@@ -298,8 +298,8 @@ TEST(StudyGemm, ErrorMatchesDirectFp64) {
         max_abs = std::max(max_abs, std::fabs(q - exact));
       }
     const double rel = std::sqrt(num / den);
-    EXPECT_NEAR(e.rel_fro_error, rel, 1e-6 * rel) << formats::recipe_name(r);
-    EXPECT_NEAR(e.max_abs_error, max_abs, 1e-6 * max_abs) << formats::recipe_name(r);
+    EXPECT_NEAR(e.rel_fro_error, rel, 1e-6 * rel) << formats::format_name(r);
+    EXPECT_NEAR(e.max_abs_error, max_abs, 1e-6 * max_abs) << formats::format_name(r);
     EXPECT_NEAR(e.sqnr_db, -20 * std::log10(rel), 1e-6);
     EXPECT_GT(e.rel_fro_error, 0);
   }
@@ -308,17 +308,17 @@ TEST(StudyGemm, ErrorMatchesDirectFp64) {
 // ---- configs, the suite, inputs, the driver --------------------------------------------------
 
 TEST(StudyConfigs, LabelsAndRounding) {
-  const auto both = study_configs({Recipe::kNvfp4, Recipe::kMxfp8E4M3}, formats::ScaleRounding::kBoth);
-  ASSERT_EQ(both.size(), 3u);  // all_recipes() order: mxfp8, mxfp8/floor, nvfp4
+  const auto both = study_configs({Format::kNvfp4, Format::kMxfp8E4M3}, formats::ScaleRounding::kBoth);
+  ASSERT_EQ(both.size(), 3u);  // all_formats() order: mxfp8, mxfp8/floor, nvfp4
   EXPECT_EQ(both[0].label, "mxfp8");
   EXPECT_EQ(both[1].label, "mxfp8/floor");
   EXPECT_EQ(both[1].options.rounding, formats::ScaleRounding::kFloor);
   EXPECT_EQ(both[2].label, "nvfp4");
-  const auto floor = study_configs({Recipe::kMxfp4, Recipe::kFp8Block1x128}, formats::ScaleRounding::kFloor);
+  const auto floor = study_configs({Format::kMxfp4, Format::kFp8Block1x128}, formats::ScaleRounding::kFloor);
   ASSERT_EQ(floor.size(), 2u);
   EXPECT_EQ(floor[0].label, "mxfp4/floor");
   EXPECT_EQ(floor[1].label, "fp8_block128");
-  EXPECT_EQ(study_configs(formats::all_recipes(), formats::ScaleRounding::kBoth).size(), 13u);
+  EXPECT_EQ(study_configs(formats::all_formats(), formats::ScaleRounding::kBoth).size(), 13u);
 }
 
 TEST(StudySuite, ShapesAndDeterminism) {
@@ -355,8 +355,8 @@ TEST(StudySuite, GradientsHitTheUe4m3Floor) {
   TensorSource grad;
   ASSERT_TRUE(suite[4].open(&grad));
   RecipeError nv, mx;
-  ASSERT_TRUE(measure_recipe_error(grad, opts(Recipe::kNvfp4), &nv));
-  ASSERT_TRUE(measure_recipe_error(grad, opts(Recipe::kMxfp8E4M3), &mx));
+  ASSERT_TRUE(measure_recipe_error(grad, opts(Format::kNvfp4), &nv));
+  ASSERT_TRUE(measure_recipe_error(grad, opts(Format::kMxfp8E4M3), &mx));
   EXPECT_GT(nv.scale_at_min, 0.01);
   EXPECT_GT(nv.flushed, 0.01);
   EXPECT_EQ(mx.scale_at_min, 0);
@@ -427,7 +427,7 @@ TEST(StudyRun, ChecksGemmPairsFirst) {
   std::vector<StudyInput> suite;
   ASSERT_TRUE(synthetic_suite(64, 1, &suite));
   StudyOptions o;
-  o.configs = study_configs({Recipe::kMxfp8E4M3}, formats::ScaleRounding::kCeil);
+  o.configs = study_configs({Format::kMxfp8E4M3}, formats::ScaleRounding::kCeil);
   StudyResult r;
   o.gemms = {{"mlp.input", "nope"}};
   EXPECT_NE(run_study(suite, o, &r).message().find("no tensor named 'nope'"), std::string::npos);
@@ -442,7 +442,7 @@ TEST(StudyRun, ResultsAreIndependentOfThreads) {
   std::vector<StudyInput> suite;
   ASSERT_TRUE(synthetic_suite(64, 3, &suite));
   StudyOptions o;
-  o.configs = study_configs(formats::all_recipes(), formats::ScaleRounding::kBoth);
+  o.configs = study_configs(formats::all_formats(), formats::ScaleRounding::kBoth);
   o.gemms = synthetic_gemms();
   StudyResult one, many;
   o.threads = 1;

@@ -64,7 +64,7 @@ double total_loss(CpuModel& model, const ModelConfig& c, const std::vector<float
 void check_gradients(bool moe) {
   const ModelConfig c = tiny_config(moe);
   const int batch = 2;
-  CpuModel model(c, TrainRecipe::kFp32);
+  CpuModel model(c, Recipe::kFp32);
   const ParamLayout& layout = model.layout();
   std::vector<float> p = spread_params(layout, c);
   const Batch b = random_batch(c, batch, 3);
@@ -103,7 +103,7 @@ TEST(CpuModel, GradientsMatchFiniteDifferencesDense) { check_gradients(false); }
 // The same inputs give the same bits; the gradient accumulates across calls.
 TEST(CpuModel, DeterministicAndAccumulating) {
   const ModelConfig c = tiny_config(true);
-  CpuModel model(c, TrainRecipe::kBf16);
+  CpuModel model(c, Recipe::kBf16);
   std::vector<float> p = spread_params(model.layout(), c);
   const Batch b = random_batch(c, 2, 5);
   std::vector<float> g1(model.layout().total, 0.0f), g2 = g1;
@@ -130,14 +130,14 @@ TEST(CpuModel, QuantizedRecipesTrackFp32) {
   c.seq_len = 64;
   const int batch = 2;
   const Batch b = random_batch(c, batch, 9);
-  CpuModel ref(c, TrainRecipe::kFp32);
+  CpuModel ref(c, Recipe::kFp32);
   std::vector<float> p(ref.layout().total);
   init_params(ref.layout(), c, 3, p.data());
   std::vector<float> g_ref(p.size(), 0.0f);
   StepLosses l_ref;
   ASSERT_TRUE(ref.forward_backward(p.data(), b.tokens.data(), b.targets.data(), batch, 1.0f, 1, 0, g_ref.data(), &l_ref)
                   .is_ok());
-  for (TrainRecipe r : {TrainRecipe::kBf16, TrainRecipe::kFp8Block, TrainRecipe::kMxfp8, TrainRecipe::kNvfp4}) {
+  for (Recipe r : {Recipe::kBf16, Recipe::kFp8Block, Recipe::kMxfp8, Recipe::kNvfp4}) {
     ASSERT_TRUE(validate(c, r, batch * c.seq_len).is_ok()) << recipe_name(r);
     CpuModel model(c, r);
     std::vector<float> g(p.size(), 0.0f);
@@ -154,7 +154,7 @@ TEST(CpuModel, QuantizedRecipesTrackFp32) {
     const double cosine = dot / std::sqrt(n1 * n2);
     std::printf("%-9s loss %.5f (fp32 %.5f), gradient cosine to fp32 %.4f\n", recipe_name(r), l.loss, l_ref.loss, cosine);
     EXPECT_NEAR(l.loss, l_ref.loss, 0.02 * l_ref.loss) << recipe_name(r);
-    EXPECT_GT(cosine, r == TrainRecipe::kNvfp4 ? 0.8 : 0.95) << recipe_name(r);
+    EXPECT_GT(cosine, r == Recipe::kNvfp4 ? 0.8 : 0.95) << recipe_name(r);
   }
 }
 
@@ -197,7 +197,7 @@ TEST(Params, InitEqualsOneSequentialPass) {
 
 TEST(CpuModel, RejectsBadTokens) {
   const ModelConfig c = tiny_config(true);
-  CpuModel model(c, TrainRecipe::kFp32);
+  CpuModel model(c, Recipe::kFp32);
   std::vector<float> p(model.layout().total, 0.01f);
   Batch b = random_batch(c, 1, 1);
   b.tokens[2] = c.vocab;
@@ -209,18 +209,18 @@ TEST(CpuModel, RejectsBadTokens) {
 
 TEST(ModelConfig, ValidationNamesTheFlag) {
   ModelConfig c = tiny_config(true);
-  EXPECT_TRUE(validate(c, TrainRecipe::kFp32, 10).is_ok());
-  Status s = validate(c, TrainRecipe::kMxfp8, 64);
+  EXPECT_TRUE(validate(c, Recipe::kFp32, 10).is_ok());
+  Status s = validate(c, Recipe::kMxfp8, 64);
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("--d-model"), std::string::npos) << s.message();
   c.top_k = 4;
-  s = validate(c, TrainRecipe::kFp32, 10);
+  s = validate(c, Recipe::kFp32, 10);
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("--top-k"), std::string::npos);
-  TrainRecipe r;
+  Recipe r;
   EXPECT_FALSE(parse_recipe("fp4", &r).is_ok());
   ASSERT_TRUE(parse_recipe("fp8_block", &r).is_ok());
-  EXPECT_EQ(r, TrainRecipe::kFp8Block);
+  EXPECT_EQ(r, Recipe::kFp8Block);
   MxGemm g;
   for (MxGemm want : {MxGemm::kAuto, MxGemm::kBf16Values, MxGemm::kBlockScaled}) {
     ASSERT_TRUE(parse_mx_gemm(mx_gemm_name(want), &g).is_ok());

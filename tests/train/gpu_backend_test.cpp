@@ -23,7 +23,7 @@ namespace blockscale::train {
 namespace {
 
 struct Case {
-  TrainRecipe recipe;
+  Recipe recipe;
   bool moe;
   MxGemm mx_gemm = MxGemm::kAuto;  // mxfp8, nvfp4: both GEMM routes are tested
   Fp8Gemm fp8_gemm = Fp8Gemm::kAuto;  // fp8_block: both GEMM routes are tested
@@ -46,8 +46,8 @@ class GpuBackendTest : public testing::TestWithParam<Case> {};
 // activations by an ulp, and an ulp can move a value across a rounding boundary of the next
 // quantization: one element step of a 4- or 8-bit format. Loss: relative; gradients: per tensor,
 // ||g_gpu - g_cpu||_F / ||g_cpu||_F.
-double loss_bound(TrainRecipe r) { return r == TrainRecipe::kBf16 ? 1e-3 : 5e-3; }
-double grad_bound(TrainRecipe r) { return r == TrainRecipe::kNvfp4 ? 0.1 : (r == TrainRecipe::kBf16 ? 0.02 : 0.05); }
+double loss_bound(Recipe r) { return r == Recipe::kBf16 ? 1e-3 : 5e-3; }
+double grad_bound(Recipe r) { return r == Recipe::kNvfp4 ? 0.1 : (r == Recipe::kBf16 ? 0.02 : 0.05); }
 
 // `count` random tokens and targets below `vocab` (each position's token, then its target).
 void random_tokens(int vocab, size_t count, uint32_t seed, std::vector<int32_t>* tokens,
@@ -255,19 +255,19 @@ TEST_P(GpuBackendTest, WeightCopiesFollowTheOptimizer) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, GpuBackendTest,
-                         testing::Values(Case{TrainRecipe::kBf16, true}, Case{TrainRecipe::kBf16, false},
-                                         Case{TrainRecipe::kFp8Block, true}, Case{TrainRecipe::kFp8Block, false},
-                                         Case{TrainRecipe::kFp8Block, true, MxGemm::kAuto, Fp8Gemm::kKernel},
-                                         Case{TrainRecipe::kFp8Block, false, MxGemm::kAuto, Fp8Gemm::kKernel},
-                                         Case{TrainRecipe::kFp8Block, true, MxGemm::kAuto, Fp8Gemm::kCublasLt},
-                                         Case{TrainRecipe::kMxfp8, true, MxGemm::kBf16Values},
-                                         Case{TrainRecipe::kMxfp8, false, MxGemm::kBf16Values},
-                                         Case{TrainRecipe::kMxfp8, true, MxGemm::kBlockScaled},
-                                         Case{TrainRecipe::kMxfp8, false, MxGemm::kBlockScaled},
-                                         Case{TrainRecipe::kNvfp4, true, MxGemm::kBf16Values},
-                                         Case{TrainRecipe::kNvfp4, false, MxGemm::kBf16Values},
-                                         Case{TrainRecipe::kNvfp4, true, MxGemm::kBlockScaled},
-                                         Case{TrainRecipe::kNvfp4, false, MxGemm::kBlockScaled}),
+                         testing::Values(Case{Recipe::kBf16, true}, Case{Recipe::kBf16, false},
+                                         Case{Recipe::kFp8Block, true}, Case{Recipe::kFp8Block, false},
+                                         Case{Recipe::kFp8Block, true, MxGemm::kAuto, Fp8Gemm::kKernel},
+                                         Case{Recipe::kFp8Block, false, MxGemm::kAuto, Fp8Gemm::kKernel},
+                                         Case{Recipe::kFp8Block, true, MxGemm::kAuto, Fp8Gemm::kCublasLt},
+                                         Case{Recipe::kMxfp8, true, MxGemm::kBf16Values},
+                                         Case{Recipe::kMxfp8, false, MxGemm::kBf16Values},
+                                         Case{Recipe::kMxfp8, true, MxGemm::kBlockScaled},
+                                         Case{Recipe::kMxfp8, false, MxGemm::kBlockScaled},
+                                         Case{Recipe::kNvfp4, true, MxGemm::kBf16Values},
+                                         Case{Recipe::kNvfp4, false, MxGemm::kBf16Values},
+                                         Case{Recipe::kNvfp4, true, MxGemm::kBlockScaled},
+                                         Case{Recipe::kNvfp4, false, MxGemm::kBlockScaled}),
                          case_name);
 
 // A LocalGroup member whose device sums go through the host, synchronously: GPU steps in threads
@@ -332,7 +332,7 @@ struct RankResult {
 
 // One forward + backward of `batch` sequences from `first` on a backend joined to `comm` (none:
 // a single rank), then its gradients and state.
-RankResult step_on(const ParallelCase& pc, TrainRecipe recipe, Communicator* comm, bool expert_parallel,
+RankResult step_on(const ParallelCase& pc, Recipe recipe, Communicator* comm, bool expert_parallel,
                    int first, int batch, MxGemm mx_gemm = MxGemm::kAuto, Fp8Gemm fp8_gemm = Fp8Gemm::kAuto) {
   RankResult out;
   std::unique_ptr<StepBackend> b;
@@ -358,7 +358,7 @@ RankResult step_on(const ParallelCase& pc, TrainRecipe recipe, Communicator* com
 }
 
 // Two ranks as threads on one GPU, half the batch each.
-std::vector<RankResult> two_ranks(const ParallelCase& pc, TrainRecipe recipe, bool expert_parallel,
+std::vector<RankResult> two_ranks(const ParallelCase& pc, Recipe recipe, bool expert_parallel,
                                   MxGemm mx_gemm = MxGemm::kAuto, Fp8Gemm fp8_gemm = Fp8Gemm::kAuto) {
   LocalGroup group(2);
   std::vector<RankResult> out(2);
@@ -390,7 +390,7 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
 TEST(GpuBackendDataParallel, TwoRanksSumToOneRank) {
   SKIP_WITHOUT_GPU();
   const ParallelCase pc = parallel_case(11);
-  for (TrainRecipe recipe : {TrainRecipe::kBf16, TrainRecipe::kMxfp8, TrainRecipe::kFp8Block}) {
+  for (Recipe recipe : {Recipe::kBf16, Recipe::kMxfp8, Recipe::kFp8Block}) {
     // fp8_block on its cublaslt route: each rank's experts one matmul each, sizes copied back.
     const Fp8Gemm fp8 = Fp8Gemm::kCublasLt;
     const RankResult one = step_on(pc, recipe, nullptr, false, 0, pc.batch, MxGemm::kAuto, fp8);
@@ -401,7 +401,7 @@ TEST(GpuBackendDataParallel, TwoRanksSumToOneRank) {
     EXPECT_EQ(ranks[0].grads, ranks[1].grads) << "the ranks hold different sums";
     EXPECT_EQ(ranks[0].grad_norm, ranks[1].grad_norm);
     EXPECT_NEAR(ranks[0].grad_norm, one.grad_norm, 1e-5 * one.grad_norm);
-    const double bound = recipe == TrainRecipe::kBf16 ? 1e-4 : 0.05;
+    const double bound = recipe == Recipe::kBf16 ? 1e-4 : 0.05;
     double worst = 0;
     for (const ParamTensor& t : make_param_layout(pc.c).tensors) {
       const double rel = relative_difference(ranks[0].grads, one.grads, t.offset, t.offset + t.size);
@@ -421,16 +421,16 @@ TEST(GpuBackendExpertParallel, TwoRanksMatchOneRank) {
   SKIP_WITHOUT_GPU();
   const ParallelCase pc = parallel_case(13);
   struct Run {
-    TrainRecipe recipe;
+    Recipe recipe;
     MxGemm mx_gemm;
     Fp8Gemm fp8_gemm;
   };
   // fp8_block's cublaslt route runs each rank's experts one matmul each, sized by the exchange.
-  const Run runs[] = {{TrainRecipe::kBf16, MxGemm::kAuto, Fp8Gemm::kAuto},
-                      {TrainRecipe::kMxfp8, MxGemm::kBf16Values, Fp8Gemm::kAuto},
-                      {TrainRecipe::kMxfp8, MxGemm::kBlockScaled, Fp8Gemm::kAuto},
-                      {TrainRecipe::kFp8Block, MxGemm::kAuto, Fp8Gemm::kAuto},
-                      {TrainRecipe::kFp8Block, MxGemm::kAuto, Fp8Gemm::kCublasLt}};
+  const Run runs[] = {{Recipe::kBf16, MxGemm::kAuto, Fp8Gemm::kAuto},
+                      {Recipe::kMxfp8, MxGemm::kBf16Values, Fp8Gemm::kAuto},
+                      {Recipe::kMxfp8, MxGemm::kBlockScaled, Fp8Gemm::kAuto},
+                      {Recipe::kFp8Block, MxGemm::kAuto, Fp8Gemm::kAuto},
+                      {Recipe::kFp8Block, MxGemm::kAuto, Fp8Gemm::kCublasLt}};
   for (const auto& [recipe, mx_gemm, fp8_gemm] : runs) {
     const RankResult one = step_on(pc, recipe, nullptr, false, 0, pc.batch, mx_gemm, fp8_gemm);
     ASSERT_TRUE(one.status.is_ok()) << one.status.message();
@@ -443,7 +443,7 @@ TEST(GpuBackendExpertParallel, TwoRanksMatchOneRank) {
     // The clipping must agree bit for bit on every rank, or the replicas drift apart.
     EXPECT_EQ(ranks[0].grad_norm, ranks[1].grad_norm);
     EXPECT_NEAR(ranks[0].grad_norm, one.grad_norm, 1e-5 * one.grad_norm);
-    const double bound = recipe == TrainRecipe::kBf16 ? 1e-4 : 0.05;
+    const double bound = recipe == Recipe::kBf16 ? 1e-4 : 0.05;
     const int per_rank = pc.c.n_experts / 2;
     double worst = 0;
     for (const ParamTensor& t : make_param_layout(pc.c).tensors) {
@@ -473,12 +473,12 @@ TEST(GpuBackendExpertParallel, TwoRanksMatchOneRank) {
 TEST(GpuBackendExpertParallel, Nvfp4RoutesAgree) {
   SKIP_WITHOUT_GPU();
   const ParallelCase pc = parallel_case(17);
-  const auto values = two_ranks(pc, TrainRecipe::kNvfp4, true, MxGemm::kBf16Values, Fp8Gemm::kAuto);
-  const auto kernel = two_ranks(pc, TrainRecipe::kNvfp4, true, MxGemm::kBlockScaled, Fp8Gemm::kAuto);
+  const auto values = two_ranks(pc, Recipe::kNvfp4, true, MxGemm::kBf16Values, Fp8Gemm::kAuto);
+  const auto kernel = two_ranks(pc, Recipe::kNvfp4, true, MxGemm::kBlockScaled, Fp8Gemm::kAuto);
   for (const RankResult& r : {values[0], values[1], kernel[0], kernel[1]})
     ASSERT_TRUE(r.status.is_ok()) << r.status.message();
-  EXPECT_NEAR(values[0].loss, kernel[0].loss, loss_bound(TrainRecipe::kNvfp4) * std::fabs(kernel[0].loss));
-  const double bound = grad_bound(TrainRecipe::kNvfp4);
+  EXPECT_NEAR(values[0].loss, kernel[0].loss, loss_bound(Recipe::kNvfp4) * std::fabs(kernel[0].loss));
+  const double bound = grad_bound(Recipe::kNvfp4);
   double worst = 0;
   for (int rank = 0; rank < 2; ++rank)
     for (const ParamTensor& t : make_param_layout(pc.c).tensors) {

@@ -83,9 +83,9 @@ TEST(MemoryPlan, GpuEstimateMatchesAHandComputation) {
   EXPECT_EQ(part(plan.device, "attention workspace"), 20.0 * 2048 + 6.0 * 4096);
   EXPECT_EQ(plan.host.total(), 12 * kParams);  // the checkpoint's host copies (above 5 P at start-up)
 
-  c.recipe = TrainRecipe::kFp32;  // multiplies the fp32 tensors themselves
+  c.recipe = Recipe::kFp32;  // multiplies the fp32 tensors themselves
   EXPECT_EQ(part(plan_memory(c, true).device, "weight copies"), 0.0);
-  c.recipe = TrainRecipe::kMxfp8;
+  c.recipe = Recipe::kMxfp8;
   c.mx_gemm = MxGemm::kBlockScaled;
   const double kernel = part(plan_memory(c, true).device, "weight copies");
   c.mx_gemm = MxGemm::kBf16Values;

@@ -166,7 +166,7 @@ TEST(Trainer, CompareWritesPlotAndTable) {
   c.eval_every = 3;
   std::ostringstream progress;
   std::vector<TrainSummary> summaries;
-  ASSERT_TRUE(compare_recipes(c, {TrainRecipe::kBf16, TrainRecipe::kMxfp8}, progress, &summaries).is_ok())
+  ASSERT_TRUE(compare_recipes(c, {Recipe::kBf16, Recipe::kMxfp8}, progress, &summaries).is_ok())
       << progress.str();
   ASSERT_EQ(summaries.size(), 2u);
   EXPECT_TRUE(std::filesystem::exists(c.out_dir + "/compare.svg"));
@@ -181,7 +181,7 @@ TEST(Trainer, ValidationNamesTheFlag) {
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("--grad-accum"), std::string::npos);
   c = tiny("/tmp/unused");
-  c.recipe = TrainRecipe::kFp8Block;  // d_model 32 is not a multiple of 128
+  c.recipe = Recipe::kFp8Block;  // d_model 32 is not a multiple of 128
   s = validate(c);
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("--d-model"), std::string::npos);
@@ -368,7 +368,7 @@ TEST(Trainer, TwoRanksFollowOneRankWithTheSameGlobalBatch) {
 TEST(Trainer, RanksDrawTheirOwnStochasticRounding) {
   blockscale_test::TempDir dir;
   TrainConfig accum = tiny(dir.file("accum"));
-  accum.recipe = TrainRecipe::kNvfp4;
+  accum.recipe = Recipe::kNvfp4;
   accum.steps = accum.optimizer.total_steps = 2;
   accum.eval_every = 0, accum.checkpoint_every = 0;
   std::ostringstream progress;
@@ -555,13 +555,13 @@ TEST(Trainer, CompareRefusesAnEarlierComparisonUnlessOverwritten) {
   c.eval_every = 0;
   std::ostringstream progress;
   std::vector<TrainSummary> summaries;
-  ASSERT_TRUE(compare_recipes(c, {TrainRecipe::kBf16}, progress, &summaries).is_ok()) << progress.str();
+  ASSERT_TRUE(compare_recipes(c, {Recipe::kBf16}, progress, &summaries).is_ok()) << progress.str();
   std::ostringstream second;
-  const Status st = compare_recipes(c, {TrainRecipe::kBf16}, second, &summaries);
+  const Status st = compare_recipes(c, {Recipe::kBf16}, second, &summaries);
   EXPECT_TRUE(mentions(st, "--out '" + c.out_dir + "' already holds a run (compare.svg)")) << st.message();
   EXPECT_EQ(second.str(), "") << "trained before refusing";
   c.overwrite = true;
-  ASSERT_TRUE(compare_recipes(c, {TrainRecipe::kBf16}, progress, &summaries).is_ok()) << progress.str();
+  ASSERT_TRUE(compare_recipes(c, {Recipe::kBf16}, progress, &summaries).is_ok()) << progress.str();
 }
 
 }  // namespace

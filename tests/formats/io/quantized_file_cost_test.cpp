@@ -58,7 +58,7 @@ Work add_range(const std::vector<QuantizedTensor>& entries, size_t begin, size_t
 TEST(QuantizedFileCost, AnEntryCostsTheSameInALargeFileAsInASmallOne) {
   constexpr size_t kSmall = 2'000, kLarge = 20'000, kWindow = 1'000;
   f::QuantizeOptions o;
-  o.recipe = f::Recipe::kMxfp8E4M3;
+  o.recipe = f::Format::kMxfp8E4M3;
   const std::vector<float> x = {1.5f, -2.0f, 0.25f, 3.0f};
   QuantizedTensor proto;
   proto.shape = {1, 4};

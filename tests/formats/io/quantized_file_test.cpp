@@ -30,7 +30,7 @@ using blockscale_test::mentions;
 
 namespace f = blockscale::formats;
 namespace fs = std::filesystem;
-using f::Recipe;
+using f::Format;
 using Tensors = std::vector<std::pair<std::string, TensorView>>;
 using Meta = std::map<std::string, std::string>;
 
@@ -65,7 +65,7 @@ struct Variant {
   f::QuantizeOptions options;
 };
 
-std::vector<Variant> variants_of(Recipe r) {
+std::vector<Variant> variants_of(Format r) {
   f::QuantizeOptions o;
   o.recipe = r;
   if (f::is_mx(r)) {
@@ -73,7 +73,7 @@ std::vector<Variant> variants_of(Recipe r) {
     floor.rounding = f::ScaleRounding::kFloor;
     return {{"ceil", o}, {"floor", floor}};
   }
-  if (r == Recipe::kNvfp4) {
+  if (r == Format::kNvfp4) {
     f::QuantizeOptions two_d = o, rht = o, sr = o;
     two_d.nvfp4_2d = true;
     rht.hadamard = true;
@@ -87,7 +87,7 @@ std::vector<Variant> variants_of(Recipe r) {
 }
 
 struct RoundTripCase {
-  Recipe recipe;
+  Format recipe;
   Variant variant;
   f::Direction direction;
   std::vector<int64_t> shape;
@@ -96,7 +96,7 @@ struct RoundTripCase {
 std::vector<RoundTripCase> round_trip_cases() {
   const std::vector<std::vector<int64_t>> shapes = {{1, 1}, {3, 33}, {130, 257}, {2, 5, 64}, {37}, {2, 16, 48}};
   std::vector<RoundTripCase> cases;
-  for (Recipe r : f::all_recipes()) {
+  for (Format r : f::all_formats()) {
     for (const Variant& v : variants_of(r)) {
       for (f::Direction d : {f::Direction::kRowwise, f::Direction::kColumnwise}) {
         for (const auto& shape : shapes) {
@@ -112,7 +112,7 @@ std::vector<RoundTripCase> round_trip_cases() {
 }
 
 void PrintTo(const RoundTripCase& c, std::ostream* os) {
-  *os << f::recipe_name(c.recipe) << " " << c.variant.name << " "
+  *os << f::format_name(c.recipe) << " " << c.variant.name << " "
       << (c.direction == f::Direction::kRowwise ? "rowwise" : "columnwise") << " [";
   for (size_t k = 0; k < c.shape.size(); ++k) *os << (k ? "," : "") << c.shape[k];
   *os << "]";
@@ -120,7 +120,7 @@ void PrintTo(const RoundTripCase& c, std::ostream* os) {
 
 std::string case_name(const testing::TestParamInfo<RoundTripCase>& info) {
   const RoundTripCase& c = info.param;
-  std::string n = std::string(f::recipe_name(c.recipe)) + "_" + c.variant.name + "_" +
+  std::string n = std::string(f::format_name(c.recipe)) + "_" + c.variant.name + "_" +
                   (c.direction == f::Direction::kRowwise ? "row" : "col");
   for (int64_t d : c.shape) n += "_" + std::to_string(d);
   return n;
@@ -188,7 +188,7 @@ TEST_P(QuantizedFileRoundTrip, ReadBackEqualsTheQuantizedMatrix) {
   Meta meta;
   const Status add = add_quantized_tensor(t, &tensors, &meta);
   ASSERT_TRUE(add) << add.message();
-  EXPECT_EQ(tensors.size(), c.recipe == Recipe::kNvfp4 ? 3u : 2u);
+  EXPECT_EQ(tensors.size(), c.recipe == Format::kNvfp4 ? 3u : 2u);
   EXPECT_EQ(meta.size(), 6u);
 
   TempDir dir;
@@ -214,7 +214,7 @@ struct Entry {
   Meta meta;
 };
 
-void build(Entry* e, Recipe r, std::vector<int64_t> shape, f::Direction d = f::Direction::kRowwise,
+void build(Entry* e, Format r, std::vector<int64_t> shape, f::Direction d = f::Direction::kRowwise,
            bool nvfp4_2d = false, const std::string& name = "w", uint32_t seed = 7) {
   f::QuantizeOptions o;
   o.recipe = r;
@@ -277,10 +277,10 @@ std::string tensor_string(const SafetensorsFile& file, const std::string& name) 
 
 TEST(QuantizedFile, TheFileIsReadableByItsPlainSchema) {
   Entry a, b, c, d;
-  build(&a, Recipe::kMxfp4, {2, 5, 64}, f::Direction::kColumnwise, false, "a");
-  build(&b, Recipe::kNvfp4, {40, 48}, f::Direction::kRowwise, true, "b");
-  build(&c, Recipe::kFp8Block128x128, {3, 33}, f::Direction::kRowwise, false, "c");
-  build(&d, Recipe::kMxfp8E5M2, {70}, f::Direction::kRowwise, false, "d");
+  build(&a, Format::kMxfp4, {2, 5, 64}, f::Direction::kColumnwise, false, "a");
+  build(&b, Format::kNvfp4, {40, 48}, f::Direction::kRowwise, true, "b");
+  build(&c, Format::kFp8Block128x128, {3, 33}, f::Direction::kRowwise, false, "c");
+  build(&d, Format::kMxfp8E5M2, {70}, f::Direction::kRowwise, false, "d");
   Tensors tensors;
   Meta meta;
   a.t.rounding = f::ScaleRounding::kFloor;  // recorded as the caller says (a ceil quantize here)
@@ -335,7 +335,7 @@ TEST(QuantizedFile, TheFileIsReadableByItsPlainSchema) {
 // docs/file-format.md's Python snippet, in C++: MXFP8 dequantized from the plain tensors alone.
 TEST(QuantizedFile, Mxfp8DequantizesByHandFromThePlainTensors) {
   Entry e;
-  build(&e, Recipe::kMxfp8E4M3, {3, 70});
+  build(&e, Format::kMxfp8E4M3, {3, 70});
   TempDir dir;
   ASSERT_TRUE(write_safetensors(dir.file("q.safetensors"), e.tensors, e.meta));
   SafetensorsFile file;
@@ -360,7 +360,7 @@ TEST(QuantizedFile, WorkedExampleOfTheDocs) {
   t.name = "w";
   t.shape = {2, 3};
   f::QuantizeOptions o;
-  o.recipe = Recipe::kMxfp4;
+  o.recipe = Format::kMxfp4;
   ASSERT_TRUE(f::quantize(x.data(), 2, 3, 3, o, f::Direction::kRowwise, &t.q));
   EXPECT_EQ(t.q.data, (std::vector<uint8_t>{0xA4, 0x07, 0x70, 0x09}));
   EXPECT_EQ(t.q.scales, (std::vector<uint8_t>{0x7E, 0x80}));
@@ -389,8 +389,8 @@ TEST(QuantizedFile, WorkedExampleOfTheDocs) {
 // rowwise one bit for bit.
 TEST(QuantizedFile, BothDirectionsConvention) {
   Entry row, col;
-  build(&row, Recipe::kNvfp4, {2, 16, 40}, f::Direction::kRowwise, true, "w", 11);
-  build(&col, Recipe::kNvfp4, {2, 16, 40}, f::Direction::kColumnwise, true, "w.columnwise", 11);
+  build(&row, Format::kNvfp4, {2, 16, 40}, f::Direction::kRowwise, true, "w", 11);
+  build(&col, Format::kNvfp4, {2, 16, 40}, f::Direction::kColumnwise, true, "w.columnwise", 11);
   Tensors tensors;
   Meta meta;
   ASSERT_TRUE(add_quantized_tensor(row.t, &tensors, &meta));
@@ -417,7 +417,7 @@ TEST(QuantizedFile, BothDirectionsConvention) {
 // Views may be unaligned in files other writers produce: the reader copies with memcpy.
 TEST(QuantizedFile, ReadsUnalignedTensors) {
   Entry e;
-  build(&e, Recipe::kFp8Block1x128, {5, 300});
+  build(&e, Format::kFp8Block1x128, {5, 300});
   TempDir dir;
   ASSERT_TRUE(write_safetensors(dir.file("q.safetensors"), e.tensors, e.meta));
   std::ifstream in(dir.file("q.safetensors"), std::ios::binary);
@@ -436,9 +436,9 @@ TEST(QuantizedFile, ReadsUnalignedTensors) {
 
 TEST(QuantizedFile, NamesAreTheRecipeKeysSorted) {
   Entry b, ab, a;
-  build(&b, Recipe::kMxfp8E4M3, {4, 4}, f::Direction::kRowwise, false, "b");
-  build(&ab, Recipe::kMxfp8E4M3, {4, 4}, f::Direction::kRowwise, false, "a.b");
-  build(&a, Recipe::kMxfp8E4M3, {4, 4}, f::Direction::kRowwise, false, "a");
+  build(&b, Format::kMxfp8E4M3, {4, 4}, f::Direction::kRowwise, false, "b");
+  build(&ab, Format::kMxfp8E4M3, {4, 4}, f::Direction::kRowwise, false, "a.b");
+  build(&a, Format::kMxfp8E4M3, {4, 4}, f::Direction::kRowwise, false, "a");
   Tensors tensors;
   Meta meta = {{"framework", "pt"}, {".recipe", "mxfp8"}, {"recipe", "x"}};
   for (Entry* e : {&b, &ab, &a}) ASSERT_TRUE(add_quantized_tensor(e->t, &tensors, &meta));
@@ -475,7 +475,7 @@ TEST(QuantizedFile, MatrixView) {
 
 class QuantizedFileAddErrors : public testing::Test {
  protected:
-  void SetUp() override { build(&e_, Recipe::kMxfp8E4M3, {3, 40}); }
+  void SetUp() override { build(&e_, Format::kMxfp8E4M3, {3, 40}); }
   // Adds t to a fresh pair of containers holding one unrelated entry; they must be unchanged.
   Status add(const QuantizedTensor& t) {
     Tensors tensors = e_.tensors;
@@ -487,7 +487,7 @@ class QuantizedFileAddErrors : public testing::Test {
     }
     return s;
   }
-  QuantizedTensor fresh(Recipe r, bool nvfp4_2d = false, f::Direction d = f::Direction::kRowwise) {
+  QuantizedTensor fresh(Format r, bool nvfp4_2d = false, f::Direction d = f::Direction::kRowwise) {
     Entry e;
     build(&e, r, {32, 48}, d, nvfp4_2d, "v");
     return e.t;
@@ -495,16 +495,16 @@ class QuantizedFileAddErrors : public testing::Test {
   Entry e_;
 };
 
-TEST_F(QuantizedFileAddErrors, AValidEntryIsAccepted) { EXPECT_TRUE(add(fresh(Recipe::kNvfp4))); }
+TEST_F(QuantizedFileAddErrors, AValidEntryIsAccepted) { EXPECT_TRUE(add(fresh(Format::kNvfp4))); }
 
 TEST_F(QuantizedFileAddErrors, EmptyName) {
-  QuantizedTensor t = fresh(Recipe::kMxfp4);
+  QuantizedTensor t = fresh(Format::kMxfp4);
   t.name = "";
   EXPECT_TRUE(mentions(add(t), "name: the entry name must not be empty"));
 }
 
 TEST_F(QuantizedFileAddErrors, ShapeMismatch) {
-  QuantizedTensor t = fresh(Recipe::kMxfp4);
+  QuantizedTensor t = fresh(Format::kMxfp4);
   t.shape = {32, 49};
   EXPECT_TRUE(mentions(add(t), "shape [32,49]"));
   t.shape = {48, 32};  // the transpose: only right for a columnwise copy
@@ -521,7 +521,7 @@ TEST_F(QuantizedFileAddErrors, ShapeMismatch) {
 }
 
 TEST_F(QuantizedFileAddErrors, ScalarAndEmptyShapes) {
-  QuantizedTensor t = fresh(Recipe::kMxfp4);
+  QuantizedTensor t = fresh(Format::kMxfp4);
   t.shape = {};
   EXPECT_TRUE(mentions(add(t), "rank 0"));
   t.shape = {0, 48};
@@ -529,58 +529,58 @@ TEST_F(QuantizedFileAddErrors, ScalarAndEmptyShapes) {
 }
 
 TEST_F(QuantizedFileAddErrors, OptionsThatDoNotBelongToTheRecipe) {
-  QuantizedTensor t = fresh(Recipe::kNvfp4);
+  QuantizedTensor t = fresh(Format::kNvfp4);
   t.rounding = f::ScaleRounding::kFloor;
   EXPECT_TRUE(mentions(add(t), "rounding: floor applies to MX recipes only, not nvfp4"));
-  QuantizedTensor b = fresh(Recipe::kMxfp8E4M3);
+  QuantizedTensor b = fresh(Format::kMxfp8E4M3);
   b.rounding = f::ScaleRounding::kBoth;  // a stored tensor has one rule
   EXPECT_TRUE(mentions(add(b), "rounding: a stored copy has one rule, ceil or floor"));
-  QuantizedTensor m = fresh(Recipe::kMxfp8E4M3);
+  QuantizedTensor m = fresh(Format::kMxfp8E4M3);
   m.hadamard = true;
   EXPECT_TRUE(mentions(add(m), "hadamard: applies to nvfp4"));
-  QuantizedTensor two_d = fresh(Recipe::kNvfp4, true);
+  QuantizedTensor two_d = fresh(Format::kNvfp4, true);
   two_d.hadamard = true;
   EXPECT_TRUE(mentions(add(two_d), "hadamard: applies to nvfp4 with 1x16 blocks only"));
-  QuantizedTensor g = fresh(Recipe::kFp8Block1x128);
+  QuantizedTensor g = fresh(Format::kFp8Block1x128);
   g.q.global_scale_dec = 2.0f;
   EXPECT_TRUE(mentions(add(g), "q.global_scale_dec"));
-  QuantizedTensor n = fresh(Recipe::kNvfp4);
+  QuantizedTensor n = fresh(Format::kNvfp4);
   n.q.global_scale_dec = 0.0f;
   EXPECT_TRUE(mentions(add(n), "q.global_scale_dec"));
 }
 
 TEST_F(QuantizedFileAddErrors, InvalidMatrix) {
-  QuantizedTensor t = fresh(Recipe::kMxfp8E4M3);
+  QuantizedTensor t = fresh(Format::kMxfp8E4M3);
   t.q.data.pop_back();
   EXPECT_TRUE(mentions(add(t), "q.data"));
-  t = fresh(Recipe::kMxfp8E4M3);
+  t = fresh(Format::kMxfp8E4M3);
   t.q.block_cols = 16;
   EXPECT_TRUE(mentions(add(t), "block shape"));
 }
 
 TEST_F(QuantizedFileAddErrors, KeysAlreadyPresent) {
-  QuantizedTensor t = fresh(Recipe::kMxfp4);
+  QuantizedTensor t = fresh(Format::kMxfp4);
   t.name = "w";  // e_ is entry "w"
   EXPECT_TRUE(mentions(add(t), "metadata key 'w.recipe' is already in the file"));
   // A foreign tensor under one of the entry's names: the write refuses the duplicate.
   Tensors tensors = {{"v.scale", TensorView{DType::U8, {1}, e_.t.q.data.data(), 1}}};
   Meta meta;
-  const QuantizedTensor v = fresh(Recipe::kMxfp4);
+  const QuantizedTensor v = fresh(Format::kMxfp4);
   ASSERT_TRUE(add_quantized_tensor(v, &tensors, &meta));
   TempDir dir;
   EXPECT_TRUE(mentions(write_safetensors(dir.file("q.safetensors"), tensors, meta), "duplicate name 'v.scale'"));
   EXPECT_FALSE(fs::exists(dir.file("q.safetensors")));
   tensors.clear();
   meta = {{"v.shape", "[1]"}};
-  EXPECT_TRUE(mentions(add_quantized_tensor(fresh(Recipe::kMxfp4), &tensors, &meta), "'v.shape'"));
-  EXPECT_TRUE(mentions(add_quantized_tensor(fresh(Recipe::kMxfp4), nullptr, &meta), "null"));
+  EXPECT_TRUE(mentions(add_quantized_tensor(fresh(Format::kMxfp4), &tensors, &meta), "'v.shape'"));
+  EXPECT_TRUE(mentions(add_quantized_tensor(fresh(Format::kMxfp4), nullptr, &meta), "null"));
 }
 
 // ---- read_quantized_tensor's checks: one per rule ----------------------------------------------
 
 TEST(QuantizedFileReadErrors, MissingMetadataKey) {
   Entry e;
-  build(&e, Recipe::kMxfp8E4M3, {3, 33});
+  build(&e, Format::kMxfp8E4M3, {3, 33});
   for (const char* suffix : {".recipe", ".rounding", ".direction", ".shape", ".block", ".transform"}) {
     Meta meta = e.meta;
     ASSERT_EQ(meta.erase(std::string("w") + suffix), 1u);
@@ -592,7 +592,7 @@ TEST(QuantizedFileReadErrors, MissingMetadataKey) {
 
 TEST(QuantizedFileReadErrors, MissingTensor) {
   Entry e;
-  build(&e, Recipe::kMxfp8E4M3, {3, 33});
+  build(&e, Format::kMxfp8E4M3, {3, 33});
   for (const char* key : {"w.data", "w.scale"}) {
     Tensors tensors = e.tensors;
     erase(&tensors, key);
@@ -602,7 +602,7 @@ TEST(QuantizedFileReadErrors, MissingTensor) {
 
 TEST(QuantizedFileReadErrors, UnknownValues) {
   Entry e;
-  build(&e, Recipe::kMxfp8E4M3, {3, 33});
+  build(&e, Format::kMxfp8E4M3, {3, 33});
   EXPECT_TRUE(mentions(read_with_meta(e, "w.recipe", "mxfp9"), "'w.recipe': unknown recipe 'mxfp9'"));
   EXPECT_TRUE(mentions(read_with_meta(e, "w.rounding", "up"), "'w.rounding': unknown rounding 'up'"));
   EXPECT_TRUE(mentions(read_with_meta(e, "w.direction", "both"), "'w.direction': unknown direction 'both'"));
@@ -612,8 +612,8 @@ TEST(QuantizedFileReadErrors, UnknownValues) {
 
 TEST(QuantizedFileReadErrors, RoundingMustBelongToTheRecipe) {
   Entry mx, nv;
-  build(&mx, Recipe::kMxfp8E4M3, {3, 33});
-  build(&nv, Recipe::kNvfp4, {3, 32});
+  build(&mx, Format::kMxfp8E4M3, {3, 33});
+  build(&nv, Format::kNvfp4, {3, 32});
   EXPECT_TRUE(mentions(read_with_meta(mx, "w.rounding", "rn"), "'w.rounding': 'rn' does not belong to recipe mxfp8"));
   EXPECT_TRUE(mentions(read_with_meta(nv, "w.rounding", "ceil"), "'w.rounding': 'ceil' does not belong to recipe nvfp4"));
   EXPECT_TRUE(mentions(read_with_meta(nv, "w.rounding", "floor"), "expected rn"));
@@ -622,13 +622,13 @@ TEST(QuantizedFileReadErrors, RoundingMustBelongToTheRecipe) {
 
 TEST(QuantizedFileReadErrors, TransformMustBelongToTheRecipe) {
   Entry mx, nv2d, nv_odd;
-  build(&mx, Recipe::kMxfp8E4M3, {3, 32});
-  build(&nv2d, Recipe::kNvfp4, {16, 32}, f::Direction::kRowwise, true);
-  build(&nv_odd, Recipe::kNvfp4, {3, 33});
+  build(&mx, Format::kMxfp8E4M3, {3, 32});
+  build(&nv2d, Format::kNvfp4, {16, 32}, f::Direction::kRowwise, true);
+  build(&nv_odd, Format::kNvfp4, {3, 33});
   for (const Entry* e : {&mx, &nv2d, &nv_odd})
     EXPECT_TRUE(mentions(read_with_meta(*e, "w.transform", "rht16"), "'w.transform': rht16 applies to nvfp4 with 1x16"));
   Entry nv;
-  build(&nv, Recipe::kNvfp4, {3, 32});
+  build(&nv, Format::kNvfp4, {3, 32});
   QuantizedTensor back;
   Meta meta = nv.meta;
   meta["w.transform"] = "rht16";
@@ -638,7 +638,7 @@ TEST(QuantizedFileReadErrors, TransformMustBelongToTheRecipe) {
 
 TEST(QuantizedFileReadErrors, MalformedShape) {
   Entry e;
-  build(&e, Recipe::kMxfp8E4M3, {3, 33});
+  build(&e, Format::kMxfp8E4M3, {3, 33});
   for (const char* bad : {"", "3,33", "[3,,33]", "[3,33", "[3,-33]", "[a]", "[3.0,33]", "[03,33]",
                           "[3,33]x", "(3, 33)", "[+3,33]", "[99999999999999999999,1]", "[3 33]"}) {
     const Status s = read_with_meta(e, "w.shape", bad);
@@ -656,7 +656,7 @@ TEST(QuantizedFileReadErrors, MalformedShape) {
 
 TEST(QuantizedFileReadErrors, ShapeThatDoesNotMatchTheTensors) {
   Entry e;
-  build(&e, Recipe::kMxfp8E4M3, {3, 33});
+  build(&e, Format::kMxfp8E4M3, {3, 33});
   EXPECT_TRUE(mentions(read_with_meta(e, "w.shape", "[3,34]"), "'w.data': shape [3,33], expected [3,34]"));
   EXPECT_TRUE(mentions(read_with_meta(e, "w.shape", "[33,3]"), "'w.data': shape [3,33], expected [33,3]"));
   EXPECT_TRUE(mentions(read_with_meta(e, "w.direction", "columnwise"), "'w.data': shape [3,33], expected [33,3]"));
@@ -665,8 +665,8 @@ TEST(QuantizedFileReadErrors, ShapeThatDoesNotMatchTheTensors) {
 
 TEST(QuantizedFileReadErrors, Block) {
   Entry mx, nv;
-  build(&mx, Recipe::kMxfp8E4M3, {3, 33});
-  build(&nv, Recipe::kNvfp4, {3, 32});
+  build(&mx, Format::kMxfp8E4M3, {3, 33});
+  build(&nv, Format::kNvfp4, {3, 32});
   for (const char* bad : {"", "1by32", "x32", "1x", "1x32 ", "1X32", "-1x32", "1x32x1", "01x32"})
     EXPECT_TRUE(mentions(read_with_meta(mx, "w.block", bad), "'w.block': ")) << bad;
   EXPECT_TRUE(mentions(read_with_meta(mx, "w.block", "1by32"), "is not ROWSxCOLS"));
@@ -680,7 +680,7 @@ TEST(QuantizedFileReadErrors, Block) {
 
 TEST(QuantizedFileReadErrors, DataDtypeAndShape) {
   Entry e;
-  build(&e, Recipe::kMxfp8E4M3, {3, 33});
+  build(&e, Format::kMxfp8E4M3, {3, 33});
   Tensors tensors = e.tensors;
   find(&tensors, "w.data")->dtype = DType::U8;
   EXPECT_TRUE(mentions(write_and_read(tensors, e.meta), "'w.data': dtype U8, expected F8_E4M3"));
@@ -694,8 +694,8 @@ TEST(QuantizedFileReadErrors, DataDtypeAndShape) {
 
 TEST(QuantizedFileReadErrors, ScaleDtypeAndShape) {
   Entry mx, fp8;
-  build(&mx, Recipe::kMxfp8E4M3, {3, 33});
-  build(&fp8, Recipe::kFp8Block1x128, {2, 200});
+  build(&mx, Format::kMxfp8E4M3, {3, 33});
+  build(&fp8, Format::kFp8Block1x128, {2, 200});
   Tensors tensors = fp8.tensors;
   TensorView* s = find(&tensors, "w.scale");
   s->dtype = DType::U8;
@@ -714,8 +714,8 @@ TEST(QuantizedFileReadErrors, ScaleDtypeAndShape) {
 
 TEST(QuantizedFileReadErrors, GlobalScaleIffNvfp4) {
   Entry nv, mx;
-  build(&nv, Recipe::kNvfp4, {3, 32});
-  build(&mx, Recipe::kMxfp8E4M3, {3, 33});
+  build(&nv, Format::kNvfp4, {3, 32});
+  build(&mx, Format::kMxfp8E4M3, {3, 33});
   Tensors tensors = nv.tensors;
   erase(&tensors, "w.global_scale");
   EXPECT_TRUE(mentions(write_and_read(tensors, nv.meta), "'w.global_scale': missing tensor"));
@@ -738,8 +738,8 @@ TEST(QuantizedFileReadErrors, GlobalScaleIffNvfp4) {
 
 TEST(QuantizedFileReadErrors, ScalesQuantizeNeverWrites) {
   Entry fp8, nv;
-  build(&fp8, Recipe::kFp8Block1x128, {3, 300});
-  build(&nv, Recipe::kNvfp4, {3, 32});
+  build(&fp8, Format::kFp8Block1x128, {3, 300});
+  build(&nv, Format::kNvfp4, {3, 32});
   // The views point into t.q: a scale changed there is what the file holds.
   for (float bad : {-0.5f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::quiet_NaN()}) {
     fp8.t.q.scales_f32[4] = bad;  // block (1, 1) of a 3 x 3 grid
@@ -754,8 +754,8 @@ TEST(QuantizedFileReadErrors, ScalesQuantizeNeverWrites) {
 
 TEST(QuantizedFileReadErrors, ElementCodesTheDecodersWouldMisread) {
   Entry fp4, fp6;
-  build(&fp4, Recipe::kMxfp4, {3, 33});
-  build(&fp6, Recipe::kMxfp6E3M2, {3, 33});
+  build(&fp4, Format::kMxfp4, {3, 33});
+  build(&fp6, Format::kMxfp6E3M2, {3, 33});
   fp4.t.q.data[2 * 17 + 16] |= 0x10;  // row 2's padding nibble (the views point into t.q)
   EXPECT_TRUE(mentions(write_and_read(fp4.tensors, fp4.meta), "'w.data': row 2 has a non-zero padding nibble"));
   fp6.t.q.data[40] |= 0x40;
@@ -764,7 +764,7 @@ TEST(QuantizedFileReadErrors, ElementCodesTheDecodersWouldMisread) {
 
 TEST(QuantizedFileReadErrors, ArgumentsAndAnErrorLeavesOutUnchanged) {
   Entry e;
-  build(&e, Recipe::kMxfp8E4M3, {3, 33});
+  build(&e, Format::kMxfp8E4M3, {3, 33});
   TempDir dir;
   ASSERT_TRUE(write_safetensors(dir.file("q.safetensors"), e.tensors, e.meta));
   SafetensorsFile file;
