@@ -41,6 +41,7 @@
 
 #include "formats/recipe.h"
 #include "formats/status.h"
+#include "gemm/fp8_route.h"  // defines: Sm90Fp8Route
 
 namespace blockscale::gemm {
 
@@ -104,12 +105,8 @@ size_t workspace_size(const GemmProblem& p);
 Status run(const GemmProblem& p, const GemmArguments& args, void* workspace, size_t workspace_bytes,
            cudaStream_t stream);
 
-// Which FP8 blockwise implementation sm_90 runs, process-wide. kAuto (the default): the wgmma
-// kernel (sm90_fp8_gemm), except dense problems of at most 512 rows that cuBLASLt takes (the shape
-// rule above and an algorithm found), where cuBLASLt's blockwise kernel measures faster, and
-// grouped problems whose caller gives the group ends on the host (grouped.h). kKernel: always the
-// wgmma kernel. kCublasLt: cuBLASLt or an error naming the rule it needs (tests, comparisons).
-enum class Sm90Fp8Route { kAuto, kKernel, kCublasLt };
+// Which FP8 blockwise implementation sm_90 runs (Sm90Fp8Route, gemm/fp8_route.h), process-wide.
+// kAuto's cuBLASLt products are the dense ones the shape rule above takes.
 void set_sm90_fp8_route(Sm90Fp8Route route);
 Sm90Fp8Route sm90_fp8_route();
 

@@ -84,7 +84,7 @@ void run_train(TrainArgs& args) {
     throw CLI::ValidationError("--data-path", "--data " + c.data.source + " reads a file: give it with --data-path");
   check_usage("train", train::parse_recipe(args.recipe, &c.recipe));
   check_usage("train", train::parse_mx_gemm(args.mx_gemm, &c.mx_gemm));
-  check_usage("train", train::parse_fp8_gemm(args.fp8_gemm, &c.fp8_gemm));
+  check_usage("train", gemm::parse_sm90_fp8_route("--fp8-gemm", args.fp8_gemm, &c.fp8_gemm));
   if (c.optimizer.total_steps <= 0) c.optimizer.total_steps = c.steps;
   // Every option's range for every recipe the run trains, before any work (train() checks again).
   const std::vector<train::Recipe> recipes =

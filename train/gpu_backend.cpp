@@ -36,7 +36,7 @@ namespace {
 
 class GpuBackend final : public StepBackend {
  public:
-  GpuBackend(const ModelConfig& config, Recipe recipe, MxGemm mx_gemm, Fp8Gemm fp8_gemm)
+  GpuBackend(const ModelConfig& config, Recipe recipe, MxGemm mx_gemm, gemm::Sm90Fp8Route fp8_gemm)
       : config_(config), recipe_(recipe), mx_gemm_(mx_gemm), fp8_gemm_(fp8_gemm), layout_(make_param_layout(config)) {}
   ~GpuBackend() override {
     if (host_scalars_) cudaFreeHost(host_scalars_);
@@ -46,7 +46,7 @@ class GpuBackend final : public StepBackend {
 
   std::string gemm_route() const override {
     if (recipe_ == Recipe::kFp8Block)
-      return std::string("gemm/, ") + fp8_gemm_name(fp8_gemm_) + " route";
+      return std::string("gemm/, ") + gemm::sm90_fp8_route_name(fp8_gemm_) + " route";
     if (recipe_ != Recipe::kMxfp8 && recipe_ != Recipe::kNvfp4) return "";
     if (!layers_.cublas_experts()) return "gemm/ block-scaled kernels";
     return recipe_ == Recipe::kMxfp8 ? "MX values as bf16 + cuBLASLt" : "NVFP4 block values as bf16 + cuBLASLt";
@@ -73,10 +73,8 @@ class GpuBackend final : public StepBackend {
     layers_.set_bf16_values(mx_gemm_ == MxGemm::kBf16Values || (mx_gemm_ == MxGemm::kAuto && major == 9));
     // The FP8 route is process-wide in gemm/: the backend made last sets it.
     if (recipe_ == Recipe::kFp8Block) {
-      gemm::set_sm90_fp8_route(fp8_gemm_ == Fp8Gemm::kKernel     ? gemm::Sm90Fp8Route::kKernel
-                               : fp8_gemm_ == Fp8Gemm::kCublasLt ? gemm::Sm90Fp8Route::kCublasLt
-                                                                 : gemm::Sm90Fp8Route::kAuto);
-      fp8_per_expert_ = fp8_gemm_ == Fp8Gemm::kCublasLt && major == 9;
+      gemm::set_sm90_fp8_route(fp8_gemm_);
+      fp8_per_expert_ = fp8_gemm_ == gemm::Sm90Fp8Route::kCublasLt && major == 9;
     }
     const int64_t n = layout_.total;
     std::vector<float> host(n);
@@ -328,7 +326,7 @@ class GpuBackend final : public StepBackend {
   ModelConfig config_;
   Recipe recipe_;
   MxGemm mx_gemm_;
-  Fp8Gemm fp8_gemm_;
+  gemm::Sm90Fp8Route fp8_gemm_;
   // fp8_block on Hopper's cuBLASLt route (--fp8-gemm cublaslt only): the experts run one cuBLASLt
   // matmul each, their sizes copied back to the host per MoE layer. Every other route reads the
   // sizes on the device (the grouped kernels): no host synchronisation in the step.
@@ -653,7 +651,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
 }  // namespace
 
 Status make_gpu_backend(const ModelConfig& config, Recipe recipe, uint64_t init_seed,
-                        std::unique_ptr<StepBackend>* out, MxGemm mx_gemm, Fp8Gemm fp8_gemm) {
+                        std::unique_ptr<StepBackend>* out, MxGemm mx_gemm, gemm::Sm90Fp8Route fp8_gemm) {
   auto backend = std::make_unique<GpuBackend>(config, recipe, mx_gemm, fp8_gemm);
   BS_RETURN_IF_ERROR(backend->init(init_seed));
   *out = std::move(backend);

@@ -59,20 +59,6 @@ Status parse_mx_gemm(const std::string& name, MxGemm* out) {
   return parse_named("--mx-gemm", "route", name, all, mx_gemm_name, out);
 }
 
-const char* fp8_gemm_name(Fp8Gemm g) {
-  switch (g) {
-    case Fp8Gemm::kAuto: return "auto";
-    case Fp8Gemm::kKernel: return "kernel";
-    case Fp8Gemm::kCublasLt: return "cublaslt";
-  }
-  return "?";
-}
-
-Status parse_fp8_gemm(const std::string& name, Fp8Gemm* out) {
-  const Fp8Gemm all[] = {Fp8Gemm::kAuto, Fp8Gemm::kKernel, Fp8Gemm::kCublasLt};
-  return parse_named("--fp8-gemm", "route", name, all, fp8_gemm_name, out);
-}
-
 bool is_quantized(Recipe r) {
   return r == Recipe::kFp8Block || r == Recipe::kMxfp8 || r == Recipe::kNvfp4;
 }

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "formats/status.h"
+#include "gemm/fp8_route.h"  // defines: Sm90Fp8Route (--fp8-gemm)
 
 namespace blockscale::train {
 
@@ -45,7 +46,8 @@ Status parse_recipe(const std::string& name, Recipe* out);
 enum class MxGemm { kAuto, kBf16Values, kBlockScaled };
 const char* mx_gemm_name(MxGemm g);  // auto, bf16, kernel
 Status parse_mx_gemm(const std::string& name, MxGemm* out);
-// How the fp8_block recipe's GEMMs run on Hopper (gemm::Sm90Fp8Route). All give the FP8
+// How the fp8_block recipe's GEMMs run on Hopper: gemm::Sm90Fp8Route, named by --fp8-gemm
+// (gemm::parse_sm90_fp8_route). All give the FP8
 // blockwise sums of docs/numerics.md (fprop / dgrad the same bits; wgrad within the bound):
 //   kAuto    : gemm::run's automatic route: gemm/'s kernels, the experts' grouped kernels reading
 //              their sizes on the GPU (no host synchronisation); cuBLASLt only for dense products
@@ -54,9 +56,6 @@ Status parse_mx_gemm(const std::string& name, MxGemm* out);
 //   kCublasLt: cuBLASLt's blockwise FP8 matmul for every product, the experts one matmul each
 //              with their sizes copied to the host once per MoE layer (a synchronisation), for
 //              comparison with the peer
-enum class Fp8Gemm { kAuto, kKernel, kCublasLt };
-const char* fp8_gemm_name(Fp8Gemm g);  // auto, kernel, cublaslt
-Status parse_fp8_gemm(const std::string& name, Fp8Gemm* out);
 bool is_quantized(Recipe r);
 // The block length every quantized dimension (model width, expert width, tokens per micro-batch)
 // must be a multiple of: 128 (fp8_block), 32 (mxfp8, nvfp4), 1 otherwise.

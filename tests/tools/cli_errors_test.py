@@ -277,6 +277,7 @@ def main():
         g = ["gemm", "--m", "64", "--n", "64"]
         E("gemm without --k", g, 2, "--k")
         E("gemm bad --out-type", g + ["--k", "128", "--out-type", "fp16"], 2, "--out-type")
+        E("gemm unknown --fp8-route", g + ["--k", "128", "--fp8-route", "fast"], 2, "--fp8-route", "fast")
         E("gemm unknown recipe", g + ["--k", "128", "--recipe", "fp9"], 2, "fp9")
         E("gemm without --m", ["gemm", "--n", "64", "--k", "128"], 2, "--m", "--grouped")
         # A shape gemm/ refuses is bad usage (exit 2); a build without CUDA refuses every gemm
@@ -302,6 +303,7 @@ def main():
         # Usage errors (exit 2), every one before the run directory is made.
         E("train unknown recipe", tr + ["--recipe", "fp4"], 2, "--recipe", "fp4")
         E("train unknown --mx-gemm", tr + ["--mx-gemm", "fast"], 2, "--mx-gemm", "fast")
+        E("train unknown --fp8-gemm", tr + ["--fp8-gemm", "fast"], 2, "--fp8-gemm", "fast")
         E("train d-model not a multiple of the block", tr + ["--recipe", "fp8_block", "--d-model", "96"], 2,
           "--d-model", "128")
         E("train --compare with a recipe the width does not fit", tr + ["--compare", "bf16,fp8_block", "--d-model",

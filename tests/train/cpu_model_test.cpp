@@ -12,6 +12,8 @@
 namespace blockscale::train {
 namespace {
 
+using gemm::Sm90Fp8Route;
+
 ModelConfig tiny_config(bool moe) {
   ModelConfig c;
   c.vocab = 11;
@@ -229,12 +231,12 @@ TEST(ModelConfig, ValidationNamesTheFlag) {
   s = parse_mx_gemm("fp8", &g);
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("--mx-gemm"), std::string::npos) << s.message();
-  Fp8Gemm f;
-  for (Fp8Gemm want : {Fp8Gemm::kAuto, Fp8Gemm::kKernel, Fp8Gemm::kCublasLt}) {
-    ASSERT_TRUE(parse_fp8_gemm(fp8_gemm_name(want), &f).is_ok());
+  Sm90Fp8Route f;
+  for (Sm90Fp8Route want : {Sm90Fp8Route::kAuto, Sm90Fp8Route::kKernel, Sm90Fp8Route::kCublasLt}) {
+    ASSERT_TRUE(gemm::parse_sm90_fp8_route("--fp8-gemm", gemm::sm90_fp8_route_name(want), &f).is_ok());
     EXPECT_EQ(f, want);
   }
-  s = parse_fp8_gemm("bf16", &f);
+  s = gemm::parse_sm90_fp8_route("--fp8-gemm", "bf16", &f);
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("--fp8-gemm"), std::string::npos) << s.message();
 }

@@ -22,17 +22,19 @@
 namespace blockscale::train {
 namespace {
 
+using gemm::Sm90Fp8Route;
+
 struct Case {
   Recipe recipe;
   bool moe;
   MxGemm mx_gemm = MxGemm::kAuto;  // mxfp8, nvfp4: both GEMM routes are tested
-  Fp8Gemm fp8_gemm = Fp8Gemm::kAuto;  // fp8_block: both GEMM routes are tested
+  Sm90Fp8Route fp8_gemm = Sm90Fp8Route::kAuto;  // fp8_block: both GEMM routes are tested
 };
 
 std::string case_name(const testing::TestParamInfo<Case>& info) {
   const MxGemm g = info.param.mx_gemm;
   std::string route = g == MxGemm::kAuto ? "" : std::string("_") + mx_gemm_name(g);
-  if (info.param.fp8_gemm != Fp8Gemm::kAuto) route += std::string("_") + fp8_gemm_name(info.param.fp8_gemm);
+  if (info.param.fp8_gemm != Sm90Fp8Route::kAuto) route += std::string("_") + gemm::sm90_fp8_route_name(info.param.fp8_gemm);
   return std::string(recipe_name(info.param.recipe)) + (info.param.moe ? "_moe" : "_dense") + route;
 }
 
@@ -257,9 +259,9 @@ TEST_P(GpuBackendTest, WeightCopiesFollowTheOptimizer) {
 INSTANTIATE_TEST_SUITE_P(Recipes, GpuBackendTest,
                          testing::Values(Case{Recipe::kBf16, true}, Case{Recipe::kBf16, false},
                                          Case{Recipe::kFp8Block, true}, Case{Recipe::kFp8Block, false},
-                                         Case{Recipe::kFp8Block, true, MxGemm::kAuto, Fp8Gemm::kKernel},
-                                         Case{Recipe::kFp8Block, false, MxGemm::kAuto, Fp8Gemm::kKernel},
-                                         Case{Recipe::kFp8Block, true, MxGemm::kAuto, Fp8Gemm::kCublasLt},
+                                         Case{Recipe::kFp8Block, true, MxGemm::kAuto, Sm90Fp8Route::kKernel},
+                                         Case{Recipe::kFp8Block, false, MxGemm::kAuto, Sm90Fp8Route::kKernel},
+                                         Case{Recipe::kFp8Block, true, MxGemm::kAuto, Sm90Fp8Route::kCublasLt},
                                          Case{Recipe::kMxfp8, true, MxGemm::kBf16Values},
                                          Case{Recipe::kMxfp8, false, MxGemm::kBf16Values},
                                          Case{Recipe::kMxfp8, true, MxGemm::kBlockScaled},
@@ -333,7 +335,7 @@ struct RankResult {
 // One forward + backward of `batch` sequences from `first` on a backend joined to `comm` (none:
 // a single rank), then its gradients and state.
 RankResult step_on(const ParallelCase& pc, Recipe recipe, Communicator* comm, bool expert_parallel,
-                   int first, int batch, MxGemm mx_gemm = MxGemm::kAuto, Fp8Gemm fp8_gemm = Fp8Gemm::kAuto) {
+                   int first, int batch, MxGemm mx_gemm = MxGemm::kAuto, Sm90Fp8Route fp8_gemm = Sm90Fp8Route::kAuto) {
   RankResult out;
   std::unique_ptr<StepBackend> b;
   StepLosses l;
@@ -359,7 +361,7 @@ RankResult step_on(const ParallelCase& pc, Recipe recipe, Communicator* comm, bo
 
 // Two ranks as threads on one GPU, half the batch each.
 std::vector<RankResult> two_ranks(const ParallelCase& pc, Recipe recipe, bool expert_parallel,
-                                  MxGemm mx_gemm = MxGemm::kAuto, Fp8Gemm fp8_gemm = Fp8Gemm::kAuto) {
+                                  MxGemm mx_gemm = MxGemm::kAuto, Sm90Fp8Route fp8_gemm = Sm90Fp8Route::kAuto) {
   LocalGroup group(2);
   std::vector<RankResult> out(2);
   std::vector<std::thread> threads;
@@ -392,7 +394,7 @@ TEST(GpuBackendDataParallel, TwoRanksSumToOneRank) {
   const ParallelCase pc = parallel_case(11);
   for (Recipe recipe : {Recipe::kBf16, Recipe::kMxfp8, Recipe::kFp8Block}) {
     // fp8_block on its cublaslt route: each rank's experts one matmul each, sizes copied back.
-    const Fp8Gemm fp8 = Fp8Gemm::kCublasLt;
+    const Sm90Fp8Route fp8 = Sm90Fp8Route::kCublasLt;
     const RankResult one = step_on(pc, recipe, nullptr, false, 0, pc.batch, MxGemm::kAuto, fp8);
     ASSERT_TRUE(one.status.is_ok()) << one.status.message();
     const std::vector<RankResult> ranks = two_ranks(pc, recipe, false, MxGemm::kAuto, fp8);
@@ -423,14 +425,14 @@ TEST(GpuBackendExpertParallel, TwoRanksMatchOneRank) {
   struct Run {
     Recipe recipe;
     MxGemm mx_gemm;
-    Fp8Gemm fp8_gemm;
+    Sm90Fp8Route fp8_gemm;
   };
   // fp8_block's cublaslt route runs each rank's experts one matmul each, sized by the exchange.
-  const Run runs[] = {{Recipe::kBf16, MxGemm::kAuto, Fp8Gemm::kAuto},
-                      {Recipe::kMxfp8, MxGemm::kBf16Values, Fp8Gemm::kAuto},
-                      {Recipe::kMxfp8, MxGemm::kBlockScaled, Fp8Gemm::kAuto},
-                      {Recipe::kFp8Block, MxGemm::kAuto, Fp8Gemm::kAuto},
-                      {Recipe::kFp8Block, MxGemm::kAuto, Fp8Gemm::kCublasLt}};
+  const Run runs[] = {{Recipe::kBf16, MxGemm::kAuto, Sm90Fp8Route::kAuto},
+                      {Recipe::kMxfp8, MxGemm::kBf16Values, Sm90Fp8Route::kAuto},
+                      {Recipe::kMxfp8, MxGemm::kBlockScaled, Sm90Fp8Route::kAuto},
+                      {Recipe::kFp8Block, MxGemm::kAuto, Sm90Fp8Route::kAuto},
+                      {Recipe::kFp8Block, MxGemm::kAuto, Sm90Fp8Route::kCublasLt}};
   for (const auto& [recipe, mx_gemm, fp8_gemm] : runs) {
     const RankResult one = step_on(pc, recipe, nullptr, false, 0, pc.batch, mx_gemm, fp8_gemm);
     ASSERT_TRUE(one.status.is_ok()) << one.status.message();
@@ -462,7 +464,7 @@ TEST(GpuBackendExpertParallel, TwoRanksMatchOneRank) {
       }
     }
     std::printf("%s (%s, %s): expert parallel, 2 ranks vs 1, worst gradient difference %.2e (bound %.0e)\n",
-                recipe_name(recipe), mx_gemm_name(mx_gemm), fp8_gemm_name(fp8_gemm), worst, bound);
+                recipe_name(recipe), mx_gemm_name(mx_gemm), gemm::sm90_fp8_route_name(fp8_gemm), worst, bound);
   }
 }
 
@@ -473,8 +475,8 @@ TEST(GpuBackendExpertParallel, TwoRanksMatchOneRank) {
 TEST(GpuBackendExpertParallel, Nvfp4RoutesAgree) {
   SKIP_WITHOUT_GPU();
   const ParallelCase pc = parallel_case(17);
-  const auto values = two_ranks(pc, Recipe::kNvfp4, true, MxGemm::kBf16Values, Fp8Gemm::kAuto);
-  const auto kernel = two_ranks(pc, Recipe::kNvfp4, true, MxGemm::kBlockScaled, Fp8Gemm::kAuto);
+  const auto values = two_ranks(pc, Recipe::kNvfp4, true, MxGemm::kBf16Values, Sm90Fp8Route::kAuto);
+  const auto kernel = two_ranks(pc, Recipe::kNvfp4, true, MxGemm::kBlockScaled, Sm90Fp8Route::kAuto);
   for (const RankResult& r : {values[0], values[1], kernel[0], kernel[1]})
     ASSERT_TRUE(r.status.is_ok()) << r.status.message();
   EXPECT_NEAR(values[0].loss, kernel[0].loss, loss_bound(Recipe::kNvfp4) * std::fabs(kernel[0].loss));
