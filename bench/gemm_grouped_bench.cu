@@ -130,7 +130,7 @@ double ours_wgrad_tflops(const Case& c, Format recipe, const std::vector<int64_t
   const std::vector<int64_t> ends = cumulative(counts, block);
   const int64_t capacity = (tokens + g * (block - 1) + block - 1) / block * block;
   bg::GroupedGemmProblem p;
-  p.mode = bg::GroupedGemmMode::kK;
+  p.mode = bg::GroupMode::kK;
   p.num_groups = c.experts, p.m = c.n, p.n = c.k, p.k = capacity;
   p.a_recipe = p.b_recipe = mx ? recipe : Format::kFp8Block1x128;
   p.c_type = p.d_type = bg::MatrixType::kFp32, p.ldc = p.ldd = c.k, p.beta = 1.0f;

@@ -38,7 +38,7 @@ GemmArguments dense_arguments(const GroupedGemmArguments& args) {
 
 bool empty_problem(const GroupedGemmProblem& p) { return p.m == 0 || p.n == 0; }
 
-bool k_grouped(const GroupedGemmProblem& p) { return p.mode == GroupedGemmMode::kK; }
+bool k_grouped(const GroupedGemmProblem& p) { return p.mode == GroupMode::kK; }
 
 BufferCopies buffer_copies(const GroupedGemmProblem& p) {
   BufferCopies copies;
@@ -52,8 +52,8 @@ BufferCopies buffer_copies(const GroupedGemmProblem& p) {
 int64_t grouped_b_scale_bytes(const GroupedGemmProblem& p) { return scale_bytes(p.b_recipe, p.n, p.k); }
 
 Status can_implement(const GroupedGemmProblem& p) {
-  if (p.mode != GroupedGemmMode::kM && p.mode != GroupedGemmMode::kK)
-    return Status::error("mode: must be GroupedGemmMode::kM (fprop, dgrad) or kK (wgrad)");
+  if (p.mode != GroupMode::kM && p.mode != GroupMode::kK)
+    return Status::error("mode: must be GroupMode::kM (fprop, dgrad) or kK (wgrad)");
   if (p.num_groups < 1 || p.num_groups > kMaxGroups)
     return Status::error("num_groups: must be in [1, " + str(kMaxGroups) + "], got " + str(p.num_groups));
   const bool fp8 = is_fp8_blockwise_pair(p.a_recipe, p.b_recipe);
@@ -131,7 +131,7 @@ Status run(const GroupedGemmProblem& p, const GroupedGemmArguments& args, void* 
   GemmArguments dense = dense_arguments(args);
   if (!k_grouped(p)) dense.b_scale_dec = nullptr;  // per expert: passed through `grouping`
   Grouping grouping;
-  grouping.mode = k_grouped(p) ? GroupMode::kK : GroupMode::kM;
+  grouping.mode = p.mode;
   grouping.group_ends = args.group_ends;
   grouping.num_groups = p.num_groups;
   grouping.b_scale_stride_bytes = grouped_b_scale_bytes(p);

@@ -4,7 +4,7 @@
 // back. Same kernels as the dense API in a grouped scheduling mode (gemm/common/grouped_schedule.h);
 // sm_90 only so far (the sm_100 path is refused with a message).
 //
-// ---- M-grouped (GroupedGemmMode::kM: fprop and dgrad) ----
+// ---- M-grouped (GroupMode::kM: fprop and dgrad) ----
 //   D[rows of expert g] = alpha * (A[rows of g] ⊗ scales_A) · (B_g ⊗ scales_B,g)^T + beta * C[rows of g]
 //
 // A (m x k): the tokens of all experts, sorted by expert, quantized rowwise as one dense matrix
@@ -20,7 +20,7 @@
 // gemm.h. NVFP4: a_scale_dec is one device float (the tokens are one tensor), b_scale_dec an array
 // of num_groups device floats (each expert's weight has its own tensor scale).
 //
-// ---- K-grouped (GroupedGemmMode::kK: wgrad) ----
+// ---- K-grouped (GroupMode::kK: wgrad) ----
 //   D_g (m x n) = alpha * (A[:, K of g] ⊗ scales_A) · (B[:, K of g] ⊗ scales_B)^T + beta * C_g
 //
 // The reduction runs over each expert's tokens: dW_g = dY_g^T · X_g. A (m x k) is the columnwise
@@ -59,13 +59,12 @@
 #include <cstdint>
 
 #include "gemm/gemm.h"
+#include "gemm/group_mode.h"  // defines: GroupMode
 
 namespace blockscale::gemm {
 
-enum class GroupedGemmMode { kM, kK };
-
 struct GroupedGemmProblem {
-  GroupedGemmMode mode = GroupedGemmMode::kM;
+  GroupMode mode = GroupMode::kM;  // kM or kK
   int num_groups = 0;  // experts, 1 .. 1024
   int64_t m = 0;       // kM: tokens of all experts (rows of A, C, D); kK: rows of each expert's D
   int64_t n = 0;       // columns of D; kM: rows of each expert's B; kK: rows of B

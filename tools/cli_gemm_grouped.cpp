@@ -160,7 +160,7 @@ void run_grouped_gemm(const GemmArgs& a) {
   fail("gemm", "this build has no CUDA parts (configure with -DBLOCKSCALE_CUDA=ON); gemm/ runs on the GPU only");
 #else
   gemm::GroupedGemmProblem p;  // shapes and recipes, before any work (wgrad: k is checked per copy)
-  p.mode = wgrad ? gemm::GroupedGemmMode::kK : gemm::GroupedGemmMode::kM;
+  p.mode = wgrad ? gemm::GroupMode::kK : gemm::GroupMode::kM;
   p.num_groups = a.experts;
   quant::GroupedQuantizeProblem gq;
   gq.dense.recipe = ra, gq.dense.rows = a.tokens, gq.num_groups = a.experts;

@@ -114,7 +114,7 @@ Status gpu_grouped_gemm(bool k_grouped, const formats::QuantizedMatrix& a, const
                         const std::vector<int64_t>& ends, bool fp32_d, int iters, bool fetch_d, GpuGemmResult* result) {
   if (b.empty() || ends.empty()) return Status::error("b, ends: need at least one expert");
   gemm::GroupedGemmProblem p;
-  p.mode = k_grouped ? gemm::GroupedGemmMode::kK : gemm::GroupedGemmMode::kM;
+  p.mode = k_grouped ? gemm::GroupMode::kK : gemm::GroupMode::kM;
   p.num_groups = static_cast<int>(ends.size());
   p.m = a.rows, p.n = b[0].rows, p.k = a.cols;
   p.a_recipe = a.recipe, p.b_recipe = b[0].recipe;

@@ -361,7 +361,7 @@ Status GpuLayers::grouped_forward(const std::string& name, const float* x, int64
   qw = saved_[name + ".w"];
   gemm::GroupedGemmProblem p;
   gemm::GroupedGemmArguments a;
-  p.mode = gemm::GroupedGemmMode::kM;
+  p.mode = gemm::GroupMode::kM;
   p.num_groups = e;
   describe(row_copy(qx, format_of(OperandRole::kActivation)), row_copy(qw, format_of(OperandRole::kWeight)), rows, n,
            k, y, false, &p, &a);
@@ -395,7 +395,7 @@ Status GpuLayers::grouped_backward(const std::string& name, SrKey sr, const floa
   const formats::Format gradient = format_of(OperandRole::kGradient);
   gemm::GroupedGemmProblem p;  // dgrad: dY.row x W.col, M-grouped
   gemm::GroupedGemmArguments a;
-  p.mode = gemm::GroupedGemmMode::kM;
+  p.mode = gemm::GroupMode::kM;
   p.num_groups = e;
   describe(row_copy(qdy, gradient), col_copy(qw, format_of(OperandRole::kWeight)), rows, k, n, dx, false, &p, &a);
   a.group_ends = ends;
@@ -405,7 +405,7 @@ Status GpuLayers::grouped_backward(const std::string& name, SrKey sr, const floa
   BS_RETURN_IF_ERROR(gemm_run(p, a));
   gemm::GroupedGemmProblem pw;  // wgrad: dY.col x X.col over each expert's padded tokens, accumulated
   gemm::GroupedGemmArguments aw;
-  pw.mode = gemm::GroupedGemmMode::kK;
+  pw.mode = gemm::GroupMode::kK;
   pw.num_groups = e;
   describe(col_copy(qdy, gradient), col_copy(qx, format_of(OperandRole::kActivation)), n, k, qdy.capacity, dw,
            !fresh_gradients_, &pw, &aw);

@@ -23,13 +23,11 @@
 #include <cstdint>
 
 #include "gemm/common/tile_scheduler.h"
+#include "gemm/group_mode.h"  // defines: GroupMode
 
 namespace blockscale::gemm {
 
 constexpr int kMaxGroups = 1024;  // experts per grouped GEMM (two int32 tables in shared memory)
-
-// A kernel's scheduling mode: one dense problem, M-grouped or K-grouped.
-enum class GroupMode { kDense, kM, kK };
 
 struct GroupedRows {
   const int32_t* group_ends = nullptr;  // null: a dense problem

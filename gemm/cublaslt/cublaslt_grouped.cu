@@ -52,7 +52,7 @@ __global__ void regroup_vec128_scales(const float* src, int64_t src_ld, int64_t 
 }
 
 Status check_host_ends(const GroupedGemmProblem& p, const int32_t* ends) {
-  const bool k_mode = p.mode == GroupedGemmMode::kK;
+  const bool k_mode = p.mode == GroupMode::kK;
   int64_t prev = 0;
   for (int g = 0; g < p.num_groups; ++g) {
     const int64_t e = ends[g];
@@ -186,14 +186,14 @@ Status run_k_grouped(const GroupedGemmProblem& p, const GroupedGemmArguments& ar
 }  // namespace
 
 int64_t grouped_cublaslt_scale_bytes(const GroupedGemmProblem& p) {
-  if (p.mode != GroupedGemmMode::kM || !is_fp8_blockwise_pair(p.a_recipe, p.b_recipe)) return 0;
+  if (p.mode != GroupMode::kM || !is_fp8_blockwise_pair(p.a_recipe, p.b_recipe)) return 0;
   const int64_t bytes = (p.m + 3 * int64_t{p.num_groups}) * (p.k / 128) * 4;
   return (bytes + 255) / 256 * 256;  // cuBLASLt's workspace after it stays 256-byte aligned
 }
 
 bool grouped_cublaslt_applies(const GroupedGemmProblem& p, const GroupedGemmArguments& args) {
   if (args.host_group_ends == nullptr || !is_fp8_blockwise_pair(p.a_recipe, p.b_recipe)) return false;
-  const bool k_mode = p.mode == GroupedGemmMode::kK;
+  const bool k_mode = p.mode == GroupMode::kK;
   // An expert's problem with m a multiple of 4 (M-grouped: the rounded rows) meets the other rules.
   if (!cublaslt_fp8_shape_ok(expert_problem(p, k_mode ? p.m : 4, p.k))) return false;
   return !k_mode || empty_experts_simple(p, args);
@@ -202,7 +202,7 @@ bool grouped_cublaslt_applies(const GroupedGemmProblem& p, const GroupedGemmArgu
 Status launch_grouped_cublaslt(const GroupedGemmProblem& p, const GroupedGemmArguments& args, void* workspace,
                                size_t workspace_bytes, cudaStream_t stream) {
   BS_RETURN_IF_ERROR(check_host_ends(p, args.host_group_ends));
-  if (p.mode == GroupedGemmMode::kM)
+  if (p.mode == GroupMode::kM)
     return run_m_grouped(p, args, static_cast<uint8_t*>(workspace), workspace_bytes, stream);
   return run_k_grouped(p, args, workspace, workspace_bytes, stream);
 }

@@ -1,4 +1,4 @@
-// Tests of the K-grouped (MoE wgrad) GEMM (gemm/grouped.h, GroupedGemmMode::kK) against
+// Tests of the K-grouped (MoE wgrad) GEMM (gemm/grouped.h, GroupMode::kK) against
 // formats::reference_gemm_k_grouped (fp64) on fresh random data, for FP8 blockwise and every MX /
 // NVFP4 recipe pair whose operands share a padded token axis (equal block lengths).
 //
@@ -138,7 +138,7 @@ Operands make_operands(const KGroupedCase& kc, std::mt19937_64* rng, std::vector
 
 bg::GroupedGemmProblem problem_of(const KGroupedCase& kc, int64_t capacity) {
   bg::GroupedGemmProblem p;
-  p.mode = bg::GroupedGemmMode::kK;
+  p.mode = bg::GroupMode::kK;
   p.num_groups = static_cast<int>(kc.counts.size());
   p.m = kc.m, p.n = kc.n, p.k = capacity;
   p.a_recipe = kc.pair.a, p.b_recipe = kc.pair.b;
@@ -473,7 +473,7 @@ TEST(KGroupedGemm, MalformedEndsStayInBounds) {
 
 bg::GroupedGemmProblem valid_problem() {
   bg::GroupedGemmProblem p;
-  p.mode = bg::GroupedGemmMode::kK;
+  p.mode = bg::GroupMode::kK;
   p.num_groups = 8, p.m = 4096, p.n = 7168, p.k = 4096 + 8 * 128;
   p.a_recipe = Format::kFp8Block1x128, p.b_recipe = Format::kFp8Block1x128;
   p.c_type = p.d_type = MatrixType::kFp32;
@@ -499,7 +499,9 @@ TEST(KGroupedGemmChecks, RulesNameTheArgument) {
   p.a_recipe = Format::kMxfp8E4M3, p.b_recipe = Format::kNvfp4;
   expect_error(bg::can_implement(p), "block lengths must match");
   p = valid_problem();
-  p.mode = static_cast<bg::GroupedGemmMode>(7);
+  p.mode = static_cast<bg::GroupMode>(7);
+  expect_error(bg::can_implement(p), "mode");
+  p.mode = bg::GroupMode::kDense;  // a grouped problem is M- or K-grouped
   expect_error(bg::can_implement(p), "mode");
   p = valid_problem();
   p.num_groups = 1024, p.m = p.n = 1 << 20, p.ldc = p.ldd = p.n;
