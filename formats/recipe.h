@@ -20,8 +20,6 @@ enum class Format {
   kFp8Block1x128,    // 1x128 blocks, E4M3 elements, fp32 scales (activations, gradients)
   kFp8Block128x128,  // 128x128 blocks, E4M3 elements, fp32 scales (weights)
 };
-// The spelling gemm/sm90/sm90_fp8_gemm.cu uses (`using formats::Recipe;`); new code names Format.
-using Recipe = Format;
 
 // The MX scale rule (docs/numerics.md): kCeil (the default) or kFloor. kBoth asks for the two
 // (the accuracy study's columns, tools/study.h); a quantization and a stored tensor take one.

@@ -19,7 +19,7 @@
 namespace blockscale::gemm::detail {
 namespace {
 
-using formats::Recipe;
+using formats::Format;
 using sm90::Fp8GemmConfig;
 using sm90::Fp8GemmParams;
 
@@ -257,7 +257,7 @@ Status sm90_fp8_gemm_loadable() {
 Status launch_sm90_fp8_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream,
                            const Grouping* grouping) {
   // gemm/grouped.cpp checks the recipes: 128x128 B when M-grouped, 1x128 B when K-grouped.
-  const bool b_scale_per_row = p.b_recipe == Recipe::kFp8Block1x128;
+  const bool b_scale_per_row = p.b_recipe == Format::kFp8Block1x128;
   const bool tall_applies = !b_scale_per_row && (grouping == nullptr || grouping->mode == GroupMode::kM);
   Sm90Fp8Tile tile = sm90_fp8_tile();
   if (tile == Sm90Fp8Tile::kAuto) {
