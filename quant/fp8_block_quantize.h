@@ -1,5 +1,5 @@
 // Internal to quant/: the FP8 blockwise block scale (docs/numerics.md, "FP8 blockwise") as one
-// host-device function, so the kernel in quant/fp8_block_quantize.cu and its tests evaluate the
+// host-device function, so the kernel (quant/fp8_block_quantize_kernel.cuh) and its tests evaluate the
 // same expression that formats::detail::fp8_block_quantize_rows (formats/fp8_block_quantize.cpp)
 // writes out inline.
 #pragma once

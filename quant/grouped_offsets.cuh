@@ -1,5 +1,5 @@
-// The grouped (MoE) mode of the quantize kernels (MX: quant/mx_quantize.cu, FP8 blockwise:
-// quant/fp8_block_quantize.cu, NVFP4: quant/nvfp4_quantize.cu): the padded expert offsets,
+// The grouped (MoE) mode of the quantize kernels (quant/mx_grouped_quantize.cu,
+// fp8_block_grouped_quantize.cu, nvfp4_grouped_quantize.cu): the padded expert offsets,
 // computed on the device from group_ends, and the map from a block-row segment of the padded
 // columnwise row space to the input rows it reads.
 //

@@ -1,6 +1,6 @@
 // Internal to quant/: the per-recipe launchers behind quant/quantize.h. quantize.cpp has checked
 // every argument (shapes, options, pointers, overlaps), zeroed outputs.amax / columnwise_amax when
-// given, and calls these only for a non-empty shape. One file per recipe implements them.
+// given, and calls these only for a non-empty shape. One file per recipe and mode implements them.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,10 +16,10 @@ namespace blockscale::quant::detail {
 // MXFP8 (E4M3, E5M2) and MXFP4: quant/mx_quantize.cu.
 Status launch_mx_quantize(const QuantizeProblem& p, const QuantizeInputs& in,
                           const QuantizeOutputs& out, cudaStream_t stream);
-// Several matrices of one shape (whole 128-row tiles each) in one launch: quant/mx_quantize.cu.
+// Several matrices of one shape (whole 128-row tiles each) in one launch: quant/mx_batched_quantize.cu.
 Status launch_mx_batched_quantize(const BatchedQuantizeProblem& p, const QuantizeInputs& in,
                                   const QuantizeOutputs& out, cudaStream_t stream);
-// The grouped (MoE) mode of the same kernel: quant/mx_quantize.cu.
+// The grouped (MoE) mode of the same kernel: quant/mx_grouped_quantize.cu.
 Status launch_mx_grouped_quantize(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,
                                   const GroupedQuantizeOutputs& out, cudaStream_t stream);
 
@@ -29,7 +29,7 @@ Status launch_nvfp4_quantize(const QuantizeProblem& p, const QuantizeInputs& in,
                              const QuantizeOutputs& out, void* workspace, cudaStream_t stream);
 size_t nvfp4_workspace_size(const QuantizeProblem& p);
 
-// The grouped (MoE) mode of the NVFP4 kernels (1D only): quant/nvfp4_quantize.cu.
+// The grouped (MoE) mode of the NVFP4 kernels (1D only): quant/nvfp4_grouped_quantize.cu.
 Status launch_nvfp4_grouped_quantize(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,
                                      const GroupedQuantizeOutputs& out, void* workspace, cudaStream_t stream);
 size_t nvfp4_grouped_workspace_size(const GroupedQuantizeProblem& p);
@@ -37,10 +37,10 @@ size_t nvfp4_grouped_workspace_size(const GroupedQuantizeProblem& p);
 // FP8 blockwise (1x128, 128x128, pow2): quant/fp8_block_quantize.cu.
 Status launch_fp8_block_quantize(const QuantizeProblem& p, const QuantizeInputs& in,
                                  const QuantizeOutputs& out, cudaStream_t stream);
-// Several stacked matrices in one launch (128x128 only): quant/fp8_block_quantize.cu.
+// Several stacked matrices in one launch (128x128 only): quant/fp8_block_batched_quantize.cu.
 Status launch_fp8_block_batched_quantize(const BatchedQuantizeProblem& p, const QuantizeInputs& in,
                                          const QuantizeOutputs& out, cudaStream_t stream);
-// The grouped (MoE) mode of the same kernel (1x128 only): quant/fp8_block_quantize.cu.
+// The grouped (MoE) mode of the same kernel (1x128 only): quant/fp8_block_grouped_quantize.cu.
 Status launch_fp8_block_grouped_quantize(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,
                                          const GroupedQuantizeOutputs& out, cudaStream_t stream);
 

@@ -1,5 +1,5 @@
 // Internal to quant/: NVFP4's amax pass (TensorAmax::kMeasure), the first of its two passes. The
-// quantize kernel (quant/nvfp4_quantize.cu) reduces the per-CTA maxima it leaves in the workspace.
+// quantize kernel (quant/nvfp4_quantize_kernel.cuh) reduces the per-CTA maxima it leaves in the workspace.
 #pragma once
 
 #include <cuda_runtime_api.h>

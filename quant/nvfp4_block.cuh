@@ -1,7 +1,7 @@
-// The per-block arithmetic of the NVFP4 quantize kernel (quant/nvfp4_quantize.cu, its only
-// includer): block magnitude maxima (NaN-aware, packed 16-bit), the block scale, and the sixteen
-// E2M1 codes of a block with their signs. Private to that kernel: the anonymous namespace keeps
-// these out of every other translation unit.
+// The per-block arithmetic of the NVFP4 quantize kernel (quant/nvfp4_quantize_kernel.cuh, through
+// nvfp4_quantize_tile.cuh): block magnitude maxima (NaN-aware, packed 16-bit), the block scale, and
+// the sixteen E2M1 codes of a block with their signs. Private to that kernel: the anonymous
+// namespace keeps these in the translation units that instantiate it.
 #pragma once
 
 #include <cstdint>

@@ -1,8 +1,8 @@
-// Device helpers of the NVFP4 quantize kernels (quant/nvfp4_quantize.cu): the E2M1 element encoder
+// Device helpers of the NVFP4 quantize kernels (quant/nvfp4_quantize_kernel.cuh): the E2M1 encoder
 // (software, the same on every architecture), the element codes of 8 / 16 values with their signs
 // packed two per byte, the UE4M3 block scale code, the Philox words of 16 consecutive stored
 // elements, and the tensor-scale setup. Everything host-callable here (BS_HOST_DEVICE) is checked
-// on the host against formats/ by tests/quant/nvfp4_quantize_test.cu; the device-only pieces
+// on the host against formats/ by tests/quant/nvfp4_device_test.cu; the device-only pieces
 // (the hardware UE4M3 conversion, the PRMT sign gathers) are checked there on the GPU.
 #pragma once
 

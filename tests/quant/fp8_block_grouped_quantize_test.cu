@@ -1,6 +1,6 @@
-// Tests of the grouped (MoE) mode of quant/fp8_block_quantize.cu (1x128) through quant/quantize.h's
-// grouped run(): the GPU's bytes against the CPU emulator's, byte for byte. The reference is the
-// dense formats::quantize() (rowwise copy) and formats::quantize_grouped_columnwise() (columnwise
+// Tests of the grouped (MoE) mode (1x128), quant/fp8_block_grouped_quantize.cu, through
+// quant/quantize.h's grouped run(): the GPU's bytes against the CPU emulator's, byte for byte. The
+// reference is the dense formats::quantize() (rowwise copy) and formats::quantize_grouped_columnwise() (columnwise
 // copy: each expert padded with zero rows to a multiple of 128, and the padded ends), their fp32
 // scales packed with formats::pack_vec128_scales(). The GPU's columnwise copy is cols x capacity
 // (grouped_capacity): its rows hold the reference's cols x padded_total codes, then zeros; its

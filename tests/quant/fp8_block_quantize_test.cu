@@ -19,7 +19,7 @@
 //   - the flag is only ever set to 1; fp8_block_scale (the kernel's scale arithmetic) against
 //     formats on boundary and sampled amax patterns, on the host and on the GPU.
 // The hardware E4M3 encoder is proven equal to formats::encode_minifloat on every finite fp32 by
-// tests/quant/mx_quantize_test (Mxfp8HardwareCvt); it is not swept again here.
+// tests/quant/mx_device_test (Mxfp8HardwareCvt); it is not swept again here.
 // GPU tests skip without a GPU; the host checks run everywhere.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
-// Tests of the grouped (MoE) mode of quant/mx_quantize.cu through quant/quantize.h's grouped run():
-// the GPU's bytes against the CPU emulator's, byte for byte. The reference is
+// Tests of the grouped (MoE) mode, quant/mx_grouped_quantize.cu, through quant/quantize.h's
+// grouped run(): the GPU's bytes against the CPU emulator's, byte for byte. The reference is
 // formats::quantize_grouped_columnwise() (the columnwise copy, each expert padded with zero rows
 // to a multiple of 32, and the padded ends) and the dense formats::quantize() (the rowwise copy),
 // followed by formats::pack_swizzled_scales(). The GPU's columnwise copy is cols x capacity with

@@ -1,4 +1,4 @@
-// Tests of the grouped (MoE) mode of quant/nvfp4_quantize.cu (and the grouped RHT amax walk of
+// Tests of the grouped (MoE) mode, quant/nvfp4_grouped_quantize.cu (and the grouped RHT amax walk of
 // quant/nvfp4_amax.cu) through quant/quantize.h's grouped run(): the GPU's bytes against the CPU
 // emulator's, byte for byte. The reference is formats::quantize_grouped_columnwise() (the
 // columnwise copy: each expert's tokens padded with zero rows to a multiple of 16, quantized as

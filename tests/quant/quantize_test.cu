@@ -3,6 +3,7 @@
 // needed: the checks run before anything touches the device, on fake addresses.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 
 #include "formats/scale_layout.h"
@@ -15,6 +16,7 @@ namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
 using bf::Format;
 using bf::Direction;
+using bf::ScaleRounding;
 using blockscale_test::expect_error;
 
 bq::QuantizeProblem problem(Format r, int64_t rows, int64_t cols, Direction d = Direction::kBoth) {
@@ -169,5 +171,77 @@ TEST(DequantizeChecks, Arguments) {
   p.recipe = Format::kMxfp6E3M2;
   expect_error(bq::dequantize(p, in, at<float>(0x3000000), nullptr), "problem.recipe");
 }
+
+// ---- Argument checks (no GPU needed: errors are found before any device access) -------------
+
+bq::QuantizeProblem good_problem() {
+  bq::QuantizeProblem p;
+  p.rows = 64, p.cols = 64, p.ld = 64, p.directions = Direction::kBoth;
+  return p;
+}
+
+TEST(QuantizeApi, CanImplementNamesTheArgument) {
+  bq::QuantizeProblem p = good_problem();
+  EXPECT_TRUE(bq::can_implement(p).is_ok());
+  p.rows = -1;
+  expect_error(bq::can_implement(p), "problem.rows");
+  p = good_problem(), p.cols = -3;
+  expect_error(bq::can_implement(p), "problem.cols");
+  p = good_problem(), p.ld = 63;
+  expect_error(bq::can_implement(p), "problem.ld");
+  p = good_problem(), p.recipe = Format::kMxfp6E3M2;
+  expect_error(bq::can_implement(p), "problem.recipe");
+  p = good_problem(), p.rows = 0;
+  EXPECT_TRUE(bq::can_implement(p).is_ok()) << "an empty problem is valid";
+  p = good_problem(), p.rounding = ScaleRounding::kFloor, p.recipe = Format::kMxfp8E5M2;
+  EXPECT_TRUE(bq::can_implement(p).is_ok());
+  EXPECT_EQ(bq::workspace_size(good_problem()), 0u);
+}
+
+TEST(QuantizeApi, PointerChecksNameTheArgument) {
+  // Fake, never dereferenced addresses far apart: every check below fails before device access.
+  auto at = [](uintptr_t a) { return reinterpret_cast<uint8_t*>(a); };
+  const bq::QuantizeProblem p = good_problem();
+  bq::QuantizeInputs in;
+  in.x = at(0x100000);
+  bq::QuantizeOutputs out;
+  out.rowwise_data = at(0x200000), out.rowwise_scales = at(0x300000);
+  out.columnwise_data = at(0x400000), out.columnwise_scales = at(0x500000);
+
+  bq::QuantizeInputs no_x;
+  expect_error(bq::can_implement(p, no_x, out), "inputs.x");
+  bq::QuantizeOutputs o = out;
+  o.rowwise_data = nullptr;
+  expect_error(bq::can_implement(p, in, o), "outputs.rowwise_data");
+  o = out, o.columnwise_scales = nullptr;
+  expect_error(bq::can_implement(p, in, o), "outputs.columnwise_scales");
+  o = out, o.columnwise_data = out.rowwise_data + 100;  // inside rowwise data
+  expect_error(bq::can_implement(p, in, o), "overlaps");
+  o = out, o.rowwise_scales = at(0x100000 + 64 * 64 * 2 - 1);  // last byte of the input
+  expect_error(bq::can_implement(p, in, o), "outputs.rowwise_scales: overlaps inputs.x");
+  o = out, o.amax = reinterpret_cast<float*>(at(0x600002));
+  expect_error(bq::can_implement(p, in, o), "outputs.amax");
+  o = out, o.nonfinite = reinterpret_cast<int*>(at(0x600001));
+  expect_error(bq::can_implement(p, in, o), "outputs.nonfinite");
+  bq::QuantizeInputs odd;
+  odd.x = at(0x100001);  // bf16 needs 2-byte alignment
+  expect_error(bq::can_implement(p, odd, out), "inputs.x");
+  // Buffers of a direction not requested may be null.
+  bq::QuantizeProblem row_only = p;
+  row_only.directions = Direction::kRowwise;
+  o = out, o.columnwise_data = nullptr, o.columnwise_scales = nullptr, o.rowwise_data = nullptr;
+  expect_error(bq::can_implement(row_only, in, o), "outputs.rowwise_data");
+
+  bq::DequantizeProblem d;
+  d.rows = 4, d.cols = 32;
+  expect_error(bq::dequantize(d, bq::DequantizeInputs{nullptr, at(0x300000), nullptr},
+                               reinterpret_cast<float*>(at(0x400000)), nullptr),
+               "inputs.data");
+  d.recipe = Format::kMxfp6E2M3;
+  expect_error(bq::dequantize(d, bq::DequantizeInputs{at(0x200000), at(0x300000), nullptr},
+                               reinterpret_cast<float*>(at(0x400000)), nullptr),
+               "problem.recipe");
+}
+
 
 }  // namespace

@@ -1,0 +1,516 @@
+// NVFP4 quantize (E2M1 elements two per byte, UE4M3 block scales, an fp32 tensor scale) of a
+// row-major bf16 / fp16 / fp32 matrix with a row stride: the rowwise copy (rows x cols, 1x16
+// blocks along cols), the columnwise copy (cols x rows, the transpose, blocks along the input's
+// rows), or both from one read of the input. Options: 16x16 blocks (nvfp4_2d: one scale per tile,
+// written once per row of the tile, shared by both copies), stochastic rounding (Philox word of the
+// element's STORED position), the 16-point random Hadamard transform on the columnwise copy, and
+// the tensor amax either measured (TensorAmax::kMeasure: the amax pass, quant/nvfp4_amax.cu,
+// reads the input first and leaves per-CTA partial maxima in the workspace; the quantize kernel
+// reduces them and derives S_enc / S_dec on the device, no host sync) or given (kGiven: device
+// floats, one pass).
+//
+// Two modes of the same kernel (the `kGrouped` template argument), as the MX kernel has:
+//   dense  : the matrix as it is (quant/quantize.h run()).
+//   grouped: MoE tokens sorted by expert (run() of GroupedQuantizeProblem, 1D blocks only): the
+//            rowwise copy is the dense one; the columnwise copy is quantized in the padded row
+//            space of quant/grouped_offsets.cuh (each expert padded with zero rows to a multiple
+//            of 16, zero rows up to the capacity), as formats::quantize_grouped_columnwise does,
+//            and the kernel writes the padded ends. One tensor scale for all experts. No host
+//            synchronisation: every CTA scans group_ends into shared memory.
+//
+// Layouts: data rows of ceil(n / 2) bytes, element 2i in the low nibble of byte i; scales in the
+// swizzled 128x4 layout (formats::swizzled_scale_offset), padding bytes written as 0.
+//
+// Must match, byte for byte: formats::quantize() (formats/nvfp4_quantize.cpp; formats/quantize.cpp
+// for the columnwise transpose and the per-copy tensor amax: the RHT copy measures the amax of the
+// transformed values; grouped: formats::quantize_grouped_columnwise, whose RHT copy transforms the
+// zero-padded expert blocks, and whose SR counters index the padded cols x padded_total copy)
+// followed by formats::pack_swizzled_scales(). The arithmetic is formats':
+// formats::nvfp4_tensor_scales, formats::nvfp4_block_encode_factor (a 128-entry table per copy,
+// built once per CTA), the block scale code UE4M3(amax * (S_enc * fl(1/6))) (hardware
+// cvt.rn.satfinite.e4m3x2.f32, identical to formats::encode_ue4m3 on every value >= 0: checked on
+// the GPU over all of them), formats::hadamard16_inplace's butterflies in its order
+// (nvfp4::rht16_unscaled: the same fp32 operations minus the final exact x 0.25, which is applied
+// to the values or, for 16-bit input, folded into the encode factors where that is exact),
+// formats::philox4x32_10 and formats::encode_e2m1_stochastic (on the device nvfp4::e2m1_stochastic_code:
+// the same decision in fp32 without doubles or branches; tests/quant compares the two on the GPU
+// on every fp32 pattern around its rounding threshold). The E2M1 elements are encoded in
+// SOFTWARE on every architecture (nvfp4::e2m1_magnitude_biased: three fp32 roundings and a min;
+// tests/quant compares it with formats::encode_e2m1 on every non-NaN fp32): the hardware
+// cvt.rn.satfinite.e2m1x2.f32 exists only on sm_100a, so the sm_90a and sm_100a images run the
+// same code and write identical bytes by construction. Divisions are IEEE (div_rn); no fast-math.
+// outputs.nonfinite is set when a block of a copy written gets the NaN scale (a NaN / Inf input,
+// or, for the RHT copy, a transform that overflows fp32 on finite input), as formats'
+// nonfinite_seen of those copies.
+//
+// Tiling: a CTA of 256 threads owns a 128 x 128 input tile at a time (grid-stride loop over tiles,
+// the grid sized from the SM count and the occupancy, 3 CTAs per SM). The tile matches two 512-byte
+// chunks of each swizzled scale buffer (128 rows x 8 blocks of 16), staged in shared memory and
+// stored one tile late (one barrier per tile; two with 2D blocks).
+//   load      : cp.async of 16-byte granules (zero-filled past the matrix; whole tiles take an
+//               unchecked path with compile-time swizzle keys) into a shared tile of
+//               32-bit words whose granule index is XOR-swizzled by the row's 16-row chunk and the
+//               granule's upper bits, so the copies, the row reads and the column reads are free of
+//               bank conflicts; 16-bit input double-buffers, fp32 (64 KB tiles) single-buffers.
+//   rowwise   : a thread quantizes whole 1x16 blocks (4 per tile): 16 codes = one 8-byte store,
+//               8 lanes write 64 contiguous bytes of a row.
+//   columnwise: a thread reads 16 rows of one word column (two 16-bit columns or one fp32), applies
+//               the RHT per column when asked, and writes 8 bytes per column; 8 lanes write 64
+//               contiguous bytes of a stored row.
+//   2D        : before the row / column work, 4 threads per 16x16 tile block reduce its amax and
+//               leave both copies' (scale, encode factor) in shared memory.
+//   Encoder   : the saturating minimum is needed only when some |y| of a block may reach 7 (known
+//               from the block amax); a warp vote picks the cheaper encoder when no lane needs it.
+//   Tiles wholly inside the matrix (with aligned outputs) take a path without bounds checks.
+// The amax pass (kMeasure) walks the matrix from its end to its start, so the quantize kernel (which
+// starts at the top) finds the most recently read rows in L2.
+// The grouped mode's tiles and host side: quant/nvfp4_grouped_quantize.cu; the host side that picks
+// an instantiation: quant/nvfp4_quantize_dispatch.cuh. Included by each mode's file, which
+// instantiates its own kernels (the anonymous namespace keeps them in that file).
+#pragma once
+
+#include <cstdint>
+
+#include "quant/nvfp4_quantize_tile.cuh"  // defines: Nvfp4Params, TileShape, the load, State, stores
+
+namespace blockscale::quant::detail {
+namespace {
+
+// ---- Rowwise: thread (warp w, lane l) quantizes block q = l % 8 of rows r_s = 32s + 4w + l / 8,
+// s = 0..3. The shared-memory swizzle key of row r_s is ((r_0 >> 4) & 7) ^ 2s (r_0 < 32), so the
+// word offset of each granule of block s is (offset at s = 0) ^ 8s, plus 32 rows.
+// kGrouped: tile row r_s is row r_s % 16 of segment segs[r_s / 16]; every row is quantized (zero
+// rows give zeros), only token rows are stored, at their input row.
+template <InputType kIn, bool k2D, bool kSr, bool kFull, bool kGrouped>
+__device__ __forceinline__ void rowwise_tile(const Nvfp4Params& p, const uint32_t* tile, const TileAt& at,
+                                             State& st, const TileBlocks* tb, uint8_t* staged, const Segment* segs) {
+  using In = InputTraits<kIn>;
+  using S = TileShape<kIn>;
+  constexpr int kGran = In::kBytes;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int q = lane & 7;
+  const int row0 = 4 * (static_cast<int>(threadIdx.x) >> 5) + (lane >> 3);
+  // Byte offsets of the granules of block 0 (granule j of the run is granule 0's ^ 16 j bytes:
+  // kGran q + j differs from kGran q in the low bits only, below the swizzle's upper bits).
+  uint32_t off0 = 4u * static_cast<uint32_t>(tile_word<kIn>(row0, kGran * q));
+  uint32_t tile_s = smem_addr(tile);
+  uint32_t stage = smem_addr(staged + staged_scale(row0, q));
+  uint8_t* dst = p.row_data + (at.r0 + row0) * p.row_pitch + (at.c0 >> 1) + 8 * q;
+  const int64_t dst_step = 32 * p.row_pitch;
+#pragma unroll 1
+  for (int s = 0; s < 4; ++s, dst += dst_step) {
+    pin(off0);
+    pin(tile_s);
+    pin(stage);
+    const int rt = 32 * s + row0;
+    const bool inside = kFull || (rt < at.rows_in && 16 * q < at.cols_in);
+    int64_t r = at.r0 + rt;  // the input row (stored row) of tile row rt
+    bool row_ok = true;
+    if constexpr (kGrouped) {
+      const Segment sg = segs[rt >> 4];
+      row_ok = static_cast<uint32_t>(rt & 15) < sg.valid;
+      r = int64_t{sg.src} + (rt & 15);
+    }
+    uint32_t code = 0;
+    if (inside) {
+      const uint32_t off = (off0 ^ (32u * s)) + s * 128u * S::kWordsPerRow;  // 32 rows = 128 W bytes
+      uint32_t a[kGran];
+#pragma unroll
+      for (int j = 0; j < kGran; ++j) a[j] = tile_s + (off ^ (16u * j));
+      uint32_t w[4 * kGran];
+      float f[16];
+      read_run<kIn>(a, w);
+      BlockScale b;
+      if constexpr (k2D) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) f[i] = In::kBytes == 2 ? In::elem(w[i / 2], i % 2) : __uint_as_float(w[i]);
+        const int blk = (rt >> 4) * 8 + q;
+        b = from_info(tb->info[0][blk], tb->enc[0][blk]);
+      } else {
+        const uint32_t m = run_amax<kIn>(w, f);
+        b = block_scale(m, __uint_as_float(m), st.row_k, st.row_enc);
+        if (b.nonfinite) {
+          st.saw_nonfinite = true;
+          st.amax_bits = max(st.amax_bits, finite_max_bits(f));
+        } else {
+          st.amax_bits = max(st.amax_bits, m);
+        }
+      }
+      uint2 out;
+      if constexpr (kSr)
+        out = encode16_stochastic(f, b, p, static_cast<uint64_t>(r) * static_cast<uint64_t>(p.cols) +
+                                               static_cast<uint64_t>(at.c0 + 16 * q));
+      else if constexpr (In::kBytes == 2)
+        out = encode_block<kFull, true, 0>(f, w, b);
+      else
+        out = encode_block<kFull, false, 3>(f, w, b);
+      if constexpr (kGrouped) {
+        uint8_t* const gdst = p.row_data + r * p.row_pitch + (at.c0 >> 1) + 8 * q;
+        if (row_ok && kFull) *reinterpret_cast<uint2*>(gdst) = out;
+        else if (row_ok) store_codes(gdst, out, at.cols_in - 16 * q, p.row_vec_store);
+      } else {
+        if (kFull) *reinterpret_cast<uint2*>(dst) = out;
+        else store_codes(dst, out, at.cols_in - 16 * q, p.row_vec_store);
+      }
+      code = b.code;
+    }
+    if constexpr (kGrouped) store_row_scales(p, at, r, q, code, row_ok);
+    else sts8(stage + 4 * s, code);
+  }
+}
+
+// ---- Columnwise: item n (granule g = warp + 8n, word wsub = l / 8, 16-row chunk k = l % 8): 16
+// rows of one word column = two 16-bit columns or one fp32 column. The swizzle key of rows 16k..
+// is k; the granule's upper bits are n, so the word offset of item n is (offset of item 0 with
+// upper bits 0) ^ 4 (n & mask) + 32 n.
+// kGrouped: the tile rows are the padded row space; a 16-row block is one segment.
+template <InputType kIn, bool k2D, bool kSr, bool kRht, bool kFull, bool kPlainAmax, bool kGrouped>
+__device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint32_t* tile, const TileAt& at,
+                                                State& st, const TileBlocks* tb, uint8_t* staged) {
+  using In = InputTraits<kIn>;
+  using S = TileShape<kIn>;
+  constexpr int kCols = 4 / In::kBytes;  // columns per word
+  constexpr int kItems = S::kWordsPerRow * 8 / kThreads;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int warp = static_cast<int>(threadIdx.x) >> 5;
+  const int k = lane & 7, wsub = lane >> 3;
+  const int off0 = tile_word<kIn>(16 * k, warp) + wsub;
+  uint8_t* const dst0 = p.col_data + (at.r0 >> 1) + 8 * k;
+  uint32_t stage = smem_addr(staged + staged_scale(0, k));  // + staged_scale(ct, 0)
+#pragma unroll 1
+  for (int n = 0; n < kItems; ++n) {
+    pin(stage);
+    const int g = warp + 8 * n;
+    const int wc = 4 * g + wsub;  // word column
+    if (!kFull && (wc * kCols >= at.cols_in || 16 * k >= at.rows_in)) {
+#pragma unroll
+      for (int h = 0; h < kCols; ++h) sts8(stage + staged_scale(wc * kCols + h, 0), 0);
+      continue;
+    }
+    const uint32_t* col = tile + ((off0 ^ (4 * (n & S::kUpperMask))) + 32 * n);
+    uint32_t w[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) w[i] = col[i * S::kWordsPerRow];
+    uint32_t m2 = 0;  // 16-bit, no RHT: both columns' magnitudes at once
+    if constexpr (In::kBytes == 2 && !kRht && !k2D) m2 = doubled_mags<16>(w);
+    if constexpr (kRht && kPlainAmax) {  // max |x| of the input when no rowwise pass takes it
+      if constexpr (In::kBytes == 2) {
+        const uint32_t d = doubled_mags<16>(w);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t m = widen_mag<kIn>(mag_of_doubled(d, h));
+          if (m < 0x7F800000u) {
+            st.amax_bits = max(st.amax_bits, m);
+          } else {
+            float f[16];
+#pragma unroll
+            for (int i = 0; i < 16; ++i) f[i] = In::elem(w[i], h);
+            st.amax_bits = max(st.amax_bits, finite_max_bits(f));
+          }
+        }
+      } else {
+        float f[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) f[i] = __uint_as_float(w[i]);
+        st.amax_bits = max(st.amax_bits, finite_max_bits(f));
+      }
+    }
+#pragma unroll 2
+    for (int h = 0; h < kCols; ++h) {
+      const int ct = wc * kCols + h;  // tile column = stored row
+      const bool inside = kFull || ct < at.cols_in;
+      uint32_t code = 0;
+      if (inside) {
+        float f[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) f[i] = In::elem(w[i], h);
+        BlockScale b;
+        if constexpr (kRht) {
+          // f = the unscaled transform; formats' values are f * 0.25 (exact for 16-bit input). With
+          // col_fold the 0.25 sits in the table entries instead.
+          const float vmax = nvfp4::rht16_unscaled(f);
+          if (!st.col_fold) {
+#pragma unroll
+            for (int i = 0; i < 16; ++i) f[i] = __fmul_rn(f[i], 0.25f);
+          }
+          uint32_t m = __float_as_uint(__fmul_rn(vmax, 0.25f));
+          if (m >= 0x7F800000u) m = 0x7FFFFFFFu;
+          b = block_scale(m, st.col_fold ? vmax : __uint_as_float(m), st.col_k, st.col_enc);
+          if (b.nonfinite) {
+            st.saw_nonfinite = true;
+            st.rht_amax_bits = max(st.rht_amax_bits, finite_max_bits(f, st.col_fold ? 0.25f : 1.0f));
+          } else {
+            st.rht_amax_bits = max(st.rht_amax_bits, m);
+          }
+        } else if constexpr (k2D) {
+          const int blk = k * 8 + (ct >> 4);
+          b = from_info(tb->info[1][blk], tb->enc[1][blk]);
+        } else {
+          uint32_t m;
+          if constexpr (In::kBytes == 2) {
+            m = widen_mag<kIn>(mag_of_doubled(m2, h));
+          } else {
+            m = __float_as_uint(absmax16_nan(f));
+            if (m >= 0x7F800000u) m = 0x7FFFFFFFu;
+          }
+          b = block_scale(m, __uint_as_float(m), st.col_k, st.col_enc);
+          if (b.nonfinite) {
+            st.saw_nonfinite = true;
+            if (kPlainAmax) st.amax_bits = max(st.amax_bits, finite_max_bits(f));
+          } else if (kPlainAmax) {
+            st.amax_bits = max(st.amax_bits, m);
+          }
+        }
+        uint2 out;
+        if constexpr (kSr) {
+          // The stored row length: rows, or grouped the padded total (formats' padded matrix; the
+          // zero blocks past it round to zero with any word).
+          const uint64_t len = kGrouped ? uint64_t{st.col_len} : static_cast<uint64_t>(p.rows);
+          out = encode16_stochastic(f, b, p, static_cast<uint64_t>(at.c0 + ct) * len + static_cast<uint64_t>(at.r0 + 16 * k));
+        } else if constexpr (kRht || In::kBytes == 4) {
+          uint32_t sw[16];
+#pragma unroll
+          for (int i = 0; i < 16; ++i) sw[i] = __float_as_uint(f[i]);
+          out = encode_block<kFull, false, 3>(f, sw, b);
+        } else {
+          out = h ? encode_block<kFull, false, 3>(f, w, b) : encode_block<kFull, false, 1>(f, w, b);
+        }
+        uint8_t* dst = dst0 + (at.c0 + ct) * p.col_pitch;
+        if (kFull) *reinterpret_cast<uint2*>(dst) = out;
+        else store_codes(dst, out, at.rows_in - 16 * k, p.col_vec_store);
+        code = b.code;
+      }
+      sts8(stage + staged_scale(ct, 0), code);
+    }
+  }
+}
+
+// ---- 2D: 4 threads per 16x16 block (4 rows each) reduce its amax; thread 0 of the four derives
+// both copies' scale.
+template <InputType kIn>
+__device__ __forceinline__ void tile_blocks(const uint32_t* tile, State& st, TileBlocks* tb) {
+  using In = InputTraits<kIn>;
+  constexpr int kGran = In::kBytes;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int blk = tid >> 2, sub = tid & 3;
+  const int bi = blk >> 3, bj = blk & 7;
+  uint32_t m = 0;
+#pragma unroll 1
+  for (int i = 0; i < 4; ++i) {
+    const int r = 16 * bi + 4 * sub + i;
+    uint32_t addr[kGran];
+#pragma unroll
+    for (int j = 0; j < kGran; ++j) addr[j] = smem_addr(tile + tile_word<kIn>(r, kGran * bj + j));
+    uint32_t w[4 * kGran];
+    float f[16];
+    read_run<kIn>(addr, w);
+    const uint32_t a = run_amax<kIn>(w, f);
+    st.amax_bits = max(st.amax_bits, a >= 0x7F800000u ? finite_max_bits(f) : a);
+    m = max(m, a);
+  }
+  m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
+  m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 2));
+  if (sub == 0) {
+    const BlockScale r = block_scale(m, __uint_as_float(m), st.row_k, st.row_enc);
+    const BlockScale c = block_scale(m, __uint_as_float(m), st.col_k, st.col_enc);
+    if (r.nonfinite) st.saw_nonfinite = true;
+    tb->info[0][blk] = r.code | (r.nonfinite ? 1u << 8 : 0u) | (r.cap ? 1u << 9 : 0u);
+    tb->info[1][blk] = c.code | (c.nonfinite ? 1u << 8 : 0u) | (c.cap ? 1u << 9 : 0u);
+    tb->enc[0][blk] = r.enc;
+    tb->enc[1][blk] = c.enc;
+  }
+}
+
+// 1 KB of staged scales (two chunks) -> the swizzled buffer, by 64 threads (t = 0..63). Chunk
+// (row block rb, column chunk cc) exists when cc < chunk_cols.
+__device__ __forceinline__ void store_chunks(uint8_t* dst_buffer, int64_t rb, int64_t cc0, int64_t chunk_cols,
+                                             const uint8_t* staged, int t, bool vec) {
+  const int h = t >> 5;
+  if (cc0 + h >= chunk_cols) return;
+  uint8_t* dst = dst_buffer + (rb * chunk_cols + cc0 + h) * kChunkBytes + 16 * (t & 31);
+  const uint4 v = reinterpret_cast<const uint4*>(staged)[t];
+  if (vec) {
+    *reinterpret_cast<uint4*>(dst) = v;
+  } else {
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 16; ++i) dst[i] = static_cast<uint8_t>(words[i / 4] >> (8 * (i % 4)));
+  }
+}
+
+// The tensor amax of each copy: the measured partials (reduced by the whole CTA) or the given
+// values; S_enc / S_dec, the block-scale factor and the encode-factor tables. With the RHT on
+// 16-bit input the columnwise table holds enc * 0.25 when that is exact for every code (the
+// smallest entry, code 0x7E, is at least 2^-124): the transform's outputs v are multiples of the
+// input's smallest subnormal step (sums and differences of such values, rounded in fp32 to
+// coarser steps), so v * 0.25 is exact, and fl(fl(v * 0.25) * enc) = fl(v * (enc * 0.25)).
+template <InputType kIn, bool kRow, bool kCol, bool kRht>
+__device__ __forceinline__ void tensor_setup(const Nvfp4Params& p, State& st, float* tables) {
+  const int tid = static_cast<int>(threadIdx.x);
+  float row_amax = 0.0f, col_amax = 0.0f, plain = 0.0f, rht = 0.0f;
+  if (p.measure) {
+    __shared__ uint32_t red[2][kThreads / 32];
+    uint32_t a = 0, b = 0;
+    for (int i = tid; i < p.n_partials; i += kThreads) {
+      a = max(a, p.partials[i]);
+      if (kRht) b = max(b, p.partials[kMaxPartials + i]);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      a = max(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
+      b = max(b, __shfl_xor_sync(0xFFFFFFFFu, b, off));
+    }
+    if ((tid & 31) == 0) red[0][tid >> 5] = a, red[1][tid >> 5] = b;
+    __syncthreads();
+    a = 0, b = 0;
+#pragma unroll
+    for (int i = 0; i < kThreads / 32; ++i) a = max(a, red[0][i]), b = max(b, red[1][i]);
+    plain = __uint_as_float(a);
+    rht = __uint_as_float(b);
+    row_amax = plain;
+    col_amax = kRht ? rht : plain;
+  } else {
+    if (kRow) row_amax = *p.given_row_amax;
+    if (kCol) col_amax = *p.given_col_amax;
+  }
+  const formats::Nvfp4TensorScales rs = formats::nvfp4_tensor_scales(row_amax);
+  const formats::Nvfp4TensorScales cs = formats::nvfp4_tensor_scales(col_amax);
+  st.row_k = nvfp4::block_scale_factor(rs.s_enc);
+  st.col_k = nvfp4::block_scale_factor(cs.s_enc);
+  st.col_fold = kRht && InputTraits<kIn>::kBytes == 2 &&
+                formats::nvfp4_block_encode_factor(0x7E, cs.s_dec) >= 2.35098870e-38f;  // 2^-124
+  // Entry c: formats::nvfp4_block_encode_factor(c, S_dec); 0x7F (NaN scale) is never used.
+  const int c = tid & 127;
+  float e = c == 0x7F ? 0.0f : formats::nvfp4_block_encode_factor(static_cast<uint8_t>(c), tid < 128 ? rs.s_dec : cs.s_dec);
+  if (tid >= 128 && st.col_fold) e = __fmul_rn(e, 0.25f);
+  tables[tid] = e;
+  st.row_enc = tables;
+  st.col_enc = tables + 128;
+  if (blockIdx.x == 0 && tid == 0) {
+    if (kRow) *p.row_scale_dec = rs.s_dec;
+    if (kCol) *p.col_scale_dec = cs.s_dec;
+    if (p.measure && p.amax != nullptr) *p.amax = plain;
+    if (p.measure && p.col_amax != nullptr) *p.col_amax = rht;
+  }
+}
+
+template <InputType kIn, bool kRow, bool kCol, bool kRht, bool k2D, bool kSr, bool kFull, bool kGrouped>
+__device__ __forceinline__ void quantize_tile(const Nvfp4Params& p, const uint32_t* tile, const TileAt& at,
+                                              State& st, const TileBlocks* tb, uint8_t* row_staged,
+                                              uint8_t* col_staged, const Segment* segs) {
+  if constexpr (kRow) rowwise_tile<kIn, k2D, kSr, kFull, kGrouped>(p, tile, at, st, tb, row_staged, segs);
+  if constexpr (kCol) {
+    // The columnwise pass takes the plain max |x| when there is no rowwise pass (and no 2D pass).
+    if (!kRow && !k2D && kRht && p.track_amax && p.amax != nullptr)
+      columnwise_tile<kIn, k2D, kSr, kRht, kFull, true, kGrouped>(p, tile, at, st, tb, col_staged);
+    else
+      columnwise_tile<kIn, k2D, kSr, kRht, kFull, !kRow && !kRht, kGrouped>(p, tile, at, st, tb, col_staged);
+  }
+}
+
+// kGrouped: the grouped mode with a columnwise copy (the tiles walk the padded row space; CTA 0
+// writes the padded ends). A rowwise-only grouped run is the dense kernel.
+template <InputType kIn, bool kRow, bool kCol, bool kRht, bool k2D, bool kSr, bool kGrouped = false>
+__global__ void __launch_bounds__(kThreads, kSr ? 2 : 3) nvfp4_quantize_kernel(const __grid_constant__ Nvfp4Params p) {
+  using S = TileShape<kIn>;
+  static_assert(!kGrouped || (kCol && !k2D), "grouped tiles carry a 1D columnwise copy");
+  // S::kStages tiles; grouped: then the expert ends and padded ends (num_groups words each) and
+  // two tiles' segments (2 x 8).
+  extern __shared__ uint4 dynamic_smem[];
+  __shared__ alignas(16) uint8_t row_staged[kGrouped ? 1 : 2][kGrouped ? 16 : 2 * kChunkBytes];
+  __shared__ alignas(16) uint8_t col_staged[2][2 * kChunkBytes];
+  __shared__ float tables[2 * 128];
+  __shared__ TileBlocks tb;
+
+  const int tid = static_cast<int>(threadIdx.x);
+  uint32_t* const tiles = reinterpret_cast<uint32_t*>(dynamic_smem);
+  uint32_t* const ends = tiles + S::kStages * S::kWords;
+  uint32_t* const pends = ends + p.num_groups;
+  Segment* const segs = reinterpret_cast<Segment*>(pends + p.num_groups);
+  State st;
+  st.amax_bits = 0;
+  st.rht_amax_bits = 0;
+  st.saw_nonfinite = false;
+  if constexpr (kGrouped) {
+    __shared__ uint32_t warp_totals[32];
+    grouped_offsets<kThreads, 16>(p.group_ends, p.num_groups, p.rows, ends, pends, warp_totals);
+    st.col_len = pends[p.num_groups - 1];
+    if (blockIdx.x == 0)
+      for (int g = tid; g < p.num_groups; g += kThreads) p.padded_group_ends[g] = static_cast<int32_t>(pends[g]);
+    if constexpr (kRow) zero_row_scale_padding(p);
+  }
+  tensor_setup<kIn, kRow, kCol, kRht>(p, st, tables);
+
+  const bool full_stores = p.row_vec_store && p.col_vec_store;
+  auto flush = [&](const TileAt& a, int buf) {  // threads 0..63 rowwise chunks, 64..127 columnwise
+    if (kRow && !kGrouped && tid < 64)
+      store_chunks(p.row_scales, a.tr, 2 * a.tc, p.row_chunk_cols, row_staged[buf], tid, p.scale_vec_store);
+    if (kCol && tid >= 64 && tid < 128)
+      store_chunks(p.col_scales, a.tc, 2 * a.tr, p.col_chunk_cols, col_staged[buf], tid - 64, p.scale_vec_store);
+  };
+  // Tile `a` into `stage`; grouped: its segments into segs[buf].
+  auto load = [&](const TileAt& a, uint32_t* stage, int buf) {
+    if constexpr (kGrouped) copy_tile_grouped<kIn>(p, a, stage, ends, pends, segs + 8 * buf);
+    else copy_tile<kIn>(p, a, stage);
+  };
+
+  // Grid-stride walk over tiles (column tile fastest), stepped without divisions.
+  const int64_t step_tr = gridDim.x / p.col_tiles, step_tc = gridDim.x - step_tr * p.col_tiles;
+  int64_t tr = blockIdx.x / p.col_tiles, tc = blockIdx.x - (blockIdx.x / p.col_tiles) * p.col_tiles;
+  TileAt at = tile_at<kGrouped>(p, tr, tc);
+  if (tr < p.row_tiles) load(at, tiles, 0);
+  cp_async_commit();
+  TileAt prev{};
+  int it = 0;
+  while (at.tr < p.row_tiles) {
+    tc += step_tc;
+    tr += step_tr;
+    if (tc >= p.col_tiles) tc -= p.col_tiles, ++tr;
+    const TileAt next = tile_at<kGrouped>(p, tr, tc);
+    cp_async_wait<0>();
+    __syncthreads();  // tile `it` is in shared memory; every thread is done with tile it-1
+    if constexpr (S::kStages == 2) {
+      if (next.tr < p.row_tiles) load(next, tiles + ((it + 1) & 1) * S::kWords, (it + 1) & 1);
+      cp_async_commit();
+    }
+    if (it > 0) flush(prev, (it - 1) & 1);
+    const uint32_t* tile = tiles + (it % S::kStages) * S::kWords;
+    if constexpr (k2D) {
+      tile_blocks<kIn>(tile, st, &tb);
+      __syncthreads();
+    }
+    uint8_t* const rs = row_staged[kGrouped ? 0 : it & 1];
+    const Segment* const ts = segs + 8 * (it & 1);
+    if (at.whole && full_stores)
+      quantize_tile<kIn, kRow, kCol, kRht, k2D, kSr, true, kGrouped>(p, tile, at, st, &tb, rs, col_staged[it & 1], ts);
+    else
+      quantize_tile<kIn, kRow, kCol, kRht, k2D, kSr, false, kGrouped>(p, tile, at, st, &tb, rs, col_staged[it & 1], ts);
+    if constexpr (S::kStages == 1) {
+      __syncthreads();
+      if (next.tr < p.row_tiles) load(next, tiles, (it + 1) & 1);
+      cp_async_commit();
+    }
+    prev = at;
+    at = next;
+    ++it;
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  if (it > 0) flush(prev, (it - 1) & 1);
+
+  const int lane = tid & 31;
+  if (p.track_amax) {
+    uint32_t a = st.amax_bits, b = st.rht_amax_bits;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      a = max(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
+      b = max(b, __shfl_xor_sync(0xFFFFFFFFu, b, off));
+    }
+    if (lane == 0 && p.amax != nullptr) raise_amax(p.amax, a);
+    if (lane == 0 && kRht && p.col_amax != nullptr) raise_amax(p.col_amax, b);
+  }
+  if (p.nonfinite != nullptr && __any_sync(0xFFFFFFFFu, st.saw_nonfinite) && lane == 0) *p.nonfinite = 1;
+}
+
+}  // namespace
+}  // namespace blockscale::quant::detail
