@@ -6,8 +6,19 @@ The emulator on numpy arrays, bit-identical to the C++ library and the ``blocksc
     x = np.random.randn(256, 512).astype(np.float32)
     q = blockscale.quantize(x, "nvfp4")          # a QuantizedTensor: codes, scales, global scale
     y = blockscale.dequantize(q)                 # float32, x's shape
+
+The GPU kernels on torch CUDA tensors are in ``blockscale.torch`` (imported on demand: importing
+blockscale never imports torch).
 """
 from ._core import __version__
-from .emulator import FORMATS, QuantizedTensor, dequantize, quantize
+from .emulator import FORMATS, QuantizedTensor, dequantize, gemm_scales, quantize
 
-__all__ = ["__version__", "FORMATS", "QuantizedTensor", "quantize", "dequantize"]
+__all__ = ["__version__", "FORMATS", "QuantizedTensor", "quantize", "dequantize", "gemm_scales"]
+
+
+def __getattr__(name):
+    # blockscale.torch (the GPU kernels on torch tensors) loads torch: only when first asked for.
+    if name == "torch":
+        import importlib
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'blockscale' has no attribute '{name}'")

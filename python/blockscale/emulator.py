@@ -134,3 +134,16 @@ def dequantize(q: QuantizedTensor) -> np.ndarray:
     if q.direction == "columnwise":
         m = m.T
     return np.ascontiguousarray(m).reshape(q.shape)
+
+
+def gemm_scales(q: QuantizedTensor) -> np.ndarray:
+    """q's scales as uint8 bytes in the layout the GPU GEMMs read and the GPU quantize writes.
+
+    FP8 blockwise: fp32 in VEC128_32F (1x128) or BLK128x128_32F (128x128); MX and NVFP4: the
+    swizzled 128x4 layout, one scale per row (formats/scale_layout.h; padding zero). The bytes a
+    ``blockscale.torch`` quantize of the same input holds in its ``scales``.
+    """
+    if not isinstance(q, QuantizedTensor):
+        raise ValueError(f"q: a QuantizedTensor, not {type(q).__name__}")
+    return _core.gemm_scales(q.format, q.rows, q.cols, q.block, np.ascontiguousarray(q.data),
+                             np.ascontiguousarray(q.scales), q.global_scale)

@@ -15,6 +15,7 @@
 
 #include "formats/quantize.h"
 #include "formats/recipe.h"
+#include "formats/scale_layout.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -121,6 +122,18 @@ nb::ndarray<nb::numpy, float> dequantize(const std::string& format, int64_t rows
   return to_numpy(out, {static_cast<size_t>(rows), static_cast<size_t>(cols)});
 }
 
+// q's scales as bytes in the layout the GEMMs read and the GPU quantize writes (formats/scale_layout.h):
+// what blockscale._cuda's scale buffers must hold, byte for byte.
+nb::ndarray<nb::numpy, uint8_t> gemm_scales(const std::string& format, int64_t rows, int64_t cols,
+                                            std::pair<int, int> block, U8Matrix data,
+                                            nb::ndarray<nb::numpy, nb::ndim<2>, nb::c_contig, nb::device::cpu> scales,
+                                            float global_scale) {
+  const formats::QuantizedMatrix q = from_parts(format, rows, cols, block, data, scales, global_scale);
+  std::vector<uint8_t> out;
+  check(formats::pack_gemm_scales(q, &out));
+  return to_numpy(out, {out.size()});
+}
+
 }  // namespace
 }  // namespace blockscale::python
 
@@ -138,6 +151,8 @@ NB_MODULE(_core, m) {
   });
   m.def("quantize", &quantize, "x"_a, "format"_a, "rounding"_a, "columnwise"_a, "stochastic"_a, "sr_seed"_a,
         "hadamard"_a, "block_2d"_a, "pow2"_a);
+  m.def("gemm_scales", &gemm_scales, "format"_a, "rows"_a, "cols"_a, "block"_a, "data"_a, "scales"_a,
+        "global_scale"_a);
   m.def("dequantize", &dequantize, "format"_a, "rows"_a, "cols"_a, "block"_a, "data"_a, "scales"_a,
         "global_scale"_a);
 }

@@ -1,0 +1,189 @@
+"""blockscale.torch's layers: Linear and GroupedLinear (MoE experts), FP8 blockwise on the GPU kernels.
+
+The fp8_block recipe (the one Hopper runs natively), per GEMM:
+    fprop  Y  = X W^T        X 1x128 (rowwise)        x W 128x128 (rowwise)       -> bf16
+    dgrad  dX = dY W         dY 1x128 (rowwise)       x W^T 128x128 (W columnwise) -> bf16
+    wgrad  dW = dY^T X       dY^T 1x128 (dY columnwise) x X^T 1x128 (X columnwise)  -> fp32
+Each tensor is quantized once, both copies from one read (X and W in forward, dY in backward);
+the columnwise copies are what backward keeps. The weight is the fp32 master (torch optimizers
+update it); its gradient comes back fp32. in_features and out_features must be multiples of 128
+(they are a GEMM's reduction length); any token count works (Linear pads the tokens to 128 with
+zero rows, which change no sum; GroupedLinear's grouped quantize pads each expert itself).
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from . import torch as bst
+
+_RECIPES = ("fp8_block", "bf16")
+
+
+def _check_features(name: str, value: int) -> None:
+    if value <= 0 or value % 128 != 0:
+        raise ValueError(f"{name}: must be a positive multiple of 128 for the fp8_block recipe (got {value}): "
+                         "it is the reduction length of fprop or dgrad")
+
+
+class _Fp8BlockLinear(torch.autograd.Function):
+    """Y = X W^T on x2d [M, K] (M a multiple of 128) and the fp32 master weight [N, K]."""
+
+    @staticmethod
+    def forward(ctx, x2d: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        xq = bst.quantize(x2d, "fp8_block128", direction="both" if need_dw else "rowwise")
+        wq = bst.quantize(weight, "fp8_block128x128", direction="both" if need_dx else "rowwise")
+        y = bst.gemm(xq.rowwise, wq.rowwise, out_dtype=torch.bfloat16)
+        saved = []
+        if need_dw:
+            saved += [xq.columnwise.data, xq.columnwise.scales]
+        if need_dx:
+            saved += [wq.columnwise.data, wq.columnwise.scales]
+        ctx.save_for_backward(*saved)
+        ctx.x_dtype = x2d.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        saved = list(ctx.saved_tensors)
+        dyq = bst.quantize(dy.contiguous(), "fp8_block128", direction="both" if need_dw else "rowwise")
+        dx = dw = None
+        if need_dw:
+            x_col = bst.Operand("fp8_block128", saved.pop(0), saved.pop(0))
+            dw = bst.gemm(dyq.columnwise, x_col, out_dtype=torch.float32)
+        if need_dx:
+            w_col = bst.Operand("fp8_block128x128", saved.pop(0), saved.pop(0))
+            dx = bst.gemm(dyq.rowwise, w_col, out_dtype=torch.bfloat16).to(ctx.x_dtype)
+        return dx, dw
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+           recipe: str = "fp8_block") -> torch.Tensor:
+    """y = x weight^T + bias in bf16, the GEMMs (and their backward) in `recipe`."""
+    if recipe not in _RECIPES:
+        raise ValueError(f"recipe: '{recipe}' is not one of {', '.join(_RECIPES)}")
+    if recipe == "bf16":
+        y = F.linear(x.to(torch.bfloat16), weight.to(torch.bfloat16))
+    else:
+        if x.shape[-1] != weight.shape[-1]:
+            raise ValueError(f"x: last dimension ({x.shape[-1]}) must equal weight's in_features ({weight.shape[-1]})")
+        x2d = x.reshape(-1, x.shape[-1])
+        rows = x2d.shape[0]
+        pad = -rows % 128  # wgrad reduces over the tokens: a multiple of 128
+        if pad:
+            x2d = F.pad(x2d, (0, 0, 0, pad))
+        y = _Fp8BlockLinear.apply(x2d, weight)[:rows].reshape(*x.shape[:-1], weight.shape[0])
+    return y if bias is None else y + bias.to(y.dtype)
+
+
+class Linear(torch.nn.Module):
+    """nn.Linear with its GEMMs in FP8 blockwise (recipe "fp8_block") or bf16 ("bf16").
+
+    Input: [..., in_features] bf16 / fp16 / fp32 on a CUDA device; output bf16. The weight (and
+    bias) are fp32 masters, initialised as nn.Linear's."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, recipe: str = "fp8_block",
+                 device=None) -> None:
+        super().__init__()
+        if recipe not in _RECIPES:
+            raise ValueError(f"recipe: '{recipe}' is not one of {', '.join(_RECIPES)}")
+        if recipe == "fp8_block":
+            _check_features("in_features", in_features)
+            _check_features("out_features", out_features)
+        self.in_features, self.out_features, self.recipe = in_features, out_features, recipe
+        self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, device=device, dtype=torch.float32))
+        self.bias = torch.nn.Parameter(torch.empty(out_features, device=device)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        torch.nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1 / math.sqrt(self.in_features)
+            torch.nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return linear(x, self.weight, self.bias, self.recipe)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, recipe={self.recipe}"
+
+
+class _Fp8BlockGroupedLinear(torch.autograd.Function):
+    """Y[tokens of g] = X[tokens of g] W_g^T; expert ends (int32, device) never leave the device."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        xq = bst.quantize_grouped(x, ends, "fp8_block128", direction="both" if need_dw else "rowwise")
+        wq = bst.quantize_experts(weight, "fp8_block128x128", direction="both" if need_dx else "rowwise")
+        y = bst.grouped_gemm(xq.rowwise, wq.rowwise, ends, mode="m", out_dtype=torch.bfloat16)
+        saved = [ends]
+        if need_dw:
+            saved += [xq.columnwise.data, xq.columnwise.scales]
+        if need_dx:
+            saved += [wq.columnwise.data, wq.columnwise.scales]
+        ctx.save_for_backward(*saved)
+        ctx.x_dtype = x.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        saved = list(ctx.saved_tensors)
+        ends = saved.pop(0)
+        dyq = bst.quantize_grouped(dy.contiguous(), ends, "fp8_block128", direction="both" if need_dw else "rowwise")
+        dx = dw = None
+        if need_dw:
+            x_col = bst.Operand("fp8_block128", saved.pop(0), saved.pop(0))
+            # Both copies were padded from the same ends with the same block: one set of padded ends.
+            dw = bst.grouped_gemm(dyq.columnwise, x_col, dyq.padded_group_ends, mode="k", out_dtype=torch.float32)
+        if need_dx:
+            w_col = bst.Operand("fp8_block128x128", saved.pop(0), saved.pop(0))
+            dx = bst.grouped_gemm(dyq.rowwise, w_col, ends, mode="m", out_dtype=torch.bfloat16).to(ctx.x_dtype)
+        return dx, dw, None
+
+
+class GroupedLinear(torch.nn.Module):
+    """The experts' linear layer of a MoE block, FP8 blockwise: num_experts weights [out, in].
+
+    forward(x, tokens_per_expert): x [tokens, in_features] sorted by expert; tokens_per_expert an
+    integer tensor [num_experts] on x's device (summing to tokens; any count, 0 included). No host
+    synchronisation: M-grouped fprop and dgrad, K-grouped wgrad, sizes read on the device.
+    Only the fp8_block recipe (a bf16 grouped GEMM without host sizes is not wrapped)."""
+
+    def __init__(self, num_experts: int, in_features: int, out_features: int, recipe: str = "fp8_block",
+                 device=None) -> None:
+        super().__init__()
+        if recipe != "fp8_block":
+            raise ValueError(f"recipe: GroupedLinear runs 'fp8_block' only (got '{recipe}')")
+        if num_experts < 1:
+            raise ValueError(f"num_experts: must be >= 1 (got {num_experts})")
+        _check_features("in_features", in_features)
+        _check_features("out_features", out_features)
+        self.num_experts, self.in_features, self.out_features, self.recipe = num_experts, in_features, out_features, recipe
+        self.weight = torch.nn.Parameter(
+            torch.empty(num_experts, out_features, in_features, device=device, dtype=torch.float32))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for g in range(self.num_experts):
+            torch.nn.init.kaiming_uniform_(self.weight.data[g], a=math.sqrt(5))
+
+    def forward(self, x: torch.Tensor, tokens_per_expert: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 2 or x.shape[1] != self.in_features:
+            raise ValueError(f"x: shape {tuple(x.shape)} must be (tokens, {self.in_features})")
+        if tokens_per_expert.shape != (self.num_experts,):
+            raise ValueError(f"tokens_per_expert: shape {tuple(tokens_per_expert.shape)} must be ({self.num_experts},)")
+        if tokens_per_expert.device != x.device:
+            raise ValueError(f"tokens_per_expert: is on {tokens_per_expert.device}, must be on x's device {x.device}")
+        ends = torch.cumsum(tokens_per_expert, 0, dtype=torch.int32)  # on the device: no sync
+        return _Fp8BlockGroupedLinear.apply(x, self.weight, ends)
+
+    def extra_repr(self) -> str:
+        return (f"num_experts={self.num_experts}, in_features={self.in_features}, "
+                f"out_features={self.out_features}, recipe={self.recipe}")
