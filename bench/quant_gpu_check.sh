@@ -16,7 +16,7 @@ if ! cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DBLOCKSCALE_CUDA=ON -DBLOCKS
 fi
 tests="quant_quantize_test quant_dequantize_test quant_mx_quantize_test quant_mx_grouped_quantize_test
        quant_nvfp4_quantize_test quant_fp8_block_quantize_test quant_fp8_block_grouped_quantize_test
-       quant_nvfp4_grouped_quantize_test"
+       quant_nvfp4_grouped_quantize_test quant_mx_device_test quant_nvfp4_device_test quant_mx_bf16_api_test"
 if ! cmake --build "$B" -j16 --target $tests quant_bench blockscale cli_roundtrip_test >"$OUT/build.log" 2>&1; then
   echo "build FAILED:"; grep -E "error|Error" "$OUT/build.log" | head -30; exit 1
 fi
