@@ -20,7 +20,7 @@
 //     into a ring of kStages stages.
 //   warpgroups 0, 1 (consumers, 128 rows of A each = two m64 halves): for stage g they
 //     - read their A codes from the stage, convert them with their scales into bf16 wgmma A
-//       fragments in registers, and issue 8 k16 steps x 2 halves of wgmma against the bf16 B tile
+//       fragments in registers, and issue eight k16 steps x 2 halves of wgmma against the bf16 B tile
 //       of stage g, one step ahead of the conversion (double-buffered fragments, wait_group 1);
 //     - meanwhile convert B of stage g + 1 (each consumer thread two (row, 32-of-K) pieces) into
 //       the other of two bf16 B buffers (128-byte-swizzled K-major, what wgmma reads);
