@@ -98,7 +98,8 @@ class Quantized:
 
 
 def _stream(device: torch.device) -> int:
-    return torch.cuda.current_stream(device).cuda_stream
+    # A host tensor has no stream: _cuda then refuses it, naming the argument.
+    return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
 
 
 def _tensor(name: str, x) -> torch.Tensor:
