@@ -14,18 +14,25 @@ else()
 endif()
 set_tests_properties(cli_errors PROPERTIES TIMEOUT 300 LABELS tools)
 
-# ---- fuzz_readers: mutated inputs for every file reader ----------------------------------------
-# Mutated .npy / .safetensors files (quantize, study), quantized files (dequantize) and training
-# checkpoints (train --resume): every run ends in exit 0 or one clean error line, never a signal,
-# a hang or a file left behind. 300 inputs per reader here; tests/tools/fuzz_readers_test.py
-# --count 10000 for a longer search.
-if(Python3_Interpreter_FOUND)
-  add_test(NAME fuzz_readers COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_readers_test.py
-                                     --cli $<TARGET_FILE:blockscale> --count 300 --jobs 2 --report)
-else()
-  add_test(NAME fuzz_readers COMMAND ${CMAKE_COMMAND} -E false)
-endif()
-set_tests_properties(fuzz_readers PROPERTIES TIMEOUT 600 LABELS tools)
+# ---- fuzz_readers_*: mutated inputs for every file reader --------------------------------------
+# Mutated .npy / .safetensors files (fuzz_readers_plain: quantize, study), quantized files
+# (fuzz_readers_quantized: dequantize) and training checkpoints (fuzz_readers_checkpoint:
+# train --resume): every run ends in exit 0 or one clean error line, never a signal, a hang or a
+# file left behind. 300 inputs per reader here; tests/tools/fuzz_readers_<family>_test.py
+# --count 10000 for a longer search. Each takes 3-8 s on 2 cores; the timeouts (600 s in all,
+# shared by the work each does) leave room for a machine busy with other tests.
+foreach(family plain quantized checkpoint)
+  if(Python3_Interpreter_FOUND)
+    add_test(NAME fuzz_readers_${family}
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_readers_${family}_test.py
+                     --cli $<TARGET_FILE:blockscale> --count 300 --jobs 2 --report)
+  else()
+    add_test(NAME fuzz_readers_${family} COMMAND ${CMAKE_COMMAND} -E false)
+  endif()
+endforeach()
+set_tests_properties(fuzz_readers_plain PROPERTIES TIMEOUT 200 LABELS tools)
+set_tests_properties(fuzz_readers_quantized PROPERTIES TIMEOUT 100 LABELS tools)
+set_tests_properties(fuzz_readers_checkpoint PROPERTIES TIMEOUT 300 LABELS tools)
 
 # ---- train_resume_kill: stop + resume and kill -9 at random moments + resume, on the CPU ----------
 # tools/train_resume_check.sh against an uninterrupted run: the same losses, gradient norms and

@@ -4,7 +4,14 @@
 set(BLOCKSCALE_IO_TESTS ${CMAKE_CURRENT_SOURCE_DIR}/io)
 blockscale_add_test(io_npy_test SOURCES ${BLOCKSCALE_IO_TESTS}/npy_test.cpp LIBS blockscale_io LABELS io)
 blockscale_add_test(io_safetensors_test SOURCES ${BLOCKSCALE_IO_TESTS}/safetensors_test.cpp LIBS blockscale_io LABELS io)
-blockscale_add_test(io_quantized_file_test SOURCES ${BLOCKSCALE_IO_TESTS}/quantized_file_test.cpp LIBS blockscale_io LABELS io)
+# One binary of four topics (round trips, the plain-safetensors schema, add_quantized_tensor's and
+# read_quantized_tensor's checks), sharing quantized_file_test_helpers.h.
+blockscale_add_test(io_quantized_file_test
+                    SOURCES ${BLOCKSCALE_IO_TESTS}/quantized_file_round_trip_test.cpp
+                            ${BLOCKSCALE_IO_TESTS}/quantized_file_schema_test.cpp
+                            ${BLOCKSCALE_IO_TESTS}/quantized_file_add_errors_test.cpp
+                            ${BLOCKSCALE_IO_TESTS}/quantized_file_read_errors_test.cpp
+                    LIBS blockscale_io LABELS io)
 # Counts allocations through a replaced global operator new: its own binary.
 blockscale_add_test(io_quantized_file_cost_test SOURCES ${BLOCKSCALE_IO_TESTS}/quantized_file_cost_test.cpp
                     LIBS blockscale_io LABELS io)
