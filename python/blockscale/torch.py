@@ -36,6 +36,7 @@ __all__ = ["Operand", "Quantized", "quantize", "quantize_fp8_block", "quantize_m
            "quantize_grouped", "quantize_experts", "dequantize", "gemm", "fp8_gemm", "grouped_gemm",
            "fp8_grouped_gemm", "linear", "Linear", "GroupedLinear"]
 
+_MX = ("mxfp8", "mxfp8_e5m2", "mxfp4")
 _FP8_BLOCKS = {"1x128": "fp8_block128", "128x128": "fp8_block128x128",
                (1, 128): "fp8_block128", (128, 128): "fp8_block128x128"}
 
@@ -136,8 +137,11 @@ def _matrix(name: str, x) -> Tuple[torch.Tensor, Tuple[int, ...]]:
     return x.reshape(-1, shape[-1]) if x.dim() != 2 else x, shape
 
 
-def _alloc_copies(sizes: dict, rows: int, cols: int, direction: str, nvfp4: bool, device, col_rows: int):
-    """Outputs of the requested copies, sized by _cuda.quantized_sizes."""
+def _alloc_copies(sizes: dict, rows: int, cols: int, direction: str, nvfp4: bool, device, col_rows: int,
+                  batches: Optional[int] = None):
+    """Outputs of the requested copies, sized by _cuda.quantized_sizes (batches: that many of each,
+    stacked along a leading dimension)."""
+    lead = () if batches is None else (batches,)
     sdt = torch.float32 if sizes["scale_dtype"] == "float32" else torch.uint8
     item = 4 if sdt == torch.float32 else 1
     out = {}
@@ -145,8 +149,8 @@ def _alloc_copies(sizes: dict, rows: int, cols: int, direction: str, nvfp4: bool
         if direction not in (copy, "both"):
             continue
         nbytes = sizes[f"{copy}_data"]
-        out[f"{copy}_data"] = torch.empty((r, nbytes // r if r else 0), dtype=torch.uint8, device=device)
-        out[f"{copy}_scales"] = torch.empty(sizes[f"{copy}_scales"] // item, dtype=sdt, device=device)
+        out[f"{copy}_data"] = torch.empty(lead + (r, nbytes // r if r else 0), dtype=torch.uint8, device=device)
+        out[f"{copy}_scales"] = torch.empty(lead + (sizes[f"{copy}_scales"] // item,), dtype=sdt, device=device)
         out[f"{copy}_scale_dec"] = torch.empty(1, dtype=torch.float32, device=device) if nvfp4 else None
     return out
 
@@ -232,11 +236,22 @@ def quantize_experts(w: torch.Tensor, format: str = "fp8_block128x128", *, direc
     """The experts' weights w [experts, n, k], each quantized on its own (the M-grouped GEMM's B):
     data [experts, n, row_bytes] (columnwise: [experts, k, ...]), scales [experts, bytes of one].
 
-    One launch per expert (the library's batched quantize is not bound yet)."""
+    One launch for fp8_block128x128 and the MX formats with n a multiple of 128 (the library's
+    batched quantize); one per expert otherwise (NVFP4: each expert gets its own tensor scale)."""
     w = _tensor("w", w)
     if w.dim() != 3:
         raise ValueError(f"w: must have 3 dimensions (experts, n, k), got shape {tuple(w.shape)}")
-    per = [quantize(w[g], format, direction=direction) for g in range(w.shape[0])]
+    experts, n, k = w.shape
+    if experts > 0 and (format == "fp8_block128x128" or (format in _MX and n % 128 == 0)):
+        sizes = _cuda.quantized_sizes(format, n, k, direction)
+        o = _alloc_copies(sizes, n, k, direction, False, w.device, n, batches=experts)
+        x = w.reshape(experts * n, k)
+        _cuda.quantize_batched(_dl(x), experts, format, direction, "ceil", False, _dl(o.get("rowwise_data")),
+                               _dl(o.get("rowwise_scales")), _dl(o.get("columnwise_data")),
+                               _dl(o.get("columnwise_scales")), _stream(w.device))
+        r, c = _operands(format, o)
+        return Quantized(format, tuple(w.shape), r, c)
+    per = [quantize(w[g], format, direction=direction) for g in range(experts)]
 
     def stack(copy):
         ops = [getattr(q, copy) for q in per]

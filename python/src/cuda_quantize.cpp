@@ -76,7 +76,8 @@ struct Outputs {
 };
 
 quant::QuantizeOutputs check_outputs(CallDevice& dev, const quant::QuantizeProblem& p, const Outputs& o,
-                                     int64_t columnwise_data_bytes, int64_t columnwise_scale_bytes) {
+                                     int64_t columnwise_data_bytes, int64_t columnwise_scale_bytes,
+                                     int64_t batches = 1) {
   quant::QuantizeOutputs out;
   const bool row = p.directions != formats::Direction::kColumnwise;
   const bool col = p.directions != formats::Direction::kRowwise;
@@ -102,8 +103,8 @@ quant::QuantizeOutputs check_outputs(CallDevice& dev, const quant::QuantizeProbl
     return static_cast<float*>(t.data());
   };
   if (row) {
-    out.rowwise_data = data("rowwise_data", o.rowwise_data, quant::rowwise_data_bytes(p));
-    out.rowwise_scales = scales("rowwise_scales", o.rowwise_scales, quant::rowwise_scale_bytes(p));
+    out.rowwise_data = data("rowwise_data", o.rowwise_data, batches * quant::rowwise_data_bytes(p));
+    out.rowwise_scales = scales("rowwise_scales", o.rowwise_scales, batches * quant::rowwise_scale_bytes(p));
     out.rowwise_scale_dec = dec("rowwise_scale_dec", o.rowwise_scale_dec);
   }
   if (col) {
@@ -161,6 +162,33 @@ void quantize(const Array& x, const std::string& format, const std::string& dire
   in.x = x.data();
   check_arg(quant::can_implement(p, in, out));
   check_run(quant::run(p, in, out, w, ws, stream_arg(stream)));
+}
+
+// `batches` matrices of equal shape stacked along x's rows (a MoE layer's expert weights), each
+// quantized on its own, in one launch; every output holds `batches` one-matrix buffers back to back.
+void quantize_batched(const Array& x, int64_t batches, const std::string& format, const std::string& direction,
+                      const std::string& rounding, bool pow2, const Outputs& o, uintptr_t stream) {
+  CallDevice dev;
+  dev.require("x", x);
+  const quant::InputType type = input_type_of("x", x);
+  const int64_t ld = require_rows("x", x);
+  const int64_t rows = static_cast<int64_t>(x.shape(0));
+  if (batches < 1 || rows % batches != 0)
+    fail("batches: must be >= 1 and divide x's rows (" + std::to_string(rows) + "), got " + std::to_string(batches));
+  quant::BatchedQuantizeProblem b;
+  b.matrix = make_problem(format, direction, rounding, pow2, false, std::nullopt, 0, false, rows / batches,
+                          static_cast<int64_t>(x.shape(1)));
+  b.matrix.input_type = type;
+  b.matrix.ld = ld;
+  b.batches = batches;
+  check_arg(quant::can_implement(b));
+  const quant::QuantizeOutputs out = check_outputs(dev, b.matrix, o, batches * quant::columnwise_data_bytes(b.matrix),
+                                                   batches * quant::columnwise_scale_bytes(b.matrix), batches);
+  DeviceGuard guard(dev.id());
+  quant::QuantizeInputs in;
+  in.x = x.data();
+  check_arg(quant::can_implement(b, in, out));
+  check_run(quant::run(b, in, out, stream_arg(stream)));
 }
 
 void quantize_grouped(const Array& x, const Array& group_ends, const std::string& format, const std::string& direction,
@@ -255,6 +283,18 @@ void register_quantize(nb::module_& m) {
       "hadamard"_a, "rowwise_data"_a.none(), "rowwise_scales"_a.none(), "rowwise_scale_dec"_a.none(),
       "columnwise_data"_a.none(), "columnwise_scales"_a.none(), "columnwise_scale_dec"_a.none(), "workspace"_a.none(),
       "stream"_a);
+  m.def(
+      "quantize_batched",
+      [](const Array& x, int64_t batches, const std::string& format, const std::string& direction,
+         const std::string& rounding, bool pow2, const Array& rowwise_data, const Array& rowwise_scales,
+         const Array& columnwise_data, const Array& columnwise_scales, uintptr_t stream) {
+        quantize_batched(x, batches, format, direction, rounding, pow2,
+                         Outputs{rowwise_data, rowwise_scales, Array(), columnwise_data, columnwise_scales, Array()},
+                         stream);
+      },
+      "x"_a.none(), "batches"_a, "format"_a, "direction"_a, "rounding"_a, "pow2"_a, "rowwise_data"_a.none(),
+      "rowwise_scales"_a.none(), "columnwise_data"_a.none(), "columnwise_scales"_a.none(), "stream"_a,
+      "fp8_block128x128 and MX (rows per matrix a multiple of 128) only; quantize the others one by one");
   m.def(
       "quantize_grouped",
       [](const Array& x, const Array& group_ends, const std::string& format, const std::string& direction,

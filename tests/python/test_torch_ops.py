@@ -126,6 +126,10 @@ def test_argument_checks_without_a_gpu():
          r"b_data: experts \(3, dimension 0\) must equal group_ends' length \(2\)"),
         (lambda: _cuda.grouped_gemm("x", F((1,), "uint8"), None, "", None, None, "", None, None, None, 1.0, 0.0,
                                     None, None, 0), r"mode: 'x' is not one of m \(fprop, dgrad\), k \(wgrad\)"),
+        (lambda: _cuda.quantize_batched(F((300, 128)), 7, "fp8_block128x128", "rowwise", "ceil", False, None, None,
+                                        None, None, 0), r"batches: must be >= 1 and divide x's rows \(300\), got 7"),
+        (lambda: _cuda.quantize_batched(F((300, 128)), 3, "fp8_block128", "rowwise", "ceil", False, None, None,
+                                        None, None, 0), r"problem.matrix.recipe: batched quantize takes fp8_block128x128"),
         (lambda: _cuda.grouped_gemm("k", F((128, 256), "uint8"), None, "fp8_block128", None, None, "fp8_block128",
                                     None, None, None, 1.0, 0.0, None, None, 0), r"b_data: required \(got None\)"),
     ]
@@ -238,6 +242,21 @@ def test_quantize_on_a_side_stream_and_strided_rows():
         gq = bst.quantize_fp8_block(wide[:, :512])  # row stride 640: read in place, no copy
     s.synchronize()
     _check_copy(gq.rowwise, blockscale.quantize(x.cpu().numpy(), "fp8_block128"), "strided rows")
+
+
+@needs_gpu
+@pytest.mark.parametrize("fmt,n", [("fp8_block128x128", 256), ("fp8_block128x128", 100), ("mxfp8", 128),
+                                   ("mxfp8", 96), ("nvfp4", 128)])
+def test_quantize_experts_matches_one_by_one(fmt, n):
+    # One batched launch (fp8_block128x128; MX with n % 128 == 0) or one per expert: the same bytes.
+    w = _random((3, n, 256), 13)
+    both = bst.quantize_experts(w, fmt, direction="both")
+    for g in range(3):
+        ref = blockscale.quantize(w[g].cpu().numpy(), fmt, direction="both")
+        for copy, r in (("rowwise", ref[0]), ("columnwise", ref[1])):
+            op = getattr(both, copy)
+            dec = None if op.scale_dec is None else op.scale_dec[g:g + 1]
+            _check_copy(bst.Operand(fmt, op.data[g], op.scales[g], dec), r, f"{fmt} expert {g} {copy}")
 
 
 # ---- GEMMs --------------------------------------------------------------------------------------
