@@ -85,6 +85,10 @@ namespace {
 void run_gemm(const GemmArgs& a) {
   gemm::Sm90Fp8Route fp8_route = gemm::Sm90Fp8Route::kAuto;
   check_usage("gemm", gemm::parse_sm90_fp8_route("--fp8-route", a.fp8_route, &fp8_route));
+  // Grouped problems read the expert ends on the device, which only gemm/'s kernel does.
+  if (!a.grouped.empty() && fp8_route == gemm::Sm90Fp8Route::kCublasLt)
+    usage_error("gemm", "--fp8-route cublaslt: not with --grouped (cuBLASLt needs the expert sizes on the host; "
+                        "grouped GEMMs here read them on the device and run gemm/'s kernel)");
   if (!a.grouped.empty()) return run_grouped_gemm(a);
   if (a.m <= 0) usage_error("gemm", "--m: required (rows of A and D) unless --grouped");
   formats::Format ra, rb;
@@ -196,7 +200,7 @@ void add_gemm_command(CLI::App& app) {
   c->add_flag("--quiet", a->quiet, "no progress lines on stderr");
   c->add_option("--fp8-route", a->fp8_route,
                 "FP8 blockwise on Hopper: auto (gemm/'s wgmma kernel; cuBLASLt's blockwise kernel for M <= 512 "
-                "where it takes the shape; default), kernel (gemm/'s wgmma kernel) or cublaslt");
+                "where it takes the shape; default), kernel (gemm/'s wgmma kernel) or cublaslt (not with --grouped)");
   c->callback([a] { run_gemm(*a); });
 }
 

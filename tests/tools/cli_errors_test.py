@@ -278,6 +278,9 @@ def main():
         E("gemm without --k", g, 2, "--k")
         E("gemm bad --out-type", g + ["--k", "128", "--out-type", "fp16"], 2, "--out-type")
         E("gemm unknown --fp8-route", g + ["--k", "128", "--fp8-route", "fast"], 2, "--fp8-route", "fast")
+        E("gemm --grouped with --fp8-route cublaslt",
+          ["gemm", "--grouped", "m", "--n", "256", "--k", "256", "--fp8-route", "cublaslt"], 2,
+          "--fp8-route cublaslt", "--grouped")
         E("gemm unknown recipe", g + ["--k", "128", "--recipe", "fp9"], 2, "fp9")
         E("gemm without --m", ["gemm", "--n", "64", "--k", "128"], 2, "--m", "--grouped")
         # A shape gemm/ refuses is bad usage (exit 2); a build without CUDA refuses every gemm
