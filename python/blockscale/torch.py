@@ -20,7 +20,6 @@ of an R x C input is C x R); scales are one flat tensor in the layout the GEMMs 
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional, Tuple, Union
 

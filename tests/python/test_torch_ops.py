@@ -238,6 +238,7 @@ def test_quantize_on_a_side_stream_and_strided_rows():
     wide = torch.zeros((256, 640), device="cuda")
     wide[:, :512] = x
     s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())  # wide was written on the default stream
     with torch.cuda.stream(s):
         gq = bst.quantize_fp8_block(wide[:, :512])  # row stride 640: read in place, no copy
     s.synchronize()
