@@ -84,7 +84,7 @@ void run_train(TrainArgs& args) {
     throw CLI::ValidationError("--data-path", "--data " + c.data.source + " reads a file: give it with --data-path");
   check_usage("train", train::parse_recipe(args.recipe, &c.recipe));
   check_usage("train", train::parse_mx_gemm(args.mx_gemm, &c.mx_gemm));
-  check_usage("train", gemm::parse_sm90_fp8_route("--fp8-gemm", args.fp8_gemm, &c.fp8_gemm));
+  check_usage("train", gemm::parse_sm90_fp8_route("--fp8-route", args.fp8_gemm, &c.fp8_gemm));
   if (c.optimizer.total_steps <= 0) c.optimizer.total_steps = c.steps;
   // Every option's range for every recipe the run trains, before any work (train() checks again).
   const std::vector<train::Recipe> recipes =
@@ -131,7 +131,8 @@ void add_train_command(CLI::App& app) {
                   "(gemm/'s block-scaled kernels) or auto (bf16 on Hopper, kernel elsewhere); the same exact "
                   "products and fp32 sums")
       ->capture_default_str();
-  cmd->add_option("--fp8-gemm", args->fp8_gemm,
+  // The name `blockscale gemm` uses; --fp8-gemm is the earlier spelling, still accepted.
+  cmd->add_option("--fp8-route,--fp8-gemm", args->fp8_gemm,
                   "fp8_block's GEMMs on Hopper: auto (gemm/'s kernels, the experts' sizes read on the GPU; cuBLASLt "
                   "only for dense products of at most 512 rows), kernel (every product on gemm/'s kernels) "
                   "or cublaslt (every product on cuBLASLt, the experts one each with their sizes read back to the "

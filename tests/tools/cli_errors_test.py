@@ -306,7 +306,8 @@ def main():
         # Usage errors (exit 2), every one before the run directory is made.
         E("train unknown recipe", tr + ["--recipe", "fp4"], 2, "--recipe", "fp4")
         E("train unknown --mx-gemm", tr + ["--mx-gemm", "fast"], 2, "--mx-gemm", "fast")
-        E("train unknown --fp8-gemm", tr + ["--fp8-gemm", "fast"], 2, "--fp8-gemm", "fast")
+        E("train unknown --fp8-route", tr + ["--fp8-route", "fast"], 2, "--fp8-route", "fast")
+        E("train unknown --fp8-gemm (the earlier spelling)", tr + ["--fp8-gemm", "fast"], 2, "--fp8-route", "fast")
         E("train d-model not a multiple of the block", tr + ["--recipe", "fp8_block", "--d-model", "96"], 2,
           "--d-model", "128")
         E("train --compare with a recipe the width does not fit", tr + ["--compare", "bf16,fp8_block", "--d-model",

@@ -233,12 +233,12 @@ TEST(ModelConfig, ValidationNamesTheFlag) {
   EXPECT_NE(s.message().find("--mx-gemm"), std::string::npos) << s.message();
   Sm90Fp8Route f;
   for (Sm90Fp8Route want : {Sm90Fp8Route::kAuto, Sm90Fp8Route::kKernel, Sm90Fp8Route::kCublasLt}) {
-    ASSERT_TRUE(gemm::parse_sm90_fp8_route("--fp8-gemm", gemm::sm90_fp8_route_name(want), &f).is_ok());
+    ASSERT_TRUE(gemm::parse_sm90_fp8_route("--fp8-route", gemm::sm90_fp8_route_name(want), &f).is_ok());
     EXPECT_EQ(f, want);
   }
-  s = gemm::parse_sm90_fp8_route("--fp8-gemm", "bf16", &f);
+  s = gemm::parse_sm90_fp8_route("--fp8-route", "bf16", &f);
   ASSERT_FALSE(s.is_ok());
-  EXPECT_NE(s.message().find("--fp8-gemm"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("--fp8-route"), std::string::npos) << s.message();
 }
 
 }  // namespace
