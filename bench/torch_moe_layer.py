@@ -279,6 +279,13 @@ def run_timing(bst, args, device):
         return (y, *torch.autograd.grad(y, (xg, layer.weight), dy))
     record("blockscale GroupedLinear fp8_block (incl. quantize)", bs_step)
 
+    # The same with the fp32 master weight quantized on every call (one micro-batch per optimizer
+    # step); above, the weight does not change between calls, so its FP8 copies are reused.
+    def bs_step_requantize():
+        layer.weight_changed()
+        return bs_step()
+    record("blockscale GroupedLinear fp8_block (incl. quantize, weight quantized every call)", bs_step_requantize)
+
     # torch bf16: the weights already bf16 (no per-step cast: the peer's best case).
     if hasattr(torch, "_grouped_mm"):
         wb = w.bfloat16().requires_grad_()

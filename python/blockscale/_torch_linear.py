@@ -117,10 +117,9 @@ class _Fp8BlockGroupedLinear(torch.autograd.Function):
     """Y[tokens of g] = X[tokens of g] W_g^T; expert ends (int32, device) never leave the device."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, ends: torch.Tensor, wq) -> torch.Tensor:
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         xq = bst.quantize_grouped(x, ends, "fp8_block128", direction="both" if need_dw else "rowwise")
-        wq = bst.quantize_experts(weight, "fp8_block128x128", direction="both" if need_dx else "rowwise")
         y = bst.grouped_gemm(xq.rowwise, wq.rowwise, ends, mode="m", out_dtype=torch.bfloat16)
         saved = [ends]
         if need_dw:
@@ -145,7 +144,7 @@ class _Fp8BlockGroupedLinear(torch.autograd.Function):
         if need_dx:
             w_col = bst.Operand("fp8_block128x128", saved.pop(0), saved.pop(0))
             dx = bst.grouped_gemm(dyq.rowwise, w_col, ends, mode="m", out_dtype=torch.bfloat16).to(ctx.x_dtype)
-        return dx, dw, None
+        return dx, dw, None, None
 
 
 class GroupedLinear(torch.nn.Module):
@@ -168,11 +167,13 @@ class GroupedLinear(torch.nn.Module):
         self.num_experts, self.in_features, self.out_features, self.recipe = num_experts, in_features, out_features, recipe
         self.weight = torch.nn.Parameter(
             torch.empty(num_experts, out_features, in_features, device=device, dtype=torch.float32))
+        self._wq_key, self._wq = None, None  # _quantized_weight's cache
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         for g in range(self.num_experts):
             torch.nn.init.kaiming_uniform_(self.weight.data[g], a=math.sqrt(5))
+        self.weight_changed()
 
     def forward(self, x: torch.Tensor, tokens_per_expert: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2 or x.shape[1] != self.in_features:
@@ -182,7 +183,28 @@ class GroupedLinear(torch.nn.Module):
         if tokens_per_expert.device != x.device:
             raise ValueError(f"tokens_per_expert: is on {tokens_per_expert.device}, must be on x's device {x.device}")
         ends = torch.cumsum(tokens_per_expert, 0, dtype=torch.int32)  # on the device: no sync
-        return _Fp8BlockGroupedLinear.apply(x, self.weight, ends)
+        return _Fp8BlockGroupedLinear.apply(x, self.weight, ends, self._quantized_weight(x))
+
+    def _quantized_weight(self, x: torch.Tensor):
+        """The weight's FP8 copies, quantized again only when the weight has changed.
+
+        Micro-batches of one optimizer step (and evaluations) reuse one quantization of the fp32
+        master, as the training driver does. A change is seen through the parameter's version
+        counter, which every in-place update of the parameter bumps (optimizers, load_state_dict,
+        copy_ under no_grad); writes through `weight.data` bypass it: call `weight_changed()` after
+        those."""
+        both = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
+        direction = "both" if both else "rowwise"
+        key = (self.weight._version, self.weight.data_ptr(), direction)
+        if self._wq_key != key:
+            self._wq = bst.quantize_experts(self.weight.detach(), "fp8_block128x128", direction=direction)
+            self._wq_key = key
+        return self._wq
+
+    def weight_changed(self) -> None:
+        """Forget the cached FP8 copies of the weight (after writing it through `weight.data`)."""
+        self._wq_key = None
+        self._wq = None
 
     def extra_repr(self) -> str:
         return (f"num_experts={self.num_experts}, in_features={self.in_features}, "

@@ -460,3 +460,29 @@ def test_grouped_linear_forward_backward():
                                  f"wgrad expert {g}")
         lo = hi
 
+
+
+@needs_gpu
+def test_grouped_linear_requantizes_the_weight_only_when_it_changes():
+    torch.manual_seed(3)
+    counts = torch.tensor([128, 0, 64, 64], device="cuda")
+    layer = bst.GroupedLinear(4, 256, 128, device="cuda")
+    x = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    y0 = layer(x, counts)
+    cached = layer._wq
+    y1 = layer(x, counts)
+    assert layer._wq is cached and torch.equal(y0, y1)  # no change: the same FP8 copies
+    y1.float().square().mean().backward()
+    opt = torch.optim.AdamW(layer.parameters(), lr=1e-2)
+    opt.step()  # in place on the parameter: its version counter moves
+    y2 = layer(x, counts)
+    assert layer._wq is not cached and not torch.equal(y1, y2)
+    fresh = bst.GroupedLinear(4, 256, 128, device="cuda")
+    fresh.weight.data.copy_(layer.weight.detach())
+    fresh.weight_changed()
+    assert torch.equal(y2, fresh(x, counts))  # the cache holds the updated weight's bytes
+    layer.weight.data.mul_(2)  # through .data the version counter stays: weight_changed() is the rule
+    layer.weight_changed()
+    fresh.weight.data.copy_(layer.weight.detach())
+    fresh.weight_changed()
+    assert torch.equal(layer(x, counts), fresh(x, counts))
