@@ -69,6 +69,18 @@ void check_same_k(const Operand& a, const Operand& b) {
          "'s columns (" + std::to_string(a.row_bytes) + ")");
 }
 
+// The fields the dense and the grouped problems share, from the checked operands.
+template <typename Problem>
+void set_operands(Problem& p, const Operand& a, const Operand& b, float alpha, float beta) {
+  p.m = a.rows;
+  p.n = b.rows;
+  p.k = a.k;
+  p.a_recipe = a.format;
+  p.b_recipe = b.format;
+  p.alpha = alpha;
+  p.beta = beta;
+}
+
 gemm::MatrixType matrix_type(const char* name, const Array& t) {
   require_dtype(name, t, {Dtype::kBfloat16, Dtype::kFloat32});
   return dtype_of(t) == Dtype::kBfloat16 ? gemm::MatrixType::kBf16 : gemm::MatrixType::kFp32;
@@ -124,13 +136,7 @@ void gemm_dense(const Array& a_data, const Array& a_scales, const std::string& a
   check_scales(dev, "a_scales", a_scales, a, scale_bytes(a));
   check_scales(dev, "b_scales", b_scales, b, scale_bytes(b));
   gemm::GemmProblem p;
-  p.m = a.rows;
-  p.n = b.rows;
-  p.k = a.k;
-  p.a_recipe = a.format;
-  p.b_recipe = b.format;
-  p.alpha = alpha;
-  p.beta = beta;
+  set_operands(p, a, b, alpha, beta);
   p.d_type = matrix_type("d", d);
   p.ldd = check_output(dev, "d", d, 0, p.m, p.n);
   gemm::GemmArguments args;
@@ -177,13 +183,7 @@ void gemm_grouped(const std::string& mode, const Array& a_data, const Array& a_s
   if (m_grouped && static_cast<int64_t>(b_data.shape(0)) != p.num_groups)
     fail("b_data: experts (" + std::to_string(b_data.shape(0)) + ", dimension 0) must equal group_ends' length (" +
          std::to_string(p.num_groups) + ")");
-  p.m = a.rows;
-  p.n = b.rows;
-  p.k = a.k;
-  p.a_recipe = a.format;
-  p.b_recipe = b.format;
-  p.alpha = alpha;
-  p.beta = beta;
+  set_operands(p, a, b, alpha, beta);
   check_scales(dev, "a_scales", a_scales, a, scale_bytes(a));
   p.d_type = matrix_type("d", d);
   const int64_t groups = m_grouped ? 0 : p.num_groups;  // kK: D holds one m x n matrix per expert
