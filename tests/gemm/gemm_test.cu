@@ -25,102 +25,39 @@
 //  scales cleared. An fp32-exact accumulator would give ~1e-6 * sqrt(K)-sized errors; the FP8
 //  tensor core's 13 bits make the first term dominate (relative error ~1e-4 for random signs,
 //  ~1e-3 x ||abs|| / ||D|| worst case). The test asserts the bound and prints measured / bound.
-// ---- Exact cases ----
-// With codes in {0, +-0.5, +-1, +-1.5, +-2} and power-of-two scales 2^[-2, 2], every partial sum,
-// scale product, promotion and (K <= 1024) running sum is exact in both the 13-bit tensor-core
-// accumulator and fp32, so D must equal the reference rounded once to D's type, bit for bit.
-// These catch layout, scale-indexing, swizzle and tile-edge bugs that a loose bound could hide.
+// The bit-exact cases and the tile widths are in gemm_exact_test.cu; the argument checks, the
+// dispatch rule, the tile order and the scale-block rule in gemm_checks_test.cu; the operands,
+// the GEMM run and the shape cases they all use in gemm_fp8_harness.h.
 // ---- Tiles ----
 // The sm90 kernel has three tiles (128 x 128, 128 x 192 and, for 128x128 B, 256 x 128:
 // gemm/launchers.h); every GPU case runs each against the same reference, and GemmTileWidths
 // checks that all give the same bits (same operations per element). GEMM_TEST_TILE=128 (192, 256)
 // runs one tile only: the GPU check script's fallback when another crashes.
-// GPU tests skip without a GPU; the argument checks, the dispatch rule, the tile order and the
-// scale-block rule run everywhere.
+// GPU tests skip without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <random>
-#include <set>
 #include <string>
 #include <vector>
 
-#include "formats/quantize.h"
 #include "formats/reference_gemm.h"
-#include "formats/scale_layout.h"
-#include "gemm/common/scale_blocks.h"
-#include "gemm/common/tile_scheduler.h"
 #include "gemm/gemm.h"
-#include "gemm/launchers.h"  // the tile-width selector
+#include "gemm/launchers.h"  // the cuBLASLt launcher
+#include "tests/gemm/gemm_fp8_harness.h"
 #include "tests/gemm/gemm_test_util.h"
 #include "tests/gpu_test.h"  // defines: SKIP_WITHOUT_GPU, ASSERT_CUDA, ASSERT_OK, expect_error
 
 namespace {
 
-namespace bf = blockscale::formats;
-namespace bg = blockscale::gemm;
-using bf::Format;
-using bg::MatrixType;
-using bg::detail::Sm90Fp8Tile;
-using blockscale::runtime::DeviceBuffer;
-using blockscale_test::RouteScope;
-using blockscale_test::element_bytes;
+using namespace blockscale_test::fp8_blockwise;  // gemm_fp8_harness.h
 using blockscale_test::element_value;
-using blockscale_test::encode;
 using blockscale_test::round_to;
 using blockscale_test::expect_error;
-using blockscale_test::gemm_scales;
-
-// ---- Operands ----------------------------------------------------------------------------------
-
-// A quantized operand and its scales packed in the GEMM layout of its recipe.
-struct HostOperand {
-  bf::QuantizedMatrix q;
-  std::vector<uint8_t> packed_scales;  // gemm_scales(q)
-};
-
-// rows x k random values quantized with formats::quantize: normal samples times `magnitude`
-// times a power of two in [2^-4, 2^4] drawn per 128-element block (so scales differ per block).
-void random_operand(int64_t rows, int64_t k, Format recipe, double magnitude, uint64_t seed, HostOperand* op) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::uniform_int_distribution<int> exponent(-4, 4);
-  std::vector<float> x(static_cast<size_t>(rows * k));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t kb = 0; kb < k / 128; ++kb) {
-      const double block = magnitude * std::ldexp(1.0, exponent(rng));
-      for (int64_t i = 0; i < 128; ++i) x[static_cast<size_t>(r * k + kb * 128 + i)] = static_cast<float>(normal(rng) * block);
-    }
-  bf::QuantizeOptions options;
-  options.recipe = recipe;
-  const blockscale::Status s = bf::quantize(x.data(), rows, k, k, options, bf::Direction::kRowwise, &op->q);
-  ASSERT_TRUE(s.is_ok()) << s.message();
-  op->packed_scales = gemm_scales(op->q);
-}
-
-// rows x k codes drawn from {0, +-0.5, +-1, +-1.5, +-2} and scales 2^[-2, 2], set directly.
-void exact_operand(int64_t rows, int64_t k, Format recipe, uint64_t seed, HostOperand* op) {
-  std::mt19937_64 rng(seed);
-  const float values[] = {0.0f, 0.5f, -0.5f, 1.0f, -1.0f, 1.5f, -1.5f, 2.0f, -2.0f};
-  std::uniform_int_distribution<int> pick(0, 8), exponent(-2, 2);
-  bf::QuantizedMatrix& q = op->q;
-  q = bf::QuantizedMatrix();
-  q.recipe = recipe;
-  q.rows = rows;
-  q.cols = k;
-  q.block_rows = recipe == Format::kFp8Block1x128 ? 1 : 128;
-  q.block_cols = 128;
-  q.data.resize(static_cast<size_t>(rows * k));
-  for (auto& code : q.data) code = bf::encode_e4m3(values[pick(rng)]);
-  q.scales_f32.resize(static_cast<size_t>(q.scale_rows() * q.scale_cols()));
-  for (auto& s : q.scales_f32) s = std::ldexp(1.0f, exponent(rng));
-  op->packed_scales = gemm_scales(op->q);
-}
+using blockscale_test::frobenius;
 
 // The operand with every code's sign and every scale's sign cleared: reference_gemm on two of
 // these is |A| |B|^T, the sum of absolute products the error bound scales with.
@@ -129,108 +66,6 @@ bf::QuantizedMatrix absolute(const bf::QuantizedMatrix& q) {
   for (auto& code : a.data) code &= 0x7F;
   for (auto& s : a.scales_f32) s = std::fabs(s);
   return a;
-}
-
-// ---- Running the GEMM --------------------------------------------------------------------------
-
-struct GemmRun {
-  std::vector<uint8_t> d;  // m x ldd elements of d_type, as the GPU left them
-  blockscale::Status status = blockscale::Status::ok();
-};
-
-std::string tile_name(Sm90Fp8Tile t) {
-  return t == Sm90Fp8Tile::kN192 ? "tile 128 x 192" : t == Sm90Fp8Tile::kM256 ? "tile 256 x 128" : "tile 128 x 128";
-}
-
-// The tiles every GPU case runs: all three, or the one GEMM_TEST_TILE names (128, 192 or 256).
-// 256 x 128 applies to 128x128 B only; with 1x128 B it runs 128 x 128 (gemm/launchers.h).
-std::vector<Sm90Fp8Tile> tiles_under_test() {
-  const char* env = std::getenv("GEMM_TEST_TILE");
-  const std::string only = env ? env : "";
-  if (only == "128") return {Sm90Fp8Tile::kN128};
-  if (only == "192") return {Sm90Fp8Tile::kN192};
-  if (only == "256") return {Sm90Fp8Tile::kM256};
-  return {Sm90Fp8Tile::kN128, Sm90Fp8Tile::kN192, Sm90Fp8Tile::kM256};
-}
-
-// Selects a tile for one scope; the automatic choice comes back after it.
-struct TileScope {
-  explicit TileScope(Sm90Fp8Tile t) { bg::detail::set_sm90_fp8_tile(t); }
-  ~TileScope() { bg::detail::set_sm90_fp8_tile(Sm90Fp8Tile::kAuto); }
-};
-
-
-// How a case runs: gemm::run on the wgmma kernel (the route forced to it, at the given tile
-// width), the cuBLASLt launcher called directly, or gemm::run's automatic route.
-enum class Via { kKernel, kCublasLtLaunch, kRunAuto };
-
-// Uploads the operands (and C: m x ldc fp32 / bf16 values when beta != 0), poisons D, runs.
-// in_place: C is D (D is initialised with C instead of the poison).
-void run_gemm(const bg::GemmProblem& p, const HostOperand& a, const HostOperand& b, const std::vector<double>* c,
-              bool in_place, Sm90Fp8Tile tile, GemmRun* out, Via via = Via::kKernel) {
-  DeviceBuffer a_data, a_scales, b_data, b_scales, c_buf, d_buf;
-  ASSERT_OK(a_data.upload(a.q.data.data(), a.q.data.size(), "a_data"));
-  ASSERT_OK(b_data.upload(b.q.data.data(), b.q.data.size(), "b_data"));
-  ASSERT_OK(a_scales.upload(a.packed_scales, "a_scales"));
-  ASSERT_OK(b_scales.upload(b.packed_scales, "b_scales"));
-  const int64_t d_bytes = p.m * p.ldd * element_bytes(p.d_type);
-  ASSERT_OK(d_buf.alloc(static_cast<size_t>(d_bytes), "d_buf"));
-  ASSERT_CUDA(cudaMemset(d_buf.data(), 0xFF, static_cast<size_t>(d_bytes)));
-  if (c != nullptr) {
-    const std::vector<uint8_t> c_bytes = encode(*c, p.c_type);
-    if (in_place) {
-      ASSERT_CUDA(cudaMemcpy(d_buf.data(), c_bytes.data(), c_bytes.size(), cudaMemcpyHostToDevice));
-    } else {
-      ASSERT_OK(c_buf.upload(c_bytes.data(), c_bytes.size(), "c_buf"));
-    }
-  }
-  bg::GemmArguments args;
-  args.a_data = a_data.data();
-  args.a_scales = a_scales.as<float>();
-  args.b_data = b_data.data();
-  args.b_scales = b_scales.as<float>();
-  args.c = c == nullptr ? nullptr : in_place ? static_cast<const void*>(d_buf.data()) : c_buf.data();
-  args.d = d_buf.data();
-  DeviceBuffer workspace;
-  ASSERT_OK(workspace.alloc(bg::workspace_size(p), "workspace"));
-  if (via == Via::kCublasLtLaunch) {
-    out->status = bg::detail::launch_cublaslt_block_scaled(p, args, workspace.data(), workspace.size(), nullptr);
-  } else {
-    const TileScope scope(tile);
-    const RouteScope route(via == Via::kKernel ? bg::Sm90Fp8Route::kKernel : bg::Sm90Fp8Route::kAuto);
-    out->status = bg::run(p, args, workspace.data(), workspace.size(), nullptr);
-  }
-  ASSERT_TRUE(out->status.is_ok()) << out->status.message();
-  ASSERT_CUDA(cudaDeviceSynchronize());
-  out->d.resize(static_cast<size_t>(d_bytes));
-  ASSERT_CUDA(cudaMemcpy(out->d.data(), d_buf.data(), out->d.size(), cudaMemcpyDeviceToHost));
-}
-
-// Every element in columns [n, ldd) must still hold the poison (0xFF bytes).
-int64_t padding_written(const bg::GemmProblem& p, const GemmRun& r) {
-  const int64_t e = element_bytes(p.d_type);
-  int64_t bad = 0;
-  for (int64_t i = 0; i < p.m; ++i)
-    for (int64_t j = p.n * e; j < p.ldd * e; ++j) bad += r.d[static_cast<size_t>(i * p.ldd * e + j)] != 0xFF;
-  return bad;
-}
-
-double frobenius(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x * x;
-  return std::sqrt(s);
-}
-
-bg::GemmProblem problem(int64_t m, int64_t n, int64_t k, Format b_recipe, MatrixType d_type, int64_t ldd,
-                        float alpha, float beta, MatrixType c_type = MatrixType::kFp32) {
-  bg::GemmProblem p;
-  p.m = m, p.n = n, p.k = k;
-  p.a_recipe = Format::kFp8Block1x128;
-  p.b_recipe = b_recipe;
-  p.d_type = d_type, p.c_type = c_type;
-  p.ldd = ldd, p.ldc = ldd;
-  p.alpha = alpha, p.beta = beta;
-  return p;
 }
 
 // ---- Random data against the bound -------------------------------------------------------------
@@ -308,22 +143,6 @@ void check_random(const bg::GemmProblem& p, const HostOperand& a, const HostOper
   }
 }
 
-struct ShapeCase {
-  int64_t m, n, k;
-  Format b_recipe;
-};
-std::ostream& operator<<(std::ostream& os, const ShapeCase& c) {
-  return os << c.m << "x" << c.n << "x" << c.k << "_" << bf::format_name(c.b_recipe);
-}
-std::string shape_name(const ::testing::TestParamInfo<ShapeCase>& info) {
-  const ShapeCase& c = info.param;
-  return "m" + std::to_string(c.m) + "_n" + std::to_string(c.n) + "_k" + std::to_string(c.k) +
-         (c.b_recipe == Format::kFp8Block1x128 ? "_wgrad1x128" : "_w128x128");
-}
-uint64_t seed_of(const ShapeCase& c, uint64_t salt) {
-  return static_cast<uint64_t>(c.m) * 1000003u + static_cast<uint64_t>(c.n) * 10007u + static_cast<uint64_t>(c.k) * 101u +
-         (c.b_recipe == Format::kFp8Block1x128 ? 7u : 0u) + salt * 0x9E3779B97F4A7C15ull;
-}
 
 std::vector<ShapeCase> odd_shapes() {
   std::vector<ShapeCase> cases;
@@ -490,336 +309,5 @@ INSTANTIATE_TEST_SUITE_P(
                       ScaleCase{1.0, 1.0, -2.0f, 0.5f, MatrixType::kBf16, MatrixType::kFp32, false, "alpha_bf16_c"},
                       ScaleCase{1.0, 1.0, 1.0f, 1.0f, MatrixType::kFp32, MatrixType::kFp32, true, "in_place_wgrad"}),
     [](const ::testing::TestParamInfo<ScaleCase>& info) { return std::string(info.param.name); });
-
-// ---- Exact data: bit-for-bit ---------------------------------------------------------------------
-
-class GemmExact : public ::testing::TestWithParam<ShapeCase> {};
-TEST_P(GemmExact, BitExact) {
-  SKIP_WITHOUT_GPU();
-  const ShapeCase c = GetParam();
-  HostOperand a, b;
-  exact_operand(c.m, c.k, Format::kFp8Block1x128, seed_of(c, 21), &a);
-  exact_operand(c.n, c.k, c.b_recipe, seed_of(c, 22), &b);
-  if (HasFatalFailure()) return;
-  for (int variant = 0; variant < 3; ++variant) {
-    // 0: bf16 D, beta 0; 1: fp32 D, alpha 0.5, beta 1 (fp32 C); 2: fp32 D, beta 0, ldd padded.
-    const MatrixType d_type = variant == 0 ? MatrixType::kBf16 : MatrixType::kFp32;
-    const float alpha = variant == 1 ? 0.5f : 1.0f, beta = variant == 1 ? 1.0f : 0.0f;
-    const bg::GemmProblem p = problem(c.m, c.n, c.k, c.b_recipe, d_type, c.n + (variant == 2 ? 5 : 0), alpha, beta);
-    std::vector<double> cmat;
-    if (beta != 0.0f) {  // dyadic C: multiples of 2^-6 below 2^10 (exact sums)
-      std::mt19937_64 rng(seed_of(c, 23));
-      std::uniform_int_distribution<int> v(-65536, 65536);
-      cmat.resize(static_cast<size_t>(p.m * p.ldc));
-      for (auto& x : cmat) x = std::ldexp(static_cast<double>(v(rng)), -6);
-    }
-    std::vector<double> ref;
-    const blockscale::Status s =
-        bf::reference_gemm(a.q, b.q, alpha, beta, cmat.empty() ? nullptr : cmat.data(), p.ldc, &ref);
-    ASSERT_TRUE(s.is_ok()) << s.message();
-    for (const Sm90Fp8Tile tile : tiles_under_test()) {
-      SCOPED_TRACE(tile_name(tile));
-      GemmRun r;
-      run_gemm(p, a, b, cmat.empty() ? nullptr : &cmat, false, tile, &r);
-      if (HasFatalFailure()) return;
-      EXPECT_EQ(padding_written(p, r), 0);
-      int64_t bad = 0;
-      for (int64_t i = 0; i < p.m; ++i)
-        for (int64_t j = 0; j < p.n; ++j) {
-          const double want_exact = ref[static_cast<size_t>(i * p.n + j)];
-          const double want = round_to(want_exact, d_type);
-          const double got = element_value(r.d, i * p.ldd + j, d_type);
-          if (got == want) continue;
-          if (bad++ < 5)
-            ADD_FAILURE() << "variant " << variant << " D(" << i << ", " << j << ") = " << got << ", want " << want;
-        }
-      EXPECT_EQ(bad, 0) << "mismatches in variant " << variant;
-    }
-  }
-}
-std::vector<ShapeCase> exact_shapes() {
-  std::vector<ShapeCase> cases;
-  for (Format r : {Format::kFp8Block128x128, Format::kFp8Block1x128})
-    for (ShapeCase c : {ShapeCase{1, 1, 128, r}, ShapeCase{127, 129, 384, r}, ShapeCase{129, 127, 1024, r},
-                        ShapeCase{129, 320, 384, r}, ShapeCase{1000, 1000, 256, r}, ShapeCase{300, 2000, 1024, r}})
-      cases.push_back(c);
-  return cases;
-}
-INSTANTIATE_TEST_SUITE_P(Shapes, GemmExact, ::testing::ValuesIn(exact_shapes()), shape_name);
-
-// ---- Tile widths: the same bits ------------------------------------------------------------------
-
-// Random (inexact) data, so the tensor core's truncation and every fp32 rounding are exercised:
-// every tile must still write the bytes of the 128 x 128 one, padding included, for bf16 and fp32
-// D, beta 0 and 1, single- and multi-tile shapes (both 192-tile starting offsets into a scale
-// block; 256-row tiles ending inside M).
-class GemmTileWidths : public ::testing::TestWithParam<ShapeCase> {};
-TEST_P(GemmTileWidths, BitIdentical) {
-  SKIP_WITHOUT_GPU();
-  if (tiles_under_test().size() < 2) GTEST_SKIP() << "GEMM_TEST_TILE selects one tile";
-  const ShapeCase c = GetParam();
-  HostOperand a, b;
-  random_operand(c.m, c.k, Format::kFp8Block1x128, 1.0, seed_of(c, 31), &a);
-  random_operand(c.n, c.k, c.b_recipe, 1.0, seed_of(c, 32), &b);
-  if (HasFatalFailure()) return;
-  for (int variant = 0; variant < 2; ++variant) {
-    // 0: bf16 D, beta 0; 1: fp32 D += fp32 C (beta 1), ldd padded.
-    const MatrixType d_type = variant == 0 ? MatrixType::kBf16 : MatrixType::kFp32;
-    const bg::GemmProblem p = problem(c.m, c.n, c.k, c.b_recipe, d_type, c.n + 2 * variant, 1.0f,
-                                      static_cast<float>(variant));
-    std::vector<double> cmat;
-    if (variant == 1) {
-      std::mt19937_64 rng(seed_of(c, 33));
-      std::normal_distribution<double> normal(0.0, 100.0);
-      cmat.resize(static_cast<size_t>(p.m * p.ldc));
-      for (auto& x : cmat) x = static_cast<float>(normal(rng));
-    }
-    GemmRun narrow;
-    run_gemm(p, a, b, cmat.empty() ? nullptr : &cmat, false, Sm90Fp8Tile::kN128, &narrow);
-    for (const Sm90Fp8Tile tile : {Sm90Fp8Tile::kN192, Sm90Fp8Tile::kM256}) {
-      GemmRun other;
-      run_gemm(p, a, b, cmat.empty() ? nullptr : &cmat, false, tile, &other);
-      if (HasFatalFailure()) return;
-      const int64_t e = element_bytes(d_type);
-      int64_t differ = 0;
-      for (int64_t i = 0; i < p.m * p.ldd; ++i) {
-        if (std::memcmp(narrow.d.data() + i * e, other.d.data() + i * e, static_cast<size_t>(e)) == 0) continue;
-        if (differ++ < 5)
-          ADD_FAILURE() << "variant " << variant << " D(" << i / p.ldd << ", " << i % p.ldd << "): 128 x 128 "
-                        << element_value(narrow.d, i, d_type) << ", " << tile_name(tile) << " "
-                        << element_value(other.d, i, d_type);
-      }
-      EXPECT_EQ(differ, 0) << "elements that differ from 128 x 128 in " << tile_name(tile) << ", variant " << variant;
-    }
-  }
-}
-std::vector<ShapeCase> width_shapes() {
-  std::vector<ShapeCase> cases;
-  for (Format r : {Format::kFp8Block128x128, Format::kFp8Block1x128})
-    for (ShapeCase c : {ShapeCase{100, 150, 256, r}, ShapeCase{257, 577, 384, r}, ShapeCase{1000, 1000, 1024, r},
-                        ShapeCase{2048, 2304, 512, r}})
-      cases.push_back(c);
-  return cases;
-}
-INSTANTIATE_TEST_SUITE_P(Shapes, GemmTileWidths, ::testing::ValuesIn(width_shapes()), shape_name);
-
-// The premise of GemmExact, on the host: every exact case's reference (variant 1: alpha 0.5,
-// beta 1, dyadic C) is an fp32 value, so "round once to D's type" is the whole error budget.
-TEST(GemmExactPremise, ReferenceIsAnFp32Value) {
-  for (const ShapeCase& c : exact_shapes()) {
-    if (c.m * c.n > 200000) continue;  // the host reference of the big cases is slow in debug builds
-    HostOperand a, b;
-    exact_operand(c.m, c.k, Format::kFp8Block1x128, seed_of(c, 21), &a);
-    exact_operand(c.n, c.k, c.b_recipe, seed_of(c, 22), &b);
-    std::vector<double> cmat(static_cast<size_t>(c.m * c.n), std::ldexp(-65536.0, -6)), ref;
-    ASSERT_TRUE(bf::reference_gemm(a.q, b.q, 0.5, 1.0, cmat.data(), c.n, &ref).is_ok());
-    int64_t inexact = 0;
-    for (double v : ref) inexact += static_cast<double>(static_cast<float>(v)) != v;
-    EXPECT_EQ(inexact, 0) << c;
-  }
-}
-
-// An empty problem launches nothing and succeeds.
-TEST(GemmRun, EmptyProblemIsOk) {
-  bg::GemmProblem p = problem(0, 5, 128, Format::kFp8Block128x128, MatrixType::kBf16, 5, 1.0f, 0.0f);
-  EXPECT_TRUE(bg::run(p, bg::GemmArguments(), nullptr, 0, nullptr).is_ok());
-}
-
-// ---- No GPU needed: the checks, the dispatch rule, the tile order ---------------------------------
-
-bg::GemmProblem valid_problem() {
-  return problem(256, 384, 512, Format::kFp8Block128x128, MatrixType::kBf16, 384, 1.0f, 0.0f);
-}
-
-TEST(GemmCanImplement, ValidProblemsPass) {
-  EXPECT_TRUE(bg::can_implement(valid_problem()).is_ok());
-  bg::GemmProblem p = valid_problem();
-  p.b_recipe = Format::kFp8Block1x128;
-  p.beta = 1.0f, p.ldc = 400, p.c_type = MatrixType::kFp32, p.d_type = MatrixType::kFp32;
-  EXPECT_TRUE(bg::can_implement(p).is_ok());
-  p.m = 0;  // empty: strides are not checked
-  p.ldd = 0;
-  EXPECT_TRUE(bg::can_implement(p).is_ok());
-}
-
-TEST(GemmCanImplement, EachRuleNamesItsArgument) {
-  bg::GemmProblem p = valid_problem();
-  p.m = -1;
-  expect_error(bg::can_implement(p), "m: must be >= 0");
-  p = valid_problem(), p.n = -3;
-  expect_error(bg::can_implement(p), "n: must be >= 0");
-  p = valid_problem(), p.m = int64_t{1} << 31;
-  expect_error(bg::can_implement(p), "m: must be < 2^31");
-  p = valid_problem(), p.n = int64_t{1} << 32;
-  expect_error(bg::can_implement(p), "n: must be < 2^31");
-  p = valid_problem(), p.k = 200;
-  expect_error(bg::can_implement(p), "k: must be a positive multiple of 128");
-  p = valid_problem(), p.k = 0;
-  expect_error(bg::can_implement(p), "k: must be a positive multiple of 128");
-  p = valid_problem(), p.k = int64_t{1} << 31;
-  expect_error(bg::can_implement(p), "k: must be < 2^31");
-  p = valid_problem(), p.ldd = 383;
-  expect_error(bg::can_implement(p), "ldd: must be >= n");
-  p = valid_problem(), p.beta = 1.0f, p.ldc = 100;
-  expect_error(bg::can_implement(p), "ldc: must be >= n");
-  p = valid_problem(), p.ldc = 0;  // beta == 0: C is not read, ldc free
-  EXPECT_TRUE(bg::can_implement(p).is_ok());
-  p = valid_problem(), p.alpha = NAN;
-  expect_error(bg::can_implement(p), "alpha: must be finite");
-  p = valid_problem(), p.beta = INFINITY;
-  expect_error(bg::can_implement(p), "beta: must be finite");
-  p = valid_problem(), p.d_type = static_cast<MatrixType>(7);
-  expect_error(bg::can_implement(p), "d_type: must be bf16 or fp32");
-  p = valid_problem(), p.c_type = static_cast<MatrixType>(7);
-  expect_error(bg::can_implement(p), "c_type: must be bf16 or fp32");
-}
-
-// FP8 blockwise pairs: A 1x128 with B 128x128 or 1x128. Any other pair with an FP8 blockwise
-// operand (128x128 A, or one FP8 blockwise operand beside an MX / NVFP4 one) names the pair.
-TEST(GemmCanImplement, Fp8BlockwisePairRules) {
-  EXPECT_TRUE(bg::is_fp8_blockwise_pair(Format::kFp8Block1x128, Format::kFp8Block128x128));
-  EXPECT_TRUE(bg::is_fp8_blockwise_pair(Format::kFp8Block1x128, Format::kFp8Block1x128));
-  for (Format a : bf::all_formats())
-    for (Format b : bf::all_formats()) {
-      if (!bf::is_fp8_block(a) && !bf::is_fp8_block(b)) continue;  // MX / NVFP4: gemm_block_scaled_test
-      bg::GemmProblem p = valid_problem();
-      p.a_recipe = a, p.b_recipe = b;
-      const std::string pair = std::string(bf::format_name(a)) + ", " + bf::format_name(b);
-      EXPECT_FALSE(bg::is_block_scaled_pair(a, b)) << pair;
-      if (bg::is_fp8_blockwise_pair(a, b)) {
-        EXPECT_TRUE(bg::can_implement(p).is_ok()) << pair;
-      } else {
-        expect_error(bg::can_implement(p), "a_recipe, b_recipe: the pair (" + pair + ") is not supported");
-      }
-    }
-}
-
-TEST(GemmDispatch, ArchitectureRule) {
-  bg::GemmKernel kernel = bg::GemmKernel::kNone;
-  EXPECT_TRUE(bg::can_implement_for_arch(valid_problem(), 90, &kernel).is_ok());
-  EXPECT_EQ(kernel, bg::GemmKernel::kCublasLtBlockScaled);  // FP8 blockwise, a shape cuBLASLt takes, m <= 512
-  bg::GemmProblem tall = valid_problem();
-  tall.m = 516;  // cuBLASLt takes it, but from 513 rows up the wgmma kernel runs
-  EXPECT_TRUE(bg::can_implement_for_arch(tall, 90, &kernel).is_ok());
-  EXPECT_EQ(kernel, bg::GemmKernel::kSm90Fp8Blockwise);
-  {
-    const RouteScope route(bg::Sm90Fp8Route::kCublasLt);
-    EXPECT_TRUE(bg::can_implement_for_arch(tall, 90, &kernel).is_ok());
-    EXPECT_EQ(kernel, bg::GemmKernel::kCublasLtBlockScaled);
-  }
-  bg::GemmProblem odd = valid_problem();
-  odd.m = 257;
-  EXPECT_TRUE(bg::can_implement_for_arch(odd, 90, &kernel).is_ok());
-  EXPECT_EQ(kernel, bg::GemmKernel::kSm90Fp8Blockwise);
-  {
-    const RouteScope route(bg::Sm90Fp8Route::kKernel);
-    EXPECT_TRUE(bg::can_implement_for_arch(valid_problem(), 90, &kernel).is_ok());
-    EXPECT_EQ(kernel, bg::GemmKernel::kSm90Fp8Blockwise);
-  }
-  {
-    const RouteScope route(bg::Sm90Fp8Route::kCublasLt);
-    expect_error(bg::can_implement_for_arch(odd, 90, &kernel), "m, n, ldd, ldc: the FP8 blockwise route is forced");
-  }
-  EXPECT_TRUE(bg::can_implement_for_arch(valid_problem(), 100, &kernel).is_ok());
-  EXPECT_EQ(kernel, bg::GemmKernel::kCublasLtBlockScaled);
-  for (int sm : {70, 80, 86, 89, 120}) {
-    expect_error(bg::can_implement_for_arch(valid_problem(), sm, &kernel), "need sm_90 (Hopper wgmma) or sm_100");
-    EXPECT_EQ(kernel, bg::GemmKernel::kNone);
-  }
-  bg::GemmProblem p = valid_problem();
-  p.k = 100;  // problem errors come first
-  expect_error(bg::can_implement_for_arch(p, 90), "k: must be");
-}
-
-// Pointer checks come before any device query, so fake (never dereferenced) addresses serve.
-TEST(GemmCanImplement, PointerRulesNameTheArgument) {
-  alignas(256) static uint8_t arena[1 << 20];
-  const bg::GemmProblem p = valid_problem();  // 256 x 384 x 512
-  bg::GemmArguments ok;
-  ok.a_data = arena;                                                   // 128 KB
-  ok.b_data = arena + (1 << 17);                                       // 192 KB
-  ok.a_scales = reinterpret_cast<const float*>(arena + (5 << 16));     // 4 KB
-  ok.b_scales = reinterpret_cast<const float*>(arena + (5 << 16) + 8192);
-  ok.d = arena + (6 << 16);                                            // 192 KB of bf16
-  auto with = [&](auto change) {
-    bg::GemmArguments a = ok;
-    change(a);
-    return bg::can_implement(p, a);
-  };
-  expect_error(with([](auto& a) { a.a_data = nullptr; }), "a_data: must not be null");
-  expect_error(with([](auto& a) { a.a_data += 8; }), "a_data: must be 16-byte aligned");
-  expect_error(with([](auto& a) { a.b_data = nullptr; }), "b_data: must not be null");
-  expect_error(with([](auto& a) { a.b_data += 1; }), "b_data: must be 16-byte aligned");
-  expect_error(with([](auto& a) { a.a_scales = nullptr; }), "a_scales: must not be null");
-  expect_error(with([](auto& a) { a.a_scales = static_cast<const float*>(a.a_scales) + 1; }),
-               "a_scales: must be 16-byte aligned");
-  expect_error(with([](auto& a) { a.b_scales = nullptr; }), "b_scales: must not be null");
-  expect_error(with([](auto& a) { a.b_scales = static_cast<const float*>(a.b_scales) + 2; }),
-               "b_scales: must be 16-byte aligned");
-  expect_error(with([](auto& a) { a.d = nullptr; }), "d: must not be null");
-  expect_error(with([](auto& a) { a.d = static_cast<uint8_t*>(a.d) + 1; }), "d: must be 2-byte aligned");
-  expect_error(with([&](auto& a) { a.d = arena + 4096; }), "d: overlaps a_data");
-  expect_error(with([&](auto& a) { a.d = arena + (1 << 17) + 64; }), "d: overlaps b_data");
-  expect_error(with([&](auto& a) { a.d = arena + (5 << 16) + 16; }), "d: overlaps a_scales");
-
-  bg::GemmProblem pc = p;
-  pc.beta = 1.0f, pc.ldc = p.n, pc.c_type = MatrixType::kFp32, pc.d_type = MatrixType::kFp32;
-  bg::GemmArguments a = ok;
-  a.c = nullptr;
-  expect_error(bg::can_implement(pc, a), "c: must not be null");
-  a.c = arena + (9 << 16) + 2;
-  expect_error(bg::can_implement(pc, a), "c: must be 4-byte aligned (fp32) when beta != 0");
-  a.c = static_cast<uint8_t*>(ok.d) + 4;  // overlaps D, but not D itself
-  expect_error(bg::can_implement(pc, a), "c: must be d itself");
-  pc.c_type = MatrixType::kBf16;  // same pointer, different type: not in place
-  a.c = ok.d;
-  expect_error(bg::can_implement(pc, a), "c: must be d itself");
-}
-
-TEST(GemmWorkspace, Fp8BlockwiseOffersCublasLtItsWorkspace) {
-  EXPECT_EQ(bg::workspace_size(valid_problem()), size_t{32} << 20);
-  bg::GemmProblem mx = valid_problem();
-  mx.a_recipe = mx.b_recipe = Format::kMxfp8E4M3;
-  EXPECT_EQ(bg::workspace_size(mx), 0u);
-}
-
-TEST(TileOrder, EveryTileExactlyOnce) {
-  for (int tiles_m : {1, 3, 8, 9, 64, 129})
-    for (int tiles_n : {1, 2, 7, 32})
-      for (int group : {1, 8, 16}) {
-        bg::TileOrder order{tiles_m, tiles_n, group};
-        std::set<std::pair<int, int>> seen;
-        for (int32_t t = 0; t < order.num_tiles(); ++t) {
-          int32_t tm, tn;
-          order.coords(t, &tm, &tn);
-          ASSERT_TRUE(tm >= 0 && tm < tiles_m && tn >= 0 && tn < tiles_n) << t;
-          seen.insert({tm, tn});
-        }
-        EXPECT_EQ(static_cast<int>(seen.size()), tiles_m * tiles_n) << tiles_m << "x" << tiles_n << " group " << group;
-      }
-}
-
-// The kernel's per-group B-scale block rule is the plain column division, for every tile start.
-TEST(ScaleBlocks, OffsetIsTheColumnsBlock) {
-  for (int32_t tile_n = 0; tile_n < 64; ++tile_n) {
-    const int32_t n0_128 = tile_n * 128, n0_192 = tile_n * 192;
-    for (int j = 0; j < 16; ++j)
-      EXPECT_EQ(bg::b_scale_block_offset<128>(n0_128, j), (n0_128 + 8 * j) / 128 - n0_128 / 128) << tile_n << " " << j;
-    for (int j = 0; j < 24; ++j) {
-      const int32_t first = n0_192 + 8 * j;
-      EXPECT_EQ(bg::b_scale_block_offset<192>(n0_192, j), first / 128 - n0_192 / 128) << tile_n << " " << j;
-      EXPECT_EQ(first / 128, (first + 7) / 128) << "a column group straddles two scale blocks";
-    }
-  }
-}
-
-TEST(Sm90TileSelector, DefaultIsAutoAndSettable) {
-  EXPECT_EQ(bg::detail::sm90_fp8_tile(), Sm90Fp8Tile::kAuto);
-  {
-    const TileScope scope(Sm90Fp8Tile::kN192);
-    EXPECT_EQ(bg::detail::sm90_fp8_tile(), Sm90Fp8Tile::kN192);
-  }
-  EXPECT_EQ(bg::detail::sm90_fp8_tile(), Sm90Fp8Tile::kAuto);
-}
 
 }  // namespace
