@@ -22,7 +22,7 @@ enum class Format {
 };
 
 // The MX scale rule (docs/numerics.md): kCeil (the default) or kFloor. kBoth asks for the two
-// (the accuracy study's columns, tools/study.h); a quantization and a stored tensor take one.
+// (the accuracy study's columns, study/study.h); a quantization and a stored tensor take one.
 enum class ScaleRounding { kCeil, kFloor, kBoth };
 
 // Which quantized copy. kRowwise: blocks run along each row, stored as the input is (rows x cols).

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "formats/io/input_file.h"  // defines: io::InputFile, io::has_extension
 #include "formats/io/npy.h"
 #include "formats/io/quantized_file.h"  // defines: read_quantized_tensor, quantized_tensor_names
 #include "tools/cli.h"
-#include "tools/input_file.h"
 
 namespace blockscale::tools {
 namespace {
@@ -38,9 +38,9 @@ Status dequantize_entry(const io::QuantizedTensor& e, std::vector<float>* values
 
 void run_dequantize(const DequantizeArgs& a) {
   if (a.out == a.in) usage_error("dequantize", "--out: must differ from --in");
-  const bool to_npy = has_extension(a.out, ".npy");  // else .safetensors: the option's validator
-  InputFile in;
-  check("dequantize", InputFile::open(a.in, "--in", &in));
+  const bool to_npy = io::has_extension(a.out, ".npy");  // else .safetensors: the option's validator
+  io::InputFile in;
+  check("dequantize", io::InputFile::open(a.in, "--in", &in));
   std::vector<std::string> names = io::quantized_tensor_names(*in.safetensors());
   if (names.empty()) fail("dequantize", "--in '" + a.in + "': holds no quantized tensor (no NAME.recipe metadata key)");
   if (!a.tensor.empty()) {

@@ -7,12 +7,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "formats/io/input_file.h"  // defines: io::InputFile (.npy or mmapped .safetensors)
 #include "formats/io/quantized_file.h"  // defines: QuantizedTensor, add_quantized_tensor, matrix_view
 #include "tools/cli.h"
 #ifdef BLOCKSCALE_HAVE_CUDA
 #include "tools/gpu_quantize.h"  // defines: gpu_quantize (quant/'s kernels)
 #endif
-#include "tools/input_file.h"  // defines: InputFile (.npy or mmapped .safetensors)
 
 namespace blockscale::tools {
 namespace {
@@ -58,7 +58,7 @@ Status make_options(const QuantizeArgs& a, bool sr, formats::QuantizeOptions* o)
 
 // Quantizes one input tensor into `entries` (one entry, or two for --direction both), on the CPU
 // (formats::quantize) or the GPU (quant/), which give the same bytes.
-Status quantize_tensor(const InputTensor& t, const QuantizeArgs& a, const formats::QuantizeOptions& base,
+Status quantize_tensor(const io::InputTensor& t, const QuantizeArgs& a, const formats::QuantizeOptions& base,
                        std::vector<std::unique_ptr<io::QuantizedTensor>>* entries) {
   int64_t rows = 0, cols = 0;
   BS_RETURN_IF_ERROR(io::matrix_view(t.view.shape, &rows, &cols));
@@ -121,8 +121,8 @@ void run_quantize(const QuantizeArgs& a, bool sr) {
   check_usage("quantize", make_options(a, sr, &base));
   check_usage("quantize", check_device_recipe(a));
   check("quantize", check_device_available(a));
-  InputFile in;
-  check("quantize", InputFile::open(a.in, "--in", &in));
+  io::InputFile in;
+  check("quantize", io::InputFile::open(a.in, "--in", &in));
   // Which tensors are skipped, and why, before any work: a file with nothing to quantize is one
   // error naming the first of them, not a warning per tensor and then the error.
   const size_t n = in.tensors().size();
@@ -130,7 +130,7 @@ void run_quantize(const QuantizeArgs& a, bool sr) {
   std::vector<std::string> why(n);
   for (size_t i = 0; i < n; ++i) {
     int64_t rows = 0, cols = 0;
-    if (Status s = matrix_of(in.tensors()[i], &rows, &cols); !s) {
+    if (Status s = io::matrix_of(in.tensors()[i], &rows, &cols); !s) {
       skipped.push_back(in.tensors()[i].name);
       why[i] = s.message();
     }
@@ -143,14 +143,14 @@ void run_quantize(const QuantizeArgs& a, bool sr) {
   }
   std::vector<std::unique_ptr<io::QuantizedTensor>> entries;
   for (size_t i = 0; i < n; ++i) {
-    const InputTensor& t = in.tensors()[i];
+    const io::InputTensor& t = in.tensors()[i];
     if (!why[i].empty()) {
       std::fprintf(stderr, "blockscale quantize: skipping %s: %s\n", io::detail::printable(t.name).c_str(),
                    why[i].c_str());
       continue;
     }
     int64_t rows = 0, cols = 0;
-    matrix_of(t, &rows, &cols);  // checked above
+    io::matrix_of(t, &rows, &cols);  // checked above
     if (!a.quiet) std::fprintf(stderr, "[%zu/%zu] %s %lldx%lld\n", i + 1, n, t.name.c_str(),
                                static_cast<long long>(rows), static_cast<long long>(cols));
     check("quantize", quantize_tensor(t, a, base, &entries));

@@ -9,8 +9,8 @@
 
 #include "formats/io/tensor_view.h"  // defines: detail::printable
 #include "tools/cli.h"           // defines: fail, check, recipe_validator
-#include "tools/study.h"         // defines: the engine (inputs, configs, run_study)
-#include "tools/study_report.h"  // defines: format_table, format_json, write_reports
+#include "study/study.h"         // defines: the engine (inputs, configs, run_study)
+#include "study/study_report.h"  // defines: format_table, format_json, write_reports
 
 namespace blockscale::tools {
 namespace {
@@ -56,9 +56,9 @@ Exit status: 0 success, 1 failure (bad file, I/O error), 2 bad usage.)";
 
 // "A:B" -> the split whose both halves name a tensor (names may hold ':' themselves).
 std::pair<std::string, std::string> split_pair(const std::string& arg,
-                                               const std::vector<StudyInput>& inputs) {
+                                               const std::vector<study::StudyInput>& inputs) {
   auto known = [&](const std::string& n) {
-    return std::any_of(inputs.begin(), inputs.end(), [&](const StudyInput& in) { return in.name == n; });
+    return std::any_of(inputs.begin(), inputs.end(), [&](const study::StudyInput& in) { return in.name == n; });
   };
   size_t last = std::string::npos;
   for (size_t i = arg.find(':'); i != std::string::npos; i = arg.find(':', i + 1)) {
@@ -80,21 +80,21 @@ void run(const StudyArgs& args) {
   const formats::ScaleRounding mx = args.rounding == "ceil"    ? formats::ScaleRounding::kCeil
                                     : args.rounding == "floor" ? formats::ScaleRounding::kFloor
                                                                : formats::ScaleRounding::kBoth;
-  StudyOptions options;
-  options.configs = study_configs(recipes, mx);
+  study::StudyOptions options;
+  options.configs = study::study_configs(recipes, mx);
   options.threads = args.threads;
   options.progress = args.quiet ? nullptr : stderr;
 
-  std::vector<StudyInput> inputs;
-  std::vector<Skipped> skipped;
-  StudyProvenance provenance;
+  std::vector<study::StudyInput> inputs;
+  std::vector<study::Skipped> skipped;
+  study::StudyProvenance provenance;
   if (args.inputs.empty()) {
-    check_usage("study", synthetic_suite(args.hidden, args.seed, &inputs));  // fails on --hidden only
-    if (args.gemms.empty()) options.gemms = synthetic_gemms();
+    check_usage("study", study::synthetic_suite(args.hidden, args.seed, &inputs));  // fails on --hidden only
+    if (args.gemms.empty()) options.gemms = study::synthetic_gemms();
     provenance.hidden = args.hidden;
     provenance.seed = args.seed;
   } else {
-    check("study", open_study_files(args.inputs, "--in", &inputs, &skipped));
+    check("study", study::open_study_files(args.inputs, "--in", &inputs, &skipped));
     if (inputs.empty())  // one error naming the first skipped tensor, not a warning per tensor first
       fail("study", "--in: no floating-point tensor with a 2D view to study" +
                         (skipped.empty() ? std::string()
@@ -102,12 +102,12 @@ void run(const StudyArgs& args) {
                                                (skipped.size() > 1 ? " (and " + std::to_string(skipped.size() - 1) +
                                                                          " other tensors)"
                                                                    : "")));
-    for (const Skipped& s : skipped)
+    for (const study::Skipped& s : skipped)
       std::fprintf(stderr, "blockscale study: skipping %s: %s\n", blockscale::io::detail::printable(s.name).c_str(), s.reason.c_str());
     provenance.inputs = args.inputs;
   }
   for (const std::string& g : args.gemms) options.gemms.push_back(split_pair(g, inputs));
-  check("study", gemm_pairs(inputs, options.gemms, nullptr));
+  check("study", study::gemm_pairs(inputs, options.gemms, nullptr));
 
   if (!args.out_dir.empty()) {  // fail before the long part, not after it
     std::error_code ec;
@@ -116,23 +116,23 @@ void run(const StudyArgs& args) {
       fail("study", "--out-dir '" + args.out_dir + "': cannot create the directory" +
                         (ec ? ": " + ec.message() : std::string(" (a file is in the way)")));
   }
-  StudyResult result;
-  check("study", run_study(inputs, options, &result));
-  for (const Skipped& s : result.skipped)  // GEMM pairs run_study left out
+  study::StudyResult result;
+  check("study", study::run_study(inputs, options, &result));
+  for (const study::Skipped& s : result.skipped)  // GEMM pairs run_study left out
     std::fprintf(stderr, "blockscale study: skipping %s: %s\n", blockscale::io::detail::printable(s.name).c_str(), s.reason.c_str());
   result.skipped.insert(result.skipped.begin(), skipped.begin(), skipped.end());
 
   // Files first: a reader of stdout that stops early (| head) must not cost them.
   if (!args.out_dir.empty()) {
     std::vector<std::string> written;
-    check("study", write_reports(result, provenance, args.out_dir, &written));
+    check("study", study::write_reports(result, provenance, args.out_dir, &written));
     if (!args.quiet) {
       std::string list;
       for (const std::string& w : written) list += (list.empty() ? "" : ", ") + w;
       std::fprintf(stderr, "blockscale study: wrote %s\n", list.c_str());
     }
   }
-  const std::string text = args.json ? format_json(result, provenance) : format_table(result);
+  const std::string text = args.json ? study::format_json(result, provenance) : study::format_table(result);
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
 }

@@ -23,7 +23,7 @@
 #include "formats/quantize.h"
 #include "formats/status.h"
 
-namespace blockscale::tools {
+namespace blockscale::study {
 
 // The largest chunk measure_recipe_error converts at once (fp32 values plus their quantized and
 // dequantized copies: about 10 bytes an element, per worker thread).
@@ -191,4 +191,4 @@ Status gemm_pairs(const std::vector<StudyInput>& inputs,
 Status run_study(const std::vector<StudyInput>& inputs, const StudyOptions& options,
                  StudyResult* out);
 
-}  // namespace blockscale::tools
+}  // namespace blockscale::study

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "formats/status.h"
-#include "tools/study.h"
+#include "study/study.h"
 
-namespace blockscale::tools {
+namespace blockscale::study {
 
 // Where the tensors came from, for the JSON document and the SVG's caption.
 struct StudyProvenance {
@@ -52,4 +52,4 @@ std::string format_svg(const StudyResult& r, const StudyProvenance& p);
 Status write_reports(const StudyResult& r, const StudyProvenance& p, const std::string& dir,
                      std::vector<std::string>* written);
 
-}  // namespace blockscale::tools
+}  // namespace blockscale::study

@@ -1,6 +1,6 @@
 // The study's reports: JSON parses and holds every result (null where not applicable), CSV rows
 // have the header's field count, the SVG has one cell per tensor x config, names are escaped.
-#include "tools/study_report.h"
+#include "study/study_report.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-namespace blockscale::tools {
+namespace blockscale::study {
 namespace {
 
 // A small study with a tensor whose name needs escaping, an exact tensor and a NaN.
@@ -160,4 +160,4 @@ TEST(StudyReport, WritesEveryFileAtomically) {
 }
 
 }  // namespace
-}  // namespace blockscale::tools
+}  // namespace blockscale::study

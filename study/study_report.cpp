@@ -1,5 +1,5 @@
 // The accuracy study's table, CSV, JSON and SVG (study_report.h has the conventions).
-#include "tools/study_report.h"
+#include "study/study_report.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "formats/io/svg.h"          // defines: svg_begin, svg_escape
 #include "formats/io/tensor_view.h"  // defines: detail::write_file_atomically
 
-namespace blockscale::tools {
+namespace blockscale::study {
 namespace {
 
 std::string printf_str(const char* fmt, double v) {
@@ -355,4 +355,4 @@ Status write_reports(const StudyResult& r, const StudyProvenance& p, const std::
   return Status::ok();
 }
 
-}  // namespace blockscale::tools
+}  // namespace blockscale::study

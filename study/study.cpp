@@ -1,6 +1,6 @@
 // The accuracy study's engine: tensor sources (mapped files, synthetic tensors), chunked error
 // measurement, the GEMM error, and the driver that runs every config on a pool of threads.
-#include "tools/study.h"
+#include "study/study.h"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -19,9 +19,9 @@
 
 #include "formats/io/quantized_file.h"  // defines: matrix_view
 #include "formats/reference_gemm.h"     // defines: reference_gemm_f64
-#include "tools/input_file.h"          // defines: InputFile (.npy, or mmapped .safetensors)
+#include "formats/io/input_file.h"     // defines: io::InputFile (.npy, or mmapped .safetensors)
 
-namespace blockscale::tools {
+namespace blockscale::study {
 namespace {
 
 std::string str(int64_t v) { return std::to_string(v); }
@@ -205,14 +205,14 @@ Status open_study_files(const std::vector<std::string>& paths, const std::string
   for (const std::string& path : paths) {
     const std::string prefix =
         paths.size() > 1 ? std::filesystem::path(path).stem().string() + "/" : std::string();
-    auto file = std::make_shared<InputFile>();  // kept alive by every source it hands out
-    BS_RETURN_IF_ERROR(InputFile::open(path, flag, file.get()));
+    auto file = std::make_shared<io::InputFile>();  // kept alive by every source it hands out
+    BS_RETURN_IF_ERROR(io::InputFile::open(path, flag, file.get()));
     const bool mapped = file->safetensors() != nullptr;
     const std::shared_ptr<const void> holder = file;
-    for (const InputTensor& e : file->tensors()) {
+    for (const io::InputTensor& e : file->tensors()) {
       const std::string name = prefix + e.name;
       int64_t rows = 0, cols = 0;
-      Status s = matrix_of(e, &rows, &cols);
+      Status s = io::matrix_of(e, &rows, &cols);
       if (!s) {
         skipped->push_back({name, s.message()});
         continue;
@@ -638,4 +638,4 @@ Status run_study(const std::vector<StudyInput>& inputs, const StudyOptions& opti
   return Status::ok();
 }
 
-}  // namespace blockscale::tools
+}  // namespace blockscale::study

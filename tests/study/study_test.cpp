@@ -1,6 +1,6 @@
 // The accuracy study's engine: metrics on hand-checkable tensors, chunked quantization against one
 // quantize() of the whole tensor, the GEMM error against a direct fp64 computation, inputs.
-#include "tools/study.h"
+#include "study/study.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include "formats/io/safetensors.h"
 #include "formats/quantize.h"
 
-namespace blockscale::tools {
+namespace blockscale::study {
 namespace {
 
 using formats::QuantizeOptions;
@@ -459,4 +459,4 @@ TEST(StudyRun, ResultsAreIndependentOfThreads) {
 }
 
 }  // namespace
-}  // namespace blockscale::tools
+}  // namespace blockscale::study
