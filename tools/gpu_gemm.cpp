@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-#include "formats/scale_layout.h"  // defines: pack_gemm_scales
+#include "gemm/device_operand.h"   // defines: DeviceOperand
 #include "gemm/gemm.h"             // defines: the four-call GEMM API
 #include "gemm/grouped.h"          // defines: the grouped (MoE) GEMM API
 #include "runtime/cuda_status.h"
@@ -83,22 +83,15 @@ Status gpu_gemm(const formats::QuantizedMatrix& a, const formats::QuantizedMatri
   p.ldd = p.n;
   p.ldc = p.n;
   BS_RETURN_IF_ERROR(gemm::can_implement(p));
-  std::vector<uint8_t> a_scales, b_scales;
-  BS_RETURN_IF_ERROR(formats::pack_gemm_scales(a, &a_scales));
-  BS_RETURN_IF_ERROR(formats::pack_gemm_scales(b, &b_scales));
-  DeviceBuffer da, dsa, db, dsb, dd, dec_a, dec_b;
-  BS_RETURN_IF_ERROR(da.upload(a.data.data(), a.data.size(), "copy A to the GPU"));
-  BS_RETURN_IF_ERROR(dsa.upload(a_scales.data(), a_scales.size(), "copy A's scales to the GPU"));
-  BS_RETURN_IF_ERROR(db.upload(b.data.data(), b.data.size(), "copy B to the GPU"));
-  BS_RETURN_IF_ERROR(dsb.upload(b_scales.data(), b_scales.size(), "copy B's scales to the GPU"));
-  BS_RETURN_IF_ERROR(dec_a.upload(&a.global_scale_dec, 4, "copy A's tensor scale to the GPU"));
-  BS_RETURN_IF_ERROR(dec_b.upload(&b.global_scale_dec, 4, "copy B's tensor scale to the GPU"));
+  gemm::DeviceOperand da, db;
+  BS_RETURN_IF_ERROR(da.upload(a));
+  BS_RETURN_IF_ERROR(db.upload(b));
+  DeviceBuffer dd;
   const size_t d_bytes = static_cast<size_t>(p.m * p.n) * (fp32_d ? 4 : 2);
   BS_RETURN_IF_ERROR(dd.alloc(d_bytes, "allocate D"));
   gemm::GemmArguments args;
-  args.a_data = da.as<const uint8_t>(), args.a_scales = dsa.data();
-  args.b_data = db.as<const uint8_t>(), args.b_scales = dsb.data();
-  args.a_scale_dec = dec_a.as<const float>(), args.b_scale_dec = dec_b.as<const float>();
+  args.a_data = da.data(), args.a_scales = da.scales(), args.a_scale_dec = da.scale_dec();
+  args.b_data = db.data(), args.b_scales = db.scales(), args.b_scale_dec = db.scale_dec();
   args.d = dd.data();
   BS_RETURN_IF_ERROR(gemm::can_implement(p, args));
   const size_t ws_bytes = gemm::workspace_size(p);
@@ -121,30 +114,17 @@ Status gpu_grouped_gemm(bool k_grouped, const formats::QuantizedMatrix& a, const
   p.d_type = fp32_d ? gemm::MatrixType::kFp32 : gemm::MatrixType::kBf16;
   p.ldd = p.ldc = p.n;
   BS_RETURN_IF_ERROR(gemm::can_implement(p));
-  std::vector<uint8_t> a_scales, b_codes, b_scales, one;
-  std::vector<float> b_dec;
-  BS_RETURN_IF_ERROR(formats::pack_gemm_scales(a, &a_scales));
-  for (const formats::QuantizedMatrix& q : b) {
-    b_codes.insert(b_codes.end(), q.data.begin(), q.data.end());
-    BS_RETURN_IF_ERROR(formats::pack_gemm_scales(q, &one));
-    b_scales.insert(b_scales.end(), one.begin(), one.end());
-    b_dec.push_back(q.global_scale_dec);
-  }
+  gemm::DeviceOperand da, db;
+  BS_RETURN_IF_ERROR(da.upload(a));
+  BS_RETURN_IF_ERROR(db.upload(b));
   const std::vector<int32_t> ends32(ends.begin(), ends.end());
-  DeviceBuffer da, dsa, db, dsb, dd, dec_a, dec_b, dends;
-  BS_RETURN_IF_ERROR(da.upload(a.data.data(), a.data.size(), "copy A to the GPU"));
-  BS_RETURN_IF_ERROR(dsa.upload(a_scales.data(), a_scales.size(), "copy A's scales to the GPU"));
-  BS_RETURN_IF_ERROR(db.upload(b_codes.data(), b_codes.size(), "copy B to the GPU"));
-  BS_RETURN_IF_ERROR(dsb.upload(b_scales.data(), b_scales.size(), "copy B's scales to the GPU"));
-  BS_RETURN_IF_ERROR(dec_a.upload(&a.global_scale_dec, 4, "copy A's tensor scale to the GPU"));
-  BS_RETURN_IF_ERROR(dec_b.upload(b_dec.data(), b_dec.size() * 4, "copy B's tensor scales to the GPU"));
-  BS_RETURN_IF_ERROR(dends.upload(ends32.data(), ends32.size() * 4, "copy the expert ends to the GPU"));
+  DeviceBuffer dd, dends;
+  BS_RETURN_IF_ERROR(dends.upload(ends32, "copy the expert ends to the GPU"));
   const int64_t d_count = (k_grouped ? p.num_groups : 1) * p.m * p.n;
   BS_RETURN_IF_ERROR(dd.alloc(static_cast<size_t>(d_count) * (fp32_d ? 4 : 2), "allocate D"));
   gemm::GroupedGemmArguments args;
-  args.a_data = da.as<const uint8_t>(), args.a_scales = dsa.data();
-  args.b_data = db.as<const uint8_t>(), args.b_scales = dsb.data();
-  args.a_scale_dec = dec_a.as<const float>(), args.b_scale_dec = dec_b.as<const float>();
+  args.a_data = da.data(), args.a_scales = da.scales(), args.a_scale_dec = da.scale_dec();
+  args.b_data = db.data(), args.b_scales = db.scales(), args.b_scale_dec = db.scale_dec();
   args.group_ends = dends.as<const int32_t>();
   args.d = dd.data();
   BS_RETURN_IF_ERROR(gemm::can_implement(p, args));

@@ -36,7 +36,6 @@ using namespace blockscale_test::block_scaled;  // gemm_block_scaled_harness.h
 using blockscale_test::element_value;
 using blockscale_test::round_to;
 using blockscale_test::absolute;
-using blockscale_test::gemm_scales;
 using blockscale_test::pair_label;
 using blockscale_test::pair_name;
 using blockscale_test::Pair;
@@ -116,7 +115,6 @@ void exact_operand(int64_t rows, int64_t k, Format recipe, float s_dec, uint64_t
               : static_cast<uint8_t>(e + 127);
     }
   }
-  op->swizzled_scales = gemm_scales(op->q);
 }
 
 // ---- Exact data: bit-for-bit -------------------------------------------------------------------

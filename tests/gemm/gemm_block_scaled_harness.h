@@ -20,6 +20,7 @@
 #include "formats/quantize.h"
 #include "formats/reference_gemm.h"
 #include "formats/scale_layout.h"
+#include "gemm/device_operand.h"
 #include "gemm/gemm.h"
 #include "tests/gemm/block_scaled_pairs.h"
 #include "tests/gemm/gemm_test_util.h"
@@ -45,11 +46,11 @@ inline uint64_t seed_of(const Pair& pair, int64_t m, int64_t n, int64_t k, uint6
 
 // ---- Operands ----------------------------------------------------------------------------------
 
-// A quantized operand and its scales in the GEMM layout (swizzled 128x4, one scale per row and
-// block: NVFP4 2D tile scales are repeated over the tile's rows, as quant/ writes them).
+// A quantized operand as formats::quantize gave it; run_gemm uploads it with its scales in the
+// GEMM layout (gemm::DeviceOperand: swizzled 128x4, one scale per row and block, NVFP4 2D tile
+// scales repeated over the tile's rows, as quant/ writes them).
 struct HostOperand {
   bf::QuantizedMatrix q;
-  std::vector<uint8_t> swizzled_scales;  // gemm_scales(q)
 };
 
 // log2 of the element format's largest value, rounded down: 8 (E4M3), 15 (E5M2), 2 (E2M1).
@@ -80,7 +81,6 @@ inline void random_operand(int64_t rows, int64_t k, Format recipe, int log2_magn
   options.nvfp4_2d = nvfp4_2d;
   const blockscale::Status s = bf::quantize(x.data(), rows, k, k, options, bf::Direction::kRowwise, &op->q);
   ASSERT_TRUE(s.is_ok()) << s.message();
-  op->swizzled_scales = gemm_scales(op->q);
 }
 
 // ---- Running the GEMM --------------------------------------------------------------------------
@@ -94,13 +94,10 @@ struct GemmRun {
 // when in place), runs, and reads D back. S_dec is uploaded for NVFP4 operands only.
 inline void run_gemm(const bg::GemmProblem& p, const HostOperand& a, const HostOperand& b,
                      const std::vector<double>* c, bool in_place, uint8_t poison, GemmRun* out) {
-  DeviceBuffer a_data, a_scales, a_dec, b_data, b_scales, b_dec, c_buf, d_buf;
-  ASSERT_OK(a_data.upload(a.q.data.data(), a.q.data.size(), "a_data"));
-  ASSERT_OK(b_data.upload(b.q.data.data(), b.q.data.size(), "b_data"));
-  ASSERT_OK(a_scales.upload(a.swizzled_scales, "a_scales"));
-  ASSERT_OK(b_scales.upload(b.swizzled_scales, "b_scales"));
-  ASSERT_OK(a_dec.upload(&a.q.global_scale_dec, sizeof(float), "a_dec"));
-  ASSERT_OK(b_dec.upload(&b.q.global_scale_dec, sizeof(float), "b_dec"));
+  bg::DeviceOperand a_dev, b_dev;
+  ASSERT_OK(a_dev.upload(a.q));
+  ASSERT_OK(b_dev.upload(b.q));
+  DeviceBuffer c_buf, d_buf;
   const int64_t d_bytes = p.m * p.ldd * element_bytes(p.d_type);
   out->initial.assign(static_cast<size_t>(d_bytes), poison);
   if (c != nullptr) {
@@ -114,12 +111,12 @@ inline void run_gemm(const bg::GemmProblem& p, const HostOperand& a, const HostO
   }
   ASSERT_OK(d_buf.upload(out->initial.data(), out->initial.size(), "d_buf"));
   bg::GemmArguments args;
-  args.a_data = a_data.data();
-  args.a_scales = a_scales.data();
-  args.b_data = b_data.data();
-  args.b_scales = b_scales.data();
-  args.a_scale_dec = p.a_recipe == Format::kNvfp4 ? a_dec.as<float>() : nullptr;
-  args.b_scale_dec = p.b_recipe == Format::kNvfp4 ? b_dec.as<float>() : nullptr;
+  args.a_data = a_dev.data();
+  args.a_scales = a_dev.scales();
+  args.b_data = b_dev.data();
+  args.b_scales = b_dev.scales();
+  args.a_scale_dec = p.a_recipe == Format::kNvfp4 ? a_dev.scale_dec() : nullptr;
+  args.b_scale_dec = p.b_recipe == Format::kNvfp4 ? b_dev.scale_dec() : nullptr;
   args.c = c == nullptr ? nullptr : in_place ? static_cast<const void*>(d_buf.data()) : c_buf.data();
   args.d = d_buf.data();
   const blockscale::Status s = bg::run(p, args, nullptr, bg::workspace_size(p), nullptr);

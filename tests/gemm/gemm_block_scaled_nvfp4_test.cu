@@ -20,7 +20,6 @@ namespace {
 
 using namespace blockscale_test::block_scaled;  // gemm_block_scaled_harness.h
 using blockscale_test::element_value;
-using blockscale_test::gemm_scales;
 using blockscale_test::pair_name;
 using blockscale_test::Pair;
 using blockscale_test::supported_pairs;
@@ -42,7 +41,6 @@ void scaled_by_1024(const bf::QuantizedMatrix& q, const std::vector<float>& x, H
   ASSERT_EQ(out->q.data, q.data) << "codes changed with the amax";
   ASSERT_EQ(out->q.scales, q.scales) << "block scales changed with the amax";
   ASSERT_EQ(out->q.global_scale_dec, 1024.0f * q.global_scale_dec);
-  out->swizzled_scales = gemm_scales(out->q);
 }
 
 class GemmBlockScaledNvfp4TensorScale : public BlockScaledPair {};
@@ -62,8 +60,6 @@ TEST_P(GemmBlockScaledNvfp4TensorScale, ScaleDecIsApplied) {
   ASSERT_TRUE(bf::quantize(xa.data(), m, k, k, options, bf::Direction::kRowwise, &base.a.q).is_ok());
   options.recipe = pair.b;
   ASSERT_TRUE(bf::quantize(xb.data(), n, k, k, options, bf::Direction::kRowwise, &base.b.q).is_ok());
-  base.a.swizzled_scales = gemm_scales(base.a.q);
-  base.b.swizzled_scales = gemm_scales(base.b.q);
   if (HasFatalFailure()) return;
   finish_case(&base);
   const Variant fp32_d{MatrixType::kFp32, 1.0f, 0.0f, MatrixType::kFp32, 0, false, "fp32 D"};

@@ -30,7 +30,6 @@ using namespace blockscale_test::fp8_blockwise;  // gemm_fp8_harness.h
 using blockscale_test::element_bytes;
 using blockscale_test::element_value;
 using blockscale_test::round_to;
-using blockscale_test::gemm_scales;
 
 // rows x k codes drawn from {0, +-0.5, +-1, +-1.5, +-2} and scales 2^[-2, 2], set directly.
 void exact_operand(int64_t rows, int64_t k, Format recipe, uint64_t seed, HostOperand* op) {
@@ -48,7 +47,6 @@ void exact_operand(int64_t rows, int64_t k, Format recipe, uint64_t seed, HostOp
   for (auto& code : q.data) code = bf::encode_e4m3(values[pick(rng)]);
   q.scales_f32.resize(static_cast<size_t>(q.scale_rows() * q.scale_cols()));
   for (auto& s : q.scales_f32) s = std::ldexp(1.0f, exponent(rng));
-  op->packed_scales = gemm_scales(op->q);
 }
 
 // ---- Exact data: bit-for-bit ---------------------------------------------------------------------

@@ -18,6 +18,7 @@
 
 #include "formats/quantize.h"
 #include "formats/recipe.h"
+#include "gemm/device_operand.h"
 #include "gemm/gemm.h"
 #include "gemm/launchers.h"  // the tile-width selector
 #include "tests/gemm/gemm_test_util.h"
@@ -35,10 +36,9 @@ using blockscale::runtime::DeviceBuffer;
 
 // ---- Operands ----------------------------------------------------------------------------------
 
-// A quantized operand and its scales packed in the GEMM layout of its recipe.
+// A quantized operand as formats::quantize gave it; run_gemm uploads it (gemm::DeviceOperand).
 struct HostOperand {
   bf::QuantizedMatrix q;
-  std::vector<uint8_t> packed_scales;  // gemm_scales(q)
 };
 
 // rows x k random values quantized with formats::quantize: normal samples times `magnitude`
@@ -58,7 +58,6 @@ inline void random_operand(int64_t rows, int64_t k, Format recipe, double magnit
   options.recipe = recipe;
   const blockscale::Status s = bf::quantize(x.data(), rows, k, k, options, bf::Direction::kRowwise, &op->q);
   ASSERT_TRUE(s.is_ok()) << s.message();
-  op->packed_scales = gemm_scales(op->q);
 }
 
 // ---- Running the GEMM --------------------------------------------------------------------------
@@ -98,11 +97,10 @@ enum class Via { kKernel, kCublasLtLaunch, kRunAuto };
 inline void run_gemm(const bg::GemmProblem& p, const HostOperand& a, const HostOperand& b,
                      const std::vector<double>* c, bool in_place, Sm90Fp8Tile tile, GemmRun* out,
                      Via via = Via::kKernel) {
-  DeviceBuffer a_data, a_scales, b_data, b_scales, c_buf, d_buf;
-  ASSERT_OK(a_data.upload(a.q.data.data(), a.q.data.size(), "a_data"));
-  ASSERT_OK(b_data.upload(b.q.data.data(), b.q.data.size(), "b_data"));
-  ASSERT_OK(a_scales.upload(a.packed_scales, "a_scales"));
-  ASSERT_OK(b_scales.upload(b.packed_scales, "b_scales"));
+  bg::DeviceOperand a_dev, b_dev;
+  ASSERT_OK(a_dev.upload(a.q));
+  ASSERT_OK(b_dev.upload(b.q));
+  DeviceBuffer c_buf, d_buf;
   const int64_t d_bytes = p.m * p.ldd * element_bytes(p.d_type);
   ASSERT_OK(d_buf.alloc(static_cast<size_t>(d_bytes), "d_buf"));
   ASSERT_CUDA(cudaMemset(d_buf.data(), 0xFF, static_cast<size_t>(d_bytes)));
@@ -115,10 +113,10 @@ inline void run_gemm(const bg::GemmProblem& p, const HostOperand& a, const HostO
     }
   }
   bg::GemmArguments args;
-  args.a_data = a_data.data();
-  args.a_scales = a_scales.as<float>();
-  args.b_data = b_data.data();
-  args.b_scales = b_scales.as<float>();
+  args.a_data = a_dev.data();
+  args.a_scales = a_dev.scales();
+  args.b_data = b_dev.data();
+  args.b_scales = b_dev.scales();
   args.c = c == nullptr ? nullptr : in_place ? static_cast<const void*>(d_buf.data()) : c_buf.data();
   args.d = d_buf.data();
   DeviceBuffer workspace;

@@ -34,6 +34,7 @@
 #include "formats/quantize.h"
 #include "formats/reference_gemm.h"
 #include "formats/scale_layout.h"
+#include "gemm/device_operand.h"
 #include "gemm/grouped.h"
 #include "quant/quantize.h"
 #include "tests/gemm/gemm_test_util.h"
@@ -53,7 +54,6 @@ using blockscale_test::element_value;
 using blockscale_test::encode;
 using blockscale_test::expect_error;
 using blockscale_test::frobenius;
-using blockscale_test::gemm_scales;
 
 using Pair = blockscale_test::RecipePair;
 
@@ -152,22 +152,18 @@ bg::GroupedGemmProblem problem_of(const KGroupedCase& kc, int64_t capacity) {
 std::vector<uint8_t> run_gpu(const bg::GroupedGemmProblem& p, const bf::QuantizedMatrix& a,
                              const bf::QuantizedMatrix& b, const std::vector<int64_t>& ends,
                              const std::vector<uint8_t>& d_init, bool host_ends = false) {
-  const std::vector<uint8_t> a_scales = gemm_scales(a), b_scales = gemm_scales(b);
   const std::vector<int32_t> ends32(ends.begin(), ends.end());
-  DeviceBuffer a_data, a_sc, b_data, b_sc, a_dec, b_dec, ends_buf, d_buf;
+  bg::DeviceOperand a_dev, b_dev;
+  DeviceBuffer ends_buf, d_buf;
   std::vector<uint8_t> d(d_init.size());
-  EXPECT_OK(a_data.upload(a.data.data(), a.data.size(), "a_data"));
-  EXPECT_OK(a_sc.upload(a_scales.data(), a_scales.size(), "a_sc"));
-  EXPECT_OK(b_data.upload(b.data.data(), b.data.size(), "b_data"));
-  EXPECT_OK(b_sc.upload(b_scales.data(), b_scales.size(), "b_sc"));
-  EXPECT_OK(a_dec.upload(&a.global_scale_dec, 4, "a_dec"));
-  EXPECT_OK(b_dec.upload(&b.global_scale_dec, 4, "b_dec"));
+  EXPECT_OK(a_dev.upload(a));
+  EXPECT_OK(b_dev.upload(b));
   EXPECT_OK(ends_buf.upload(ends32.data(), ends32.size() * 4, "ends_buf"));
   EXPECT_OK(d_buf.upload(d_init.data(), d_init.size(), "d_buf"));
   bg::GroupedGemmArguments args;
-  args.a_data = a_data.data(), args.a_scales = a_sc.data(), args.b_data = b_data.data(), args.b_scales = b_sc.data();
-  args.a_scale_dec = p.a_recipe == Format::kNvfp4 ? a_dec.as<float>() : nullptr;
-  args.b_scale_dec = p.b_recipe == Format::kNvfp4 ? b_dec.as<float>() : nullptr;
+  args.a_data = a_dev.data(), args.a_scales = a_dev.scales(), args.b_data = b_dev.data(), args.b_scales = b_dev.scales();
+  args.a_scale_dec = p.a_recipe == Format::kNvfp4 ? a_dev.scale_dec() : nullptr;
+  args.b_scale_dec = p.b_recipe == Format::kNvfp4 ? b_dev.scale_dec() : nullptr;
   args.group_ends = ends_buf.as<int32_t>();
   args.c = p.beta != 0.0f ? d_buf.data() : nullptr;
   args.d = d_buf.data();
@@ -441,17 +437,15 @@ TEST(KGroupedGemm, MalformedEndsStayInBounds) {
   const int64_t guard = 4096, d_bytes = 3 * kc.m * kc.n * 4;
   std::vector<uint8_t> poison(static_cast<size_t>(d_bytes + 2 * guard), 0xFF);
   const bf::QuantizedMatrix a = widened(o.a, o.capacity), b = widened(o.b, o.capacity);
-  const std::vector<uint8_t> a_scales = gemm_scales(a), b_scales = gemm_scales(b);
   const std::vector<int32_t> ends32(bad_ends.begin(), bad_ends.end());
-  DeviceBuffer a_data, a_sc, b_data, b_sc, ends_buf, d_buf;
-  ASSERT_OK(a_data.upload(a.data.data(), a.data.size(), "a_data"));
-  ASSERT_OK(a_sc.upload(a_scales.data(), a_scales.size(), "a_sc"));
-  ASSERT_OK(b_data.upload(b.data.data(), b.data.size(), "b_data"));
-  ASSERT_OK(b_sc.upload(b_scales.data(), b_scales.size(), "b_sc"));
+  bg::DeviceOperand a_dev, b_dev;
+  DeviceBuffer ends_buf, d_buf;
+  ASSERT_OK(a_dev.upload(a));
+  ASSERT_OK(b_dev.upload(b));
   ASSERT_OK(ends_buf.upload(ends32.data(), ends32.size() * 4, "ends_buf"));
   ASSERT_OK(d_buf.upload(poison.data(), poison.size(), "d_buf"));
   bg::GroupedGemmArguments args;
-  args.a_data = a_data.data(), args.a_scales = a_sc.data(), args.b_data = b_data.data(), args.b_scales = b_sc.data();
+  args.a_data = a_dev.data(), args.a_scales = a_dev.scales(), args.b_data = b_dev.data(), args.b_scales = b_dev.scales();
   args.group_ends = ends_buf.as<int32_t>();
   args.d = d_buf.data() + guard;
   const blockscale::Status s = bg::run(p, args, nullptr, 0, nullptr);

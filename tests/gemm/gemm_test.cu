@@ -261,16 +261,15 @@ TEST(GemmCublasLt, RefusalNamesTheProblem) {
   random_operand(132, 384, Format::kFp8Block1x128, 1.0, 51, &a);
   random_operand(260, 384, Format::kFp8Block128x128, 1.0, 52, &b);
   if (HasFatalFailure()) return;
-  DeviceBuffer a_data, a_scales, b_data, b_scales, d;
-  ASSERT_OK(a_data.upload(a.q.data.data(), a.q.data.size(), "a_data"));
-  ASSERT_OK(b_data.upload(b.q.data.data(), b.q.data.size(), "b_data"));
-  ASSERT_OK(a_scales.upload(a.packed_scales, "a_scales"));
-  ASSERT_OK(b_scales.upload(b.packed_scales, "b_scales"));
+  bg::DeviceOperand a_dev, b_dev;
+  ASSERT_OK(a_dev.upload(a.q));
+  ASSERT_OK(b_dev.upload(b.q));
+  DeviceBuffer d;
   ASSERT_OK(d.alloc(132 * 260 * 2, "d"));
   const bg::GemmProblem p = problem(132, 260, 384, Format::kFp8Block128x128, MatrixType::kBf16, 260, 1.0f, 0.0f);
   bg::GemmArguments args;
-  args.a_data = a_data.data(), args.a_scales = a_scales.data();
-  args.b_data = b_data.data(), args.b_scales = b_scales.data();
+  args.a_data = a_dev.data(), args.a_scales = a_dev.scales();
+  args.b_data = b_dev.data(), args.b_scales = b_dev.scales();
   args.d = d.data();
   expect_error(bg::detail::launch_cublaslt_block_scaled(p, args, nullptr, 0, nullptr),
                "cuBLASLt found no algorithm for m=132, n=260, k=384");
