@@ -1,5 +1,5 @@
-// Where a training step runs: the CPU model (train/cpu_backend.h) or the GPU step
-// (train/gpu_backend.h). The loop in train/trainer.cpp sees only this interface.
+// Where a training step runs: the CPU model (train/cpu/cpu_backend.cpp) or the GPU step
+// (train/gpu/gpu_backend.h). The loop in train/trainer.cpp sees only this interface.
 #pragma once
 
 #include <cstdint>
@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "formats/status.h"
-#include "train/communicator.h"
-#include "train/cpu_model.h"
-#include "train/optimizer.h"
+#include "train/cpu/cpu_model.h"
+#include "train/model/optimizer.h"
+#include "train/parallel/communicator.h"
 
 namespace blockscale::train {
 

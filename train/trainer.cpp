@@ -10,15 +10,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "train/checkpoint.h"
-#include "train/data.h"
-#include "train/memory_plan.h"  // defines: plan_memory, check_memory, host/gpu_memory_available
-#include "train/run_dir.h"      // defines: RunDirLock, check_run_dir, clear_run_dir
-#include "train/run_log.h"
+#include "train/run/checkpoint.h"
+#include "train/run/data.h"
+#include "train/run/memory_plan.h"  // defines: plan_memory, check_memory, host/gpu_memory_available
+#include "train/run/run_dir.h"      // defines: RunDirLock, check_run_dir, clear_run_dir
+#include "train/run/run_log.h"
+#include "train/run/svg_plot.h"
 #include "train/step_backend.h"
-#include "train/svg_plot.h"
 #ifdef BLOCKSCALE_HAVE_CUDA
-#include "train/gpu_backend.h"
+#include "train/gpu/gpu_backend.h"
 #endif
 
 namespace blockscale::train {

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "formats/status.h"
-#include "train/communicator.h"
-#include "train/model_config.h"
-#include "train/optimizer.h"
+#include "train/model/model_config.h"
+#include "train/model/optimizer.h"
+#include "train/parallel/communicator.h"
 
 namespace blockscale::train {
 
@@ -37,7 +37,7 @@ struct TrainConfig {
   int log_every = 10;
   int checkpoint_every = 0;  // 0: only at the end; -1: never (timing runs of large models)
   int keep_checkpoints = 2;
-  // The run directory (train/run_dir.h): one run at a time; a new run refuses one that holds a
+  // The run directory (train/run/run_dir.h): one run at a time; a new run refuses one that holds a
   // run's files unless `overwrite` (which deletes those files first) or `resume`.
   std::string out_dir = "runs/train";
   std::string resume;  // a checkpoint or run directory ("" starts afresh)
@@ -65,8 +65,8 @@ struct TrainSummary {
 
 Status validate(const TrainConfig& c);
 // Refuses before anything large is allocated when the run needs more memory than the machine
-// has (train/memory_plan.h), and before anything is written when another run holds out_dir or
-// out_dir holds a run that this one neither resumes nor overwrites (train/run_dir.h).
+// has (train/run/memory_plan.h), and before anything is written when another run holds out_dir or
+// out_dir holds a run that this one neither resumes nor overwrites (train/run/run_dir.h).
 // With a communicator of several ranks, each rank runs this with the same config: --batch
 // sequences per micro-batch per rank; gradients, losses and eval are summed across ranks; rank 0
 // alone prints, logs and writes checkpoints (every rank resumes from them).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Mutation fuzzing of the `blockscale` CLI's checkpoint reader (train/checkpoint.h), through
+"""Mutation fuzzing of the `blockscale` CLI's checkpoint reader (train/run/checkpoint.h), through
 train --resume.
 
 A tiny CPU training run (2 steps, a checkpoint each), then mutated: tensors.safetensors edited
@@ -63,7 +63,7 @@ def xxh64(data):
     return h ^ (h >> 32)
 
 
-# ---- checkpoints (train/checkpoint.h) -----------------------------------------------------------
+# ---- checkpoints (train/run/checkpoint.h) -------------------------------------------------------
 LATEST = "run/latest"
 
 

@@ -17,8 +17,8 @@
 #include "tests/status_test.h"  // defines: mentions
 #include "tests/temp_dir.h"
 #include "tests/train/tiny_model.h"
-#include "train/run_dir.h"
-#include "train/run_log.h"
+#include "train/run/run_dir.h"
+#include "train/run/run_log.h"
 
 namespace blockscale::train {
 namespace {

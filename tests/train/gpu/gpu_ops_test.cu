@@ -1,0 +1,361 @@
+// Tests of train/gpu/gpu_ops.h against the CPU reference train/cpu/cpu_ops.h, one op at a time, on seeded
+// random inputs (never all zeros) and odd sizes; every output buffer starts poisoned (0xFF bytes:
+// NaN in fp32 and bf16, -1 in int32) so an element the kernel never writes fails the comparison.
+// Tolerances, each stated where it is used:
+//   - bit-identical: embedding forward / backward (same additions in the same order), x * factor
+//     (scale), the combine's dy (one product), bf16 conversion, AdamW (a host loop of the formula
+//     in gpu_ops.h, compiled without fma contraction: -std=c++17 turns GCC's contraction off);
+//   - fp32 vs the CPU's double sums: relative 1e-5 of the terms' magnitude (a sum of n fp32 terms in
+//     the kernels' chunked / tree order is off by at most ~(n/chunks + log2 n) * 2^-24 of the sum of
+//     |terms|: < 3e-6 for every size here; expf/logf add a few ulps);
+//   - attention: 1e-2 of the largest reference value (bf16 rounding points; see AttentionTest);
+//   - router ids: exact (the logits keep a clear gap between probabilities).
+// Determinism: embedding_backward, rmsnorm_backward, attention_backward, load_balance_loss and
+// sum / sum_of_squares run twice and compare bits. GPU tests skip without a GPU; the argument
+// checks run everywhere.
+// The ops are split over train_gpu_ops_test's sources: this file (argument checks, embedding,
+// RMSNorm, attention, SwiGLU), gpu_ops_moe_test.cu (router, MoE combine backward and scatter-add),
+// gpu_ops_loss_optimizer_test.cu (cross-entropy, sums, AdamW, bf16 conversion); their shared
+// helpers are in gpu_ops_test_util.h.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/gpu_test.h"  // defines: SKIP_WITHOUT_GPU, ASSERT_CUDA, ASSERT_OK, expect_error
+#include "tests/train/gpu/gpu_ops_test_util.h"
+#include "tests/train/gpu/test_inputs.h"  // normal
+#include "train/cpu/cpu_ops.h"
+#include "train/gpu/gpu_ops.h"
+
+namespace {
+
+using namespace blockscale_test::gpu_ops;  // gpu_ops_test_util.h
+namespace cpu = blockscale::train;
+namespace gpu = blockscale::train::gpu;
+using blockscale_test::expect_error;
+using blockscale_test::normal;
+
+// ---- Argument checks (no GPU needed: every check fails before a launch) ---------------------------
+
+TEST(GpuOpsArguments, NameTheArgumentAndTheRule) {
+  float f[4] = {};
+  int32_t i[4] = {};
+  expect_error(gpu::embedding_forward(i, 4, 0, 2, 10, f, f, f, nullptr), "seq_len");
+  expect_error(gpu::embedding_forward(i, 4, 2, 2, 0, f, f, f, nullptr), "vocab");
+  expect_error(gpu::embedding_backward(i, 4, 2, 2, 10, nullptr, f, f, f, 16, nullptr), "dx must not be null");
+  expect_error(gpu::rmsnorm_forward(nullptr, f, 2, 2, f, f, nullptr), "x must not be null");
+  expect_error(gpu::rmsnorm_backward(f, f, f, f, 2, 0, f, f, f, 16, nullptr), "d must be in");
+  expect_error(gpu::rmsnorm_backward(f, f, f, f, 2, 2, f, f, nullptr, 0, nullptr), "workspace");
+  auto* handle = reinterpret_cast<cublasHandle_t>(f);  // never used: the checks fail first
+  expect_error(gpu::attention_forward(f, 1, 4, 1, 8, nullptr, f, f, 16, handle, nullptr), "workspace");
+  expect_error(gpu::attention_forward(f, 1, 0, 1, 8, nullptr, f, f, 16, handle, nullptr), "seq");
+  expect_error(gpu::attention_backward(f, nullptr, f, 1, 4, 1, 8, f, f, 16, nullptr, nullptr), "cublas");
+  expect_error(gpu::swiglu_forward(f, 2, 0, f, nullptr), "f must be in");
+  expect_error(gpu::router_forward(f, 2, 257, 1, f, i, f, nullptr), "experts");
+  expect_error(gpu::router_forward(f, 2, 2, 3, f, i, f, nullptr), "top_k");
+  expect_error(gpu::load_balance_loss(f, i, 2, 4, 1, f, nullptr, 0, nullptr), "workspace");
+  expect_error(gpu::router_backward(f, i, f, nullptr, 2, 4, 1, 0.1f, f, f, 16, nullptr), "d_gates");
+  expect_error(gpu::moe_combine_backward(f, f, f, i, 2, 0, 4, 4, f, f, nullptr), "top_k");
+  expect_error(gpu::moe_scatter_add(f, i, 2, 1, -1, 4, f, nullptr), "rows");
+  expect_error(gpu::cross_entropy(f, i, 2, 0, 1.0f, f, f, nullptr), "vocab");
+  expect_error(gpu::sum(f, 4, f, nullptr, 0, nullptr), "workspace");
+  expect_error(gpu::sum_of_squares(f, 4, nullptr, f, 4096, nullptr), "out_device");
+  const gpu::GradScale one{1.0f};
+  expect_error(gpu::adamw_step(f, f, one, f, f, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0, nullptr, nullptr), "step");
+  expect_error(gpu::adamw_step(f, f, one, f, f, 4, 1e-3f, 1.0f, 0.95f, 1e-8f, 0.1f, 1, nullptr, nullptr), "beta1");
+  expect_error(gpu::adamw_step(f, f, {1.5f}, f, f, 4, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, nullptr, nullptr),
+               "scale.value must be in [0, 1]");
+  expect_error(gpu::clip_factor_on_device(f, NAN, f, nullptr), "clip_norm must be finite");
+  expect_error(gpu::clip_factor_on_device(f, 1.0f, nullptr, nullptr), "factor must not be null");
+  expect_error(gpu::to_bf16(f, 4, nullptr, nullptr), "y must not be null");
+}
+
+// ---- Embedding: bit-identical to the CPU (the same fp32 additions in the same order) ----------------
+
+struct EmbeddingCase {
+  int64_t n_tokens;
+  int seq_len, d, vocab;
+};
+class EmbeddingTest : public ::testing::TestWithParam<EmbeddingCase> {};
+
+TEST_P(EmbeddingTest, ForwardAndBackwardMatchTheCpuBitForBit) {
+  SKIP_WITHOUT_GPU();
+  const EmbeddingCase c = GetParam();
+  const size_t nd = size_t(c.n_tokens) * c.d;
+  const auto tokens = uniform_ints(c.n_tokens, 0, c.vocab - 1, 1);
+  const auto embed = normal(size_t(c.vocab) * c.d, 1.0f, 2), pos = normal(size_t(c.seq_len) * c.d, 1.0f, 3);
+  const auto dx = normal(nd, 1.0f, 4);
+  const auto d_embed0 = normal(embed.size(), 0.1f, 5), d_pos0 = normal(pos.size(), 0.1f, 6);
+
+  std::vector<float> x_ref(nd), d_embed_ref = d_embed0, d_pos_ref = d_pos0;
+  cpu::embedding_forward(tokens.data(), c.n_tokens, c.seq_len, c.d, embed.data(), pos.data(), x_ref.data());
+  cpu::embedding_backward(tokens.data(), c.n_tokens, c.seq_len, c.d, dx.data(), d_embed_ref.data(), d_pos_ref.data());
+
+  DeviceBuffer d_tokens = on_device(tokens);
+  DeviceBuffer d_embed_in = on_device(embed), d_pos_in = on_device(pos), d_dx = on_device(dx), x = poisoned<float>(nd);
+  ASSERT_OK(gpu::embedding_forward(d_tokens.as<int32_t>(), c.n_tokens, c.seq_len, c.d, c.vocab, d_embed_in.as<float>(),
+                                   d_pos_in.as<float>(), x.as<float>(), nullptr));
+  EXPECT_TRUE(same_bits(host_copy<float>(x), x_ref)) << "x";
+
+  size_t ws_bytes = 0;
+  ASSERT_OK(gpu::embedding_backward_workspace_bytes(c.n_tokens, c.vocab, &ws_bytes));
+  DeviceBuffer ws = poisoned<uint8_t>(ws_bytes);
+  std::vector<float> first_embed, first_pos;
+  for (int run = 0; run < 2; ++run) {
+    DeviceBuffer d_embed = on_device(d_embed0), d_pos = on_device(d_pos0);
+    ASSERT_OK(gpu::embedding_backward(d_tokens.as<int32_t>(), c.n_tokens, c.seq_len, c.d, c.vocab, d_dx.as<float>(),
+                                      d_embed.as<float>(), d_pos.as<float>(), ws.as<uint8_t>(), ws_bytes, nullptr));
+    const auto ge = host_copy<float>(d_embed), gp = host_copy<float>(d_pos);
+    EXPECT_TRUE(same_bits(ge, d_embed_ref)) << "d_embed, run " << run;
+    EXPECT_TRUE(same_bits(gp, d_pos_ref)) << "d_pos_embed, run " << run;
+    if (run == 0) first_embed = ge, first_pos = gp;
+    else EXPECT_TRUE(same_bits(ge, first_embed) && same_bits(gp, first_pos)) << "second run differs";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, EmbeddingTest,
+                         ::testing::Values(EmbeddingCase{1, 1, 1, 50}, EmbeddingCase{7, 7, 33, 50},
+                                           EmbeddingCase{5, 64, 8, 50},  // fewer tokens than positions
+                                           EmbeddingCase{258, 129, 40, 1000}, EmbeddingCase{192, 64, 96, 50},
+                                           EmbeddingCase{4099, 129, 65, 1000}));
+
+// Out-of-range tokens: a NaN row forward, skipped backward (d_pos_embed still takes every row).
+TEST(EmbeddingRangeTest, OutOfRangeTokensPoisonTheRowAndAreSkipped) {
+  SKIP_WITHOUT_GPU();
+  const int n = 20, seq = 8, d = 5, vocab = 10;
+  auto tokens = uniform_ints(n, 0, vocab - 1, 7);
+  tokens[3] = -1, tokens[8] = vocab, tokens[15] = INT_MIN;
+  auto is_bad = [&](int t) { return tokens[t] < 0 || tokens[t] >= vocab; };
+  const auto embed = normal(size_t(vocab + 1) * d, 1.0f, 8), pos = normal(size_t(seq) * d, 1.0f, 9);
+  const auto dx = normal(size_t(n) * d, 1.0f, 10);
+  // The CPU reference with every bad token sent to an extra row `vocab`, dropped afterwards.
+  std::vector<int32_t> cpu_tokens = tokens;
+  for (int t = 0; t < n; ++t)
+    if (is_bad(t)) cpu_tokens[t] = vocab;
+  std::vector<float> x_ref(size_t(n) * d), d_embed_ref(embed.size(), 0.5f), d_pos_ref(pos.size(), 0.25f);
+  cpu::embedding_forward(cpu_tokens.data(), n, seq, d, embed.data(), pos.data(), x_ref.data());
+  cpu::embedding_backward(cpu_tokens.data(), n, seq, d, dx.data(), d_embed_ref.data(), d_pos_ref.data());
+  d_embed_ref.resize(size_t(vocab) * d);
+
+  DeviceBuffer d_tokens = on_device(tokens);
+  DeviceBuffer d_embed_in = on_device(embed), d_pos_in = on_device(pos), d_dx = on_device(dx),
+               x = poisoned<float>(size_t(n) * d);
+  DeviceBuffer d_embed = on_device(std::vector<float>(size_t(vocab) * d, 0.5f)),
+               d_pos = on_device(std::vector<float>(pos.size(), 0.25f));
+  ASSERT_OK(gpu::embedding_forward(d_tokens.as<int32_t>(), n, seq, d, vocab, d_embed_in.as<float>(),
+                                   d_pos_in.as<float>(), x.as<float>(), nullptr));
+  size_t ws_bytes = 0;
+  ASSERT_OK(gpu::embedding_backward_workspace_bytes(n, vocab, &ws_bytes));
+  DeviceBuffer ws = poisoned<uint8_t>(ws_bytes);
+  ASSERT_OK(gpu::embedding_backward(d_tokens.as<int32_t>(), n, seq, d, vocab, d_dx.as<float>(), d_embed.as<float>(),
+                                    d_pos.as<float>(), ws.as<uint8_t>(), ws_bytes, nullptr));
+  const auto gx = host_copy<float>(x);
+  for (int t = 0; t < n; ++t)
+    for (int c = 0; c < d; ++c) {
+      const float g = gx[size_t(t) * d + c];
+      if (is_bad(t)) EXPECT_TRUE(std::isnan(g)) << "token " << t;
+      else EXPECT_EQ(bits(g), bits(x_ref[size_t(t) * d + c])) << "token " << t;
+    }
+  EXPECT_TRUE(same_bits(host_copy<float>(d_embed), d_embed_ref)) << "d_embed";
+  EXPECT_TRUE(same_bits(host_copy<float>(d_pos), d_pos_ref)) << "d_pos_embed";
+}
+
+// ---- RMSNorm -------------------------------------------------------------------------------------
+
+struct RowsCase {
+  int64_t rows;
+  int cols;
+};
+std::string rows_case_name(const ::testing::TestParamInfo<RowsCase>& info) {
+  return "rows" + std::to_string(info.param.rows) + "_cols" + std::to_string(info.param.cols);
+}
+class RmsNormTest : public ::testing::TestWithParam<RowsCase> {};
+
+TEST_P(RmsNormTest, ForwardAndBackwardMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = GetParam().rows;
+  const int d = GetParam().cols;
+  const size_t n = size_t(rows) * d;
+  const auto x = normal(n, 1.5f, 21), gain = normal(d, 1.0f, 22), dy = normal(n, 1.0f, 23);
+  const auto dx0 = normal(n, 0.5f, 24), d_gain0 = normal(d, 0.5f, 25);
+  std::vector<float> y_ref(n), rstd_ref(rows), dx_ref = dx0, d_gain_ref = d_gain0;
+  cpu::rmsnorm_forward(x.data(), gain.data(), rows, d, y_ref.data(), rstd_ref.data());
+  cpu::rmsnorm_backward(dy.data(), x.data(), gain.data(), rstd_ref.data(), rows, d, dx_ref.data(), d_gain_ref.data());
+
+  DeviceBuffer dev_x = on_device(x), dev_gain = on_device(gain), dev_dy = on_device(dy), y = poisoned<float>(n),
+               rstd = poisoned<float>(rows);
+  ASSERT_OK(
+      gpu::rmsnorm_forward(dev_x.as<float>(), dev_gain.as<float>(), rows, d, y.as<float>(), rstd.as<float>(), nullptr));
+  // rstd: an fp32 sum of d positive squares (lanes of d/32 terms, then a 5-level tree) is within
+  // (d/32 + 5) * 2^-24 < 1e-5 of the double sum; the square root halves it. y adds two roundings.
+  EXPECT_TRUE(all_near(host_copy<float>(rstd), rstd_ref, 1e-5, 0.0)) << "rstd";
+  EXPECT_TRUE(all_near(host_copy<float>(y), y_ref, 1e-5, 0.0)) << "y";
+
+  // The backward from the CPU's rstd on both sides. dx: the row's dot is fp32, and gain*dy - x*m
+  // can cancel, so each element is bounded by 1e-5 of its terms' magnitudes; d_gain: fp32 chunked
+  // column sums, bounded by 1e-5 of the sum of |terms|.
+  std::vector<double> dx_atol(n), gain_atol(d);
+  for (int c = 0; c < d; ++c) gain_atol[c] = std::fabs(d_gain0[c]);
+  for (int64_t r = 0; r < rows; ++r) {
+    const double s = rstd_ref[r];
+    double dot = 0;
+    for (int c = 0; c < d; ++c) dot += double(gain[c]) * dy[r * d + c] * x[r * d + c];
+    const double m = dot / d * s * s;
+    for (int c = 0; c < d; ++c) {
+      const size_t i = size_t(r) * d + c;
+      dx_atol[i] = 1e-5 * (std::fabs(dx0[i]) + s * (std::fabs(gain[c] * dy[i]) + std::fabs(x[i] * m)));
+      gain_atol[c] += std::fabs(double(dy[i]) * x[i] * s);
+    }
+  }
+  for (auto& a : gain_atol) a *= 1e-5;
+  DeviceBuffer dev_rstd = on_device(rstd_ref);
+  const size_t ws_bytes = gpu::rmsnorm_backward_workspace_bytes(rows, d);
+  DeviceBuffer ws = poisoned<uint8_t>(ws_bytes);
+  std::vector<float> first_dx, first_gain;
+  for (int run = 0; run < 2; ++run) {
+    DeviceBuffer dx = on_device(dx0), d_gain = on_device(d_gain0);
+    ASSERT_OK(gpu::rmsnorm_backward(dev_dy.as<float>(), dev_x.as<float>(), dev_gain.as<float>(), dev_rstd.as<float>(),
+                                    rows, d, dx.as<float>(), d_gain.as<float>(), ws.as<uint8_t>(), ws_bytes, nullptr));
+    const auto gdx = host_copy<float>(dx), gg = host_copy<float>(d_gain);
+    EXPECT_TRUE(all_near(gdx, dx_ref, 0.0, dx_atol)) << "dx, run " << run;
+    EXPECT_TRUE(all_near(gg, d_gain_ref, 0.0, gain_atol)) << "d_gain, run " << run;
+    if (run == 0) first_dx = gdx, first_gain = gg;
+    else EXPECT_TRUE(same_bits(gdx, first_dx) && same_bits(gg, first_gain)) << "second run differs";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormTest,
+                         ::testing::Values(RowsCase{1, 1}, RowsCase{7, 33}, RowsCase{129, 100}, RowsCase{1000, 768},
+                                           RowsCase{300, 4096}, RowsCase{70001, 17}),  // 70001: 274 row chunks
+                         rows_case_name);
+
+// ---- Attention -----------------------------------------------------------------------------------
+
+struct AttentionCase {
+  int batch, seq, heads, head_dim;
+};
+std::string attention_case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
+  const auto& c = info.param;
+  return "b" + std::to_string(c.batch) + "_t" + std::to_string(c.seq) + "_h" + std::to_string(c.heads) + "_hd" +
+         std::to_string(c.head_dim);
+}
+class AttentionTest : public ::testing::TestWithParam<AttentionCase> {};
+
+struct CublasAndStream {
+  cublasHandle_t handle = nullptr;
+  cudaStream_t stream = nullptr;
+  ~CublasAndStream() {
+    if (handle) cublasDestroy(handle);
+    if (stream) cudaStreamDestroy(stream);
+  }
+};
+
+// Tolerance: q, k, v and dout are rounded to bf16 the same way on both sides, so the products
+// differ only by fp32 (cuBLAS) vs double accumulation, ~1e-6 relative, until a value is rounded to
+// bf16 again (P, dS): where the two land on either side of a bf16 rounding boundary they differ by
+// one bf16 ulp (<= 2^-7 relative). Such flips are rare (~1e-6 / 2^-8 per element) and each moves
+// an output by <= 2^-7 of one of its terms, so outputs stay well within 1e-2 of the largest
+// reference value, while an indexing error is O(1). P itself: within one bf16 ulp, < 1% flipped.
+TEST_P(AttentionTest, ForwardAndBackwardMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const AttentionCase c = GetParam();
+  const int B = c.batch, T = c.seq, H = c.heads, hd = c.head_dim;
+  const size_t rows = size_t(B) * T, width = 3 * size_t(H) * hd, square = size_t(B) * H * T * T;
+  const auto qkv = normal(rows * width, 1.0f, 31), dout = normal(rows * H * hd, 1.0f, 32);
+  std::vector<float> probs_ref(square), out_ref(rows * H * hd);
+  cpu::attention_forward(qkv.data(), B, T, H, hd, probs_ref.data(), out_ref.data());
+
+  CublasAndStream cs;
+  ASSERT_EQ(cublasCreate(&cs.handle), CUBLAS_STATUS_SUCCESS);
+  ASSERT_CUDA(cudaStreamCreate(&cs.stream));  // not the default stream: the handle must follow it
+  const size_t ws_bytes = gpu::attention_workspace_bytes(B, T, H, hd);
+  DeviceBuffer ws = poisoned<uint8_t>(ws_bytes);
+  DeviceBuffer d_qkv = on_device(qkv), d_dout = on_device(dout), out = poisoned<float>(rows * H * hd),
+               dqkv = poisoned<float>(rows * width);
+  DeviceBuffer probs = poisoned<uint16_t>(square);
+  ASSERT_OK(gpu::attention_forward(d_qkv.as<float>(), B, T, H, hd, probs.as<uint16_t>(), out.as<float>(),
+                                   ws.as<uint8_t>(), ws_bytes, cs.handle, cs.stream));
+  ASSERT_CUDA(cudaStreamSynchronize(cs.stream));
+  const auto p_bits = host_copy<uint16_t>(probs);
+  std::vector<float> p(square);
+  int64_t above_diagonal = 0, flips = 0, far = 0;
+  for (size_t idx = 0; idx < square; ++idx) {
+    const size_t i = idx / T % T, j = idx % T;
+    p[idx] = blockscale::formats::bf16_bits_to_float(p_bits[idx]);
+    if (j > i) {
+      above_diagonal += p_bits[idx] != 0;
+      continue;
+    }
+    if (p[idx] == probs_ref[idx]) continue;
+    ++flips;
+    if (!(std::fabs(p[idx] - probs_ref[idx]) <= 0x1p-7 * std::fabs(probs_ref[idx]))) ++far;
+  }
+  EXPECT_EQ(above_diagonal, 0) << "probabilities above the diagonal must be +0";
+  EXPECT_EQ(far, 0) << "probabilities more than one bf16 ulp from the CPU's";
+  EXPECT_LE(flips, 1 + int64_t(square) / 100) << "probabilities one bf16 ulp off";
+  EXPECT_TRUE(normwise_near(host_copy<float>(out), out_ref, 1e-2)) << "out";
+
+  // The backward from the GPU's probabilities on both sides.
+  std::vector<float> dqkv_ref(rows * width);
+  cpu::attention_backward(qkv.data(), p.data(), dout.data(), B, T, H, hd, dqkv_ref.data());
+  std::vector<float> first;
+  for (int run = 0; run < 2; ++run) {
+    ASSERT_CUDA(cudaMemset(dqkv.as<float>(), 0xFF, dqkv.size()));
+    ASSERT_OK(gpu::attention_backward(d_qkv.as<float>(), probs.as<uint16_t>(), d_dout.as<float>(), B, T, H, hd,
+                                      dqkv.as<float>(), ws.as<uint8_t>(), ws_bytes, cs.handle, cs.stream));
+    ASSERT_CUDA(cudaStreamSynchronize(cs.stream));
+    const auto g = host_copy<float>(dqkv);
+    for (int part = 0; part < 3; ++part) {  // q, k, v columns of each row, compared separately
+      std::vector<float> got, want;
+      for (size_t r = 0; r < rows; ++r)
+        for (size_t col = part * width / 3; col < (part + 1) * width / 3; ++col) {
+          got.push_back(g[r * width + col]);
+          want.push_back(dqkv_ref[r * width + col]);
+        }
+      EXPECT_TRUE(normwise_near(got, want, 1e-2)) << "d" << "qkv"[part] << ", run " << run;
+    }
+    if (run == 0) first = g;
+    else EXPECT_TRUE(same_bits(g, first)) << "second backward differs";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
+                         ::testing::Values(AttentionCase{1, 1, 1, 8}, AttentionCase{2, 7, 3, 24},
+                                           AttentionCase{1, 33, 2, 17}, AttentionCase{1, 64, 2, 64},
+                                           AttentionCase{2, 129, 2, 40}, AttentionCase{1, 256, 4, 128},
+                                           AttentionCase{1, 1024, 2, 128}),  // the training step's seq
+                         attention_case_name);
+
+// ---- SwiGLU --------------------------------------------------------------------------------------
+
+class SwigluTest : public ::testing::TestWithParam<RowsCase> {};
+
+TEST_P(SwigluTest, ForwardAndBackwardMatchTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = GetParam().rows;
+  const int f = GetParam().cols;
+  const auto u = normal(size_t(rows) * 2 * f, 2.0f, 41), da = normal(size_t(rows) * f, 1.0f, 42);
+  std::vector<float> a_ref(da.size()), du_ref(u.size());
+  cpu::swiglu_forward(u.data(), rows, f, a_ref.data());
+  cpu::swiglu_backward(u.data(), da.data(), rows, f, du_ref.data());
+  DeviceBuffer d_u = on_device(u), d_da = on_device(da), a = poisoned<float>(da.size()), du = poisoned<float>(u.size());
+  ASSERT_OK(gpu::swiglu_forward(d_u.as<float>(), rows, f, a.as<float>(), nullptr));
+  ASSERT_OK(gpu::swiglu_backward(d_u.as<float>(), d_da.as<float>(), rows, f, du.as<float>(), nullptr));
+  // The device expf and the host's differ by a few ulps: 1e-5 relative; du's gate half also gets
+  // 1e-6 of the largest value, where 1 + g * (1 - sig) crosses zero (g ~ -1.28) and cancels.
+  EXPECT_TRUE(all_near(host_copy<float>(a), a_ref, 1e-5, 0.0)) << "a";
+  EXPECT_TRUE(all_near(host_copy<float>(du), du_ref, 1e-5, 1e-6 * max_abs(du_ref))) << "du";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SwigluTest,
+                         ::testing::Values(RowsCase{1, 1}, RowsCase{7, 33}, RowsCase{300, 100}, RowsCase{129, 1000}),
+                         rows_case_name);
+
+}  // namespace

@@ -1,0 +1,667 @@
+// The GPU step: the model of train/cpu/cpu_model.h on one GPU (or one rank of several), its linear
+// layers through train/gpu/gpu_layers.h (quant/ + gemm/, or cuBLASLt for bf16), attention through
+// cuBLAS, the rest through train/gpu/gpu_ops.h; data and expert parallelism through a Communicator.
+// Activations are fp32; what the backward needs is kept per layer in named device buffers that
+// are allocated on first use and reused every step.
+#include "train/gpu/gpu_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gemm/gemm.h"                 // the FP8 route (Sm90Fp8Route)
+#include "quant/moe.h"                 // routing, unpermute-combine
+#include "runtime/cuda_status.h"
+#include "train/cpu/cpu_linear.h"           // gradient_sr_key
+#include "train/gpu/gpu_glue.h"             // gather_rows, round_to_bf16, add_inplace
+#include "train/gpu/gpu_layers.h"           // GpuLayers, DeviceBuffers
+#include "train/gpu/gpu_ops.h"              // norms, attention, router, loss, AdamW
+#include "train/gpu/gpu_phase_timer.h"
+#include "train/parallel/gpu_expert_parallel.h"  // ExpertExchange
+
+namespace blockscale::train {
+namespace {
+
+#define BS_CUDA(expr) BS_RETURN_IF_ERROR(runtime::cuda_status((expr), #expr))
+#define BS_CUBLAS(expr)                                                                                    \
+  do {                                                                                                     \
+    const cublasStatus_t bs_st_ = (expr);                                                                  \
+    if (bs_st_ != CUBLAS_STATUS_SUCCESS) return Status::error(std::string(#expr) + ": cuBLAS status " + std::to_string(int(bs_st_))); \
+  } while (0)
+
+class GpuBackend final : public StepBackend {
+ public:
+  GpuBackend(const ModelConfig& config, Recipe recipe, MxGemm mx_gemm, gemm::Sm90Fp8Route fp8_gemm)
+      : config_(config), recipe_(recipe), mx_gemm_(mx_gemm), fp8_gemm_(fp8_gemm), layout_(make_param_layout(config)) {}
+  ~GpuBackend() override {
+    if (host_scalars_) cudaFreeHost(host_scalars_);
+    if (cublas_) cublasDestroy(cublas_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  std::string gemm_route() const override {
+    if (recipe_ == Recipe::kFp8Block)
+      return std::string("gemm/, ") + gemm::sm90_fp8_route_name(fp8_gemm_) + " route";
+    if (recipe_ != Recipe::kMxfp8 && recipe_ != Recipe::kNvfp4) return "";
+    if (!layers_.cublas_experts()) return "gemm/ block-scaled kernels";
+    return recipe_ == Recipe::kMxfp8 ? "MX values as bf16 + cuBLASLt" : "NVFP4 block values as bf16 + cuBLASLt";
+  }
+
+  Status init(uint64_t seed) {
+    BS_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    BS_CUBLAS(cublasCreate(&cublas_));
+    BS_CUBLAS(cublasSetStream(cublas_, stream_));
+    BS_RETURN_IF_ERROR(layers_.init(stream_));
+    const size_t scalars = kAuxLosses + std::max(config_.n_layers, 1);
+    BS_CUDA(cudaMallocHost(reinterpret_cast<void**>(&host_scalars_), scalars * sizeof(float)));
+    int dev = 0, sms = 0, clock_khz = 0, major = 0;
+    BS_CUDA(cudaGetDevice(&dev));
+    cudaDeviceProp prop{};
+    BS_CUDA(cudaGetDeviceProperties(&prop, dev));
+    device_name_ = prop.name;
+    BS_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    BS_CUDA(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, dev));
+    BS_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    // Dense bf16 tensor-core FLOP per SM per clock: 4096 on sm_90 (H100 SXM: 132 SMs, 1.83 GHz ->
+    // 989 TFLOP/s); other architectures report no MFU.
+    peak_ = major == 9 ? double(sms) * clock_khz * 1e3 * 4096.0 : 0.0;
+    layers_.set_bf16_values(mx_gemm_ == MxGemm::kBf16Values || (mx_gemm_ == MxGemm::kAuto && major == 9));
+    // The FP8 route is process-wide in gemm/: the backend made last sets it.
+    if (recipe_ == Recipe::kFp8Block) {
+      gemm::set_sm90_fp8_route(fp8_gemm_);
+      fp8_per_expert_ = fp8_gemm_ == gemm::Sm90Fp8Route::kCublasLt && major == 9;
+    }
+    const int64_t n = layout_.total;
+    std::vector<float> host(n);
+    init_params(layout_, config_, seed, host.data());
+    BS_RETURN_IF_ERROR(buffers_.get("params", n, &params_));
+    BS_RETURN_IF_ERROR(buffers_.get("grads", n, &grads_));
+    BS_RETURN_IF_ERROR(buffers_.get("adam_m", n, &m_));
+    BS_RETURN_IF_ERROR(buffers_.get("adam_v", n, &v_));
+    BS_RETURN_IF_ERROR(buffers_.get("decay", n, &decay_));
+    BS_CUDA(cudaMemcpy(params_, host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    BS_CUDA(cudaMemset(m_, 0, n * sizeof(float)));
+    BS_CUDA(cudaMemset(v_, 0, n * sizeof(float)));
+    const std::vector<uint8_t> mask = decay_mask(layout_);
+    BS_CUDA(cudaMemcpy(decay_, mask.data(), n, cudaMemcpyHostToDevice));
+    return Status::ok();
+  }
+
+  std::string device_name() const override { return device_name_; }
+  double peak_flops() const override { return peak_; }
+
+  Status zero_grads() override {
+    if (time_phases_) timer_.start(stream_);  // a step begins here and ends with optimizer_step
+    PhaseScope phase(timer_, Phase::kOptimizer);
+    BS_CUDA(cudaMemsetAsync(grads_, 0, layout_.total * sizeof(float), stream_));
+    fresh_gradients_ = true;
+    return Status::ok();
+  }
+
+  Status forward_backward(const int32_t* tokens, const int32_t* targets, int batch, float grad_scale,
+                          uint64_t run_seed, int64_t micro_step, StepLosses* losses) override {
+    const bool reduce = reduce_next_;
+    reduce_next_ = false;
+    layers_.set_fresh_gradients(fresh_gradients_);  // the first backward after zero_grads writes the wgrads
+    fresh_gradients_ = false;
+    return run(tokens, targets, batch, grad_scale, run_seed, micro_step, true, reduce, losses);
+  }
+  void reduce_in_next_backward() override { reduce_next_ = comm_ != nullptr; }
+  bool state_needs_every_rank() const override { return expert_parallel_; }
+  Status set_expert_parallel() override {
+    if (comm_ == nullptr)
+      return Status::error("--expert-parallel: needs ranks from a launcher (torchrun, srun or tools/train_ranks.sh)");
+    if (!config_.moe()) return Status::error("--expert-parallel: needs MoE layers (--experts > 0)");
+    if (config_.n_experts % comm_->world_size() != 0)
+      return Status::error("--expert-parallel: --experts (" + std::to_string(config_.n_experts) +
+                           ") must be a multiple of the number of ranks (" + std::to_string(comm_->world_size()) + ")");
+    expert_parallel_ = true;
+    layers_.weights_changed();  // the expert weights a rank copies are now its own experts'
+    return Status::ok();
+  }
+  Status evaluate(const int32_t* tokens, const int32_t* targets, int batch, StepLosses* losses) override {
+    return run(tokens, targets, batch, 0.0f, 0, 0, false, false, losses);
+  }
+
+  Status optimizer_step(const OptimizerConfig& c, float lr, int64_t step, double* grad_norm) override {
+    const int64_t n = layout_.total;
+    if (comm_ != nullptr) {
+      PhaseScope phase(timer_, Phase::kCommunication);  // what the backward did not hide
+      if (!reduce_pending_) BS_RETURN_IF_ERROR(reduce_shared_gradients());
+      BS_RETURN_IF_ERROR(comm_->wait_device(stream_));
+      reduce_pending_ = false;
+    }
+    timer_.enter(Phase::kOptimizer);
+    void* work = nullptr;
+    float* scalars = nullptr;
+    BS_RETURN_IF_ERROR(buffers_.get("reduce_ws", int64_t(gpu::reduction_workspace_bytes(n)), reinterpret_cast<uint8_t**>(&work)));
+    BS_RETURN_IF_ERROR(buffers_.get("opt_scalars", 2, &scalars));  // the sum of squares, the clipping factor
+    const bool ranks_own_experts = expert_parallel_ && comm_->world_size() > 1;
+    gpu::GradScale scale;
+    if (!ranks_own_experts) {
+      // The update clips on the device, queued behind the norm: the host waits only at the end of
+      // the step, then reads the norm it logs from the pinned copy.
+      BS_RETURN_IF_ERROR(gpu::sum_of_squares(grads_, n, scalars, work, gpu::reduction_workspace_bytes(n), stream_));
+      BS_CUDA(cudaMemcpyAsync(host_scalars_ + kSumSq, scalars, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+      BS_RETURN_IF_ERROR(gpu::clip_factor_on_device(scalars, c.clip_norm, scalars + 1, stream_));
+      scale.device = scalars + 1;
+    } else {
+      // The shared gradients are the same bits on every rank, and so is their sum of squares;
+      // each rank's experts' are its own, summed across ranks. (Not the whole sum minus the
+      // experts': that leaves a rounding error that differs by rank, and so would the clipping.)
+      auto sum_sq_of = [&](int64_t begin, int64_t end, double* out) -> Status {
+        BS_RETURN_IF_ERROR(gpu::sum_of_squares(grads_ + begin, end - begin, scalars, work,
+                                               gpu::reduction_workspace_bytes(n), stream_));
+        BS_CUDA(cudaMemcpyAsync(host_scalars_ + kSumSq, scalars, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+        BS_CUDA(cudaStreamSynchronize(stream_));
+        *out += host_scalars_[kSumSq];
+        return Status::ok();
+      };
+      double shared = 0, experts = 0;
+      BS_RETURN_IF_ERROR(sum_sq_of(0, layer_begin(0), &shared));
+      for (int l = 0; l < config_.n_layers; ++l) {
+        BS_RETURN_IF_ERROR(sum_sq_of(layer_begin(l), shared_end(l), &shared));
+        BS_RETURN_IF_ERROR(sum_sq_of(shared_end(l), layer_begin(l + 1), &experts));
+      }
+      BS_RETURN_IF_ERROR(sum_sq_of(layer_begin(config_.n_layers), n, &shared));
+      BS_RETURN_IF_ERROR(comm_->all_reduce_host(&experts, 1));
+      *grad_norm = std::sqrt(shared + experts);
+      scale = gpu::GradScale{clip_factor(*grad_norm, c.clip_norm)};
+    }
+    // Clipping is AdamW's gradient scale: one pass over the gradients, not two.
+    BS_RETURN_IF_ERROR(gpu::adamw_step(params_, grads_, scale, m_, v_, n, lr, c.beta1, c.beta2, c.eps, c.weight_decay,
+                                       step, decay_, stream_));
+    layers_.weights_changed();
+    timer_.leave();
+    BS_RETURN_IF_ERROR(timer_.finish(&phase_totals_));
+    BS_CUDA(cudaStreamSynchronize(stream_));  // the step's end
+    if (!ranks_own_experts) *grad_norm = std::sqrt(double(host_scalars_[kSumSq]));
+    return Status::ok();
+  }
+
+  std::vector<std::pair<std::string, double>> phase_ms() const override {
+    std::vector<std::pair<std::string, double>> out;
+    for (size_t i = 0; i < phase_totals_.size(); ++i) out.emplace_back(phase_name(Phase(i)), phase_totals_[i]);
+    return out;
+  }
+  void reset_phase_ms() override { phase_totals_ = {}; }
+  void time_phases(bool on) override { time_phases_ = on; }
+
+  Status read_state(std::vector<float>* p, std::vector<float>* m, std::vector<float>* v) override {
+    const size_t bytes = layout_.total * sizeof(float);
+    p->resize(layout_.total);
+    m->resize(layout_.total);
+    v->resize(layout_.total);
+    BS_CUDA(cudaStreamSynchronize(stream_));
+    BS_CUDA(cudaMemcpy(p->data(), params_, bytes, cudaMemcpyDeviceToHost));
+    BS_CUDA(cudaMemcpy(m->data(), m_, bytes, cudaMemcpyDeviceToHost));
+    BS_CUDA(cudaMemcpy(v->data(), v_, bytes, cudaMemcpyDeviceToHost));
+    if (!expert_parallel_) return Status::ok();
+    // Each rank's copy is current for its own experts only: every rank contributes those (zeros
+    // elsewhere) to a sum, which gives every rank the whole state.
+    const int world = comm_->world_size(), per_rank = config_.n_experts / world, me = comm_->rank();
+    for (int l = 0; l < config_.n_layers; ++l) {
+      for (int index : {layout_.layers[l].w13, layout_.layers[l].w2}) {
+        const ParamTensor& t = layout_.at(index);
+        const int64_t slice = t.size / config_.n_experts;
+        for (std::vector<float>* state : {p, m, v}) {
+          float* base = state->data() + t.offset;
+          std::fill(base, base + me * per_rank * slice, 0.0f);
+          std::fill(base + (me + 1) * per_rank * slice, base + t.size, 0.0f);
+          BS_RETURN_IF_ERROR(comm_->all_reduce_host(base, t.size));
+        }
+      }
+    }
+    return Status::ok();
+  }
+  Status write_state(const std::vector<float>& p, const std::vector<float>& m, const std::vector<float>& v) override {
+    const int64_t n = layout_.total;
+    if (int64_t(p.size()) != n || int64_t(m.size()) != n || int64_t(v.size()) != n)
+      return Status::error("write_state: sizes differ from the model's parameter count");
+    BS_CUDA(cudaStreamSynchronize(stream_));
+    BS_CUDA(cudaMemcpy(params_, p.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    layers_.weights_changed();
+    BS_CUDA(cudaMemcpy(m_, m.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    BS_CUDA(cudaMemcpy(v_, v.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    return Status::ok();
+  }
+
+  // Test access: device gradients (host copy).
+  Status read_grads(std::vector<float>* g) {
+    g->resize(layout_.total);
+    BS_CUDA(cudaStreamSynchronize(stream_));
+    BS_CUDA(cudaMemcpy(g->data(), grads_, layout_.total * sizeof(float), cudaMemcpyDeviceToHost));
+    return Status::ok();
+  }
+
+ private:
+  template <typename T>
+  Status buf(const std::string& name, int64_t count, T** out) {
+    return buffers_.get(name, count, out);
+  }
+  float* P(int index) { return params_ + layout_.at(index).offset; }
+  float* G(int index) { return grads_ + layout_.at(index).offset; }
+
+  struct ExpertRows {  // the experts a rank runs and the rows they take
+    int experts;
+    int64_t rows;
+    const int32_t* ends;
+    int64_t first;  // the first expert's index in the layer
+  };
+
+  // What the backward needs of layer l's forward, in buffers named "l<l>.*" (one place for their
+  // names and sizes: the forward writes them, the backward reads them).
+  struct LayerActivations {
+    float *x_in, *h, *rstd1, *qkv, *att, *x_mid, *h2, *rstd2, *u, *a;
+    uint16_t* probs;                      // bf16 attention probabilities
+    float *rprobs, *gates, *xs, *y;       // MoE only (null for a dense FFN)
+    int32_t *ids, *ends, *row_source, *slot_row;
+  };
+  Status layer_activations(int l, int batch, LayerActivations* s) {
+    const ModelConfig& c = config_;
+    const std::string n = "l" + std::to_string(l);
+    const int64_t m = int64_t{batch} * c.seq_len, d = c.d_model, f = c.d_ff, e = c.n_experts, k = c.top_k;
+    // MoE: every token's top_k routed rows; with expert parallelism, what this rank's experts can
+    // receive (at most every rank's rows)
+    const int64_t ffn_rows = c.moe() ? ffn_capacity(m * k) : m;
+    *s = LayerActivations{};
+    BS_RETURN_IF_ERROR(buf(n + ".x_in", m * d, &s->x_in));
+    BS_RETURN_IF_ERROR(buf(n + ".h", m * d, &s->h));
+    BS_RETURN_IF_ERROR(buf(n + ".rstd1", m, &s->rstd1));
+    BS_RETURN_IF_ERROR(buf(n + ".qkv", m * 3 * d, &s->qkv));
+    BS_RETURN_IF_ERROR(buf(n + ".probs", int64_t{batch} * c.n_heads * c.seq_len * c.seq_len, &s->probs));
+    BS_RETURN_IF_ERROR(buf(n + ".att", m * d, &s->att));
+    BS_RETURN_IF_ERROR(buf(n + ".x_mid", m * d, &s->x_mid));
+    BS_RETURN_IF_ERROR(buf(n + ".h2", m * d, &s->h2));
+    BS_RETURN_IF_ERROR(buf(n + ".rstd2", m, &s->rstd2));
+    BS_RETURN_IF_ERROR(buf(n + ".u", ffn_rows * 2 * f, &s->u));
+    BS_RETURN_IF_ERROR(buf(n + ".a", ffn_rows * f, &s->a));
+    if (!c.moe()) return Status::ok();
+    BS_RETURN_IF_ERROR(buf(n + ".rprobs", m * e, &s->rprobs));
+    BS_RETURN_IF_ERROR(buf(n + ".gates", m * k, &s->gates));
+    BS_RETURN_IF_ERROR(buf(n + ".ids", m * k, &s->ids));
+    BS_RETURN_IF_ERROR(buf(n + ".ends", e, &s->ends));
+    BS_RETURN_IF_ERROR(buf(n + ".row_source", m * k, &s->row_source));
+    BS_RETURN_IF_ERROR(buf(n + ".slot_row", m * k, &s->slot_row));
+    // The experts' inputs (expert parallelism: the rows they received; MXFP8 / FP8 blockwise
+    // without it: unused, their quantized copies are kept instead), and this rank's routed outputs.
+    BS_RETURN_IF_ERROR(buf(n + ".xs", ffn_rows * d, &s->xs));
+    return buf(n + ".y", m * k * d, &s->y);
+  }
+
+  Status run(const int32_t* tokens_host, const int32_t* targets_host, int batch, float grad_scale, uint64_t run_seed,
+             int64_t micro_step, bool backward, bool reduce, StepLosses* losses);
+
+  // Sums grads_[begin, end) across ranks once the backward enqueued so far has written it.
+  Status reduce_gradients(int64_t begin, int64_t end) {
+    reduce_pending_ = true;
+    return comm_->all_reduce_device(grads_ + begin, end - begin, stream_);
+  }
+  int64_t layer_begin(int l) const {
+    return l < config_.n_layers ? layout_.at(layout_.layers[l].attn_norm).offset : layout_.at(layout_.final_norm).offset;
+  }
+  // The end of layer l's gradients that every rank sums: all of them, except that with expert
+  // parallelism each rank's experts (w13 and w2, the layer's last tensors) are its own.
+  int64_t shared_end(int l) const {
+    return expert_parallel_ ? layout_.at(layout_.layers[l].w13).offset : layer_begin(l + 1);
+  }
+  // What optimizer_step sums when no backward did: the same segments.
+  Status reduce_shared_gradients() {
+    BS_RETURN_IF_ERROR(reduce_gradients(layer_begin(config_.n_layers), layout_.total));
+    for (int l = config_.n_layers - 1; l >= 0; --l) BS_RETURN_IF_ERROR(reduce_gradients(layer_begin(l), shared_end(l)));
+    return reduce_gradients(0, layer_begin(0));
+  }
+  int64_t ffn_capacity(int64_t rows) const { return expert_parallel_ ? rows * comm_->world_size() : rows; }
+  ExpertExchange& exchange(int l) {
+    if (exchanges_.size() <= size_t(l)) exchanges_.resize(l + 1);
+    if (!exchanges_[l]) exchanges_[l] = std::make_unique<ExpertExchange>();
+    return *exchanges_[l];
+  }
+
+  ModelConfig config_;
+  Recipe recipe_;
+  MxGemm mx_gemm_;
+  gemm::Sm90Fp8Route fp8_gemm_;
+  // fp8_block on Hopper's cuBLASLt route (--fp8-gemm cublaslt only): the experts run one cuBLASLt
+  // matmul each, their sizes copied back to the host per MoE layer. Every other route reads the
+  // sizes on the device (the grouped kernels): no host synchronisation in the step.
+  bool fp8_per_expert_ = false;
+  ParamLayout layout_;
+  DeviceBuffers buffers_;
+  PhaseTimer timer_;
+  GpuLayers layers_{recipe_, buffers_, timer_};  // the linear layers, dense and grouped
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;  // attention's batched products
+  std::string device_name_;
+  double peak_ = 0;
+  float *params_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
+  // Pinned host copies of the step's scalars: the loss, the gradients' sum of squares, then one
+  // load-balancing loss per layer.
+  static constexpr int kLoss = 0, kSumSq = 1, kAuxLosses = 2;
+  float* host_scalars_ = nullptr;
+  uint8_t* decay_ = nullptr;
+  std::map<int, std::vector<int32_t>> all_host_ends_;  // each MoE layer's group ends, for the backward
+  bool expert_parallel_ = false;
+  std::vector<std::unique_ptr<ExpertExchange>> exchanges_;  // per MoE layer, from its forward
+  bool fresh_gradients_ = false;  // zero_grads ran and no backward since
+  bool reduce_next_ = false;     // the next backward sums gradients across ranks
+  bool reduce_pending_ = false;  // sums enqueued that optimizer_step must wait for
+  PhaseTimes phase_totals_{};  // since reset_phase_ms()
+  bool time_phases_ = true;     // whether the next step records its phases
+};
+
+Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, int batch, float grad_scale,
+                       uint64_t run_seed, int64_t micro_step, bool backward, bool reduce, StepLosses* losses) {
+  const ModelConfig& c = config_;
+  const int64_t m = int64_t{batch} * c.seq_len;
+  const int d = c.d_model, f = c.d_ff, e = c.n_experts, k = c.top_k, hd = c.head_dim(), L = c.n_layers;
+  const Recipe lin = recipe_, head = recipe_ == Recipe::kFp32 ? Recipe::kFp32 : Recipe::kBf16;
+  for (int64_t t = 0; t < m; ++t) {
+    if (tokens_host[t] < 0 || tokens_host[t] >= c.vocab || targets_host[t] < 0 || targets_host[t] >= c.vocab)
+      return Status::error("tokens/targets: entry " + std::to_string(t) + " is outside [0, vocab)");
+  }
+  int32_t *tokens, *targets;
+  BS_RETURN_IF_ERROR(buf("tokens", m, &tokens));
+  BS_RETURN_IF_ERROR(buf("targets", m, &targets));
+  BS_CUDA(cudaMemcpyAsync(tokens, tokens_host, m * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  BS_CUDA(cudaMemcpyAsync(targets, targets_host, m * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  const size_t attn_ws_bytes = gpu::attention_workspace_bytes(batch, c.seq_len, c.n_heads, hd);
+  uint8_t* attn_ws;
+  BS_RETURN_IF_ERROR(buf("attn_ws", int64_t(attn_ws_bytes), &attn_ws));
+  float* aux;  // one load-balancing loss per layer
+  BS_RETURN_IF_ERROR(buf("aux", std::max(L, 1), &aux));
+  BS_CUDA(cudaMemsetAsync(aux, 0, sizeof(float) * std::max(L, 1), stream_));
+  const int64_t rows = m * k;  // routed rows: every token takes top_k experts, none dropped
+  const size_t router_ws_bytes = c.moe() ? gpu::router_workspace_bytes(m, e) : 0;
+  uint8_t* router_ws;
+  BS_RETURN_IF_ERROR(buf("router_ws", int64_t(router_ws_bytes), &router_ws));
+
+  // ---- forward ----
+  float* x;
+  BS_RETURN_IF_ERROR(buf("x", m * d, &x));
+  timer_.mark(Phase::kEmbedLoss);
+  BS_RETURN_IF_ERROR(gpu::embedding_forward(tokens, m, c.seq_len, d, c.vocab, P(layout_.embed), P(layout_.pos_embed),
+                                            x, stream_));
+  for (int l = 0; l < L; ++l) {
+    const LayerParams& lp = layout_.layers[l];
+    const std::string n = "l" + std::to_string(l);
+    LayerActivations s;
+    BS_RETURN_IF_ERROR(layer_activations(l, batch, &s));
+    float *x_in = s.x_in, *h = s.h, *rstd1 = s.rstd1, *qkv = s.qkv, *att = s.att, *x_mid = s.x_mid, *h2 = s.h2,
+          *rstd2 = s.rstd2, *u = s.u, *a = s.a, *o, *ffn_out;
+    uint16_t* probs = s.probs;
+    BS_RETURN_IF_ERROR(buf("o", m * d, &o));
+    BS_RETURN_IF_ERROR(buf("ffn_out", m * d, &ffn_out));
+    timer_.mark(Phase::kOther);
+    BS_CUDA(cudaMemcpyAsync(x_in, x, m * d * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+    timer_.mark(Phase::kNorm);
+    BS_RETURN_IF_ERROR(gpu::rmsnorm_forward(x, P(lp.attn_norm), m, d, h, rstd1, stream_));
+    BS_RETURN_IF_ERROR(layers_.linear_forward(n + ".wqkv", lin, h, P(lp.wqkv), m, 3 * d, d, qkv));
+    {
+      PhaseScope phase(timer_, Phase::kAttention);
+      BS_RETURN_IF_ERROR(gpu::attention_forward(qkv, batch, c.seq_len, c.n_heads, hd, probs, att, attn_ws,
+                                                attn_ws_bytes, cublas_, stream_));
+    }
+    BS_RETURN_IF_ERROR(layers_.linear_forward(n + ".wo", lin, att, P(lp.wo), m, d, d, o));
+    timer_.mark(Phase::kOther);
+    gpu::add_inplace(x, o, m * d, stream_);
+    BS_CUDA(cudaMemcpyAsync(x_mid, x, m * d * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+    timer_.mark(Phase::kNorm);
+    BS_RETURN_IF_ERROR(gpu::rmsnorm_forward(x, P(lp.ffn_norm), m, d, h2, rstd2, stream_));
+    if (c.moe()) {
+      float *logits, *rprobs = s.rprobs, *gates = s.gates, *xs = s.xs, *y = s.y;
+      int32_t *ids = s.ids, *ends = s.ends, *row_source = s.row_source, *slot_row = s.slot_row;
+      uint16_t* y16;
+      BS_RETURN_IF_ERROR(buf("router_logits", m * e, &logits));
+      BS_RETURN_IF_ERROR(buf("y16", rows * d, &y16));
+      BS_RETURN_IF_ERROR(layers_.cublas_gemm(Product::kXWt, CUDA_R_32F, h2, P(lp.router), m, e, d, logits, 0.0f));
+      timer_.mark(Phase::kRouting);
+      BS_RETURN_IF_ERROR(gpu::router_forward(logits, m, e, k, rprobs, ids, gates, stream_));
+      BS_RETURN_IF_ERROR(gpu::load_balance_loss(rprobs, ids, m, e, k, aux + l, router_ws, router_ws_bytes, stream_));
+      quant::RoutingProblem rp{m, k, e};
+      uint8_t* route_ws;
+      const size_t route_ws_bytes = quant::workspace_size(rp);
+      BS_RETURN_IF_ERROR(buf("route_ws", int64_t(route_ws_bytes), &route_ws));
+      BS_RETURN_IF_ERROR(quant::run(rp, quant::RoutingInputs{ids}, quant::RoutingOutputs{ends, row_source, slot_row},
+                                    route_ws, route_ws_bytes, stream_));
+      layers_.set_host_sized_experts(fp8_per_expert_);
+      // The group sizes on the host: for the cuBLAS experts loop, the per-expert cuBLASLt route
+      // and the exchange plan.
+      if (layers_.experts_need_host_ends() || expert_parallel_) {
+        layers_.host_ends().resize(e);
+        BS_CUDA(cudaMemcpyAsync(layers_.host_ends().data(), ends, e * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                stream_));
+        BS_CUDA(cudaStreamSynchronize(stream_));
+        all_host_ends_[l] = layers_.host_ends();
+      }
+      ExpertRows er{e, rows, ends, 0};  // the experts this rank runs, and their rows
+      float* ye = y;
+      if (expert_parallel_) {  // xs: the rows every rank routed to this rank's experts
+        float *routed, *scratch;
+        BS_RETURN_IF_ERROR(buf("ep_routed", rows * d, &routed));
+        BS_RETURN_IF_ERROR(buf("ep_scratch", ffn_capacity(rows) * d, &scratch));
+        BS_RETURN_IF_ERROR(buf("ep_y", ffn_capacity(rows) * d, &ye));
+        gpu::gather_rows(h2, m, d, row_source, rows, routed, stream_);
+        ExpertExchange& xc = exchange(l);
+        BS_RETURN_IF_ERROR(xc.plan(*comm_, layers_.host_ends(), e, stream_));
+        {
+          PhaseScope phase(timer_, Phase::kCommunication);
+          BS_RETURN_IF_ERROR(xc.dispatch(*comm_, routed, xs, d, scratch, stream_));
+        }
+        er = {xc.local_experts(), xc.received_rows(), xc.local_ends_device(), xc.first_expert()};
+        layers_.host_ends() = xc.local_ends_host();
+      }
+      // MXFP8 and FP8 blockwise permute the tokens while quantizing them (the backward needs only
+      // their quantized copies); NVFP4 and the cuBLAS recipes take a permuted fp32 copy.
+      const bool fused = !expert_parallel_ && (recipe_ == Recipe::kMxfp8 || recipe_ == Recipe::kFp8Block);
+      const GpuLayers::Gather gather{row_source, m};
+      if (!expert_parallel_ && !fused) gpu::gather_rows(h2, m, d, row_source, rows, xs, stream_);
+      if (er.rows > 0) {
+        BS_RETURN_IF_ERROR(layers_.grouped_forward(n + ".w13", fused ? h2 : xs, er.rows, er.ends, er.experts,
+                                           P(lp.w13) + er.first * 2 * f * d, 2 * f, d, u, fused ? &gather : nullptr));
+        timer_.mark(Phase::kOther);
+        BS_RETURN_IF_ERROR(gpu::swiglu_forward(u, er.rows, f, a, stream_));
+        BS_RETURN_IF_ERROR(layers_.grouped_forward(n + ".w2", a, er.rows, er.ends, er.experts, P(lp.w2) + er.first * d * f, d,
+                                           f, ye));
+      }
+      if (expert_parallel_) {
+        float* scratch;
+        BS_RETURN_IF_ERROR(buf("ep_scratch", ffn_capacity(rows) * d, &scratch));
+        {
+          PhaseScope phase(timer_, Phase::kCommunication);
+          BS_RETURN_IF_ERROR(exchange(l).give_back(*comm_, ye, y, d, scratch, stream_));
+        }
+      }
+      timer_.mark(Phase::kRouting);
+      gpu::round_to_bf16(y, y16, rows * d, stream_);  // the combine takes bf16 expert outputs
+      quant::CombineProblem cp;
+      cp.tokens = m, cp.top_k = k, cp.cols = d, cp.y_rows = rows, cp.ld_y = d, cp.ld_out = d;
+      cp.out_type = quant::CombineOutputType::kFp32;
+      BS_RETURN_IF_ERROR(quant::run(cp, quant::CombineInputs{y16, gates, slot_row}, quant::CombineOutputs{ffn_out},
+                                    nullptr, 0, stream_));
+    } else {
+      BS_RETURN_IF_ERROR(layers_.linear_forward(n + ".w13", lin, h2, P(lp.w13), m, 2 * f, d, u));
+      timer_.mark(Phase::kOther);
+      BS_RETURN_IF_ERROR(gpu::swiglu_forward(u, m, f, a, stream_));
+      BS_RETURN_IF_ERROR(layers_.linear_forward(n + ".w2", lin, a, P(lp.w2), m, d, f, ffn_out));
+    }
+    timer_.mark(Phase::kOther);
+    gpu::add_inplace(x, ffn_out, m * d, stream_);
+  }
+  float *hf, *rstd_f, *logits, *row_loss, *loss_sum;
+  uint8_t* reduce_ws;
+  BS_RETURN_IF_ERROR(buf("hf", m * d, &hf));
+  BS_RETURN_IF_ERROR(buf("rstd_f", m, &rstd_f));
+  BS_RETURN_IF_ERROR(buf("logits", m * c.vocab, &logits));
+  BS_RETURN_IF_ERROR(buf("row_loss", m, &row_loss));
+  BS_RETURN_IF_ERROR(buf("loss_sum", 1, &loss_sum));
+  const size_t reduce_bytes = gpu::reduction_workspace_bytes(m);
+  BS_RETURN_IF_ERROR(buf("loss_ws", int64_t(reduce_bytes), &reduce_ws));
+  timer_.mark(Phase::kNorm);
+  BS_RETURN_IF_ERROR(gpu::rmsnorm_forward(x, P(layout_.final_norm), m, d, hf, rstd_f, stream_));
+  BS_RETURN_IF_ERROR(layers_.linear_forward("lm_head", head, hf, P(layout_.lm_head), m, c.vocab, d, logits));
+  timer_.mark(Phase::kEmbedLoss);
+  BS_RETURN_IF_ERROR(gpu::cross_entropy(logits, targets, m, c.vocab, grad_scale / float(m), row_loss,
+                                        backward ? logits : nullptr, stream_));
+  BS_RETURN_IF_ERROR(gpu::sum(row_loss, m, loss_sum, reduce_ws, reduce_bytes, stream_));
+  // Into pinned memory, so the backward queues behind the copies instead of waiting for them; the
+  // host reads the losses at its next wait (at once for evaluation, after the backward otherwise).
+  BS_CUDA(cudaMemcpyAsync(host_scalars_ + kLoss, loss_sum, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  BS_CUDA(cudaMemcpyAsync(host_scalars_ + kAuxLosses, aux, std::max(L, 1) * sizeof(float), cudaMemcpyDeviceToHost,
+                          stream_));
+  const auto read_losses = [&] {
+    losses->loss = double(host_scalars_[kLoss]) / m;
+    losses->aux_loss = 0;
+    for (int l = 0; l < L && c.moe(); ++l) losses->aux_loss += host_scalars_[kAuxLosses + l];
+  };
+  if (!backward) {
+    BS_CUDA(cudaStreamSynchronize(stream_));
+    read_losses();
+    return Status::ok();
+  }
+
+  // ---- backward (logits holds dlogits) ----
+  float *dhf, *dx, *dh2, *datt, *dqkv, *dh;
+  BS_RETURN_IF_ERROR(buf("dhf", m * d, &dhf));
+  BS_RETURN_IF_ERROR(buf("dx", m * d, &dx));
+  BS_RETURN_IF_ERROR(buf("dh2", m * d, &dh2));
+  BS_RETURN_IF_ERROR(buf("datt", m * d, &datt));
+  BS_RETURN_IF_ERROR(buf("dqkv", m * 3 * d, &dqkv));
+  BS_RETURN_IF_ERROR(buf("dh", m * d, &dh));
+  const size_t norm_ws_bytes = gpu::rmsnorm_backward_workspace_bytes(m, d);
+  uint8_t* norm_ws;
+  BS_RETURN_IF_ERROR(buf("norm_ws", int64_t(norm_ws_bytes), &norm_ws));
+  BS_CUDA(cudaMemsetAsync(dx, 0, m * d * sizeof(float), stream_));
+  BS_RETURN_IF_ERROR(layers_.linear_backward("lm_head", head, {}, logits, hf, P(layout_.lm_head), m, c.vocab, d, dhf,
+                                     G(layout_.lm_head)));
+  timer_.mark(Phase::kNorm);
+  BS_RETURN_IF_ERROR(gpu::rmsnorm_backward(dhf, x, P(layout_.final_norm), rstd_f, m, d, dx, G(layout_.final_norm),
+                                           norm_ws, norm_ws_bytes, stream_));
+  if (reduce) BS_RETURN_IF_ERROR(reduce_gradients(layer_begin(L), layout_.total));  // final norm, LM head
+  const float aux_weight = grad_scale * c.aux_loss_coef;
+  for (int l = L - 1; l >= 0; --l) {
+    const LayerParams& lp = layout_.layers[l];
+    const std::string n = "l" + std::to_string(l);
+    LayerActivations s;
+    BS_RETURN_IF_ERROR(layer_activations(l, batch, &s));
+    float *x_in = s.x_in, *h = s.h, *rstd1 = s.rstd1, *qkv = s.qkv, *att = s.att, *x_mid = s.x_mid, *h2 = s.h2,
+          *rstd2 = s.rstd2, *u = s.u, *a = s.a;
+    const uint16_t* probs = s.probs;
+    timer_.mark(Phase::kOther);
+    BS_CUDA(cudaMemsetAsync(dh2, 0, m * d * sizeof(float), stream_));
+    if (c.moe()) {
+      float *rprobs = s.rprobs, *gates = s.gates, *xs = s.xs, *y = s.y, *dy, *d_gates, *da, *du, *dxs, *dlogits;
+      int32_t *ids = s.ids, *ends = s.ends, *slot_row = s.slot_row;
+      const int64_t cap = ffn_capacity(rows);
+      BS_RETURN_IF_ERROR(buf("dy", rows * d, &dy));
+      BS_RETURN_IF_ERROR(buf("d_gates", m * k, &d_gates));
+      BS_RETURN_IF_ERROR(buf("da", cap * f, &da));
+      BS_RETURN_IF_ERROR(buf("du", cap * 2 * f, &du));
+      BS_RETURN_IF_ERROR(buf("dxs", rows * d, &dxs));
+      BS_RETURN_IF_ERROR(buf("router_dlogits", m * e, &dlogits));
+      timer_.mark(Phase::kRouting);
+      BS_RETURN_IF_ERROR(gpu::moe_combine_backward(dx, y, gates, slot_row, m, k, d, rows, dy, d_gates, stream_));
+      ExpertRows er{e, rows, ends, 0};
+      float *dye = dy, *dxe = dxs, *scratch = nullptr;
+      if (expert_parallel_) {  // each dy row to its expert's rank, as in the forward
+        const ExpertExchange& xc = exchange(l);
+        er = {xc.local_experts(), xc.received_rows(), xc.local_ends_device(), xc.first_expert()};
+        layers_.host_ends() = xc.local_ends_host();
+        BS_RETURN_IF_ERROR(buf("ep_scratch", cap * d, &scratch));
+        BS_RETURN_IF_ERROR(buf("ep_dy", cap * d, &dye));
+        BS_RETURN_IF_ERROR(buf("ep_dx", cap * d, &dxe));
+        {
+          PhaseScope phase(timer_, Phase::kCommunication);
+          BS_RETURN_IF_ERROR(xc.dispatch(*comm_, dy, dye, d, scratch, stream_));
+        }
+      } else if (layers_.experts_need_host_ends()) {
+        layers_.host_ends() = all_host_ends_[l];
+      }
+      if (er.rows > 0) {
+        const int64_t w2_at = er.first * d * f, w13_at = er.first * 2 * f * d;
+        BS_RETURN_IF_ERROR(layers_.grouped_backward(n + ".w2", gradient_sr_key(run_seed, micro_step, l, 3), dye, a, er.rows,
+                                            er.ends, er.experts, P(lp.w2) + w2_at, d, f, da, G(lp.w2) + w2_at));
+        timer_.mark(Phase::kOther);
+        BS_RETURN_IF_ERROR(gpu::swiglu_backward(u, da, er.rows, f, du, stream_));
+        BS_RETURN_IF_ERROR(layers_.grouped_backward(n + ".w13", gradient_sr_key(run_seed, micro_step, l, 2), du, xs, er.rows,
+                                            er.ends, er.experts, P(lp.w13) + w13_at, 2 * f, d, dxe,
+                                            G(lp.w13) + w13_at));
+      }
+      if (expert_parallel_) {
+        PhaseScope phase(timer_, Phase::kCommunication);
+        BS_RETURN_IF_ERROR(exchange(l).give_back(*comm_, dxe, dxs, d, scratch, stream_));
+      }
+      timer_.mark(Phase::kRouting);
+      BS_RETURN_IF_ERROR(gpu::moe_scatter_add(dxs, slot_row, m, k, rows, d, dh2, stream_));
+      BS_RETURN_IF_ERROR(gpu::router_backward(rprobs, ids, gates, d_gates, m, e, k, aux_weight, dlogits, router_ws,
+                                              router_ws_bytes, stream_));
+      // router in fp32: dWr += dlogits^T h2, dh2 += dlogits · Wr
+      BS_RETURN_IF_ERROR(
+          layers_.cublas_gemm(Product::kDytX, CUDA_R_32F, dlogits, h2, m, e, d, G(lp.router), layers_.wgrad_beta()));
+      BS_RETURN_IF_ERROR(layers_.cublas_gemm(Product::kDyW, CUDA_R_32F, dlogits, P(lp.router), m, e, d, dh2, 1.0f));
+    } else {
+      float *da, *du;
+      BS_RETURN_IF_ERROR(buf("da", m * f, &da));
+      BS_RETURN_IF_ERROR(buf("du", m * 2 * f, &du));
+      BS_RETURN_IF_ERROR(layers_.linear_backward(n + ".w2", lin, gradient_sr_key(run_seed, micro_step, l, 3), dx, a, P(lp.w2), m,
+                                         d, f, da, G(lp.w2)));
+      timer_.mark(Phase::kOther);
+      BS_RETURN_IF_ERROR(gpu::swiglu_backward(u, da, m, f, du, stream_));
+      BS_RETURN_IF_ERROR(layers_.linear_backward(n + ".w13", lin, gradient_sr_key(run_seed, micro_step, l, 2), du, h2, P(lp.w13),
+                                         m, 2 * f, d, dh2, G(lp.w13)));
+    }
+    timer_.mark(Phase::kNorm);
+    BS_RETURN_IF_ERROR(gpu::rmsnorm_backward(dh2, x_mid, P(lp.ffn_norm), rstd2, m, d, dx, G(lp.ffn_norm), norm_ws,
+                                             norm_ws_bytes, stream_));
+    timer_.mark(Phase::kOther);
+    BS_CUDA(cudaMemsetAsync(dh, 0, m * d * sizeof(float), stream_));
+    BS_RETURN_IF_ERROR(layers_.linear_backward(n + ".wo", lin, gradient_sr_key(run_seed, micro_step, l, 1), dx, att, P(lp.wo), m,
+                                       d, d, datt, G(lp.wo)));
+    {
+      PhaseScope phase(timer_, Phase::kAttention);
+      BS_RETURN_IF_ERROR(gpu::attention_backward(qkv, probs, datt, batch, c.seq_len, c.n_heads, hd, dqkv, attn_ws,
+                                                 attn_ws_bytes, cublas_, stream_));
+    }
+    BS_RETURN_IF_ERROR(layers_.linear_backward(n + ".wqkv", lin, gradient_sr_key(run_seed, micro_step, l, 0), dqkv, h,
+                                       P(lp.wqkv), m, 3 * d, d, dh, G(lp.wqkv)));
+    timer_.mark(Phase::kNorm);
+    BS_RETURN_IF_ERROR(gpu::rmsnorm_backward(dh, x_in, P(lp.attn_norm), rstd1, m, d, dx, G(lp.attn_norm), norm_ws,
+                                             norm_ws_bytes, stream_));
+    if (reduce) BS_RETURN_IF_ERROR(reduce_gradients(layer_begin(l), shared_end(l)));  // layer l is done
+  }
+  size_t emb_ws_bytes = 0;
+  BS_RETURN_IF_ERROR(gpu::embedding_backward_workspace_bytes(m, c.vocab, &emb_ws_bytes));
+  uint8_t* emb_ws;
+  BS_RETURN_IF_ERROR(buf("emb_ws", int64_t(emb_ws_bytes), &emb_ws));
+  timer_.mark(Phase::kEmbedLoss);
+  BS_RETURN_IF_ERROR(gpu::embedding_backward(tokens, m, c.seq_len, d, c.vocab, dx, G(layout_.embed),
+                                             G(layout_.pos_embed), emb_ws, emb_ws_bytes, stream_));
+  if (reduce) BS_RETURN_IF_ERROR(reduce_gradients(0, layer_begin(0)));  // embeddings
+  BS_CUDA(cudaStreamSynchronize(stream_));
+  BS_CUDA(cudaGetLastError());
+  read_losses();
+  return Status::ok();
+}
+
+}  // namespace
+
+Status make_gpu_backend(const ModelConfig& config, Recipe recipe, uint64_t init_seed,
+                        std::unique_ptr<StepBackend>* out, MxGemm mx_gemm, gemm::Sm90Fp8Route fp8_gemm) {
+  auto backend = std::make_unique<GpuBackend>(config, recipe, mx_gemm, fp8_gemm);
+  BS_RETURN_IF_ERROR(backend->init(init_seed));
+  *out = std::move(backend);
+  return Status::ok();
+}
+
+Status gpu_backend_gradients(StepBackend& backend, std::vector<float>* grads) {
+  auto* gpu = dynamic_cast<GpuBackend*>(&backend);
+  if (gpu == nullptr) return Status::error("gpu_backend_gradients: not a GPU backend");
+  return gpu->read_grads(grads);
+}
+
+}  // namespace blockscale::train

@@ -1,0 +1,616 @@
+// train/gpu/gpu_ops.h, the element-wise and row-wise parts: embedding, RMSNorm, SwiGLU, cross-entropy,
+// deterministic sums, AdamW, clipping scale, bf16 conversion. fp32 throughout; each mirrors the
+// train/cpu/cpu_ops.cpp function of the same name (attention: gpu_attention.cu; router and MoE:
+// gpu_router.cu). Row kernels give a warp (RMSNorm) or a block (cross-entropy, long vocab rows) to a
+// row; reductions over rows use the fixed-order column sum of gpu_ops_common.cuh, never atomics.
+#include <cub/device/device_radix_sort.cuh>
+
+#include <cmath>
+#include <limits>
+
+#include "formats/scalar_codecs.h"  // defines: float_to_bf16_bits_rn
+#include "train/cpu/cpu_ops.h"          // kRmsNormEps
+#include "train/gpu/gpu_ops.h"
+#include "train/gpu/gpu_ops_common.cuh"
+#include "train/model/optimizer.h"        // clip_factor
+
+namespace blockscale::train::gpu {
+namespace detail {
+
+__global__ void column_finish_kernel(const float* partials, int64_t chunks, int cols, bool accumulate, float* out) {
+  for (int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; c < cols; c += int64_t{gridDim.x} * blockDim.x) {
+    float acc = 0.0f;
+    for (int64_t k = 0; k < chunks; ++k) acc += partials[k * cols + c];
+    out[c] = accumulate ? out[c] + acc : acc;
+  }
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+namespace {
+
+__device__ __forceinline__ float quiet_nan() { return __uint_as_float(0x7FC00000u); }
+
+__device__ __forceinline__ int64_t warp_index() { return thread_index() / kWarp; }
+__device__ __forceinline__ int64_t warp_stride() { return thread_stride() / kWarp; }
+
+// ---- Embedding ---------------------------------------------------------------------------------
+
+__global__ void embedding_forward_kernel(const int32_t* tokens, int64_t n_tokens, int seq_len, int d, int vocab,
+                                         const float* embed, const float* pos_embed, float* x) {
+  for (int64_t i = thread_index(); i < n_tokens * d; i += thread_stride()) {
+    const int64_t t = i / d;
+    const int c = static_cast<int>(i - t * d);
+    const int32_t id = tokens[t];
+    x[i] = id >= 0 && id < vocab ? embed[int64_t{id} * d + c] + pos_embed[(t % seq_len) * d + c] : quiet_nan();
+  }
+}
+
+// Sort keys: the token id, or vocab (sorts last, skipped) when out of range; values: positions.
+__global__ void embedding_sort_keys_kernel(const int32_t* tokens, int64_t n_tokens, int vocab, uint32_t* keys,
+                                           int32_t* positions) {
+  for (int64_t t = thread_index(); t < n_tokens; t += thread_stride()) {
+    const int32_t id = tokens[t];
+    keys[t] = id >= 0 && id < vocab ? static_cast<uint32_t>(id) : static_cast<uint32_t>(vocab);
+    positions[t] = static_cast<int32_t>(t);
+  }
+}
+
+// One thread per (sorted index, column): the thread at a run of equal sorted ids' first index adds
+// the run's dx rows to d_embed[id] in position order (the stable sort kept it), the CPU's order of
+// additions. Threads, not a warp per run: a frequent token's run is long, and the columns of all
+// runs are what can proceed in parallel.
+__global__ void embedding_rows_backward_kernel(const uint32_t* keys, const int32_t* positions, int64_t n_tokens,
+                                               int d, int vocab, const float* dx, float* d_embed) {
+  for (int64_t g = thread_index(); g < n_tokens * d; g += thread_stride()) {
+    const int64_t i = g / d;
+    const int c = static_cast<int>(g - i * d);
+    const uint32_t id = keys[i];
+    if (id >= static_cast<uint32_t>(vocab) || (i > 0 && keys[i - 1] == id)) continue;
+    float acc = d_embed[int64_t{id} * d + c];
+    for (int64_t k = i; k < n_tokens && keys[k] == id; ++k) acc += dx[int64_t{positions[k]} * d + c];
+    d_embed[int64_t{id} * d + c] = acc;
+  }
+}
+
+// d_pos_embed[p, c] += dx[t, c] for t = p, p + seq_len, ... in order (one thread per element).
+__global__ void embedding_pos_backward_kernel(int64_t n_tokens, int seq_len, int d, const float* dx,
+                                              float* d_pos_embed) {
+  const int64_t positions = n_tokens < seq_len ? n_tokens : seq_len;
+  for (int64_t i = thread_index(); i < positions * d; i += thread_stride()) {
+    const int64_t p = i / d;
+    const int c = static_cast<int>(i - p * d);
+    float acc = d_pos_embed[i];
+    for (int64_t t = p; t < n_tokens; t += seq_len) acc += dx[t * d + c];
+    d_pos_embed[i] = acc;
+  }
+}
+
+int sort_bits(int vocab) {  // bits holding every key in [0, vocab]
+  int bits = 1;
+  while (bits < 31 && (int64_t{1} << bits) <= vocab) ++bits;
+  return bits;
+}
+
+struct EmbeddingSortBuffers {
+  uint32_t *keys_in, *keys_out;
+  int32_t *positions_in, *positions_out;
+  void* cub_temp;
+  size_t cub_bytes;
+};
+
+Status carve_embedding_workspace(int64_t n_tokens, int vocab, void* base, EmbeddingSortBuffers* b, size_t* total) {
+  WorkspaceCarver ws(base);
+  b->keys_in = ws.take<uint32_t>(n_tokens);
+  b->keys_out = ws.take<uint32_t>(n_tokens);
+  b->positions_in = ws.take<int32_t>(n_tokens);
+  b->positions_out = ws.take<int32_t>(n_tokens);
+  b->cub_bytes = 0;
+  const cudaError_t err = cub::DeviceRadixSort::SortPairs(
+      nullptr, b->cub_bytes, b->keys_in, b->keys_out, b->positions_in, b->positions_out,
+      static_cast<int>(n_tokens), 0, sort_bits(vocab));
+  BS_RETURN_IF_ERROR(cuda_status(err, "embedding_backward_workspace_bytes (cub)"));
+  b->cub_temp = ws.take<char>(static_cast<int64_t>(b->cub_bytes));
+  *total = ws.used();
+  return Status::ok();
+}
+
+Status check_embedding(const char* fn, int64_t n_tokens, int seq_len, int d, int vocab) {
+  BS_RETURN_IF_ERROR(check_range(fn, "n_tokens", n_tokens, 0, std::numeric_limits<int32_t>::max()));
+  BS_RETURN_IF_ERROR(check_range(fn, "seq_len", seq_len, 1, std::numeric_limits<int32_t>::max()));
+  BS_RETURN_IF_ERROR(check_range(fn, "d", d, 1, std::numeric_limits<int32_t>::max()));
+  return check_range(fn, "vocab", vocab, 1, std::numeric_limits<int32_t>::max() - 1);
+}
+
+// ---- RMSNorm -----------------------------------------------------------------------------------
+
+// The row kernels' element-wise pass, each lane on float4s when `vector` (d % 4 == 0, rows
+// 16-byte aligned): the per-element arithmetic is the scalar loop's, so the bits are too. The
+// reductions before it keep their scalar order (lane l sums columns l, l + 32, ...).
+template <class Body>
+__device__ __forceinline__ void for_row_columns(int d, int lane, bool vector, const Body& body) {
+  if (vector) {
+    for (int c = 4 * lane; c < d; c += 4 * kWarp) body.four(c);
+  } else {
+    for (int c = lane; c < d; c += kWarp) body.one(c);
+  }
+}
+
+__global__ void rmsnorm_forward_kernel(const float* x, const float* gain, int64_t rows, int d, float* y, float* rstd,
+                                       bool vector) {
+  const int lane = threadIdx.x % kWarp;
+  for (int64_t r = warp_index(); r < rows; r += warp_stride()) {
+    const float* xr = x + r * d;
+    float ss = 0.0f;
+    for (int c = lane; c < d; c += kWarp) ss += xr[c] * xr[c];
+    ss = warp_sum(ss);
+    const float s = 1.0f / sqrtf(ss / static_cast<float>(d) + kRmsNormEps);
+    if (lane == 0) rstd[r] = s;
+    float* yr = y + r * d;
+    struct {
+      const float *xr, *gain;
+      float* yr;
+      float s;
+      __device__ void one(int c) const { yr[c] = xr[c] * s * gain[c]; }
+      __device__ void four(int c) const {
+        const float4 v = load4(xr + c), g = load4(gain + c);
+        *reinterpret_cast<float4*>(yr + c) =
+            make_float4(v.x * s * g.x, v.y * s * g.y, v.z * s * g.z, v.w * s * g.w);
+      }
+    } body{xr, gain, yr, s};
+    for_row_columns(d, lane, vector, body);
+  }
+}
+
+// dx += s * (gain*dy - x * s^2 * mean(gain*dy*x)), one warp per row.
+__global__ void rmsnorm_backward_dx_kernel(const float* dy, const float* x, const float* gain, const float* rstd,
+                                           int64_t rows, int d, float* dx, bool vector) {
+  const int lane = threadIdx.x % kWarp;
+  for (int64_t r = warp_index(); r < rows; r += warp_stride()) {
+    const float* xr = x + r * d;
+    const float* dyr = dy + r * d;
+    float dot = 0.0f;
+    for (int c = lane; c < d; c += kWarp) dot += gain[c] * dyr[c] * xr[c];
+    dot = warp_sum(dot);
+    const float s = rstd[r];
+    const float m = dot / static_cast<float>(d) * s * s;
+    struct {
+      const float *xr, *dyr, *gain;
+      float* dxr;
+      float s, m;
+      __device__ float term(float g, float dy, float x) const { return s * (g * dy - x * m); }
+      __device__ void one(int c) const { dxr[c] += term(gain[c], dyr[c], xr[c]); }
+      __device__ void four(int c) const {
+        const float4 g = load4(gain + c), dy = load4(dyr + c), x = load4(xr + c);
+        float4 o = load4(dxr + c);
+        o.x += term(g.x, dy.x, x.x), o.y += term(g.y, dy.y, x.y), o.z += term(g.z, dy.z, x.z);
+        o.w += term(g.w, dy.w, x.w);
+        *reinterpret_cast<float4*>(dxr + c) = o;
+      }
+    } body{xr, dyr, gain, dx + r * d, s, m};
+    for_row_columns(d, lane, vector, body);
+  }
+}
+
+struct RmsNormGainTerm {  // dy * x * rstd, the CPU's order
+  const float *dy, *x, *rstd;
+  int d;
+  __device__ float operator()(int64_t r, int c) const { return dy[r * d + c] * x[r * d + c] * rstd[r]; }
+};
+
+// ---- SwiGLU ------------------------------------------------------------------------------------
+
+// Both directions walk a = rows x f; with f % 4 == 0 four consecutive elements share a row.
+__device__ __forceinline__ float swiglu(float g, float up) { return g / (1.0f + expf(-g)) * up; }
+
+struct SwigluForward {
+  const float* u;
+  int f;
+  float* a;
+  __device__ void one(int64_t i) const {
+    const int64_t r = i / f, c = i - r * f;
+    a[i] = swiglu(u[r * 2 * f + c], u[r * 2 * f + f + c]);
+  }
+  __device__ void four(int64_t i) const {
+    const int64_t r = i / f, c = i - r * f;
+    const float4 g = load4(u + r * 2 * f + c);
+    const float4 up = load4(u + r * 2 * f + f + c);
+    *reinterpret_cast<float4*>(a + i) =
+        make_float4(swiglu(g.x, up.x), swiglu(g.y, up.y), swiglu(g.z, up.z), swiglu(g.w, up.w));
+  }
+};
+
+// d/dgate and d/dup of swiglu(g, up) times d.
+__device__ __forceinline__ void swiglu_grad(float g, float up, float d, float* dg, float* dup) {
+  const float sig = 1.0f / (1.0f + expf(-g));
+  *dg = d * up * sig * (1.0f + g * (1.0f - sig));
+  *dup = d * (g * sig);
+}
+
+struct SwigluBackward {
+  const float *u, *da;
+  int f;
+  float* du;
+  __device__ void one(int64_t i) const {
+    const int64_t r = i / f, c = i - r * f;
+    swiglu_grad(u[r * 2 * f + c], u[r * 2 * f + f + c], da[i], &du[r * 2 * f + c], &du[r * 2 * f + f + c]);
+  }
+  __device__ void four(int64_t i) const {
+    const int64_t r = i / f, c = i - r * f;
+    const float4 g = load4(u + r * 2 * f + c);
+    const float4 up = load4(u + r * 2 * f + f + c);
+    const float4 d = load4(da + i);
+    float4 dg, dup;
+    swiglu_grad(g.x, up.x, d.x, &dg.x, &dup.x);
+    swiglu_grad(g.y, up.y, d.y, &dg.y, &dup.y);
+    swiglu_grad(g.z, up.z, d.z, &dg.z, &dup.z);
+    swiglu_grad(g.w, up.w, d.w, &dg.w, &dup.w);
+    *reinterpret_cast<float4*>(du + r * 2 * f + c) = dg;
+    *reinterpret_cast<float4*>(du + r * 2 * f + f + c) = dup;
+  }
+};
+
+// ---- Cross-entropy -----------------------------------------------------------------------------
+
+// One block per row: max, sum of exp, loss; then dlogits. Every read of the row (the target's
+// logit included) happens before the barrier in block_sum, every write after it: dlogits may alias.
+__global__ void __launch_bounds__(kThreads) cross_entropy_kernel(const float* logits, const int32_t* targets,
+                                                                 int64_t rows, int vocab, float grad_scale,
+                                                                 float* losses, float* dlogits) {
+  __shared__ float scratch[kWarpsPerBlock];
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* z = logits + r * vocab;
+    const int32_t target = targets[r];
+    const bool valid = target >= 0 && target < vocab;
+    const float z_target = valid ? z[target] : quiet_nan();
+    float mx = -INFINITY;
+    for (int v = threadIdx.x; v < vocab; v += kThreads) mx = fmaxf(mx, z[v]);
+    mx = block_max(mx, scratch);
+    float sum = 0.0f;
+    for (int v = threadIdx.x; v < vocab; v += kThreads) sum += expf(z[v] - mx);
+    sum = block_sum(sum, scratch);
+    const float log_sum = logf(sum) + mx;
+    if (threadIdx.x == 0) losses[r] = log_sum - z_target;
+    if (dlogits == nullptr) continue;
+    for (int v = threadIdx.x; v < vocab; v += kThreads) {
+      const float p = expf(z[v] - log_sum);
+      dlogits[r * vocab + v] = (p - (v == target ? 1.0f : 0.0f)) * grad_scale;
+    }
+  }
+}
+
+// ---- Sums: a grid fixed by n alone (never by the device), block sums, then one ordered pass ------
+
+constexpr int64_t kReduceMaxBlocks = 1024;
+constexpr int64_t kReducePerThread = 16;
+
+int64_t reduce_blocks(int64_t n) {
+  return std::clamp<int64_t>((n + kThreads * kReducePerThread - 1) / (kThreads * kReducePerThread), 1,
+                             kReduceMaxBlocks);
+}
+
+template <bool kSquares>
+__global__ void __launch_bounds__(kThreads) reduce_partials_kernel(const float* x, int64_t n, float* partials) {
+  __shared__ float scratch[kWarpsPerBlock];
+  float acc = 0.0f;
+  for (int64_t i = thread_index(); i < n; i += thread_stride()) acc += kSquares ? x[i] * x[i] : x[i];
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+__global__ void __launch_bounds__(kThreads) reduce_finish_kernel(const float* partials, int64_t count, float* out) {
+  __shared__ float scratch[kWarpsPerBlock];
+  float acc = 0.0f;
+  for (int64_t i = threadIdx.x; i < count; i += kThreads) acc += partials[i];
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) *out = acc;
+}
+
+template <bool kSquares>
+Status reduce(const char* fn, const float* x, int64_t n, float* out, void* workspace, size_t workspace_bytes,
+              cudaStream_t stream) {
+  BS_RETURN_IF_ERROR(check_range(fn, "n", n, 0, std::numeric_limits<int64_t>::max() / 2));
+  if (n > 0) BS_RETURN_IF_ERROR(check_ptr(fn, "x", x));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "out_device", out));
+  BS_RETURN_IF_ERROR(check_workspace(fn, reduction_workspace_bytes(n), workspace, workspace_bytes));
+  float* partials = static_cast<float*>(workspace);
+  const int64_t blocks = reduce_blocks(n);
+  reduce_partials_kernel<kSquares><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, n, partials);
+  reduce_finish_kernel<<<1, kThreads, 0, stream>>>(partials, blocks, out);
+  return launch_status(fn);
+}
+
+// ---- Optimizer and conversion ------------------------------------------------------------------
+
+struct AdamWScalars {
+  float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, bias1, bias2, eps, weight_decay;
+};
+
+// Each operation rounded once (the _rn intrinsics are never fused into an fma).
+__device__ __forceinline__ void adamw_update(const AdamWScalars& k, float grad, float grad_scale, bool decay,
+                                             float* p, float* m, float* v) {
+  const float g = __fmul_rn(grad, grad_scale);
+  const float mi = __fadd_rn(__fmul_rn(k.beta1, *m), __fmul_rn(k.one_minus_beta1, g));
+  const float vi = __fadd_rn(__fmul_rn(k.beta2, *v), __fmul_rn(__fmul_rn(k.one_minus_beta2, g), g));
+  const float mhat = __fdiv_rn(mi, k.bias1), vhat = __fdiv_rn(vi, k.bias2);
+  float u = __fdiv_rn(mhat, __fadd_rn(__fsqrt_rn(vhat), k.eps));
+  if (decay) u = __fadd_rn(u, __fmul_rn(k.weight_decay, *p));
+  *p = __fsub_rn(*p, __fmul_rn(k.lr, u));
+  *m = mi;
+  *v = vi;
+}
+
+struct AdamWStep {
+  float *params, *m, *v;
+  const float* grads;
+  AdamWScalars k;
+  GradScale scale;
+  const uint8_t* decay_mask;  // null: every element decays
+  __device__ float grad_scale() const { return scale.device != nullptr ? *scale.device : scale.value; }
+  __device__ void one(int64_t i) const {
+    adamw_update(k, grads[i], grad_scale(), decay_mask == nullptr || decay_mask[i] != 0, &params[i], &m[i], &v[i]);
+  }
+  __device__ void four(int64_t i) const {
+    float4 p = load4(params + i), mi = load4(m + i);
+    float4 vi = load4(v + i);
+    const float4 g = load4(grads + i);
+    const uchar4 decay = decay_mask ? *reinterpret_cast<const uchar4*>(decay_mask + i) : make_uchar4(1, 1, 1, 1);
+    const float s = grad_scale();
+    adamw_update(k, g.x, s, decay.x != 0, &p.x, &mi.x, &vi.x);
+    adamw_update(k, g.y, s, decay.y != 0, &p.y, &mi.y, &vi.y);
+    adamw_update(k, g.z, s, decay.z != 0, &p.z, &mi.z, &vi.z);
+    adamw_update(k, g.w, s, decay.w != 0, &p.w, &mi.w, &vi.w);
+    *reinterpret_cast<float4*>(params + i) = p;
+    *reinterpret_cast<float4*>(m + i) = mi;
+    *reinterpret_cast<float4*>(v + i) = vi;
+  }
+};
+
+__global__ void clip_factor_kernel(const float* sum_sq, float clip_norm, float* factor) {
+  *factor = clip_factor(sqrt(double(*sum_sq)), clip_norm);
+}
+
+struct ToBf16 {
+  const float* x;
+  uint16_t* y;
+  __device__ void one(int64_t i) const { y[i] = formats::float_to_bf16_bits_rn(x[i]); }
+  __device__ void four(int64_t i) const {
+    const float4 f = load4(x + i);
+    *reinterpret_cast<uint2*>(y + i) = make_uint2(bf16_pair(f.x, f.y), bf16_pair(f.z, f.w));
+  }
+};
+
+Status check_elements(const char* fn, int64_t rows, int cols, const char* cols_name) {
+  BS_RETURN_IF_ERROR(check_range(fn, "rows", rows, 0, std::numeric_limits<int64_t>::max() / 4));
+  BS_RETURN_IF_ERROR(check_range(fn, cols_name, cols, 1, std::numeric_limits<int32_t>::max() / 2));
+  if (rows > std::numeric_limits<int64_t>::max() / 4 / cols)
+    return Status::error(std::string(fn) + ": rows * " + cols_name + " must be < 2^61");
+  return Status::ok();
+}
+
+}  // namespace
+
+// ---- Embedding -------------------------------------------------------------------------------------
+
+Status embedding_forward(const int32_t* tokens, int64_t n_tokens, int seq_len, int d, int vocab,
+                         const float* embed, const float* pos_embed, float* x, cudaStream_t stream) {
+  constexpr const char* fn = "embedding_forward";
+  BS_RETURN_IF_ERROR(check_embedding(fn, n_tokens, seq_len, d, vocab));
+  if (n_tokens == 0) return Status::ok();
+  BS_RETURN_IF_ERROR(check_ptr(fn, "tokens", tokens));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "embed", embed));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "pos_embed", pos_embed));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "x", x));
+  embedding_forward_kernel<<<blocks_for(n_tokens * d, kThreads), kThreads, 0, stream>>>(tokens, n_tokens, seq_len,
+                                                                                      d, vocab, embed, pos_embed, x);
+  return launch_status(fn);
+}
+
+Status embedding_backward_workspace_bytes(int64_t n_tokens, int vocab, size_t* bytes) {
+  constexpr const char* fn = "embedding_backward_workspace_bytes";
+  BS_RETURN_IF_ERROR(check_ptr(fn, "bytes", bytes));
+  BS_RETURN_IF_ERROR(check_range(fn, "n_tokens", n_tokens, 0, std::numeric_limits<int32_t>::max()));
+  BS_RETURN_IF_ERROR(check_range(fn, "vocab", vocab, 1, std::numeric_limits<int32_t>::max() - 1));
+  EmbeddingSortBuffers b{};
+  return carve_embedding_workspace(n_tokens, vocab, nullptr, &b, bytes);
+}
+
+Status embedding_backward(const int32_t* tokens, int64_t n_tokens, int seq_len, int d, int vocab,
+                          const float* dx, float* d_embed, float* d_pos_embed, void* workspace,
+                          size_t workspace_bytes, cudaStream_t stream) {
+  constexpr const char* fn = "embedding_backward";
+  BS_RETURN_IF_ERROR(check_embedding(fn, n_tokens, seq_len, d, vocab));
+  if (n_tokens == 0) return Status::ok();
+  BS_RETURN_IF_ERROR(check_ptr(fn, "tokens", tokens));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "dx", dx));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "d_embed", d_embed));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "d_pos_embed", d_pos_embed));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "workspace", workspace));
+  EmbeddingSortBuffers b{};
+  size_t need = 0;
+  BS_RETURN_IF_ERROR(carve_embedding_workspace(n_tokens, vocab, workspace, &b, &need));
+  BS_RETURN_IF_ERROR(check_workspace(fn, need, workspace, workspace_bytes));
+
+  embedding_sort_keys_kernel<<<blocks_for(n_tokens, kThreads), kThreads, 0, stream>>>(tokens, n_tokens, vocab,
+                                                                                    b.keys_in, b.positions_in);
+  BS_RETURN_IF_ERROR(launch_status(fn));
+  BS_RETURN_IF_ERROR(cuda_status(cub::DeviceRadixSort::SortPairs(b.cub_temp, b.cub_bytes, b.keys_in, b.keys_out,
+                                                                 b.positions_in, b.positions_out,
+                                                                 static_cast<int>(n_tokens), 0, sort_bits(vocab), stream),
+                                 fn));
+  embedding_rows_backward_kernel<<<blocks_for(n_tokens * d, kThreads), kThreads, 0, stream>>>(
+      b.keys_out, b.positions_out, n_tokens, d, vocab, dx, d_embed);
+  const int64_t positions = std::min<int64_t>(n_tokens, seq_len);
+  embedding_pos_backward_kernel<<<blocks_for(positions * d, kThreads), kThreads, 0, stream>>>(n_tokens, seq_len, d,
+                                                                                            dx, d_pos_embed);
+  return launch_status(fn);
+}
+
+// ---- RMSNorm ---------------------------------------------------------------------------------------
+
+Status rmsnorm_forward(const float* x, const float* gain, int64_t rows, int d, float* y, float* rstd,
+                       cudaStream_t stream) {
+  constexpr const char* fn = "rmsnorm_forward";
+  BS_RETURN_IF_ERROR(check_elements(fn, rows, d, "d"));
+  if (rows == 0) return Status::ok();
+  BS_RETURN_IF_ERROR(check_ptr(fn, "x", x));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "gain", gain));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "y", y));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "rstd", rstd));
+  const bool vector = d % 4 == 0 && aligned_to(x, 16) && aligned_to(gain, 16) && aligned_to(y, 16);
+  rmsnorm_forward_kernel<<<blocks_for(rows * kWarp, kThreads), kThreads, 0, stream>>>(x, gain, rows, d, y, rstd,
+                                                                                    vector);
+  return launch_status(fn);
+}
+
+size_t rmsnorm_backward_workspace_bytes(int64_t rows, int d) {
+  return rows < 0 || d < 1 ? 0 : column_sum_workspace_bytes(rows, d);
+}
+
+Status rmsnorm_backward(const float* dy, const float* x, const float* gain, const float* rstd, int64_t rows,
+                        int d, float* dx, float* d_gain, void* workspace, size_t workspace_bytes,
+                        cudaStream_t stream) {
+  constexpr const char* fn = "rmsnorm_backward";
+  BS_RETURN_IF_ERROR(check_elements(fn, rows, d, "d"));
+  if (rows == 0) return Status::ok();
+  BS_RETURN_IF_ERROR(check_ptr(fn, "dy", dy));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "x", x));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "gain", gain));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "rstd", rstd));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "dx", dx));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "d_gain", d_gain));
+  BS_RETURN_IF_ERROR(check_workspace(fn, rmsnorm_backward_workspace_bytes(rows, d), workspace, workspace_bytes));
+  const bool vector =
+      d % 4 == 0 && aligned_to(dy, 16) && aligned_to(x, 16) && aligned_to(gain, 16) && aligned_to(dx, 16);
+  rmsnorm_backward_dx_kernel<<<blocks_for(rows * kWarp, kThreads), kThreads, 0, stream>>>(dy, x, gain, rstd, rows,
+                                                                                        d, dx, vector);
+  column_sum(RmsNormGainTerm{dy, x, rstd, d}, rows, d, /*accumulate=*/true, static_cast<float*>(workspace), d_gain,
+             stream);
+  return launch_status(fn);
+}
+
+// ---- SwiGLU ----------------------------------------------------------------------------------------
+
+Status swiglu_forward(const float* u, int64_t rows, int f, float* a, cudaStream_t stream) {
+  constexpr const char* fn = "swiglu_forward";
+  BS_RETURN_IF_ERROR(check_elements(fn, rows, f, "f"));
+  if (rows == 0) return Status::ok();
+  BS_RETURN_IF_ERROR(check_ptr(fn, "u", u));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "a", a));
+  const bool vector = f % 4 == 0 && aligned_to(u, 16) && aligned_to(a, 16);
+  launch_elementwise(SwigluForward{u, f, a}, rows * f, vector, stream);
+  return launch_status(fn);
+}
+
+Status swiglu_backward(const float* u, const float* da, int64_t rows, int f, float* du, cudaStream_t stream) {
+  constexpr const char* fn = "swiglu_backward";
+  BS_RETURN_IF_ERROR(check_elements(fn, rows, f, "f"));
+  if (rows == 0) return Status::ok();
+  BS_RETURN_IF_ERROR(check_ptr(fn, "u", u));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "da", da));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "du", du));
+  const bool vector = f % 4 == 0 && aligned_to(u, 16) && aligned_to(da, 16) && aligned_to(du, 16);
+  launch_elementwise(SwigluBackward{u, da, f, du}, rows * f, vector, stream);
+  return launch_status(fn);
+}
+
+// ---- Cross-entropy ---------------------------------------------------------------------------------
+
+Status cross_entropy(const float* logits, const int32_t* targets, int64_t rows, int vocab, float grad_scale,
+                     float* losses, float* dlogits, cudaStream_t stream) {
+  constexpr const char* fn = "cross_entropy";
+  BS_RETURN_IF_ERROR(check_elements(fn, rows, vocab, "vocab"));
+  if (rows == 0) return Status::ok();
+  BS_RETURN_IF_ERROR(check_ptr(fn, "logits", logits));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "targets", targets));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "losses", losses));
+  cross_entropy_kernel<<<blocks_for(rows, 1), kThreads, 0, stream>>>(logits, targets, rows, vocab, grad_scale,
+                                                                     losses, dlogits);
+  return launch_status(fn);
+}
+
+// ---- Reductions ------------------------------------------------------------------------------------
+
+size_t reduction_workspace_bytes(int64_t n) { return align_up(sizeof(float) * reduce_blocks(n < 0 ? 0 : n)); }
+
+Status sum(const float* x, int64_t n, float* out_device, void* workspace, size_t workspace_bytes,
+           cudaStream_t stream) {
+  return reduce<false>("sum", x, n, out_device, workspace, workspace_bytes, stream);
+}
+
+Status sum_of_squares(const float* x, int64_t n, float* out_device, void* workspace, size_t workspace_bytes,
+                      cudaStream_t stream) {
+  return reduce<true>("sum_of_squares", x, n, out_device, workspace, workspace_bytes, stream);
+}
+
+// ---- Optimizer -------------------------------------------------------------------------------------
+
+Status adamw_step(float* params, const float* grads, GradScale scale, float* m, float* v, int64_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int64_t step,
+                  const uint8_t* decay_mask_or_null, cudaStream_t stream) {
+  constexpr const char* fn = "adamw_step";
+  BS_RETURN_IF_ERROR(check_range(fn, "n", n, 0, std::numeric_limits<int64_t>::max() / 2));
+  BS_RETURN_IF_ERROR(check_range(fn, "step", step, 1, std::numeric_limits<int64_t>::max()));
+  if (!(beta1 >= 0.0f && beta1 < 1.0f)) return Status::error("adamw_step: beta1 must be in [0, 1)");
+  if (!(beta2 >= 0.0f && beta2 < 1.0f)) return Status::error("adamw_step: beta2 must be in [0, 1)");
+  if (!(eps > 0.0f)) return Status::error("adamw_step: eps must be > 0");
+  if (!std::isfinite(lr) || !std::isfinite(weight_decay))
+    return Status::error("adamw_step: lr and weight_decay must be finite");
+  if (scale.device == nullptr && !(scale.value >= 0.0f && scale.value <= 1.0f))
+    return Status::error("adamw_step: scale.value must be in [0, 1]");
+  if (n == 0) return Status::ok();
+  BS_RETURN_IF_ERROR(check_ptr(fn, "params", params));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "grads", grads));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "m", m));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "v", v));
+  AdamWScalars k{};
+  k.lr = lr, k.beta1 = beta1, k.beta2 = beta2, k.eps = eps, k.weight_decay = weight_decay;
+  k.one_minus_beta1 = 1.0f - beta1;
+  k.one_minus_beta2 = 1.0f - beta2;
+  k.bias1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(beta1), static_cast<double>(step)));
+  k.bias2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(beta2), static_cast<double>(step)));
+  const bool vector = aligned_to(params, 16) && aligned_to(grads, 16) && aligned_to(m, 16) && aligned_to(v, 16) &&
+                      aligned_to(decay_mask_or_null, 4);
+  launch_elementwise(AdamWStep{params, m, v, grads, k, scale, decay_mask_or_null}, n, vector, stream);
+  return launch_status(fn);
+}
+
+Status clip_factor_on_device(const float* sum_sq, float clip_norm, float* factor, cudaStream_t stream) {
+  constexpr const char* fn = "clip_factor_on_device";
+  BS_RETURN_IF_ERROR(check_ptr(fn, "sum_sq", sum_sq));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "factor", factor));
+  if (!std::isfinite(clip_norm)) return Status::error("clip_factor_on_device: clip_norm must be finite");
+  clip_factor_kernel<<<1, 1, 0, stream>>>(sum_sq, clip_norm, factor);
+  return launch_status(fn);
+}
+
+// ---- Conversion ------------------------------------------------------------------------------------
+
+Status to_bf16(const float* x, int64_t n, uint16_t* y, cudaStream_t stream) {
+  constexpr const char* fn = "to_bf16";
+  BS_RETURN_IF_ERROR(check_range(fn, "n", n, 0, std::numeric_limits<int64_t>::max() / 2));
+  if (n == 0) return Status::ok();
+  BS_RETURN_IF_ERROR(check_ptr(fn, "x", x));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "y", y));
+  launch_elementwise(ToBf16{x, y}, n, aligned_to(x, 16) && aligned_to(y, 8), stream);
+  return launch_status(fn);
+}
+
+__global__ void scale_products_kernel(const float* a, const float* b, int count, float* out) {
+  for (int i = threadIdx.x; i < count; i += blockDim.x) out[i] = __fmul_rn(a[0], b[i]);
+}
+
+Status scale_products(const float* a, const float* b, int count, float* out, cudaStream_t stream) {
+  constexpr const char* fn = "scale_products";
+  BS_RETURN_IF_ERROR(check_range(fn, "count", count, 0, std::numeric_limits<int32_t>::max()));
+  if (count == 0) return Status::ok();
+  BS_RETURN_IF_ERROR(check_ptr(fn, "a", a));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "b", b));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "out", out));
+  scale_products_kernel<<<1, 256, 0, stream>>>(a, b, count, out);
+  return launch_status(fn);
+}
+
+}  // namespace blockscale::train::gpu

@@ -1,0 +1,76 @@
+// Sums across data-parallel ranks. The trainer reduces its losses through it, the backends their
+// gradients: the GPU step through NCCL (train/parallel/gpu_nccl.h), overlapped with its backward; the CPU
+// step on host vectors. LocalGroup runs ranks as threads of one process: it is how the tests check
+// data parallelism on a machine without GPUs.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "formats/status.h"
+
+namespace blockscale::train {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // In-place sums over all ranks; every rank makes the same calls in the same order.
+  virtual Status all_reduce_host(double* data, int64_t n) = 0;
+  virtual Status all_reduce_host(float* data, int64_t n) = 0;
+  // Each rank sends send_bytes[r] bytes to rank r (blocks back to back in `send`, in rank order)
+  // and receives recv_bytes[r] bytes from rank r (back to back in `recv`, in rank order). LocalGroup
+  // only (the tests' stand-in for all_to_all_device).
+  virtual Status all_to_all_host(const uint8_t* send, const int64_t* send_bytes, uint8_t* recv,
+                                 const int64_t* recv_bytes) {
+    (void)send, (void)send_bytes, (void)recv, (void)recv_bytes;
+    return Status::error("this communicator has no host all-to-all");
+  }
+  // GPU communicators only. Sums a device buffer on the communicator's own stream once the work
+  // enqueued so far on `after` (a cudaStream_t) is done, and returns at once: the sum overlaps
+  // whatever is enqueued on `after` next. wait_device makes `stream` wait for every sum so far.
+  virtual Status all_reduce_device(float* data, int64_t n, void* after) {
+    (void)data, (void)n, (void)after;
+    return Status::error("this communicator cannot reduce GPU buffers (the GPU step needs NCCL)");
+  }
+  // The same exchange as all_to_all_host for device buffers, queued like all_reduce_device.
+  virtual Status all_to_all_device(const void* send, const int64_t* send_bytes, void* recv,
+                                   const int64_t* recv_bytes, void* after) {
+    (void)send, (void)send_bytes, (void)recv, (void)recv_bytes, (void)after;
+    return Status::error("this communicator cannot exchange GPU buffers (the GPU step needs NCCL)");
+  }
+  virtual Status wait_device(void* stream) {
+    (void)stream;
+    return Status::error("this communicator cannot reduce GPU buffers (the GPU step needs NCCL)");
+  }
+};
+
+// Ranks as threads sharing one LocalGroup: each sum adds the ranks' contributions in rank order,
+// so every rank gets the same bits.
+class LocalGroup {
+ public:
+  explicit LocalGroup(int world_size);
+  std::unique_ptr<Communicator> member(int rank);
+
+ private:
+  friend class LocalMember;
+  Status all_reduce(int rank, double* data, int64_t n);
+  Status all_to_all(int rank, const uint8_t* send, const int64_t* send_bytes, uint8_t* recv, const int64_t* recv_bytes);
+  void wait_for_all();  // a reusable barrier
+
+  const int world_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  int64_t generation_ = 0;
+  std::vector<const double*> inputs_;
+  std::vector<const uint8_t*> sends_;
+  std::vector<const int64_t*> send_sizes_;
+  std::vector<double> sum_;
+};
+
+}  // namespace blockscale::train
