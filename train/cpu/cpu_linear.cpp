@@ -91,31 +91,6 @@ int64_t rows_of(const std::vector<int64_t>& group_ends) { return group_ends.empt
 
 }  // namespace
 
-formats::QuantizeOptions quantize_options(Recipe recipe, OperandRole role, bool wgrad_operand,
-                                          SrKey sr) {
-  using formats::Format;
-  formats::QuantizeOptions o;
-  switch (recipe) {
-    case Recipe::kFp8Block:
-      o.recipe = role == OperandRole::kWeight ? Format::kFp8Block128x128 : Format::kFp8Block1x128;
-      break;
-    case Recipe::kMxfp8:
-      o.recipe = Format::kMxfp8E4M3;
-      break;
-    case Recipe::kNvfp4:
-      o.recipe = Format::kNvfp4;
-      o.nvfp4_2d = role == OperandRole::kWeight;
-      o.stochastic_rounding = role == OperandRole::kGradient;
-      o.sr_seed = sr.seed;
-      o.sr_offset = sr.offset;
-      o.hadamard = wgrad_operand;
-      break;
-    default:
-      break;
-  }
-  return o;
-}
-
 Status linear_forward(Recipe recipe, const float* x, const float* w, int64_t m, int64_t n, int64_t k,
                       float* y) {
   return grouped_linear_forward(recipe, x, {m}, w, n, k, y);

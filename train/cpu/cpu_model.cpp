@@ -5,6 +5,7 @@
 
 #include "formats/moe.h"
 #include "train/cpu/cpu_ops.h"
+#include "train/model/recipe_policy.h"  // defines: gradient_sr_key, head_recipe
 
 namespace blockscale::train {
 namespace {
@@ -21,22 +22,7 @@ struct LayerActivations {
   std::vector<int64_t> group_ends;  // int64 copy of routing.group_ends
 };
 
-uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
-  return h * 0xBF58476D1CE4E5B9ull;
-}
-
-// The LM head and the router are kept out of the quantized recipes.
-Recipe head_recipe(Recipe r) { return r == Recipe::kFp32 ? Recipe::kFp32 : Recipe::kBf16; }
-
 }  // namespace
-
-SrKey gradient_sr_key(uint64_t run_seed, int64_t micro_step, int layer, int matmul) {
-  SrKey k;
-  k.seed = mix(mix(run_seed, static_cast<uint64_t>(layer) + 1), static_cast<uint64_t>(matmul) + 1);
-  k.offset = static_cast<uint64_t>(micro_step);
-  return k;
-}
 
 CpuModel::CpuModel(const ModelConfig& config, Recipe recipe)
     : config_(config), recipe_(recipe), layout_(make_param_layout(config)) {}

@@ -18,10 +18,6 @@ struct StepLosses {
   double aux_loss = 0;  // load-balancing loss summed over the MoE layers (before its coefficient)
 };
 
-// NVFP4 stochastic rounding key of one gradient quantization: the run's seed mixed with the
-// layer and the matmul (0 wqkv, 1 wo, 2 w13, 3 w2), and the micro-step as the Philox offset.
-SrKey gradient_sr_key(uint64_t run_seed, int64_t micro_step, int layer, int matmul);
-
 class CpuModel {
  public:
   CpuModel(const ModelConfig& config, Recipe recipe);

@@ -14,14 +14,14 @@
 #include <string>
 #include <vector>
 
-#include "gemm/gemm.h"                 // the FP8 route (Sm90Fp8Route)
-#include "quant/moe.h"                 // routing, unpermute-combine
+#include "gemm/gemm.h"                           // the FP8 route (Sm90Fp8Route)
+#include "quant/moe.h"                           // routing, unpermute-combine
 #include "runtime/cuda_status.h"
-#include "train/cpu/cpu_linear.h"           // gradient_sr_key
-#include "train/gpu/gpu_glue.h"             // gather_rows, round_to_bf16, add_inplace
-#include "train/gpu/gpu_layers.h"           // GpuLayers, DeviceBuffers
-#include "train/gpu/gpu_ops.h"              // norms, attention, router, loss, AdamW
+#include "train/gpu/gpu_glue.h"                  // gather_rows, round_to_bf16, add_inplace
+#include "train/gpu/gpu_layers.h"                // GpuLayers, DeviceBuffers
+#include "train/gpu/gpu_ops.h"                   // norms, attention, router, loss, AdamW
 #include "train/gpu/gpu_phase_timer.h"
+#include "train/model/recipe_policy.h"           // gradient_sr_key, head_recipe
 #include "train/parallel/gpu_expert_parallel.h"  // ExpertExchange
 
 namespace blockscale::train {
@@ -360,7 +360,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
   const ModelConfig& c = config_;
   const int64_t m = int64_t{batch} * c.seq_len;
   const int d = c.d_model, f = c.d_ff, e = c.n_experts, k = c.top_k, hd = c.head_dim(), L = c.n_layers;
-  const Recipe lin = recipe_, head = recipe_ == Recipe::kFp32 ? Recipe::kFp32 : Recipe::kBf16;
+  const Recipe lin = recipe_, head = head_recipe(recipe_);
   for (int64_t t = 0; t < m; ++t) {
     if (tokens_host[t] < 0 || tokens_host[t] >= c.vocab || targets_host[t] < 0 || targets_host[t] >= c.vocab)
       return Status::error("tokens/targets: entry " + std::to_string(t) + " is outside [0, vocab)");

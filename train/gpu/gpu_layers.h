@@ -14,7 +14,7 @@
 //   X.row x W.row, dgrad dY.row x W.col (= W.row's values: 2D blocks), wgrad dY.col x X.col (the
 //   experts' over each one's padded token columns of the grouped columnwise copies).
 //   fp8_block / mxfp8 / nvfp4: quant::run writes each operand's rowwise and columnwise copies in
-//   one pass (train/cpu/cpu_linear.h gives the roles and options), gemm::run multiplies: fprop
+//   one pass (train/model/recipe_policy.h gives the roles and options), gemm::run multiplies: fprop
 //   X.row x W.row, dgrad dY.row x W.col, wgrad dY.col x X.col accumulated (beta = 1) into the fp32
 //   gradient, or written (beta = 0) in a step's first backward (set_fresh_gradients). MoE experts
 //   use the grouped forms: M-grouped fprop / dgrad over the routed tokens, K-grouped wgrad over
@@ -36,10 +36,10 @@
 
 #include "formats/status.h"
 #include "quant/quantize.h"
-#include "train/cpu/cpu_linear.h"
 #include "train/gpu/gpu_blas.h"
 #include "train/gpu/gpu_phase_timer.h"
 #include "train/model/model_config.h"
+#include "train/model/recipe_policy.h"  // defines: OperandRole, SrKey, quantize_options
 
 namespace blockscale::train {
 
