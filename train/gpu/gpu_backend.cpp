@@ -643,7 +643,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
                                              G(layout_.pos_embed), emb_ws, emb_ws_bytes, stream_));
   if (reduce) BS_RETURN_IF_ERROR(reduce_gradients(0, layer_begin(0)));  // embeddings
   BS_CUDA(cudaStreamSynchronize(stream_));
-  BS_CUDA(cudaGetLastError());
+  BS_RETURN_IF_ERROR(runtime::launch_status("the step's kernels"));
   read_losses();
   return Status::ok();
 }

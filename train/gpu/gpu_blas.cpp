@@ -75,22 +75,15 @@ struct Descriptors {
 }  // namespace
 
 GpuBlas::~GpuBlas() {
-  if (device_betas_) cudaFree(device_betas_);
-  if (workspace_) cudaFree(workspace_);
   if (lt_) cublasLtDestroy(lt_);
 }
 
 Status GpuBlas::init(cudaStream_t stream) {
   stream_ = stream;
   BS_RETURN_IF_ERROR(lt_check(cublasLtCreate(&lt_), "create"));
-  workspace_bytes_ = size_t{32} << 20;
-  if (cudaMalloc(&workspace_, workspace_bytes_) != cudaSuccess)
-    return Status::error("out of GPU memory allocating the cublasLt workspace (32 MiB)");
+  BS_RETURN_IF_ERROR(workspace_.alloc(size_t{32} << 20, "allocating the cublasLt workspace (32 MiB) on the GPU"));
   const float betas[2] = {0.0f, 1.0f};
-  if (cudaMalloc(reinterpret_cast<void**>(&device_betas_), sizeof(betas)) != cudaSuccess ||
-      cudaMemcpy(device_betas_, betas, sizeof(betas), cudaMemcpyHostToDevice) != cudaSuccess)
-    return Status::error("GpuBlas: could not place beta's values on the device");
-  return Status::ok();
+  return device_betas_.upload(betas, sizeof(betas), "GpuBlas: placing beta's values on the device");
 }
 
 Status GpuBlas::product(Product p, cudaDataType type, const void* a, const void* b, int64_t m, int64_t n, int64_t k,
@@ -120,8 +113,9 @@ Status GpuBlas::product(Product p, cudaDataType type, const void* a, const void*
     BS_RETURN_IF_ERROR(lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference"));
     std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, decltype(&cublasLtMatmulPreferenceDestroy)>
         owned(pref, &cublasLtMatmulPreferenceDestroy);
+    const size_t workspace_bytes = workspace_.size();
     BS_RETURN_IF_ERROR(lt_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                                     &workspace_bytes_, sizeof(workspace_bytes_)),
+                                                                     &workspace_bytes, sizeof(workspace_bytes)),
                                 "preference workspace"));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
@@ -142,9 +136,9 @@ Status GpuBlas::product(Product p, cudaDataType type, const void* a, const void*
   }
   const float host_alpha = 1.0f;
   const float* alpha = device_alpha ? extras.device_alpha : &host_alpha;
-  const float* beta_ptr = device_alpha ? device_betas_ + (beta != 0.0f) : &beta;
+  const float* beta_ptr = device_alpha ? device_betas_.as<float>() + (beta != 0.0f) : &beta;
   cublasStatus_t s = cublasLtMatmul(lt_, d.desc, alpha, g.a, d.a, g.b, d.b, beta_ptr, c, d.c, c, d.c, &it->second,
-                                    workspace_, workspace_bytes_, stream_);
+                                    workspace_.data(), workspace_.size(), stream_);
   if (s != CUBLAS_STATUS_SUCCESS) {  // the bucket's algorithm does not take this size: one for this size
     // negative: an exact size, not a bucket
     const Key exact{int(p), int(type), n, k, -m, beta != 0.0f, extras.lda, extras.ldb, device_alpha, false};
@@ -154,8 +148,8 @@ Status GpuBlas::product(Product p, cudaDataType type, const void* a, const void*
       BS_RETURN_IF_ERROR(heuristic(g, &algo));
       e = algos_.emplace(exact, algo).first;
     }
-    s = cublasLtMatmul(lt_, d.desc, alpha, g.a, d.a, g.b, d.b, beta_ptr, c, d.c, c, d.c, &e->second, workspace_,
-                       workspace_bytes_, stream_);
+    s = cublasLtMatmul(lt_, d.desc, alpha, g.a, d.a, g.b, d.b, beta_ptr, c, d.c, c, d.c, &e->second,
+                       workspace_.data(), workspace_.size(), stream_);
   }
   return lt_check(s, "matmul");
 }

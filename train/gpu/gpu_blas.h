@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "formats/status.h"
+#include "runtime/device.h"
 
 namespace blockscale::train {
 
@@ -52,9 +53,8 @@ class GpuBlas {
   using Key = std::tuple<int, int, int64_t, int64_t, int64_t, bool, int64_t, int64_t, bool, bool>;
   cublasLtHandle_t lt_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  void* workspace_ = nullptr;
-  size_t workspace_bytes_ = 0;
-  float* device_betas_ = nullptr;  // {0, 1}: beta's pointer when alpha is on the device
+  runtime::DeviceBuffer workspace_;
+  runtime::DeviceBuffer device_betas_;  // {0, 1} as floats: beta's pointer when alpha is on the device
   std::map<Key, cublasLtMatmulAlgo_t> algos_;
 };
 

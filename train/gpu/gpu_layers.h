@@ -36,6 +36,7 @@
 
 #include "formats/status.h"
 #include "quant/quantize.h"
+#include "runtime/device.h"  // defines: DeviceBuffer
 #include "train/gpu/gpu_blas.h"
 #include "train/gpu/gpu_phase_timer.h"
 #include "train/model/model_config.h"
@@ -43,35 +44,24 @@
 
 namespace blockscale::train {
 
-// Device buffers by name, allocated on first use (grown if a later use needs more).
+// Device buffers by name, allocated on first use (grown if a later use needs more: the old
+// contents are freed first, so a buffer never holds two allocations at once).
 class DeviceBuffers {
  public:
-  ~DeviceBuffers() {
-    for (auto& [name, b] : buffers_) cudaFree(b.ptr);
-  }
   template <typename T>
   Status get(const std::string& name, int64_t count, T** out) {
     const size_t bytes = static_cast<size_t>(std::max<int64_t>(count, 1)) * sizeof(T);
-    Buffer& b = buffers_[name];
-    if (b.bytes < bytes) {
-      cudaFree(b.ptr);
-      b.ptr = nullptr;
-      b.bytes = 0;
-      const cudaError_t e = cudaMalloc(&b.ptr, bytes);
-      if (e != cudaSuccess)
-        return Status::error("out of GPU memory allocating " + name + " (" + std::to_string(bytes >> 20) + " MiB)");
-      b.bytes = bytes;
+    runtime::DeviceBuffer& b = buffers_[name];
+    if (b.size() < bytes) {
+      const std::string what = "allocating " + name + " (" + std::to_string(bytes >> 20) + " MiB) on the GPU";
+      BS_RETURN_IF_ERROR(b.alloc(bytes, what.c_str()));
     }
-    *out = static_cast<T*>(b.ptr);
+    *out = b.as<T>();
     return Status::ok();
   }
 
  private:
-  struct Buffer {
-    void* ptr = nullptr;
-    size_t bytes = 0;
-  };
-  std::map<std::string, Buffer> buffers_;
+  std::map<std::string, runtime::DeviceBuffer> buffers_;
 };
 
 // One tensor's quantized copies (device pointers into named buffers).

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "formats/status.h"
+#include "runtime/cuda_status.h"
 
 namespace blockscale::train {
 
@@ -79,11 +80,11 @@ class PhaseTimer {
     if (stream_ == nullptr) return Status::ok();
     record(Phase::kOther);
     for (size_t i = 0; i + 1 < marks_.size(); ++i) {
-      if (cudaEventQuery(events_[i + 1]) == cudaErrorNotReady && cudaEventSynchronize(events_[i + 1]) != cudaSuccess)
-        return Status::error("phase timer: cudaEventSynchronize failed");
+      if (cudaEventQuery(events_[i + 1]) == cudaErrorNotReady)
+        BS_RETURN_IF_ERROR(runtime::cuda_status(cudaEventSynchronize(events_[i + 1]), "phase timer: cudaEventSynchronize"));
       float ms = 0;
-      if (cudaEventElapsedTime(&ms, events_[i], events_[i + 1]) != cudaSuccess)
-        return Status::error("phase timer: cudaEventElapsedTime failed");
+      BS_RETURN_IF_ERROR(
+          runtime::cuda_status(cudaEventElapsedTime(&ms, events_[i], events_[i + 1]), "phase timer: cudaEventElapsedTime"));
       (*totals)[size_t(marks_[i])] += ms;
     }
     if (timeline_ != nullptr) write_timeline();

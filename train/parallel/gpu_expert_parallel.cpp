@@ -3,34 +3,22 @@
 #include <algorithm>
 #include <string>
 
+#include "runtime/cuda_status.h"
 #include "train/gpu/gpu_glue.h"
 
 namespace blockscale::train {
 
-ExpertExchange::~ExpertExchange() {
-  cudaFree(order_);
-  cudaFree(inverse_);
-  cudaFree(local_ends_);
-}
-
-Status ExpertExchange::upload(const std::vector<int32_t>& host, int32_t** device, int64_t* capacity,
-                              cudaStream_t stream) {
-  const int64_t n = std::max<int64_t>(int64_t(host.size()), 1);
-  if (n > *capacity) {
-    cudaFree(*device);
-    *device = nullptr;
-    *capacity = 0;
-    if (cudaMalloc(reinterpret_cast<void**>(device), n * sizeof(int32_t)) != cudaSuccess)
-      return Status::error("expert parallelism: out of GPU memory for the exchange plan");
-    *capacity = n;
-  }
+Status ExpertExchange::upload(const std::vector<int32_t>& host, runtime::DeviceBuffer* device, cudaStream_t stream) {
+  const size_t bytes = std::max<size_t>(host.size(), 1) * sizeof(int32_t);
+  if (device->size() < bytes)
+    BS_RETURN_IF_ERROR(device->alloc(bytes, "expert parallelism: allocating the exchange plan on the GPU"));
   if (host.empty()) return Status::ok();
   // Synchronous: the host vectors change at the next plan().
-  if (cudaMemcpyAsync(*device, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream) !=
-          cudaSuccess ||
-      cudaStreamSynchronize(stream) != cudaSuccess)
-    return Status::error("expert parallelism: copying the exchange plan to the GPU failed");
-  return Status::ok();
+  const char* what = "expert parallelism: copying the exchange plan to the GPU";
+  BS_RETURN_IF_ERROR(runtime::cuda_status(
+      cudaMemcpyAsync(device->data(), host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream),
+      what));
+  return runtime::cuda_status(cudaStreamSynchronize(stream), what);
 }
 
 Status ExpertExchange::plan(Communicator& comm, const std::vector<int32_t>& ends, int experts, cudaStream_t stream) {
@@ -74,9 +62,9 @@ Status ExpertExchange::plan(Communicator& comm, const std::vector<int32_t>& ends
   }
   inverse_host_.assign(order_host_.size(), 0);
   for (size_t i = 0; i < order_host_.size(); ++i) inverse_host_[order_host_[i]] = int32_t(i);
-  BS_RETURN_IF_ERROR(upload(order_host_, &order_, &order_capacity_, stream));
-  BS_RETURN_IF_ERROR(upload(inverse_host_, &inverse_, &inverse_capacity_, stream));
-  return upload(local_ends_host_, &local_ends_, &ends_capacity_, stream);
+  BS_RETURN_IF_ERROR(upload(order_host_, &order_, stream));
+  BS_RETURN_IF_ERROR(upload(inverse_host_, &inverse_, stream));
+  return upload(local_ends_host_, &local_ends_, stream);
 }
 
 namespace {
@@ -92,14 +80,14 @@ Status ExpertExchange::dispatch(Communicator& comm, const float* rows, float* re
   const std::vector<int64_t> send = bytes_of(send_rows_, cols), recv = bytes_of(recv_rows_, cols);
   BS_RETURN_IF_ERROR(comm.all_to_all_device(rows, send.data(), scratch, recv.data(), stream));
   BS_RETURN_IF_ERROR(comm.wait_device(stream));
-  gpu::gather_rows(scratch, received_, int(cols), order_, received_, received, stream);
+  gpu::gather_rows(scratch, received_, int(cols), order_.as<int32_t>(), received_, received, stream);
   return Status::ok();
 }
 
 Status ExpertExchange::give_back(Communicator& comm, const float* received, float* rows, int64_t cols, float* scratch,
                                  cudaStream_t stream) const {
   const std::vector<int64_t> send = bytes_of(send_rows_, cols), recv = bytes_of(recv_rows_, cols);
-  gpu::gather_rows(received, received_, int(cols), inverse_, received_, scratch, stream);
+  gpu::gather_rows(received, received_, int(cols), inverse_.as<int32_t>(), received_, scratch, stream);
   BS_RETURN_IF_ERROR(comm.all_to_all_device(scratch, recv.data(), rows, send.data(), stream));
   return comm.wait_device(stream);
 }

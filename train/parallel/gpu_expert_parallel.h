@@ -10,17 +10,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "runtime/device.h"
 #include "train/parallel/communicator.h"
 
 namespace blockscale::train {
 
 class ExpertExchange {
  public:
-  ExpertExchange() = default;
-  ExpertExchange(const ExpertExchange&) = delete;
-  ExpertExchange& operator=(const ExpertExchange&) = delete;
-  ~ExpertExchange();
-
   // Plans the exchange from this rank's routed rows: `ends` are the group ends (host copy) of all
   // `experts` experts over this rank's rows, sorted by expert. The ranks' counts are shared
   // through one small sum across ranks (so every rank calls this, in the same order).
@@ -32,7 +28,7 @@ class ExpertExchange {
   int64_t received_rows() const { return received_; }
   // Group ends of the local experts over the received rows (expert-major), host and device.
   const std::vector<int32_t>& local_ends_host() const { return local_ends_host_; }
-  const int32_t* local_ends_device() const { return local_ends_; }
+  const int32_t* local_ends_device() const { return local_ends_.as<int32_t>(); }
 
   // rows (sent_rows x cols: this rank's routed rows, sorted by expert) -> received (received_rows
   // x cols, grouped by local expert). scratch: max(sent, received) rows x cols.
@@ -43,13 +39,13 @@ class ExpertExchange {
                    cudaStream_t stream) const;
 
  private:
-  Status upload(const std::vector<int32_t>& host, int32_t** device, int64_t* capacity, cudaStream_t stream);
+  // Copies host to device, growing it first if it is too small (stream-ordered, then waited for).
+  static Status upload(const std::vector<int32_t>& host, runtime::DeviceBuffer* device, cudaStream_t stream);
 
   int first_expert_ = 0;
   std::vector<int64_t> send_rows_, recv_rows_;  // per rank
   std::vector<int32_t> order_host_, inverse_host_, local_ends_host_;
-  int32_t *order_ = nullptr, *inverse_ = nullptr, *local_ends_ = nullptr;
-  int64_t order_capacity_ = 0, inverse_capacity_ = 0, ends_capacity_ = 0;
+  runtime::DeviceBuffer order_, inverse_, local_ends_;  // int32 each, the device copies of the above
   int64_t sent_ = 0, received_ = 0;
 };
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/cuda_status.h"
+#include "runtime/device.h"
 
 namespace blockscale::train {
 namespace {
@@ -22,7 +23,6 @@ using runtime::cuda_status;
 class NcclCommunicator final : public Communicator {
  public:
   ~NcclCommunicator() override {
-    if (staging_) cudaFree(staging_);
     if (stream_) cudaStreamDestroy(stream_);
     if (comm_) ncclCommDestroy(comm_);
   }
@@ -95,24 +95,19 @@ class NcclCommunicator final : public Communicator {
 
   Status host_sum(void* data, int64_t n, ncclDataType_t type) {
     const size_t bytes = size_t(n) * (type == ncclDouble ? 8 : 4);
-    if (bytes > staging_bytes_) {
-      if (staging_) cudaFree(staging_);
-      staging_ = nullptr;
-      BS_RETURN_IF_ERROR(cuda_status(cudaMalloc(&staging_, bytes), "cudaMalloc (NCCL staging)"));
-      staging_bytes_ = bytes;
-    }
-    BS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(staging_, data, bytes, cudaMemcpyHostToDevice, stream_), "copy in"));
-    BS_RETURN_IF_ERROR(nccl_check(ncclAllReduce(staging_, staging_, size_t(n), type, ncclSum, comm_, stream_),
+    if (bytes > staging_.size()) BS_RETURN_IF_ERROR(staging_.alloc(bytes, "cudaMalloc (NCCL staging)"));
+    void* staging = staging_.data();
+    BS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(staging, data, bytes, cudaMemcpyHostToDevice, stream_), "copy in"));
+    BS_RETURN_IF_ERROR(nccl_check(ncclAllReduce(staging, staging, size_t(n), type, ncclSum, comm_, stream_),
                                   "ncclAllReduce"));
-    BS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(data, staging_, bytes, cudaMemcpyDeviceToHost, stream_), "copy out"));
+    BS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(data, staging, bytes, cudaMemcpyDeviceToHost, stream_), "copy out"));
     return cuda_status(cudaStreamSynchronize(stream_), "all_reduce_host");
   }
 
   int rank_ = 0, world_ = 1;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  void* staging_ = nullptr;
-  size_t staging_bytes_ = 0;
+  runtime::DeviceBuffer staging_;  // host sums pass through it (grown to the largest)
 };
 
 }  // namespace
