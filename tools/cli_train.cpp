@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "tools/cli.h"        // defines: fail, check
+#include "tools/cli.h"                          // defines: fail, check
 #include "train/parallel/distributed_env.h"  // defines: read_distributed_env
-#include "train/trainer.h"    // defines: TrainConfig, train, compare_recipes
+#include "train/trainer.h"                     // defines: TrainConfig, train, compare_recipes
 #ifdef BLOCKSCALE_HAVE_NCCL
-#include "train/parallel/gpu_nccl.h"   // defines: make_nccl_communicator
+#include "train/parallel/gpu_nccl.h"  // defines: make_nccl_communicator
 #endif
 
 namespace blockscale::tools {

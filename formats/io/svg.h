@@ -1,6 +1,6 @@
-// What every SVG document blockscale writes shares (the loss plots of train/svg_plot.h, the study's
-// SQNR map in study/study_report.h): text escaped for XML, and the document's opening with its
-// white background. A document ends with "</svg>\n".
+// What every SVG document blockscale writes shares (the loss plots of train/run/svg_plot.h, the
+// study's SQNR map in study/study_report.h): text escaped for XML, and the document's opening with
+// its white background. A document ends with "</svg>\n".
 #pragma once
 
 #include <string>
