@@ -138,7 +138,7 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
   bg::GemmProblem p;
   p.m = c.m, p.n = c.n, p.k = c.k;
   p.a_recipe = Format::kFp8Block1x128, p.b_recipe = c.b_recipe;
-  p.d_type = bg::MatrixType::kBf16, p.ldd = c.n;
+  p.d_type = bf::DType::kBf16, p.ldd = c.n;
   bg::GemmArguments args;
   args.a_data = a, args.b_data = b, args.a_scales = sa, args.b_scales = sb, args.d = d_ours;
   // Runs one variant, checks its bits against the first and returns its TFLOP/s (0: failed).

@@ -123,7 +123,7 @@ bool run_case(const Case& c, int iters, cublasHandle_t blas, Row* row) {
   bg::GemmProblem p;
   p.m = c.m, p.n = c.n, p.k = c.k;
   p.a_recipe = c.recipes.a, p.b_recipe = c.recipes.b;
-  p.d_type = bg::MatrixType::kBf16, p.ldd = c.n;
+  p.d_type = bf::DType::kBf16, p.ldd = c.n;
   p.alpha = 1.0f, p.beta = 0.0f;
   bg::GemmArguments args;
   args.a_data = a.data.data(), args.a_scales = a.scales.data(), args.a_scale_dec = a.scale_dec_or_null();

@@ -110,7 +110,7 @@ double ours_fprop_tflops(const Case& c, Format recipe, const std::vector<int64_t
   p.num_groups = c.experts, p.m = m, p.n = c.n, p.k = c.k;
   p.a_recipe = mx ? recipe : Format::kFp8Block1x128;
   p.b_recipe = mx ? recipe : Format::kFp8Block128x128;
-  p.d_type = bg::MatrixType::kBf16, p.ldd = c.n;
+  p.d_type = blockscale::formats::DType::kBf16, p.ldd = c.n;
   const int64_t a_scale_bytes = mx ? blockscale::formats::swizzled_scale_bytes(m, c.k / 32)
                                    : blockscale::formats::vec128_scale_floats(m, c.k / 128) * 4;
   OurOperands o(mx, m * c.k, g * c.n * c.k, a_scale_bytes, g * bg::grouped_b_scale_bytes(p), cumulative(counts, 1));
@@ -133,7 +133,7 @@ double ours_wgrad_tflops(const Case& c, Format recipe, const std::vector<int64_t
   p.mode = bg::GroupMode::kK;
   p.num_groups = c.experts, p.m = c.n, p.n = c.k, p.k = capacity;
   p.a_recipe = p.b_recipe = mx ? recipe : Format::kFp8Block1x128;
-  p.c_type = p.d_type = bg::MatrixType::kFp32, p.ldc = p.ldd = c.k, p.beta = 1.0f;
+  p.c_type = p.d_type = blockscale::formats::DType::kF32, p.ldc = p.ldd = c.k, p.beta = 1.0f;
   const auto scale_bytes = [&](int64_t rows) {
     return mx ? blockscale::formats::swizzled_scale_bytes(rows, capacity / 32)
               : blockscale::formats::vec128_scale_floats(rows, capacity / 128) * 4;

@@ -105,7 +105,7 @@ Row run_case(const Case& c, int iters) {
   p.m = c.m, p.n = c.n, p.k = c.k;
   p.a_recipe = Format::kFp8Block1x128;
   p.b_recipe = c.wgrad ? Format::kFp8Block1x128 : Format::kFp8Block128x128;
-  p.d_type = p.c_type = bg::MatrixType::kFp32;
+  p.d_type = p.c_type = bf::DType::kF32;
   p.ldd = p.ldc = c.n;
   p.beta = c.beta;
   bg::GemmArguments args;

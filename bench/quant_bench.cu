@@ -31,7 +31,7 @@ namespace {
 
 namespace bq = blockscale::quant;
 using blockscale::formats::Direction;
-using bq::InputType;
+using blockscale::formats::DType;
 using bq::detail::ElementEncoder;
 
 
@@ -95,14 +95,12 @@ struct Result {
   double bytes, kernel_us, copy_us;
 };
 
-int elem_bytes(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
-const char* name(InputType t) { return t == InputType::kBf16 ? "bf16" : t == InputType::kFp16 ? "fp16" : "fp32"; }
 const char* name(Direction d) { return d == Direction::kRowwise ? "row" : d == Direction::kColumnwise ? "col" : "row+col"; }
 
 std::string describe(const Case& c) {
   char buf[256];
   const std::string count = c.batches > 0 ? std::to_string(c.batches) + " x " : "";
-  std::snprintf(buf, sizeof(buf), "%s %s %s%lldx%lld %s%s", c.label.c_str(), name(c.p.input_type), count.c_str(),
+  std::snprintf(buf, sizeof(buf), "%s %s %s%lldx%lld %s%s", c.label.c_str(), dtype_name(c.p.input_type), count.c_str(),
                 static_cast<long long>(c.p.rows), static_cast<long long>(c.p.cols), name(c.p.directions),
                 c.with_amax ? " +amax" : "");
   return buf;
@@ -177,14 +175,14 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
   const int64_t copies = std::max<int64_t>(c.batches, 1);  // stacked matrices
   const int64_t n = copies * p.rows * p.cols;
   Buffers buf;
-  void* x = buf.alloc<void>(n * elem_bytes(p.input_type));
-  if (p.input_type == InputType::kFp16)
+  void* x = buf.alloc<void>(n * dtype_size(p.input_type));
+  if (p.input_type == DType::kF16)
     fill_fp16_kernel<<<1024, 256>>>(static_cast<uint16_t*>(x), n);
   else
-    fill_kernel<<<1024, 256>>>(x, n, p.cols, elem_bytes(p.input_type));
+    fill_kernel<<<1024, 256>>>(x, n, p.cols, static_cast<int>(dtype_size(p.input_type)));
   CHECK_CUDA(cudaGetLastError());
 
-  double bytes = static_cast<double>(n) * elem_bytes(p.input_type);
+  double bytes = static_cast<double>(n) * dtype_size(p.input_type);
   auto counted = [&](int64_t b) {
     bytes += static_cast<double>(std::max<int64_t>(b, 0));
     return b;
@@ -234,7 +232,7 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
   bq::MxBf16Inputs vin{static_cast<const float*>(x), gin.group_ends, nullptr};
   uint16_t *vrow = nullptr, *vcol = nullptr;
   if (c.mx_bf16) {
-    bytes = static_cast<double>(n) * elem_bytes(p.input_type);
+    bytes = static_cast<double>(n) * dtype_size(p.input_type);
     vrow = buf.alloc<uint16_t>(counted(2 * n));
     vcol = buf.alloc<uint16_t>(counted(2 * n));
     if (grouped) {
@@ -269,7 +267,7 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
   auto run_each = [&] {
     for (int64_t b = 0; b < c.batches; ++b) {
       bq::QuantizeInputs one_in = in;
-      one_in.x = static_cast<const char*>(x) + b * p.rows * p.cols * elem_bytes(p.input_type);
+      one_in.x = static_cast<const char*>(x) + b * p.rows * p.cols * dtype_size(p.input_type);
       bq::QuantizeOutputs one = out;
       one.rowwise_data += b * bq::rowwise_data_bytes(p);
       one.rowwise_scales = static_cast<char*>(out.rowwise_scales) + b * bq::rowwise_scale_bytes(p);
@@ -317,14 +315,14 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
 std::vector<Case> all_cases() {
   using blockscale::formats::Format;
   std::vector<Case> cases;
-  auto add = [&](std::string label, Format r, int64_t rows, int64_t cols, InputType t, Direction d) -> Case& {
+  auto add = [&](std::string label, Format r, int64_t rows, int64_t cols, DType t, Direction d) -> Case& {
     Case c;
     c.label = std::move(label);
     c.p.recipe = r, c.p.rows = rows, c.p.cols = cols, c.p.ld = cols, c.p.input_type = t, c.p.directions = d;
     cases.push_back(c);
     return cases.back();
   };
-  const auto bf16 = InputType::kBf16;
+  const auto bf16 = DType::kBf16;
   const auto row = Direction::kRowwise, both = Direction::kBoth, colw = Direction::kColumnwise;
   add("mxfp8", Format::kMxfp8E4M3, 16384, 8192, bf16, row);
   add("mxfp8", Format::kMxfp8E4M3, 16384, 8192, bf16, both);
@@ -360,7 +358,7 @@ std::vector<Case> all_cases() {
   }
   // A MoE layer's expert weights (the width-2048 training step's w13 and w2, fp32 masters), all 8
   // in one batched launch against one run() per expert.
-  const auto fp32 = InputType::kFp32;
+  const auto fp32 = DType::kF32;
   add("fp8_block128x128 experts batched", Format::kFp8Block128x128, 2816, 2048, fp32, both).batches = 8;
   {
     Case& c = add("fp8_block128x128 experts per-expert runs", Format::kFp8Block128x128, 2816, 2048, fp32, both);
@@ -375,8 +373,8 @@ std::vector<Case> all_cases() {
   add("mxfp8", Format::kMxfp8E4M3, 4096, 14336, bf16, both);
   add("mxfp8", Format::kMxfp8E4M3, 128000, 7168, bf16, both);
   add("fp8_block128", Format::kFp8Block1x128, 128000, 7168, bf16, both);
-  add("mxfp8", Format::kMxfp8E4M3, 16384, 8192, InputType::kFp16, both);
-  add("mxfp8", Format::kMxfp8E4M3, 16384, 8192, InputType::kFp32, both);
+  add("mxfp8", Format::kMxfp8E4M3, 16384, 8192, DType::kF16, both);
+  add("mxfp8", Format::kMxfp8E4M3, 16384, 8192, DType::kF32, both);
   // Size sweep, 1 MiB .. 1 GiB of bf16 input, MXFP8 rowwise + columnwise: the grid run() picks
   // (detail::tile_grid), then always persistent, then always one CTA per 128x128 tile.
   const std::vector<std::pair<int64_t, int64_t>> sweep = {{512, 1024},   {1024, 2048},  {2048, 4096},
@@ -463,7 +461,7 @@ int main(int argc, char** argv) {
     const double gbs = r.bytes / (r.kernel_us * 1e3), copy_gbs = 2.0 * static_cast<size_t>(r.bytes / 2) / (r.copy_us * 1e3);
     const std::string count = r.c.batches > 0 ? std::to_string(r.c.batches) + " x " : "";
     std::printf("| %s | %s | %s%lldx%lld | %s%s | %.1f | %.1f | %.0f | %.0f | %.1f |\n", r.c.label.c_str(),
-                name(r.c.p.input_type), count.c_str(), static_cast<long long>(r.c.p.rows),
+                dtype_name(r.c.p.input_type), count.c_str(), static_cast<long long>(r.c.p.rows),
                 static_cast<long long>(r.c.p.cols),
                 name(r.c.p.directions), r.c.with_amax ? " +amax" : "", r.bytes / 1e6, r.kernel_us, gbs, copy_gbs,
                 100.0 * gbs / copy_gbs);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "formats/dtype.h"
 #include "formats/recipe.h"
 #include "formats/scale_layout.h"
 #include "gemm/gemm.h"
@@ -17,7 +18,14 @@ inline std::string str(int64_t v) { return std::to_string(v); }
 
 inline bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
-inline int64_t element_bytes(MatrixType t) { return t == MatrixType::kBf16 ? 2 : 4; }
+inline int64_t element_bytes(formats::DType t) { return static_cast<int64_t>(formats::dtype_size(t)); }
+
+// C and D are bf16 or fp32 (the epilogues' two stores); `name` is the field ("c_type").
+inline Status check_c_d_dtype(const char* name, formats::DType t) {
+  if (t != formats::DType::kBf16 && t != formats::DType::kF32)
+    return Status::error(std::string(name) + ": must be BF16 or F32, got " + formats::dtype_name(t));
+  return Status::ok();
+}
 
 // Bytes of an operand's scale buffer in the GEMM layout of its recipe.
 inline int64_t scale_bytes(formats::Format r, int64_t rows, int64_t k) {

@@ -18,6 +18,7 @@
 namespace blockscale::gemm {
 namespace {
 
+using formats::DType;
 using formats::Format;
 using namespace detail;  // gemm/checks.h
 
@@ -76,7 +77,7 @@ Status check_pointers(const GemmProblem& p, const GemmArguments& args, const Buf
     BS_RETURN_IF_ERROR(need_pointer(group_ends, 4, "group_ends", "4-byte aligned (int32)"));
   const int64_t d_elem = element_bytes(p.d_type), c_elem = element_bytes(p.c_type);
   BS_RETURN_IF_ERROR(need_pointer(args.d, static_cast<size_t>(d_elem), "d",
-                                  p.d_type == MatrixType::kBf16 ? "2-byte aligned (bf16)" : "4-byte aligned (fp32)"));
+                                  p.d_type == DType::kBf16 ? "2-byte aligned (bf16)" : "4-byte aligned (fp32)"));
   if (p.a_recipe == Format::kNvfp4) BS_RETURN_IF_ERROR(need_scale_dec(args.a_scale_dec, "a_scale_dec"));
   if (p.b_recipe == Format::kNvfp4) BS_RETURN_IF_ERROR(need_scale_dec(args.b_scale_dec, "b_scale_dec"));
   const int64_t d_bytes = span_bytes(copies.c_d * p.m, p.n, p.ldd, d_elem);
@@ -95,7 +96,7 @@ Status check_pointers(const GemmProblem& p, const GemmArguments& args, const Buf
     if (overlap(args.d, d_bytes, in.ptr, in.bytes)) return Status::error(std::string("d: overlaps ") + in.name);
   if (p.beta != 0.0f) {
     BS_RETURN_IF_ERROR(need_pointer(args.c, static_cast<size_t>(c_elem), "c",
-                                    p.c_type == MatrixType::kBf16 ? "2-byte aligned (bf16) when beta != 0"
+                                    p.c_type == DType::kBf16 ? "2-byte aligned (bf16) when beta != 0"
                                                                   : "4-byte aligned (fp32) when beta != 0"));
     const bool in_place = args.c == args.d && p.c_type == p.d_type && p.ldc == p.ldd;
     if (!in_place && overlap(args.c, span_bytes(copies.c_d * p.m, p.n, p.ldc, c_elem), args.d, d_bytes))
@@ -121,7 +122,7 @@ Status current_sm(int* sm) {
 constexpr int64_t kCublasLtMaxRows = 512;
 
 bool cublaslt_fp8_shape_ok(const GemmProblem& p) {
-  const auto row_aligned = [](int64_t ld, MatrixType t) { return ld * element_bytes(t) % 16 == 0; };
+  const auto row_aligned = [](int64_t ld, DType t) { return ld * element_bytes(t) % 16 == 0; };
   return p.m % 4 == 0 && p.n % 4 == 0 && row_aligned(p.ldd, p.d_type) &&
          (p.beta == 0.0f || (p.c_type == p.d_type && row_aligned(p.ldc, p.c_type)));
 }
@@ -134,8 +135,6 @@ std::atomic<Sm90Fp8Route> g_route{Sm90Fp8Route::kAuto};
 
 void set_sm90_fp8_route(Sm90Fp8Route route) { g_route.store(route); }
 Sm90Fp8Route sm90_fp8_route() { return g_route.load(); }
-
-const char* matrix_type_name(MatrixType t) { return t == MatrixType::kBf16 ? "bf16" : "fp32"; }
 
 bool is_fp8_blockwise_pair(Format a, Format b) {
   return a == Format::kFp8Block1x128 && (b == Format::kFp8Block128x128 || b == Format::kFp8Block1x128);
@@ -160,10 +159,8 @@ Status can_implement(const GemmProblem& p) {
                                           "of k / 2 packed bytes)") +
                          ", got " + str(p.k));
   if (p.k > kInt32Max) return Status::error("k: must be < 2^31, got " + str(p.k));
-  if (p.c_type != MatrixType::kBf16 && p.c_type != MatrixType::kFp32)
-    return Status::error("c_type: must be bf16 or fp32");
-  if (p.d_type != MatrixType::kBf16 && p.d_type != MatrixType::kFp32)
-    return Status::error("d_type: must be bf16 or fp32");
+  BS_RETURN_IF_ERROR(check_c_d_dtype("c_type", p.c_type));
+  BS_RETURN_IF_ERROR(check_c_d_dtype("d_type", p.d_type));
   if (!std::isfinite(p.alpha)) return Status::error("alpha: must be finite");
   if (!std::isfinite(p.beta)) return Status::error("beta: must be finite");
   if (empty_problem(p)) return Status::ok();

@@ -39,13 +39,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "formats/dtype.h"
 #include "formats/recipe.h"
 #include "formats/status.h"
 #include "gemm/fp8_route.h"  // defines: Sm90Fp8Route
 
 namespace blockscale::gemm {
-
-enum class MatrixType { kBf16, kFp32 };  // C and D element types
 
 struct GemmProblem {
   int64_t m = 0;  // rows of A and D
@@ -53,8 +52,9 @@ struct GemmProblem {
   int64_t k = 0;  // reduction length: a positive multiple of 128 (FP8 blockwise) or 32 (MX, NVFP4)
   formats::Format a_recipe = formats::Format::kFp8Block1x128;
   formats::Format b_recipe = formats::Format::kFp8Block128x128;
-  MatrixType c_type = MatrixType::kFp32;  // read only when beta != 0
-  MatrixType d_type = MatrixType::kBf16;
+  // C and D element types: kBf16 or kF32 (any other dtype is refused).
+  formats::DType c_type = formats::DType::kF32;  // read only when beta != 0
+  formats::DType d_type = formats::DType::kBf16;
   int64_t ldc = 0;  // row stride of C in elements (>= n when beta != 0)
   int64_t ldd = 0;  // row stride of D in elements (>= n)
   float alpha = 1.0f;
@@ -110,7 +110,6 @@ Status run(const GemmProblem& p, const GemmArguments& args, void* workspace, siz
 void set_sm90_fp8_route(Sm90Fp8Route route);
 Sm90Fp8Route sm90_fp8_route();
 
-const char* matrix_type_name(MatrixType t);  // "bf16" / "fp32"
 // Whether (a_recipe, b_recipe) is a pair this API multiplies, and the FP8 blockwise family.
 bool is_fp8_blockwise_pair(formats::Format a, formats::Format b);
 bool is_block_scaled_pair(formats::Format a, formats::Format b);  // MX / NVFP4 pairs above

@@ -72,8 +72,8 @@ struct GroupedGemmProblem {
                        // blockwise) or 32 (MX, NVFP4)
   formats::Format a_recipe = formats::Format::kFp8Block1x128;
   formats::Format b_recipe = formats::Format::kFp8Block128x128;
-  MatrixType c_type = MatrixType::kFp32;
-  MatrixType d_type = MatrixType::kBf16;
+  formats::DType c_type = formats::DType::kF32;  // kBf16 or kF32, as GemmProblem's
+  formats::DType d_type = formats::DType::kBf16;
   int64_t ldc = 0;
   int64_t ldd = 0;
   float alpha = 1.0f;

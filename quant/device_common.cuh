@@ -1,4 +1,4 @@
-// Device helpers every quantize kernel shares: input elements (bf16, fp16, fp32) held as 32-bit
+// Device helpers every quantize kernel shares: input elements (BF16, F16, F32) held as 32-bit
 // words, their magnitudes and exact widening to fp32, the tensor amax / non-finite bookkeeping,
 // the FP8 element encoders (hardware cvt or formats::encode_minifloat), and cp.async copies.
 #pragma once
@@ -8,11 +8,14 @@
 
 #include <cstdint>
 
+#include "formats/dtype.h"
 #include "formats/recipe.h"
 #include "formats/scalar_codecs.h"
 #include "quant/quantize.h"
 
 namespace blockscale::quant::detail {
+
+using formats::DType;  // the kernels' input type: a template argument, kBf16, kF16 or kF32
 
 // How fp32 values (already scaled into the element range) become FP8 codes.
 //   kHardware: cvt.rn.satfinite.{e4m3,e5m2}x2.f32 (sm_89+). tests/quant checks it against
@@ -25,11 +28,11 @@ inline constexpr ElementEncoder kDefaultEncoder = ElementEncoder::kHardware;
 // ---- Input elements. A 32-bit word holds two 16-bit elements (the lower address in the low
 // half) or one fp32. "Magnitude bits" are the input's bits without the sign: for every format,
 // they order like |x|, NaN patterns above Inf (kInfBits).
-template <InputType kIn>
-struct InputTraits;
+template <DType kIn>
+struct InputTraits;  // defined for the dtypes the kernels read: kBf16, kF16, kF32
 
 template <>
-struct InputTraits<InputType::kBf16> {
+struct InputTraits<DType::kBf16> {
   static constexpr int kBytes = 2;
   static constexpr uint32_t kInfBits = 0x7F80u;
   // Element h (0: low half) of a word, widened exactly (formats::bf16_bits_to_float).
@@ -41,7 +44,7 @@ struct InputTraits<InputType::kBf16> {
 };
 
 template <>
-struct InputTraits<InputType::kFp16> {
+struct InputTraits<DType::kF16> {
   static constexpr int kBytes = 2;
   static constexpr uint32_t kInfBits = 0x7C00u;
   // Exact widening (the hardware conversion; formats::fp16_bits_to_float gives the same value).
@@ -54,7 +57,7 @@ struct InputTraits<InputType::kFp16> {
 };
 
 template <>
-struct InputTraits<InputType::kFp32> {
+struct InputTraits<DType::kF32> {
   static constexpr int kBytes = 4;
   static constexpr uint32_t kInfBits = 0x7F800000u;
   __device__ __forceinline__ static float elem(uint32_t w, int) { return __uint_as_float(w); }
@@ -63,7 +66,7 @@ struct InputTraits<InputType::kFp32> {
 
 // Magnitude-bits max over n words, per element slot: for 16-bit input a packed pair (one max per
 // half, max.u16x2), for fp32 one value.
-template <InputType kIn, int kN>
+template <DType kIn, int kN>
 __device__ __forceinline__ uint32_t abs_max_words(const uint32_t* w) {
   if constexpr (InputTraits<kIn>::kBytes == 2) {
     uint32_t m = w[0] & 0x7FFF7FFFu;
@@ -79,20 +82,20 @@ __device__ __forceinline__ uint32_t abs_max_words(const uint32_t* w) {
 }
 
 // The max of the slots of a word of abs_max_words (16-bit: of both halves).
-template <InputType kIn>
+template <DType kIn>
 __device__ __forceinline__ uint32_t fold_slots(uint32_t m) {
   if constexpr (InputTraits<kIn>::kBytes == 2) return max(m & 0xFFFFu, m >> 16);
   else return m;
 }
 
 // Slot h of a word of abs_max_words.
-template <InputType kIn>
+template <DType kIn>
 __device__ __forceinline__ uint32_t slot(uint32_t m, int h) {
   if constexpr (InputTraits<kIn>::kBytes == 2) return h ? (m >> 16) : (m & 0xFFFFu);
   else return m;
 }
 
-template <InputType kIn>
+template <DType kIn>
 __device__ __forceinline__ uint32_t shfl_max_xor(uint32_t m, int lane_mask) {
   const uint32_t o = __shfl_xor_sync(0xFFFFFFFFu, m, lane_mask);
   if constexpr (InputTraits<kIn>::kBytes == 2) return __vmaxu2(m, o);
@@ -102,7 +105,7 @@ __device__ __forceinline__ uint32_t shfl_max_xor(uint32_t m, int lane_mask) {
 // Folds a group of n words whose folded magnitude max is m into the running tensor amax
 // (magnitude bits; NaN ignored, Inf counts: formats' amax rule) and the non-finite flag. The
 // NaN-free recount runs only for a group holding a NaN.
-template <InputType kIn, int kN>
+template <DType kIn, int kN>
 __device__ __forceinline__ void note_tensor_amax(const uint32_t* w, uint32_t m, uint32_t& tensor_amax,
                                                  bool& saw_nonfinite) {
   using In = InputTraits<kIn>;
@@ -168,7 +171,7 @@ __device__ __forceinline__ uint32_t encode4(const float* f, float inv) {
 
 // One 16-byte granule of input row r from column c on (zeros outside the matrix), scalar loads:
 // for inputs whose pointer or stride rules out 16-byte copies, and the last granule of a row.
-template <InputType kIn>
+template <DType kIn>
 __device__ __forceinline__ uint4 granule_scalar(const void* x, int64_t ld, int64_t rows, int64_t cols,
                                                 int64_t r, int64_t c) {
   constexpr int kBytes = InputTraits<kIn>::kBytes;

@@ -22,7 +22,7 @@ namespace {
 
 // Dense: tile_grid (one CTA per tile beyond two resident rounds). Grouped: persistent, since
 // every CTA scans the group ends before its first tile.
-template <InputType kIn, Format kRecipe, bool kRow, bool kCol, bool kGrouped, bool kGather>
+template <DType kIn, Format kRecipe, bool kRow, bool kCol, bool kGrouped, bool kGather>
 Status launch(const Fp8BlockArgs& args, cudaStream_t stream) {
   auto* kernel = fp8_block_quantize_kernel<kIn, kRecipe, kRow, kCol, kGrouped, kGather>;
   // Grouped: 8 bytes of offsets per expert past the tiles (the limit raised for kMaxGroups once).
@@ -38,7 +38,7 @@ Status launch(const Fp8BlockArgs& args, cudaStream_t stream) {
 }
 
 // kGather && !kGrouped: a gathered grouped run without a columnwise copy (dense tiles, rowwise only).
-template <InputType kIn, Format kRecipe, bool kGrouped, bool kGather>
+template <DType kIn, Format kRecipe, bool kGrouped, bool kGather>
 Status pick_directions(Direction d, const Fp8BlockArgs& args, cudaStream_t stream) {
   switch (d) {
     case Direction::kRowwise:
@@ -54,7 +54,7 @@ Status pick_directions(Direction d, const Fp8BlockArgs& args, cudaStream_t strea
   return Status::error("problem.directions: unknown value");
 }
 
-template <InputType kIn, bool kGrouped, bool kGather>
+template <DType kIn, bool kGrouped, bool kGather>
 Status pick_recipe(const QuantizeProblem& p, const Fp8BlockArgs& args, cudaStream_t stream) {
   if (p.recipe == Format::kFp8Block1x128)
     return pick_directions<kIn, Format::kFp8Block1x128, kGrouped, kGather>(p.directions, args, stream);
@@ -68,9 +68,10 @@ Status pick_recipe(const QuantizeProblem& p, const Fp8BlockArgs& args, cudaStrea
 template <bool kGrouped, bool kGather = false>
 Status pick_input(const QuantizeProblem& p, const Fp8BlockArgs& a, cudaStream_t stream) {
   switch (p.input_type) {
-    case InputType::kBf16: return pick_recipe<InputType::kBf16, kGrouped, kGather>(p, a, stream);
-    case InputType::kFp16: return pick_recipe<InputType::kFp16, kGrouped, kGather>(p, a, stream);
-    case InputType::kFp32: return pick_recipe<InputType::kFp32, kGrouped, kGather>(p, a, stream);
+    case DType::kBf16: return pick_recipe<DType::kBf16, kGrouped, kGather>(p, a, stream);
+    case DType::kF16: return pick_recipe<DType::kF16, kGrouped, kGather>(p, a, stream);
+    case DType::kF32: return pick_recipe<DType::kF32, kGrouped, kGather>(p, a, stream);
+    default: break;
   }
   return Status::error("problem.input_type: unknown value");
 }
@@ -89,7 +90,7 @@ Status make_args(const QuantizeProblem& p, const void* x, const QuantizeOutputs&
                  Fp8BlockArgs* args) {
   const bool row = p.directions != Direction::kColumnwise;
   const bool col = p.directions != Direction::kRowwise;
-  const int64_t esize = p.input_type == InputType::kFp32 ? 4 : 2;
+  const int64_t esize = static_cast<int64_t>(formats::dtype_size(p.input_type));
   Fp8BlockArgs& a = *args;
   a = Fp8BlockArgs{};
   a.x = x;

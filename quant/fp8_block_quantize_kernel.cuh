@@ -102,7 +102,7 @@ constexpr int kThreads = 256;  // 8 warps
 constexpr int kWarps = kThreads / 32;
 
 // ---- The shared tile: 128 rows of 32-bit words, 16-byte granules.
-template <InputType kIn>
+template <DType kIn>
 struct Smem {
   static constexpr int kElemBytes = InputTraits<kIn>::kBytes;
   static constexpr int kRowWords = kDim * kElemBytes / 4;  // 64 (16-bit) or 128 (fp32)
@@ -165,7 +165,7 @@ __device__ __forceinline__ Tile make_tile(const Fp8BlockArgs& a, int tr, int tc,
 // a warp copies 512 contiguous bytes of the input per instruction.
 // kGather: tile row r (r < t.nr) is quantized row t.r0 + r, read from input row row_index[t.r0 + r]
 // (-1: a zero row, for an index outside the input); the indices of all steps are fetched first.
-template <InputType kIn, bool kGather>
+template <DType kIn, bool kGather>
 __device__ __forceinline__ void fetch_tile(const Fp8BlockArgs& a, const Tile& t, uint32_t* stage) {
   using S = Smem<kIn>;
   constexpr int kRowsPerStep = kThreads / S::kRowGranules;  // 16 or 8
@@ -246,7 +246,7 @@ __device__ __forceinline__ void fetch_tile(const Fp8BlockArgs& a, const Tile& t,
 //             one 16-row band, hence one rotation: pass s is pass 0 plus 4s rows.
 //   columnwise: item n of warp w is granule column g = w + 8n (4 word columns); lane l takes word
 //             column 4g + l % 4 over tile rows 16 * (l / 4) .. + 15 (8 lanes per column).
-template <InputType kIn>
+template <DType kIn>
 struct RowLanes {
   using S = Smem<kIn>;
   static constexpr int kPassWords = 4 * S::kRowWords;  // word distance between passes
@@ -269,7 +269,7 @@ struct RowLanes {
   }
 };
 
-template <InputType kIn>
+template <DType kIn>
 struct ColLanes {
   using S = Smem<kIn>;
   static constexpr int kItems = S::kRowWords * 8 / kThreads;  // 2 or 4
@@ -326,7 +326,7 @@ __device__ __forceinline__ void put_codes(uint8_t* dst, const uint4& v, int n, i
 }
 
 // Rowwise codes of 16 elements (words from RowLanes::read) to dst: tile row rt, group q.
-template <InputType kIn, Format kRecipe, bool kWhole>
+template <DType kIn, Format kRecipe, bool kWhole>
 __device__ __forceinline__ void emit_row16(const Fp8BlockArgs& a, const Tile& t, uint8_t* dst, int rt, int q,
                                            const uint32_t* w, float mult) {
   using In = InputTraits<kIn>;
@@ -343,7 +343,7 @@ __device__ __forceinline__ void emit_row16(const Fp8BlockArgs& a, const Tile& t,
 
 // Columnwise codes of 16 rows (words from ColLanes::read, element h of each) to dst: tile
 // column ct, rows 16k ..
-template <InputType kIn, Format kRecipe, bool kWhole>
+template <DType kIn, Format kRecipe, bool kWhole>
 __device__ __forceinline__ void emit_col16(const Fp8BlockArgs& a, const Tile& t, uint8_t* dst, int ct, int k,
                                            const uint32_t* w, int h, float mult) {
   using In = InputTraits<kIn>;
@@ -360,11 +360,11 @@ __device__ __forceinline__ void emit_col16(const Fp8BlockArgs& a, const Tile& t,
 
 // Where this thread's codes of a tile go: rowwise pass 0 (pass s: + 4s rows), columnwise item 0
 // half 0 (item n, half h: + (32 * kCpw * n + h) rows of the transpose).
-template <InputType kIn>
+template <DType kIn>
 __device__ __forceinline__ uint8_t* row_dst(const Fp8BlockArgs& a, const Tile& t, const RowLanes<kIn>& m) {
   return a.row_codes + (t.r0 + m.row0) * a.cols + (t.c0 + 16 * m.q);
 }
-template <InputType kIn>
+template <DType kIn>
 __device__ __forceinline__ uint8_t* col_dst(const Fp8BlockArgs& a, const Tile& t, const ColLanes<kIn>& m) {
   return a.col_codes + (t.c0 + m.column(0, 0)) * a.col_ld + (t.col_r0 + 16 * m.k);
 }
@@ -394,7 +394,7 @@ __device__ __forceinline__ void put_col_scale(const Fp8BlockArgs& a, const Tile&
 // once the unrolled passes' shared-memory reads are all hoisted; an empty asm with a memory
 // clobber at the end of each pass keeps one pass's words live at a time there. The sm_90a code
 // is left as it is (no spills there).
-template <InputType kIn>
+template <DType kIn>
 __device__ __forceinline__ void pass_fence() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
   if constexpr (InputTraits<kIn>::kBytes == 4) asm volatile("" ::: "memory");
@@ -409,7 +409,7 @@ __device__ __forceinline__ uint32_t warp_max_u32(uint32_t m, int first_mask, int
 }
 
 // ---- Rowwise. 128x128: every row encodes with the tile's multiplier.
-template <InputType kIn, Format kRecipe, bool kWhole>
+template <DType kIn, Format kRecipe, bool kWhole>
 __device__ __forceinline__ void rowwise_tile_scale(const Fp8BlockArgs& a, const uint32_t* tile, const Tile& t,
                                                    float tile_mult) {
   const RowLanes<kIn> m;
@@ -427,7 +427,7 @@ __device__ __forceinline__ void rowwise_tile_scale(const Fp8BlockArgs& a, const 
 // scale of warp row L (one scale evaluation per warp and tile) and stores it (16 consecutive
 // floats of VEC128); the passes then re-read their elements and take their row's multiplier by
 // shuffle.
-template <InputType kIn, Format kRecipe, bool kWhole, bool kAmax, bool kGrouped>
+template <DType kIn, Format kRecipe, bool kWhole, bool kAmax, bool kGrouped>
 __device__ __forceinline__ void rowwise_1x128(const Fp8BlockArgs& a, const uint32_t* tile, const Tile& t,
                                               uint32_t& tensor_amax, bool& saw_nonfinite) {
   using S = Smem<kIn>;
@@ -467,7 +467,7 @@ __device__ __forceinline__ void rowwise_1x128(const Fp8BlockArgs& a, const uint3
 }
 
 // ---- Columnwise. 128x128: every column encodes with the tile's multiplier.
-template <InputType kIn, Format kRecipe, bool kWhole>
+template <DType kIn, Format kRecipe, bool kWhole>
 __device__ __forceinline__ void columnwise_tile_scale(const Fp8BlockArgs& a, const uint32_t* tile, const Tile& t,
                                                       float tile_mult) {
   using M = ColLanes<kIn>;
@@ -487,7 +487,7 @@ __device__ __forceinline__ void columnwise_tile_scale(const Fp8BlockArgs& a, con
 // 1x128: the amax of the warp's 16 columns first (8 lanes per column, packed per 16-bit half),
 // then lane L < 16 evaluates the scale of the warp's column L and stores it; the items then
 // re-read their elements and take their column's multiplier by shuffle.
-template <InputType kIn, Format kRecipe, bool kWhole, bool kAmax>
+template <DType kIn, Format kRecipe, bool kWhole, bool kAmax>
 __device__ __forceinline__ void columnwise_1x128(const Fp8BlockArgs& a, const uint32_t* tile, const Tile& t,
                                                  uint32_t& tensor_amax, bool& saw_nonfinite) {
   using M = ColLanes<kIn>;
@@ -534,7 +534,7 @@ __device__ __forceinline__ void columnwise_1x128(const Fp8BlockArgs& a, const ui
 
 // ---- 128x128: the tile's amax over every element (the rowwise mapping), reduced through
 // `partial` (one slot per warp) with a barrier; also the tensor amax and the flag.
-template <InputType kIn>
+template <DType kIn>
 __device__ __forceinline__ Fp8BlockScale tile_block_scale(const Fp8BlockArgs& a, const uint32_t* tile,
                                                           uint32_t* partial, uint32_t& tensor_amax,
                                                           bool& saw_nonfinite) {
@@ -578,7 +578,7 @@ __device__ __forceinline__ void store_tile_scale(const Fp8BlockArgs& a, const Ti
   }
 }
 
-template <InputType kIn, Format kRecipe, bool kRow, bool kCol, bool kWhole, bool kGrouped>
+template <DType kIn, Format kRecipe, bool kRow, bool kCol, bool kWhole, bool kGrouped>
 __device__ __forceinline__ void quantize_tile(const Fp8BlockArgs& a, const uint32_t* tile, const Tile& t,
                                               uint32_t* partial, uint32_t& tensor_amax, bool& saw_nonfinite) {
   if constexpr (kRecipe == Format::kFp8Block128x128) {
@@ -610,7 +610,7 @@ __device__ void grouped_prologue(const Fp8BlockArgs& a, const uint32_t* pends) {
   }
 }
 
-template <InputType kIn, Format kRecipe, bool kRow, bool kCol, bool kGrouped, bool kGather>
+template <DType kIn, Format kRecipe, bool kRow, bool kCol, bool kGrouped, bool kGather>
 __global__ void __launch_bounds__(kThreads, 3) fp8_block_quantize_kernel(const __grid_constant__ Fp8BlockArgs a) {
   using S = Smem<kIn>;
   constexpr bool kBatched = kRecipe == Format::kFp8Block128x128;

@@ -160,7 +160,7 @@ constexpr uint32_t kPackedE2m1MinCode = 4;
 // 16 codes of bf16 input: pairs[k] holds elements 2k (low half) and 2k + 1 as bf16 bits, all of
 // one block with scale s. The packed path (e2m1x2_codes) where it is exact, else the scalar encoder.
 __device__ __forceinline__ uint2 encode16_e2m1_bf16(const uint32_t* pairs, const MxScale& s) {
-  using In = InputTraits<InputType::kBf16>;
+  using In = InputTraits<DType::kBf16>;
   if (s.code < kPackedE2m1MinCode) {  // rare: tiny blocks, where subnormal inputs matter
     float f[16];
 #pragma unroll

@@ -23,7 +23,7 @@ enum class Action { kCheck, kLaunch };
 
 bool aligned(const void* ptr, int64_t n) { return reinterpret_cast<uintptr_t>(ptr) % n == 0; }
 
-template <InputType kIn, Format kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kGrouped, bool kGather>
+template <DType kIn, Format kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kGrouped, bool kGather>
 Status leaf(Action action, const MxParams& params, cudaStream_t stream) {
   auto* kernel = mx_quantize_kernel<kIn, kRecipe, kRow, kCol, kEnc, kGrouped, kGather>;
   int dev = 0;
@@ -63,7 +63,7 @@ Status leaf(Action action, const MxParams& params, cudaStream_t stream) {
   return cuda_status(cudaGetLastError(), "mx_quantize_kernel launch");
 }
 
-template <InputType kIn, Format kRecipe, bool kRow, bool kCol, bool kGrouped, bool kGather>
+template <DType kIn, Format kRecipe, bool kRow, bool kCol, bool kGrouped, bool kGather>
 Status dispatch_encoder(ElementEncoder enc, Action a, const MxParams& params, cudaStream_t s) {
   if constexpr (kRecipe == Format::kMxfp4 || kGrouped || kGather) {
     // E2M1 has one (software) encoder; the grouped and gathered modes run the default FP8 encoder.
@@ -80,7 +80,7 @@ Status dispatch_encoder(ElementEncoder enc, Action a, const MxParams& params, cu
 }
 
 // kGather && !kGrouped: a gathered grouped run without a columnwise copy (the dense tiles, rowwise only).
-template <InputType kIn, Format kRecipe, bool kGrouped, bool kGather>
+template <DType kIn, Format kRecipe, bool kGrouped, bool kGather>
 Status dispatch_directions(const QuantizeProblem& p, ElementEncoder enc, Action a, const MxParams& params,
                            cudaStream_t s) {
   if constexpr (kGather && !kGrouped) {
@@ -101,7 +101,7 @@ Status dispatch_directions(const QuantizeProblem& p, ElementEncoder enc, Action 
   return Status::error("problem.directions: unknown value");
 }
 
-template <InputType kIn, bool kGrouped, bool kGather>
+template <DType kIn, bool kGrouped, bool kGather>
 Status dispatch_recipe(const QuantizeProblem& p, ElementEncoder enc, Action a, const MxParams& params,
                        cudaStream_t s) {
   switch (p.recipe) {
@@ -115,14 +115,14 @@ Status dispatch_recipe(const QuantizeProblem& p, ElementEncoder enc, Action a, c
 template <bool kGrouped, bool kGather = false>
 Status dispatch(const QuantizeProblem& p, ElementEncoder enc, Action a, const MxParams& params, cudaStream_t s) {
   switch (p.input_type) {
-    case InputType::kBf16: return dispatch_recipe<InputType::kBf16, kGrouped, kGather>(p, enc, a, params, s);
-    case InputType::kFp16: return dispatch_recipe<InputType::kFp16, kGrouped, kGather>(p, enc, a, params, s);
-    case InputType::kFp32: return dispatch_recipe<InputType::kFp32, kGrouped, kGather>(p, enc, a, params, s);
+    case DType::kBf16: return dispatch_recipe<DType::kBf16, kGrouped, kGather>(p, enc, a, params, s);
+    case DType::kF16: return dispatch_recipe<DType::kF16, kGrouped, kGather>(p, enc, a, params, s);
+    case DType::kF32: return dispatch_recipe<DType::kF32, kGrouped, kGather>(p, enc, a, params, s);
+    default: break;
   }
   return Status::error("problem.input_type: unknown value");
 }
 
-int element_bytes(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
 bool is_e2m1(Format r) { return r == Format::kMxfp4; }
 int64_t code_row_bytes(Format r, int64_t n) { return is_e2m1(r) ? (n + 1) / 2 : n; }
 
@@ -149,7 +149,7 @@ MxParams make_params(const QuantizeProblem& p, const void* x, const QuantizeOutp
   params.row_tiles = empty ? 0 : static_cast<int>((tile_rows + kTile - 1) / kTile);
   params.col_tiles = empty ? 0 : static_cast<int>((p.cols + kTile - 1) / kTile);
   params.rule = mx_scale_rule(formats::element_max(p.recipe), p.rounding == formats::ScaleRounding::kCeil);
-  params.vec_load = aligned(x, 16) && (p.ld * element_bytes(p.input_type)) % 16 == 0;
+  params.vec_load = aligned(x, 16) && (p.ld * static_cast<int64_t>(formats::dtype_size(p.input_type))) % 16 == 0;
   params.row_store_align = 1;
   for (int a : {16, 8, 4})
     if (a <= vec && params.row_store_align == 1 && (!row || (aligned(out.rowwise_data, a) && params.row_bytes % a == 0)))

@@ -106,7 +106,7 @@ __device__ __forceinline__ int tile_batch(const MxParams& p, int tr) {
 }
 
 // The shared tile of one input type: 128 rows of 32-bit words, in 16-byte granules.
-template <InputType kIn>
+template <DType kIn>
 struct TileShape {
   static constexpr int kBytes = InputTraits<kIn>::kBytes;
   static constexpr int kWordsPerRow = kTile * kBytes / 4;   // 64 or 128
@@ -126,7 +126,7 @@ struct TileShape {
 // Word offset of granule g of tile row r. The XOR changes the low 3 bits of g by the row's
 // 16-row chunk and by g's higher bits: 8 lanes reading 8 consecutive granule pairs (quads) of a
 // row, or the same granule of 8 row chunks, hit 8 distinct bank groups.
-template <InputType kIn>
+template <DType kIn>
 __device__ __forceinline__ int granule_word(int r, int g) {
   using S = TileShape<kIn>;
   return r * S::kWordsPerRow + 4 * (g ^ (((r >> 4) & 7) ^ ((g >> 3) & S::kHalfMask)));
@@ -182,7 +182,7 @@ __device__ __forceinline__ LaneSegment lane_segment(const MxParams& p, TileIndex
 
 // One 16-byte granule (8 or 4 elements) of row gr, columns gc.. of the input, by scalar loads
 // (zeros outside the matrix): the path for inputs whose pointer or stride rules out cp.async.
-template <InputType kIn>
+template <DType kIn>
 __device__ __forceinline__ uint4 load_granule_scalar(const MxParams& p, int64_t gr, int64_t gc,
                                                      int64_t row_limit) {
   constexpr int kBytes = InputTraits<kIn>::kBytes;
@@ -204,7 +204,7 @@ __device__ __forceinline__ uint4 load_granule_scalar(const MxParams& p, int64_t 
 // Starts the copy of a tile into `stage`. The copy's own thread mapping: consecutive lanes take
 // consecutive 16-byte granules of a row (a warp instruction reads 512 contiguous bytes: two rows
 // of 16-bit input, one of fp32); the compute mappings read the tile after a barrier.
-template <InputType kIn>
+template <DType kIn>
 __device__ __forceinline__ void load_tile(const MxParams& p, const TilePos& tp, uint32_t* stage) {
   using S = TileShape<kIn>;
   constexpr int kBytes = S::kBytes;
@@ -237,7 +237,7 @@ __device__ __forceinline__ void load_tile(const MxParams& p, const TilePos& tp, 
 
 // The grouped copy of a tile of the padded row space: segment k (tile rows 32k..32k+31) reads
 // `valid` input rows from row `src`, zeros after them. `ls`: this lane's segment (lane % 4).
-template <InputType kIn>
+template <DType kIn>
 __device__ __forceinline__ void load_tile_grouped(const MxParams& p, const TilePos& tp, const LaneSegment& ls,
                                                   uint32_t* stage) {
   using S = TileShape<kIn>;
@@ -280,7 +280,7 @@ __device__ __forceinline__ int64_t gathered_row(const MxParams& p, int64_t r) {
 // of the padded row space). The copy's thread mapping is load_tile's, so pass s covers tile row
 // kRowsPerPass * s + row0, which lies in segment s / kPassesPerSegment. Every pass's row index
 // is fetched first (independent loads, one wait), then the granules are copied.
-template <InputType kIn, bool kGroupedTiles>
+template <DType kIn, bool kGroupedTiles>
 __device__ __forceinline__ void load_tile_gathered(const MxParams& p, const TilePos& tp, const LaneSegment& ls,
                                                    uint32_t* stage) {
   using S = TileShape<kIn>;
@@ -363,7 +363,7 @@ __device__ __forceinline__ int code_bytes(int n) {
 //   kWordScale == true : the row's 4 scale bytes (blocks 4 * tc .. 4 * tc + 3, contiguous in the
 //                        swizzled layout) go to scale_word directly, and nothing is stored for a
 //                        row that does not exist, kFull or not (grouped tiles).
-template <InputType kIn, Format kRecipe, ElementEncoder kEnc, bool kFull, bool kWordScale>
+template <DType kIn, Format kRecipe, ElementEncoder kEnc, bool kFull, bool kWordScale>
 __device__ __forceinline__ void quantize_row16(const MxParams& p, const uint32_t* tile, const TilePos& tp,
                                                int rt, int q, bool row_ok, uint8_t* dst, uint8_t* scale_chunk,
                                                uint8_t* scale_word, uint32_t& tensor_amax, bool& saw_nonfinite) {
@@ -382,13 +382,13 @@ __device__ __forceinline__ void quantize_row16(const MxParams& p, const uint32_t
   m = max(m, __shfl_xor_sync(kFullMask, m, 1));
   const MxScale s = mx_block_scale(In::widen(m), p.rule);
   typename C::Vec out;
-  if constexpr (C::kFp4 && kIn == InputType::kBf16) {
+  if constexpr (C::kFp4 && kIn == DType::kBf16) {
     out = encode16_e2m1_bf16(w, s);  // w: 8 pairs of consecutive columns
   } else {
     float f[16];
 #pragma unroll
     for (int i = 0; i < 16; ++i) f[i] = In::kBytes == 2 ? In::elem(w[i / 2], i % 2) : In::elem(w[i], 0);
-    if constexpr (C::kFp4 && kIn == InputType::kFp16) out = encode16_e2m1_fp16(f, s.inv);
+    if constexpr (C::kFp4 && kIn == DType::kF16) out = encode16_e2m1_fp16(f, s.inv);
     else out = encode16<kRecipe, kEnc>(f, s.inv);
   }
   if (s.nonfinite) out = zero_vec(out);
@@ -413,7 +413,7 @@ __device__ __forceinline__ void quantize_row16(const MxParams& p, const uint32_t
 
 // Columnwise: word column 4g + pl of the shared tile (granule g), rows 16k..16k+15; lanes k and
 // k ^ 1 hold one 32-row block.
-template <InputType kIn, Format kRecipe, ElementEncoder kEnc, bool kFull, bool kTensorAmax>
+template <DType kIn, Format kRecipe, ElementEncoder kEnc, bool kFull, bool kTensorAmax>
 __device__ __forceinline__ void quantize_col16(const MxParams& p, const uint32_t* tile, const TilePos& tp,
                                                int g, int pl, int k, uint8_t* scale_chunk, uint32_t& tensor_amax,
                                                bool& saw_nonfinite) {
@@ -433,7 +433,7 @@ __device__ __forceinline__ void quantize_col16(const MxParams& p, const uint32_t
     const int ct = (4 * g + pl) * kColsPerWord + h;  // tile column
     const MxScale s = mx_block_scale(In::widen(slot<kIn>(m, h)), p.rule);
     typename C::Vec out;
-    if constexpr (C::kFp4 && kIn == InputType::kBf16) {
+    if constexpr (C::kFp4 && kIn == DType::kBf16) {
       uint32_t pairs[8];  // rows 2k, 2k + 1 of column h
 #pragma unroll
       for (int k = 0; k < 8; ++k) pairs[k] = __byte_perm(w[2 * k], w[2 * k + 1], h ? 0x7632 : 0x5410);
@@ -442,7 +442,7 @@ __device__ __forceinline__ void quantize_col16(const MxParams& p, const uint32_t
       float f[16];
 #pragma unroll
       for (int i = 0; i < 16; ++i) f[i] = In::elem(w[i], h);
-      if constexpr (C::kFp4 && kIn == InputType::kFp16) out = encode16_e2m1_fp16(f, s.inv);
+      if constexpr (C::kFp4 && kIn == DType::kF16) out = encode16_e2m1_fp16(f, s.inv);
       else out = encode16<kRecipe, kEnc>(f, s.inv);
     }
     if (s.nonfinite) out = zero_vec(out);
@@ -464,7 +464,7 @@ __device__ __forceinline__ void quantize_col16(const MxParams& p, const uint32_t
 
 // The row and column work of one tile in shared memory. kGroupedTiles: the tile lies in the
 // padded row space of grouped mode; `ls` holds this lane's segment.
-template <InputType kIn, Format kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kFull, bool kGroupedTiles>
+template <DType kIn, Format kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kFull, bool kGroupedTiles>
 __device__ __forceinline__ void quantize_tile(const MxParams& p, const uint32_t* tile, const TilePos& tp,
                                               const LaneSegment& ls, uint8_t* row_chunk, uint8_t* col_chunk,
                                               uint32_t& tensor_amax, bool& saw_nonfinite) {
@@ -532,7 +532,7 @@ __device__ __forceinline__ void store_scale_chunk(const MxParams& p, uint8_t* ds
 // file comment; CTA 0 writes the padded ends). A rowwise-only grouped run is the dense kernel plus
 // launch_grouped_offsets.
 // kGather: the input rows are read through p.row_index (load_tile_gathered); nothing else changes.
-template <InputType kIn, Format kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kGrouped, bool kGather>
+template <DType kIn, Format kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kGrouped, bool kGather>
 __global__ void __launch_bounds__(kThreads, 3) mx_quantize_kernel(const __grid_constant__ MxParams p) {
   using In = InputTraits<kIn>;
   using S = TileShape<kIn>;

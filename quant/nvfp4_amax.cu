@@ -37,7 +37,7 @@ struct AmaxParams {
   int num_groups;
 };
 
-template <InputType kIn, bool kPlain, bool kRht, bool kGrouped>
+template <DType kIn, bool kPlain, bool kRht, bool kGrouped>
 __global__ void __launch_bounds__(kThreads) nvfp4_amax_kernel(const __grid_constant__ AmaxParams p) {
   using In = InputTraits<kIn>;
   constexpr int kE = 16 / In::kBytes;  // elements per granule
@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kThreads) nvfp4_amax_kernel(const __grid_const
   }
 }
 
-template <InputType kIn, bool kPlain, bool kRht, bool kGrouped>
+template <DType kIn, bool kPlain, bool kRht, bool kGrouped>
 Status launch(const AmaxParams& a, int* n_partials, cudaStream_t stream) {
   auto* kernel = nvfp4_amax_kernel<kIn, kPlain, kRht, kGrouped>;
   // Grouped: 8 bytes of offsets per expert (at most 32 KB: no opt-in needed).
@@ -148,7 +148,7 @@ Status launch(const AmaxParams& a, int* n_partials, cudaStream_t stream) {
   return cuda_status(cudaGetLastError(), "nvfp4_amax_kernel launch");
 }
 
-template <InputType kIn>
+template <DType kIn>
 Status launch_for(const AmaxParams& a, bool plain, bool rht, bool grouped, int* n_partials, cudaStream_t stream) {
   if (grouped) {  // the RHT amax of the padded segments (the plain amax needs no grouping)
     if (plain) return launch<kIn, true, true, true>(a, n_partials, stream);
@@ -163,7 +163,7 @@ Status launch_for(const AmaxParams& a, bool plain, bool rht, bool grouped, int* 
 
 Status launch_nvfp4_amax(const QuantizeProblem& p, const void* x, bool vec_load, bool plain, bool rht,
                          uint32_t* partials, int* n_partials, cudaStream_t stream, const Nvfp4AmaxGroups* groups) {
-  const int elems_per_granule = p.input_type == InputType::kFp32 ? 4 : 8;
+  const int elems_per_granule = p.input_type == DType::kF32 ? 4 : 8;
   const bool grouped = rht && groups != nullptr;
   if (grouped && (groups->num_groups < 1 || groups->num_groups > kMaxGroups || groups->capacity % 16 != 0))
     return Status::error("nvfp4 amax pass: grouped walk needs 1..4096 experts and a capacity that is a multiple of 16");
@@ -177,9 +177,10 @@ Status launch_nvfp4_amax(const QuantizeProblem& p, const void* x, bool vec_load,
   a.group_ends = grouped ? groups->group_ends : nullptr;
   a.num_groups = grouped ? groups->num_groups : 0;
   switch (p.input_type) {
-    case InputType::kBf16: return launch_for<InputType::kBf16>(a, plain, rht, grouped, n_partials, stream);
-    case InputType::kFp16: return launch_for<InputType::kFp16>(a, plain, rht, grouped, n_partials, stream);
-    case InputType::kFp32: return launch_for<InputType::kFp32>(a, plain, rht, grouped, n_partials, stream);
+    case DType::kBf16: return launch_for<DType::kBf16>(a, plain, rht, grouped, n_partials, stream);
+    case DType::kF16: return launch_for<DType::kF16>(a, plain, rht, grouped, n_partials, stream);
+    case DType::kF32: return launch_for<DType::kF32>(a, plain, rht, grouped, n_partials, stream);
+    default: break;
   }
   return Status::error("problem.input_type: unknown value");
 }

@@ -42,7 +42,7 @@ __device__ __forceinline__ uint32_t doubled_mags(const uint32_t* w) {
 __device__ __forceinline__ uint32_t mag_of_doubled(uint32_t m, int h) { return h ? m >> 17 : (m & 0xFFFFu) >> 1; }
 
 // fp32 bits of a block's 16-bit magnitude maximum; a NaN or Inf block gets NaN bits.
-template <InputType kIn>
+template <DType kIn>
 __device__ __forceinline__ uint32_t widen_mag(uint32_t m) {
   return m >= InputTraits<kIn>::kInfBits ? 0x7FFFFFFFu : InputTraits<kIn>::widen(m);
 }

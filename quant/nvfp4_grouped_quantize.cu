@@ -35,9 +35,10 @@ Status launch_nvfp4_grouped_quantize(const GroupedQuantizeProblem& gp, const Gro
   params.padded_group_ends = out.padded_group_ends;
   params.num_groups = gp.num_groups;
   switch (p.input_type) {
-    case InputType::kBf16: return dispatch_grouped<InputType::kBf16>(gp, out.dense, &params, stream);
-    case InputType::kFp16: return dispatch_grouped<InputType::kFp16>(gp, out.dense, &params, stream);
-    case InputType::kFp32: return dispatch_grouped<InputType::kFp32>(gp, out.dense, &params, stream);
+    case DType::kBf16: return dispatch_grouped<DType::kBf16>(gp, out.dense, &params, stream);
+    case DType::kF16: return dispatch_grouped<DType::kF16>(gp, out.dense, &params, stream);
+    case DType::kF32: return dispatch_grouped<DType::kF32>(gp, out.dense, &params, stream);
+    default: break;
   }
   return Status::error("problem.input_type: unknown value");
 }

@@ -14,9 +14,10 @@ Status launch_nvfp4_quantize(const QuantizeProblem& p, const QuantizeInputs& in,
                              void* workspace, cudaStream_t stream) {
   Nvfp4Params params = make_params(p, in.x, in.rowwise_tensor_amax, in.columnwise_tensor_amax, out, workspace, p.rows);
   switch (p.input_type) {
-    case InputType::kBf16: return dispatch_directions<InputType::kBf16>(p, out, &params, stream);
-    case InputType::kFp16: return dispatch_directions<InputType::kFp16>(p, out, &params, stream);
-    case InputType::kFp32: return dispatch_directions<InputType::kFp32>(p, out, &params, stream);
+    case DType::kBf16: return dispatch_directions<DType::kBf16>(p, out, &params, stream);
+    case DType::kF16: return dispatch_directions<DType::kF16>(p, out, &params, stream);
+    case DType::kF32: return dispatch_directions<DType::kF32>(p, out, &params, stream);
+    default: break;
   }
   return Status::error("problem.input_type: unknown value");
 }

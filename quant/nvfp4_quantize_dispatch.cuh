@@ -18,13 +18,12 @@ namespace blockscale::quant::detail {
 namespace {
 
 bool aligned(const void* ptr, int64_t n) { return reinterpret_cast<uintptr_t>(ptr) % n == 0; }
-int element_bytes(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
 
 // Dynamic shared memory of the grouped mode past the tiles: the expert ends and padded ends, and
 // two tiles' segments.
 int grouped_smem(int num_groups) { return 8 * num_groups + 2 * 8 * static_cast<int>(sizeof(Segment)); }
 
-template <InputType kIn, bool kRow, bool kCol, bool kRht, bool k2D, bool kSr, bool kGrouped = false>
+template <DType kIn, bool kRow, bool kCol, bool kRht, bool k2D, bool kSr, bool kGrouped = false>
 Status launch_quantize(const Nvfp4Params& params, cudaStream_t stream) {
   auto* kernel = nvfp4_quantize_kernel<kIn, kRow, kCol, kRht, k2D, kSr, kGrouped>;
   const int tile_smem = TileShape<kIn>::kStages * TileShape<kIn>::kWords * 4;
@@ -41,7 +40,7 @@ Status launch_quantize(const Nvfp4Params& params, cudaStream_t stream) {
   return cuda_status(cudaGetLastError(), "nvfp4_quantize_kernel launch");
 }
 
-template <InputType kIn, bool kRow, bool kCol>
+template <DType kIn, bool kRow, bool kCol>
 Status dispatch_options(const QuantizeProblem& p, const Nvfp4Params& params, cudaStream_t s) {
   const bool rht = kCol && p.hadamard_columnwise;
   if (p.nvfp4_2d)
@@ -56,7 +55,7 @@ Status dispatch_options(const QuantizeProblem& p, const Nvfp4Params& params, cud
                                : launch_quantize<kIn, kRow, kCol, false, false, false>(params, s);
 }
 
-template <InputType kIn>
+template <DType kIn>
 Status dispatch_directions(const QuantizeProblem& p, const QuantizeOutputs& out, Nvfp4Params* params,
                            cudaStream_t s) {
   if (params->measure) {
@@ -76,7 +75,7 @@ Status dispatch_directions(const QuantizeProblem& p, const QuantizeOutputs& out,
 
 // Grouped with a columnwise copy (1D blocks): the amax pass walks the padded segments when the RHT
 // copy needs its amax.
-template <InputType kIn>
+template <DType kIn>
 Status dispatch_grouped(const GroupedQuantizeProblem& gp, const QuantizeOutputs& out, Nvfp4Params* params,
                         cudaStream_t s) {
   const QuantizeProblem& p = gp.dense;
@@ -106,7 +105,7 @@ Nvfp4Params make_params(const QuantizeProblem& p, const void* x, const float* gi
                         const QuantizeOutputs& out, void* workspace, int64_t tile_rows) {
   const bool row = p.directions != Direction::kColumnwise;
   const bool col = p.directions != Direction::kRowwise;
-  const int64_t esize = element_bytes(p.input_type);
+  const int64_t esize = static_cast<int64_t>(formats::dtype_size(p.input_type));
   Nvfp4Params params{};
   params.x = x;
   params.rows = p.rows, params.cols = p.cols, params.ld = p.ld;

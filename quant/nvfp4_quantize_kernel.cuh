@@ -81,7 +81,7 @@ namespace {
 // word offset of each granule of block s is (offset at s = 0) ^ 8s, plus 32 rows.
 // kGrouped: tile row r_s is row r_s % 16 of segment segs[r_s / 16]; every row is quantized (zero
 // rows give zeros), only token rows are stored, at their input row.
-template <InputType kIn, bool k2D, bool kSr, bool kFull, bool kGrouped>
+template <DType kIn, bool k2D, bool kSr, bool kFull, bool kGrouped>
 __device__ __forceinline__ void rowwise_tile(const Nvfp4Params& p, const uint32_t* tile, const TileAt& at,
                                              State& st, const TileBlocks* tb, uint8_t* staged, const Segment* segs) {
   using In = InputTraits<kIn>;
@@ -164,7 +164,7 @@ __device__ __forceinline__ void rowwise_tile(const Nvfp4Params& p, const uint32_
 // is k; the granule's upper bits are n, so the word offset of item n is (offset of item 0 with
 // upper bits 0) ^ 4 (n & mask) + 32 n.
 // kGrouped: the tile rows are the padded row space; a 16-row block is one segment.
-template <InputType kIn, bool k2D, bool kSr, bool kRht, bool kFull, bool kPlainAmax, bool kGrouped>
+template <DType kIn, bool k2D, bool kSr, bool kRht, bool kFull, bool kPlainAmax, bool kGrouped>
 __device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint32_t* tile, const TileAt& at,
                                                 State& st, const TileBlocks* tb, uint8_t* staged) {
   using In = InputTraits<kIn>;
@@ -287,7 +287,7 @@ __device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint
 
 // ---- 2D: 4 threads per 16x16 block (4 rows each) reduce its amax; thread 0 of the four derives
 // both copies' scale.
-template <InputType kIn>
+template <DType kIn>
 __device__ __forceinline__ void tile_blocks(const uint32_t* tile, State& st, TileBlocks* tb) {
   using In = InputTraits<kIn>;
   constexpr int kGran = In::kBytes;
@@ -344,7 +344,7 @@ __device__ __forceinline__ void store_chunks(uint8_t* dst_buffer, int64_t rb, in
 // smallest entry, code 0x7E, is at least 2^-124): the transform's outputs v are multiples of the
 // input's smallest subnormal step (sums and differences of such values, rounded in fp32 to
 // coarser steps), so v * 0.25 is exact, and fl(fl(v * 0.25) * enc) = fl(v * (enc * 0.25)).
-template <InputType kIn, bool kRow, bool kCol, bool kRht>
+template <DType kIn, bool kRow, bool kCol, bool kRht>
 __device__ __forceinline__ void tensor_setup(const Nvfp4Params& p, State& st, float* tables) {
   const int tid = static_cast<int>(threadIdx.x);
   float row_amax = 0.0f, col_amax = 0.0f, plain = 0.0f, rht = 0.0f;
@@ -394,7 +394,7 @@ __device__ __forceinline__ void tensor_setup(const Nvfp4Params& p, State& st, fl
   }
 }
 
-template <InputType kIn, bool kRow, bool kCol, bool kRht, bool k2D, bool kSr, bool kFull, bool kGrouped>
+template <DType kIn, bool kRow, bool kCol, bool kRht, bool k2D, bool kSr, bool kFull, bool kGrouped>
 __device__ __forceinline__ void quantize_tile(const Nvfp4Params& p, const uint32_t* tile, const TileAt& at,
                                               State& st, const TileBlocks* tb, uint8_t* row_staged,
                                               uint8_t* col_staged, const Segment* segs) {
@@ -410,7 +410,7 @@ __device__ __forceinline__ void quantize_tile(const Nvfp4Params& p, const uint32
 
 // kGrouped: the grouped mode with a columnwise copy (the tiles walk the padded row space; CTA 0
 // writes the padded ends). A rowwise-only grouped run is the dense kernel.
-template <InputType kIn, bool kRow, bool kCol, bool kRht, bool k2D, bool kSr, bool kGrouped = false>
+template <DType kIn, bool kRow, bool kCol, bool kRht, bool k2D, bool kSr, bool kGrouped = false>
 __global__ void __launch_bounds__(kThreads, kSr ? 2 : 3) nvfp4_quantize_kernel(const __grid_constant__ Nvfp4Params p) {
   using S = TileShape<kIn>;
   static_assert(!kGrouped || (kCol && !k2D), "grouped tiles carry a 1D columnwise copy");

@@ -57,7 +57,7 @@ constexpr int kThreads = 256;
 constexpr int kChunkBytes = 512;
 constexpr int kMaxPartials = kNvfp4MaxPartials;  // workspace = 2 x 1024 floats
 
-template <InputType kIn>
+template <DType kIn>
 struct TileShape {
   static constexpr int kBytes = InputTraits<kIn>::kBytes;
   static constexpr int kWordsPerRow = kTile * kBytes / 4;  // 64 or 128
@@ -69,7 +69,7 @@ struct TileShape {
 };
 
 // Word offset of granule g of tile row r in the shared tile.
-template <InputType kIn>
+template <DType kIn>
 __device__ __forceinline__ int tile_word(int r, int g) {
   using S = TileShape<kIn>;
   return r * S::kWordsPerRow + 4 * (g ^ (((r >> 4) & 7) ^ ((g >> 3) & S::kUpperMask)));
@@ -102,7 +102,7 @@ __device__ __forceinline__ void cp_async_16B_s(uint32_t dst, const void* src) {
 }
 
 // Starts the copy of a tile into `stage`: consecutive threads take consecutive granules of a row.
-template <InputType kIn>
+template <DType kIn>
 __device__ __forceinline__ void copy_tile(const Nvfp4Params& p, const TileAt& at, uint32_t* stage) {
   using S = TileShape<kIn>;
   constexpr int kRowsPerStep = kThreads / S::kGranules;  // 16 or 8
@@ -146,7 +146,7 @@ __device__ __forceinline__ void copy_tile(const Nvfp4Params& p, const TileAt& at
 // `valid` input rows from row `src`, zeros after them. Lane l finds segment l % 8; the copy takes
 // each segment's (src, valid) from its lane by shuffles (16-bit input: step s is segment s; fp32:
 // segment s / 2). Warp 0 leaves the eight in `segs` for the tile's rowwise pass.
-template <InputType kIn>
+template <DType kIn>
 __device__ __forceinline__ void copy_tile_grouped(const Nvfp4Params& p, const TileAt& at, uint32_t* stage,
                                                   const uint32_t* ends, const uint32_t* pends, Segment* segs) {
   using S = TileShape<kIn>;
@@ -227,7 +227,7 @@ __device__ __forceinline__ BlockScale from_info(uint32_t info, float enc) {
 }
 
 // Magnitude maximum of a 16-element run (fp32 bits; NaN bits for NaN / Inf) and its values as fp32.
-template <InputType kIn>
+template <DType kIn>
 __device__ __forceinline__ uint32_t run_amax(const uint32_t* w, float* f) {
   using In = InputTraits<kIn>;
   if constexpr (In::kBytes == 2) {
@@ -254,7 +254,7 @@ __device__ __forceinline__ void sts8(uint32_t a, uint32_t v) { asm volatile("st.
 __device__ __forceinline__ void pin(uint32_t& v) { asm volatile("" : "+r"(v)); }
 
 // Words of a 16-element run: granules at the shared addresses a[0..kGran).
-template <InputType kIn>
+template <DType kIn>
 __device__ __forceinline__ void read_run(const uint32_t* a, uint32_t* w) {
   constexpr int kGran = InputTraits<kIn>::kBytes;  // granules holding 16 elements: 2 or 4
 #pragma unroll

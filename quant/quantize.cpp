@@ -18,6 +18,7 @@ namespace blockscale::quant {
 namespace {
 
 using formats::Direction;
+using formats::DType;
 using formats::Format;
 
 constexpr int64_t kMaxDim = int64_t{1} << 31;  // as formats/: keeps every offset far from overflow
@@ -25,7 +26,6 @@ constexpr int64_t kMaxDim = int64_t{1} << 31;  // as formats/: keeps every offse
 bool wants_rowwise(const QuantizeProblem& p) { return p.directions != Direction::kColumnwise; }
 bool wants_columnwise(const QuantizeProblem& p) { return p.directions != Direction::kRowwise; }
 bool empty(const QuantizeProblem& p) { return p.rows == 0 || p.cols == 0; }
-int64_t element_bytes(InputType t) { return t == InputType::kFp32 ? 4 : 2; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 bool is_nvfp4(Format r) { return r == Format::kNvfp4; }
 bool has_gpu_kernel(Format r) {
@@ -67,8 +67,9 @@ Status check_options(const QuantizeProblem& p, bool grouped) {
     return Status::error("problem.rounding: kCeil or kFloor (one rule per run)");
   if (p.rounding == formats::ScaleRounding::kFloor && !formats::is_mx(p.recipe))
     return Status::error("problem.rounding: floor scale rounding applies to MX recipes only, not " + name);
-  if (p.input_type != InputType::kBf16 && p.input_type != InputType::kFp16 && p.input_type != InputType::kFp32)
-    return Status::error("problem.input_type: unknown value");
+  if (p.input_type != DType::kBf16 && p.input_type != DType::kF16 && p.input_type != DType::kF32)
+    return Status::error(std::string("problem.input_type: x's dtype must be BF16, F16 or F32, got ") +
+                         formats::dtype_name(p.input_type));
   if (p.directions != Direction::kRowwise && p.directions != Direction::kColumnwise &&
       p.directions != Direction::kBoth)
     return Status::error("problem.directions: unknown value");
@@ -124,7 +125,7 @@ Status check_pointers(const QuantizeProblem& p, const QuantizeInputs& in, const 
     return Status::error("outputs.columnwise_amax: only the nvfp4 RHT columnwise copy has its own amax "
                          "(set problem.hadamard_columnwise, or leave it null)");
   if (empty(p)) return Status::ok();
-  const int64_t esize = element_bytes(p.input_type);
+  const int64_t esize = static_cast<int64_t>(formats::dtype_size(p.input_type));
   if (in.x == nullptr) return Status::error("inputs.x: must not be null");
   if (!aligned(in.x, esize))
     return Status::error("inputs.x: must be aligned to its element size (" + std::to_string(esize) + " bytes)");

@@ -13,12 +13,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "formats/dtype.h"
 #include "formats/recipe.h"
 #include "formats/status.h"
 
 namespace blockscale::quant {
-
-enum class InputType { kBf16, kFp16, kFp32 };
 
 // NVFP4's tensor amax (which sets the fp32 tensor scale S_enc = 2688 / amax):
 //   kMeasure: two passes: an amax kernel reads the input, then the quantize kernel reads it again.
@@ -32,7 +31,7 @@ enum class TensorAmax { kMeasure, kGiven };
 struct QuantizeProblem {
   formats::Format recipe = formats::Format::kMxfp8E4M3;
   formats::ScaleRounding rounding = formats::ScaleRounding::kCeil;  // MX recipes only
-  InputType input_type = InputType::kBf16;
+  formats::DType input_type = formats::DType::kBf16;  // the input's dtype: kBf16, kF16 or kF32
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t ld = 0;  // input row stride in elements

@@ -43,15 +43,15 @@ TensorSource view_source(const std::string& name, const io::TensorView& v, int64
   TensorSource s;
   s.name = name;
   s.shape = v.shape;
-  s.dtype = io::dtype_name(v.dtype);
+  s.dtype = formats::dtype_name(v.dtype);
   s.rows = rows;
   s.cols = cols;
-  const io::DType dtype = v.dtype;
+  const formats::DType dtype = v.dtype;
   const uint8_t* data = v.data;
   s.read = [owner, name, dtype, data, rows, cols, mapped](int64_t r0, int64_t nr, int64_t c0,
                                                            int64_t nc, float* out) -> Status {
     BS_RETURN_IF_ERROR(check_window(name, rows, cols, r0, nr, c0, nc, out));
-    const int64_t esize = static_cast<int64_t>(io::dtype_size(dtype));
+    const int64_t esize = static_cast<int64_t>(formats::dtype_size(dtype));
     for (int64_t r = 0; r < nr; ++r)
       io::widen_to_float(dtype, data + ((r0 + r) * cols + c0) * esize, static_cast<size_t>(nc), out + r * nc);
     if (mapped && nr > 0 && nc > 0) {
@@ -224,7 +224,7 @@ Status open_study_files(const std::vector<std::string>& paths, const std::string
       StudyInput in;
       in.name = name;
       in.shape = e.view.shape;
-      in.dtype = io::dtype_name(e.view.dtype);
+      in.dtype = formats::dtype_name(e.view.dtype);
       const io::TensorView view = e.view;
       in.open = [name, view, rows, cols, mapped, holder](TensorSource* src) {
         *src = view_source(name, view, rows, cols, mapped, holder);

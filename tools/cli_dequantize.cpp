@@ -65,7 +65,7 @@ void run_dequantize(const DequantizeArgs& a) {
                            "values stay in the transformed domain\n", names[i].c_str());
     Status s = dequantize_entry(e, &values[i]);
     if (!s) fail("dequantize", names[i] + ": " + s.message());
-    views.push_back({names[i], io::TensorView{io::DType::F32, e.shape,
+    views.push_back({names[i], io::TensorView{formats::DType::kF32, e.shape,
                                               reinterpret_cast<const uint8_t*>(values[i].data()),
                                               values[i].size() * sizeof(float)}});
   }

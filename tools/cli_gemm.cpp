@@ -103,7 +103,7 @@ void run_gemm(const GemmArgs& a) {
   gemm::GemmProblem p;
   p.m = a.m, p.n = a.n, p.k = a.k;
   p.a_recipe = ra, p.b_recipe = rb;
-  p.d_type = a.out_type == "fp32" ? gemm::MatrixType::kFp32 : gemm::MatrixType::kBf16;
+  p.d_type = a.out_type == "fp32" ? formats::DType::kF32 : formats::DType::kBf16;
   p.ldd = p.ldc = a.n;
   check_usage("gemm", gemm::can_implement(p));  // shapes and recipes (the options alone), before any work
   int devices = 0;
@@ -121,7 +121,7 @@ void run_gemm(const GemmArgs& a) {
   const formats::QuantizedMatrix qb = quantize_operand("B", a.n, a.k, rb, a.seed ^ 0x5DEECE66Dull);
   progress(a, "running on the GPU");
   GpuGemmResult res;
-  check("gemm", gpu_gemm(qa, qb, p.d_type == gemm::MatrixType::kFp32, a.iters, a.check, &res));
+  check("gemm", gpu_gemm(qa, qb, p.d_type == formats::DType::kF32, a.iters, a.check, &res));
   const double tflops = a.iters > 0 ? 2.0 * a.m * a.n * a.k / (res.median_us * 1e-6) / 1e12 : 0.0;
   std::printf("gemm %s x %s, %lld x %lld x %lld, %s D: %.1f us, %.1f TFLOP/s (median of %d; %s)\n", a.recipe.c_str(),
               b_name.c_str(), static_cast<long long>(a.m), static_cast<long long>(a.n), static_cast<long long>(a.k),
@@ -145,7 +145,7 @@ void run_gemm(const GemmArgs& a) {
   // bf16 D: rounding the output alone costs up to 2^-9 relative per element; 2^-8 leaves room for
   // the accumulation. fp32 D: the accumulation (the tensor core's partial sums, fp32 promotion)
   // stays near 1e-4 on this data; tests/gemm derives the per-case bound, this is a sanity gate.
-  const double limit = p.d_type == gemm::MatrixType::kBf16 ? std::ldexp(1.0, -8) : 1e-3;
+  const double limit = p.d_type == formats::DType::kBf16 ? std::ldexp(1.0, -8) : 1e-3;
   const bool ok = nonfinite == 0 && rel <= limit;
   std::printf("check: %lld of %lld rows against formats::reference_gemm (fp64): relative Frobenius error %.3g "
               "(limit %.3g), %lld non-finite: %s\n",

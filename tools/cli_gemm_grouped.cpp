@@ -166,7 +166,7 @@ void run_grouped_gemm(const GemmArgs& a) {
   gq.dense.recipe = ra, gq.dense.rows = a.tokens, gq.num_groups = a.experts;
   p.m = wgrad ? a.n : a.tokens, p.n = wgrad ? a.k : a.n, p.k = wgrad ? quant::grouped_capacity(gq) : a.k;
   p.a_recipe = ra, p.b_recipe = rb;
-  p.d_type = a.out_type == "fp32" ? gemm::MatrixType::kFp32 : gemm::MatrixType::kBf16;
+  p.d_type = a.out_type == "fp32" ? formats::DType::kF32 : formats::DType::kBf16;
   p.ldd = p.ldc = p.n;
   check_usage("gemm", gemm::can_implement(p));  // the options alone, before any work
   int devices = 0;

@@ -79,7 +79,7 @@ Status gpu_gemm(const formats::QuantizedMatrix& a, const formats::QuantizedMatri
   gemm::GemmProblem p;
   p.m = a.rows, p.n = b.rows, p.k = a.cols;
   p.a_recipe = a.recipe, p.b_recipe = b.recipe;
-  p.d_type = fp32_d ? gemm::MatrixType::kFp32 : gemm::MatrixType::kBf16;
+  p.d_type = fp32_d ? formats::DType::kF32 : formats::DType::kBf16;
   p.ldd = p.n;
   p.ldc = p.n;
   BS_RETURN_IF_ERROR(gemm::can_implement(p));
@@ -111,7 +111,7 @@ Status gpu_grouped_gemm(bool k_grouped, const formats::QuantizedMatrix& a, const
   p.num_groups = static_cast<int>(ends.size());
   p.m = a.rows, p.n = b[0].rows, p.k = a.cols;
   p.a_recipe = a.recipe, p.b_recipe = b[0].recipe;
-  p.d_type = fp32_d ? gemm::MatrixType::kFp32 : gemm::MatrixType::kBf16;
+  p.d_type = fp32_d ? formats::DType::kF32 : formats::DType::kBf16;
   p.ldd = p.ldc = p.n;
   BS_RETURN_IF_ERROR(gemm::can_implement(p));
   gemm::DeviceOperand da, db;

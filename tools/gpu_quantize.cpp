@@ -86,15 +86,12 @@ Status gpu_quantize(const io::TensorView& t, int64_t rows, int64_t cols, const f
   std::vector<float> widened;
   const void* host = t.data;
   size_t host_bytes = t.nbytes;
-  switch (t.dtype) {
-    case io::DType::BF16: p.input_type = quant::InputType::kBf16; break;
-    case io::DType::F16: p.input_type = quant::InputType::kFp16; break;
-    case io::DType::F32: p.input_type = quant::InputType::kFp32; break;
-    default:
-      BS_RETURN_IF_ERROR(io::to_float(t, &widened));
-      p.input_type = quant::InputType::kFp32;
-      host = widened.data();
-      host_bytes = widened.size() * sizeof(float);
+  p.input_type = t.dtype;
+  if (t.dtype != formats::DType::kBf16 && t.dtype != formats::DType::kF16 && t.dtype != formats::DType::kF32) {
+    BS_RETURN_IF_ERROR(io::to_float(t, &widened));
+    p.input_type = formats::DType::kF32;
+    host = widened.data();
+    host_bytes = widened.size() * sizeof(float);
   }
   BS_RETURN_IF_ERROR(quant::can_implement(p));
   DeviceBuffer x, row_data, row_scales, row_dec, col_data, col_scales, col_dec, flag, workspace;

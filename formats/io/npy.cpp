@@ -21,7 +21,7 @@ constexpr char kMagic[] = "\x93NUMPY";
 constexpr size_t kMagicLen = 6;
 
 struct Header {
-  DType dtype = DType::F32;
+  formats::DType dtype = formats::DType::kF32;
   bool fortran_order = false;
   std::vector<int64_t> shape;
   size_t data_offset = 0;  // bytes before the array data
@@ -115,17 +115,28 @@ class DictScanner {
   size_t i_ = 0;
 };
 
-Status descr_to_dtype(const std::string& descr, DType* out) {
-  for (int k = 0; k < kNumDTypes; ++k) {
-    const DTypeInfo& info = dtype_info(static_cast<DType>(k));
-    if (!info.npy_descr) continue;
-    const std::string_view want(info.npy_descr);
+// The numpy descr np.save writes for each formats::DType (in its order); nullptr: no .npy form.
+// bf16: numpy has no bfloat16; ml_dtypes' bfloat16 arrays save as '<V2' (checked with numpy
+// 2.4.6 / ml_dtypes 0.6.0). The fp8 types save as '<V1' for every variant, so .npy cannot say
+// which fp8 format a file holds: they have no .npy form here (save them as uint8).
+const char* npy_descr(formats::DType d) {
+  static constexpr const char* kDescr[formats::kNumDTypes] = {
+      "|b1", "|u1", "|i1", nullptr, nullptr, nullptr, "<i2", "<u2",
+      "<f2", "<V2", "<i4", "<u4", "<f4", "<f8", "<i8", "<u8"};
+  return static_cast<int>(d) < formats::kNumDTypes ? kDescr[static_cast<int>(d)] : nullptr;
+}
+
+Status descr_to_dtype(const std::string& descr, formats::DType* out) {
+  for (int k = 0; k < formats::kNumDTypes; ++k) {
+    const formats::DType d = static_cast<formats::DType>(k);
+    if (!npy_descr(d)) continue;
+    const std::string_view want(npy_descr(d));
     // One-byte types have no byte order: numpy writes '|', '<' is equally clear.
-    const bool match = descr == want || (info.size == 1 && descr.size() == want.size() &&
+    const bool match = descr == want || (formats::dtype_size(d) == 1 && descr.size() == want.size() &&
                                          (descr[0] == '<' || descr[0] == '|') &&
                                          std::string_view(descr).substr(1) == want.substr(1));
     if (match) {
-      *out = static_cast<DType>(k);
+      *out = static_cast<formats::DType>(k);
       return Status::ok();
     }
   }
@@ -279,7 +290,7 @@ Status read_all(int fd, uint8_t* dst, size_t n, uint64_t offset, const std::stri
 // final '\n' so that preamble + header is a multiple of 64 bytes.
 Status npy_header(const TensorView& t, std::string* out) {
   BS_RETURN_IF_ERROR(check_view(t, "t"));
-  const char* descr = dtype_info(t.dtype).npy_descr;
+  const char* descr = npy_descr(t.dtype);
   if (!descr) {
     return bad(std::string("t.dtype: ") + dtype_name(t.dtype) + " has no .npy form (numpy saves "
                "every fp8 type as '<V1'); write the bytes as U8 instead");

@@ -1,7 +1,7 @@
 // NumPy .npy files (format versions 1.0, 2.0, 3.0), read into memory and written atomically.
 //
-//   dtypes : the DType table in tensor_view.h with an npy_descr: '<f2' '<f4' '<f8', '<V2' (bf16
-//            as ml_dtypes saves it), '|b1' '|u1' '|i1' '<i2' '<u2' '<i4' '<u4' '<i8' '<u8'
+//   dtypes : every formats::DType with an npy descr (npy.cpp's table): '<f2' '<f4' '<f8', '<V2'
+//            (bf16 as ml_dtypes saves it), '|b1' '|u1' '|i1' '<i2' '<u2' '<i4' '<u4' '<i8' '<u8'
 //            ('<' or '|' accepted for one-byte types). Big-endian, structured, object, complex
 //            and '<V1' (an fp8 of unknown kind) are errors.
 //   order  : C and Fortran order are read; Fortran order is converted to row-major in memory.
@@ -30,7 +30,7 @@ inline constexpr size_t kMaxNpyHeader = size_t{1} << 20;
 
 // An array read from a .npy file: the bytes are owned and row-major.
 struct NpyArray {
-  DType dtype = DType::F32;
+  formats::DType dtype = formats::DType::kF32;
   std::vector<int64_t> shape;
   std::vector<uint8_t> data;
 

@@ -28,18 +28,18 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the file format is lit
 constexpr const char* kMetaSuffixes[] = {".recipe", ".shape", ".direction",
                                          ".rounding", ".block", ".transform"};
 
-DType data_dtype(Format r) {
+f::DType data_dtype(Format r) {
   switch (r) {
-    case Format::kMxfp8E5M2: return DType::F8_E5M2;
+    case Format::kMxfp8E5M2: return f::DType::kF8E5M2;
     case Format::kMxfp8E4M3:
     case Format::kFp8Block1x128:
-    case Format::kFp8Block128x128: return DType::F8_E4M3;
-    default: return DType::U8;  // E2M1 pairs (mxfp4, nvfp4), one E2M3/E3M2 code (mxfp6)
+    case Format::kFp8Block128x128: return f::DType::kF8E4M3;
+    default: return f::DType::kU8;  // E2M1 pairs (mxfp4, nvfp4), one E2M3/E3M2 code (mxfp6)
   }
 }
 
 // E8M0 and UE4M3 codes are U8: numpy has neither type, and safetensors has no UE4M3 dtype.
-DType scale_dtype(Format r) { return f::is_fp8_block(r) ? DType::F32 : DType::U8; }
+f::DType scale_dtype(Format r) { return f::is_fp8_block(r) ? f::DType::kF32 : f::DType::kU8; }
 
 // The blocks each recipe may be stored with (nvfp4: 1D, or 2D tiles for weights).
 std::string legal_blocks(Format r) {
@@ -133,7 +133,7 @@ Status get_meta(const SafetensorsFile& file, const std::string& key, std::string
 }
 
 // Tensor `key` with the dtype and shape the schema requires.
-Status get_tensor(const SafetensorsFile& file, const std::string& key, DType dtype,
+Status get_tensor(const SafetensorsFile& file, const std::string& key, f::DType dtype,
                   const std::vector<int64_t>& shape, const std::string& why, TensorView* out) {
   if (!file.contains(key)) return Status::error(printable(key) + ": missing tensor");
   BS_RETURN_IF_ERROR(file.tensor(key, out));
@@ -254,7 +254,7 @@ Status read_entry(const SafetensorsFile& file, const std::string& name, Quantize
 
   const std::string gkey = key(".global_scale");
   if (r == Format::kNvfp4) {
-    BS_RETURN_IF_ERROR(get_tensor(file, gkey, DType::F32, {}, "nvfp4's S_dec, one fp32 scalar", &v));
+    BS_RETURN_IF_ERROR(get_tensor(file, gkey, f::DType::kF32, {}, "nvfp4's S_dec, one fp32 scalar", &v));
     std::memcpy(&q.global_scale_dec, v.data, sizeof(float));
     if (!valid_global_scale(q.global_scale_dec))
       return Status::error(printable(gkey) + ": " + float_string(q.global_scale_dec) +
@@ -354,15 +354,15 @@ Status add_quantized_tensor(const QuantizedTensor& t,
                                                      q.data.data(), q.data.size()}});
     const std::vector<int64_t> sshape = {q.scale_rows(), q.scale_cols()};
     if (f::is_fp8_block(r)) {
-      tensors->push_back({t.name + ".scale", TensorView{DType::F32, sshape,
+      tensors->push_back({t.name + ".scale", TensorView{f::DType::kF32, sshape,
                                                         reinterpret_cast<const uint8_t*>(q.scales_f32.data()),
                                                         q.scales_f32.size() * sizeof(float)}});
     } else {
-      tensors->push_back({t.name + ".scale", TensorView{DType::U8, sshape, q.scales.data(), q.scales.size()}});
+      tensors->push_back({t.name + ".scale", TensorView{f::DType::kU8, sshape, q.scales.data(), q.scales.size()}});
     }
     if (r == Format::kNvfp4) {
       tensors->push_back({t.name + ".global_scale",
-                          TensorView{DType::F32, {}, reinterpret_cast<const uint8_t*>(&q.global_scale_dec),
+                          TensorView{f::DType::kF32, {}, reinterpret_cast<const uint8_t*>(&q.global_scale_dec),
                                      sizeof(float)}});
     }
     const std::pair<const char*, std::string> meta[] = {

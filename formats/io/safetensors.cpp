@@ -38,7 +38,7 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 
 struct Entry {
   std::string name;
-  DType dtype = DType::F32;
+  formats::DType dtype = formats::DType::kF32;
   std::vector<int64_t> shape;
   uint64_t begin = 0;
   uint64_t end = 0;
@@ -498,7 +498,7 @@ Status SafetensorsWriter::open(const std::string& path, std::vector<TensorSpec> 
       const TensorSpec& t = tensors[i];
       if (t.name == "__metadata__") return bad("tensors: '__metadata__' is reserved, not a tensor name");
       if (!seen.insert(t.name).second) return bad("tensors: duplicate name " + printable(t.name));
-      if (static_cast<int>(t.dtype) >= kNumDTypes) return bad("tensors: " + printable(t.name) + " has an invalid dtype");
+      if (static_cast<int>(t.dtype) >= formats::kNumDTypes) return bad("tensors: " + printable(t.name) + " has an invalid dtype");
       Status s = shape_nbytes(t.shape, t.dtype, &sizes[i]);
       if (!s) return bad("tensors: " + printable(t.name) + ": " + s.message());
       if (__builtin_add_overflow(total, sizes[i], &total)) return bad("tensors: total size overflows");

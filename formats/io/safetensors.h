@@ -19,7 +19,7 @@
 // file order, in as many chunks as the caller likes, into a temporary file next to the target;
 // finish() fsyncs and renames it over the target. Any error, or a writer destroyed before
 // finish(), removes the temporary file. File order is the reference writer's: dtype by
-// decreasing alignment (the DType enum order, descending), then name; with the header padded
+// decreasing alignment (formats::DType's order, descending), then name; with the header padded
 // with spaces to a multiple of 8 bytes this aligns every tensor to its element size, and the
 // bytes equal safetensors' own serialize() for the same tensors.
 #pragma once
@@ -68,7 +68,7 @@ class SafetensorsFile {
 
 struct TensorSpec {
   std::string name;
-  DType dtype = DType::F32;
+  formats::DType dtype = formats::DType::kF32;
   std::vector<int64_t> shape;
 };
 

@@ -1,11 +1,11 @@
 // A tensor as the file readers hand it out and the writers take it: a dtype, a row-major shape
 // and a pointer to little-endian bytes owned by someone else (a memory mapping, an NpyArray, the
-// caller). Also the one table of dtype sizes and names, widening of the float dtypes to fp32,
-// and the write-to-a-temporary-then-rename file both writers use.
+// caller). Also the safetensors dtype string's parse, widening of the float dtypes to fp32, and
+// the write-to-a-temporary-then-rename file both writers use.
 //
-//   defines: DType, dtype_size, dtype_name, dtype_is_float, dtype_from_name, shape_nbytes,
-//            TensorView, check_view, widen_to_float, to_float, detail::AtomicFile,
-//            detail::write_file_atomically
+//   defines: dtype_from_name, shape_nbytes, TensorView, check_view, widen_to_float, to_float,
+//            detail::AtomicFile, detail::write_file_atomically
+//   (the dtypes themselves, formats::DType and its table, are formats/dtype.h's)
 #pragma once
 
 #include <fcntl.h>
@@ -24,45 +24,14 @@
 #include <string_view>
 #include <vector>
 
+#include "formats/dtype.h"
 #include "formats/scalar_codecs.h"
 #include "formats/status.h"
 
 namespace blockscale::io {
 
-// In the order of safetensors' reference `Dtype` enum (increasing alignment): its writer orders
-// tensors by dtype descending, then by name, which keeps every tensor naturally aligned; ours
-// does the same, so files match the reference byte for byte.
-enum class DType : uint8_t {
-  BOOL, U8, I8, F8_E5M2, F8_E4M3, F8_E8M0, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64
-};
-inline constexpr int kNumDTypes = 16;
-
 // Highest rank either format reads or writes (numpy 2's NPY_MAXDIMS); bounds per-tensor memory.
 inline constexpr int kMaxRank = 64;
-
-struct DTypeInfo {
-  const char* name;       // safetensors dtype string
-  const char* npy_descr;  // numpy descr as np.save writes it; nullptr: no .npy form
-  uint8_t size;
-  bool is_float;
-};
-
-// bf16: numpy has no bfloat16; ml_dtypes' bfloat16 arrays save as '<V2' (checked with numpy
-// 2.4.6 / ml_dtypes 0.6.0). The fp8 types save as '<V1' for every variant, so .npy cannot say
-// which fp8 format a file holds: they have no .npy form here (save them as uint8).
-inline const DTypeInfo& dtype_info(DType d) {
-  static constexpr DTypeInfo kTable[kNumDTypes] = {
-      {"BOOL", "|b1", 1, false},    {"U8", "|u1", 1, false},       {"I8", "|i1", 1, false},
-      {"F8_E5M2", nullptr, 1, true}, {"F8_E4M3", nullptr, 1, true}, {"F8_E8M0", nullptr, 1, true},
-      {"I16", "<i2", 2, false},     {"U16", "<u2", 2, false},      {"F16", "<f2", 2, true},
-      {"BF16", "<V2", 2, true},     {"I32", "<i4", 4, false},      {"U32", "<u4", 4, false},
-      {"F32", "<f4", 4, true},      {"F64", "<f8", 8, true},       {"I64", "<i8", 8, false},
-      {"U64", "<u8", 8, false}};
-  return kTable[static_cast<int>(d) < kNumDTypes ? static_cast<int>(d) : 0];
-}
-inline size_t dtype_size(DType d) { return dtype_info(d).size; }
-inline const char* dtype_name(DType d) { return dtype_info(d).name; }
-inline bool dtype_is_float(DType d) { return dtype_info(d).is_float; }
 
 namespace detail {
 
@@ -86,11 +55,11 @@ inline std::string printable(std::string_view s) {
 
 }  // namespace detail
 
-// safetensors dtype string -> DType.
-inline Status dtype_from_name(std::string_view name, DType* out) {
-  for (int i = 0; i < kNumDTypes; ++i) {
-    if (name == dtype_info(static_cast<DType>(i)).name) {
-      *out = static_cast<DType>(i);
+// safetensors dtype string (formats::dtype_name) -> formats::DType.
+inline Status dtype_from_name(std::string_view name, formats::DType* out) {
+  for (int i = 0; i < formats::kNumDTypes; ++i) {
+    if (name == dtype_info(static_cast<formats::DType>(i)).name) {
+      *out = static_cast<formats::DType>(i);
       return Status::ok();
     }
   }
@@ -101,7 +70,7 @@ inline Status dtype_from_name(std::string_view name, DType* out) {
 
 // Bytes of a tensor of `shape` and `dtype`: an error for a negative dimension, rank > kMaxRank,
 // or an element count or byte count that overflows int64.
-inline Status shape_nbytes(const std::vector<int64_t>& shape, DType dtype, uint64_t* nbytes) {
+inline Status shape_nbytes(const std::vector<int64_t>& shape, formats::DType dtype, uint64_t* nbytes) {
   if (shape.size() > static_cast<size_t>(kMaxRank)) {
     return Status::error("shape: rank " + std::to_string(shape.size()) + " exceeds the limit " +
                          std::to_string(kMaxRank));
@@ -121,7 +90,7 @@ inline Status shape_nbytes(const std::vector<int64_t>& shape, DType dtype, uint6
 }
 
 struct TensorView {
-  DType dtype = DType::F32;
+  formats::DType dtype = formats::DType::kF32;
   std::vector<int64_t> shape;     // row-major (C order); empty: rank 0, one element
   const uint8_t* data = nullptr;  // little-endian elements; may be unaligned (use memcpy)
   size_t nbytes = 0;
@@ -145,19 +114,19 @@ inline Status check_view(const TensorView& t, const std::string& what) {
 // Widens n elements of float dtype `d` at p (little-endian, possibly unaligned) to fp32: F64
 // rounds to nearest; F16, BF16 and the fp8 formats are exact. Returns false for a non-float dtype.
 // The one conversion both to_float and chunked readers (the study) use.
-inline bool widen_to_float(DType d, const uint8_t* p, size_t n, float* o) {
+inline bool widen_to_float(formats::DType d, const uint8_t* p, size_t n, float* o) {
   namespace f = blockscale::formats;
   auto u16 = [p](size_t i) { return static_cast<uint16_t>(p[2 * i] | p[2 * i + 1] << 8); };
   switch (d) {
-    case DType::F32: if (n) std::memcpy(o, p, 4 * n); return true;
-    case DType::F64:
+    case formats::DType::kF32: if (n) std::memcpy(o, p, 4 * n); return true;
+    case formats::DType::kF64:
       for (size_t i = 0; i < n; ++i) { double v; std::memcpy(&v, p + 8 * i, 8); o[i] = static_cast<float>(v); }
       return true;
-    case DType::F16: for (size_t i = 0; i < n; ++i) o[i] = f::fp16_bits_to_float(u16(i)); return true;
-    case DType::BF16: for (size_t i = 0; i < n; ++i) o[i] = f::bf16_bits_to_float(u16(i)); return true;
-    case DType::F8_E4M3: for (size_t i = 0; i < n; ++i) o[i] = f::decode_e4m3(p[i]); return true;
-    case DType::F8_E5M2: for (size_t i = 0; i < n; ++i) o[i] = f::decode_e5m2(p[i]); return true;
-    case DType::F8_E8M0: for (size_t i = 0; i < n; ++i) o[i] = f::decode_e8m0(p[i]); return true;
+    case formats::DType::kF16: for (size_t i = 0; i < n; ++i) o[i] = f::fp16_bits_to_float(u16(i)); return true;
+    case formats::DType::kBf16: for (size_t i = 0; i < n; ++i) o[i] = f::bf16_bits_to_float(u16(i)); return true;
+    case formats::DType::kF8E4M3: for (size_t i = 0; i < n; ++i) o[i] = f::decode_e4m3(p[i]); return true;
+    case formats::DType::kF8E5M2: for (size_t i = 0; i < n; ++i) o[i] = f::decode_e5m2(p[i]); return true;
+    case formats::DType::kF8E8M0: for (size_t i = 0; i < n; ++i) o[i] = f::decode_e8m0(p[i]); return true;
     default: return false;
   }
 }

@@ -162,7 +162,7 @@ bool lt_operand(Format r, LtOperand* out) {
   }
 }
 
-cudaDataType_t lt_matrix_type(MatrixType t) { return t == MatrixType::kBf16 ? CUDA_R_16BF : CUDA_R_32F; }
+cudaDataType_t lt_matrix_type(formats::DType t) { return t == formats::DType::kBf16 ? CUDA_R_16BF : CUDA_R_32F; }
 
 // The largest power of two (up to cuBLASLt's default 256) dividing the address: the heuristic
 // otherwise assumes 256-byte aligned buffers and may pick an algorithm ours do not satisfy.
@@ -231,8 +231,8 @@ constexpr size_t kMaxPlans = 4096;  // expert sizes change every step: bound the
 std::string problem_text(const GemmProblem& p) {
   return "m=" + std::to_string(p.m) + ", n=" + std::to_string(p.n) + ", k=" + std::to_string(p.k) + ", " +
          formats::format_name(p.a_recipe) + " x " + formats::format_name(p.b_recipe) + ", d_type " +
-         matrix_type_name(p.d_type) + ", ldd=" + std::to_string(p.ldd) +
-         (p.beta != 0.0f ? ", c_type " + std::string(matrix_type_name(p.c_type)) + ", ldc=" + std::to_string(p.ldc)
+         formats::dtype_name(p.d_type) + ", ldd=" + std::to_string(p.ldd) +
+         (p.beta != 0.0f ? ", c_type " + std::string(formats::dtype_name(p.c_type)) + ", ldc=" + std::to_string(p.ldc)
                          : std::string());
 }
 
@@ -253,7 +253,7 @@ Status set_scale_pointers(cublasLtMatmulDesc_t op, const GemmArguments& args) {
 }
 
 Status make_plan(cublasLtHandle_t handle, const GemmProblem& p, const GemmArguments& args, const LtOperand& a,
-                 const LtOperand& b, int64_t lda, int64_t ldb, MatrixType c_type, int64_t ldc, const LtPrefs& prefs,
+                 const LtOperand& b, int64_t lda, int64_t ldb, formats::DType c_type, int64_t ldc, const LtPrefs& prefs,
                  LtPlan* plan) {
   LtDescriptors& desc = plan->desc;
   BS_RETURN_IF_ERROR(lt_status(g_lt->desc_create(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
@@ -321,7 +321,7 @@ Status launch_cublaslt_block_scaled(const GemmProblem& p, const GemmArguments& a
   if (read_c && p.c_type != p.d_type)
     return Status::error(std::string("c_type: must equal d_type when beta != 0 on sm_100 (cuBLASLt's block-scaled "
                                      "matmul takes C in D's type), got c_type ") +
-                         matrix_type_name(p.c_type) + " with d_type " + matrix_type_name(p.d_type));
+                         formats::dtype_name(p.c_type) + " with d_type " + formats::dtype_name(p.d_type));
   const bool a_nvfp4 = p.a_recipe == Format::kNvfp4, b_nvfp4 = p.b_recipe == Format::kNvfp4;
   const bool device_scalars = a_nvfp4 || b_nvfp4;
   if (workspace == nullptr) workspace_bytes = 0;
@@ -334,7 +334,7 @@ Status launch_cublaslt_block_scaled(const GemmProblem& p, const GemmArguments& a
   // device pointer mode cuBLASLt sees beta only on the GPU; on an H100 (FP8, cuBLASLt 13.0) a
   // device beta of 0 with a NaN-filled C == D left no NaN in D, for all 8 heuristic algorithms.
   const void* c = read_c ? args.c : args.d;
-  const MatrixType c_type = read_c ? p.c_type : p.d_type;
+  const formats::DType c_type = read_c ? p.c_type : p.d_type;
   const int64_t ldc = read_c ? p.ldc : p.ldd;
   int device = 0;
   BS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "device: cudaGetDevice"));

@@ -81,7 +81,7 @@ GemmProblem expert_problem(const GroupedGemmProblem& p, int64_t m, int64_t k) {
   return e;
 }
 
-const void* rows_at(const void* base, int64_t row, int64_t ld, MatrixType t) {
+const void* rows_at(const void* base, int64_t row, int64_t ld, formats::DType t) {
   return base ? static_cast<const char*>(base) + row * ld * element_bytes(t) : nullptr;
 }
 

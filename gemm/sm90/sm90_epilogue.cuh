@@ -31,11 +31,11 @@ inline EpilogueParams make_epilogue(const GemmProblem& p, const GemmArguments& a
   e.beta = p.beta;
   e.c = args.c;
   e.ldc = p.ldc;
-  e.c_bf16 = p.c_type == MatrixType::kBf16;
+  e.c_bf16 = p.c_type == formats::DType::kBf16;
   e.c_pairs = args.c != nullptr && p.ldc % 2 == 0 && aligned(args.c, e.c_bf16 ? 4 : 8);
   e.d = args.d;
   e.ldd = p.ldd;
-  e.d_bf16 = p.d_type == MatrixType::kBf16;
+  e.d_bf16 = p.d_type == formats::DType::kBf16;
   e.d_pairs = p.ldd % 2 == 0 && aligned(args.d, e.d_bf16 ? 4 : 8);
   return e;
 }

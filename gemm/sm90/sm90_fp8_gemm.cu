@@ -30,11 +30,11 @@ std::atomic<Sm90Fp8Tile> g_tile{Sm90Fp8Tile::kAuto};
 // n = 127 and fp32 D), and C not read, or read only as the fp32 D it accumulates into (beta 1,
 // in place: TMA reduce-add). Otherwise the threads write D from registers.
 bool tma_stores_d(const GemmProblem& p, const GemmArguments& args) {
-  const int64_t d_elem = p.d_type == MatrixType::kBf16 ? 2 : 4;
+  const int64_t d_elem = static_cast<int64_t>(formats::dtype_size(p.d_type));
   const bool d_tma = reinterpret_cast<uintptr_t>(args.d) % 16 == 0 && (p.ldd * d_elem) % 16 == 0 &&
                      (p.n * d_elem) % 16 == 0;
-  const bool accumulate_in_place = p.beta == 1.0f && p.d_type == MatrixType::kFp32 &&
-                                   p.c_type == MatrixType::kFp32 && args.c == args.d && p.ldc == p.ldd;
+  const bool accumulate_in_place = p.beta == 1.0f && p.d_type == formats::DType::kF32 &&
+                                   p.c_type == formats::DType::kF32 && args.c == args.d && p.ldc == p.ldd;
   return d_tma && (p.beta == 0.0f || accumulate_in_place);
 }
 
@@ -102,7 +102,7 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
                CU_TENSOR_MAP_SWIZZLE_NONE};
   }
   // D in boxes of 64 rows x 128 bytes (64 bf16 or 32 fp32 columns), 128-byte swizzled.
-  const bool d_bf16 = p.d_type == MatrixType::kBf16;
+  const bool d_bf16 = p.d_type == formats::DType::kBf16;
   const int64_t d_elem = d_bf16 ? 2 : 4;
   // K-grouped: a 3-D view (columns, rows of one expert, experts), so TMA clips each box at its
   // expert's last row as well as at N.

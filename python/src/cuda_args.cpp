@@ -15,30 +15,32 @@ void check_run(const Status& s) {
   if (!s) throw std::runtime_error(s.message());  // nanobind turns it into RuntimeError
 }
 
-Dtype dtype_of(const Array& t) {
+// t's dtype among those the bindings take; false for any other.
+static bool dtype_of(const Array& t, formats::DType* out) {
   const nb::dlpack::dtype d = t.dtype();
-  if (d.lanes != 1) return Dtype::kOther;
+  if (d.lanes != 1) return false;
   using C = nb::dlpack::dtype_code;
+  using formats::DType;
   const auto code = static_cast<C>(d.code);
   // float8_e4m3fn codes are bytes like uint8 ones: a torch float8 tensor may hold quantized data.
-  if ((code == C::UInt || code == C::Float8_E4M3FN) && d.bits == 8) return Dtype::kUint8;
-  if (code == C::Int && d.bits == 32) return Dtype::kInt32;
-  if (code == C::Float && d.bits == 32) return Dtype::kFloat32;
-  if (code == C::Float && d.bits == 16) return Dtype::kFloat16;
-  if (code == C::Bfloat && d.bits == 16) return Dtype::kBfloat16;
-  return Dtype::kOther;
+  if ((code == C::UInt || code == C::Float8_E4M3FN) && d.bits == 8) *out = DType::kU8;
+  else if (code == C::Int && d.bits == 32) *out = DType::kI32;
+  else if (code == C::Float && d.bits == 32) *out = DType::kF32;
+  else if (code == C::Float && d.bits == 16) *out = DType::kF16;
+  else if (code == C::Bfloat && d.bits == 16) *out = DType::kBf16;
+  else return false;
+  return true;
 }
 
-const char* dtype_name(Dtype d) {
+const char* torch_dtype_name(formats::DType d) {
   switch (d) {
-    case Dtype::kUint8: return "uint8";
-    case Dtype::kInt32: return "int32";
-    case Dtype::kFloat32: return "float32";
-    case Dtype::kBfloat16: return "bfloat16";
-    case Dtype::kFloat16: return "float16";
-    case Dtype::kOther: break;
+    case formats::DType::kU8: return "uint8";
+    case formats::DType::kI32: return "int32";
+    case formats::DType::kF32: return "float32";
+    case formats::DType::kBf16: return "bfloat16";
+    case formats::DType::kF16: return "float16";
+    default: return formats::dtype_name(d);  // none the bindings take
   }
-  return "another dtype";
 }
 
 std::string shape_string(const Array& t) {
@@ -90,15 +92,16 @@ static std::string other_dtype_name(const Array& t) {
   return base + std::to_string(d.bits) + (d.lanes != 1 ? " x" + std::to_string(d.lanes) : "");
 }
 
-void require_dtype(const char* name, const Array& t, std::initializer_list<Dtype> allowed) {
-  const Dtype d = dtype_of(t);
+formats::DType require_dtype(const char* name, const Array& t, std::initializer_list<formats::DType> allowed) {
+  formats::DType d{};
+  const bool known = dtype_of(t, &d);
   std::string list;
-  for (Dtype a : allowed) {
-    if (a == d) return;
-    list += std::string(list.empty() ? "" : " or ") + dtype_name(a);
+  for (formats::DType a : allowed) {
+    if (known && a == d) return d;
+    list += std::string(list.empty() ? "" : " or ") + torch_dtype_name(a);
   }
   fail(std::string(name) + ": dtype must be " + list + " (got " +
-       (d == Dtype::kOther ? other_dtype_name(t) : std::string(dtype_name(d))) + ")");
+       (known ? std::string(torch_dtype_name(d)) : other_dtype_name(t)) + ")");
 }
 
 void require_ndim(const char* name, const Array& t, size_t ndim) {

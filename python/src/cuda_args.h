@@ -16,6 +16,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "formats/dtype.h"
 #include "formats/recipe.h"
 #include "formats/status.h"
 
@@ -24,14 +25,12 @@ namespace blockscale::python {
 namespace nb = nanobind;
 using Array = nb::ndarray<>;
 
-enum class Dtype { kUint8, kInt32, kFloat32, kBfloat16, kFloat16, kOther };
-
 [[noreturn]] void fail(const std::string& message);  // raises ValueError(message)
 void check_arg(const Status& s);                      // a library check that failed: ValueError
 void check_run(const Status& s);                      // a launch or CUDA error: RuntimeError
 
-Dtype dtype_of(const Array& t);
-const char* dtype_name(Dtype d);
+// A dtype as torch names it ("bfloat16", "float32"): the spelling Python users see in messages.
+const char* torch_dtype_name(formats::DType d);
 std::string shape_string(const Array& t);  // "(4, 128)"
 int64_t numel(const Array& t);
 int64_t nbytes(const Array& t);
@@ -50,7 +49,9 @@ class CallDevice {
 
 // name must be a valid (not None) array.
 void require_present(const char* name, const Array& t);
-void require_dtype(const char* name, const Array& t, std::initializer_list<Dtype> allowed);
+// t's dtype must be one of `allowed`; returns it. A torch float8_e4m3fn tensor counts as U8 (it
+// may hold quantized codes).
+formats::DType require_dtype(const char* name, const Array& t, std::initializer_list<formats::DType> allowed);
 void require_ndim(const char* name, const Array& t, size_t ndim);
 // Row-major with unit stride along the last dimension; returns the row stride in elements (ld).
 int64_t require_rows(const char* name, const Array& t);

@@ -30,7 +30,7 @@ Operand check_operand(CallDevice& dev, const char* data_name, const Array& data,
                       const std::string& format, size_t ndim) {
   Operand o{data_name, nullptr, format_arg(format_name, format)};
   dev.require(data_name, data);
-  require_dtype(data_name, data, {Dtype::kUint8});
+  require_dtype(data_name, data, {formats::DType::kU8});
   require_ndim(data_name, data, ndim);
   require_contiguous(data_name, data);
   o.rows = static_cast<int64_t>(data.shape(ndim - 2));
@@ -51,14 +51,14 @@ int64_t scale_bytes(const Operand& o) {
 
 void check_scales(CallDevice& dev, const char* name, const Array& scales, const Operand& o, int64_t bytes) {
   dev.require(name, scales);
-  require_dtype(name, scales, {formats::is_fp8_block(o.format) ? Dtype::kFloat32 : Dtype::kUint8});
+  require_dtype(name, scales, {formats::is_fp8_block(o.format) ? formats::DType::kF32 : formats::DType::kU8});
   require_bytes(name, scales, bytes, (std::string("the scales quantize writes for ") + o.data_name).c_str());
 }
 
 const float* check_scale_dec(CallDevice& dev, const char* name, const Array& t, const Operand& o, int64_t floats) {
   if (o.format != formats::Format::kNvfp4) return nullptr;
   dev.require(name, t);
-  require_dtype(name, t, {Dtype::kFloat32});
+  require_dtype(name, t, {formats::DType::kF32});
   require_bytes(name, t, 4 * floats, floats == 1 ? "one float" : "one float per expert");
   return static_cast<const float*>(t.data());
 }
@@ -79,11 +79,6 @@ void set_operands(Problem& p, const Operand& a, const Operand& b, float alpha, f
   p.b_recipe = b.format;
   p.alpha = alpha;
   p.beta = beta;
-}
-
-gemm::MatrixType matrix_type(const char* name, const Array& t) {
-  require_dtype(name, t, {Dtype::kBfloat16, Dtype::kFloat32});
-  return dtype_of(t) == Dtype::kBfloat16 ? gemm::MatrixType::kBf16 : gemm::MatrixType::kFp32;
 }
 
 // D (or C): rows x cols row-major (unit stride along columns); returns the row stride. A 3D
@@ -110,7 +105,7 @@ int64_t check_output(CallDevice& dev, const char* name, const Array& t, int64_t 
 void* check_workspace(CallDevice& dev, const Array& w, size_t need) {
   if (need == 0 || !w.is_valid()) return nullptr;  // the library runs without (FP8: perhaps slower)
   dev.require("workspace", w);
-  require_dtype("workspace", w, {Dtype::kUint8});
+  require_dtype("workspace", w, {formats::DType::kU8});
   require_contiguous("workspace", w);
   return w.data();
 }
@@ -121,7 +116,7 @@ const void* check_c(CallDevice& dev, Problem& p, const Array& c, int64_t groups)
   if (p.beta != 0.0f && p.beta != 1.0f) fail("beta: must be 0 or 1 (got " + std::to_string(p.beta) + ")");
   if (p.beta == 0.0f) return nullptr;  // C is not read
   if (!c.is_valid()) fail("c: required when beta is 1 (pass d itself to accumulate in place)");
-  p.c_type = matrix_type("c", c);
+  p.c_type = require_dtype("c", c, {formats::DType::kBf16, formats::DType::kF32});
   p.ldc = check_output(dev, "c", c, groups, p.m, p.n);
   return c.data();
 }
@@ -137,7 +132,7 @@ void gemm_dense(const Array& a_data, const Array& a_scales, const std::string& a
   check_scales(dev, "b_scales", b_scales, b, scale_bytes(b));
   gemm::GemmProblem p;
   set_operands(p, a, b, alpha, beta);
-  p.d_type = matrix_type("d", d);
+  p.d_type = require_dtype("d", d, {formats::DType::kBf16, formats::DType::kF32});
   p.ldd = check_output(dev, "d", d, 0, p.m, p.n);
   gemm::GemmArguments args;
   args.c = check_c(dev, p, c, 0);
@@ -176,7 +171,7 @@ void gemm_grouped(const std::string& mode, const Array& a_data, const Array& a_s
   Operand b = check_operand(dev, "b_data", b_data, "b_format", b_format, m_grouped ? 3 : 2);
   check_same_k(a, b);
   dev.require("group_ends", group_ends);
-  require_dtype("group_ends", group_ends, {Dtype::kInt32});
+  require_dtype("group_ends", group_ends, {formats::DType::kI32});
   require_ndim("group_ends", group_ends, 1);
   require_contiguous("group_ends", group_ends);
   p.num_groups = static_cast<int>(group_ends.shape(0));
@@ -185,7 +180,7 @@ void gemm_grouped(const std::string& mode, const Array& a_data, const Array& a_s
          std::to_string(p.num_groups) + ")");
   set_operands(p, a, b, alpha, beta);
   check_scales(dev, "a_scales", a_scales, a, scale_bytes(a));
-  p.d_type = matrix_type("d", d);
+  p.d_type = require_dtype("d", d, {formats::DType::kBf16, formats::DType::kF32});
   const int64_t groups = m_grouped ? 0 : p.num_groups;  // kK: D holds one m x n matrix per expert
   p.ldd = check_output(dev, "d", d, groups, p.m, p.n);
   gemm::GroupedGemmArguments args;

@@ -44,17 +44,13 @@ quant::QuantizeProblem make_problem(const std::string& format, const std::string
   return p;
 }
 
-quant::InputType input_type_of(const char* name, const Array& x) {
-  require_dtype(name, x, {Dtype::kBfloat16, Dtype::kFloat16, Dtype::kFloat32});
-  switch (dtype_of(x)) {
-    case Dtype::kBfloat16: return quant::InputType::kBf16;
-    case Dtype::kFloat16: return quant::InputType::kFp16;
-    default: return quant::InputType::kFp32;
-  }
+// x: the dtypes the quantize kernels read.
+formats::DType input_dtype(const Array& x) {
+  return require_dtype("x", x, {formats::DType::kBf16, formats::DType::kF16, formats::DType::kF32});
 }
 
 // The dtype of a recipe's scale buffers: fp32 for FP8 blockwise, E8M0 / UE4M3 bytes otherwise.
-Dtype scale_dtype(formats::Format f) { return formats::is_fp8_block(f) ? Dtype::kFloat32 : Dtype::kUint8; }
+formats::DType scale_dtype(formats::Format f) { return formats::is_fp8_block(f) ? formats::DType::kF32 : formats::DType::kU8; }
 
 bool is_nvfp4(formats::Format f) { return f == formats::Format::kNvfp4; }
 
@@ -65,7 +61,7 @@ nb::dict sizes_dict(const quant::QuantizeProblem& p, int64_t columnwise_data, in
   d["columnwise_data"] = columnwise_data;
   d["columnwise_scales"] = columnwise_scales;
   d["workspace"] = workspace;
-  d["scale_dtype"] = formats::is_fp8_block(p.recipe) ? "float32" : "uint8";
+  d["scale_dtype"] = torch_dtype_name(scale_dtype(p.recipe));
   d["packed_fp4"] = formats::is_fp4(p.recipe);
   return d;
 }
@@ -81,11 +77,11 @@ quant::QuantizeOutputs check_outputs(CallDevice& dev, const quant::QuantizeProbl
   quant::QuantizeOutputs out;
   const bool row = p.directions != formats::Direction::kColumnwise;
   const bool col = p.directions != formats::Direction::kRowwise;
-  const Dtype sd = scale_dtype(p.recipe);
+  const formats::DType sd = scale_dtype(p.recipe);
   const char* sized = "quantized_sizes";
   auto data = [&](const char* name, const Array& t, int64_t bytes) {
     dev.require(name, t);
-    require_dtype(name, t, {Dtype::kUint8});
+    require_dtype(name, t, {formats::DType::kU8});
     require_bytes(name, t, bytes, sized);
     return static_cast<uint8_t*>(t.data());
   };
@@ -98,7 +94,7 @@ quant::QuantizeOutputs check_outputs(CallDevice& dev, const quant::QuantizeProbl
   auto dec = [&](const char* name, const Array& t) -> float* {
     if (!is_nvfp4(p.recipe)) return nullptr;  // only NVFP4 has a tensor scale
     dev.require(name, t);
-    require_dtype(name, t, {Dtype::kFloat32});
+    require_dtype(name, t, {formats::DType::kF32});
     require_bytes(name, t, 4, "one float");
     return static_cast<float*>(t.data());
   };
@@ -118,7 +114,7 @@ quant::QuantizeOutputs check_outputs(CallDevice& dev, const quant::QuantizeProbl
 void* check_workspace(CallDevice& dev, const Array& w, size_t need) {
   if (need == 0) return nullptr;
   dev.require("workspace", w);
-  require_dtype("workspace", w, {Dtype::kUint8});
+  require_dtype("workspace", w, {formats::DType::kU8});
   require_bytes("workspace", w, static_cast<int64_t>(need), "quantized_sizes()['workspace']");
   return w.data();
 }
@@ -146,7 +142,7 @@ void quantize(const Array& x, const std::string& format, const std::string& dire
               const Outputs& o, const Array& workspace, uintptr_t stream) {
   CallDevice dev;
   dev.require("x", x);
-  const quant::InputType type = input_type_of("x", x);
+  const formats::DType type = input_dtype(x);
   const int64_t ld = require_rows("x", x);
   quant::QuantizeProblem p = make_problem(format, direction, rounding, pow2, block_2d, sr_seed, sr_offset, hadamard,
                                           static_cast<int64_t>(x.shape(0)), static_cast<int64_t>(x.shape(1)));
@@ -170,7 +166,7 @@ void quantize_batched(const Array& x, int64_t batches, const std::string& format
                       const std::string& rounding, bool pow2, const Outputs& o, uintptr_t stream) {
   CallDevice dev;
   dev.require("x", x);
-  const quant::InputType type = input_type_of("x", x);
+  const formats::DType type = input_dtype(x);
   const int64_t ld = require_rows("x", x);
   const int64_t rows = static_cast<int64_t>(x.shape(0));
   if (batches < 1 || rows % batches != 0)
@@ -196,10 +192,10 @@ void quantize_grouped(const Array& x, const Array& group_ends, const std::string
                       const Outputs& o, const Array& padded_group_ends, const Array& workspace, uintptr_t stream) {
   CallDevice dev;
   dev.require("x", x);
-  const quant::InputType type = input_type_of("x", x);
+  const formats::DType type = input_dtype(x);
   const int64_t ld = require_rows("x", x);
   dev.require("group_ends", group_ends);
-  require_dtype("group_ends", group_ends, {Dtype::kInt32});
+  require_dtype("group_ends", group_ends, {formats::DType::kI32});
   require_ndim("group_ends", group_ends, 1);
   require_contiguous("group_ends", group_ends);
   quant::GroupedQuantizeProblem g;
@@ -212,7 +208,7 @@ void quantize_grouped(const Array& x, const Array& group_ends, const std::string
   quant::GroupedQuantizeOutputs out;
   out.dense = check_outputs(dev, g.dense, o, quant::grouped_columnwise_data_bytes(g), quant::grouped_columnwise_scale_bytes(g));
   dev.require("padded_group_ends", padded_group_ends);
-  require_dtype("padded_group_ends", padded_group_ends, {Dtype::kInt32});
+  require_dtype("padded_group_ends", padded_group_ends, {formats::DType::kI32});
   require_ndim("padded_group_ends", padded_group_ends, 1);
   if (padded_group_ends.shape(0) != group_ends.shape(0))
     fail("padded_group_ends: length (" + std::to_string(padded_group_ends.shape(0)) + ") must equal group_ends' (" +
@@ -239,7 +235,7 @@ void dequantize(const Array& data, const Array& scales, const Array& scale_dec, 
   p.cols = cols;
   quant::QuantizeProblem q = make_problem(format, "rowwise", "ceil", false, false, std::nullopt, 0, false, rows, cols);
   dev.require("data", data);
-  require_dtype("data", data, {Dtype::kUint8});
+  require_dtype("data", data, {formats::DType::kU8});
   require_bytes("data", data, quant::rowwise_data_bytes(q), "rows x row bytes");
   dev.require("scales", scales);
   require_dtype("scales", scales, {scale_dtype(p.recipe)});
@@ -249,12 +245,12 @@ void dequantize(const Array& data, const Array& scales, const Array& scale_dec, 
   in.scales = scales.data();
   if (is_nvfp4(p.recipe)) {
     dev.require("scale_dec", scale_dec);
-    require_dtype("scale_dec", scale_dec, {Dtype::kFloat32});
+    require_dtype("scale_dec", scale_dec, {formats::DType::kF32});
     require_bytes("scale_dec", scale_dec, 4, "one float");
     in.scale_dec = static_cast<const float*>(scale_dec.data());
   }
   dev.require("out", out);
-  require_dtype("out", out, {Dtype::kFloat32});
+  require_dtype("out", out, {formats::DType::kF32});
   require_bytes("out", out, 4 * rows * cols, "rows x cols floats");
   DeviceGuard guard(dev.id());
   check_run(quant::dequantize(p, in, static_cast<float*>(out.data()), stream_arg(stream)));

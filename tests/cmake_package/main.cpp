@@ -52,7 +52,7 @@ void check_mxfp8() {
 void check_npy() {
   namespace io = blockscale::io;
   const std::vector<float> values = {1.5f, -2.0f, 0.0f, 448.0f};
-  io::TensorView view{io::DType::F32, {2, 2}, reinterpret_cast<const uint8_t*>(values.data()),
+  io::TensorView view{blockscale::formats::DType::kF32, {2, 2}, reinterpret_cast<const uint8_t*>(values.data()),
                       values.size() * sizeof(float)};
   std::vector<uint8_t> bytes;
   io::NpyArray back;

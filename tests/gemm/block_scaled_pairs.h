@@ -39,8 +39,8 @@ inline std::string pair_name(const ::testing::TestParamInfo<Pair>& info) {
 
 // m x n x k with D of d_type (row stride ldd, also C's), alpha, beta.
 inline blockscale::gemm::GemmProblem problem(
-    const Pair& pair, int64_t m, int64_t n, int64_t k, blockscale::gemm::MatrixType d_type, int64_t ldd, float alpha,
-    float beta, blockscale::gemm::MatrixType c_type = blockscale::gemm::MatrixType::kFp32) {
+    const Pair& pair, int64_t m, int64_t n, int64_t k, blockscale::formats::DType d_type, int64_t ldd, float alpha,
+    float beta, blockscale::formats::DType c_type = blockscale::formats::DType::kF32) {
   blockscale::gemm::GemmProblem p;
   p.m = m, p.n = n, p.k = k;
   p.a_recipe = pair.a, p.b_recipe = pair.b;

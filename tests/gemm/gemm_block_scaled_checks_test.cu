@@ -22,7 +22,7 @@ namespace {
 namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
 using bf::Format;
-using bg::MatrixType;
+using bf::DType;
 using blockscale_test::expect_error;
 using blockscale_test::pair_label;
 using blockscale_test::Pair;
@@ -30,7 +30,7 @@ using blockscale_test::problem;
 using blockscale_test::supported_pairs;
 
 bg::GemmProblem valid_problem(const Pair& pair) {
-  return problem(pair, 256, 384, 512, MatrixType::kBf16, 384, 1.0f, 0.0f);
+  return problem(pair, 256, 384, 512, DType::kBf16, 384, 1.0f, 0.0f);
 }
 
 TEST(GemmBlockScaledCanImplement, SupportedPairsAreExactlyTheTen) {

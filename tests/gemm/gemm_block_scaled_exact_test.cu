@@ -168,7 +168,7 @@ class GemmBlockScaledExact : public BlockScaledPair {};
 TEST_P(GemmBlockScaledExact, BitExact) {
   SKIP_WITHOUT_GPU();
   const Pair pair = GetParam();
-  const MatrixType bf16 = MatrixType::kBf16, fp32 = MatrixType::kFp32;
+  const DType bf16 = DType::kBf16, fp32 = DType::kF32;
   const Variant variants[] = {
       {bf16, 1.0f, 0.0f, fp32, 0, false, "bf16 D"},
       {fp32, -1.0f, 0.0f, fp32, 0, false, "fp32 D, alpha -1"},

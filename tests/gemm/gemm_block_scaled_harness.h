@@ -32,7 +32,7 @@ namespace block_scaled {
 namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
 using bf::Format;
-using bg::MatrixType;
+using bf::DType;
 using blockscale::runtime::DeviceBuffer;
 
 constexpr uint8_t kPoison = 0xFF;  // NaN in bf16 and fp32
@@ -98,7 +98,7 @@ inline void run_gemm(const bg::GemmProblem& p, const HostOperand& a, const HostO
   ASSERT_OK(a_dev.upload(a.q));
   ASSERT_OK(b_dev.upload(b.q));
   DeviceBuffer c_buf, d_buf;
-  const int64_t d_bytes = p.m * p.ldd * element_bytes(p.d_type);
+  const int64_t d_bytes = p.m * p.ldd * static_cast<int64_t>(blockscale::formats::dtype_size(p.d_type));
   out->initial.assign(static_cast<size_t>(d_bytes), poison);
   if (c != nullptr) {
     const std::vector<uint8_t> c_bytes = encode(*c, p.c_type);
@@ -128,7 +128,7 @@ inline void run_gemm(const bg::GemmProblem& p, const HostOperand& a, const HostO
 
 // Bytes in the padding columns [n, ldd) that differ from what D held before the run.
 inline int64_t padding_changed(const bg::GemmProblem& p, const GemmRun& r) {
-  const int64_t e = element_bytes(p.d_type);
+  const int64_t e = static_cast<int64_t>(blockscale::formats::dtype_size(p.d_type));
   int64_t bad = 0;
   for (int64_t i = 0; i < p.m; ++i)
     for (int64_t j = p.n * e; j < p.ldd * e; ++j) {
@@ -152,7 +152,7 @@ inline double frobenius(const std::vector<double>& v, int64_t rows, int64_t cols
 // The header's bound on ||D^ - D||.
 inline double error_bound(const bg::GemmProblem& p, double abs_norm, double c_norm, double ref_norm) {
   const double u = std::ldexp(1.0, -24), u_tc = std::ldexp(1.0, -23);
-  const double u_out = p.d_type == MatrixType::kBf16 ? std::ldexp(1.0, -8) : u;
+  const double u_out = p.d_type == DType::kBf16 ? std::ldexp(1.0, -8) : u;
   const double steps = static_cast<double>(p.k / 16 + 4);
   return std::fabs(p.alpha) * (2 * steps * u_tc + 4 * u) * abs_norm + 2 * u * std::fabs(p.beta) * c_norm +
          1.01 * u_out * ref_norm;
@@ -195,16 +195,16 @@ inline void random_case(const Pair& pair, int64_t m, int64_t n, int64_t k, uint6
 
 // One output configuration: D's type, alpha, beta, C's type, row padding, C == D.
 struct Variant {
-  MatrixType d_type;
+  DType d_type;
   float alpha, beta;
-  MatrixType c_type;
+  DType c_type;
   int64_t pad;  // ldd = ldc = n + pad
   bool in_place;
   const char* name;
 };
 
-inline const Variant kBf16Plain{MatrixType::kBf16, 1.0f, 0.0f, MatrixType::kFp32, 0, false, "bf16 D, beta 0"};
-inline const Variant kFp32Accumulate{MatrixType::kFp32, 1.0f, 1.0f, MatrixType::kFp32, 3, false,
+inline const Variant kBf16Plain{DType::kBf16, 1.0f, 0.0f, DType::kF32, 0, false, "bf16 D, beta 0"};
+inline const Variant kFp32Accumulate{DType::kF32, 1.0f, 1.0f, DType::kF32, 3, false,
                                      "fp32 D += fp32 C, ldd n+3"};
 
 // Counts of outputs whose finiteness differs from the reference's.

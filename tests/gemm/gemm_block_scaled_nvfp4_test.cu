@@ -62,7 +62,7 @@ TEST_P(GemmBlockScaledNvfp4TensorScale, ScaleDecIsApplied) {
   ASSERT_TRUE(bf::quantize(xb.data(), n, k, k, options, bf::Direction::kRowwise, &base.b.q).is_ok());
   if (HasFatalFailure()) return;
   finish_case(&base);
-  const Variant fp32_d{MatrixType::kFp32, 1.0f, 0.0f, MatrixType::kFp32, 0, false, "fp32 D"};
+  const Variant fp32_d{DType::kF32, 1.0f, 0.0f, DType::kF32, 0, false, "fp32 D"};
   GemmRun d_base;
   check_variant(base, fp32_d, 0, &d_base);
   if (HasFatalFailure()) return;
@@ -79,8 +79,8 @@ TEST_P(GemmBlockScaledNvfp4TensorScale, ScaleDecIsApplied) {
     if (HasFatalFailure()) return;
     int64_t bad = 0;
     for (int64_t i = 0; i < m * n; ++i) {
-      const double want = 1024.0 * element_value(d_base.d, i, MatrixType::kFp32);
-      const double got = element_value(d_scaled.d, i, MatrixType::kFp32);
+      const double want = 1024.0 * element_value(d_base.d, i, DType::kF32);
+      const double got = element_value(d_scaled.d, i, DType::kF32);
       if (got != want && bad++ < 5) ADD_FAILURE() << "D(" << i / n << ", " << i % n << ") = " << got << ", want " << want;
     }
     EXPECT_EQ(bad, 0) << "outputs that are not 2^10 times the unscaled run's";

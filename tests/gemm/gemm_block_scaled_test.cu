@@ -81,7 +81,7 @@ TEST_P(GemmBlockScaledVariants, WithinDerivedBound) {
   GemmCase c;
   random_case(GetParam(), 257, 200, 416, seed_of(GetParam(), 257, 200, 416, 1), &c);
   if (HasFatalFailure()) return;
-  const MatrixType bf16 = MatrixType::kBf16, fp32 = MatrixType::kFp32;
+  const DType bf16 = DType::kBf16, fp32 = DType::kF32;
   const Variant variants[] = {
       kBf16Plain,
       {fp32, 1.0f, 0.0f, fp32, 5, false, "fp32 D, beta 0, ldd n+5"},
@@ -212,8 +212,8 @@ TEST_P(GemmBlockScaledExtremeScales, WithinDerivedBound) {
     if (HasFatalFailure()) return;
     expect_scales_in_exact_range(c);
     if (HasFatalFailure()) return;
-    check_variant(c, {MatrixType::kFp32, 1.0f, 0.0f, MatrixType::kFp32, 1, false, "fp32 D, ldd n+1"}, 0);
-    check_variant(c, {MatrixType::kBf16, 0.5f, 0.0f, MatrixType::kFp32, 0, false, "bf16 D, alpha 0.5"}, 0);
+    check_variant(c, {DType::kF32, 1.0f, 0.0f, DType::kF32, 1, false, "fp32 D, ldd n+1"}, 0);
+    check_variant(c, {DType::kBf16, 0.5f, 0.0f, DType::kF32, 0, false, "bf16 D, alpha 0.5"}, 0);
   }
 }
 
@@ -254,7 +254,7 @@ TEST_P(GemmBlockScaledNonFinite, NanExactlyInTheAffectedRowsAndColumns) {
   for (uint8_t poison : {kPoison, uint8_t{0}}) {
     SCOPED_TRACE(poison == 0 ? "D zeroed before the run" : "D poisoned with 0xFF before the run");
     check_variant(c, kBf16Plain, 0, nullptr, poison);
-    check_variant(c, {MatrixType::kFp32, 1.0f, 0.0f, MatrixType::kFp32, 2, false, "fp32 D, ldd n+2"}, 0, nullptr,
+    check_variant(c, {DType::kF32, 1.0f, 0.0f, DType::kF32, 2, false, "fp32 D, ldd n+2"}, 0, nullptr,
                   poison);
   }
 }
@@ -279,10 +279,10 @@ INSTANTIATE_TEST_SUITE_P(Pairs, GemmBlockScaledNonFinite, ::testing::ValuesIn(su
 // An empty problem launches nothing and succeeds, without pointers (S_dec included).
 TEST(GemmBlockScaledRun, EmptyProblemIsOk) {
   const Pair pair{Format::kNvfp4, Format::kNvfp4};
-  EXPECT_TRUE(bg::run(problem(pair, 0, 5, 64, MatrixType::kBf16, 5, 1.0f, 0.0f), bg::GemmArguments(), nullptr, 0,
+  EXPECT_TRUE(bg::run(problem(pair, 0, 5, 64, DType::kBf16, 5, 1.0f, 0.0f), bg::GemmArguments(), nullptr, 0,
                       nullptr)
                   .is_ok());
-  EXPECT_TRUE(bg::run(problem(pair, 7, 0, 64, MatrixType::kFp32, 0, 1.0f, 0.0f), bg::GemmArguments(), nullptr, 0,
+  EXPECT_TRUE(bg::run(problem(pair, 7, 0, 64, DType::kF32, 0, 1.0f, 0.0f), bg::GemmArguments(), nullptr, 0,
                       nullptr)
                   .is_ok());
 }

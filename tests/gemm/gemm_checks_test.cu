@@ -27,21 +27,21 @@ using blockscale_test::expect_error;
 
 // An empty problem launches nothing and succeeds.
 TEST(GemmRun, EmptyProblemIsOk) {
-  bg::GemmProblem p = problem(0, 5, 128, Format::kFp8Block128x128, MatrixType::kBf16, 5, 1.0f, 0.0f);
+  bg::GemmProblem p = problem(0, 5, 128, Format::kFp8Block128x128, DType::kBf16, 5, 1.0f, 0.0f);
   EXPECT_TRUE(bg::run(p, bg::GemmArguments(), nullptr, 0, nullptr).is_ok());
 }
 
 // ---- No GPU needed: the checks, the dispatch rule, the tile order ---------------------------------
 
 bg::GemmProblem valid_problem() {
-  return problem(256, 384, 512, Format::kFp8Block128x128, MatrixType::kBf16, 384, 1.0f, 0.0f);
+  return problem(256, 384, 512, Format::kFp8Block128x128, DType::kBf16, 384, 1.0f, 0.0f);
 }
 
 TEST(GemmCanImplement, ValidProblemsPass) {
   EXPECT_TRUE(bg::can_implement(valid_problem()).is_ok());
   bg::GemmProblem p = valid_problem();
   p.b_recipe = Format::kFp8Block1x128;
-  p.beta = 1.0f, p.ldc = 400, p.c_type = MatrixType::kFp32, p.d_type = MatrixType::kFp32;
+  p.beta = 1.0f, p.ldc = 400, p.c_type = DType::kF32, p.d_type = DType::kF32;
   EXPECT_TRUE(bg::can_implement(p).is_ok());
   p.m = 0;  // empty: strides are not checked
   p.ldd = 0;
@@ -74,10 +74,12 @@ TEST(GemmCanImplement, EachRuleNamesItsArgument) {
   expect_error(bg::can_implement(p), "alpha: must be finite");
   p = valid_problem(), p.beta = INFINITY;
   expect_error(bg::can_implement(p), "beta: must be finite");
-  p = valid_problem(), p.d_type = static_cast<MatrixType>(7);
-  expect_error(bg::can_implement(p), "d_type: must be bf16 or fp32");
-  p = valid_problem(), p.c_type = static_cast<MatrixType>(7);
-  expect_error(bg::can_implement(p), "c_type: must be bf16 or fp32");
+  p = valid_problem(), p.d_type = DType::kI32;
+  expect_error(bg::can_implement(p), "d_type: must be BF16 or F32, got I32");
+  p = valid_problem(), p.c_type = DType::kF16;
+  expect_error(bg::can_implement(p), "c_type: must be BF16 or F32, got F16");
+  p = valid_problem(), p.d_type = static_cast<DType>(200);
+  expect_error(bg::can_implement(p), "d_type: must be BF16 or F32, got an unknown dtype");
 }
 
 // FP8 blockwise pairs: A 1x128 with B 128x128 or 1x128. Any other pair with an FP8 blockwise
@@ -169,7 +171,7 @@ TEST(GemmCanImplement, PointerRulesNameTheArgument) {
   expect_error(with([&](auto& a) { a.d = arena + (5 << 16) + 16; }), "d: overlaps a_scales");
 
   bg::GemmProblem pc = p;
-  pc.beta = 1.0f, pc.ldc = p.n, pc.c_type = MatrixType::kFp32, pc.d_type = MatrixType::kFp32;
+  pc.beta = 1.0f, pc.ldc = p.n, pc.c_type = DType::kF32, pc.d_type = DType::kF32;
   bg::GemmArguments a = ok;
   a.c = nullptr;
   expect_error(bg::can_implement(pc, a), "c: must not be null");
@@ -177,7 +179,7 @@ TEST(GemmCanImplement, PointerRulesNameTheArgument) {
   expect_error(bg::can_implement(pc, a), "c: must be 4-byte aligned (fp32) when beta != 0");
   a.c = static_cast<uint8_t*>(ok.d) + 4;  // overlaps D, but not D itself
   expect_error(bg::can_implement(pc, a), "c: must be d itself");
-  pc.c_type = MatrixType::kBf16;  // same pointer, different type: not in place
+  pc.c_type = DType::kBf16;  // same pointer, different type: not in place
   a.c = ok.d;
   expect_error(bg::can_implement(pc, a), "c: must be d itself");
 }

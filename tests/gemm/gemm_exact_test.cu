@@ -27,7 +27,6 @@
 namespace {
 
 using namespace blockscale_test::fp8_blockwise;  // gemm_fp8_harness.h
-using blockscale_test::element_bytes;
 using blockscale_test::element_value;
 using blockscale_test::round_to;
 
@@ -61,7 +60,7 @@ TEST_P(GemmExact, BitExact) {
   if (HasFatalFailure()) return;
   for (int variant = 0; variant < 3; ++variant) {
     // 0: bf16 D, beta 0; 1: fp32 D, alpha 0.5, beta 1 (fp32 C); 2: fp32 D, beta 0, ldd padded.
-    const MatrixType d_type = variant == 0 ? MatrixType::kBf16 : MatrixType::kFp32;
+    const DType d_type = variant == 0 ? DType::kBf16 : DType::kF32;
     const float alpha = variant == 1 ? 0.5f : 1.0f, beta = variant == 1 ? 1.0f : 0.0f;
     const bg::GemmProblem p = problem(c.m, c.n, c.k, c.b_recipe, d_type, c.n + (variant == 2 ? 5 : 0), alpha, beta);
     std::vector<double> cmat;
@@ -122,7 +121,7 @@ TEST_P(GemmTileWidths, BitIdentical) {
   if (HasFatalFailure()) return;
   for (int variant = 0; variant < 2; ++variant) {
     // 0: bf16 D, beta 0; 1: fp32 D += fp32 C (beta 1), ldd padded.
-    const MatrixType d_type = variant == 0 ? MatrixType::kBf16 : MatrixType::kFp32;
+    const DType d_type = variant == 0 ? DType::kBf16 : DType::kF32;
     const bg::GemmProblem p = problem(c.m, c.n, c.k, c.b_recipe, d_type, c.n + 2 * variant, 1.0f,
                                       static_cast<float>(variant));
     std::vector<double> cmat;
@@ -138,7 +137,7 @@ TEST_P(GemmTileWidths, BitIdentical) {
       GemmRun other;
       run_gemm(p, a, b, cmat.empty() ? nullptr : &cmat, false, tile, &other);
       if (HasFatalFailure()) return;
-      const int64_t e = element_bytes(d_type);
+      const int64_t e = static_cast<int64_t>(blockscale::formats::dtype_size(d_type));
       int64_t differ = 0;
       for (int64_t i = 0; i < p.m * p.ldd; ++i) {
         if (std::memcmp(narrow.d.data() + i * e, other.d.data() + i * e, static_cast<size_t>(e)) == 0) continue;

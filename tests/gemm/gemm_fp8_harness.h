@@ -30,7 +30,7 @@ namespace fp8_blockwise {
 namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
 using bf::Format;
-using bg::MatrixType;
+using bf::DType;
 using bg::detail::Sm90Fp8Tile;
 using blockscale::runtime::DeviceBuffer;
 
@@ -101,7 +101,7 @@ inline void run_gemm(const bg::GemmProblem& p, const HostOperand& a, const HostO
   ASSERT_OK(a_dev.upload(a.q));
   ASSERT_OK(b_dev.upload(b.q));
   DeviceBuffer c_buf, d_buf;
-  const int64_t d_bytes = p.m * p.ldd * element_bytes(p.d_type);
+  const int64_t d_bytes = p.m * p.ldd * static_cast<int64_t>(blockscale::formats::dtype_size(p.d_type));
   ASSERT_OK(d_buf.alloc(static_cast<size_t>(d_bytes), "d_buf"));
   ASSERT_CUDA(cudaMemset(d_buf.data(), 0xFF, static_cast<size_t>(d_bytes)));
   if (c != nullptr) {
@@ -136,15 +136,15 @@ inline void run_gemm(const bg::GemmProblem& p, const HostOperand& a, const HostO
 
 // Every element in columns [n, ldd) must still hold the poison (0xFF bytes).
 inline int64_t padding_written(const bg::GemmProblem& p, const GemmRun& r) {
-  const int64_t e = element_bytes(p.d_type);
+  const int64_t e = static_cast<int64_t>(blockscale::formats::dtype_size(p.d_type));
   int64_t bad = 0;
   for (int64_t i = 0; i < p.m; ++i)
     for (int64_t j = p.n * e; j < p.ldd * e; ++j) bad += r.d[static_cast<size_t>(i * p.ldd * e + j)] != 0xFF;
   return bad;
 }
 
-inline bg::GemmProblem problem(int64_t m, int64_t n, int64_t k, Format b_recipe, MatrixType d_type, int64_t ldd,
-                               float alpha, float beta, MatrixType c_type = MatrixType::kFp32) {
+inline bg::GemmProblem problem(int64_t m, int64_t n, int64_t k, Format b_recipe, DType d_type, int64_t ldd,
+                               float alpha, float beta, DType c_type = DType::kF32) {
   bg::GemmProblem p;
   p.m = m, p.n = n, p.k = k;
   p.a_recipe = Format::kFp8Block1x128;

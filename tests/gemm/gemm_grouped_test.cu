@@ -47,11 +47,10 @@ namespace {
 namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
 using bf::Format;
-using bg::MatrixType;
+using bf::DType;
 using blockscale_test::absolute;
 using blockscale::runtime::DeviceBuffer;
 using blockscale_test::RouteScope;
-using blockscale_test::element_bytes;
 using blockscale_test::element_value;
 using blockscale_test::encode;
 using blockscale_test::expect_error;
@@ -90,7 +89,7 @@ struct GroupedCase {
   Pair pair;
   int64_t n = 0, k = 0;
   std::vector<int64_t> counts;  // tokens per expert
-  MatrixType d_type = MatrixType::kBf16;
+  DType d_type = DType::kBf16;
   float alpha = 1.0f, beta = 0.0f;  // beta != 0: an fp32 C (not in place)
   bool host_ends = false;           // give host_group_ends (and the workspace) too
 };
@@ -115,7 +114,7 @@ void check_case(const GroupedCase& gc, uint64_t seed) {
   bg::GroupedGemmProblem p;
   p.num_groups = groups, p.m = m, p.n = gc.n, p.k = gc.k;
   p.a_recipe = gc.pair.a, p.b_recipe = gc.pair.b;
-  p.d_type = gc.d_type, p.c_type = MatrixType::kFp32;
+  p.d_type = gc.d_type, p.c_type = DType::kF32;
   p.ldd = gc.n, p.ldc = gc.n;
   p.alpha = gc.alpha, p.beta = gc.beta;
   for (int g = 0; g < groups; ++g) {
@@ -152,10 +151,10 @@ void check_case(const GroupedCase& gc, uint64_t seed) {
   ASSERT_OK(b_sc.upload(b_scales.data(), b_scales.size(), "b_sc"));
   ASSERT_OK(b_dec_buf.upload(b_dec.data(), b_dec.size() * sizeof(float), "b_dec_buf"));
   ASSERT_OK(ends_buf.upload(ends32.data(), ends32.size() * sizeof(int32_t), "ends_buf"));
-  const std::vector<uint8_t> poison(static_cast<size_t>(m * gc.n * element_bytes(gc.d_type)), 0xFF);
+  const std::vector<uint8_t> poison(static_cast<size_t>(m * gc.n * static_cast<int64_t>(blockscale::formats::dtype_size(gc.d_type))), 0xFF);
   ASSERT_OK(d_buf.upload(poison.data(), poison.size(), "d_buf"));
   if (!c.empty()) {
-    const std::vector<uint8_t> c_bytes = encode(c, MatrixType::kFp32);
+    const std::vector<uint8_t> c_bytes = encode(c, DType::kF32);
     ASSERT_OK(c_buf.upload(c_bytes.data(), c_bytes.size(), "c_buf"));
   }
   bg::GroupedGemmArguments args;
@@ -218,7 +217,7 @@ void check_case(const GroupedCase& gc, uint64_t seed) {
     err2 += (v - ref[static_cast<size_t>(i)]) * (v - ref[static_cast<size_t>(i)]);
   }
   EXPECT_EQ(non_finite, 0);
-  const double u = std::ldexp(1.0, -24), u_out = gc.d_type == MatrixType::kBf16 ? std::ldexp(1.0, -8) : u;
+  const double u = std::ldexp(1.0, -24), u_out = gc.d_type == DType::kBf16 ? std::ldexp(1.0, -8) : u;
   const double accumulate = bf::is_fp8_block(gc.pair.a)
                                 ? 8 * std::ldexp(1.0, -13) + (static_cast<double>(gc.k / 128) + 5) * u
                                 : 2 * (static_cast<double>(gc.k / 16) + 4) * std::ldexp(1.0, -23) + 4 * u;
@@ -238,7 +237,7 @@ TEST_P(GroupedPair, UnevenExperts) {
 // All tokens on one expert, with empty experts before and after; fp32 D accumulating onto C.
 TEST_P(GroupedPair, AllTokensOnOneExpertAccumulating) {
   SKIP_WITHOUT_GPU();
-  check_case({GetParam(), 130, 384, {0, 517, 0}, MatrixType::kFp32, 1.0f, 1.0f}, 2);
+  check_case({GetParam(), 130, 384, {0, 517, 0}, DType::kF32, 1.0f, 1.0f}, 2);
 }
 
 // Nine experts, random counts 0..260 drawn from `seed` (experts 1 and 5 empty).
@@ -253,14 +252,14 @@ std::vector<int64_t> nine_random_counts(uint64_t seed) {
 // Nine experts, random counts, odd n, alpha != 1.
 TEST_P(GroupedPair, ManyExpertsRandomCounts) {
   SKIP_WITHOUT_GPU();
-  check_case({GetParam(), 129, 256, nine_random_counts(3), MatrixType::kBf16, -0.5f, 0.0f}, 3);
+  check_case({GetParam(), 129, 256, nine_random_counts(3), DType::kBf16, -0.5f, 0.0f}, 3);
 }
 
 // The same routing with 16-byte D rows (n 256, fp32 D): the FP8 kernel that stores through TMA
 // (sm90_fp8_gemm) takes it, and its threads copy the rows of every box an expert ends inside.
 TEST_P(GroupedPair, ManyExpertsRandomCountsAlignedRows) {
   SKIP_WITHOUT_GPU();
-  check_case({GetParam(), 256, 256, nine_random_counts(5), MatrixType::kFp32, -0.5f, 0.0f}, 5);
+  check_case({GetParam(), 256, 256, nine_random_counts(5), DType::kF32, -0.5f, 0.0f}, 5);
 }
 
 // One expert: the dense problem through the grouped path.
@@ -275,7 +274,7 @@ INSTANTIATE_TEST_SUITE_P(Pairs, GroupedPair, ::testing::ValuesIn(all_pairs()), b
 // through cuBLASLt).
 class GroupedHostEnds : public ::testing::TestWithParam<bg::Sm90Fp8Route> {};
 
-GroupedCase host_ends_case(std::vector<int64_t> counts, int64_t n, int64_t k, MatrixType d_type, float beta) {
+GroupedCase host_ends_case(std::vector<int64_t> counts, int64_t n, int64_t k, DType d_type, float beta) {
   GroupedCase gc{{Format::kFp8Block1x128, Format::kFp8Block128x128}, n, k, std::move(counts), d_type, 1.0f, beta};
   gc.host_ends = true;
   return gc;
@@ -285,14 +284,14 @@ GroupedCase host_ends_case(std::vector<int64_t> counts, int64_t n, int64_t k, Ma
 TEST_P(GroupedHostEnds, RoundedExperts) {
   SKIP_WITHOUT_GPU();
   RouteScope route(GetParam());
-  check_case(host_ends_case({37, 0, 1, 300, 129, 64}, 256, 512, MatrixType::kBf16, 0.0f), 31);
+  check_case(host_ends_case({37, 0, 1, 300, 129, 64}, 256, 512, DType::kBf16, 0.0f), 31);
 }
 
 // The last expert's 3 rows cannot be rounded (nothing after them): the wgmma kernel runs it.
 TEST_P(GroupedHostEnds, LastExpertNotAMultipleOf4) {
   SKIP_WITHOUT_GPU();
   RouteScope route(GetParam());
-  check_case(host_ends_case({5, 250, 3}, 136, 256, MatrixType::kFp32, 0.0f), 32);
+  check_case(host_ends_case({5, 250, 3}, 136, 256, DType::kF32, 0.0f), 32);
 }
 
 // fp32 C (not D) with beta 1: experts of 64, 8 and 100 rows through cuBLASLt, the 7-row one
@@ -300,7 +299,7 @@ TEST_P(GroupedHostEnds, LastExpertNotAMultipleOf4) {
 TEST_P(GroupedHostEnds, AccumulatingIntoC) {
   SKIP_WITHOUT_GPU();
   RouteScope route(GetParam());
-  check_case(host_ends_case({64, 8, 0, 7, 100}, 128, 384, MatrixType::kFp32, 1.0f), 33);
+  check_case(host_ends_case({64, 8, 0, 7, 100}, 128, 384, DType::kF32, 1.0f), 33);
 }
 
 // Nine experts, random counts 0..300 (zeros forced).
@@ -311,7 +310,7 @@ TEST_P(GroupedHostEnds, ManyExpertsRandomCounts) {
   std::uniform_int_distribution<int64_t> count(0, 300);
   std::vector<int64_t> counts;
   for (int g = 0; g < 9; ++g) counts.push_back(g % 4 == 2 ? 0 : count(rng));
-  check_case(host_ends_case(counts, 384, 384, MatrixType::kBf16, 0.0f), 34);
+  check_case(host_ends_case(counts, 384, 384, DType::kBf16, 0.0f), 34);
 }
 
 INSTANTIATE_TEST_SUITE_P(Routes, GroupedHostEnds,
@@ -324,7 +323,7 @@ INSTANTIATE_TEST_SUITE_P(Routes, GroupedHostEnds,
 TEST(GroupedHostEnds, BadHostEndsNameTheArgument) {
   SKIP_WITHOUT_GPU();
   bg::GroupedGemmProblem p;
-  p.num_groups = 2, p.m = 64, p.n = 128, p.k = 128, p.d_type = MatrixType::kFp32, p.ldd = 128;
+  p.num_groups = 2, p.m = 64, p.n = 128, p.k = 128, p.d_type = DType::kF32, p.ldd = 128;
   DeviceBuffer a, as, b, bs, ends, d, ws;
   ASSERT_OK(a.alloc(64 * 128, "a"));
   ASSERT_OK(as.alloc(64 * 4, "as"));
@@ -376,7 +375,7 @@ TEST(GroupedGemm, MalformedEndsStayInBounds) {
   bg::GroupedGemmProblem p;
   p.num_groups = 3, p.m = m, p.n = n, p.k = k;
   p.a_recipe = pair.a, p.b_recipe = pair.b;
-  p.d_type = MatrixType::kBf16, p.ldd = n;
+  p.d_type = DType::kBf16, p.ldd = n;
   bg::GroupedGemmArguments args;
   args.a_data = a_data.data(), args.a_scales = a_sc.data(), args.b_data = b_data.data(), args.b_scales = b_sc.data();
   args.group_ends = ends_buf.as<int32_t>();
@@ -392,7 +391,7 @@ TEST(GroupedGemm, MalformedEndsStayInBounds) {
   }
   // Clamped ends {100, 100, 150}: rows 0..99 expert 0, expert 1 empty, rows 100..149 expert 2.
   std::vector<uint8_t> d(out.begin() + guard, out.begin() + guard + d_bytes);
-  for (int64_t i = 0; i < m * n; ++i) ASSERT_TRUE(std::isfinite(element_value(d, i, MatrixType::kBf16))) << i;
+  for (int64_t i = 0; i < m * n; ++i) ASSERT_TRUE(std::isfinite(element_value(d, i, DType::kBf16))) << i;
 }
 
 // ---- Argument checks (no GPU needed) -----------------------------------------------------------

@@ -46,10 +46,9 @@ namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
 namespace bq = blockscale::quant;
 using bf::Format;
-using bg::MatrixType;
+using bf::DType;
 using blockscale_test::absolute;
 using blockscale::runtime::DeviceBuffer;
-using blockscale_test::element_bytes;
 using blockscale_test::element_value;
 using blockscale_test::encode;
 using blockscale_test::expect_error;
@@ -103,7 +102,7 @@ struct KGroupedCase {
   Pair pair;
   int64_t m = 0, n = 0;  // dW is m x n per expert: dY has m columns, X n
   std::vector<int64_t> counts;
-  MatrixType d_type = MatrixType::kFp32;
+  DType d_type = DType::kF32;
   float alpha = 1.0f, beta = 0.0f;  // beta != 0: C = D, the fp32 main gradient, updated in place
   int64_t nan_token = -1;           // >= 0: dY[nan_token, 0] = NaN
   int64_t ldd_pad = 0;              // D's row stride is n + ldd_pad (beta 0 only); the padding stays poisoned
@@ -182,7 +181,7 @@ std::vector<uint8_t> run_gpu(const bg::GroupedGemmProblem& p, const bf::Quantize
 
 // The dense tests' bound for a reduction of length k (docs in tests/gemm/gemm_grouped_test.cu).
 double error_bound(const bg::GroupedGemmProblem& p, double abs_norm, double c_norm, double ref_norm) {
-  const double u = std::ldexp(1.0, -24), u_out = p.d_type == MatrixType::kBf16 ? std::ldexp(1.0, -8) : u;
+  const double u = std::ldexp(1.0, -24), u_out = p.d_type == DType::kBf16 ? std::ldexp(1.0, -8) : u;
   const double accumulate = bf::is_fp8_block(p.a_recipe)
                                 ? 8 * std::ldexp(1.0, -13) + (static_cast<double>(p.k / 128) + 5) * u
                                 : 2 * (static_cast<double>(p.k / 16) + 4) * std::ldexp(1.0, -23) + 4 * u;
@@ -202,7 +201,7 @@ void check_case(const KGroupedCase& kc, uint64_t seed, int skip_expert = -1) {
   const bg::GroupedGemmProblem p = problem_of(kc, o.capacity);
   const int64_t out = int64_t{groups} * kc.m * kc.n;
   ASSERT_TRUE(kc.ldd_pad == 0 || kc.beta == 0.0f) << "a padded D row is for beta 0 cases";
-  const int64_t esize = element_bytes(kc.d_type), stored = int64_t{groups} * kc.m * p.ldd, guard = 256;
+  const int64_t esize = static_cast<int64_t>(blockscale::formats::dtype_size(kc.d_type)), stored = int64_t{groups} * kc.m * p.ldd, guard = 256;
 
   std::vector<double> c;
   if (kc.beta != 0.0f) {  // an existing main gradient, exactly representable in D's type
@@ -262,7 +261,7 @@ TEST_P(KGroupedPair, UnevenExperts) {
 // empty experts' dW must come back unchanged.
 TEST_P(KGroupedPair, AllTokensOnOneExpertAccumulating) {
   SKIP_WITHOUT_GPU();
-  check_case({GetParam(), 130, 256, {0, 517, 0}, MatrixType::kFp32, 1.0f, 1.0f}, 12);
+  check_case({GetParam(), 130, 256, {0, 517, 0}, DType::kF32, 1.0f, 1.0f}, 12);
 }
 
 // Nine experts, random counts 0..260 (zeros forced), bf16 D, alpha != 1.
@@ -272,7 +271,7 @@ TEST_P(KGroupedPair, ManyExpertsRandomCounts) {
   std::uniform_int_distribution<int64_t> count(0, 260);
   std::vector<int64_t> counts;
   for (int g = 0; g < 9; ++g) counts.push_back(g % 4 == 1 ? 0 : count(rng));
-  check_case({GetParam(), 129, 257, counts, MatrixType::kBf16, -0.5f, 0.0f}, 13);
+  check_case({GetParam(), 129, 257, counts, DType::kBf16, -0.5f, 0.0f}, 13);
 }
 
 // One expert: a dense wgrad through the grouped path.
@@ -314,7 +313,7 @@ class KGroupedHostEnds : public ::testing::TestWithParam<bg::Sm90Fp8Route> {
  protected:
   void SetUp() override { bg::set_sm90_fp8_route(GetParam()); }
   void TearDown() override { bg::set_sm90_fp8_route(bg::Sm90Fp8Route::kAuto); }
-  static KGroupedCase fp8(int64_t m, int64_t n, std::vector<int64_t> counts, MatrixType d_type = MatrixType::kFp32,
+  static KGroupedCase fp8(int64_t m, int64_t n, std::vector<int64_t> counts, DType d_type = DType::kF32,
                           float alpha = 1.0f, float beta = 0.0f) {
     KGroupedCase kc{{Format::kFp8Block1x128, Format::kFp8Block1x128}, m, n, std::move(counts), d_type, alpha, beta};
     kc.host_ends = true;
@@ -329,7 +328,7 @@ TEST_P(KGroupedHostEnds, UnevenExperts) {
 
 TEST_P(KGroupedHostEnds, AccumulatingInPlaceWithEmptyExperts) {
   SKIP_WITHOUT_GPU();
-  check_case(fp8(128, 256, {0, 517, 0}, MatrixType::kFp32, 1.0f, 1.0f), 42);
+  check_case(fp8(128, 256, {0, 517, 0}, DType::kF32, 1.0f, 1.0f), 42);
 }
 
 TEST_P(KGroupedHostEnds, PaddedRowsStayUntouched) {
@@ -341,7 +340,7 @@ TEST_P(KGroupedHostEnds, PaddedRowsStayUntouched) {
 
 TEST_P(KGroupedHostEnds, Bf16ManyExperts) {
   SKIP_WITHOUT_GPU();
-  check_case(fp8(256, 264, {130, 200, 0, 310, 64, 256, 129, 90}, MatrixType::kBf16, -0.5f), 44);
+  check_case(fp8(256, 264, {130, 200, 0, 310, 64, 256, 129, 90}, DType::kBf16, -0.5f), 44);
 }
 
 INSTANTIATE_TEST_SUITE_P(Routes, KGroupedHostEnds,
@@ -374,7 +373,7 @@ TEST(KGroupedGemm, FromQuantsGroupedQuantize) {
     const auto quantize = [&](const DeviceBuffer& in, int64_t cols, Format r,
                               DeviceBuffer* data, DeviceBuffer* scales, DeviceBuffer* dec) {
       bq::GroupedQuantizeProblem q;
-      q.dense.recipe = r, q.dense.input_type = bq::InputType::kFp32;
+      q.dense.recipe = r, q.dense.input_type = bf::DType::kF32;
       q.dense.rows = tokens, q.dense.cols = cols, q.dense.ld = cols;
       q.dense.directions = bf::Direction::kColumnwise;
       q.num_groups = static_cast<int>(kc.counts.size());
@@ -416,7 +415,7 @@ TEST(KGroupedGemm, FromQuantsGroupedQuantize) {
     ASSERT_TRUE(bf::reference_gemm_k_grouped(o.a, o.b, o.ends, 1.0, 0.0, nullptr, &ref).is_ok());
     ASSERT_TRUE(bf::reference_gemm_k_grouped(absolute(o.a), absolute(o.b), o.ends, 1.0, 0.0, nullptr, &abs_ref).is_ok());
     std::vector<double> err;
-    for (int64_t i = 0; i < out; ++i) err.push_back(element_value(d, i, MatrixType::kFp32) - ref[static_cast<size_t>(i)]);
+    for (int64_t i = 0; i < out; ++i) err.push_back(element_value(d, i, DType::kF32) - ref[static_cast<size_t>(i)]);
     EXPECT_LE(frobenius(err), error_bound(p, frobenius(abs_ref), 0.0, frobenius(ref)))
         << "relative error " << frobenius(err) / frobenius(ref);
   }
@@ -459,8 +458,8 @@ TEST(KGroupedGemm, MalformedEndsStayInBounds) {
   }
   // Clamped ends {96, 96, capacity}: expert 1 empty (zeros), all of D written and finite.
   const std::vector<uint8_t> d(got.begin() + guard, got.begin() + guard + d_bytes);
-  for (int64_t i = 0; i < 3 * kc.m * kc.n; ++i) ASSERT_TRUE(std::isfinite(element_value(d, i, MatrixType::kFp32))) << i;
-  for (int64_t i = kc.m * kc.n; i < 2 * kc.m * kc.n; ++i) ASSERT_EQ(element_value(d, i, MatrixType::kFp32), 0.0) << i;
+  for (int64_t i = 0; i < 3 * kc.m * kc.n; ++i) ASSERT_TRUE(std::isfinite(element_value(d, i, DType::kF32))) << i;
+  for (int64_t i = kc.m * kc.n; i < 2 * kc.m * kc.n; ++i) ASSERT_EQ(element_value(d, i, DType::kF32), 0.0) << i;
 }
 
 // ---- Argument checks (no GPU needed) -----------------------------------------------------------
@@ -470,7 +469,7 @@ bg::GroupedGemmProblem valid_problem() {
   p.mode = bg::GroupMode::kK;
   p.num_groups = 8, p.m = 4096, p.n = 7168, p.k = 4096 + 8 * 128;
   p.a_recipe = Format::kFp8Block1x128, p.b_recipe = Format::kFp8Block1x128;
-  p.c_type = p.d_type = MatrixType::kFp32;
+  p.c_type = p.d_type = DType::kF32;
   p.ldc = p.ldd = p.n;
   p.beta = 1.0f;
   return p;

@@ -94,7 +94,7 @@ void check_random(const bg::GemmProblem& p, const HostOperand& a, const HostOper
   ASSERT_TRUE(s.is_ok()) << s.message();
 
   const double u = std::ldexp(1.0, -24), u_tc = std::ldexp(1.0, -13);
-  const double u_out = p.d_type == MatrixType::kBf16 ? std::ldexp(1.0, -8) : u;
+  const double u_out = p.d_type == DType::kBf16 ? std::ldexp(1.0, -8) : u;
   const double k_blocks = static_cast<double>(p.k / 128);
   double c2 = 0;  // ||C||^2 over the m x n elements read
   if (!c.empty())
@@ -136,7 +136,7 @@ void check_random(const bg::GemmProblem& p, const HostOperand& a, const HostOper
                 " (err/bound %.3f)\n",
                 via == Via::kRunAuto ? "auto" : cublaslt ? "cublaslt" : tile_name(tile).c_str(),
                 static_cast<long long>(p.m), static_cast<long long>(p.n),
-                static_cast<long long>(p.k), bf::format_name(p.b_recipe), bg::matrix_type_name(p.d_type), p.beta,
+                static_cast<long long>(p.k), bf::format_name(p.b_recipe), bf::dtype_name(p.d_type), p.beta,
                 in_place ? " in place" : "", err / ref_norm, bound / ref_norm, err / bound);
     EXPECT_LE(err, bound) << "relative Frobenius error " << err / ref_norm << " above the derived bound "
                           << bound / ref_norm;
@@ -172,8 +172,8 @@ TEST_P(GemmRandom, WithinDerivedBound) {
   random_operand(c.m, c.k, Format::kFp8Block1x128, 1.0, seed_of(c, 1), &a);
   random_operand(c.n, c.k, c.b_recipe, 1.0, seed_of(c, 2), &b);
   if (HasFatalFailure()) return;
-  check_random(problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kBf16, c.n, 1.0f, 0.0f), a, b, false, seed_of(c, 3));
-  check_random(problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kFp32, c.n + 3, 1.0f, 1.0f), a, b, false,
+  check_random(problem(c.m, c.n, c.k, c.b_recipe, DType::kBf16, c.n, 1.0f, 0.0f), a, b, false, seed_of(c, 3));
+  check_random(problem(c.m, c.n, c.k, c.b_recipe, DType::kF32, c.n + 3, 1.0f, 1.0f), a, b, false,
                seed_of(c, 4));
 }
 INSTANTIATE_TEST_SUITE_P(Shapes, GemmRandom, ::testing::ValuesIn(odd_shapes()), shape_name);
@@ -193,14 +193,14 @@ TEST_P(GemmCublasLt, WithinDerivedBoundAndEqualsTheSm90Kernel) {
   random_operand(c.m, c.k, Format::kFp8Block1x128, 1.0, seed_of(c, 41), &a);
   random_operand(c.n, c.k, c.b_recipe, 1.0, seed_of(c, 42), &b);
   if (HasFatalFailure()) return;
-  check_random(problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kBf16, c.n, 1.0f, 0.0f), a, b, false, seed_of(c, 43),
+  check_random(problem(c.m, c.n, c.k, c.b_recipe, DType::kBf16, c.n, 1.0f, 0.0f), a, b, false, seed_of(c, 43),
                Via::kCublasLtLaunch);
-  check_random(problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kFp32, c.n + 4, 1.0f, 1.0f), a, b, false,
+  check_random(problem(c.m, c.n, c.k, c.b_recipe, DType::kF32, c.n + 4, 1.0f, 1.0f), a, b, false,
                seed_of(c, 44), Via::kCublasLtLaunch);
-  check_random(problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kFp32, c.n, 1.0f, 1.0f), a, b, true, seed_of(c, 45),
+  check_random(problem(c.m, c.n, c.k, c.b_recipe, DType::kF32, c.n, 1.0f, 1.0f), a, b, true, seed_of(c, 45),
                Via::kCublasLtLaunch);
   if (c.b_recipe != Format::kFp8Block128x128) return;
-  const bg::GemmProblem p = problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kBf16, c.n, 1.0f, 0.0f);
+  const bg::GemmProblem p = problem(c.m, c.n, c.k, c.b_recipe, DType::kBf16, c.n, 1.0f, 0.0f);
   GemmRun lt, ours;
   run_gemm(p, a, b, nullptr, false, Sm90Fp8Tile::kAuto, &lt, Via::kCublasLtLaunch);
   run_gemm(p, a, b, nullptr, false, Sm90Fp8Tile::kAuto, &ours);
@@ -232,12 +232,12 @@ TEST_P(GemmAutoRoute, WithinDerivedBound) {
   random_operand(c.m, c.k, Format::kFp8Block1x128, 1.0, seed_of(c, 51), &a);
   random_operand(c.n, c.k, c.b_recipe, 1.0, seed_of(c, 52), &b);
   if (HasFatalFailure()) return;
-  const bg::GemmProblem fprop = problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kBf16, c.n, 1.0f, 0.0f);
-  const bg::GemmProblem wgrad = problem(c.m, c.n, c.k, c.b_recipe, MatrixType::kFp32, c.n + 4, 1.0f, 1.0f);
+  const bg::GemmProblem fprop = problem(c.m, c.n, c.k, c.b_recipe, DType::kBf16, c.n, 1.0f, 0.0f);
+  const bg::GemmProblem wgrad = problem(c.m, c.n, c.k, c.b_recipe, DType::kF32, c.n + 4, 1.0f, 1.0f);
   for (const bg::GemmProblem& p : {fprop, wgrad}) {
     bg::GemmKernel kernel = bg::GemmKernel::kNone;
     ASSERT_TRUE(bg::can_implement_for_arch(p, 90, &kernel).is_ok());
-    const bool lt = c.m % 4 == 0 && c.n % 4 == 0 && (p.d_type == MatrixType::kFp32 || c.n % 8 == 0) && c.m <= 512;
+    const bool lt = c.m % 4 == 0 && c.n % 4 == 0 && (p.d_type == DType::kF32 || c.n % 8 == 0) && c.m <= 512;
     EXPECT_EQ(kernel, lt ? bg::GemmKernel::kCublasLtBlockScaled : bg::GemmKernel::kSm90Fp8Blockwise);
   }
   check_random(fprop, a, b, false, seed_of(c, 53), Via::kRunAuto);
@@ -266,7 +266,7 @@ TEST(GemmCublasLt, RefusalNamesTheProblem) {
   ASSERT_OK(b_dev.upload(b.q));
   DeviceBuffer d;
   ASSERT_OK(d.alloc(132 * 260 * 2, "d"));
-  const bg::GemmProblem p = problem(132, 260, 384, Format::kFp8Block128x128, MatrixType::kBf16, 260, 1.0f, 0.0f);
+  const bg::GemmProblem p = problem(132, 260, 384, Format::kFp8Block128x128, DType::kBf16, 260, 1.0f, 0.0f);
   bg::GemmArguments args;
   args.a_data = a_dev.data(), args.a_scales = a_dev.scales();
   args.b_data = b_dev.data(), args.b_scales = b_dev.scales();
@@ -280,7 +280,7 @@ TEST(GemmCublasLt, RefusalNamesTheProblem) {
 struct ScaleCase {
   double a_magnitude, b_magnitude;
   float alpha, beta;
-  MatrixType c_type, d_type;
+  DType c_type, d_type;
   bool in_place;
   const char* name;
 };
@@ -300,13 +300,13 @@ TEST_P(GemmScales, WithinDerivedBound) {
 }
 INSTANTIATE_TEST_SUITE_P(
     Scales, GemmScales,
-    ::testing::Values(ScaleCase{1e-20, 1e15, 1.0f, 0.0f, MatrixType::kFp32, MatrixType::kFp32, false, "tiny_a"},
-                      ScaleCase{1e-20, 1e15, 1.0f, 0.0f, MatrixType::kFp32, MatrixType::kBf16, false, "tiny_a_bf16"},
-                      ScaleCase{1e18, 1e15, 1.0f, 0.0f, MatrixType::kFp32, MatrixType::kFp32, false, "huge"},
-                      ScaleCase{1e18, 1e15, 0.5f, 0.0f, MatrixType::kFp32, MatrixType::kBf16, false, "huge_bf16"},
-                      ScaleCase{1e-12, 1e-12, 1.0f, 0.0f, MatrixType::kFp32, MatrixType::kFp32, false, "tiny_both"},
-                      ScaleCase{1.0, 1.0, -2.0f, 0.5f, MatrixType::kBf16, MatrixType::kFp32, false, "alpha_bf16_c"},
-                      ScaleCase{1.0, 1.0, 1.0f, 1.0f, MatrixType::kFp32, MatrixType::kFp32, true, "in_place_wgrad"}),
+    ::testing::Values(ScaleCase{1e-20, 1e15, 1.0f, 0.0f, DType::kF32, DType::kF32, false, "tiny_a"},
+                      ScaleCase{1e-20, 1e15, 1.0f, 0.0f, DType::kF32, DType::kBf16, false, "tiny_a_bf16"},
+                      ScaleCase{1e18, 1e15, 1.0f, 0.0f, DType::kF32, DType::kF32, false, "huge"},
+                      ScaleCase{1e18, 1e15, 0.5f, 0.0f, DType::kF32, DType::kBf16, false, "huge_bf16"},
+                      ScaleCase{1e-12, 1e-12, 1.0f, 0.0f, DType::kF32, DType::kF32, false, "tiny_both"},
+                      ScaleCase{1.0, 1.0, -2.0f, 0.5f, DType::kBf16, DType::kF32, false, "alpha_bf16_c"},
+                      ScaleCase{1.0, 1.0, 1.0f, 1.0f, DType::kF32, DType::kF32, true, "in_place_wgrad"}),
     [](const ::testing::TestParamInfo<ScaleCase>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/dtype.h"
 #include "formats/recipe.h"
 #include "formats/scalar_codecs.h"
 #include "formats/scale_layout.h"
@@ -23,13 +24,9 @@ struct RouteScope {
   ~RouteScope() { blockscale::gemm::set_sm90_fp8_route(blockscale::gemm::Sm90Fp8Route::kAuto); }
 };
 
-inline int64_t element_bytes(blockscale::gemm::MatrixType t) {
-  return t == blockscale::gemm::MatrixType::kBf16 ? 2 : 4;
-}
-
 // Element i of a bf16 or fp32 buffer.
-inline double element_value(const std::vector<uint8_t>& bytes, int64_t i, blockscale::gemm::MatrixType t) {
-  if (t == blockscale::gemm::MatrixType::kFp32) {
+inline double element_value(const std::vector<uint8_t>& bytes, int64_t i, blockscale::formats::DType t) {
+  if (t == blockscale::formats::DType::kF32) {
     float f;
     std::memcpy(&f, bytes.data() + i * 4, 4);
     return f;
@@ -40,10 +37,10 @@ inline double element_value(const std::vector<uint8_t>& bytes, int64_t i, blocks
 }
 
 // Values as the bytes of type t (fp32 round-to-nearest, then bf16 RNE for bf16).
-inline std::vector<uint8_t> encode(const std::vector<double>& v, blockscale::gemm::MatrixType t) {
-  std::vector<uint8_t> bytes(v.size() * static_cast<size_t>(element_bytes(t)));
+inline std::vector<uint8_t> encode(const std::vector<double>& v, blockscale::formats::DType t) {
+  std::vector<uint8_t> bytes(v.size() * blockscale::formats::dtype_size(t));
   for (size_t i = 0; i < v.size(); ++i) {
-    if (t == blockscale::gemm::MatrixType::kFp32) {
+    if (t == blockscale::formats::DType::kF32) {
       const float f = static_cast<float>(v[i]);
       std::memcpy(bytes.data() + i * 4, &f, 4);
     } else {
@@ -55,9 +52,9 @@ inline std::vector<uint8_t> encode(const std::vector<double>& v, blockscale::gem
 }
 
 // v rounded once (RNE) to D's type.
-inline double round_to(double v, blockscale::gemm::MatrixType t) {
+inline double round_to(double v, blockscale::formats::DType t) {
   const float f = static_cast<float>(v);
-  return t == blockscale::gemm::MatrixType::kFp32
+  return t == blockscale::formats::DType::kF32
              ? f
              : blockscale::formats::bf16_bits_to_float(blockscale::formats::float_to_bf16_bits_rn(f));
 }

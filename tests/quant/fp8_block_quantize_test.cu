@@ -47,13 +47,12 @@ namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
 using bf::Format;
 using bf::Direction;
-using bq::InputType;
+using bf::DType;
 using blockscale::runtime::DeviceBuffer;
 using blockscale_test::DeviceInput;
 using blockscale_test::GuardedOutput;
 using blockscale_test::HostInput;
 using blockscale_test::check_output;
-using blockscale_test::element_bytes;
 using blockscale_test::guarded_outputs;
 using blockscale_test::name;
 using blockscale_test::to_bits;
@@ -66,16 +65,16 @@ constexpr int64_t kGuard = 32;
   return blockscale_test::alloc_poisoned(g, bytes, offset, kPoison, kGuard);
 }
 
-HostInput make_input(int64_t rows, int64_t cols, int64_t ld, InputType t, uint64_t seed) {
+HostInput make_input(int64_t rows, int64_t cols, int64_t ld, DType t, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
   std::uniform_real_distribution<double> uni(0.0, 1.0);
-  const blockscale_test::InputTypeBits tb = blockscale_test::type_bits(t);
-  const bool fp16 = t == InputType::kFp16;
+  const blockscale_test::DTypeBits tb = blockscale_test::type_bits(t);
+  const bool fp16 = t == DType::kF16;
   double log_lo, log_hi;
   blockscale_test::magnitude_range(t, &log_lo, &log_hi);
   HostInput in;
-  const size_t esize = static_cast<size_t>(element_bytes(t));
+  const size_t esize = bf::dtype_size(t);
   in.bytes.assign(static_cast<size_t>(rows * ld) * esize, 0xEE);  // stride padding: garbage
   in.values.assign(static_cast<size_t>(rows * ld), std::nanf(""));
   auto put = [&](int64_t r, int64_t c, uint32_t bits) {
@@ -185,14 +184,14 @@ std::vector<Expected> references(const HostInput& in, int64_t rows, int64_t cols
 
 struct Layout {
   int64_t rows, cols, ld;
-  InputType type;
+  DType type;
   bool misaligned;  // input one element off 16 bytes, data outputs one byte off, scales 4 bytes off
 };
 
 std::string describe(const Layout& l) {
   char s[128];
   std::snprintf(s, sizeof s, "%lldx%lld ld=%lld %s%s", static_cast<long long>(l.rows),
-                static_cast<long long>(l.cols), static_cast<long long>(l.ld), name(l.type),
+                static_cast<long long>(l.cols), static_cast<long long>(l.ld), bf::dtype_name(l.type),
                 l.misaligned ? " misaligned" : "");
   return s;
 }
@@ -289,7 +288,7 @@ std::vector<Layout> layouts() {
   std::vector<Layout> v;
   const int64_t shapes[][2] = {{1, 1},     {1, 129},   {3, 128},   {127, 129}, {128, 128},
                                {129, 257}, {256, 384}, {200, 1000}, {1000, 2176}};
-  for (InputType t : {InputType::kBf16, InputType::kFp16, InputType::kFp32}) {
+  for (DType t : {DType::kBf16, DType::kF16, DType::kF32}) {
     for (const auto& s : shapes) v.push_back({s[0], s[1], s[1], t, false});
     v.push_back({127, 129, 136, t, false});   // ld > cols, 16-byte rows (bf16 / fp16: 272 bytes)
     v.push_back({300, 520, 600, t, false});   // ld > cols, 16-byte rows
@@ -304,7 +303,7 @@ std::vector<Layout> layouts() {
 std::string layout_name(const ::testing::TestParamInfo<Layout>& info) {
   const Layout& l = info.param;
   return std::to_string(l.rows) + "x" + std::to_string(l.cols) + "_ld" + std::to_string(l.ld) + "_" +
-         name(l.type) + (l.misaligned ? "_misaligned" : "");
+         bf::dtype_name(l.type) + (l.misaligned ? "_misaligned" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Fp8BlockQuantizeLayouts, ::testing::ValuesIn(layouts()), layout_name);
@@ -313,16 +312,16 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Fp8BlockQuantizeLayouts, ::testing::ValuesIn(la
 // pipelines over many rounds, whole tiles only.
 TEST(Fp8BlockQuantizeLarge, ManyTilesPerCta) {
   SKIP_WITHOUT_GPU();
-  check({4096, 8192, 8192, InputType::kFp16, false}, {{Format::kFp8Block1x128, true}, {Format::kFp8Block128x128, false}},
+  check({4096, 8192, 8192, DType::kF16, false}, {{Format::kFp8Block1x128, true}, {Format::kFp8Block128x128, false}},
         {Direction::kBoth});
-  check({4096, 8192, 8192, InputType::kFp32, false}, {{Format::kFp8Block1x128, false}, {Format::kFp8Block128x128, true}},
+  check({4096, 8192, 8192, DType::kF32, false}, {{Format::kFp8Block1x128, false}, {Format::kFp8Block128x128, true}},
         {Direction::kBoth, Direction::kRowwise});
 }
 
 // One large bf16 tensor, partial tiles along both edges.
 TEST(Fp8BlockQuantizeLarge, Bf16_16385x7169) {
   SKIP_WITHOUT_GPU();
-  check({16385, 7169, 7169, InputType::kBf16, false}, {{Format::kFp8Block1x128, false}, {Format::kFp8Block128x128, true}},
+  check({16385, 7169, 7169, DType::kBf16, false}, {{Format::kFp8Block1x128, false}, {Format::kFp8Block128x128, true}},
         {Direction::kBoth});
 }
 
@@ -338,7 +337,7 @@ TEST(Fp8BlockQuantizeFlags, NonfiniteFlagIsOnlyEverSetToOne) {
       DeviceBuffer dx, data, scales, flag, amax;
       ASSERT_OK(dx.upload(x.data(), x.size() * 4, "dx"));
       bq::QuantizeProblem p;
-      p.recipe = recipe, p.input_type = InputType::kFp32, p.rows = 200, p.cols = 300, p.ld = 300;
+      p.recipe = recipe, p.input_type = DType::kF32, p.rows = 200, p.cols = 300, p.ld = 300;
       p.directions = Direction::kColumnwise;
       ASSERT_OK(data.alloc(static_cast<size_t>(bq::columnwise_data_bytes(p)), "data"));
       ASSERT_OK(scales.alloc(static_cast<size_t>(bq::columnwise_scale_bytes(p)), "scales"));
@@ -458,7 +457,7 @@ TEST(Fp8BlockScale, DeviceMatchesHost) {
 // matrix's bytes, at its offset in each buffer, are the emulator's for that matrix alone.
 struct BatchedLayout {
   int64_t batches, rows, cols, ld;
-  InputType type;
+  DType type;
   bool misaligned;
 };
 
@@ -525,13 +524,13 @@ void check_batched(const BatchedLayout& l, bool pow2, Direction dirs) {
 // strides, misaligned pointers, one matrix, and enough tiles for several per CTA.
 TEST(Fp8BlockQuantizeBatched, MatchesTheEmulatorPerMatrix) {
   SKIP_WITHOUT_GPU();
-  const BatchedLayout layouts[] = {{8, 256, 384, 384, InputType::kFp32, false},
-                                   {3, 200, 300, 300, InputType::kFp32, false},
-                                   {5, 129, 257, 264, InputType::kBf16, false},
-                                   {4, 130, 200, 203, InputType::kFp16, false},
-                                   {3, 127, 129, 131, InputType::kFp32, true},
-                                   {1, 300, 520, 600, InputType::kBf16, false},
-                                   {8, 1408, 1024, 1024, InputType::kFp32, false}};
+  const BatchedLayout layouts[] = {{8, 256, 384, 384, DType::kF32, false},
+                                   {3, 200, 300, 300, DType::kF32, false},
+                                   {5, 129, 257, 264, DType::kBf16, false},
+                                   {4, 130, 200, 203, DType::kF16, false},
+                                   {3, 127, 129, 131, DType::kF32, true},
+                                   {1, 300, 520, 600, DType::kBf16, false},
+                                   {8, 1408, 1024, 1024, DType::kF32, false}};
   for (const BatchedLayout& l : layouts)
     for (Direction d : kAllDirs) check_batched(l, /*pow2=*/l.rows % 2 == 1, d);
 }
@@ -539,7 +538,7 @@ TEST(Fp8BlockQuantizeBatched, MatchesTheEmulatorPerMatrix) {
 // ---- Host-side API facts this kernel relies on (no GPU).
 TEST(Fp8BlockQuantizeApi, BatchedChecks) {
   bq::BatchedQuantizeProblem p;
-  p.matrix.recipe = Format::kFp8Block128x128, p.matrix.input_type = InputType::kFp32;
+  p.matrix.recipe = Format::kFp8Block128x128, p.matrix.input_type = DType::kF32;
   p.matrix.rows = 256, p.matrix.cols = 128, p.matrix.ld = 128, p.matrix.directions = Direction::kBoth;
   p.batches = 4;
   EXPECT_TRUE(bq::can_implement(p).is_ok());

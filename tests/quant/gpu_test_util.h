@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/dtype.h"
 #include "formats/host_device.h"
 #include "formats/scalar_codecs.h"
 #include "formats/status.h"
@@ -22,12 +23,8 @@
 
 namespace blockscale_test {
 
-// ---- Names for test output ---------------------------------------------------------------------
+// ---- Names for test output (a dtype's: formats::dtype_name) -----------------------------------
 
-inline const char* name(blockscale::quant::InputType t) {
-  using blockscale::quant::InputType;
-  return t == InputType::kBf16 ? "bf16" : t == InputType::kFp16 ? "fp16" : "fp32";
-}
 // "rowwise" / "columnwise" / "both"; abbreviated: "row" / "col" / "both".
 inline const char* name(blockscale::formats::Direction d, bool abbreviated = false) {
   using blockscale::formats::Direction;
@@ -38,46 +35,41 @@ inline const char* name(blockscale::formats::Direction d, bool abbreviated = fal
 
 // ---- Input elements ----------------------------------------------------------------------------
 
-// Bytes of one input element.
-inline int64_t element_bytes(blockscale::quant::InputType t) {
-  return t == blockscale::quant::InputType::kFp32 ? 4 : 2;
-}
-
 // Input element bits <-> value (the value, decoded exactly to fp32, is what the emulator quantizes).
-inline uint32_t to_bits(float v, blockscale::quant::InputType t) {
+inline uint32_t to_bits(float v, blockscale::formats::DType t) {
   namespace bf = blockscale::formats;
-  using blockscale::quant::InputType;
-  if (t == InputType::kFp32) return bf::float_bits(v);
-  if (t == InputType::kBf16) return bf::float_to_bf16_bits_rn(v);
+  using blockscale::formats::DType;
+  if (t == DType::kF32) return bf::float_bits(v);
+  if (t == DType::kBf16) return bf::float_to_bf16_bits_rn(v);
   const __half h = __float2half_rn(v);
   uint16_t u;
   std::memcpy(&u, &h, sizeof u);
   return u;
 }
-inline float from_bits(uint32_t b, blockscale::quant::InputType t) {
+inline float from_bits(uint32_t b, blockscale::formats::DType t) {
   namespace bf = blockscale::formats;
-  using blockscale::quant::InputType;
-  if (t == InputType::kFp32) return bf::bits_float(b);
-  if (t == InputType::kBf16) return bf::bf16_bits_to_float(static_cast<uint16_t>(b));
+  using blockscale::formats::DType;
+  if (t == DType::kF32) return bf::bits_float(b);
+  if (t == DType::kBf16) return bf::bf16_bits_to_float(static_cast<uint16_t>(b));
   return bf::fp16_bits_to_float(static_cast<uint16_t>(b));
 }
 
 // Bit patterns of the input type: the sign bit, +Inf, the largest finite value and the smallest
 // normal (every pattern below it is zero or subnormal).
-struct InputTypeBits {
+struct DTypeBits {
   uint32_t sign, inf, max_finite, min_normal;
 };
-inline InputTypeBits type_bits(blockscale::quant::InputType t) {
-  using blockscale::quant::InputType;
-  if (t == InputType::kFp32) return {0x80000000u, 0x7F800000u, 0x7F7FFFFFu, 0x00800000u};
-  if (t == InputType::kBf16) return {0x8000u, 0x7F80u, 0x7F7Fu, 0x0080u};
+inline DTypeBits type_bits(blockscale::formats::DType t) {
+  using blockscale::formats::DType;
+  if (t == DType::kF32) return {0x80000000u, 0x7F800000u, 0x7F7FFFFFu, 0x00800000u};
+  if (t == DType::kBf16) return {0x8000u, 0x7F80u, 0x7F7Fu, 0x0080u};
   return {0x8000u, 0x7C00u, 0x7BFFu, 0x0400u};
 }
 
 // log10 of the magnitudes drawn for the type: 1e-30 .. 1e30 (fp16, which holds 6e-8 .. 65504:
 // 1e-6 .. 1e4).
-inline void magnitude_range(blockscale::quant::InputType t, double* lo, double* hi) {
-  if (t == blockscale::quant::InputType::kFp16) *lo = -6.0, *hi = 4.0;
+inline void magnitude_range(blockscale::formats::DType t, double* lo, double* hi) {
+  if (t == blockscale::formats::DType::kF16) *lo = -6.0, *hi = 4.0;
   else *lo = -30.0, *hi = 30.0;
 }
 
@@ -96,9 +88,9 @@ struct DeviceInput {
 
 // Copies in.bytes (elements of type t) to the device; misaligned: one element off the buffer's
 // (256-byte) alignment, which breaks 16-byte vector loads.
-inline ::testing::AssertionResult upload_input(const HostInput& in, blockscale::quant::InputType t,
+inline ::testing::AssertionResult upload_input(const HostInput& in, blockscale::formats::DType t,
                                                bool misaligned, DeviceInput* d) {
-  d->offset = misaligned ? element_bytes(t) : 0;
+  d->offset = misaligned ? static_cast<int64_t>(blockscale::formats::dtype_size(t)) : 0;
   blockscale::Status s = d->buf.alloc(in.bytes.size() + static_cast<size_t>(d->offset), "input");
   if (s) {
     s = blockscale::runtime::cuda_status(

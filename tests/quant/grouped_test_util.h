@@ -12,22 +12,22 @@
 
 namespace blockscale_test {
 
-using blockscale::quant::InputType;
+using blockscale::formats::DType;
 
 // ---- Inputs ----------------------------------------------------------------------------------
 
 // Per 16x32 region one kind of data: normal values at a random magnitude, heavy tails, all zero
 // (both signs), sprinkled NaN / Inf / -0 / subnormal / largest finite, ties of E2M1 and FP8.
 // With `finite`, nothing non-finite.
-inline HostInput make_input(int64_t rows, int64_t cols, int64_t ld, InputType t, bool finite, uint64_t seed) {
+inline HostInput make_input(int64_t rows, int64_t cols, int64_t ld, DType t, bool finite, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
   std::uniform_real_distribution<double> uni(0.0, 1.0);
-  const bool f16 = t == InputType::kFp16;
-  const blockscale_test::InputTypeBits tb = blockscale_test::type_bits(t);
+  const bool f16 = t == DType::kF16;
+  const blockscale_test::DTypeBits tb = blockscale_test::type_bits(t);
   const uint32_t sign = tb.sign, inf = tb.inf, smax = tb.max_finite;
   const double ties[] = {5.0, 2.5, 3.5, 0.75, 1.25, 1.75, 0.25, 6.0, 7.0, 448.0, 1.0625, 57344.0};
-  const int64_t esize = element_bytes(t);
+  const int64_t esize = static_cast<int64_t>(blockscale::formats::dtype_size(t));
   HostInput in;
   in.bytes.assign(static_cast<size_t>(rows * ld * esize), 0);
   in.values.assign(static_cast<size_t>(rows * ld), std::nanf(""));

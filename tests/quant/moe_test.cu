@@ -38,7 +38,7 @@ namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
 using bf::Format;
 using bf::Direction;
-using bq::InputType;
+using bf::DType;
 using blockscale::runtime::DeviceBuffer;
 using blockscale_test::DeviceInput;
 using blockscale_test::GuardedOutput;
@@ -315,7 +315,7 @@ struct GatherCase {
   int64_t tokens;
   int top_k, groups;
   int64_t cols, ld;
-  InputType type;
+  DType type;
   Routing kind;
   double drop;
 };
@@ -324,7 +324,7 @@ std::string describe(const GatherCase& c) {
   char s[200];
   std::snprintf(s, sizeof s, "%lld tokens x %lld (ld %lld) top_k %d, %d experts %s drop %.2f %s",
                 static_cast<long long>(c.tokens), static_cast<long long>(c.cols), static_cast<long long>(c.ld),
-                c.top_k, c.groups, name(c.kind), c.drop, blockscale_test::name(c.type));
+                c.top_k, c.groups, name(c.kind), c.drop, bf::dtype_name(c.type));
   return s;
 }
 
@@ -443,16 +443,16 @@ TEST_P(MoeGatherQuantize, MatchesTheEmulatorOnTheGatheredMatrix) {
 
 std::vector<GatherCase> gather_cases() {
   return {
-      {100, 2, 8, 200, 200, InputType::kBf16, Routing::kRandom, 0.0},
-      {300, 2, 8, 4160, 4160, InputType::kBf16, Routing::kRandom, 0.0},
-      {257, 1, 5, 200, 208, InputType::kBf16, Routing::kEmptyExperts, 0.0},
-      {500, 2, 4, 256, 256, InputType::kBf16, Routing::kOneExpert, 0.0},
-      {400, 3, 16, 384, 384, InputType::kBf16, Routing::kRandom, 0.15},  // dropped slots
-      {129, 2, 3, 130, 131, InputType::kBf16, Routing::kRandom, 0.0},    // odd ld: the element-wise loads
-      {200, 2, 8, 200, 200, InputType::kFp16, Routing::kRandom, 0.05},
-      {150, 2, 6, 136, 136, InputType::kFp32, Routing::kEmptyExperts, 0.0},
-      {2048, 2, 8, 1024, 1024, InputType::kBf16, Routing::kRandom, 0.0},  // whole tiles
-      {1000, 8, 64, 128, 128, InputType::kBf16, Routing::kRandom, 0.1},   // many experts (binary search)
+      {100, 2, 8, 200, 200, DType::kBf16, Routing::kRandom, 0.0},
+      {300, 2, 8, 4160, 4160, DType::kBf16, Routing::kRandom, 0.0},
+      {257, 1, 5, 200, 208, DType::kBf16, Routing::kEmptyExperts, 0.0},
+      {500, 2, 4, 256, 256, DType::kBf16, Routing::kOneExpert, 0.0},
+      {400, 3, 16, 384, 384, DType::kBf16, Routing::kRandom, 0.15},  // dropped slots
+      {129, 2, 3, 130, 131, DType::kBf16, Routing::kRandom, 0.0},    // odd ld: the element-wise loads
+      {200, 2, 8, 200, 200, DType::kF16, Routing::kRandom, 0.05},
+      {150, 2, 6, 136, 136, DType::kF32, Routing::kEmptyExperts, 0.0},
+      {2048, 2, 8, 1024, 1024, DType::kBf16, Routing::kRandom, 0.0},  // whole tiles
+      {1000, 8, 64, 128, 128, DType::kBf16, Routing::kRandom, 0.1},   // many experts (binary search)
   };
 }
 
@@ -460,21 +460,21 @@ std::string gather_name(const ::testing::TestParamInfo<GatherCase>& info) {
   const GatherCase& c = info.param;
   return std::to_string(info.index) + "_t" + std::to_string(c.tokens) + "_k" + std::to_string(c.top_k) + "_g" +
          std::to_string(c.groups) + "_c" + std::to_string(c.cols) + "_" + name(c.kind) + "_" +
-         blockscale_test::name(c.type);
+         bf::dtype_name(c.type);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, MoeGatherQuantize, ::testing::ValuesIn(gather_cases()), gather_name);
 
 TEST(MoeGatherQuantizeChain, GpuRoutingFeedsTheQuantize) {
   SKIP_WITHOUT_GPU();
-  check_gather({1024, 2, 8, 512, 512, InputType::kBf16, Routing::kRandom, 0.02}, true);
+  check_gather({1024, 2, 8, 512, 512, DType::kBf16, Routing::kRandom, 0.02}, true);
 }
 
 // Indices outside [0, tokens) read zero rows: no stray read (compute-sanitizer shows none), the
 // bytes of a zero row.
 TEST(MoeGatherQuantizeOutOfRange, IndicesOutsideTheInputReadZeroRows) {
   SKIP_WITHOUT_GPU();
-  const GatherCase c{64, 1, 2, 256, 256, InputType::kBf16, Routing::kRandom, 0.0};
+  const GatherCase c{64, 1, 2, 256, 256, DType::kBf16, Routing::kRandom, 0.0};
   const int64_t rows = 96;  // more quantized rows than input rows
   std::vector<int32_t> index(rows);
   const int32_t wild[] = {-1, 64, 65, 1 << 20, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min()};

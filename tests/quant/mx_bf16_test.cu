@@ -44,7 +44,7 @@ namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
 using bf::Format;
 using bf::ScaleRounding;
-using bq::InputType;
+using bf::DType;
 using blockscale::runtime::DeviceBuffer;
 using blockscale_test::DeviceInput;
 using blockscale_test::GuardedOutput;
@@ -72,7 +72,7 @@ const char* name(Data d) { return d == Data::kNormal ? "normal" : d == Data::kMi
 // rows x cols fp32 (row stride cols).
 HostInput make_data(int64_t rows, int64_t cols, Data d, uint64_t seed) {
   if (d != Data::kNormal)
-    return blockscale_test::make_input(rows, cols, cols, InputType::kFp32, d == Data::kFinite, seed);
+    return blockscale_test::make_input(rows, cols, cols, DType::kF32, d == Data::kFinite, seed);
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   HostInput in;
@@ -318,7 +318,7 @@ TEST_P(MxBf16Dense, MatchesTheEmulatorBitForBit) {
                         31u * static_cast<uint64_t>(c.batches) + static_cast<uint64_t>(c.data);
   const HostInput in = make_data(c.rows, c.cols, c.data, seed);
   DeviceInput x;
-  ASSERT_TRUE(upload_input(in, InputType::kFp32, (c.misalign & kMisX) != 0, &x));
+  ASSERT_TRUE(upload_input(in, DType::kF32, (c.misalign & kMisX) != 0, &x));
   bq::MxBf16Problem p;
   p.rows = c.rows, p.cols = c.cols, p.batches = c.batches;
   bq::MxBf16Inputs inputs;
@@ -427,7 +427,7 @@ TEST_P(MxBf16Grouped, MatchesTheEmulatorBitForBit) {
   ASSERT_EQ(ends.back(), c.rows - c.unowned);
 
   DeviceInput x;
-  ASSERT_TRUE(upload_input(in, InputType::kFp32, (c.misalign & kMisX) != 0, &x));
+  ASSERT_TRUE(upload_input(in, DType::kF32, (c.misalign & kMisX) != 0, &x));
   DeviceBuffer ends_dev, index_dev;
   ASSERT_OK(ends_dev.upload(ends32.data(), ends32.size() * 4, "ends_dev"));
   if (c.gather) ASSERT_OK(index_dev.upload(index.data(), index.size() * 4, "index_dev"));

@@ -42,14 +42,13 @@ namespace bq = blockscale::quant;
 using bf::Format;
 using bf::ScaleRounding;
 using bf::Direction;
-using bq::InputType;
+using bf::DType;
 using blockscale::runtime::DeviceBuffer;
 using blockscale_test::DeviceInput;
 using blockscale_test::GuardedOutput;
 using blockscale_test::HostInput;
 using blockscale_test::alloc_poisoned;
 using blockscale_test::check_output;
-using blockscale_test::element_bytes;
 using blockscale_test::expect_error;
 using blockscale_test::from_bits;
 using blockscale_test::name;
@@ -119,7 +118,7 @@ struct Case {
   int64_t rows, cols, ld;
   int groups;
   Split split;
-  InputType type;
+  DType type;
   bool finite;
   bool misaligned;  // input off 16-byte alignment by one element, outputs by one byte
 };
@@ -128,7 +127,7 @@ std::string describe(const Case& c) {
   char s[200];
   std::snprintf(s, sizeof s, "%lldx%lld ld=%lld %d experts %s %s%s%s", static_cast<long long>(c.rows),
                 static_cast<long long>(c.cols), static_cast<long long>(c.ld), c.groups, name(c.split),
-                name(c.type), c.finite ? " finite" : "", c.misaligned ? " misaligned" : "");
+                bf::dtype_name(c.type), c.finite ? " finite" : "", c.misaligned ? " misaligned" : "");
   return s;
 }
 void PrintTo(const Case& c, std::ostream* os) { *os << describe(c); }
@@ -262,7 +261,7 @@ TEST_P(MxGroupedQuantize, MatchesTheEmulatorByteForByte) {
 
 std::vector<Case> cases() {
   std::vector<Case> v;
-  const InputType types[] = {InputType::kBf16, InputType::kFp16, InputType::kFp32};
+  const DType types[] = {DType::kBf16, DType::kF16, DType::kF32};
   // Small shapes, every split, a few expert counts.
   const int64_t shapes[][2] = {{1, 1}, {5, 33}, {40, 64}, {129, 127}, {300, 256}, {700, 300}};
   const Split splits[] = {Split::kUneven, Split::kOneExpert, Split::kEmptyEdges, Split::kOnes, Split::kAligned};
@@ -274,21 +273,21 @@ std::vector<Case> cases() {
       ++k;
     }
   }
-  for (InputType t : types) {
+  for (DType t : types) {
     v.push_back({1000, 512, 512, 64, Split::kUneven, t, false, false});      // 64 experts
     v.push_back({1000, 512, 512, 64, Split::kEmptyEdges, t, true, false});
     v.push_back({777, 300, 310, 7, Split::kUneven, t, false, false});       // ld > cols, breaks vector loads
     v.push_back({513, 260, 264, 5, Split::kOnes, t, false, true});          // misaligned pointers
     v.push_back({2048, 1024, 1024, 8, Split::kAligned, t, false, false});   // whole tiles, no padding
   }
-  v.push_back({2048, 64, 64, 4096, Split::kUneven, InputType::kBf16, false, false});  // the most experts
+  v.push_back({2048, 64, 64, 4096, Split::kUneven, DType::kBf16, false, false});  // the most experts
   return v;
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   return std::to_string(info.index) + "_" + std::to_string(c.rows) + "x" + std::to_string(c.cols) + "_ld" +
-         std::to_string(c.ld) + "_g" + std::to_string(c.groups) + "_" + name(c.split) + "_" + name(c.type) +
+         std::to_string(c.ld) + "_g" + std::to_string(c.groups) + "_" + name(c.split) + "_" + bf::dtype_name(c.type) +
          (c.finite ? "_finite" : "") + (c.misaligned ? "_misaligned" : "");
 }
 
@@ -298,7 +297,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MxGroupedQuantize, ::testing::ValuesIn(cases())
 // expert boundaries inside tiles, zero rows up to the capacity).
 TEST(MxGroupedQuantizeLarge, EightExperts16384x4096) {
   SKIP_WITHOUT_GPU();
-  const Case c{16384, 4096, 4096, 8, Split::kUneven, InputType::kBf16, false, false};
+  const Case c{16384, 4096, 4096, 8, Split::kUneven, DType::kBf16, false, false};
   Prepared pr;
   ASSERT_TRUE(prepare(c, 16384, &pr));
   int64_t bad = 0;

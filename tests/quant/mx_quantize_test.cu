@@ -43,7 +43,7 @@ namespace bq = blockscale::quant;
 using bf::Format;
 using bf::ScaleRounding;
 using bf::Direction;
-using bq::InputType;
+using bf::DType;
 using bq::detail::ElementEncoder;
 using blockscale::runtime::DeviceBuffer;
 using blockscale_test::DeviceInput;
@@ -51,7 +51,6 @@ using blockscale_test::GuardedOutput;
 using blockscale_test::HostInput;
 using blockscale_test::alloc_poisoned;
 using blockscale_test::check_output;
-using blockscale_test::element_bytes;
 using blockscale_test::expect_error;
 using blockscale_test::from_bits;
 using blockscale_test::guarded_outputs;
@@ -68,28 +67,28 @@ const char* name(Pattern p) { return p == Pattern::kMixed ? "mixed" : "finite"; 
 
 // One 32x32 region of the input gets one kind of data (each rowwise block and each columnwise
 // block lies in one region).
-HostInput make_input(int64_t rows, int64_t cols, int64_t ld, InputType t, Pattern pattern,
+HostInput make_input(int64_t rows, int64_t cols, int64_t ld, DType t, Pattern pattern,
                      uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
   std::uniform_real_distribution<double> uni(0.0, 1.0);
   double lo, hi;
   blockscale_test::magnitude_range(t, &lo, &hi);
-  const int64_t esize = element_bytes(t);
+  const int64_t esize = static_cast<int64_t>(bf::dtype_size(t));
   HostInput in;
   in.bytes.assign(static_cast<size_t>(rows * ld * esize), 0);
   in.values.assign(static_cast<size_t>(rows * ld), std::nanf(""));
   // Boundary bases: E4M3 / E5M2 / E2M1 maxnorm and rounding ties at several scales.
   const double bases[] = {448.0, 57344.0, 1.0, 1.5, 1.0625, 1.1875, 1.125, 1.375, 0.75, 480.0, 61440.0,
                           6.0, 5.0, 7.0, 2.5, 3.5, 1.25, 1.75, 0.25};
-  const blockscale_test::InputTypeBits tb = blockscale_test::type_bits(t);
+  const blockscale_test::DTypeBits tb = blockscale_test::type_bits(t);
   const uint32_t smax = tb.max_finite;
   for (int64_t rr = 0; rr < rows; rr += 32) {
     for (int64_t rc = 0; rc < cols; rc += 32) {
       const int kind = static_cast<int>(uni(rng) * 100);
       const double mag = std::pow(10.0, lo + (hi - lo) * uni(rng));
-      const int scale_k = static_cast<int>(uni(rng) * (t == InputType::kFp16 ? 20 : 200)) -
-                          (t == InputType::kFp16 ? 14 : 100);
+      const int scale_k = static_cast<int>(uni(rng) * (t == DType::kF16 ? 20 : 200)) -
+                          (t == DType::kF16 ? 14 : 100);
       for (int64_t r = rr; r < std::min(rows, rr + 32); ++r) {
         for (int64_t c = rc; c < std::min(cols, rc + 32); ++c) {
           uint32_t bits;
@@ -166,7 +165,7 @@ Reference make_reference(const HostInput& in, int64_t rows, int64_t cols, int64_
 
 struct Layout {
   int64_t rows, cols, ld;
-  InputType type;
+  DType type;
   Pattern pattern;
   bool misaligned;  // input pointer off 16-byte alignment by one element, outputs by one byte
 };
@@ -174,7 +173,7 @@ struct Layout {
 std::string describe(const Layout& l) {
   char s[160];
   std::snprintf(s, sizeof s, "%lldx%lld ld=%lld %s %s%s", static_cast<long long>(l.rows),
-                static_cast<long long>(l.cols), static_cast<long long>(l.ld), name(l.type),
+                static_cast<long long>(l.cols), static_cast<long long>(l.ld), bf::dtype_name(l.type),
                 name(l.pattern), l.misaligned ? " misaligned" : "");
   return s;
 }
@@ -274,11 +273,11 @@ TEST_P(MxQuantizeLayouts, MatchesTheEmulatorByteForByte) {
 
 std::vector<Layout> layouts() {
   std::vector<Layout> v;
-  const InputType types[] = {InputType::kBf16, InputType::kFp16, InputType::kFp32};
+  const DType types[] = {DType::kBf16, DType::kF16, DType::kF32};
   const int64_t shapes[][2] = {{1, 1}, {1, 33}, {31, 32}, {33, 65}, {127, 129}, {256, 1024}, {1000, 4096}};
   for (const auto& s : shapes)
-    for (InputType t : types) v.push_back({s[0], s[1], s[1], t, Pattern::kMixed, false});
-  for (InputType t : types) {
+    for (DType t : types) v.push_back({s[0], s[1], s[1], t, Pattern::kMixed, false});
+  for (DType t : types) {
     v.push_back({33, 65, 65, t, Pattern::kFinite, false});
     v.push_back({256, 1024, 1024, t, Pattern::kFinite, false});
     v.push_back({127, 129, 136, t, Pattern::kMixed, false});       // ld > cols, 16-byte rows
@@ -294,7 +293,7 @@ std::vector<Layout> layouts() {
 std::string layout_name(const ::testing::TestParamInfo<Layout>& info) {
   const Layout& l = info.param;
   return std::to_string(l.rows) + "x" + std::to_string(l.cols) + "_ld" + std::to_string(l.ld) + "_" +
-         name(l.type) + "_" + name(l.pattern) + (l.misaligned ? "_misaligned" : "");
+         bf::dtype_name(l.type) + "_" + name(l.pattern) + (l.misaligned ? "_misaligned" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MxQuantizeLayouts, ::testing::ValuesIn(layouts()), layout_name);
@@ -373,13 +372,13 @@ int64_t check_batched(const BatchedLayout& bl, const HostInput& in, const Device
 // and rounding, each direction.
 TEST(MxQuantizeBatched, MatchesTheEmulatorPerMatrix) {
   SKIP_WITHOUT_GPU();
-  const BatchedLayout layouts[] = {{8, {256, 384, 384, InputType::kFp32, Pattern::kMixed, false}},
-                                   {3, {128, 300, 300, InputType::kFp32, Pattern::kMixed, false}},
-                                   {5, {256, 129, 136, InputType::kBf16, Pattern::kMixed, false}},
-                                   {4, {128, 200, 203, InputType::kFp16, Pattern::kMixed, false}},
-                                   {3, {128, 129, 131, InputType::kFp32, Pattern::kMixed, true}},
-                                   {1, {384, 520, 600, InputType::kBf16, Pattern::kMixed, false}},
-                                   {8, {1408, 256, 256, InputType::kFp32, Pattern::kFinite, false}}};
+  const BatchedLayout layouts[] = {{8, {256, 384, 384, DType::kF32, Pattern::kMixed, false}},
+                                   {3, {128, 300, 300, DType::kF32, Pattern::kMixed, false}},
+                                   {5, {256, 129, 136, DType::kBf16, Pattern::kMixed, false}},
+                                   {4, {128, 200, 203, DType::kF16, Pattern::kMixed, false}},
+                                   {3, {128, 129, 131, DType::kF32, Pattern::kMixed, true}},
+                                   {1, {384, 520, 600, DType::kBf16, Pattern::kMixed, false}},
+                                   {8, {1408, 256, 256, DType::kF32, Pattern::kFinite, false}}};
   for (const BatchedLayout& bl : layouts) {
     const Layout& l = bl.matrix;
     const HostInput in = make_input(bl.batches * l.rows, l.cols, l.ld, l.type, l.pattern, 7919u * l.cols + l.rows);
@@ -401,7 +400,7 @@ TEST(MxQuantizeBatched, MatchesTheEmulatorPerMatrix) {
 // Host-side checks: MX recipes batch only whole 128-row tiles per matrix.
 TEST(MxQuantizeBatched, RowsMustBeWholeTiles) {
   bq::BatchedQuantizeProblem p;
-  p.matrix.recipe = Format::kMxfp8E4M3, p.matrix.input_type = InputType::kFp32;
+  p.matrix.recipe = Format::kMxfp8E4M3, p.matrix.input_type = DType::kF32;
   p.matrix.rows = 256, p.matrix.cols = 64, p.matrix.ld = 64, p.matrix.directions = Direction::kBoth;
   p.batches = 3;
   EXPECT_TRUE(bq::can_implement(p).is_ok());
@@ -417,7 +416,7 @@ TEST(MxQuantizeBatched, RowsMustBeWholeTiles) {
 // One large bf16 tensor (not a multiple of the tile in either dimension).
 TEST(Mxfp8QuantizeLarge, Bf16_16385x7169) {
   SKIP_WITHOUT_GPU();
-  const Layout l{16385, 7169, 7169, InputType::kBf16, Pattern::kMixed, false};
+  const Layout l{16385, 7169, 7169, DType::kBf16, Pattern::kMixed, false};
   const HostInput in = make_input(l.rows, l.cols, l.ld, l.type, l.pattern, 42);
   DeviceInput x;
   ASSERT_TRUE(upload_input(in, l.type, l.misaligned, &x));
@@ -440,7 +439,7 @@ TEST(Mxfp8QuantizeLarge, Bf16_16385x7169) {
 // stores, the double-buffered pipeline and the one-tile-late scale stores) over several rounds.
 TEST(Mxfp8QuantizeLarge, ManyTilesPerCtaEveryInputType) {
   SKIP_WITHOUT_GPU();
-  for (InputType t : {InputType::kBf16, InputType::kFp16, InputType::kFp32}) {
+  for (DType t : {DType::kBf16, DType::kF16, DType::kF32}) {
     const Layout l{4096, 8192, 8192, t, Pattern::kMixed, false};
     const HostInput in = make_input(l.rows, l.cols, l.ld, l.type, l.pattern, 4242 + static_cast<uint64_t>(t));
     DeviceInput x;
@@ -460,13 +459,13 @@ TEST(Mxfp8QuantizeLarge, ManyTilesPerCtaEveryInputType) {
       for (Direction d : {Direction::kRowwise, Direction::kColumnwise})
         bad += run_and_compare(l, x, ref, Format::kMxfp8E5M2, ScaleRounding::kFloor, d, bq::detail::kDefaultEncoder);
     }
-    if (t == InputType::kBf16) {
+    if (t == DType::kBf16) {
       const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Format::kMxfp4, ScaleRounding::kCeil);
       bad += run_and_compare(l, x, ref, Format::kMxfp4, ScaleRounding::kCeil, Direction::kBoth,
                              bq::detail::kDefaultEncoder);
     }
     std::printf("mx_quantize_test: %s: e4m3 ceil both (auto, persistent and one-tile-per-CTA grids), e5m2 floor row and col (hw-cvt)%s: bad bytes %lld\n",
-                describe(l).c_str(), t == InputType::kBf16 ? ", e2m1 ceil both" : "", static_cast<long long>(bad));
+                describe(l).c_str(), t == DType::kBf16 ? ", e2m1 ceil both" : "", static_cast<long long>(bad));
   }
 }
 
@@ -474,7 +473,7 @@ TEST(Mxfp8QuantizeLarge, ManyTilesPerCtaEveryInputType) {
 // every row of both copies, partial tiles on both edges, many tiles per CTA.
 TEST(Mxfp4QuantizeLarge, OddRowsAndColsBothCopies) {
   SKIP_WITHOUT_GPU();
-  const Layout l{2049, 4097, 4097, InputType::kBf16, Pattern::kMixed, false};
+  const Layout l{2049, 4097, 4097, DType::kBf16, Pattern::kMixed, false};
   const HostInput in = make_input(l.rows, l.cols, l.ld, l.type, l.pattern, 4097);
   DeviceInput x;
   ASSERT_TRUE(upload_input(in, l.type, l.misaligned, &x));
@@ -488,7 +487,7 @@ TEST(Mxfp4QuantizeLarge, OddRowsAndColsBothCopies) {
 
 TEST(Mxfp8QuantizeFlags, NonfiniteFlagIsOnlyEverSetToOne) {
   SKIP_WITHOUT_GPU();
-  const Layout l{64, 64, 64, InputType::kBf16, Pattern::kFinite, false};
+  const Layout l{64, 64, 64, DType::kBf16, Pattern::kFinite, false};
   for (bool with_nan : {false, true}) {
     HostInput in = make_input(l.rows, l.cols, l.ld, l.type, l.pattern, 5);
     if (with_nan) in.bytes[2 * (10 * 64 + 7) + 1] = 0x7F, in.bytes[2 * (10 * 64 + 7)] = 0xC1;  // NaN
@@ -538,7 +537,7 @@ TEST(Mxfp8Dequantize, MatchesFormatsDequantize) {
   for (Format recipe : {Format::kMxfp8E4M3, Format::kMxfp8E5M2}) {
     for (const auto& shape : {std::pair<int64_t, int64_t>{127, 129}, {1, 33}, {300, 1024}}) {
       const int64_t rows = shape.first, cols = shape.second;
-      const HostInput in = make_input(rows, cols, cols, InputType::kFp32, Pattern::kMixed, 77 + rows);
+      const HostInput in = make_input(rows, cols, cols, DType::kF32, Pattern::kMixed, 77 + rows);
       const Reference ref = make_reference(in, rows, cols, cols, recipe, ScaleRounding::kCeil);
       std::vector<float> want;
       ASSERT_TRUE(bf::dequantize(ref.row, &want).is_ok());

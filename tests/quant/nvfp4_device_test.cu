@@ -34,7 +34,7 @@ namespace {
 namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
 namespace nv = blockscale::quant::detail::nvfp4;
-using bq::InputType;
+using bf::DType;
 using blockscale::runtime::DeviceBuffer;
 
 // ==== Host checks of the device arithmetic ========================================================
@@ -155,17 +155,17 @@ TEST(Nvfp4Hadamard, UnscaledTransformAndFoldMatchFormats) {
   std::mt19937_64 rng(19);
   int64_t bad = 0, checked = 0;
   for (int t = 0; t < 200000; ++t) {
-    const InputType type = t % 3 == 0 ? InputType::kFp16 : InputType::kBf16;
+    const DType type = t % 3 == 0 ? DType::kF16 : DType::kBf16;
     float x[16];
     for (float& v : x) {
       uint32_t bits = static_cast<uint32_t>(rng()) & 0xFFFFu;
       const uint64_t z = rng() % 16;
       if (z == 0) bits &= 0x807Fu;  // bf16 / fp16 subnormals and small values
-      if (z == 1) bits = (type == InputType::kBf16 ? 0x7F7Fu : 0x7BFFu) | (rng() & 1 ? 0x8000u : 0u);
-      if (z == 2 && t % 7 == 0) bits = type == InputType::kBf16 ? 0x7F80u : 0x7C00u;  // Inf
-      if (type == InputType::kBf16 && (bits & 0x7FFFu) > 0x7F80u) bits = 0x3F80u;  // no NaN input here
-      if (type == InputType::kFp16 && (bits & 0x7FFFu) > 0x7C00u) bits = 0x3C00u;
-      v = type == InputType::kBf16 ? bf::bf16_bits_to_float(static_cast<uint16_t>(bits))
+      if (z == 1) bits = (type == DType::kBf16 ? 0x7F7Fu : 0x7BFFu) | (rng() & 1 ? 0x8000u : 0u);
+      if (z == 2 && t % 7 == 0) bits = type == DType::kBf16 ? 0x7F80u : 0x7C00u;  // Inf
+      if (type == DType::kBf16 && (bits & 0x7FFFu) > 0x7F80u) bits = 0x3F80u;  // no NaN input here
+      if (type == DType::kF16 && (bits & 0x7FFFu) > 0x7C00u) bits = 0x3C00u;
+      v = type == DType::kBf16 ? bf::bf16_bits_to_float(static_cast<uint16_t>(bits))
                                    : bf::fp16_bits_to_float(static_cast<uint16_t>(bits));
     }
     float want[16], v[16];

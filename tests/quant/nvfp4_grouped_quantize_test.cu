@@ -53,7 +53,7 @@ namespace bf = blockscale::formats;
 namespace bq = blockscale::quant;
 using bf::Format;
 using bf::Direction;
-using bq::InputType;
+using bf::DType;
 using bq::TensorAmax;
 using blockscale::runtime::DeviceBuffer;
 using blockscale_test::DeviceInput;
@@ -62,7 +62,6 @@ using blockscale_test::HostInput;
 using blockscale_test::Split;
 using blockscale_test::alloc_poisoned;
 using blockscale_test::check_output;
-using blockscale_test::element_bytes;
 using blockscale_test::expect_error;
 using blockscale_test::from_bits;
 using blockscale_test::name;
@@ -80,18 +79,18 @@ const char* name(Pattern p) {
 }
 
 // Per 16x16 region of the input one kind of data (as tests/quant/nvfp4_quantize_test.cu).
-HostInput make_input(int64_t rows, int64_t cols, int64_t ld, InputType t, Pattern pattern, uint64_t seed) {
+HostInput make_input(int64_t rows, int64_t cols, int64_t ld, DType t, Pattern pattern, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
   std::uniform_real_distribution<double> uni(0.0, 1.0);
   double lo, hi;
   blockscale_test::magnitude_range(t, &lo, &hi);
-  const int64_t esize = element_bytes(t);
+  const int64_t esize = static_cast<int64_t>(bf::dtype_size(t));
   HostInput in;
   in.bytes.assign(static_cast<size_t>(rows * ld * esize), 0);
   in.values.assign(static_cast<size_t>(rows * ld), std::nanf(""));
   const double lattice[] = {0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 0.125, 5.5, 4.5};
-  const blockscale_test::InputTypeBits tb = blockscale_test::type_bits(t);
+  const blockscale_test::DTypeBits tb = blockscale_test::type_bits(t);
   const uint32_t smax = tb.max_finite;
   auto put = [&](int64_t r, int64_t c, uint32_t bits) {
     const size_t i = static_cast<size_t>(r * ld + c);
@@ -188,8 +187,8 @@ std::string describe(const Config& c) {
 }
 
 // The given amax: scale x truth, finite (an Inf truth gives a large finite stand-in).
-float given_amax(float truth, const Config& c, InputType t) {
-  const float base = std::isfinite(truth) ? truth : (t == InputType::kFp16 ? 60000.0f : 1e30f);
+float given_amax(float truth, const Config& c, DType t) {
+  const float base = std::isfinite(truth) ? truth : (t == DType::kF16 ? 60000.0f : 1e30f);
   return c.given_scale * base;
 }
 
@@ -259,7 +258,7 @@ struct Case {
   int64_t rows, cols, ld;
   int groups;
   Split split;
-  InputType type;
+  DType type;
   Pattern pattern;
   bool misaligned;  // input off 16-byte alignment by one element, outputs by one byte
 };
@@ -267,7 +266,7 @@ struct Case {
 std::string describe(const Case& c) {
   char s[200];
   std::snprintf(s, sizeof s, "%lldx%lld ld=%lld %d experts %s %s %s%s", static_cast<long long>(c.rows),
-                static_cast<long long>(c.cols), static_cast<long long>(c.ld), c.groups, name(c.split), name(c.type),
+                static_cast<long long>(c.cols), static_cast<long long>(c.ld), c.groups, name(c.split), bf::dtype_name(c.type),
                 name(c.pattern), c.misaligned ? " misaligned" : "");
   return s;
 }
@@ -485,7 +484,7 @@ TEST_P(Nvfp4GroupedQuantize, MatchesTheEmulatorByteForByte) {
 
 std::vector<Case> cases() {
   std::vector<Case> v;
-  const InputType types[] = {InputType::kBf16, InputType::kFp16, InputType::kFp32};
+  const DType types[] = {DType::kBf16, DType::kF16, DType::kF32};
   // Small shapes, every split, a few expert counts.
   const int64_t shapes[][2] = {{1, 1}, {5, 33}, {16, 16}, {40, 64}, {129, 127}, {300, 256}, {700, 300}};
   const Split splits[] = {Split::kUneven, Split::kOneExpert, Split::kEmptyEdges, Split::kOnes, Split::kAligned};
@@ -497,7 +496,7 @@ std::vector<Case> cases() {
       ++k;
     }
   }
-  for (InputType t : types) {
+  for (DType t : types) {
     v.push_back({1000, 512, 512, 64, Split::kUneven, t, Pattern::kMixed, false});       // 64 experts
     v.push_back({1000, 512, 512, 64, Split::kEmptyEdges, t, Pattern::kFinite, false});
     v.push_back({777, 300, 310, 7, Split::kUneven, t, Pattern::kMixed, false});         // ld > cols, breaks vector loads
@@ -507,14 +506,14 @@ std::vector<Case> cases() {
     v.push_back({256, 384, 384, 4, Split::kUneven, t, Pattern::kZero, false});          // all +-0
     v.push_back({2048, 1024, 1024, 8, Split::kAligned, t, Pattern::kMixed, false});     // whole tiles (light matrix)
   }
-  v.push_back({2048, 64, 64, 4096, Split::kUneven, InputType::kBf16, Pattern::kMixed, false});  // the most experts
+  v.push_back({2048, 64, 64, 4096, Split::kUneven, DType::kBf16, Pattern::kMixed, false});  // the most experts
   return v;
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   return std::to_string(info.index) + "_" + std::to_string(c.rows) + "x" + std::to_string(c.cols) + "_ld" +
-         std::to_string(c.ld) + "_g" + std::to_string(c.groups) + "_" + name(c.split) + "_" + name(c.type) + "_" +
+         std::to_string(c.ld) + "_g" + std::to_string(c.groups) + "_" + name(c.split) + "_" + bf::dtype_name(c.type) + "_" +
          name(c.pattern) + (c.misaligned ? "_misaligned" : "");
 }
 
@@ -524,7 +523,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Nvfp4GroupedQuantize, ::testing::ValuesIn(cases
 // expert boundaries inside tiles, zero rows up to the capacity).
 TEST(Nvfp4GroupedQuantizeLarge, EightExperts4096x2048) {
   SKIP_WITHOUT_GPU();
-  check_configs({4096, 2048, 2048, 8, Split::kUneven, InputType::kBf16, Pattern::kMixed, false}, 4096,
+  check_configs({4096, 2048, 2048, 8, Split::kUneven, DType::kBf16, Pattern::kMixed, false}, 4096,
                 light_matrix(), "light matrix");
 }
 

@@ -47,7 +47,7 @@ namespace bq = blockscale::quant;
 namespace nv = blockscale::quant::detail::nvfp4;
 using bf::Format;
 using bf::Direction;
-using bq::InputType;
+using bf::DType;
 using bq::TensorAmax;
 using blockscale::runtime::DeviceBuffer;
 using blockscale_test::DeviceInput;
@@ -55,7 +55,6 @@ using blockscale_test::GuardedOutput;
 using blockscale_test::HostInput;
 using blockscale_test::alloc_poisoned;
 using blockscale_test::check_output;
-using blockscale_test::element_bytes;
 using blockscale_test::expect_error;
 using blockscale_test::from_bits;
 using blockscale_test::name;
@@ -95,19 +94,19 @@ const char* name(Pattern p) {
   return p == Pattern::kMixed ? "mixed" : p == Pattern::kFinite ? "finite" : p == Pattern::kTies ? "ties" : "narrow";
 }
 
-HostInput make_input(int64_t rows, int64_t cols, int64_t ld, InputType t, Pattern pattern, uint64_t seed) {
+HostInput make_input(int64_t rows, int64_t cols, int64_t ld, DType t, Pattern pattern, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);
   std::uniform_real_distribution<double> uni(0.0, 1.0);
   double lo, hi;
   blockscale_test::magnitude_range(t, &lo, &hi);
-  const int64_t esize = element_bytes(t);
+  const int64_t esize = static_cast<int64_t>(bf::dtype_size(t));
   HostInput in;
   in.bytes.assign(static_cast<size_t>(rows * ld * esize), 0);
   in.values.assign(static_cast<size_t>(rows * ld), std::nanf(""));
   // E2M1 grid points and the midpoints between them (ties), in units of the block's 2^j.
   const double lattice[] = {0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 0.125, 5.5, 4.5};
-  const blockscale_test::InputTypeBits tb = blockscale_test::type_bits(t);
+  const blockscale_test::DTypeBits tb = blockscale_test::type_bits(t);
   const uint32_t smax = tb.max_finite;
   auto put = [&](int64_t r, int64_t c, uint32_t bits) {
     const size_t i = static_cast<size_t>(r * ld + c);
@@ -202,8 +201,8 @@ std::string describe(const Config& c) {
 }
 
 // The given amax: scale x truth, finite (an Inf truth gives a large finite stand-in).
-float given_amax(float truth, const Config& c, InputType t) {
-  const float base = std::isfinite(truth) ? truth : (t == InputType::kFp16 ? 60000.0f : 1e30f);
+float given_amax(float truth, const Config& c, DType t) {
+  const float base = std::isfinite(truth) ? truth : (t == DType::kF16 ? 60000.0f : 1e30f);
   return c.given_scale * base;
 }
 
@@ -246,7 +245,7 @@ std::vector<uint8_t> float_bytes(float f) {
 
 struct Layout {
   int64_t rows, cols, ld;
-  InputType type;
+  DType type;
   Pattern pattern;
   bool misaligned;  // input pointer off 16 bytes by one element, outputs by one byte
 };
@@ -254,7 +253,7 @@ struct Layout {
 std::string describe(const Layout& l) {
   char s[160];
   std::snprintf(s, sizeof s, "%lldx%lld ld=%lld %s %s%s", static_cast<long long>(l.rows), static_cast<long long>(l.cols),
-                static_cast<long long>(l.ld), name(l.type), name(l.pattern), l.misaligned ? " misaligned" : "");
+                static_cast<long long>(l.ld), bf::dtype_name(l.type), name(l.pattern), l.misaligned ? " misaligned" : "");
   return s;
 }
 void PrintTo(const Layout& l, std::ostream* os) { *os << describe(l); }
@@ -429,11 +428,11 @@ TEST_P(Nvfp4QuantizeLayouts, MatchesTheEmulatorByteForByte) {
 
 std::vector<Layout> layouts() {
   std::vector<Layout> v;
-  const InputType types[] = {InputType::kBf16, InputType::kFp16, InputType::kFp32};
+  const DType types[] = {DType::kBf16, DType::kF16, DType::kF32};
   const int64_t shapes[][2] = {{1, 1}, {1, 17}, {3, 33}, {16, 16}, {31, 32}, {32, 48}, {33, 65}, {48, 100}, {127, 129}, {144, 200}, {256, 512}};
   for (const auto& s : shapes)
-    for (InputType t : types) v.push_back({s[0], s[1], s[1], t, Pattern::kMixed, false});
-  for (InputType t : types) {
+    for (DType t : types) v.push_back({s[0], s[1], s[1], t, Pattern::kMixed, false});
+  for (DType t : types) {
     v.push_back({64, 96, 96, t, Pattern::kTies, false});
     v.push_back({160, 130, 130, t, Pattern::kFinite, false});
     v.push_back({128, 256, 256, t, Pattern::kNarrow, false});
@@ -443,13 +442,13 @@ std::vector<Layout> layouts() {
     v.push_back({256, 256, 256, t, Pattern::kMixed, true});
     v.push_back({1008, 2048, 2048, t, Pattern::kMixed, false});  // light matrix
   }
-  v.push_back({1000, 4096, 4104, InputType::kBf16, Pattern::kMixed, false});
+  v.push_back({1000, 4096, 4104, DType::kBf16, Pattern::kMixed, false});
   return v;
 }
 
 std::string layout_name(const ::testing::TestParamInfo<Layout>& info) {
   const Layout& l = info.param;
-  return std::to_string(l.rows) + "x" + std::to_string(l.cols) + "_ld" + std::to_string(l.ld) + "_" + name(l.type) + "_" +
+  return std::to_string(l.rows) + "x" + std::to_string(l.cols) + "_ld" + std::to_string(l.ld) + "_" + bf::dtype_name(l.type) + "_" +
          name(l.pattern) + (l.misaligned ? "_misaligned" : "");
 }
 
@@ -459,12 +458,12 @@ TEST(Nvfp4QuantizeLarge, Bf16_16385x7169) {
   SKIP_WITHOUT_GPU();
   Config c;  // 1D both, given amax (the true one)
   c.mode = TensorAmax::kGiven;
-  check_configs({16385, 7169, 7169, InputType::kBf16, Pattern::kMixed, false}, 42, {c}, "both given");
+  check_configs({16385, 7169, 7169, DType::kBf16, Pattern::kMixed, false}, 42, {c}, "both given");
 }
 
 TEST(Nvfp4QuantizeLarge, ManyTilesPerCtaEveryInputType) {
   SKIP_WITHOUT_GPU();
-  for (InputType t : {InputType::kBf16, InputType::kFp16, InputType::kFp32}) {
+  for (DType t : {DType::kBf16, DType::kF16, DType::kF32}) {
     Config a;
     a.rht = true;  // measure
     Config b;
@@ -478,14 +477,14 @@ TEST(Nvfp4QuantizeLarge, ManyTilesPerCtaEveryInputType) {
 TEST(Nvfp4QuantizeSpecial, AllZeroTensorAndEmptyProblem) {
   SKIP_WITHOUT_GPU();
   // All zeros: S_enc = 1, every scale and code 0 (+0) or 8 (-0); amax 0.
-  for (InputType t : {InputType::kBf16, InputType::kFp32}) {
+  for (DType t : {DType::kBf16, DType::kF32}) {
     const Layout l{48, 80, 80, t, Pattern::kMixed, false};
     HostInput in;
-    in.bytes.assign(static_cast<size_t>(l.rows * l.ld * element_bytes(t)), 0);
+    in.bytes.assign(static_cast<size_t>(l.rows * l.ld * static_cast<int64_t>(bf::dtype_size(t))), 0);
     in.values.assign(static_cast<size_t>(l.rows * l.ld), 0.0f);
     for (int64_t i = 0; i < l.rows * l.ld; i += 7) {  // some -0
       const uint32_t s = blockscale_test::type_bits(t).sign;
-      std::memcpy(&in.bytes[static_cast<size_t>(i * element_bytes(t))], &s, static_cast<size_t>(element_bytes(t)));
+      std::memcpy(&in.bytes[static_cast<size_t>(i * static_cast<int64_t>(bf::dtype_size(t)))], &s, bf::dtype_size(t));
       in.values[static_cast<size_t>(i)] = -0.0f;
     }
     DeviceInput x;
@@ -514,7 +513,7 @@ TEST(Nvfp4QuantizeSpecial, AllZeroTensorAndEmptyProblem) {
 
 TEST(Nvfp4QuantizeSpecial, NonfiniteFlagIsOnlyEverSetToOne) {
   SKIP_WITHOUT_GPU();
-  const Layout l{64, 64, 64, InputType::kBf16, Pattern::kFinite, false};
+  const Layout l{64, 64, 64, DType::kBf16, Pattern::kFinite, false};
   for (bool with_nan : {false, true}) {
     HostInput in = make_input(l.rows, l.cols, l.ld, l.type, Pattern::kNarrow, 5);
     if (with_nan) in.bytes[2 * (10 * 64 + 7) + 1] = 0x7F, in.bytes[2 * (10 * 64 + 7)] = 0xC1;

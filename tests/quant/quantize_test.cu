@@ -98,6 +98,23 @@ TEST(QuantizeChecks, RecipeOptions) {
   expect_error(bq::can_implement(p), "problem.ld");
 }
 
+// The kernels read BF16, F16 and F32 input; every other dtype is refused by name.
+TEST(QuantizeChecks, InputDtype) {
+  for (bf::DType t : {bf::DType::kBf16, bf::DType::kF16, bf::DType::kF32}) {
+    auto p = problem(Format::kNvfp4, 64, 64);
+    p.input_type = t;
+    EXPECT_TRUE(bq::can_implement(p).is_ok()) << bf::dtype_name(t);
+  }
+  auto p = problem(Format::kMxfp8E4M3, 64, 64);
+  p.input_type = bf::DType::kI32;
+  expect_error(bq::can_implement(p), "problem.input_type: x's dtype must be BF16, F16 or F32, got I32");
+  p.input_type = bf::DType::kF64;
+  expect_error(bq::can_implement(p), "got F64");
+  bq::GroupedQuantizeProblem g{problem(Format::kMxfp8E4M3, 100, 64), 8};
+  g.dense.input_type = bf::DType::kU8;
+  expect_error(bq::can_implement(g), "x's dtype must be BF16, F16 or F32, got U8");
+}
+
 TEST(QuantizeChecks, Pointers) {
   const auto nv = problem(Format::kNvfp4, 64, 64);
   EXPECT_TRUE(bq::can_implement(nv, kInputs, outputs_for(nv)).is_ok());

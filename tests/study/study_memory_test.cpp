@@ -19,7 +19,7 @@ namespace blockscale {
 namespace {
 
 namespace fs = std::filesystem;
-using io::DType;
+using formats::DType;
 
 // Streams `count` bf16 values of a cheap deterministic pseudo-random sequence to `w`.
 void write_bf16(io::SafetensorsWriter* w, const std::string& name, int64_t count, uint64_t seed) {
@@ -70,12 +70,12 @@ TEST(StudyMemory, LargeSafetensorsFileStudiedInBoundedMemory) {
   const int64_t big_rows = 8192, big_cols = 16384;  // bf16: 256 MiB
   {
     io::SafetensorsWriter w;
-    ASSERT_TRUE(w.open(file.string(), {{"big", DType::BF16, {big_rows, big_cols}},
-                                       {"proj", DType::F32, {96, 256}},
-                                       {"conv", DType::F16, {4, 3, 2, 64}},
-                                       {"bias", DType::BF16, {1000}},
-                                       {"step", DType::I64, {1}},
-                                       {"scalar", DType::F32, {}}}));
+    ASSERT_TRUE(w.open(file.string(), {{"big", DType::kBf16, {big_rows, big_cols}},
+                                       {"proj", DType::kF32, {96, 256}},
+                                       {"conv", DType::kF16, {4, 3, 2, 64}},
+                                       {"bias", DType::kBf16, {1000}},
+                                       {"step", DType::kI64, {1}},
+                                       {"scalar", DType::kF32, {}}}));
     for (const io::TensorSpec& t : w.order()) {
       if (t.name == "big") write_bf16(&w, "big", big_rows * big_cols, 1);
       if (t.name == "proj") write_values(&w, "proj", std::vector<float>(96 * 256, 0.25f));

@@ -381,13 +381,13 @@ TEST_F(StudyFiles, SafetensorsTensorsAreReadOrSkipped) {
   std::vector<float> f32(40, 1.5f);
   std::vector<int32_t> ids(6, 1);
   float scalar = 2.0f;
-  using io::DType;
+  using formats::DType;
   ASSERT_TRUE(io::write_safetensors(
       path("m.safetensors"),
-      {{"w", io::TensorView{DType::BF16, {2, 3, 64}, reinterpret_cast<uint8_t*>(bf16.data()), bf16.size() * 2}},
-       {"v", io::TensorView{DType::F32, {40}, reinterpret_cast<uint8_t*>(f32.data()), 160}},
-       {"ids", io::TensorView{DType::I32, {2, 3}, reinterpret_cast<uint8_t*>(ids.data()), 24}},
-       {"s", io::TensorView{DType::F32, {}, reinterpret_cast<uint8_t*>(&scalar), 4}}}));
+      {{"w", io::TensorView{DType::kBf16, {2, 3, 64}, reinterpret_cast<uint8_t*>(bf16.data()), bf16.size() * 2}},
+       {"v", io::TensorView{DType::kF32, {40}, reinterpret_cast<uint8_t*>(f32.data()), 160}},
+       {"ids", io::TensorView{DType::kI32, {2, 3}, reinterpret_cast<uint8_t*>(ids.data()), 24}},
+       {"s", io::TensorView{DType::kF32, {}, reinterpret_cast<uint8_t*>(&scalar), 4}}}));
   std::vector<StudyInput> in;
   std::vector<Skipped> skipped;
   ASSERT_TRUE(open_study_files({path("m.safetensors")}, "--in", &in, &skipped));

@@ -32,12 +32,12 @@ void PrintTo(const CliCase& c, std::ostream* os) { *os << c.label; }
 // Input tensors: odd shapes, three dtypes, rank 1 and 3, specials; plus tensors the CLI skips.
 struct Input {
   std::string name;
-  io::DType dtype;
+  f::DType dtype;
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;
 };
 
-Input make_input(const std::string& name, io::DType dtype, std::vector<int64_t> shape, uint64_t seed,
+Input make_input(const std::string& name, f::DType dtype, std::vector<int64_t> shape, uint64_t seed,
                  bool specials) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -50,13 +50,13 @@ Input make_input(const std::string& name, io::DType dtype, std::vector<int64_t> 
     x[34] = -3.0e38f;
   }
   Input in{name, dtype, shape, {}};
-  const size_t esize = io::dtype_size(dtype);
+  const size_t esize = f::dtype_size(dtype);
   in.bytes.resize(static_cast<size_t>(n) * esize);
   for (int64_t i = 0; i < n; ++i) {
-    if (dtype == io::DType::F32) {
+    if (dtype == f::DType::kF32) {
       std::memcpy(&in.bytes[i * 4], &x[i], 4);
     } else {  // BF16 / F16 by truncation is fine: the test only needs some valid values
-      uint16_t h = dtype == io::DType::BF16 ? f::float_to_bf16_bits_rn(x[i])
+      uint16_t h = dtype == f::DType::kBf16 ? f::float_to_bf16_bits_rn(x[i])
                                             : static_cast<uint16_t>(0x3C00 | (i * 37 % 0x3FF));
       std::memcpy(&in.bytes[i * 2], &h, 2);
     }
@@ -67,16 +67,16 @@ Input make_input(const std::string& name, io::DType dtype, std::vector<int64_t> 
 std::vector<Input> make_inputs(bool rht) {
   std::vector<Input> v;
   if (rht) {
-    v.push_back(make_input("a", io::DType::F32, {64, 48}, 1, true));
-    v.push_back(make_input("b.weight", io::DType::BF16, {2, 16, 32}, 2, false));
+    v.push_back(make_input("a", f::DType::kF32, {64, 48}, 1, true));
+    v.push_back(make_input("b.weight", f::DType::kBf16, {2, 16, 32}, 2, false));
     return v;
   }
-  v.push_back(make_input("a", io::DType::F32, {130, 96}, 1, true));
-  v.push_back(make_input("b.weight", io::DType::BF16, {3, 5, 48}, 2, false));
-  v.push_back(make_input("c", io::DType::F16, {70}, 3, false));
-  Input ids{"ids", io::DType::I32, {2, 2}, std::vector<uint8_t>(16, 1)};
+  v.push_back(make_input("a", f::DType::kF32, {130, 96}, 1, true));
+  v.push_back(make_input("b.weight", f::DType::kBf16, {3, 5, 48}, 2, false));
+  v.push_back(make_input("c", f::DType::kF16, {70}, 3, false));
+  Input ids{"ids", f::DType::kI32, {2, 2}, std::vector<uint8_t>(16, 1)};
   v.push_back(ids);
-  v.push_back(make_input("s", io::DType::F32, {}, 4, false));
+  v.push_back(make_input("s", f::DType::kF32, {}, 4, false));
   return v;
 }
 
@@ -133,7 +133,7 @@ TEST_P(CliRoundTrip, FilesEqualTheEmulator) {
   size_t entries = 0;
   for (const Input& in : inputs) {
     int64_t rows = 0, cols = 0;
-    if (!io::dtype_is_float(in.dtype) || !io::matrix_view(in.shape, &rows, &cols)) {
+    if (!f::dtype_is_float(in.dtype) || !io::matrix_view(in.shape, &rows, &cols)) {
       EXPECT_FALSE(qf.metadata().count(in.name + ".recipe")) << in.name << " should be skipped";
       continue;
     }
@@ -168,7 +168,7 @@ TEST_P(CliRoundTrip, FilesEqualTheEmulator) {
           want_values[r * cols + col] = columnwise ? stored[col * rows + r] : stored[r * cols + col];
       io::TensorView dv;
       ASSERT_TRUE(dqf.tensor(name, &dv));
-      EXPECT_EQ(dv.dtype, io::DType::F32);
+      EXPECT_EQ(dv.dtype, f::DType::kF32);
       EXPECT_EQ(dv.shape, in.shape);
       ASSERT_TRUE(io::to_float(dv, &got_values));
       EXPECT_TRUE(same_bits(got_values, want_values));
@@ -209,8 +209,8 @@ std::vector<uint8_t> file_bytes(const std::string& path) {
 // build or the machine has no GPU path (the CLI says which).
 TEST_F(CliRoundTrip, GpuWritesTheCpuFile) {
   std::vector<Input> inputs = make_inputs(false);
-  inputs.push_back(make_input("big", io::DType::BF16, {1000, 4096}, 5, true));
-  Input f64 = make_input("f64", io::DType::F32, {33, 65}, 6, true);
+  inputs.push_back(make_input("big", f::DType::kBf16, {1000, 4096}, 5, true));
+  Input f64 = make_input("f64", f::DType::kF32, {33, 65}, 6, true);
   std::vector<uint8_t> wide(f64.bytes.size() * 2);
   for (size_t i = 0; i < f64.bytes.size() / 4; ++i) {
     float v;
@@ -218,7 +218,7 @@ TEST_F(CliRoundTrip, GpuWritesTheCpuFile) {
     const double d = v;
     std::memcpy(&wide[8 * i], &d, 8);
   }
-  inputs.push_back(Input{"f64", io::DType::F64, {33, 65}, wide});
+  inputs.push_back(Input{"f64", f::DType::kF64, {33, 65}, wide});
   std::vector<std::pair<std::string, io::TensorView>> views;
   for (const Input& in : inputs)
     views.push_back({in.name, io::TensorView{in.dtype, in.shape, in.bytes.data(), in.bytes.size()}});
@@ -235,8 +235,8 @@ TEST_F(CliRoundTrip, GpuWritesTheCpuFile) {
   // A second file for the nvfp4 transform (its row count, the columnwise block dimension, must be
   // a multiple of 16 in every tensor).
   const std::string rht_path = dir_ + "/rht.safetensors";
-  const Input w = make_input("w", io::DType::BF16, {1008, 520}, 7, true);
-  const Input g = make_input("g", io::DType::F32, {64, 97}, 8, true);
+  const Input w = make_input("w", f::DType::kBf16, {1008, 520}, 7, true);
+  const Input g = make_input("g", f::DType::kF32, {64, 97}, 8, true);
   ASSERT_TRUE(io::write_safetensors(rht_path, {{w.name, io::TensorView{w.dtype, w.shape, w.bytes.data(), w.bytes.size()}},
                                                {g.name, io::TensorView{g.dtype, g.shape, g.bytes.data(), g.bytes.size()}}}));
   std::vector<std::string> variants;  // "--recipe ... options", each run for every direction it allows
@@ -266,7 +266,7 @@ TEST_F(CliRoundTrip, GpuWritesTheCpuFile) {
 // A .npy in, one tensor "x", and a .npy out with --tensor.
 TEST_F(CliRoundTrip, NpyInAndOut) {
   const std::vector<float> x = blockscale_test::make_data(33 * 70, 9, blockscale_test::Dist::kNormal, 1e-3);
-  const io::TensorView v{io::DType::F32, {33, 70}, reinterpret_cast<const uint8_t*>(x.data()), x.size() * 4};
+  const io::TensorView v{f::DType::kF32, {33, 70}, reinterpret_cast<const uint8_t*>(x.data()), x.size() * 4};
   ASSERT_TRUE(io::write_npy(dir_ + "/x.npy", v));
   ASSERT_EQ(run_cli("quantize --quiet --recipe mxfp4 --direction both --in " + dir_ + "/x.npy --out " + dir_ + "/q.safetensors"), 0);
   ASSERT_EQ(run_cli("dequantize --quiet --in " + dir_ + "/q.safetensors --tensor x.columnwise --out " + dir_ + "/x.npy.out.npy"), 0);

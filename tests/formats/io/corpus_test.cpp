@@ -23,6 +23,7 @@ namespace blockscale::io {
 namespace {
 
 namespace fs = std::filesystem;
+using formats::DType;
 
 std::vector<uint8_t> read_file(const fs::path& path) {
   std::ifstream f(path, std::ios::binary);
@@ -145,7 +146,7 @@ std::vector<uint8_t> corrupt(std::vector<uint8_t> f, size_t header_end, std::mt1
 TEST(IoCorruption, RandomlyCorruptedNpyFiles) {
   std::vector<std::vector<uint8_t>> valid;
   const std::pair<DType, std::vector<int64_t>> arrays[] = {
-      {DType::F32, {3, 4}}, {DType::BF16, {2, 2, 2}}, {DType::U8, {}}, {DType::I32, {0, 3}}, {DType::F64, {5}}};
+      {DType::kF32, {3, 4}}, {DType::kBf16, {2, 2, 2}}, {DType::kU8, {}}, {DType::kI32, {0, 3}}, {DType::kF64, {5}}};
   for (const auto& [d, shape] : arrays) {
     uint64_t n = 0;
     ASSERT_TRUE(shape_nbytes(shape, d, &n));
@@ -180,8 +181,8 @@ TEST(IoCorruption, RandomlyCorruptedSafetensorsFiles) {
   std::vector<std::vector<uint8_t>> store;
   std::vector<std::pair<std::string, TensorView>> tensors;
   const std::pair<DType, std::vector<int64_t>> specs[] = {
-      {DType::F32, {3, 4}}, {DType::BF16, {2, 2, 2}}, {DType::F8_E4M3, {7}}, {DType::F8_E5M2, {}},
-      {DType::U8, {0, 5}}, {DType::I32, {2}}, {DType::F64, {1, 1}}, {DType::F16, {3}}};
+      {DType::kF32, {3, 4}}, {DType::kBf16, {2, 2, 2}}, {DType::kF8E4M3, {7}}, {DType::kF8E5M2, {}},
+      {DType::kU8, {0, 5}}, {DType::kI32, {2}}, {DType::kF64, {1, 1}}, {DType::kF16, {3}}};
   store.reserve(std::size(specs));
   for (const auto& [d, shape] : specs) {
     uint64_t n = 0;

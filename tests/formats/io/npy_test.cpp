@@ -22,6 +22,7 @@ namespace {
 using blockscale_test::mentions;
 
 namespace fs = std::filesystem;
+using formats::DType;
 
 using blockscale_test::TempDir;
 
@@ -62,8 +63,8 @@ Status parse(const std::vector<uint8_t>& bytes, NpyArray* a) { return parse_npy(
 
 // ---- round trips ------------------------------------------------------------------------------
 
-const DType kNpyDTypes[] = {DType::F32, DType::F64, DType::F16, DType::BF16, DType::U8,  DType::I32, DType::BOOL,
-                            DType::I8,  DType::I16, DType::U16, DType::U32,  DType::I64, DType::U64};
+const DType kNpyDTypes[] = {DType::kF32, DType::kF64, DType::kF16, DType::kBf16, DType::kU8,  DType::kI32, DType::kBool,
+                            DType::kI8,  DType::kI16, DType::kU16, DType::kU32,  DType::kI64, DType::kU64};
 
 struct RoundTripCase {
   DType dtype;
@@ -124,13 +125,13 @@ TEST(Npy, HeaderBytesMatchNpSave) {
     return h + '\n';
   };
   std::vector<uint8_t> out;
-  ASSERT_TRUE(encode_npy(TensorView{DType::F32, {2, 3}, reinterpret_cast<const uint8_t*>(zeros), 24}, &out));
+  ASSERT_TRUE(encode_npy(TensorView{DType::kF32, {2, 3}, reinterpret_cast<const uint8_t*>(zeros), 24}, &out));
   EXPECT_EQ(std::string(out.begin(), out.begin() + 128),
             expected("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }" + std::string(20, ' ')));
-  ASSERT_TRUE(encode_npy(TensorView{DType::F32, {}, reinterpret_cast<const uint8_t*>(zeros), 4}, &out));
+  ASSERT_TRUE(encode_npy(TensorView{DType::kF32, {}, reinterpret_cast<const uint8_t*>(zeros), 4}, &out));
   EXPECT_EQ(std::string(out.begin(), out.begin() + 128),
             expected("{'descr': '<f4', 'fortran_order': False, 'shape': (), }"));
-  ASSERT_TRUE(encode_npy(TensorView{DType::F32, {1}, reinterpret_cast<const uint8_t*>(zeros), 4}, &out));
+  ASSERT_TRUE(encode_npy(TensorView{DType::kF32, {1}, reinterpret_cast<const uint8_t*>(zeros), 4}, &out));
   EXPECT_EQ(std::string(out.begin(), out.begin() + 128),
             expected("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }" + std::string(20, ' ')));
 }
@@ -190,7 +191,7 @@ TEST(Npy, Bf16IsReadFromMlDtypesDescr) {
   const std::vector<uint8_t> data = {0x80, 0x3F, 0x00, 0xC0, 0x49, 0x40};  // 1, -2, 3.140625
   NpyArray a;
   ASSERT_TRUE(parse(npy_file("{'descr': '<V2', 'fortran_order': False, 'shape': (3,), }", data), &a));
-  EXPECT_EQ(a.dtype, DType::BF16);
+  EXPECT_EQ(a.dtype, DType::kBf16);
   std::vector<float> f;
   ASSERT_TRUE(to_float(a.view(), &f));
   EXPECT_EQ(f, (std::vector<float>{1.0f, -2.0f, 3.140625f}));
@@ -297,11 +298,11 @@ TEST(NpyErrors, FifoIsRefusedWithoutBlocking) {
 TEST(NpyWriter, RejectsBadViewsAndLeavesNoFile) {
   TempDir dir;
   const auto bytes = random_bytes(8, 1);
-  EXPECT_TRUE(mentions(write_npy(dir.file("a.npy"), TensorView{DType::F8_E4M3, {8}, bytes.data(), 8}), "no .npy form"));
-  EXPECT_TRUE(mentions(write_npy(dir.file("a.npy"), TensorView{DType::F32, {3}, bytes.data(), 8}), "nbytes (8)"));
-  EXPECT_TRUE(mentions(write_npy(dir.file("a.npy"), TensorView{DType::F32, {2}, nullptr, 8}), "data is null"));
-  EXPECT_TRUE(mentions(write_npy(dir.file("a.npy"), TensorView{DType::F32, {-2}, bytes.data(), 8}), "negative"));
-  EXPECT_TRUE(mentions(write_npy(dir.file("no/such/dir/a.npy"), TensorView{DType::F32, {2}, bytes.data(), 8}),
+  EXPECT_TRUE(mentions(write_npy(dir.file("a.npy"), TensorView{DType::kF8E4M3, {8}, bytes.data(), 8}), "no .npy form"));
+  EXPECT_TRUE(mentions(write_npy(dir.file("a.npy"), TensorView{DType::kF32, {3}, bytes.data(), 8}), "nbytes (8)"));
+  EXPECT_TRUE(mentions(write_npy(dir.file("a.npy"), TensorView{DType::kF32, {2}, nullptr, 8}), "data is null"));
+  EXPECT_TRUE(mentions(write_npy(dir.file("a.npy"), TensorView{DType::kF32, {-2}, bytes.data(), 8}), "negative"));
+  EXPECT_TRUE(mentions(write_npy(dir.file("no/such/dir/a.npy"), TensorView{DType::kF32, {2}, bytes.data(), 8}),
                        "temporary file"));
   EXPECT_EQ(dir.num_entries(), 0u);
 }
@@ -309,15 +310,15 @@ TEST(NpyWriter, RejectsBadViewsAndLeavesNoFile) {
 TEST(NpyWriter, ReplacesAnExistingFile) {
   TempDir dir;
   const auto a = random_bytes(8, 1), b = random_bytes(4, 2);
-  ASSERT_TRUE(write_npy(dir.file("x.npy"), TensorView{DType::U8, {8}, a.data(), 8}));
-  ASSERT_TRUE(write_npy(dir.file("x.npy"), TensorView{DType::I32, {}, b.data(), 4}));
+  ASSERT_TRUE(write_npy(dir.file("x.npy"), TensorView{DType::kU8, {8}, a.data(), 8}));
+  ASSERT_TRUE(write_npy(dir.file("x.npy"), TensorView{DType::kI32, {}, b.data(), 4}));
   NpyArray r;
   ASSERT_TRUE(read_npy(dir.file("x.npy"), &r));
-  EXPECT_EQ(r.dtype, DType::I32);
+  EXPECT_EQ(r.dtype, DType::kI32);
   EXPECT_EQ(r.data, b);
   EXPECT_EQ(dir.num_entries(), 1u);
   // A failed write leaves the old file as it was.
-  EXPECT_FALSE(write_npy(dir.file("x.npy"), TensorView{DType::F8_E5M2, {8}, a.data(), 8}));
+  EXPECT_FALSE(write_npy(dir.file("x.npy"), TensorView{DType::kF8E5M2, {8}, a.data(), 8}));
   ASSERT_TRUE(read_npy(dir.file("x.npy"), &r));
   EXPECT_EQ(r.data, b);
 }

@@ -101,7 +101,7 @@ TEST_F(QuantizedFileAddErrors, KeysAlreadyPresent) {
   t.name = "w";  // e_ is entry "w"
   EXPECT_TRUE(mentions(add(t), "metadata key 'w.recipe' is already in the file"));
   // A foreign tensor under one of the entry's names: the write refuses the duplicate.
-  Tensors tensors = {{"v.scale", TensorView{DType::U8, {1}, e_.t.q.data.data(), 1}}};
+  Tensors tensors = {{"v.scale", TensorView{DType::kU8, {1}, e_.t.q.data.data(), 1}}};
   Meta meta;
   const QuantizedTensor v = fresh(Format::kMxfp4);
   ASSERT_TRUE(add_quantized_tensor(v, &tensors, &meta));

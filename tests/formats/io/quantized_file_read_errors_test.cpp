@@ -118,7 +118,7 @@ TEST(QuantizedFileReadErrors, DataDtypeAndShape) {
   Entry e;
   build(&e, Format::kMxfp8E4M3, {3, 33});
   Tensors tensors = e.tensors;
-  find(&tensors, "w.data")->dtype = DType::U8;
+  find(&tensors, "w.data")->dtype = DType::kU8;
   EXPECT_TRUE(mentions(write_and_read(tensors, e.meta), "'w.data': dtype U8, expected F8_E4M3"));
   // The same bytes under another recipe with the same block.
   EXPECT_TRUE(mentions(read_with_meta(e, "w.recipe", "mxfp8_e5m2"), "'w.data': dtype F8_E4M3, expected F8_E5M2"));
@@ -134,17 +134,17 @@ TEST(QuantizedFileReadErrors, ScaleDtypeAndShape) {
   build(&fp8, Format::kFp8Block1x128, {2, 200});
   Tensors tensors = fp8.tensors;
   TensorView* s = find(&tensors, "w.scale");
-  s->dtype = DType::U8;
+  s->dtype = DType::kU8;
   s->shape = {2, 8};
   EXPECT_TRUE(mentions(write_and_read(tensors, fp8.meta), "'w.scale': dtype U8, expected F32"));
   tensors = mx.tensors;
   const std::vector<uint8_t> four(24, 1);
-  *find(&tensors, "w.scale") = TensorView{DType::F32, {3, 2}, four.data(), 24};
+  *find(&tensors, "w.scale") = TensorView{DType::kF32, {3, 2}, four.data(), 24};
   EXPECT_TRUE(mentions(write_and_read(tensors, mx.meta), "'w.scale': dtype F32, expected U8"));
   tensors = mx.tensors;
   find(&tensors, "w.scale")->shape = {2, 3};
   EXPECT_TRUE(mentions(write_and_read(tensors, mx.meta), "'w.scale': shape [2,3], expected [3,2]"));
-  *find(&tensors, "w.scale") = TensorView{DType::U8, {3, 3}, four.data(), 9};
+  *find(&tensors, "w.scale") = TensorView{DType::kU8, {3, 3}, four.data(), 9};
   EXPECT_TRUE(mentions(write_and_read(tensors, mx.meta), "'w.scale': shape [3,3], expected [3,2]"));
 }
 
@@ -157,13 +157,13 @@ TEST(QuantizedFileReadErrors, GlobalScaleIffNvfp4) {
   EXPECT_TRUE(mentions(write_and_read(tensors, nv.meta), "'w.global_scale': missing tensor"));
   const float g = 0.5f;
   tensors = mx.tensors;
-  tensors.push_back({"w.global_scale", TensorView{DType::F32, {}, reinterpret_cast<const uint8_t*>(&g), 4}});
+  tensors.push_back({"w.global_scale", TensorView{DType::kF32, {}, reinterpret_cast<const uint8_t*>(&g), 4}});
   EXPECT_TRUE(mentions(write_and_read(tensors, mx.meta), "'w.global_scale': only nvfp4 entries have a global scale"));
   tensors = nv.tensors;
   find(&tensors, "w.global_scale")->shape = {1};
   EXPECT_TRUE(mentions(write_and_read(tensors, nv.meta), "'w.global_scale': shape [1], expected []"));
   tensors = nv.tensors;
-  find(&tensors, "w.global_scale")->dtype = DType::I32;
+  find(&tensors, "w.global_scale")->dtype = DType::kI32;
   EXPECT_TRUE(mentions(write_and_read(tensors, nv.meta), "'w.global_scale': dtype I32, expected F32"));
   for (float bad : {0.0f, -1.0f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
     tensors = nv.tensors;

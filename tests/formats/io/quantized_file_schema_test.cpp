@@ -196,7 +196,7 @@ TEST(QuantizedFile, NamesAreTheRecipeKeysSorted) {
   Meta meta = {{"framework", "pt"}, {".recipe", "mxfp8"}, {"recipe", "x"}};
   for (Entry* e : {&b, &ab, &a}) ASSERT_TRUE(add_quantized_tensor(e->t, &tensors, &meta));
   const float one = 1.0f;
-  tensors.push_back({"plain", TensorView{DType::F32, {}, reinterpret_cast<const uint8_t*>(&one), 4}});
+  tensors.push_back({"plain", TensorView{DType::kF32, {}, reinterpret_cast<const uint8_t*>(&one), 4}});
   TempDir dir;
   ASSERT_TRUE(write_safetensors(dir.file("q.safetensors"), tensors, meta));
   SafetensorsFile file;

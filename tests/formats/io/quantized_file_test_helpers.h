@@ -25,6 +25,7 @@ using blockscale_test::TempDir;
 
 namespace f = blockscale::formats;
 namespace fs = std::filesystem;
+using f::DType;
 using f::Format;
 using Tensors = std::vector<std::pair<std::string, TensorView>>;
 using Meta = std::map<std::string, std::string>;

@@ -27,6 +27,8 @@ namespace {
 using blockscale_test::mentions;
 
 namespace fs = std::filesystem;
+using formats::DType;
+using formats::kNumDTypes;
 
 using blockscale_test::TempDir;
 
@@ -80,7 +82,7 @@ TEST_P(SafetensorsRoundTrip, WriteThenReadGivesTheSameTensor) {
   const auto pad = random_bytes(1, 6);
   const std::string path = dir.file("t.safetensors");
   ASSERT_TRUE(write_safetensors(path, {{"t", TensorView{c.dtype, c.shape, bytes.data(), bytes.size()}},
-                                       {"a_byte", TensorView{DType::U8, {1}, pad.data(), 1}}}));
+                                       {"a_byte", TensorView{DType::kU8, {1}, pad.data(), 1}}}));
   SafetensorsFile f;
   const Status s = SafetensorsFile::open(path, &f);
   ASSERT_TRUE(s) << s.message();
@@ -128,7 +130,7 @@ TEST(Safetensors, MatchesTheReferenceSerializerBytes) {
   const float v[6] = {0, 1, 2, 3, 4, 5};
   std::vector<uint8_t> data(24);
   std::memcpy(data.data(), v, 24);
-  ASSERT_TRUE(write_safetensors(dir.file("a"), {{"attn.0", TensorView{DType::F32, {1, 2, 3}, data.data(), 24}}}));
+  ASSERT_TRUE(write_safetensors(dir.file("a"), {{"attn.0", TensorView{DType::kF32, {1, 2, 3}, data.data(), 24}}}));
   EXPECT_EQ(read_file(dir.file("a")),
             st_file("{\"attn.0\":{\"dtype\":\"F32\",\"shape\":[1,2,3],\"data_offsets\":[0,24]}}", data));
 }
@@ -136,14 +138,14 @@ TEST(Safetensors, MatchesTheReferenceSerializerBytes) {
 TEST(Safetensors, FileOrderIsDtypeDescendingThenName) {
   TempDir dir;
   const auto b = random_bytes(64, 9);
-  ASSERT_TRUE(write_safetensors(dir.file("o"), {{"z8", TensorView{DType::U8, {3}, b.data(), 3}},
-                                                {"b16", TensorView{DType::BF16, {1}, b.data(), 2}},
-                                                {"a16", TensorView{DType::BF16, {1}, b.data(), 2}},
-                                                {"h16", TensorView{DType::F16, {1}, b.data(), 2}},
-                                                {"e4", TensorView{DType::F8_E4M3, {1}, b.data(), 1}},
-                                                {"e5", TensorView{DType::F8_E5M2, {1}, b.data(), 1}},
-                                                {"d", TensorView{DType::F64, {1}, b.data(), 8}},
-                                                {"w", TensorView{DType::F32, {1}, b.data(), 4}}}));
+  ASSERT_TRUE(write_safetensors(dir.file("o"), {{"z8", TensorView{DType::kU8, {3}, b.data(), 3}},
+                                                {"b16", TensorView{DType::kBf16, {1}, b.data(), 2}},
+                                                {"a16", TensorView{DType::kBf16, {1}, b.data(), 2}},
+                                                {"h16", TensorView{DType::kF16, {1}, b.data(), 2}},
+                                                {"e4", TensorView{DType::kF8E4M3, {1}, b.data(), 1}},
+                                                {"e5", TensorView{DType::kF8E5M2, {1}, b.data(), 1}},
+                                                {"d", TensorView{DType::kF64, {1}, b.data(), 8}},
+                                                {"w", TensorView{DType::kF32, {1}, b.data(), 4}}}));
   SafetensorsFile f;
   ASSERT_TRUE(SafetensorsFile::open(dir.file("o"), &f));
   EXPECT_EQ(f.names(), (std::vector<std::string>{"d", "w", "a16", "b16", "h16", "e4", "e5", "z8"}));
@@ -160,7 +162,7 @@ TEST(Safetensors, MetadataAndNamesRoundTrip) {
   const std::map<std::string, std::string> meta = {
       {"format", "pt"}, {"quote\"back\\slash", "new\nline\ttab\x01"}, {"unicode \xc3\xa9", "\xe2\x82\xac"}, {"", ""}};
   const auto b = random_bytes(4, 1);
-  ASSERT_TRUE(write_safetensors(dir.file("m"), {{"w\"\\\n \xc3\xa9", TensorView{DType::F32, {1}, b.data(), 4}}}, meta));
+  ASSERT_TRUE(write_safetensors(dir.file("m"), {{"w\"\\\n \xc3\xa9", TensorView{DType::kF32, {1}, b.data(), 4}}}, meta));
   SafetensorsFile f;
   ASSERT_TRUE(SafetensorsFile::open(dir.file("m"), &f));
   EXPECT_EQ(f.metadata(), meta);
@@ -196,12 +198,12 @@ TEST(Safetensors, ManyTensorsWithEmptyOnesAmongThem) {
 
 TEST(Safetensors, ToFloatDecodesEveryFloatDtype) {
   const std::pair<DType, std::vector<uint8_t>> cases[] = {
-      {DType::F32, {0x00, 0x00, 0xC0, 0x3F}},                    // 1.5
-      {DType::F64, {0, 0, 0, 0, 0, 0, 0xF8, 0x3F}},              // 1.5
-      {DType::F16, {0x00, 0x3E}},                                // 1.5
-      {DType::BF16, {0xC0, 0x3F}},                               // 1.5
-      {DType::F8_E4M3, {0x3C}},                                  // 1.5
-      {DType::F8_E5M2, {0x3E}},                                  // 1.5
+      {DType::kF32, {0x00, 0x00, 0xC0, 0x3F}},                    // 1.5
+      {DType::kF64, {0, 0, 0, 0, 0, 0, 0xF8, 0x3F}},              // 1.5
+      {DType::kF16, {0x00, 0x3E}},                                // 1.5
+      {DType::kBf16, {0xC0, 0x3F}},                               // 1.5
+      {DType::kF8E4M3, {0x3C}},                                  // 1.5
+      {DType::kF8E5M2, {0x3E}},                                  // 1.5
   };
   for (const auto& [d, bytes] : cases) {
     std::vector<float> v;
@@ -210,10 +212,10 @@ TEST(Safetensors, ToFloatDecodesEveryFloatDtype) {
   }
   const uint8_t e8m0 = 128;  // 2^1
   std::vector<float> v;
-  ASSERT_TRUE(to_float(TensorView{DType::F8_E8M0, {}, &e8m0, 1}, &v));
+  ASSERT_TRUE(to_float(TensorView{DType::kF8E8M0, {}, &e8m0, 1}, &v));
   EXPECT_EQ(v, std::vector<float>{2.0f});
   const int32_t i = 3;
-  EXPECT_TRUE(mentions(to_float(TensorView{DType::I32, {}, reinterpret_cast<const uint8_t*>(&i), 4}, &v),
+  EXPECT_TRUE(mentions(to_float(TensorView{DType::kI32, {}, reinterpret_cast<const uint8_t*>(&i), 4}, &v),
                        "not a floating-point dtype"));
 }
 
@@ -223,7 +225,7 @@ TEST(SafetensorsWriter, StreamsChunksInFileOrder) {
   TempDir dir;
   const auto big = random_bytes(1000, 1), small = random_bytes(8, 2);
   SafetensorsWriter w;
-  ASSERT_TRUE(w.open(dir.file("s"), {{"big", DType::U8, {1000}}, {"small", DType::F64, {1}}, {"empty", DType::F32, {0, 4}}}));
+  ASSERT_TRUE(w.open(dir.file("s"), {{"big", DType::kU8, {1000}}, {"small", DType::kF64, {1}}, {"empty", DType::kF32, {0, 4}}}));
   ASSERT_EQ(w.order().size(), 3u);
   EXPECT_EQ(w.order()[0].name, "small");
   EXPECT_TRUE(mentions(w.write("big", big.data(), 10), "expected data for 'small'"));
@@ -248,17 +250,17 @@ TEST(SafetensorsWriter, StreamsChunksInFileOrder) {
 TEST(SafetensorsWriter, IncompleteOrAbandonedWritesLeaveNothing) {
   TempDir dir;
   const auto b = random_bytes(16, 1);
-  ASSERT_TRUE(write_safetensors(dir.file("keep"), {{"x", TensorView{DType::U8, {16}, b.data(), 16}}}));
+  ASSERT_TRUE(write_safetensors(dir.file("keep"), {{"x", TensorView{DType::kU8, {16}, b.data(), 16}}}));
   const auto before = read_file(dir.file("keep"));
   {
     SafetensorsWriter w;
-    ASSERT_TRUE(w.open(dir.file("keep"), {{"x", DType::U8, {32}}}));
+    ASSERT_TRUE(w.open(dir.file("keep"), {{"x", DType::kU8, {32}}}));
     ASSERT_TRUE(w.write("x", b.data(), 16));
     EXPECT_TRUE(mentions(w.finish(), "has 16 of 32 bytes"));
   }
   {
     SafetensorsWriter w;
-    ASSERT_TRUE(w.open(dir.file("keep"), {{"x", DType::U8, {16}}}));
+    ASSERT_TRUE(w.open(dir.file("keep"), {{"x", DType::kU8, {16}}}));
     ASSERT_TRUE(w.write("x", b.data(), 16));
   }  // destroyed before finish()
   EXPECT_EQ(dir.num_entries(), 1u);
@@ -269,12 +271,12 @@ TEST(SafetensorsWriter, RejectsBadSpecsBeforeCreatingAFile) {
   TempDir dir;
   const std::string p = dir.file("x");
   const std::pair<std::vector<TensorSpec>, const char*> cases[] = {
-      {{{"a", DType::F32, {1}}, {"a", DType::U8, {1}}}, "duplicate name 'a'"},
-      {{{"__metadata__", DType::F32, {1}}}, "reserved"},
-      {{{"a", DType::F32, {-1}}}, "negative"},
-      {{{"a", DType::F32, {int64_t{1} << 62}}}, "overflow"},
-      {{{"a", DType::F32, std::vector<int64_t>(65, 1)}}, "rank"},
-      {{{"bad\xff", DType::F32, {1}}}, "not valid UTF-8"},
+      {{{"a", DType::kF32, {1}}, {"a", DType::kU8, {1}}}, "duplicate name 'a'"},
+      {{{"__metadata__", DType::kF32, {1}}}, "reserved"},
+      {{{"a", DType::kF32, {-1}}}, "negative"},
+      {{{"a", DType::kF32, {int64_t{1} << 62}}}, "overflow"},
+      {{{"a", DType::kF32, std::vector<int64_t>(65, 1)}}, "rank"},
+      {{{"bad\xff", DType::kF32, {1}}}, "not valid UTF-8"},
   };
   for (const auto& [specs, why] : cases) {
     SafetensorsWriter w;
@@ -285,7 +287,7 @@ TEST(SafetensorsWriter, RejectsBadSpecsBeforeCreatingAFile) {
   EXPECT_TRUE(mentions(w.open(p, {}, {{"k", "\xc3"}}), "metadata value"));
   EXPECT_TRUE(mentions(w.open(dir.file("no/dir/x"), {}), "temporary file"));
   const uint8_t one = 1;
-  EXPECT_TRUE(mentions(write_safetensors(p, {{"a", TensorView{DType::F32, {1}, &one, 1}}}), "nbytes (1)"));
+  EXPECT_TRUE(mentions(write_safetensors(p, {{"a", TensorView{DType::kF32, {1}, &one, 1}}}), "nbytes (1)"));
   EXPECT_EQ(dir.num_entries(), 0u);
 }
 
@@ -435,8 +437,8 @@ TEST(SafetensorsLarge, ReadingOneTensorOfA300MBFileStaysSmall) {
   const auto small = random_bytes(4096, 4);
   {  // streamed: one 1 MiB chunk in memory at a time
     SafetensorsWriter w;
-    ASSERT_TRUE(w.open(dir.file("big"), {{"big", DType::BF16, {static_cast<int64_t>(kBig / 2)}},
-                                         {"small", DType::F32, {1024}}}));
+    ASSERT_TRUE(w.open(dir.file("big"), {{"big", DType::kBf16, {static_cast<int64_t>(kBig / 2)}},
+                                         {"small", DType::kF32, {1024}}}));
     ASSERT_TRUE(w.write("small", small.data(), small.size()));
     for (size_t off = 0; off < kBig; off += kChunk) ASSERT_TRUE(w.write("big", chunk.data(), kChunk));
     ASSERT_TRUE(w.finish());

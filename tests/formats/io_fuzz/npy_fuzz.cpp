@@ -14,7 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!io::parse_npy(data, size, &a)) return 0;
   uint64_t nbytes = 0;
   if (!io::shape_nbytes(a.shape, a.dtype, &nbytes) || nbytes != a.data.size()) std::abort();
-  if (io::dtype_is_float(a.dtype)) {
+  if (blockscale::formats::dtype_is_float(a.dtype)) {
     std::vector<float> f;
     if (!io::to_float(a.view(), &f)) std::abort();
   }

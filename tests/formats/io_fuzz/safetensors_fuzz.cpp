@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!f.tensor(name, &t) || !io::check_view(t, name)) std::abort();
     if (t.nbytes && (t.data < data + 8 + header || t.data + t.nbytes > data + size)) std::abort();
     total += t.nbytes;
-    if (io::dtype_is_float(t.dtype)) {
+    if (blockscale::formats::dtype_is_float(t.dtype)) {
       std::vector<float> v;
       if (!f.tensor_as_float(name, &v)) std::abort();
     }
