@@ -13,7 +13,7 @@ quant::QuantizeProblem quant_problem(Recipe recipe, OperandRole role, SrKey sr, 
   quant::QuantizeProblem p;
   p.recipe = o.recipe;
   p.rounding = o.rounding;
-  p.input_type = quant::InputType::kFp32;
+  p.input_type = formats::DType::kF32;
   p.rows = rows;
   p.cols = cols;
   p.ld = cols;
@@ -45,13 +45,13 @@ void describe(const Operand& a_op, const Operand& b_op, int64_t m, int64_t n, in
   p->m = m, p->n = n, p->k = k;
   p->a_recipe = a_op.recipe;
   p->b_recipe = b_op.recipe;
-  p->d_type = gemm::MatrixType::kFp32;
+  p->d_type = formats::DType::kF32;
   p->ldd = n;
   a->a_data = a_op.data, a->a_scales = a_op.scales, a->a_scale_dec = a_op.dec;
   a->b_data = b_op.data, a->b_scales = b_op.scales, a->b_scale_dec = b_op.dec;
   a->d = d;
   if (!accumulate) return;
-  p->c_type = gemm::MatrixType::kFp32;
+  p->c_type = formats::DType::kF32;
   p->ldc = n;
   p->beta = 1.0f;
   a->c = d;

@@ -162,7 +162,7 @@ Status write_checkpoint_files(const fs::path& tmp, int64_t step, const std::vect
   std::vector<io::TensorSpec> specs;
   std::unordered_map<std::string, const TensorRef*> by_name;
   for (const TensorRef& t : tensors) {
-    specs.push_back(io::TensorSpec{t.name, io::DType::F32, t.shape});
+    specs.push_back(io::TensorSpec{t.name, formats::DType::kF32, t.shape});
     by_name.emplace(t.name, &t);
   }
   const fs::path tensors_path = tmp / kTensorsFile;
@@ -171,7 +171,7 @@ Status write_checkpoint_files(const fs::path& tmp, int64_t step, const std::vect
   for (const io::TensorSpec& spec : w.order()) {  // streamed from the caller's memory, file order
     const TensorRef& t = *by_name.at(spec.name);
     uint64_t nbytes = 0;
-    BS_RETURN_IF_ERROR(io::shape_nbytes(t.shape, io::DType::F32, &nbytes));
+    BS_RETURN_IF_ERROR(io::shape_nbytes(t.shape, formats::DType::kF32, &nbytes));
     BS_RETURN_IF_ERROR(w.write(t.name, t.data, static_cast<size_t>(nbytes)));
   }
   BS_RETURN_IF_ERROR(w.finish());
@@ -277,7 +277,7 @@ Status check_tensor_args(const std::vector<T>& tensors, const char* what) {
     if (t.name.empty()) return Status::error(where + "name is empty");
     if (!names.insert(t.name).second) return Status::error(where + "duplicate name");
     uint64_t nbytes = 0;
-    Status s = io::shape_nbytes(t.shape, io::DType::F32, &nbytes);
+    Status s = io::shape_nbytes(t.shape, formats::DType::kF32, &nbytes);
     if (!s) return Status::error(where + s.message());
     if (nbytes && !t.data) return Status::error(where + "data is null");
   }
@@ -331,8 +331,8 @@ Status load_impl(const std::string& path, const std::vector<TensorSlot>& slots, 
     const std::string what = "tensor " + printable(s.name) + " of " + in_quotes(tensors_path);
     if (!file.contains(s.name)) return Status::error("tensor " + printable(s.name) + " is not in " + in_quotes(tensors_path));
     BS_RETURN_IF_ERROR(file.tensor(s.name, &views[i]));
-    if (views[i].dtype != io::DType::F32) {
-      return Status::error(what + " is " + io::dtype_name(views[i].dtype) + ", a checkpoint tensor must be F32");
+    if (views[i].dtype != formats::DType::kF32) {
+      return Status::error(what + " is " + formats::dtype_name(views[i].dtype) + ", a checkpoint tensor must be F32");
     }
     if (views[i].shape != s.shape) {
       return Status::error(what + " has shape " + shape_string(views[i].shape) + " but the slot expects " +

@@ -313,7 +313,7 @@ TEST_F(CheckpointTest, NonF32TensorAndBadSafetensorsAreRefused) {
   const fs::path ckpt = saved(10, model_);
   const fs::path scratch = tmp_.path() / "bf16.safetensors";
   const uint16_t bf16[5] = {0x3F80, 0x4000, 0x4040, 0x4080, 0x40A0};
-  io::TensorView view{io::DType::BF16, {5}, reinterpret_cast<const uint8_t*>(bf16), sizeof bf16};
+  io::TensorView view{formats::DType::kBf16, {5}, reinterpret_cast<const uint8_t*>(bf16), sizeof bf16};
   ASSERT_TRUE(io::write_safetensors(scratch.string(), {{"adam_v/bias", view}}));
   replace_tensors_file(ckpt, read_file(scratch));
   float bias[5];
