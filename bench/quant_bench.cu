@@ -412,6 +412,9 @@ std::vector<Case> all_cases() {
     Case& c = add("nvfp4 values as bf16", Format::kNvfp4, rows, cols, fp32, both);
     c.nvfp4_values = true, c.p.hadamard_columnwise = true;
   }
+  // MXFP4's grid: the E2M1 encode makes it bound by instruction issue rather than bandwidth, so the
+  // per-tile setup that a persistent grid amortises matters more than for MXFP8.
+  add("mxfp4 persistent", Format::kMxfp4, 16384, 8192, bf16, both).grid = bq::detail::GridPolicy::kPersistent;
   return cases;
 }
 

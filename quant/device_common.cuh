@@ -190,6 +190,14 @@ __device__ __forceinline__ uint4 granule_scalar(const void* x, int64_t ld, int64
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// prmt in its default mode: selector nibble n picks byte n & 7 of {b, a} and, when n & 8, replicates
+// that byte's sign bit over the byte (0x00 / 0xFF): sign gathers of packed elements.
+__device__ __forceinline__ uint32_t prmt_sign(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
 // Raises *amax (fp32 bits of a non-negative value, reset to 0 before the kernel) to `bits`. The
 // stored value only grows, so a plain read that already holds >= bits makes the atomic useless:
 // with one CTA per tile thousands of warps would otherwise serialise on one address.

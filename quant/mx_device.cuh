@@ -95,35 +95,25 @@ __device__ __forceinline__ typename MxCodes<kRecipe>::Vec encode16(const float* 
   }
 }
 
-// ---- E2M1 two at a time, for 16-bit input (bf16, fp16): y = x * 2^-e as a pair of 16-bit floats
-// (H = bf16 or f16 bits, lower element in the low half), then per half, with packed integer ops
-// that never carry across halves:
+// ---- E2M1 two at a time, for fp16 input: y = x * 2^-e as an f16 pair (lower element in the
+// low half), then per half, with packed integer ops that never carry across halves:
 //   E = |y|'s exponent field clamped to [one, one + 2] (one = 1.0's field), the E2M1 quantum of
 //   |y|'s binade (0.5 below 2, then 1, then 2: E2M1's spacing); M = the power of two whose ulp in
-//   H is that quantum; |y| + M in H (round to nearest even: E2M1's rounding) lands k quanta above
-//   M, and the code is k + 2 * (E - one), at most 7 (satfinite); the sign is y's.
+//   f16 is that quantum; |y| + M in f16 (round to nearest even: E2M1's rounding) lands k quanta
+//   above M, and the code is k + 2 * (E - one), at most 7 (satfinite); the sign is y's.
 // The sum stays in M's binade (|y| < 8), so k = bits(|y| + M) - bits(M). tests/quant compares
-// this with formats::encode_e2m1(x * 2^-e) for every bf16 / fp16 x and every scale.
-template <bool kBf16>
-__device__ __forceinline__ uint32_t e2m1x2_codes(uint32_t y2) {
-  constexpr uint32_t kMantBits = kBf16 ? 7 : 10;
-  constexpr uint32_t kExpMask = kBf16 ? 0xFFu : 0x1Fu;
-  constexpr uint32_t kOne = kBf16 ? 127u : 15u;        // exponent field of 1.0
-  constexpr uint32_t kMagic = kMantBits - 1u;          // M = 2^(E - one - 1 + mant bits)
-  constexpr uint32_t kLo = 0x00010001u;                // one in each half
+// this with formats::encode_e2m1(x * 2^-e) for every fp16 x and every scale.
+__device__ __forceinline__ uint32_t e2m1x2_codes_f16(uint32_t y2) {
+  constexpr uint32_t kMantBits = 10;
+  constexpr uint32_t kOne = 15u;                // exponent field of 1.0
+  constexpr uint32_t kMagic = kMantBits - 1u;   // M = 2^(E - one - 1 + mant bits)
+  constexpr uint32_t kLo = 0x00010001u;         // one in each half
   const uint32_t a = y2 & 0x7FFF7FFFu;
-  uint32_t e = (a >> kMantBits) & (kExpMask * kLo);
+  uint32_t e = (a >> kMantBits) & (0x1Fu * kLo);
   e = __vmaxu2(__vminu2(e, (kOne + 2u) * kLo), kOne * kLo);
   const uint32_t m = (e + kMagic * kLo) << kMantBits;  // per half < 2^15: no carry across
-  uint32_t sum;
-  if constexpr (kBf16) {
-    const __nv_bfloat162 r = __hadd2(*reinterpret_cast<const __nv_bfloat162*>(&a),
-                                     *reinterpret_cast<const __nv_bfloat162*>(&m));
-    sum = *reinterpret_cast<const uint32_t*>(&r);
-  } else {
-    const __half2 r = __hadd2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&m));
-    sum = *reinterpret_cast<const uint32_t*>(&r);
-  }
+  const __half2 r = __hadd2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&m));
+  const uint32_t sum = *reinterpret_cast<const uint32_t*>(&r);
   const uint32_t k = sum - m + (2u * e - 2u * kOne * kLo);  // every half's result in [0, 12]
   return __vminu2(k, 7u * kLo) | ((y2 >> 12) & 0x00080008u);
 }
@@ -136,16 +126,6 @@ __device__ __forceinline__ uint32_t pack_e2m1x8(uint32_t c0, uint32_t c1, uint32
   return __byte_perm(t01, t23, 0x5410);
 }
 
-// y = x * 2^-e for a pair of bf16 values, exactly (a product of a bf16 and a power of two is a
-// bf16 unless it is below bf16's normal range, where E2M1 rounds it to ±0 anyway; the caller
-// keeps the subnormal inputs, which the product could scale up into range, off this path). inv2:
-// 2^-e as bf16 in both halves.
-__device__ __forceinline__ uint32_t scale_bf16x2(uint32_t x2, uint32_t inv2) {
-  const __nv_bfloat162 r = __hmul2(*reinterpret_cast<const __nv_bfloat162*>(&x2),
-                                   *reinterpret_cast<const __nv_bfloat162*>(&inv2));
-  return *reinterpret_cast<const uint32_t*>(&r);
-}
-
 // Two fp32 values (x * 2^-e of fp16 input) -> an f16 pair, RN: exact where E2M1 can tell (|y| >=
 // 2^-14; fp16 input has 11 significant bits), a tiny ±value below.
 __device__ __forceinline__ uint32_t f16x2_rn(float lo, float hi) {
@@ -153,12 +133,61 @@ __device__ __forceinline__ uint32_t f16x2_rn(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-// The smallest block scale code for which bf16 products may take the packed path: below it a
-// subnormal bf16 input (< 2^-126) could scale up to |y| >= 0.25 (code < 4 means e < -123).
-constexpr uint32_t kPackedE2m1MinCode = 4;
+// ---- E2M1 of bf16 input, two elements per instruction. With y = |x| * 2^-e exact (x bf16, not
+// subnormal: see kPackedE2m1MinCode), the code is formats' RNE E2M1 of y, as e2m1_magnitude_biased
+// computes it in fp32: min(rint(2y), rint(y) + 2, rint(y / 2) + 4, 7). Here each term is one bf16
+// fma of |x| with 2^-e times 2, 1 or 1/2 (constants of the block: exact, bf16 subnormals included),
+// plus 128, 130 or 132: the exact product plus the constant is rounded once (RNE) to bf16, whose
+// ulp in [128, 256) is 1, so the result is 128 + the term's integer, ties to even (128, 130, 132
+// are even). Terms past 135 only ever lose the minimum against the cap. The bits of 128 + c are
+// 0x4300 + c: the code is the low 3 bits of each half.
+struct E2m1Bf16Factors {
+  uint32_t twice, once, half;  // 2^-e * {2, 1, 1/2} in both halves (bf16 bits)
+};
+
+__device__ __forceinline__ uint32_t bf16_pair_of(float v) {  // v exact in bf16
+  const uint32_t b = __float_as_uint(v) >> 16;
+  return b | (b << 16);
+}
+
+__device__ __forceinline__ E2m1Bf16Factors e2m1_bf16_factors(float inv) {
+  return {bf16_pair_of(inv * 2.0f), bf16_pair_of(inv), bf16_pair_of(inv * 0.5f)};
+}
+
+__device__ __forceinline__ uint32_t bf16x2_fma(uint32_t a, uint32_t b, uint32_t c) {
+  const __nv_bfloat162 r = __hfma2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b),
+                                   *reinterpret_cast<const __nv_bfloat162*>(&c));
+  return *reinterpret_cast<const uint32_t*>(&r);
+}
+
+// Both halves' magnitude codes of a pair x2 as 0x4300 + code per half (sign not included).
+__device__ __forceinline__ uint32_t e2m1x2_biased_bf16(uint32_t x2, const E2m1Bf16Factors& k) {
+  const uint32_t a = x2 & 0x7FFF7FFFu;
+  const uint32_t t0 = bf16x2_fma(a, k.twice, 0x43004300u);  // 128 + rint(2y)
+  const uint32_t t1 = bf16x2_fma(a, k.once, 0x43024302u);   // 128 + rint(y) + 2
+  const uint32_t t2 = bf16x2_fma(a, k.half, 0x43044304u);   // 128 + rint(y / 2) + 4
+  return __vminu2(__vminu2(__vminu2(t0, t1), t2), 0x43074307u);
+}
 
 // 16 codes of bf16 input: pairs[k] holds elements 2k (low half) and 2k + 1 as bf16 bits, all of
-// one block with scale s. The packed path (e2m1x2_codes) where it is exact, else the scalar encoder.
+// one block with scale s. Codes of four pairs: bytes 0 and 2 of each biased pair are the codes,
+// gathered to one word with a byte per element, the signs (bit 7 of bytes 1 and 3 of the input,
+// replicated by prmt) put in bit 3, and two such words folded to nibbles.
+__device__ __forceinline__ uint32_t e2m1x8_bf16(const uint32_t* pairs, const E2m1Bf16Factors& k) {
+  uint32_t c[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) c[i] = e2m1x2_biased_bf16(pairs[i], k);
+  uint32_t lo = __byte_perm(c[0], c[1], 0x6420), hi = __byte_perm(c[2], c[3], 0x6420);  // a byte per code
+  lo |= prmt_sign(pairs[0], pairs[1], 0xFDB9u) & 0x08080808u;
+  hi |= prmt_sign(pairs[2], pairs[3], 0xFDB9u) & 0x08080808u;
+  return __byte_perm(lo | (lo >> 4), hi | (hi >> 4), 0x6420);  // nibble pairs: bytes 0 and 2 of each
+}
+
+// The packed path needs x * 2^-e exact in bf16 (and 2^-e / 2 representable): below this scale
+// code a subnormal bf16 input could scale up to |y| >= 0.25 (code < 4 means e < -123).
+constexpr uint32_t kPackedE2m1MinCode = 4;
+
+// 16 codes of bf16 input: the packed path where it is exact, else the scalar encoder.
 __device__ __forceinline__ uint2 encode16_e2m1_bf16(const uint32_t* pairs, const MxScale& s) {
   using In = InputTraits<DType::kBf16>;
   if (s.code < kPackedE2m1MinCode) {  // rare: tiny blocks, where subnormal inputs matter
@@ -167,11 +196,8 @@ __device__ __forceinline__ uint2 encode16_e2m1_bf16(const uint32_t* pairs, const
     for (int i = 0; i < 16; ++i) f[i] = In::elem(pairs[i / 2], i % 2);
     return encode16<formats::Format::kMxfp4, ElementEncoder::kSoftware>(f, s.inv);
   }
-  const uint32_t inv2 = (__float_as_uint(s.inv) >> 16) * 0x00010001u;  // 2^-e is a bf16 exactly
-  uint32_t c[8];
-#pragma unroll
-  for (int k = 0; k < 8; ++k) c[k] = e2m1x2_codes<true>(scale_bf16x2(pairs[k], inv2));
-  return make_uint2(pack_e2m1x8(c[0], c[1], c[2], c[3]), pack_e2m1x8(c[4], c[5], c[6], c[7]));
+  const E2m1Bf16Factors k = e2m1_bf16_factors(s.inv);
+  return make_uint2(e2m1x8_bf16(pairs, k), e2m1x8_bf16(pairs + 4, k));
 }
 
 // 16 codes of fp16 input (f: the 16 values, widened exactly): x * 2^-e in fp32 (as formats), as
@@ -180,7 +206,7 @@ __device__ __forceinline__ uint2 encode16_e2m1_fp16(const float* f, float inv) {
   uint32_t c[8];
 #pragma unroll
   for (int k = 0; k < 8; ++k)
-    c[k] = e2m1x2_codes<false>(f16x2_rn(formats::mul_rn(f[2 * k], inv), formats::mul_rn(f[2 * k + 1], inv)));
+    c[k] = e2m1x2_codes_f16(f16x2_rn(formats::mul_rn(f[2 * k], inv), formats::mul_rn(f[2 * k + 1], inv)));
   return make_uint2(pack_e2m1x8(c[0], c[1], c[2], c[3]), pack_e2m1x8(c[4], c[5], c[6], c[7]));
 }
 

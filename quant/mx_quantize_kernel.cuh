@@ -213,9 +213,15 @@ __device__ __forceinline__ void load_tile(const MxParams& p, const TilePos& tp, 
   const char* src = static_cast<const char*>(p.x) + ((tp.r0 + row0) * p.ld + tp.c0 + S::kElems * g) * kBytes;
   const int64_t pass_stride = S::kRowsPerPass * p.ld * kBytes;
   if (p.vec_load && tp.inside) {
+    // Row kRowsPerPass * s + row0 (row0 < kRowsPerPass, which divides 16) lies in 16-row chunk
+    // (kRowsPerPass * s) >> 4, a compile-time swizzle key: each destination is pass 0's XOR a
+    // constant plus a constant, not a fresh granule_word.
+    const uint32_t off0 = static_cast<uint32_t>(granule_word<kIn>(row0, g));  // key 0
 #pragma unroll
-    for (int s = 0; s < S::kPasses; ++s)
-      cp_async_16B(stage + granule_word<kIn>(S::kRowsPerPass * s + row0, g), src + s * pass_stride, 16);
+    for (int s = 0; s < S::kPasses; ++s) {
+      const uint32_t key = static_cast<uint32_t>(((S::kRowsPerPass * s) >> 4) & 7);
+      cp_async_16B(stage + ((off0 ^ (4u * key)) + s * S::kRowsPerPass * S::kWordsPerRow), src + s * pass_stride, 16);
+    }
   } else if (p.vec_load) {
     const int bytes_in_row = max(0, min(S::kElems, tp.cols_in - S::kElems * g)) * kBytes;
 #pragma unroll
@@ -406,8 +412,19 @@ __device__ __forceinline__ void quantize_row16(const MxParams& p, const uint32_t
     const bool inside = kFull || (row_ok && 32 * j < tp.cols_in);
     scale_chunk[(rt & 31) * 16 + (rt >> 5) * 4 + j] = static_cast<uint8_t>(inside ? s.code : 0u);
   } else {
-    // Lane q = 2j writes byte j of the row's 4 (0 for padding blocks): adjacent bytes, one sector.
-    if ((q & 1) == 0 && row_ok) scale_word[j] = static_cast<uint8_t>((kFull || 32 * j < tp.cols_in) ? s.code : 0u);
+    // The row's 4 scale bytes (0 for padding blocks) gathered from lanes q = 0, 2, 4, 6 into one word
+    // (every lane shuffles), stored by lane q = 0: one store per row instead of four byte stores.
+    uint32_t v = ((kFull || 32 * j < tp.cols_in) ? s.code : 0u) << (8 * j);
+    v |= __shfl_xor_sync(kFullMask, v, 2);
+    v |= __shfl_xor_sync(kFullMask, v, 4);
+    if (q == 0 && row_ok) {
+      if (p.word_scale_store) {
+        *reinterpret_cast<uint32_t*>(scale_word) = v;
+      } else {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) scale_word[i] = static_cast<uint8_t>(v >> (8 * i));
+      }
+    }
   }
 }
 
@@ -415,8 +432,8 @@ __device__ __forceinline__ void quantize_row16(const MxParams& p, const uint32_t
 // k ^ 1 hold one 32-row block.
 template <DType kIn, Format kRecipe, ElementEncoder kEnc, bool kFull, bool kTensorAmax>
 __device__ __forceinline__ void quantize_col16(const MxParams& p, const uint32_t* tile, const TilePos& tp,
-                                               int g, int pl, int k, uint8_t* scale_chunk, uint32_t& tensor_amax,
-                                               bool& saw_nonfinite) {
+                                               uint8_t* col_base, int g, int pl, int k, uint8_t* scale_chunk,
+                                               uint32_t& tensor_amax, bool& saw_nonfinite) {
   using In = InputTraits<kIn>;
   using S = TileShape<kIn>;
   using C = MxCodes<kRecipe>;
@@ -447,9 +464,7 @@ __device__ __forceinline__ void quantize_col16(const MxParams& p, const uint32_t
     }
     if (s.nonfinite) out = zero_vec(out);
 
-    const int b = tile_batch(p, tp.tr);
-    const int64_t r0 = tp.r0 - int64_t{b} * p.batch_tiles * kTile;  // the tile's first row in its matrix
-    uint8_t* dst = p.col_data + b * p.col_batch_bytes + (tp.c0 + ct) * p.col_row_bytes + (r0 + 16 * k) * C::kBytes / 16;
+    uint8_t* dst = col_base + ct * p.col_row_bytes + k * C::kBytes;  // rows 16k.. of stored row c0 + ct
     if (kFull) {
       *reinterpret_cast<typename C::Vec*>(dst) = out;
     } else if (ct < tp.cols_in) {
@@ -507,10 +522,15 @@ __device__ __forceinline__ void quantize_tile(const MxParams& p, const uint32_t*
   }
   if constexpr (kCol) {
     constexpr int kItems = TileShape<kIn>::kWordsPerRow * 8;  // (word column, 16-row chunk) pairs
+    // The tile's corner in the columnwise copy of its matrix (batched: matrix b's own transpose),
+    // computed once per tile.
+    const int b = tile_batch(p, tp.tr);
+    const int64_t r0 = tp.r0 - int64_t{b} * p.batch_tiles * kTile;  // a multiple of 128
+    uint8_t* const col_base = p.col_data + b * p.col_batch_bytes + tp.c0 * p.col_row_bytes + r0 / 16 * C::kBytes;
 #pragma unroll
     for (int n = 0; n < kItems / kThreads; ++n)
-      quantize_col16<kIn, kRecipe, kEnc, kFull, !kRow>(p, tile, tp, (tid + n * kThreads) >> 5, lane >> 3, lane & 7,
-                                                        col_chunk, tensor_amax, saw_nonfinite);
+      quantize_col16<kIn, kRecipe, kEnc, kFull, !kRow>(p, tile, tp, col_base, (tid + n * kThreads) >> 5, lane >> 3,
+                                                        lane & 7, col_chunk, tensor_amax, saw_nonfinite);
   }
 }
 

@@ -18,6 +18,9 @@
 #include "formats/nvfp4_scalar.h"
 #include "formats/philox.h"
 #include "formats/scalar_codecs.h"
+#if defined(__CUDACC__)
+#include "quant/device_common.cuh"  // defines: prmt_sign
+#endif
 
 namespace blockscale::quant::detail::nvfp4 {
 
@@ -258,13 +261,7 @@ BS_HOST_DEVICE uint32_t encode8_stochastic(const float* x, float enc, const uint
 
 #if defined(__CUDACC__)
 // ---- Sign gathers (device): bit 4i+3 of the result = sign of element i of eight, from the
-// input's own bits. prmt's default mode replicates the sign of the selected byte when bit 3 of
-// the selector nibble is set.
-__device__ __forceinline__ uint32_t prmt_sign(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t d;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-  return d;
-}
+// input's own bits (prmt_sign: quant/device_common.cuh).
 
 // Sign bytes (0x00 / 0xFF) -> nibble sign bits: u holds the signs of elements 0, 2, 4, 6 (bytes
 // 0..3), v those of 1, 3, 5, 7.
