@@ -15,9 +15,10 @@
 // formats::quantize_grouped_columnwise) followed by formats::pack_swizzled_scales(). Elements:
 // x * 2^-e in fp32 (formats::mul_rn), then
 //   MXFP8: cvt.rn.satfinite.{e4m3,e5m2}x2.f32 (or formats::encode_minifloat itself);
-//   MXFP4: the software E2M1 encoder e2m1_code (quant/mx_device.cuh) on EVERY architecture: the
-//          E2M1 cvt exists only on sm_100a, so the sm_90a and sm_100a images run the same code and
-//          write identical bytes by construction;
+//   MXFP4: software E2M1 encoders (quant/mx_device.cuh) on EVERY architecture: bf16 input two
+//          elements at a time with bf16 fmas (e2m1x8_bf16), fp16 with packed f16 adds, fp32 and
+//          tiny scales with e2m1_code. The E2M1 cvt exists only on sm_100a, so the sm_90a and
+//          sm_100a images run the same code and write identical bytes by construction;
 // the scale: formats::mx_scale_exponent as integer steps (mx_block_scale). tests/quant checks the
 // encoders and the scale against formats on every finite fp32 pattern.
 //
