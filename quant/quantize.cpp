@@ -259,6 +259,25 @@ int64_t tile_grid(int64_t tiles, int64_t resident) {
 
 }  // namespace detail
 
+QuantizeProblem problem_from_options(const formats::QuantizeOptions& o, formats::DType input_type, int64_t rows,
+                                     int64_t cols, formats::Direction directions) {
+  QuantizeProblem p;
+  p.recipe = o.recipe;
+  p.rounding = o.rounding;
+  p.input_type = input_type;
+  p.rows = rows;
+  p.cols = cols;
+  p.ld = cols;
+  p.directions = directions;
+  p.pow2_scales = o.pow2_scales;
+  p.nvfp4_2d = o.nvfp4_2d;
+  p.stochastic_rounding = o.stochastic_rounding;
+  p.sr_seed = o.sr_seed;
+  p.sr_offset = o.sr_offset;
+  p.hadamard_columnwise = o.hadamard;
+  return p;
+}
+
 int64_t rowwise_data_bytes(const QuantizeProblem& p) {
   return wants_rowwise(p) && !empty(p) ? p.rows * row_bytes(p.recipe, p.cols) : 0;
 }

@@ -86,6 +86,12 @@ struct QuantizeOutputs {
   int* nonfinite = nullptr;
 };
 
+// The problem of a dense rows x cols matrix (ld = cols) quantized with formats' options `o`: its
+// recipe fields, o.hadamard as the columnwise copy's RHT. The tensor amax stays measured (kGiven
+// takes device pointers: QuantizeInputs).
+QuantizeProblem problem_from_options(const formats::QuantizeOptions& o, formats::DType input_type, int64_t rows,
+                                     int64_t cols, formats::Direction directions);
+
 // Sizes in bytes of each output for a problem (0 for a direction not requested or an empty shape).
 int64_t rowwise_data_bytes(const QuantizeProblem& p);
 int64_t rowwise_scale_bytes(const QuantizeProblem& p);

@@ -67,26 +67,15 @@ Status gpu_available() {
 
 Status gpu_quantize(const io::TensorView& t, int64_t rows, int64_t cols, const formats::QuantizeOptions& options,
                     bool rht_columnwise, formats::QuantizedMatrix* rowwise, formats::QuantizedMatrix* columnwise) {
-  quant::QuantizeProblem p;
-  p.recipe = options.recipe;
-  p.rounding = options.rounding;
-  p.rows = rows;
-  p.cols = cols;
-  p.ld = cols;
-  p.directions = rowwise && columnwise ? formats::Direction::kBoth
-                 : rowwise             ? formats::Direction::kRowwise
-                                       : formats::Direction::kColumnwise;
-  p.pow2_scales = options.pow2_scales;
-  p.nvfp4_2d = options.nvfp4_2d;
-  p.stochastic_rounding = options.stochastic_rounding;
-  p.sr_seed = options.sr_seed;
-  p.sr_offset = options.sr_offset;
+  quant::QuantizeProblem p = quant::problem_from_options(options, t.dtype, rows, cols,
+                                                         rowwise && columnwise ? formats::Direction::kBoth
+                                                         : rowwise             ? formats::Direction::kRowwise
+                                                                               : formats::Direction::kColumnwise);
   p.hadamard_columnwise = rht_columnwise;
   // bf16 / fp16 / fp32 go as they are; the others (f64, fp8) are widened exactly as the CPU path does.
   std::vector<float> widened;
   const void* host = t.data;
   size_t host_bytes = t.nbytes;
-  p.input_type = t.dtype;
   if (t.dtype != formats::DType::kBf16 && t.dtype != formats::DType::kF16 && t.dtype != formats::DType::kF32) {
     BS_RETURN_IF_ERROR(io::to_float(t, &widened));
     p.input_type = formats::DType::kF32;

@@ -115,6 +115,28 @@ TEST(QuantizeChecks, InputDtype) {
   expect_error(bq::can_implement(g), "x's dtype must be BF16, F16 or F32, got U8");
 }
 
+// formats' options carry over field by field; the shape is dense (ld = cols).
+TEST(QuantizeApi, ProblemFromOptions) {
+  bf::QuantizeOptions o;
+  o.recipe = Format::kNvfp4, o.rounding = ScaleRounding::kFloor, o.pow2_scales = true, o.nvfp4_2d = true;
+  o.stochastic_rounding = true, o.sr_seed = 7, o.sr_offset = 9, o.hadamard = true;
+  const bq::QuantizeProblem p = bq::problem_from_options(o, bf::DType::kF16, 48, 64, Direction::kColumnwise);
+  EXPECT_EQ(p.recipe, Format::kNvfp4);
+  EXPECT_EQ(p.rounding, ScaleRounding::kFloor);
+  EXPECT_EQ(p.input_type, bf::DType::kF16);
+  EXPECT_EQ(p.rows, 48);
+  EXPECT_EQ(p.cols, 64);
+  EXPECT_EQ(p.ld, 64);
+  EXPECT_EQ(p.directions, Direction::kColumnwise);
+  EXPECT_TRUE(p.pow2_scales);
+  EXPECT_TRUE(p.nvfp4_2d);
+  EXPECT_TRUE(p.stochastic_rounding);
+  EXPECT_EQ(p.sr_seed, 7u);
+  EXPECT_EQ(p.sr_offset, 9u);
+  EXPECT_TRUE(p.hadamard_columnwise);
+  EXPECT_EQ(p.tensor_amax, bq::TensorAmax::kMeasure);
+}
+
 TEST(QuantizeChecks, Pointers) {
   const auto nv = problem(Format::kNvfp4, 64, 64);
   EXPECT_TRUE(bq::can_implement(nv, kInputs, outputs_for(nv)).is_ok());

@@ -9,19 +9,8 @@ namespace blockscale::train {
 namespace {
 
 quant::QuantizeProblem quant_problem(Recipe recipe, OperandRole role, SrKey sr, int64_t rows, int64_t cols) {
-  const formats::QuantizeOptions o = quantize_options(recipe, role, false, sr);
-  quant::QuantizeProblem p;
-  p.recipe = o.recipe;
-  p.rounding = o.rounding;
-  p.input_type = formats::DType::kF32;
-  p.rows = rows;
-  p.cols = cols;
-  p.ld = cols;
-  p.directions = formats::Direction::kBoth;
-  p.nvfp4_2d = o.nvfp4_2d;
-  p.stochastic_rounding = o.stochastic_rounding;
-  p.sr_seed = o.sr_seed;
-  p.sr_offset = o.sr_offset;
+  quant::QuantizeProblem p = quant::problem_from_options(quantize_options(recipe, role, false, sr),
+                                                         formats::DType::kF32, rows, cols, formats::Direction::kBoth);
   // The columnwise copy of an activation or gradient is a wgrad operand.
   p.hadamard_columnwise = role != OperandRole::kWeight && quantize_options(recipe, role, true, sr).hadamard;
   return p;
