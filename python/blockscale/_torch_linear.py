@@ -5,7 +5,8 @@ The fp8_block recipe (the one Hopper runs natively), per GEMM:
     dgrad  dX = dY W         dY 1x128 (rowwise)       x W^T 128x128 (W columnwise) -> bf16
     wgrad  dW = dY^T X       dY^T 1x128 (dY columnwise) x X^T 1x128 (X columnwise)  -> fp32
 Each tensor is quantized once, both copies from one read (X and W in forward, dY in backward);
-the columnwise copies are what backward keeps. The weight is the fp32 master (torch optimizers
+the columnwise copies are what backward keeps. Linear and GroupedLinear keep the weight's copies
+until the weight changes (_QuantizedWeight). The weight is the fp32 master (torch optimizers
 update it); its gradient comes back fp32. in_features and out_features must be multiples of 128
 (they are a GEMM's reduction length); any token count works (Linear pads the tokens to 128 with
 zero rows, which change no sum; GroupedLinear's grouped quantize pads each expert itself).
@@ -29,14 +30,45 @@ def _check_features(name: str, value: int) -> None:
                          "it is the reduction length of fprop or dgrad")
 
 
+def _weight_direction(x: torch.Tensor, weight: torch.Tensor) -> str:
+    """The weight copies a call needs: the columnwise one too when a backward may follow (dgrad)."""
+    both = torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)
+    return "both" if both else "rowwise"
+
+
+class _QuantizedWeight:
+    """A layer's weight in FP8 (128x128 blocks), quantized again only when the weight has changed.
+
+    Micro-batches of one optimizer step (and evaluations) reuse one quantization of the fp32
+    master, as the training driver does. A change is seen through the parameter's version
+    counter, which every in-place update of the parameter bumps (optimizers, load_state_dict,
+    copy_ under no_grad); writes through `weight.data` bypass it: the layer's `weight_changed()`
+    is the rule after those. A cached "both" also serves a call that needs the rowwise copy only."""
+
+    def __init__(self, quantize) -> None:
+        self._quantize = quantize  # (weight, direction) -> the quantized copies
+        self.forget()
+
+    def get(self, weight: torch.Tensor, direction: str):
+        key = (weight._version, weight.data_ptr())
+        if self._key != key or (direction == "both" and self._direction != "both"):
+            self._value = self._quantize(weight.detach(), direction)
+            self._key, self._direction = key, direction
+        return self._value
+
+    def forget(self) -> None:
+        self._key, self._direction, self._value = None, None, None
+
+
 class _Fp8BlockLinear(torch.autograd.Function):
-    """Y = X W^T on x2d [M, K] (M a multiple of 128) and the fp32 master weight [N, K]."""
+    """Y = X W^T on x2d [M, K] (M a multiple of 128) and the fp32 master weight [N, K]; wq: the
+    weight's FP8 copies (the columnwise one too when X needs a gradient); grad: whether grad mode
+    was on at the call (under torch.no_grad, needs_input_grad still follows requires_grad)."""
 
     @staticmethod
-    def forward(ctx, x2d: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    def forward(ctx, x2d: torch.Tensor, weight: torch.Tensor, wq, grad: bool) -> torch.Tensor:
+        need_dx, need_dw = grad and ctx.needs_input_grad[0], grad and ctx.needs_input_grad[1]
         xq = bst.quantize(x2d, "fp8_block128", direction="both" if need_dw else "rowwise")
-        wq = bst.quantize(weight, "fp8_block128x128", direction="both" if need_dx else "rowwise")
         y = bst.gemm(xq.rowwise, wq.rowwise, out_dtype=torch.bfloat16)
         saved = []
         if need_dw:
@@ -59,12 +91,22 @@ class _Fp8BlockLinear(torch.autograd.Function):
         if need_dx:
             w_col = bst.Operand("fp8_block128x128", saved.pop(0), saved.pop(0))
             dx = bst.gemm(dyq.rowwise, w_col, out_dtype=torch.bfloat16).to(ctx.x_dtype)
-        return dx, dw
+        return dx, dw, None, None
+
+
+def _quantize_weight(weight: torch.Tensor, direction: str):
+    return bst.quantize(weight, "fp8_block128x128", direction=direction)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
            recipe: str = "fp8_block") -> torch.Tensor:
-    """y = x weight^T + bias in bf16, the GEMMs (and their backward) in `recipe`."""
+    """y = x weight^T + bias in bf16, the GEMMs (and their backward) in `recipe`. The weight is
+    quantized on every call (Linear keeps its FP8 copies until the weight changes)."""
+    return _linear(x, weight, bias, recipe, None)
+
+
+def _linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], recipe: str,
+            cache: Optional[_QuantizedWeight]) -> torch.Tensor:
     if recipe not in _RECIPES:
         raise ValueError(f"recipe: '{recipe}' is not one of {', '.join(_RECIPES)}")
     if recipe == "bf16":
@@ -77,7 +119,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] =
         pad = -rows % 128  # wgrad reduces over the tokens: a multiple of 128
         if pad:
             x2d = F.pad(x2d, (0, 0, 0, pad))
-        y = _Fp8BlockLinear.apply(x2d, weight)[:rows].reshape(*x.shape[:-1], weight.shape[0])
+        direction = _weight_direction(x, weight)
+        wq = cache.get(weight, direction) if cache is not None else _quantize_weight(weight.detach(), direction)
+        y = _Fp8BlockLinear.apply(x2d, weight, wq, torch.is_grad_enabled())
+        y = y[:rows].reshape(*x.shape[:-1], weight.shape[0])
     return y if bias is None else y + bias.to(y.dtype)
 
 
@@ -98,6 +143,7 @@ class Linear(torch.nn.Module):
         self.in_features, self.out_features, self.recipe = in_features, out_features, recipe
         self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, device=device, dtype=torch.float32))
         self.bias = torch.nn.Parameter(torch.empty(out_features, device=device)) if bias else None
+        self._wq = _QuantizedWeight(_quantize_weight)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -105,20 +151,26 @@ class Linear(torch.nn.Module):
         if self.bias is not None:
             bound = 1 / math.sqrt(self.in_features)
             torch.nn.init.uniform_(self.bias, -bound, bound)
+        self.weight_changed()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight, self.bias, self.recipe)
+        return _linear(x, self.weight, self.bias, self.recipe, self._wq)
+
+    def weight_changed(self) -> None:
+        """Forget the cached FP8 copies of the weight (after writing it through `weight.data`)."""
+        self._wq.forget()
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, recipe={self.recipe}"
 
 
 class _Fp8BlockGroupedLinear(torch.autograd.Function):
-    """Y[tokens of g] = X[tokens of g] W_g^T; expert ends (int32, device) never leave the device."""
+    """Y[tokens of g] = X[tokens of g] W_g^T; expert ends (int32, device) never leave the device.
+    wq and grad: as _Fp8BlockLinear's."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, ends: torch.Tensor, wq) -> torch.Tensor:
-        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, ends: torch.Tensor, wq, grad: bool) -> torch.Tensor:
+        need_dx, need_dw = grad and ctx.needs_input_grad[0], grad and ctx.needs_input_grad[1]
         xq = bst.quantize_grouped(x, ends, "fp8_block128", direction="both" if need_dw else "rowwise")
         y = bst.grouped_gemm(xq.rowwise, wq.rowwise, ends, mode="m", out_dtype=torch.bfloat16)
         saved = [ends]
@@ -144,7 +196,7 @@ class _Fp8BlockGroupedLinear(torch.autograd.Function):
         if need_dx:
             w_col = bst.Operand("fp8_block128x128", saved.pop(0), saved.pop(0))
             dx = bst.grouped_gemm(dyq.rowwise, w_col, ends, mode="m", out_dtype=torch.bfloat16).to(ctx.x_dtype)
-        return dx, dw, None, None
+        return dx, dw, None, None, None
 
 
 class GroupedLinear(torch.nn.Module):
@@ -167,7 +219,8 @@ class GroupedLinear(torch.nn.Module):
         self.num_experts, self.in_features, self.out_features, self.recipe = num_experts, in_features, out_features, recipe
         self.weight = torch.nn.Parameter(
             torch.empty(num_experts, out_features, in_features, device=device, dtype=torch.float32))
-        self._wq_key, self._wq = None, None  # _quantized_weight's cache
+        self._wq = _QuantizedWeight(
+            lambda w, direction: bst.quantize_experts(w, "fp8_block128x128", direction=direction))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -183,28 +236,12 @@ class GroupedLinear(torch.nn.Module):
         if tokens_per_expert.device != x.device:
             raise ValueError(f"tokens_per_expert: is on {tokens_per_expert.device}, must be on x's device {x.device}")
         ends = torch.cumsum(tokens_per_expert, 0, dtype=torch.int32)  # on the device: no sync
-        return _Fp8BlockGroupedLinear.apply(x, self.weight, ends, self._quantized_weight(x))
-
-    def _quantized_weight(self, x: torch.Tensor):
-        """The weight's FP8 copies, quantized again only when the weight has changed.
-
-        Micro-batches of one optimizer step (and evaluations) reuse one quantization of the fp32
-        master, as the training driver does. A change is seen through the parameter's version
-        counter, which every in-place update of the parameter bumps (optimizers, load_state_dict,
-        copy_ under no_grad); writes through `weight.data` bypass it: call `weight_changed()` after
-        those."""
-        both = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
-        direction = "both" if both else "rowwise"
-        key = (self.weight._version, self.weight.data_ptr(), direction)
-        if self._wq_key != key:
-            self._wq = bst.quantize_experts(self.weight.detach(), "fp8_block128x128", direction=direction)
-            self._wq_key = key
-        return self._wq
+        wq = self._wq.get(self.weight, _weight_direction(x, self.weight))
+        return _Fp8BlockGroupedLinear.apply(x, self.weight, ends, wq, torch.is_grad_enabled())
 
     def weight_changed(self) -> None:
         """Forget the cached FP8 copies of the weight (after writing it through `weight.data`)."""
-        self._wq_key = None
-        self._wq = None
+        self._wq.forget()
 
     def extra_repr(self) -> str:
         return (f"num_experts={self.num_experts}, in_features={self.in_features}, "

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Optional, Tuple, Union
 
 import torch
+import torch.utils.dlpack
 
 try:
     from . import _cuda
@@ -97,9 +98,18 @@ class Quantized:
         return self._one().scale_dec
 
 
+# torch's raw current-stream query (what Triton uses): it skips building a torch.cuda.Stream
+# object, which costs more host time than a small kernel takes on the GPU.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
 def _stream(device: torch.device) -> int:
     # A host tensor has no stream: _cuda then refuses it, naming the argument.
-    return torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    if device.type != "cuda":
+        return 0
+    if _raw_stream is not None:
+        return _raw_stream(device.index if device.index is not None else torch.cuda.current_device())
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 def _tensor(name: str, x) -> torch.Tensor:
@@ -110,13 +120,15 @@ def _tensor(name: str, x) -> torch.Tensor:
 
 
 def _dl(t: Optional[torch.Tensor]):
-    """t as a DLPack capsule for _cuda, exported with stream=-1: the kernels run on the stream they
-    are given, so the export must not order torch's default stream after it (what a plain export
-    does, per tensor, when the current stream is another one). A host tensor goes as it is (torch
-    takes no stream for it), for _cuda to refuse with its device error."""
+    """t as a DLPack capsule for _cuda. torch.utils.dlpack.to_dlpack exports without any stream
+    synchronisation, which is what the kernels need (they run on the stream they are given; the
+    protocol's t.__dlpack__() would order torch's default stream after the current one, per tensor,
+    unless given stream=-1) and is far cheaper than t.__dlpack__(stream=-1), whose Python-side
+    stream handling bounded small layers by host time. A host tensor goes as it is, for _cuda to
+    refuse with its device error."""
     if t is None or not t.is_cuda:
         return t
-    return t.__dlpack__(stream=-1)
+    return torch.utils.dlpack.to_dlpack(t)
 
 
 def _bytes(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:

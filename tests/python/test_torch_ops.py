@@ -463,26 +463,40 @@ def test_grouped_linear_forward_backward():
 
 
 @needs_gpu
-def test_grouped_linear_requantizes_the_weight_only_when_it_changes():
+@pytest.mark.parametrize("grouped", [False, True])
+def test_layers_requantize_the_weight_only_when_it_changes(grouped):
     torch.manual_seed(3)
     counts = torch.tensor([128, 0, 64, 64], device="cuda")
-    layer = bst.GroupedLinear(4, 256, 128, device="cuda")
+    make = (lambda: bst.GroupedLinear(4, 256, 128, device="cuda")) if grouped else \
+        (lambda: bst.Linear(256, 128, bias=False, device="cuda"))
+    layer = make()
+    run = (lambda l, x: l(x, counts)) if grouped else (lambda l, x: l(x))
     x = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    y0 = layer(x, counts)
-    cached = layer._wq
-    y1 = layer(x, counts)
-    assert layer._wq is cached and torch.equal(y0, y1)  # no change: the same FP8 copies
+    with torch.no_grad():
+        y_eval = run(layer, x)  # first call under no_grad: the rowwise copy only, nothing saved
+    assert layer._wq._direction == "rowwise"
+    y0 = run(layer, x)
+    assert layer._wq._direction == "both" and torch.equal(y_eval, y0)
+    cached = layer._wq._value
+    y1 = run(layer, x)
+    assert layer._wq._value is cached and torch.equal(y0, y1)  # no change: the same FP8 copies
+    with torch.no_grad():
+        run(layer, x)  # needs the rowwise copy only: the cached pair serves it
+    assert layer._wq._value is cached
     y1.float().square().mean().backward()
     opt = torch.optim.AdamW(layer.parameters(), lr=1e-2)
     opt.step()  # in place on the parameter: its version counter moves
-    y2 = layer(x, counts)
-    assert layer._wq is not cached and not torch.equal(y1, y2)
-    fresh = bst.GroupedLinear(4, 256, 128, device="cuda")
+    y2 = run(layer, x)
+    assert layer._wq._value is not cached and not torch.equal(y1, y2)
+    fresh = make()
     fresh.weight.data.copy_(layer.weight.detach())
     fresh.weight_changed()
-    assert torch.equal(y2, fresh(x, counts))  # the cache holds the updated weight's bytes
+    assert torch.equal(y2, run(fresh, x))  # the cache holds the updated weight's bytes
     layer.weight.data.mul_(2)  # through .data the version counter stays: weight_changed() is the rule
     layer.weight_changed()
     fresh.weight.data.copy_(layer.weight.detach())
     fresh.weight_changed()
-    assert torch.equal(layer(x, counts), fresh(x, counts))
+    assert torch.equal(run(layer, x), run(fresh, x))
+    # The functional linear() quantizes the weight it is given on every call: the same bytes.
+    if not grouped:
+        assert torch.equal(run(layer, x), bst.linear(x, layer.weight))
