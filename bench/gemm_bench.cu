@@ -206,7 +206,7 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
 }  // namespace
 
 int main(int argc, char** argv) {
-  bg::set_sm90_fp8_route(bg::Sm90Fp8Route::kKernel);  // the columns time gemm/'s wgmma kernel at each tile width
+  bg::set_gemm_route(bg::GemmRoute::kKernel);  // the columns time gemm/'s wgmma kernel at each tile width
   int iters = 20;
   std::vector<int> only;
   std::vector<Sm90Fp8Tile> tiles;

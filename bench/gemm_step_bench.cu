@@ -2,7 +2,7 @@
 // (the driver's activations and main gradients are fp32), wgrad at beta 0 (a step's first
 // micro-batch) or 1 (accumulating into the main gradient). gemm/ against cuBLASLt's blockwise FP8
 // matmul on the same operands and against cuBLASLt BF16 with fp32 D (the bf16 recipe's route), in
-// the same process. gemm/ runs twice: its wgmma kernel (Sm90Fp8Route::kKernel) and its automatic
+// the same process. gemm/ runs twice: its wgmma kernel (GemmRoute::kKernel) and its automatic
 // route (cuBLASLt where it takes the shape, as the fp8_block recipe's dense products run by
 // default). Per configuration the cases are weighted by how often a step runs each (two layers;
 // the experts modelled as uniform, tokens x top_k / experts rows each, run dense), which gives the
@@ -114,16 +114,16 @@ Row run_case(const Case& c, int iters) {
   const size_t ws_bytes = bg::workspace_size(p);
   const DeviceBuffer ws_buf = device_array<uint8_t>(static_cast<int64_t>(ws_bytes), "workspace");
   void* ws = ws_buf.data();
-  for (bg::Sm90Fp8Route route : {bg::Sm90Fp8Route::kKernel, bg::Sm90Fp8Route::kAuto}) {
-    bg::set_sm90_fp8_route(route);
+  for (bg::GemmRoute route : {bg::GemmRoute::kKernel, bg::GemmRoute::kAuto}) {
+    bg::set_gemm_route(route);
     const blockscale::Status s = bg::run(p, args, ws, ws_bytes, nullptr);
-    double& us = route == bg::Sm90Fp8Route::kKernel ? row.ours_us : row.auto_us;
+    double& us = route == bg::GemmRoute::kKernel ? row.ours_us : row.auto_us;
     if (!s.is_ok())
       std::printf("case %s / %s: blockscale gemm: %s\n", c.config, c.name, s.message().c_str());
     else
       us = 1e3 * bench::median_ms([&] { (void)bg::run(p, args, ws, ws_bytes, nullptr); }, iters);
   }
-  bg::set_sm90_fp8_route(bg::Sm90Fp8Route::kAuto);
+  bg::set_gemm_route(bg::GemmRoute::kAuto);
 
   std::string why;
   bench::LtMatmul fp8;

@@ -130,11 +130,11 @@ bool cublaslt_fp8_shape_ok(const GemmProblem& p) {
 }  // namespace detail
 
 namespace {
-std::atomic<Sm90Fp8Route> g_route{Sm90Fp8Route::kAuto};
+std::atomic<GemmRoute> g_route{GemmRoute::kAuto};
 }  // namespace
 
-void set_sm90_fp8_route(Sm90Fp8Route route) { g_route.store(route); }
-Sm90Fp8Route sm90_fp8_route() { return g_route.load(); }
+void set_gemm_route(GemmRoute route) { g_route.store(route == GemmRoute::kBf16Values ? GemmRoute::kAuto : route); }
+GemmRoute gemm_route() { return g_route.load(); }
 
 bool is_fp8_blockwise_pair(Format a, Format b) {
   return a == Format::kFp8Block1x128 && (b == Format::kFp8Block128x128 || b == Format::kFp8Block1x128);
@@ -181,13 +181,13 @@ Status can_implement_for_arch(const GemmProblem& p, int sm, GemmKernel* kernel) 
         if (kernel) *kernel = GemmKernel::kSm90BlockScaledExact;
         return Status::ok();
       }
-      if (sm90_fp8_route() == Sm90Fp8Route::kCublasLt && !cublaslt_fp8_shape_ok(p))
+      if (gemm_route() == GemmRoute::kCublasLt && !cublaslt_fp8_shape_ok(p))
         return Status::error("m, n, ldd, ldc: the FP8 blockwise route is forced to cuBLASLt, which needs m and n "
                              "multiples of 4, rows of D (and C) 16-byte aligned and C's type equal to D's; got m=" +
                              str(p.m) + ", n=" + str(p.n) + ", ldd=" + str(p.ldd));
       if (kernel)
-        *kernel = cublaslt_fp8_shape_ok(p) && (sm90_fp8_route() == Sm90Fp8Route::kCublasLt ||
-                                               (sm90_fp8_route() == Sm90Fp8Route::kAuto && p.m <= kCublasLtMaxRows))
+        *kernel = cublaslt_fp8_shape_ok(p) && (gemm_route() == GemmRoute::kCublasLt ||
+                                               (gemm_route() == GemmRoute::kAuto && p.m <= kCublasLtMaxRows))
                       ? GemmKernel::kCublasLtBlockScaled
                       : GemmKernel::kSm90Fp8Blockwise;
       return Status::ok();
@@ -242,7 +242,7 @@ Status run(const GemmProblem& p, const GemmArguments& args, void* workspace, siz
     case GemmKernel::kCublasLtBlockScaled: {
       // sm_90 in kAuto: the wgmma kernel where cuBLASLt has no algorithm.
       const bool fallback = sm / 10 == 9 && is_fp8_blockwise_pair(p.a_recipe, p.b_recipe) &&
-                            sm90_fp8_route() == Sm90Fp8Route::kAuto;
+                            gemm_route() == GemmRoute::kAuto;
       bool no_algorithm = false;
       BS_RETURN_IF_ERROR(detail::launch_cublaslt_block_scaled(p, args, workspace, workspace_bytes, stream, {},
                                                               fallback ? &no_algorithm : nullptr));

@@ -42,7 +42,7 @@
 #include "formats/dtype.h"
 #include "formats/recipe.h"
 #include "formats/status.h"
-#include "gemm/fp8_route.h"  // defines: Sm90Fp8Route
+#include "gemm/gemm_route.h"  // defines: GemmRoute
 
 namespace blockscale::gemm {
 
@@ -105,10 +105,11 @@ size_t workspace_size(const GemmProblem& p);
 Status run(const GemmProblem& p, const GemmArguments& args, void* workspace, size_t workspace_bytes,
            cudaStream_t stream);
 
-// Which FP8 blockwise implementation sm_90 runs (Sm90Fp8Route, gemm/fp8_route.h), process-wide.
-// kAuto's cuBLASLt products are the dense ones the shape rule above takes.
-void set_sm90_fp8_route(Sm90Fp8Route route);
-Sm90Fp8Route sm90_fp8_route();
+// Which FP8 blockwise implementation sm_90 runs (GemmRoute, gemm/gemm_route.h), process-wide.
+// kAuto's cuBLASLt products are the dense ones the shape rule above takes. kBf16Values, a
+// training-step route, is stored as kAuto: gemm/'s products have no bf16-values form.
+void set_gemm_route(GemmRoute route);
+GemmRoute gemm_route();
 
 // Whether (a_recipe, b_recipe) is a pair this API multiplies, and the FP8 blockwise family.
 bool is_fp8_blockwise_pair(formats::Format a, formats::Format b);

@@ -120,9 +120,9 @@ Status run(const GroupedGemmProblem& p, const GroupedGemmArguments& args, void* 
   GemmKernel kernel = GemmKernel::kNone;
   BS_RETURN_IF_ERROR(check_and_select(p, args, &kernel));
   if (empty_problem(p)) return Status::ok();
-  if (kernel == GemmKernel::kSm90Fp8Blockwise && sm90_fp8_route() != Sm90Fp8Route::kKernel) {
+  if (kernel == GemmKernel::kSm90Fp8Blockwise && gemm_route() != GemmRoute::kKernel) {
     if (grouped_cublaslt_applies(p, args)) return launch_grouped_cublaslt(p, args, workspace, workspace_bytes, stream);
-    if (sm90_fp8_route() == Sm90Fp8Route::kCublasLt)
+    if (gemm_route() == GemmRoute::kCublasLt)
       return Status::error("host_group_ends, n, ldd, ldc, beta: the FP8 blockwise route is forced to cuBLASLt, which "
                            "needs the group ends on the host, n (and K-grouped m) multiples of 4, rows of D and C "
                            "16-byte aligned, C's type D's, and (K-grouped) experts without tokens only with beta 0 "

@@ -9,7 +9,7 @@
 
 #include "formats/quantize.h"        // defines: quantize (the emulator, same bytes as quant/)
 #include "formats/reference_gemm.h"  // defines: reference_gemm (fp64)
-#include "gemm/fp8_route.h"          // defines: parse_sm90_fp8_route (no CUDA needed)
+#include "gemm/gemm_route.h"          // defines: parse_gemm_route (no CUDA needed)
 #include "tools/cli.h"
 #include "tools/cli_gemm.h"
 #ifdef BLOCKSCALE_HAVE_CUDA
@@ -83,11 +83,14 @@ std::vector<int64_t> sample_indices(int64_t n, int64_t s) {
 namespace {
 
 void run_gemm(const GemmArgs& a) {
-  gemm::Sm90Fp8Route fp8_route = gemm::Sm90Fp8Route::kAuto;
-  check_usage("gemm", gemm::parse_sm90_fp8_route("--fp8-route", a.fp8_route, &fp8_route));
+  gemm::GemmRoute chosen = gemm::GemmRoute::kAuto;
+  check_usage("gemm", gemm::parse_gemm_route("--gemm-route", a.gemm_route, &chosen));
+  if (chosen == gemm::GemmRoute::kBf16Values)
+    usage_error("gemm", "--gemm-route bf16: a route of the training step's mxfp8 and nvfp4 GEMMs; `blockscale "
+                        "gemm` runs auto, kernel or cublaslt");
   // Grouped problems read the expert ends on the device, which only gemm/'s kernel does.
-  if (!a.grouped.empty() && fp8_route == gemm::Sm90Fp8Route::kCublasLt)
-    usage_error("gemm", "--fp8-route cublaslt: not with --grouped (cuBLASLt needs the expert sizes on the host; "
+  if (!a.grouped.empty() && chosen == gemm::GemmRoute::kCublasLt)
+    usage_error("gemm", "--gemm-route cublaslt: not with --grouped (cuBLASLt needs the expert sizes on the host; "
                         "grouped GEMMs here read them on the device and run gemm/'s kernel)");
   if (!a.grouped.empty()) return run_grouped_gemm(a);
   if (a.m <= 0) usage_error("gemm", "--m: required (rows of A and D) unless --grouped");
@@ -97,7 +100,7 @@ void run_gemm(const GemmArgs& a) {
                              : ra == formats::Format::kFp8Block1x128 ? "fp8_block128x128" : a.recipe;
   if (!formats::parse_format(b_name, &rb)) usage_error("gemm", "--b-recipe: unknown recipe '" + b_name + "'");
 #ifndef BLOCKSCALE_HAVE_CUDA
-  (void)rb, (void)fp8_route;
+  (void)rb, (void)chosen;
   fail("gemm", "this build has no CUDA parts (configure with -DBLOCKSCALE_CUDA=ON); gemm/ runs on the GPU only");
 #else
   gemm::GemmProblem p;
@@ -109,7 +112,7 @@ void run_gemm(const GemmArgs& a) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
     fail("gemm", "no CUDA device is visible to this process (gemm/ runs on the GPU only)");
-  gemm::set_sm90_fp8_route(fp8_route);
+  gemm::set_gemm_route(chosen);
   int major = 0, minor = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
@@ -198,9 +201,11 @@ void add_gemm_command(CLI::App& app) {
   c->add_option("--iters", a->iters, "timed runs after one untimed one (default 20)")->check(CLI::Range(0, 100000));
   c->add_option("--seed", a->seed, "seed of the random operands (default 1)")->check(seed_validator());
   c->add_flag("--quiet", a->quiet, "no progress lines on stderr");
-  c->add_option("--fp8-route", a->fp8_route,
-                "FP8 blockwise on Hopper: auto (gemm/'s wgmma kernel; cuBLASLt's blockwise kernel for M <= 512 "
-                "where it takes the shape; default), kernel (gemm/'s wgmma kernel) or cublaslt (not with --grouped)");
+  // --fp8-route: the earlier spelling, still accepted.
+  c->add_option("--gemm-route,--fp8-route", a->gemm_route,
+                "which engine multiplies FP8 blockwise on Hopper: auto (gemm/'s wgmma kernel; cuBLASLt's blockwise "
+                "kernel for M <= 512 where it takes the shape; default), kernel (gemm/'s wgmma kernel) or "
+                "cublaslt (not with --grouped)");
   c->callback([a] { run_gemm(*a); });
 }
 

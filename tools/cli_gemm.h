@@ -24,7 +24,7 @@ struct GemmArgs {
   int iters = 20;
   uint64_t seed = 1;
   bool quiet = false;
-  std::string fp8_route = "auto";  // FP8 blockwise on sm_90: auto, kernel or cublaslt (gemm::Sm90Fp8Route)
+  std::string gemm_route = "auto";  // --gemm-route: auto, kernel or cublaslt (gemm::GemmRoute)
 };
 
 // rows x cols random values (see cli_gemm.cpp), seedable.

@@ -23,8 +23,7 @@ struct TrainArgs {
   std::string recipe = "bf16";
   std::string compare;
   const CLI::Option* compare_option = nullptr;  // given (possibly as ""), or not
-  std::string mx_gemm = "auto";
-  std::string fp8_gemm = "auto";
+  std::string gemm_route = "auto";
 };
 
 constexpr const char* kFooter = R"(
@@ -83,8 +82,7 @@ void run_train(TrainArgs& args) {
   if (c.data.source != "synthetic" && c.data.path.empty())
     throw CLI::ValidationError("--data-path", "--data " + c.data.source + " reads a file: give it with --data-path");
   check_usage("train", train::parse_recipe(args.recipe, &c.recipe));
-  check_usage("train", train::parse_mx_gemm(args.mx_gemm, &c.mx_gemm));
-  check_usage("train", gemm::parse_sm90_fp8_route("--fp8-route", args.fp8_gemm, &c.fp8_gemm));
+  check_usage("train", gemm::parse_gemm_route("--gemm-route", args.gemm_route, &c.gemm_route));
   if (c.optimizer.total_steps <= 0) c.optimizer.total_steps = c.steps;
   // Every option's range for every recipe the run trains, before any work (train() checks again).
   const std::vector<train::Recipe> recipes =
@@ -126,17 +124,15 @@ void add_train_command(CLI::App& app) {
   args->compare_option =
       cmd->add_option("--compare", args->compare, "comma-separated recipes trained one after another, e.g. bf16,mxfp8");
   cmd->add_option("--device", c.device, "auto, cpu or gpu")->capture_default_str();
-  cmd->add_option("--mx-gemm", args->mx_gemm,
-                  "mxfp8's and nvfp4's GEMMs on the GPU: bf16 (the block values as bf16, cuBLASLt), kernel "
-                  "(gemm/'s block-scaled kernels) or auto (bf16 on Hopper, kernel elsewhere); the same exact "
-                  "products and fp32 sums")
-      ->capture_default_str();
-  // The name `blockscale gemm` uses; --fp8-gemm is the earlier spelling, still accepted.
-  cmd->add_option("--fp8-route,--fp8-gemm", args->fp8_gemm,
-                  "fp8_block's GEMMs on Hopper: auto (gemm/'s kernels, the experts' sizes read on the GPU; cuBLASLt "
-                  "only for dense products of at most 512 rows), kernel (every product on gemm/'s kernels) "
-                  "or cublaslt (every product on cuBLASLt, the experts one each with their sizes read back to the "
-                  "host per MoE layer: a synchronisation)")
+  // The option `blockscale gemm` takes too; --fp8-route, --fp8-gemm and --mx-gemm are earlier
+  // spellings, still accepted (one route per run).
+  cmd->add_option("--gemm-route,--fp8-route,--fp8-gemm,--mx-gemm", args->gemm_route,
+                  "which engine multiplies the quantized recipes, the same sums on each: auto (default: fp8_block on "
+                  "gemm/'s kernels, the experts' sizes read on the GPU, cuBLASLt for dense products of at most 512 "
+                  "rows; mxfp8 and nvfp4 as bf16 on Hopper, on gemm/'s kernels elsewhere), kernel (every product on "
+                  "gemm/'s kernels), cublaslt (fp8_block: every product on cuBLASLt, the experts one each with their "
+                  "sizes read back to the host per MoE layer: a synchronisation) or bf16 (mxfp8, nvfp4: the block "
+                  "values as bf16, cuBLASLt)")
       ->capture_default_str();
   cmd->add_flag("--expert-parallel", c.expert_parallel,
                 "split each MoE layer's experts across the ranks (all-to-all token exchange; GPU, under a launcher)");

@@ -111,7 +111,7 @@ bool runs_on_gpu(const TrainConfig& c) {
 
 Status make_backend(const TrainConfig& c, std::unique_ptr<StepBackend>* out) {
 #ifdef BLOCKSCALE_HAVE_CUDA
-  if (runs_on_gpu(c)) return make_gpu_backend(c.model, c.recipe, c.seed, out, c.mx_gemm, c.fp8_gemm);
+  if (runs_on_gpu(c)) return make_gpu_backend(c.model, c.recipe, c.seed, out, c.gemm_route);
 #endif
   if (c.device == "gpu") return Status::error("--device gpu: no CUDA device (or a build without CUDA)");
   *out = make_cpu_backend(c.model, c.recipe, c.seed);
@@ -248,6 +248,7 @@ double evaluate(const TrainConfig& c, StepBackend& backend, const TokenCorpus& e
 
 Status validate(const TrainConfig& c) {
   BS_RETURN_IF_ERROR(validate(c.model, c.recipe, int64_t{c.batch} * c.model.seq_len));
+  BS_RETURN_IF_ERROR(check_gemm_route(c.recipe, c.gemm_route));
   auto require = [](bool ok, const char* message) { return ok ? Status::ok() : Status::error(message); };
   BS_RETURN_IF_ERROR(require(c.batch >= 1, "--batch must be >= 1"));
   BS_RETURN_IF_ERROR(require(c.grad_accum >= 1, "--grad-accum must be >= 1"));

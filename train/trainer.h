@@ -45,8 +45,7 @@ struct TrainConfig {
   uint64_t seed = 1;   // data order, initialisation, stochastic rounding
   std::string device = "auto";  // auto | cpu | gpu
   bool expert_parallel = false;  // split each MoE layer's experts across the ranks (GPU)
-  MxGemm mx_gemm = MxGemm::kAuto;  // the mxfp8 and nvfp4 recipes' GEMM route on the GPU
-  gemm::Sm90Fp8Route fp8_gemm = gemm::Sm90Fp8Route::kAuto;  // the fp8_block recipe's GEMM route on Hopper
+  gemm::GemmRoute gemm_route = gemm::GemmRoute::kAuto;  // the quantized recipes' GEMM engine (model_config.h)
   int64_t stop_after = -1;      // stop (as if killed) after this many steps of this run; tests
 };
 

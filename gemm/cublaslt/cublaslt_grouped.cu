@@ -89,7 +89,7 @@ const void* rows_at(const void* base, int64_t row, int64_t ld, formats::DType t)
 Status expert_product(const GemmProblem& e, const GemmArguments& a, void* ws, size_t ws_bytes, cudaStream_t stream,
                       const LtStrides& strides, const GemmProblem* kernel_problem) {
   bool no_algorithm = false;
-  const bool forced = sm90_fp8_route() == Sm90Fp8Route::kCublasLt;
+  const bool forced = gemm_route() == GemmRoute::kCublasLt;
   BS_RETURN_IF_ERROR(
       launch_cublaslt_block_scaled(e, a, ws, ws_bytes, stream, strides, forced ? nullptr : &no_algorithm));
   if (!no_algorithm) return Status::ok();

@@ -111,7 +111,7 @@ TEST(GemmDispatch, ArchitectureRule) {
   EXPECT_TRUE(bg::can_implement_for_arch(tall, 90, &kernel).is_ok());
   EXPECT_EQ(kernel, bg::GemmKernel::kSm90Fp8Blockwise);
   {
-    const RouteScope route(bg::Sm90Fp8Route::kCublasLt);
+    const RouteScope route(bg::GemmRoute::kCublasLt);
     EXPECT_TRUE(bg::can_implement_for_arch(tall, 90, &kernel).is_ok());
     EXPECT_EQ(kernel, bg::GemmKernel::kCublasLtBlockScaled);
   }
@@ -120,12 +120,12 @@ TEST(GemmDispatch, ArchitectureRule) {
   EXPECT_TRUE(bg::can_implement_for_arch(odd, 90, &kernel).is_ok());
   EXPECT_EQ(kernel, bg::GemmKernel::kSm90Fp8Blockwise);
   {
-    const RouteScope route(bg::Sm90Fp8Route::kKernel);
+    const RouteScope route(bg::GemmRoute::kKernel);
     EXPECT_TRUE(bg::can_implement_for_arch(valid_problem(), 90, &kernel).is_ok());
     EXPECT_EQ(kernel, bg::GemmKernel::kSm90Fp8Blockwise);
   }
   {
-    const RouteScope route(bg::Sm90Fp8Route::kCublasLt);
+    const RouteScope route(bg::GemmRoute::kCublasLt);
     expect_error(bg::can_implement_for_arch(odd, 90, &kernel), "m, n, ldd, ldc: the FP8 blockwise route is forced");
   }
   EXPECT_TRUE(bg::can_implement_for_arch(valid_problem(), 100, &kernel).is_ok());

@@ -125,7 +125,7 @@ inline void run_gemm(const bg::GemmProblem& p, const HostOperand& a, const HostO
     out->status = bg::detail::launch_cublaslt_block_scaled(p, args, workspace.data(), workspace.size(), nullptr);
   } else {
     const TileScope scope(tile);
-    const RouteScope route(via == Via::kKernel ? bg::Sm90Fp8Route::kKernel : bg::Sm90Fp8Route::kAuto);
+    const RouteScope route(via == Via::kKernel ? bg::GemmRoute::kKernel : bg::GemmRoute::kAuto);
     out->status = bg::run(p, args, workspace.data(), workspace.size(), nullptr);
   }
   ASSERT_TRUE(out->status.is_ok()) << out->status.message();

@@ -177,11 +177,11 @@ void check_case(const GroupedCase& gc, uint64_t seed) {
   std::vector<uint8_t> d(poison.size());
   ASSERT_CUDA(cudaMemcpy(d.data(), d_buf.data(), d.size(), cudaMemcpyDeviceToHost));
   if (gc.host_ends && gc.beta == 0.0f) {  // the grouped kernel on the same operands: the same bytes
-    const bg::Sm90Fp8Route route = bg::sm90_fp8_route();
-    bg::set_sm90_fp8_route(bg::Sm90Fp8Route::kKernel);
+    const bg::GemmRoute route = bg::gemm_route();
+    bg::set_gemm_route(bg::GemmRoute::kKernel);
     ASSERT_CUDA(cudaMemcpy(d_buf.data(), poison.data(), poison.size(), cudaMemcpyHostToDevice));
     s = bg::run(p, args, workspace.data(), ws_bytes, nullptr);
-    bg::set_sm90_fp8_route(route);
+    bg::set_gemm_route(route);
     ASSERT_TRUE(s.is_ok()) << s.message();
     std::vector<uint8_t> d_kernel(poison.size());
     ASSERT_CUDA(cudaMemcpy(d_kernel.data(), d_buf.data(), d.size(), cudaMemcpyDeviceToHost));
@@ -272,7 +272,7 @@ INSTANTIATE_TEST_SUITE_P(Pairs, GroupedPair, ::testing::ValuesIn(all_pairs()), b
 
 // The per-expert cuBLASLt route: automatic, and forced (every expert the route can take goes
 // through cuBLASLt).
-class GroupedHostEnds : public ::testing::TestWithParam<bg::Sm90Fp8Route> {};
+class GroupedHostEnds : public ::testing::TestWithParam<bg::GemmRoute> {};
 
 GroupedCase host_ends_case(std::vector<int64_t> counts, int64_t n, int64_t k, DType d_type, float beta) {
   GroupedCase gc{{Format::kFp8Block1x128, Format::kFp8Block128x128}, n, k, std::move(counts), d_type, 1.0f, beta};
@@ -314,9 +314,9 @@ TEST_P(GroupedHostEnds, ManyExpertsRandomCounts) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Routes, GroupedHostEnds,
-                         ::testing::Values(bg::Sm90Fp8Route::kAuto, bg::Sm90Fp8Route::kCublasLt),
-                         [](const ::testing::TestParamInfo<bg::Sm90Fp8Route>& info) {
-                           return std::string(info.param == bg::Sm90Fp8Route::kAuto ? "Auto" : "CublasLt");
+                         ::testing::Values(bg::GemmRoute::kAuto, bg::GemmRoute::kCublasLt),
+                         [](const ::testing::TestParamInfo<bg::GemmRoute>& info) {
+                           return std::string(info.param == bg::GemmRoute::kAuto ? "Auto" : "CublasLt");
                          });
 
 // Host ends that break the rules are refused with their name.

@@ -309,10 +309,10 @@ TEST_P(KGroupedPair, SeveralTilesPerCta) {
 INSTANTIATE_TEST_SUITE_P(Pairs, KGroupedPair, ::testing::ValuesIn(all_pairs()), blockscale_test::recipe_pair_name);
 
 // The per-expert cuBLASLt route: automatic, and forced.
-class KGroupedHostEnds : public ::testing::TestWithParam<bg::Sm90Fp8Route> {
+class KGroupedHostEnds : public ::testing::TestWithParam<bg::GemmRoute> {
  protected:
-  void SetUp() override { bg::set_sm90_fp8_route(GetParam()); }
-  void TearDown() override { bg::set_sm90_fp8_route(bg::Sm90Fp8Route::kAuto); }
+  void SetUp() override { bg::set_gemm_route(GetParam()); }
+  void TearDown() override { bg::set_gemm_route(bg::GemmRoute::kAuto); }
   static KGroupedCase fp8(int64_t m, int64_t n, std::vector<int64_t> counts, DType d_type = DType::kF32,
                           float alpha = 1.0f, float beta = 0.0f) {
     KGroupedCase kc{{Format::kFp8Block1x128, Format::kFp8Block1x128}, m, n, std::move(counts), d_type, alpha, beta};
@@ -344,9 +344,9 @@ TEST_P(KGroupedHostEnds, Bf16ManyExperts) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Routes, KGroupedHostEnds,
-                         ::testing::Values(bg::Sm90Fp8Route::kAuto, bg::Sm90Fp8Route::kCublasLt),
-                         [](const ::testing::TestParamInfo<bg::Sm90Fp8Route>& info) {
-                           return std::string(info.param == bg::Sm90Fp8Route::kAuto ? "Auto" : "CublasLt");
+                         ::testing::Values(bg::GemmRoute::kAuto, bg::GemmRoute::kCublasLt),
+                         [](const ::testing::TestParamInfo<bg::GemmRoute>& info) {
+                           return std::string(info.param == bg::GemmRoute::kAuto ? "Auto" : "CublasLt");
                          });
 
 // quant/'s GPU grouped quantize writes the operands and the padded ends; the GEMM consumes them

@@ -20,8 +20,8 @@ namespace blockscale_test {
 
 // Selects gemm/'s process-wide sm_90 FP8 route for one scope; kAuto comes back after it.
 struct RouteScope {
-  explicit RouteScope(blockscale::gemm::Sm90Fp8Route r) { blockscale::gemm::set_sm90_fp8_route(r); }
-  ~RouteScope() { blockscale::gemm::set_sm90_fp8_route(blockscale::gemm::Sm90Fp8Route::kAuto); }
+  explicit RouteScope(blockscale::gemm::GemmRoute r) { blockscale::gemm::set_gemm_route(r); }
+  ~RouteScope() { blockscale::gemm::set_gemm_route(blockscale::gemm::GemmRoute::kAuto); }
 };
 
 // Element i of a bf16 or fp32 buffer.

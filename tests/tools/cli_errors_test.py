@@ -277,10 +277,14 @@ def main():
         g = ["gemm", "--m", "64", "--n", "64"]
         E("gemm without --k", g, 2, "--k")
         E("gemm bad --out-type", g + ["--k", "128", "--out-type", "fp16"], 2, "--out-type")
-        E("gemm unknown --fp8-route", g + ["--k", "128", "--fp8-route", "fast"], 2, "--fp8-route", "fast")
-        E("gemm --grouped with --fp8-route cublaslt",
-          ["gemm", "--grouped", "m", "--n", "256", "--k", "256", "--fp8-route", "cublaslt"], 2,
-          "--fp8-route cublaslt", "--grouped")
+        E("gemm unknown --gemm-route", g + ["--k", "128", "--gemm-route", "fast"], 2, "--gemm-route", "fast")
+        E("gemm unknown --fp8-route (the earlier spelling)", g + ["--k", "128", "--fp8-route", "fast"], 2,
+          "--gemm-route", "fast")
+        E("gemm --gemm-route bf16 (a training route)", g + ["--k", "128", "--gemm-route", "bf16"], 2,
+          "--gemm-route bf16", "auto, kernel or cublaslt")
+        E("gemm --grouped with --gemm-route cublaslt",
+          ["gemm", "--grouped", "m", "--n", "256", "--k", "256", "--gemm-route", "cublaslt"], 2,
+          "--gemm-route cublaslt", "--grouped")
         E("gemm unknown recipe", g + ["--k", "128", "--recipe", "fp9"], 2, "fp9")
         E("gemm without --m", ["gemm", "--n", "64", "--k", "128"], 2, "--m", "--grouped")
         # A shape gemm/ refuses is bad usage (exit 2); a build without CUDA refuses every gemm
@@ -305,9 +309,14 @@ def main():
         tr = ["train", "--device", "cpu", "--steps", "2"]
         # Usage errors (exit 2), every one before the run directory is made.
         E("train unknown recipe", tr + ["--recipe", "fp4"], 2, "--recipe", "fp4")
-        E("train unknown --mx-gemm", tr + ["--mx-gemm", "fast"], 2, "--mx-gemm", "fast")
-        E("train unknown --fp8-route", tr + ["--fp8-route", "fast"], 2, "--fp8-route", "fast")
-        E("train unknown --fp8-gemm (the earlier spelling)", tr + ["--fp8-gemm", "fast"], 2, "--fp8-route", "fast")
+        E("train unknown --gemm-route", tr + ["--gemm-route", "fast"], 2, "--gemm-route", "fast")
+        for old in ("--mx-gemm", "--fp8-route", "--fp8-gemm"):
+            E(f"train unknown {old} (an earlier spelling)", tr + [old, "fast"], 2, "--gemm-route", "fast")
+        E("train two route options", tr + ["--mx-gemm", "bf16", "--fp8-route", "kernel"], 2, "--gemm-route")
+        E("train --gemm-route cublaslt with mxfp8", tr + ["--recipe", "mxfp8", "--gemm-route", "cublaslt"], 2,
+          "--gemm-route cublaslt", "mxfp8")
+        E("train --gemm-route bf16 with fp8_block in --compare",
+          tr + ["--compare", "bf16,fp8_block", "--gemm-route", "bf16"], 2, "--gemm-route bf16", "fp8_block")
         E("train d-model not a multiple of the block", tr + ["--recipe", "fp8_block", "--d-model", "96"], 2,
           "--d-model", "128")
         E("train --compare with a recipe the width does not fit", tr + ["--compare", "bf16,fp8_block", "--d-model",

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "gemm/gemm.h"                           // the FP8 route (Sm90Fp8Route)
+#include "gemm/gemm.h"                           // the FP8 route (GemmRoute)
 #include "quant/moe.h"                           // routing, unpermute-combine
 #include "runtime/cuda_status.h"
 #include "train/gpu/gpu_glue.h"                  // gather_rows, round_to_bf16, add_inplace
@@ -36,8 +36,8 @@ namespace {
 
 class GpuBackend final : public StepBackend {
  public:
-  GpuBackend(const ModelConfig& config, Recipe recipe, MxGemm mx_gemm, gemm::Sm90Fp8Route fp8_gemm)
-      : config_(config), recipe_(recipe), mx_gemm_(mx_gemm), fp8_gemm_(fp8_gemm), layout_(make_param_layout(config)) {}
+  GpuBackend(const ModelConfig& config, Recipe recipe, gemm::GemmRoute route)
+      : config_(config), recipe_(recipe), route_(route), layout_(make_param_layout(config)) {}
   ~GpuBackend() override {
     if (host_scalars_) cudaFreeHost(host_scalars_);
     if (cublas_) cublasDestroy(cublas_);
@@ -46,7 +46,7 @@ class GpuBackend final : public StepBackend {
 
   std::string gemm_route() const override {
     if (recipe_ == Recipe::kFp8Block)
-      return std::string("gemm/, ") + gemm::sm90_fp8_route_name(fp8_gemm_) + " route";
+      return std::string("gemm/, ") + gemm::gemm_route_name(route_) + " route";
     if (recipe_ != Recipe::kMxfp8 && recipe_ != Recipe::kNvfp4) return "";
     if (!layers_.cublas_experts()) return "gemm/ block-scaled kernels";
     return recipe_ == Recipe::kMxfp8 ? "MX values as bf16 + cuBLASLt" : "NVFP4 block values as bf16 + cuBLASLt";
@@ -70,11 +70,11 @@ class GpuBackend final : public StepBackend {
     // Dense bf16 tensor-core FLOP per SM per clock: 4096 on sm_90 (H100 SXM: 132 SMs, 1.83 GHz ->
     // 989 TFLOP/s); other architectures report no MFU.
     peak_ = major == 9 ? double(sms) * clock_khz * 1e3 * 4096.0 : 0.0;
-    layers_.set_bf16_values(mx_gemm_ == MxGemm::kBf16Values || (mx_gemm_ == MxGemm::kAuto && major == 9));
+    layers_.set_bf16_values(mx_bf16_values(route_, major));
     // The FP8 route is process-wide in gemm/: the backend made last sets it.
     if (recipe_ == Recipe::kFp8Block) {
-      gemm::set_sm90_fp8_route(fp8_gemm_);
-      fp8_per_expert_ = fp8_gemm_ == gemm::Sm90Fp8Route::kCublasLt && major == 9;
+      gemm::set_gemm_route(route_);
+      fp8_per_expert_ = route_ == gemm::GemmRoute::kCublasLt && major == 9;
     }
     const int64_t n = layout_.total;
     std::vector<float> host(n);
@@ -325,8 +325,7 @@ class GpuBackend final : public StepBackend {
 
   ModelConfig config_;
   Recipe recipe_;
-  MxGemm mx_gemm_;
-  gemm::Sm90Fp8Route fp8_gemm_;
+  gemm::GemmRoute route_;
   // fp8_block on Hopper's cuBLASLt route (--fp8-gemm cublaslt only): the experts run one cuBLASLt
   // matmul each, their sizes copied back to the host per MoE layer. Every other route reads the
   // sizes on the device (the grouped kernels): no host synchronisation in the step.
@@ -651,8 +650,9 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
 }  // namespace
 
 Status make_gpu_backend(const ModelConfig& config, Recipe recipe, uint64_t init_seed,
-                        std::unique_ptr<StepBackend>* out, MxGemm mx_gemm, gemm::Sm90Fp8Route fp8_gemm) {
-  auto backend = std::make_unique<GpuBackend>(config, recipe, mx_gemm, fp8_gemm);
+                        std::unique_ptr<StepBackend>* out, gemm::GemmRoute route) {
+  BS_RETURN_IF_ERROR(check_gemm_route(recipe, route));
+  auto backend = std::make_unique<GpuBackend>(config, recipe, route);
   BS_RETURN_IF_ERROR(backend->init(init_seed));
   *out = std::move(backend);
   return Status::ok();

@@ -13,8 +13,7 @@ namespace blockscale::train {
 // Ok when a CUDA device can run the step (runtime/device.h); usable as a bool.
 using runtime::gpu_available;
 Status make_gpu_backend(const ModelConfig& config, Recipe recipe, uint64_t init_seed,
-                        std::unique_ptr<StepBackend>* out, MxGemm mx_gemm = MxGemm::kAuto,
-                        gemm::Sm90Fp8Route fp8_gemm = gemm::Sm90Fp8Route::kAuto);
+                        std::unique_ptr<StepBackend>* out, gemm::GemmRoute route = gemm::GemmRoute::kAuto);
 // The gradients of the last forward_backward (tests compare them with the CPU model's).
 Status gpu_backend_gradients(StepBackend& backend, std::vector<float>* grads);
 

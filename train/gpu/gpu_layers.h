@@ -5,10 +5,10 @@
 //   backward too). The MoE experts run one product per expert, with the group sizes on the host
 //   (host_ends(), set by the step once per layer, as Megatron's grouped linear layers take their
 //   splits).
-//   mxfp8 on its bf16-values route (MxGemm, train/model/model_config.h; Hopper's default): each operand's
+//   mxfp8 on its bf16-values route (GemmRoute::kBf16Values, train/model/model_config.h; Hopper's default): each operand's
 //   rowwise and columnwise MX values as bf16 (quant/mx_bf16.h, one pass), then the bf16 recipe's
 //   cuBLASLt products on them: fprop X.row x W.row, dgrad dY.row x W.col, wgrad dY.col x X.col.
-//   nvfp4 on its bf16-values route (the same MxGemm): quant::run's copies as for the kernels, then
+//   nvfp4 on its bf16-values route (the same route): quant::run's copies as for the kernels, then
 //   their block values as bf16 (quant::nvfp4_block_values_bf16, each copy in its stored
 //   orientation), multiplied by cuBLASLt with alpha = S_dec_a * S_dec_b on the device: fprop
 //   X.row x W.row, dgrad dY.row x W.col (= W.row's values: 2D blocks), wgrad dY.col x X.col (the

@@ -45,18 +45,20 @@ Status parse_recipe(const std::string& name, Recipe* out) {
   return parse_named("--recipe", "recipe", name, all, recipe_name, out);
 }
 
-const char* mx_gemm_name(MxGemm g) {
-  switch (g) {
-    case MxGemm::kAuto: return "auto";
-    case MxGemm::kBf16Values: return "bf16";
-    case MxGemm::kBlockScaled: return "kernel";
-  }
-  return "?";
+Status check_gemm_route(Recipe recipe, gemm::GemmRoute route) {
+  const bool mx = recipe == Recipe::kMxfp8 || recipe == Recipe::kNvfp4;
+  const std::string name = gemm::gemm_route_name(route);
+  if (route == gemm::GemmRoute::kCublasLt && mx)
+    return Status::error("--gemm-route cublaslt: cuBLASLt's blockwise FP8 matmul is a route of fp8_block; " +
+                         std::string(recipe_name(recipe)) + "'s GEMMs run auto, kernel or bf16");
+  if (route == gemm::GemmRoute::kBf16Values && recipe == Recipe::kFp8Block)
+    return Status::error("--gemm-route bf16: the block values as bf16 is a route of mxfp8 and nvfp4; fp8_block's "
+                         "GEMMs run auto, kernel or cublaslt");
+  return Status::ok();
 }
 
-Status parse_mx_gemm(const std::string& name, MxGemm* out) {
-  const MxGemm all[] = {MxGemm::kAuto, MxGemm::kBf16Values, MxGemm::kBlockScaled};
-  return parse_named("--mx-gemm", "route", name, all, mx_gemm_name, out);
+bool mx_bf16_values(gemm::GemmRoute route, int major) {
+  return route == gemm::GemmRoute::kBf16Values || (route == gemm::GemmRoute::kAuto && major == 9);
 }
 
 bool is_quantized(Recipe r) {

@@ -19,7 +19,7 @@
 #include <string>
 
 #include "formats/status.h"
-#include "gemm/fp8_route.h"  // defines: Sm90Fp8Route (--fp8-gemm)
+#include "gemm/gemm_route.h"  // defines: GemmRoute (--gemm-route)
 
 namespace blockscale::train {
 
@@ -35,27 +35,24 @@ enum class Recipe {
 const char* recipe_name(Recipe r);  // fp32, bf16, fp8_block, mxfp8, nvfp4
 Status parse_recipe(const std::string& name, Recipe* out);
 
-// How the mxfp8 and nvfp4 recipes' GEMMs run on the GPU. Both compute exact products summed in
-// fp32 (docs/numerics.md), in different orders:
-//   kBf16Values : each operand's block values as bf16 (exact; mxfp8: quant/mx_bf16.h from the fp32
-//                 input, nvfp4: quant::nvfp4_block_values_bf16 from its quantized copies, the
-//                 tensor scales in cuBLASLt's alpha), cuBLASLt multiplies them; on Hopper the
-//                 faster of the two (docs/performance.md)
-//   kBlockScaled: quant/ writes codes and scales, gemm/'s block-scaled kernels multiply them
-//   kAuto       : kBf16Values on Hopper (sm_90), kBlockScaled on other GPUs
-enum class MxGemm { kAuto, kBf16Values, kBlockScaled };
-const char* mx_gemm_name(MxGemm g);  // auto, bf16, kernel
-Status parse_mx_gemm(const std::string& name, MxGemm* out);
-// How the fp8_block recipe's GEMMs run on Hopper: gemm::Sm90Fp8Route, named by --fp8-gemm
-// (gemm::parse_sm90_fp8_route). All give the FP8
-// blockwise sums of docs/numerics.md (fprop / dgrad the same bits; wgrad within the bound):
-//   kAuto    : gemm::run's automatic route: gemm/'s kernels, the experts' grouped kernels reading
-//              their sizes on the GPU (no host synchronisation); cuBLASLt only for dense products
-//              of at most 512 rows (gemm/gemm.h)
-//   kKernel  : every product on gemm/'s kernels
-//   kCublasLt: cuBLASLt's blockwise FP8 matmul for every product, the experts one matmul each
-//              with their sizes copied to the host once per MoE layer (a synchronisation), for
-//              comparison with the peer
+// How a quantized recipe's GEMMs run on the GPU: one gemm::GemmRoute per run (--gemm-route). Every
+// route gives the recipe's sums of docs/numerics.md.
+//   fp8_block (Hopper): kAuto, gemm::run's automatic route (gemm/'s kernels, the experts' grouped
+//     kernels reading their sizes on the GPU: no host synchronisation; cuBLASLt only for dense
+//     products of at most 512 rows); kKernel, every product on gemm/'s kernels; kCublasLt,
+//     cuBLASLt's blockwise FP8 matmul for every product, the experts one matmul each with their
+//     sizes copied to the host once per MoE layer (a synchronisation), for comparison with the peer.
+//   mxfp8, nvfp4: kBf16Values, each operand's block values as bf16 (exact; mxfp8: quant/mx_bf16.h
+//     from the fp32 input, nvfp4: quant::nvfp4_block_values_bf16 from its quantized copies, the
+//     tensor scales in cuBLASLt's alpha), cuBLASLt multiplies them; kKernel, quant/ writes codes and
+//     scales, gemm/'s block-scaled kernels multiply them; kAuto, kBf16Values on Hopper (sm_90, the
+//     faster there: docs/performance.md), kKernel on other GPUs.
+//   bf16, fp32: one engine each (cuBLASLt; the CPU reference): the route does not apply.
+// Whether `route` names an engine of `recipe`'s GEMMs ("--gemm-route <name>: ..." if not).
+Status check_gemm_route(Recipe recipe, gemm::GemmRoute route);
+// Whether mxfp8's and nvfp4's GEMMs run as bf16 products of the block values under `route` on a
+// GPU of compute capability `major`.
+bool mx_bf16_values(gemm::GemmRoute route, int major);
 bool is_quantized(Recipe r);
 // The block length every quantized dimension (model width, expert width, tokens per micro-batch)
 // must be a multiple of: 128 (fp8_block), 32 (mxfp8, nvfp4), 1 otherwise.

@@ -28,10 +28,10 @@ double cpu_linear_workspace(double n, double k, double groups, double rows) {
 // Bytes per element of a matmul operand's low-precision copies on the GPU (train/gpu/gpu_layers.h):
 // fp32 multiplies the tensors themselves; bf16 keeps one bf16 copy; fp8_block and mxfp8 on gemm/'s
 // kernels a rowwise and a columnwise 8-bit copy; nvfp4 two 4-bit ones; on the bf16-values route
-// (--mx-gemm bf16) mxfp8 keeps two bf16 copies instead and nvfp4 two more beside its 4-bit ones.
+// (--gemm-route bf16) mxfp8 keeps two bf16 copies instead and nvfp4 two more beside its 4-bit ones.
 // Scales (1/16 of an element at most) are left out: the figure is a floor, not a ceiling.
-double gpu_copy_bytes(Recipe r, MxGemm route) {
-  const bool bf16_values = route == MxGemm::kBf16Values;
+double gpu_copy_bytes(Recipe r, gemm::GemmRoute route) {
+  const bool bf16_values = route == gemm::GemmRoute::kBf16Values;
   switch (r) {
     case Recipe::kFp32: return 0;
     case Recipe::kBf16: return 2;
@@ -153,7 +153,7 @@ MemoryPlan plan_memory(const TrainConfig& c, bool on_gpu) {
                        {"checkpoint copies", checkpoints ? 12 * P : 0.0}};
     return plan;
   }
-  const double cb = gpu_copy_bytes(c.recipe, c.mx_gemm);
+  const double cb = gpu_copy_bytes(c.recipe, c.gemm_route);
   const double lm_copy = c.recipe == Recipe::kFp32 ? 0.0 : 2.0;
   const double kept = 8 * M * D + 2 * M + probs / 2 + 3 * R * F +
                       (m.moe() ? M * E + 4 * M * K + E + R * D + M * K * D : 0.0);

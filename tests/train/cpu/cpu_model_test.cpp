@@ -12,7 +12,7 @@
 namespace blockscale::train {
 namespace {
 
-using gemm::Sm90Fp8Route;
+using gemm::GemmRoute;
 
 ModelConfig tiny_config(bool moe) {
   ModelConfig c;
@@ -223,22 +223,28 @@ TEST(ModelConfig, ValidationNamesTheFlag) {
   EXPECT_FALSE(parse_recipe("fp4", &r).is_ok());
   ASSERT_TRUE(parse_recipe("fp8_block", &r).is_ok());
   EXPECT_EQ(r, Recipe::kFp8Block);
-  MxGemm g;
-  for (MxGemm want : {MxGemm::kAuto, MxGemm::kBf16Values, MxGemm::kBlockScaled}) {
-    ASSERT_TRUE(parse_mx_gemm(mx_gemm_name(want), &g).is_ok());
-    EXPECT_EQ(g, want);
-  }
-  s = parse_mx_gemm("fp8", &g);
-  ASSERT_FALSE(s.is_ok());
-  EXPECT_NE(s.message().find("--mx-gemm"), std::string::npos) << s.message();
-  Sm90Fp8Route f;
-  for (Sm90Fp8Route want : {Sm90Fp8Route::kAuto, Sm90Fp8Route::kKernel, Sm90Fp8Route::kCublasLt}) {
-    ASSERT_TRUE(gemm::parse_sm90_fp8_route("--fp8-route", gemm::sm90_fp8_route_name(want), &f).is_ok());
+  GemmRoute f;
+  for (GemmRoute want : {GemmRoute::kAuto, GemmRoute::kKernel, GemmRoute::kCublasLt, GemmRoute::kBf16Values}) {
+    ASSERT_TRUE(gemm::parse_gemm_route("--gemm-route", gemm::gemm_route_name(want), &f).is_ok());
     EXPECT_EQ(f, want);
   }
-  s = gemm::parse_sm90_fp8_route("--fp8-route", "bf16", &f);
+  s = gemm::parse_gemm_route("--gemm-route", "fp8", &f);
   ASSERT_FALSE(s.is_ok());
-  EXPECT_NE(s.message().find("--fp8-route"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("--gemm-route: unknown route 'fp8'"), std::string::npos) << s.message();
+  // A route names an engine of the recipe's GEMMs; bf16 and fp32 have one engine and take any.
+  for (Recipe r : {Recipe::kFp32, Recipe::kBf16, Recipe::kFp8Block, Recipe::kMxfp8, Recipe::kNvfp4})
+    for (GemmRoute g : {GemmRoute::kAuto, GemmRoute::kKernel, GemmRoute::kCublasLt, GemmRoute::kBf16Values}) {
+      const bool mx = r == Recipe::kMxfp8 || r == Recipe::kNvfp4;
+      const bool refused = (g == GemmRoute::kCublasLt && mx) || (g == GemmRoute::kBf16Values && r == Recipe::kFp8Block);
+      s = check_gemm_route(r, g);
+      EXPECT_EQ(s.is_ok(), !refused) << recipe_name(r) << " " << gemm::gemm_route_name(g);
+      if (refused)
+        EXPECT_EQ(s.message().rfind(std::string("--gemm-route ") + gemm::gemm_route_name(g) + ":", 0), 0u) << s.message();
+    }
+  EXPECT_TRUE(mx_bf16_values(GemmRoute::kAuto, 9));
+  EXPECT_FALSE(mx_bf16_values(GemmRoute::kAuto, 10));
+  EXPECT_TRUE(mx_bf16_values(GemmRoute::kBf16Values, 10));
+  EXPECT_FALSE(mx_bf16_values(GemmRoute::kKernel, 9));
 }
 
 }  // namespace

@@ -22,19 +22,17 @@
 namespace blockscale::train {
 namespace {
 
-using gemm::Sm90Fp8Route;
+using gemm::GemmRoute;
 
 struct Case {
   Recipe recipe;
   bool moe;
-  MxGemm mx_gemm = MxGemm::kAuto;  // mxfp8, nvfp4: both GEMM routes are tested
-  Sm90Fp8Route fp8_gemm = Sm90Fp8Route::kAuto;  // fp8_block: both GEMM routes are tested
+  GemmRoute route = GemmRoute::kAuto;  // fp8_block, mxfp8, nvfp4: each of their GEMM routes is tested
 };
 
 std::string case_name(const testing::TestParamInfo<Case>& info) {
-  const MxGemm g = info.param.mx_gemm;
-  std::string route = g == MxGemm::kAuto ? "" : std::string("_") + mx_gemm_name(g);
-  if (info.param.fp8_gemm != Sm90Fp8Route::kAuto) route += std::string("_") + gemm::sm90_fp8_route_name(info.param.fp8_gemm);
+  const GemmRoute g = info.param.route;
+  const std::string route = g == GemmRoute::kAuto ? "" : std::string("_") + gemm::gemm_route_name(g);
   return std::string(recipe_name(info.param.recipe)) + (info.param.moe ? "_moe" : "_dense") + route;
 }
 
@@ -86,7 +84,7 @@ TEST_P(GpuBackendTest, MatchesCpuModel) {
   std::vector<int32_t> tokens, targets;
   random_tokens(c.vocab, batch * c.seq_len, 5, &tokens, &targets);
   std::unique_ptr<StepBackend> gpu;
-  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &gpu, tc.mx_gemm, tc.fp8_gemm).is_ok());
+  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &gpu, tc.route).is_ok());
   std::vector<float> params, m, v;
   ASSERT_TRUE(gpu->read_state(&params, &m, &v).is_ok());
   // The initialisation as it is. With weights scaled up 2-4x the two sides drift apart in the
@@ -137,8 +135,8 @@ TEST_P(GpuBackendTest, AccumulatesMicroBatches) {
   random_tokens(c.vocab, 2 * per_micro, 11, &tokens, &targets);
   StepLosses l;
   std::unique_ptr<StepBackend> together, apart;
-  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &together, tc.mx_gemm, tc.fp8_gemm).is_ok());
-  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &apart, tc.mx_gemm, tc.fp8_gemm).is_ok());
+  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &together, tc.route).is_ok());
+  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &apart, tc.route).is_ok());
   std::vector<float> g_together, g_first, g_second;
   ASSERT_TRUE(together->zero_grads().is_ok());
   for (int mb = 0; mb < 2; ++mb)
@@ -181,7 +179,7 @@ TEST_P(GpuBackendTest, OptimizerStepIsTheHostUpdate) {
   std::vector<int32_t> tokens, targets;
   random_tokens(c.vocab, batch * c.seq_len, 17, &tokens, &targets);
   std::unique_ptr<StepBackend> gpu;
-  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &gpu, tc.mx_gemm, tc.fp8_gemm).is_ok());
+  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &gpu, tc.route).is_ok());
   const std::vector<uint8_t> decay = decay_mask(make_param_layout(c));
   const auto phase_total = [&] {
     double total = 0;
@@ -235,8 +233,8 @@ TEST_P(GpuBackendTest, WeightCopiesFollowTheOptimizer) {
   const int32_t* eval_tokens = tokens.data() + batch * c.seq_len;
   const int32_t* eval_targets = targets.data() + batch * c.seq_len;
   std::unique_ptr<StepBackend> trained, loaded;
-  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &trained, tc.mx_gemm, tc.fp8_gemm).is_ok());
-  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &loaded, tc.mx_gemm, tc.fp8_gemm).is_ok());
+  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &trained, tc.route).is_ok());
+  ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &loaded, tc.route).is_ok());
   StepLosses l, before, after, again, fresh;
   ASSERT_TRUE(trained->evaluate(eval_tokens, eval_targets, batch, &before).is_ok());
   ASSERT_TRUE(trained->zero_grads().is_ok());
@@ -259,17 +257,17 @@ TEST_P(GpuBackendTest, WeightCopiesFollowTheOptimizer) {
 INSTANTIATE_TEST_SUITE_P(Recipes, GpuBackendTest,
                          testing::Values(Case{Recipe::kBf16, true}, Case{Recipe::kBf16, false},
                                          Case{Recipe::kFp8Block, true}, Case{Recipe::kFp8Block, false},
-                                         Case{Recipe::kFp8Block, true, MxGemm::kAuto, Sm90Fp8Route::kKernel},
-                                         Case{Recipe::kFp8Block, false, MxGemm::kAuto, Sm90Fp8Route::kKernel},
-                                         Case{Recipe::kFp8Block, true, MxGemm::kAuto, Sm90Fp8Route::kCublasLt},
-                                         Case{Recipe::kMxfp8, true, MxGemm::kBf16Values},
-                                         Case{Recipe::kMxfp8, false, MxGemm::kBf16Values},
-                                         Case{Recipe::kMxfp8, true, MxGemm::kBlockScaled},
-                                         Case{Recipe::kMxfp8, false, MxGemm::kBlockScaled},
-                                         Case{Recipe::kNvfp4, true, MxGemm::kBf16Values},
-                                         Case{Recipe::kNvfp4, false, MxGemm::kBf16Values},
-                                         Case{Recipe::kNvfp4, true, MxGemm::kBlockScaled},
-                                         Case{Recipe::kNvfp4, false, MxGemm::kBlockScaled}),
+                                         Case{Recipe::kFp8Block, true, GemmRoute::kKernel},
+                                         Case{Recipe::kFp8Block, false, GemmRoute::kKernel},
+                                         Case{Recipe::kFp8Block, true, GemmRoute::kCublasLt},
+                                         Case{Recipe::kMxfp8, true, GemmRoute::kBf16Values},
+                                         Case{Recipe::kMxfp8, false, GemmRoute::kBf16Values},
+                                         Case{Recipe::kMxfp8, true, GemmRoute::kKernel},
+                                         Case{Recipe::kMxfp8, false, GemmRoute::kKernel},
+                                         Case{Recipe::kNvfp4, true, GemmRoute::kBf16Values},
+                                         Case{Recipe::kNvfp4, false, GemmRoute::kBf16Values},
+                                         Case{Recipe::kNvfp4, true, GemmRoute::kKernel},
+                                         Case{Recipe::kNvfp4, false, GemmRoute::kKernel}),
                          case_name);
 
 // A LocalGroup member whose device sums go through the host, synchronously: GPU steps in threads
@@ -335,12 +333,12 @@ struct RankResult {
 // One forward + backward of `batch` sequences from `first` on a backend joined to `comm` (none:
 // a single rank), then its gradients and state.
 RankResult step_on(const ParallelCase& pc, Recipe recipe, Communicator* comm, bool expert_parallel,
-                   int first, int batch, MxGemm mx_gemm = MxGemm::kAuto, Sm90Fp8Route fp8_gemm = Sm90Fp8Route::kAuto) {
+                   int first, int batch, GemmRoute route = GemmRoute::kAuto) {
   RankResult out;
   std::unique_ptr<StepBackend> b;
   StepLosses l;
   std::vector<float> m, v;
-  out.status = make_gpu_backend(pc.c, recipe, 3, &b, mx_gemm, fp8_gemm);
+  out.status = make_gpu_backend(pc.c, recipe, 3, &b, route);
   if (!out.status.is_ok()) return out;
   if (comm != nullptr) {
     b->set_communicator(comm);
@@ -361,14 +359,14 @@ RankResult step_on(const ParallelCase& pc, Recipe recipe, Communicator* comm, bo
 
 // Two ranks as threads on one GPU, half the batch each.
 std::vector<RankResult> two_ranks(const ParallelCase& pc, Recipe recipe, bool expert_parallel,
-                                  MxGemm mx_gemm = MxGemm::kAuto, Sm90Fp8Route fp8_gemm = Sm90Fp8Route::kAuto) {
+                                  GemmRoute route = GemmRoute::kAuto) {
   LocalGroup group(2);
   std::vector<RankResult> out(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       HostStagedMember comm(group.member(r));
-      out[r] = step_on(pc, recipe, &comm, expert_parallel, r * pc.batch / 2, pc.batch / 2, mx_gemm, fp8_gemm);
+      out[r] = step_on(pc, recipe, &comm, expert_parallel, r * pc.batch / 2, pc.batch / 2, route);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -394,10 +392,10 @@ TEST(GpuBackendDataParallel, TwoRanksSumToOneRank) {
   const ParallelCase pc = parallel_case(11);
   for (Recipe recipe : {Recipe::kBf16, Recipe::kMxfp8, Recipe::kFp8Block}) {
     // fp8_block on its cublaslt route: each rank's experts one matmul each, sizes copied back.
-    const Sm90Fp8Route fp8 = Sm90Fp8Route::kCublasLt;
-    const RankResult one = step_on(pc, recipe, nullptr, false, 0, pc.batch, MxGemm::kAuto, fp8);
+    const GemmRoute route = recipe == Recipe::kFp8Block ? GemmRoute::kCublasLt : GemmRoute::kAuto;
+    const RankResult one = step_on(pc, recipe, nullptr, false, 0, pc.batch, route);
     ASSERT_TRUE(one.status.is_ok()) << one.status.message();
-    const std::vector<RankResult> ranks = two_ranks(pc, recipe, false, MxGemm::kAuto, fp8);
+    const std::vector<RankResult> ranks = two_ranks(pc, recipe, false, route);
     ASSERT_TRUE(ranks[0].status.is_ok()) << ranks[0].status.message();
     ASSERT_TRUE(ranks[1].status.is_ok()) << ranks[1].status.message();
     EXPECT_EQ(ranks[0].grads, ranks[1].grads) << "the ranks hold different sums";
@@ -424,19 +422,18 @@ TEST(GpuBackendExpertParallel, TwoRanksMatchOneRank) {
   const ParallelCase pc = parallel_case(13);
   struct Run {
     Recipe recipe;
-    MxGemm mx_gemm;
-    Sm90Fp8Route fp8_gemm;
+    GemmRoute route;
   };
   // fp8_block's cublaslt route runs each rank's experts one matmul each, sized by the exchange.
-  const Run runs[] = {{Recipe::kBf16, MxGemm::kAuto, Sm90Fp8Route::kAuto},
-                      {Recipe::kMxfp8, MxGemm::kBf16Values, Sm90Fp8Route::kAuto},
-                      {Recipe::kMxfp8, MxGemm::kBlockScaled, Sm90Fp8Route::kAuto},
-                      {Recipe::kFp8Block, MxGemm::kAuto, Sm90Fp8Route::kAuto},
-                      {Recipe::kFp8Block, MxGemm::kAuto, Sm90Fp8Route::kCublasLt}};
-  for (const auto& [recipe, mx_gemm, fp8_gemm] : runs) {
-    const RankResult one = step_on(pc, recipe, nullptr, false, 0, pc.batch, mx_gemm, fp8_gemm);
+  const Run runs[] = {{Recipe::kBf16, GemmRoute::kAuto},
+                      {Recipe::kMxfp8, GemmRoute::kBf16Values},
+                      {Recipe::kMxfp8, GemmRoute::kKernel},
+                      {Recipe::kFp8Block, GemmRoute::kAuto},
+                      {Recipe::kFp8Block, GemmRoute::kCublasLt}};
+  for (const auto& [recipe, route] : runs) {
+    const RankResult one = step_on(pc, recipe, nullptr, false, 0, pc.batch, route);
     ASSERT_TRUE(one.status.is_ok()) << one.status.message();
-    const std::vector<RankResult> ranks = two_ranks(pc, recipe, true, mx_gemm, fp8_gemm);
+    const std::vector<RankResult> ranks = two_ranks(pc, recipe, true, route);
     ASSERT_TRUE(ranks[0].status.is_ok()) << ranks[0].status.message();
     ASSERT_TRUE(ranks[1].status.is_ok()) << ranks[1].status.message();
     EXPECT_NEAR((ranks[0].loss + ranks[1].loss) / 2, one.loss, 1e-5 * one.loss);
@@ -463,8 +460,8 @@ TEST(GpuBackendExpertParallel, TwoRanksMatchOneRank) {
             << t.name << " part " << part << ": the other rank's expert has a gradient";
       }
     }
-    std::printf("%s (%s, %s): expert parallel, 2 ranks vs 1, worst gradient difference %.2e (bound %.0e)\n",
-                recipe_name(recipe), mx_gemm_name(mx_gemm), gemm::sm90_fp8_route_name(fp8_gemm), worst, bound);
+    std::printf("%s (%s): expert parallel, 2 ranks vs 1, worst gradient difference %.2e (bound %.0e)\n",
+                recipe_name(recipe), gemm::gemm_route_name(route), worst, bound);
   }
 }
 
@@ -475,8 +472,8 @@ TEST(GpuBackendExpertParallel, TwoRanksMatchOneRank) {
 TEST(GpuBackendExpertParallel, Nvfp4RoutesAgree) {
   SKIP_WITHOUT_GPU();
   const ParallelCase pc = parallel_case(17);
-  const auto values = two_ranks(pc, Recipe::kNvfp4, true, MxGemm::kBf16Values, Sm90Fp8Route::kAuto);
-  const auto kernel = two_ranks(pc, Recipe::kNvfp4, true, MxGemm::kBlockScaled, Sm90Fp8Route::kAuto);
+  const auto values = two_ranks(pc, Recipe::kNvfp4, true, GemmRoute::kBf16Values);
+  const auto kernel = two_ranks(pc, Recipe::kNvfp4, true, GemmRoute::kKernel);
   for (const RankResult& r : {values[0], values[1], kernel[0], kernel[1]})
     ASSERT_TRUE(r.status.is_ok()) << r.status.message();
   EXPECT_NEAR(values[0].loss, kernel[0].loss, loss_bound(Recipe::kNvfp4) * std::fabs(kernel[0].loss));

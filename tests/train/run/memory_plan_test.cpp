@@ -86,9 +86,9 @@ TEST(MemoryPlan, GpuEstimateMatchesAHandComputation) {
   c.recipe = Recipe::kFp32;  // multiplies the fp32 tensors themselves
   EXPECT_EQ(part(plan_memory(c, true).device, "weight copies"), 0.0);
   c.recipe = Recipe::kMxfp8;
-  c.mx_gemm = MxGemm::kBlockScaled;
+  c.gemm_route = gemm::GemmRoute::kKernel;
   const double kernel = part(plan_memory(c, true).device, "weight copies");
-  c.mx_gemm = MxGemm::kBf16Values;
+  c.gemm_route = gemm::GemmRoute::kBf16Values;
   EXPECT_EQ(part(plan_memory(c, true).device, "weight copies") - kernel, 2.0 * (4096 + 12288));
 }
 
