@@ -7,7 +7,9 @@ Per shape (tokens x in_features -> out_features): one training micro-batch's for
     weight changes (the usual case: several micro-batches or evaluations per optimizer step);
   - bst.linear(x, w): the same GEMMs with the weight quantized on every call (one micro-batch
     per step);
-  - torch.nn.Linear in bf16 (cuBLAS), the peer.
+  - torch.nn.Linear in bf16 (cuBLAS), the peer;
+and the first and last again through torch.cuda.make_graphed_callables (forward and backward each
+one CUDA graph: no Python or launch cost per kernel; the weight quantized inside the graph).
 CUDA events around --iters back-to-back calls, median of 5 repeats; prints ms and the ratio to bf16.
 
     PYTHONPATH=build/python python3 bench/torch_linear.py [--iters N]
@@ -49,8 +51,8 @@ def main() -> int:
 
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     print("| tokens x in -> out | bst.Linear fp8 ms | bst.linear (weight quantized per call) ms | bf16 ms "
-          "| Linear / bf16 | linear / bf16 |")
-    print("|---|---|---|---|---|---|")
+          "| Linear / bf16 | linear / bf16 | graphed: Linear fp8 ms | graphed: bf16 ms | graphed: Linear / bf16 |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for tokens, n_in, n_out in SHAPES:
         torch.manual_seed(0)
         fp8 = bst.Linear(n_in, n_out, bias=False, device="cuda")
@@ -64,8 +66,10 @@ def main() -> int:
         t_cached = time_ms(fwd_bwd(fp8), args.iters)
         t_fresh = time_ms(fwd_bwd(lambda v: bst.linear(v, fp8.weight)), args.iters)
         t_bf16 = time_ms(fwd_bwd(ref), args.iters)
+        g_fp8 = time_ms(fwd_bwd(torch.cuda.make_graphed_callables(fp8, (x,))), args.iters)
+        g_bf16 = time_ms(fwd_bwd(torch.cuda.make_graphed_callables(ref, (x,))), args.iters)
         print(f"| {tokens} x {n_in} -> {n_out} | {t_cached:.3f} | {t_fresh:.3f} | {t_bf16:.3f} "
-              f"| {t_bf16 / t_cached:.2f}x | {t_bf16 / t_fresh:.2f}x |")
+              f"| {t_bf16 / t_cached:.2f}x | {t_bf16 / t_fresh:.2f}x | {g_fp8:.3f} | {g_bf16:.3f} | {g_bf16 / g_fp8:.2f}x |")
     return 0
 
 

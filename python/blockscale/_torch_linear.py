@@ -43,13 +43,18 @@ class _QuantizedWeight:
     master, as the training driver does. A change is seen through the parameter's version
     counter, which every in-place update of the parameter bumps (optimizers, load_state_dict,
     copy_ under no_grad); writes through `weight.data` bypass it: the layer's `weight_changed()`
-    is the rule after those. A cached "both" also serves a call that needs the rowwise copy only."""
+    is the rule after those. A cached "both" also serves a call that needs the rowwise copy only.
+    While a CUDA graph is being captured the weight is quantized on every call and nothing is
+    cached: a replay does not run this check, so the quantize must be inside the graph for the
+    replays to see the weight's updates."""
 
     def __init__(self, quantize) -> None:
         self._quantize = quantize  # (weight, direction) -> the quantized copies
         self.forget()
 
     def get(self, weight: torch.Tensor, direction: str):
+        if torch.cuda.is_current_stream_capturing():
+            return self._quantize(weight.detach(), direction)
         key = (weight._version, weight.data_ptr())
         if self._key != key or (direction == "both" and self._direction != "both"):
             self._value = self._quantize(weight.detach(), direction)

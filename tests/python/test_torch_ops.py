@@ -500,3 +500,47 @@ def test_layers_requantize_the_weight_only_when_it_changes(grouped):
     # The functional linear() quantizes the weight it is given on every call: the same bytes.
     if not grouped:
         assert torch.equal(run(layer, x), bst.linear(x, layer.weight))
+
+
+@needs_gpu
+@pytest.mark.parametrize("grouped", [False, True])
+def test_layers_in_cuda_graphs(grouped):
+    """Captured in a CUDA graph: no host synchronisation breaks the capture, replays see the
+    weight's in-place updates (the weight is quantized inside the graph), and
+    make_graphed_callables' forward + backward give the eager layer's outputs and gradients."""
+    torch.manual_seed(4)
+    counts = torch.tensor([100, 0, 92, 64], device="cuda")
+    make = (lambda: bst.GroupedLinear(4, 256, 128, device="cuda")) if grouped else \
+        (lambda: bst.Linear(256, 128, bias=False, device="cuda"))
+    run = (lambda l, x: l(x, counts)) if grouped else (lambda l, x: l(x))
+    layer = make()
+    x = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture, as torch asks
+        for _ in range(2):
+            run(layer, x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = run(layer, x)
+    graph.replay()
+    assert torch.equal(y, run(layer, x))
+    with torch.no_grad():
+        layer.weight.mul_(-0.5)  # an optimizer-like in-place update between replays
+    graph.replay()
+    assert torch.equal(y, run(layer, x))
+
+    eager, graphed_layer = make(), make()
+    graphed_layer.load_state_dict(eager.state_dict())
+    xg = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    args = (xg, counts) if grouped else (xg,)
+    graphed = torch.cuda.make_graphed_callables(graphed_layer, args)
+    dy = torch.randn(256, 128, device="cuda", dtype=torch.bfloat16)
+    xe = xg.detach().clone().requires_grad_(True)
+    ye = run(eager, xe)
+    ye.backward(dy)
+    yg = graphed(xg, counts) if grouped else graphed(xg)
+    yg.backward(dy)
+    assert torch.equal(ye, yg) and torch.equal(xe.grad, xg.grad)
+    assert torch.equal(eager.weight.grad, graphed_layer.weight.grad)
