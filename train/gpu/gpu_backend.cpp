@@ -326,7 +326,7 @@ class GpuBackend final : public StepBackend {
   ModelConfig config_;
   Recipe recipe_;
   gemm::GemmRoute route_;
-  // fp8_block on Hopper's cuBLASLt route (--fp8-gemm cublaslt only): the experts run one cuBLASLt
+  // fp8_block on Hopper's cuBLASLt route (--gemm-route cublaslt only): the experts run one cuBLASLt
   // matmul each, their sizes copied back to the host per MoE layer. Every other route reads the
   // sizes on the device (the grouped kernels): no host synchronisation in the step.
   bool fp8_per_expert_ = false;

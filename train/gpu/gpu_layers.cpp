@@ -271,7 +271,7 @@ Status GpuLayers::saved_mx_bf16(const std::string& name, int64_t count, MxBf16Co
   if (s.is_ok()) s = buf(name + ".c16", count, &col);
   if (!s.is_ok())
     return Status::error(s.message() + " (mxfp8's bf16-values route keeps a rowwise and a columnwise bf16 copy "
-                         "of every operand; --mx-gemm kernel needs less memory)");
+                         "of every operand; --gemm-route kernel needs less memory)");
   out->row = row, out->col = col;
   return Status::ok();
 }
@@ -425,7 +425,7 @@ Status GpuLayers::nvfp4_values(const std::string& name, const Quantized& q, int6
     const Status s = buf(name + suffix, batches * r * c, &values);
     if (!s.is_ok())
       return Status::error(s.message() + " (nvfp4's bf16-values route keeps bf16 copies of every operand's "
-                           "values; --mx-gemm kernel needs less memory)");
+                           "values; --gemm-route kernel needs less memory)");
     p.rows = r, p.cols = c;
     *dst = values;
     PhaseScope phase(timer_, Phase::kQuantize);
