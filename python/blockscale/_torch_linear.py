@@ -205,22 +205,26 @@ class _Fp8BlockGroupedLinear(torch.autograd.Function):
 
 
 class GroupedLinear(torch.nn.Module):
-    """The experts' linear layer of a MoE block, FP8 blockwise: num_experts weights [out, in].
+    """The experts' linear layer of a MoE block: num_experts weights [out, in], fp32 masters.
 
     forward(x, tokens_per_expert): x [tokens, in_features] sorted by expert; tokens_per_expert an
     integer tensor [num_experts] on x's device (summing to tokens; any count, 0 included). No host
-    synchronisation: M-grouped fprop and dgrad, K-grouped wgrad, sizes read on the device.
-    Only the fp8_block recipe (a bf16 grouped GEMM without host sizes is not wrapped)."""
+    synchronisation: the sizes are read on the device. recipe "fp8_block": M-grouped fprop and
+    dgrad, K-grouped wgrad on blockscale's kernels (features multiples of 128); "bf16": the same
+    products in bf16 through torch._grouped_mm (the baseline, on torch's own kernels). Output bf16."""
 
     def __init__(self, num_experts: int, in_features: int, out_features: int, recipe: str = "fp8_block",
                  device=None) -> None:
         super().__init__()
-        if recipe != "fp8_block":
-            raise ValueError(f"recipe: GroupedLinear runs 'fp8_block' only (got '{recipe}')")
+        if recipe not in _RECIPES:
+            raise ValueError(f"recipe: '{recipe}' is not one of {', '.join(_RECIPES)}")
+        if recipe == "bf16" and not hasattr(torch, "_grouped_mm"):
+            raise ValueError(f"recipe: 'bf16' needs torch._grouped_mm, which torch {torch.__version__} lacks")
         if num_experts < 1:
             raise ValueError(f"num_experts: must be >= 1 (got {num_experts})")
-        _check_features("in_features", in_features)
-        _check_features("out_features", out_features)
+        if recipe == "fp8_block":
+            _check_features("in_features", in_features)
+            _check_features("out_features", out_features)
         self.num_experts, self.in_features, self.out_features, self.recipe = num_experts, in_features, out_features, recipe
         self.weight = torch.nn.Parameter(
             torch.empty(num_experts, out_features, in_features, device=device, dtype=torch.float32))
@@ -241,6 +245,8 @@ class GroupedLinear(torch.nn.Module):
         if tokens_per_expert.device != x.device:
             raise ValueError(f"tokens_per_expert: is on {tokens_per_expert.device}, must be on x's device {x.device}")
         ends = torch.cumsum(tokens_per_expert, 0, dtype=torch.int32)  # on the device: no sync
+        if self.recipe == "bf16":  # [G, in, out] as a view: the layout torch._grouped_mm takes
+            return torch._grouped_mm(x.to(torch.bfloat16), self.weight.to(torch.bfloat16).transpose(-2, -1), offs=ends)
         wq = self._wq.get(self.weight, _weight_direction(x, self.weight))
         return _Fp8BlockGroupedLinear.apply(x, self.weight, ends, wq, torch.is_grad_enabled())
 

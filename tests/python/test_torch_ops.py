@@ -463,6 +463,32 @@ def test_grouped_linear_forward_backward():
 
 
 @needs_gpu
+def test_grouped_linear_bf16_recipe():
+    if not hasattr(torch, "_grouped_mm"):
+        pytest.skip(f"torch {torch.__version__} has no torch._grouped_mm")
+    torch.manual_seed(5)
+    counts = torch.tensor([0, 1, 130, 125], device="cuda")
+    layer = bst.GroupedLinear(4, 256, 128, recipe="bf16", device="cuda")
+    x = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    y = layer(x, counts)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    assert y.dtype == torch.bfloat16 and layer.weight.grad.dtype == torch.float32
+    w16 = layer.weight.detach().to(torch.bfloat16).float()  # the operands bf16 multiplies
+    xs, start = x.detach().float(), 0
+    close = lambda a, b: (a.float() - b).norm() <= 1e-2 * b.norm() + 1e-6
+    for g, c in enumerate(counts.tolist()):
+        rows = slice(start, start + c)
+        assert close(y.detach()[rows], xs[rows] @ w16[g].T), f"fprop expert {g}"
+        assert close(x.grad[rows], dy[rows].float() @ w16[g]), f"dgrad expert {g}"
+        assert close(layer.weight.grad[g], dy[rows].float().T @ xs[rows]), f"wgrad expert {g}"
+        start += c
+    assert (layer.weight.grad[0] == 0).all()  # no tokens, no gradient
+    with pytest.raises(ValueError, match=r"^recipe: 'mxfp8' is not one of fp8_block, bf16"):
+        bst.GroupedLinear(4, 256, 128, recipe="mxfp8")
+
+
+@needs_gpu
 @pytest.mark.parametrize("grouped", [False, True])
 def test_layers_requantize_the_weight_only_when_it_changes(grouped):
     torch.manual_seed(3)
