@@ -33,12 +33,10 @@
 // (The ALPHA_DEVICE_VECTOR modes would need an N-long alpha vector; D_SCALE_POINTER is for FP8
 // outputs.) Pairs without an NVFP4 operand pass alpha and beta from the host.
 //
-// cuBLASLt is loaded on first use (dlopen), not linked: linking it maps and relocates its ~200 MB
-// in every program that links gemm/ (the CLI's peak RSS went from ~40 MiB to ~210 MiB), though
-// only this sm_100 path calls it.
+// cuBLASLt is opened on first use (runtime/cuda_libraries.h), not linked: linked, it would load
+// (~200 MB, its initialisation) in every program that links gemm/, though only this path calls it.
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 
 #include <cstdint>
 #include <map>
@@ -46,10 +44,10 @@
 #include <mutex>
 #include <string>
 #include <tuple>
-#include <type_traits>
 
 #include "formats/recipe.h"
 #include "gemm/launchers.h"
+#include "runtime/cuda_libraries.h"
 
 namespace blockscale::gemm::detail {
 namespace {
@@ -66,63 +64,13 @@ __global__ void fold_tensor_scales(float* scalars, float alpha, float beta, cons
   scalars[1] = beta;
 }
 
-// The cuBLASLt entry points this file calls, resolved from the shared library.
-struct LtApi {
-  decltype(&cublasLtCreate) create = nullptr;
-  decltype(&cublasLtGetStatusName) status_name = nullptr;
-  decltype(&cublasLtGetStatusString) status_string = nullptr;
-  decltype(&cublasLtMatmul) matmul = nullptr;
-  decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic = nullptr;
-  decltype(&cublasLtMatmulDescCreate) desc_create = nullptr;
-  decltype(&cublasLtMatmulDescDestroy) desc_destroy = nullptr;
-  decltype(&cublasLtMatmulDescSetAttribute) desc_set = nullptr;
-  decltype(&cublasLtMatmulPreferenceCreate) pref_create = nullptr;
-  decltype(&cublasLtMatmulPreferenceDestroy) pref_destroy = nullptr;
-  decltype(&cublasLtMatmulPreferenceSetAttribute) pref_set = nullptr;
-  decltype(&cublasLtMatrixLayoutCreate) layout_create = nullptr;
-  decltype(&cublasLtMatrixLayoutDestroy) layout_destroy = nullptr;
-};
-const LtApi* g_lt = nullptr;  // set once by load_lt; every use below comes after a successful load
-
-Status load_lt() {
-  static std::string error;
-  static const LtApi* api = [] () -> const LtApi* {
-    void* lib = dlopen("libcublasLt.so.13", RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) lib = dlopen("libcublasLt.so", RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) {
-      const char* why = dlerror();
-      error = std::string("device: cannot load cuBLASLt (libcublasLt.so.13): ") + (why ? why : "not found");
-      return nullptr;
-    }
-    static LtApi t;
-    const auto bind = [&](auto* fn, const char* name) {
-      *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(dlsym(lib, name));
-      if (*fn == nullptr && error.empty()) error = std::string("device: cuBLASLt has no symbol ") + name;
-    };
-    bind(&t.create, "cublasLtCreate");
-    bind(&t.status_name, "cublasLtGetStatusName");
-    bind(&t.status_string, "cublasLtGetStatusString");
-    bind(&t.matmul, "cublasLtMatmul");
-    bind(&t.heuristic, "cublasLtMatmulAlgoGetHeuristic");
-    bind(&t.desc_create, "cublasLtMatmulDescCreate");
-    bind(&t.desc_destroy, "cublasLtMatmulDescDestroy");
-    bind(&t.desc_set, "cublasLtMatmulDescSetAttribute");
-    bind(&t.pref_create, "cublasLtMatmulPreferenceCreate");
-    bind(&t.pref_destroy, "cublasLtMatmulPreferenceDestroy");
-    bind(&t.pref_set, "cublasLtMatmulPreferenceSetAttribute");
-    bind(&t.layout_create, "cublasLtMatrixLayoutCreate");
-    bind(&t.layout_destroy, "cublasLtMatrixLayoutDestroy");
-    return error.empty() ? &t : nullptr;
-  }();
-  if (api == nullptr) return Status::error(error);
-  g_lt = api;
-  return Status::ok();
-}
+// cuBLASLt's entry point `fn` (runtime/cuda_libraries.h: opened on first use, not linked).
+#define LT(fn) BS_CUDA_LIB(kCublasLt, fn)
 
 Status lt_status(cublasStatus_t s, const char* call) {
   if (s == CUBLAS_STATUS_SUCCESS) return Status::ok();
-  return Status::error(std::string("device: ") + call + " failed: " + g_lt->status_name(s) + " (" +
-                       g_lt->status_string(s) + ")");
+  return Status::error(std::string("device: ") + call + " failed: " + LT(cublasLtGetStatusName)(s) + " (" +
+                       LT(cublasLtGetStatusString)(s) + ")");
 }
 
 // One cuBLASLt handle per device (a handle belongs to the device current at its creation),
@@ -137,7 +85,7 @@ Status lt_handle(cublasLtHandle_t* out) {
   auto it = handles.find(dev);
   if (it == handles.end()) {
     cublasLtHandle_t h = nullptr;
-    BS_RETURN_IF_ERROR(lt_status(g_lt->create(&h), "cublasLtCreate"));
+    BS_RETURN_IF_ERROR(lt_status(LT(cublasLtCreate)(&h), "cublasLtCreate"));
     it = handles.emplace(dev, h).first;
   }
   *out = it->second;
@@ -182,12 +130,12 @@ struct LtDescriptors {
   LtDescriptors(const LtDescriptors&) = delete;
   LtDescriptors& operator=(const LtDescriptors&) = delete;
   ~LtDescriptors() {
-    if (pref) g_lt->pref_destroy(pref);
-    if (d) g_lt->layout_destroy(d);
-    if (c) g_lt->layout_destroy(c);
-    if (b) g_lt->layout_destroy(b);
-    if (a) g_lt->layout_destroy(a);
-    if (op) g_lt->desc_destroy(op);
+    if (pref) LT(cublasLtMatmulPreferenceDestroy)(pref);
+    if (d) LT(cublasLtMatrixLayoutDestroy)(d);
+    if (c) LT(cublasLtMatrixLayoutDestroy)(c);
+    if (b) LT(cublasLtMatrixLayoutDestroy)(b);
+    if (a) LT(cublasLtMatrixLayoutDestroy)(a);
+    if (op) LT(cublasLtMatmulDescDestroy)(op);
   }
 };
 
@@ -205,13 +153,13 @@ struct DeviceScalars {
 
 template <typename T>
 Status set_op(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attr, const T& value, const char* call) {
-  return lt_status(g_lt->desc_set(op, attr, &value, sizeof(value)), call);
+  return lt_status(LT(cublasLtMatmulDescSetAttribute)(op, attr, &value, sizeof(value)), call);
 }
 
 template <typename T>
 Status set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr, const T& value,
                 const char* call) {
-  return lt_status(g_lt->pref_set(pref, attr, &value, sizeof(value)), call);
+  return lt_status(LT(cublasLtMatmulPreferenceSetAttribute)(pref, attr, &value, sizeof(value)), call);
 }
 
 // The descriptors of one problem description and the heuristic's pick for it, made on a thread's
@@ -256,7 +204,7 @@ Status make_plan(cublasLtHandle_t handle, const GemmProblem& p, const GemmArgume
                  const LtOperand& b, int64_t lda, int64_t ldb, formats::DType c_type, int64_t ldc, const LtPrefs& prefs,
                  LtPlan* plan) {
   LtDescriptors& desc = plan->desc;
-  BS_RETURN_IF_ERROR(lt_status(g_lt->desc_create(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+  BS_RETURN_IF_ERROR(lt_status(LT(cublasLtMatmulDescCreate)(&desc.op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
                                "cublasLtMatmulDescCreate"));
   const int32_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
   BS_RETURN_IF_ERROR(set_op(desc.op, CUBLASLT_MATMUL_DESC_TRANSA, trans_a, "cublasLtMatmulDescSetAttribute(TRANSA)"));
@@ -274,14 +222,14 @@ Status make_plan(cublasLtHandle_t handle, const GemmProblem& p, const GemmArgume
 
   // Leading dimensions are in elements, also for E2M1 (K elements = K / 2 bytes per row).
   const uint64_t m = static_cast<uint64_t>(p.m), n = static_cast<uint64_t>(p.n), k = static_cast<uint64_t>(p.k);
-  BS_RETURN_IF_ERROR(lt_status(g_lt->layout_create(&desc.a, b.type, k, n, ldb), "cublasLtMatrixLayoutCreate(A)"));
-  BS_RETURN_IF_ERROR(lt_status(g_lt->layout_create(&desc.b, a.type, k, m, lda), "cublasLtMatrixLayoutCreate(B)"));
-  BS_RETURN_IF_ERROR(lt_status(g_lt->layout_create(&desc.d, lt_matrix_type(p.d_type), n, m, p.ldd),
+  BS_RETURN_IF_ERROR(lt_status(LT(cublasLtMatrixLayoutCreate)(&desc.a, b.type, k, n, ldb), "cublasLtMatrixLayoutCreate(A)"));
+  BS_RETURN_IF_ERROR(lt_status(LT(cublasLtMatrixLayoutCreate)(&desc.b, a.type, k, m, lda), "cublasLtMatrixLayoutCreate(B)"));
+  BS_RETURN_IF_ERROR(lt_status(LT(cublasLtMatrixLayoutCreate)(&desc.d, lt_matrix_type(p.d_type), n, m, p.ldd),
                                "cublasLtMatrixLayoutCreate(D)"));
-  BS_RETURN_IF_ERROR(lt_status(g_lt->layout_create(&desc.c, lt_matrix_type(c_type), n, m, ldc),
+  BS_RETURN_IF_ERROR(lt_status(LT(cublasLtMatrixLayoutCreate)(&desc.c, lt_matrix_type(c_type), n, m, ldc),
                                "cublasLtMatrixLayoutCreate(C)"));
 
-  BS_RETURN_IF_ERROR(lt_status(g_lt->pref_create(&desc.pref), "cublasLtMatmulPreferenceCreate"));
+  BS_RETURN_IF_ERROR(lt_status(LT(cublasLtMatmulPreferenceCreate)(&desc.pref), "cublasLtMatmulPreferenceCreate"));
   BS_RETURN_IF_ERROR(set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, prefs.workspace_bytes,
                               "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)"));
   BS_RETURN_IF_ERROR(set_pref(desc.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, prefs.align_a,
@@ -296,7 +244,7 @@ Status make_plan(cublasLtHandle_t handle, const GemmProblem& p, const GemmArgume
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
   const cublasStatus_t hs =
-      g_lt->heuristic(handle, desc.op, desc.a, desc.b, desc.c, desc.d, desc.pref, 1, &heuristic, &found);
+      LT(cublasLtMatmulAlgoGetHeuristic)(handle, desc.op, desc.a, desc.b, desc.c, desc.d, desc.pref, 1, &heuristic, &found);
   if (hs != CUBLAS_STATUS_NOT_SUPPORTED) BS_RETURN_IF_ERROR(lt_status(hs, "cublasLtMatmulAlgoGetHeuristic"));
   plan->found = hs == CUBLAS_STATUS_SUCCESS && found > 0;
   plan->algo = heuristic.algo;
@@ -326,7 +274,7 @@ Status launch_cublaslt_block_scaled(const GemmProblem& p, const GemmArguments& a
   const bool device_scalars = a_nvfp4 || b_nvfp4;
   if (workspace == nullptr) workspace_bytes = 0;
 
-  BS_RETURN_IF_ERROR(load_lt());
+  BS_RETURN_IF_ERROR(runtime::open_cuda_library(runtime::CudaLibrary::kCublasLt));
   cublasLtHandle_t handle = nullptr;
   BS_RETURN_IF_ERROR(lt_handle(&handle));
 
@@ -376,7 +324,7 @@ Status launch_cublaslt_block_scaled(const GemmProblem& p, const GemmArguments& a
     scalars = dev.ptr;
   }
   const LtDescriptors& d = plan.desc;
-  return lt_status(g_lt->matmul(handle, d.op, &scalars[0], args.b_data, d.a, args.a_data, d.b, &scalars[1], c, d.c,
+  return lt_status(LT(cublasLtMatmul)(handle, d.op, &scalars[0], args.b_data, d.a, args.a_data, d.b, &scalars[1], c, d.c,
                                 args.d, d.d, &plan.algo, workspace, workspace_bytes, stream),
                    "cublasLtMatmul");
 }

@@ -23,6 +23,7 @@
 #include <limits>
 
 #include "formats/scalar_codecs.h"  // defines: float_to_bf16_bits_rn, bf16_bits_to_float
+#include "runtime/cuda_libraries.h"
 #include "train/gpu/gpu_ops.h"
 #include "train/gpu/gpu_ops_common.cuh"
 
@@ -31,6 +32,10 @@ namespace blockscale::train::gpu {
 using namespace detail;
 
 namespace {
+
+// cuBLAS's entry point `fn` (runtime/cuda_libraries.h: opened on first use, not linked; the step
+// opened it before making the handle these calls take).
+#define CUBLAS(fn) BS_CUDA_LIB(kCublas, fn)
 
 struct Shape {
   int batch, seq, heads, hd;
@@ -153,7 +158,7 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
                     const uint16_t* a, int lda, int64_t stride_a, const uint16_t* b, int ldb, int64_t stride_b,
                     float* c, int ldc, int64_t stride_c, int batch) {
   const float one = 1.0f, zero = 0.0f;
-  return cublasGemmStridedBatchedEx(h, ta, tb, m, n, k, &one, a, CUDA_R_16BF, lda, stride_a, b, CUDA_R_16BF, ldb,
+  return CUBLAS(cublasGemmStridedBatchedEx)(h, ta, tb, m, n, k, &one, a, CUDA_R_16BF, lda, stride_a, b, CUDA_R_16BF, ldb,
                                     stride_b, &zero, c, CUDA_R_32F, ldc, stride_c, batch, CUBLAS_COMPUTE_32F,
                                     CUBLAS_GEMM_DEFAULT);
 }
@@ -205,21 +210,21 @@ struct Products {
 
 Status cublas_status(const char* fn, const char* what, cublasStatus_t st) {
   if (st == CUBLAS_STATUS_SUCCESS) return Status::ok();
-  return Status::error(std::string(fn) + ": " + what + ": " + cublasGetStatusString(st));
+  return Status::error(std::string(fn) + ": " + what + ": " + CUBLAS(cublasGetStatusString)(st));
 }
 
 // Sets the handle's stream and host pointer mode for the scope, restoring the caller's on exit.
 class HandleScope {
  public:
   HandleScope(cublasHandle_t h, cudaStream_t stream) : h_(h) {
-    ok_ = cublasGetStream(h, &saved_stream_) == CUBLAS_STATUS_SUCCESS &&
-          cublasGetPointerMode(h, &saved_mode_) == CUBLAS_STATUS_SUCCESS &&
-          cublasSetStream(h, stream) == CUBLAS_STATUS_SUCCESS &&
-          cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST) == CUBLAS_STATUS_SUCCESS;
+    ok_ = CUBLAS(cublasGetStream)(h, &saved_stream_) == CUBLAS_STATUS_SUCCESS &&
+          CUBLAS(cublasGetPointerMode)(h, &saved_mode_) == CUBLAS_STATUS_SUCCESS &&
+          CUBLAS(cublasSetStream)(h, stream) == CUBLAS_STATUS_SUCCESS &&
+          CUBLAS(cublasSetPointerMode)(h, CUBLAS_POINTER_MODE_HOST) == CUBLAS_STATUS_SUCCESS;
   }
   ~HandleScope() {
-    cublasSetStream(h_, saved_stream_);
-    cublasSetPointerMode(h_, saved_mode_);
+    CUBLAS(cublasSetStream)(h_, saved_stream_);
+    CUBLAS(cublasSetPointerMode)(h_, saved_mode_);
   }
   bool ok() const { return ok_; }
 

@@ -16,6 +16,7 @@
 
 #include "gemm/gemm.h"                           // the FP8 route (GemmRoute)
 #include "quant/moe.h"                           // routing, unpermute-combine
+#include "runtime/cuda_libraries.h"
 #include "runtime/cuda_status.h"
 #include "train/gpu/gpu_glue.h"                  // gather_rows, round_to_bf16, add_inplace
 #include "train/gpu/gpu_layers.h"                // GpuLayers, DeviceBuffers
@@ -40,7 +41,7 @@ class GpuBackend final : public StepBackend {
       : config_(config), recipe_(recipe), route_(route), layout_(make_param_layout(config)) {}
   ~GpuBackend() override {
     if (host_scalars_) cudaFreeHost(host_scalars_);
-    if (cublas_) cublasDestroy(cublas_);
+    if (cublas_) BS_CUDA_LIB(kCublas, cublasDestroy)(cublas_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -54,8 +55,9 @@ class GpuBackend final : public StepBackend {
 
   Status init(uint64_t seed) {
     BS_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    BS_CUBLAS(cublasCreate(&cublas_));
-    BS_CUBLAS(cublasSetStream(cublas_, stream_));
+    BS_RETURN_IF_ERROR(runtime::open_cuda_library(runtime::CudaLibrary::kCublas));
+    BS_CUBLAS(BS_CUDA_LIB(kCublas, cublasCreate)(&cublas_));
+    BS_CUBLAS(BS_CUDA_LIB(kCublas, cublasSetStream)(cublas_, stream_));
     BS_RETURN_IF_ERROR(layers_.init(stream_));
     const size_t scalars = kAuxLosses + std::max(config_.n_layers, 1);
     BS_CUDA(cudaMallocHost(reinterpret_cast<void**>(&host_scalars_), scalars * sizeof(float)));

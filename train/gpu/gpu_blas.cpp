@@ -5,8 +5,13 @@
 #include <string>
 #include <type_traits>
 
+#include "runtime/cuda_libraries.h"
+
 namespace blockscale::train {
 namespace {
+
+// cuBLASLt's entry point `fn` (runtime/cuda_libraries.h: opened on first use, not linked).
+#define LT(fn) BS_CUDA_LIB(kCublasLt, fn)
 
 Status lt_check(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return Status::ok();
@@ -47,40 +52,41 @@ struct Descriptors {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   ~Descriptors() {
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (c) LT(cublasLtMatrixLayoutDestroy)(c);
+    if (b) LT(cublasLtMatrixLayoutDestroy)(b);
+    if (a) LT(cublasLtMatrixLayoutDestroy)(a);
+    if (desc) LT(cublasLtMatmulDescDestroy)(desc);
   }
   Status make(const ColumnMajor& g, cudaDataType type, bool device_scalars) {
-    BS_RETURN_IF_ERROR(lt_check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc"));
+    BS_RETURN_IF_ERROR(lt_check(LT(cublasLtMatmulDescCreate)(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc"));
     if (device_scalars) {
       const cublasLtPointerMode_t mode = CUBLASLT_POINTER_MODE_DEVICE;
-      BS_RETURN_IF_ERROR(lt_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode,
+      BS_RETURN_IF_ERROR(lt_check(LT(cublasLtMatmulDescSetAttribute)(desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode,
                                                                  sizeof(mode)), "pointer mode"));
     }
     BS_RETURN_IF_ERROR(lt_check(
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &g.ta, sizeof(g.ta)), "transa"));
+        LT(cublasLtMatmulDescSetAttribute)(desc, CUBLASLT_MATMUL_DESC_TRANSA, &g.ta, sizeof(g.ta)), "transa"));
     BS_RETURN_IF_ERROR(lt_check(
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &g.tb, sizeof(g.tb)), "transb"));
+        LT(cublasLtMatmulDescSetAttribute)(desc, CUBLASLT_MATMUL_DESC_TRANSB, &g.tb, sizeof(g.tb)), "transb"));
     const bool ta = g.ta == CUBLAS_OP_T, tb = g.tb == CUBLAS_OP_T;
-    BS_RETURN_IF_ERROR(lt_check(cublasLtMatrixLayoutCreate(&a, type, ta ? g.inner : g.rows, ta ? g.rows : g.inner,
+    BS_RETURN_IF_ERROR(lt_check(LT(cublasLtMatrixLayoutCreate)(&a, type, ta ? g.inner : g.rows, ta ? g.rows : g.inner,
                                                            g.lda), "layout a"));
-    BS_RETURN_IF_ERROR(lt_check(cublasLtMatrixLayoutCreate(&b, type, tb ? g.cols : g.inner, tb ? g.inner : g.cols,
+    BS_RETURN_IF_ERROR(lt_check(LT(cublasLtMatrixLayoutCreate)(&b, type, tb ? g.cols : g.inner, tb ? g.inner : g.cols,
                                                            g.ldb), "layout b"));
-    return lt_check(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, g.rows, g.cols, g.rows), "layout c");
+    return lt_check(LT(cublasLtMatrixLayoutCreate)(&c, CUDA_R_32F, g.rows, g.cols, g.rows), "layout c");
   }
 };
 
 }  // namespace
 
 GpuBlas::~GpuBlas() {
-  if (lt_) cublasLtDestroy(lt_);
+  if (lt_) LT(cublasLtDestroy)(lt_);
 }
 
 Status GpuBlas::init(cudaStream_t stream) {
   stream_ = stream;
-  BS_RETURN_IF_ERROR(lt_check(cublasLtCreate(&lt_), "create"));
+  BS_RETURN_IF_ERROR(runtime::open_cuda_library(runtime::CudaLibrary::kCublasLt));
+  BS_RETURN_IF_ERROR(lt_check(LT(cublasLtCreate)(&lt_), "create"));
   BS_RETURN_IF_ERROR(workspace_.alloc(size_t{32} << 20, "allocating the cublasLt workspace (32 MiB) on the GPU"));
   const float betas[2] = {0.0f, 1.0f};
   return device_betas_.upload(betas, sizeof(betas), "GpuBlas: placing beta's values on the device");
@@ -110,16 +116,16 @@ Status GpuBlas::product(Product p, cudaDataType type, const void* a, const void*
     Descriptors q;
     BS_RETURN_IF_ERROR(q.make(shape, type, device_alpha));
     cublasLtMatmulPreference_t pref;
-    BS_RETURN_IF_ERROR(lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference"));
+    BS_RETURN_IF_ERROR(lt_check(LT(cublasLtMatmulPreferenceCreate)(&pref), "preference"));
     std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, decltype(&cublasLtMatmulPreferenceDestroy)>
         owned(pref, &cublasLtMatmulPreferenceDestroy);
     const size_t workspace_bytes = workspace_.size();
-    BS_RETURN_IF_ERROR(lt_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+    BS_RETURN_IF_ERROR(lt_check(LT(cublasLtMatmulPreferenceSetAttribute)(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                                      &workspace_bytes, sizeof(workspace_bytes)),
                                 "preference workspace"));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    BS_RETURN_IF_ERROR(lt_check(cublasLtMatmulAlgoGetHeuristic(lt_, q.desc, q.a, q.b, q.c, q.c, pref, 1, &result,
+    BS_RETURN_IF_ERROR(lt_check(LT(cublasLtMatmulAlgoGetHeuristic)(lt_, q.desc, q.a, q.b, q.c, q.c, pref, 1, &result,
                                                                &found), "heuristic"));
     if (found < 1) return Status::error("cublasLt: no algorithm for this product");
     *algo = result.algo;
@@ -137,7 +143,7 @@ Status GpuBlas::product(Product p, cudaDataType type, const void* a, const void*
   const float host_alpha = 1.0f;
   const float* alpha = device_alpha ? extras.device_alpha : &host_alpha;
   const float* beta_ptr = device_alpha ? device_betas_.as<float>() + (beta != 0.0f) : &beta;
-  cublasStatus_t s = cublasLtMatmul(lt_, d.desc, alpha, g.a, d.a, g.b, d.b, beta_ptr, c, d.c, c, d.c, &it->second,
+  cublasStatus_t s = LT(cublasLtMatmul)(lt_, d.desc, alpha, g.a, d.a, g.b, d.b, beta_ptr, c, d.c, c, d.c, &it->second,
                                     workspace_.data(), workspace_.size(), stream_);
   if (s != CUBLAS_STATUS_SUCCESS) {  // the bucket's algorithm does not take this size: one for this size
     // negative: an exact size, not a bucket
@@ -148,7 +154,7 @@ Status GpuBlas::product(Product p, cudaDataType type, const void* a, const void*
       BS_RETURN_IF_ERROR(heuristic(g, &algo));
       e = algos_.emplace(exact, algo).first;
     }
-    s = cublasLtMatmul(lt_, d.desc, alpha, g.a, d.a, g.b, d.b, beta_ptr, c, d.c, c, d.c, &e->second,
+    s = LT(cublasLtMatmul)(lt_, d.desc, alpha, g.a, d.a, g.b, d.b, beta_ptr, c, d.c, c, d.c, &e->second,
                        workspace_.data(), workspace_.size(), stream_);
   }
   return lt_check(s, "matmul");

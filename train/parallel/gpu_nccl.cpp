@@ -8,15 +8,20 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cuda_libraries.h"
 #include "runtime/cuda_status.h"
 #include "runtime/device.h"
 
 namespace blockscale::train {
 namespace {
 
+// NCCL's entry point `fn` (runtime/cuda_libraries.h: opened on first use, not linked).
+#define NCCL(fn) BS_CUDA_LIB(kNccl, fn)
+
+
 Status nccl_check(ncclResult_t r, const char* what) {
   if (r == ncclSuccess) return Status::ok();
-  return Status::error(std::string("NCCL ") + what + ": " + ncclGetErrorString(r));
+  return Status::error(std::string("NCCL ") + what + ": " + NCCL(ncclGetErrorString)(r));
 }
 using runtime::cuda_status;
 
@@ -24,7 +29,7 @@ class NcclCommunicator final : public Communicator {
  public:
   ~NcclCommunicator() override {
     if (stream_) cudaStreamDestroy(stream_);
-    if (comm_) ncclCommDestroy(comm_);
+    if (comm_) NCCL(ncclCommDestroy)(comm_);
   }
   Status init(const DistributedEnv& env) {
     rank_ = env.rank, world_ = env.world_size;
@@ -38,16 +43,17 @@ class NcclCommunicator final : public Communicator {
       return Status::error("LOCAL_RANK=" + std::to_string(env.local_rank) + " but this process sees " +
                            std::to_string(devices) + " GPUs");
     BS_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "cudaSetDevice(LOCAL_RANK)"));
+    BS_RETURN_IF_ERROR(runtime::open_cuda_library(runtime::CudaLibrary::kNccl));
     ncclUniqueId id;
     std::vector<uint8_t> blob;
     if (rank_ == 0) {
-      BS_RETURN_IF_ERROR(nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId"));
+      BS_RETURN_IF_ERROR(nccl_check(NCCL(ncclGetUniqueId)(&id), "ncclGetUniqueId"));
       blob.assign(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof(id));
     }
     BS_RETURN_IF_ERROR(exchange_unique_id(env, &blob));
     if (blob.size() != sizeof(id)) return Status::error("rendezvous: rank 0 sent an id of the wrong size");
     std::memcpy(&id, blob.data(), sizeof(id));
-    BS_RETURN_IF_ERROR(nccl_check(ncclCommInitRank(&comm_, world_, id, rank_), "ncclCommInitRank"));
+    BS_RETURN_IF_ERROR(nccl_check(NCCL(ncclCommInitRank)(&comm_, world_, id, rank_), "ncclCommInitRank"));
     BS_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
     return Status::ok();
   }
@@ -60,24 +66,24 @@ class NcclCommunicator final : public Communicator {
   // Every NCCL call goes on stream_, so all ranks run them in the order they were issued.
   Status all_reduce_device(float* data, int64_t n, void* after) override {
     BS_RETURN_IF_ERROR(join(static_cast<cudaStream_t>(after), stream_));
-    return nccl_check(ncclAllReduce(data, data, size_t(n), ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
+    return nccl_check(NCCL(ncclAllReduce)(data, data, size_t(n), ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
   }
   Status all_to_all_device(const void* send, const int64_t* send_bytes, void* recv, const int64_t* recv_bytes,
                            void* after) override {
     BS_RETURN_IF_ERROR(join(static_cast<cudaStream_t>(after), stream_));
     const auto* s = static_cast<const uint8_t*>(send);
     auto* r = static_cast<uint8_t*>(recv);
-    BS_RETURN_IF_ERROR(nccl_check(ncclGroupStart(), "ncclGroupStart"));
+    BS_RETURN_IF_ERROR(nccl_check(NCCL(ncclGroupStart)(), "ncclGroupStart"));
     Status status = Status::ok();
     for (int peer = 0; peer < world_ && status.is_ok(); ++peer) {
       if (send_bytes[peer] > 0)
-        status = nccl_check(ncclSend(s, size_t(send_bytes[peer]), ncclUint8, peer, comm_, stream_), "ncclSend");
+        status = nccl_check(NCCL(ncclSend)(s, size_t(send_bytes[peer]), ncclUint8, peer, comm_, stream_), "ncclSend");
       if (status.is_ok() && recv_bytes[peer] > 0)
-        status = nccl_check(ncclRecv(r, size_t(recv_bytes[peer]), ncclUint8, peer, comm_, stream_), "ncclRecv");
+        status = nccl_check(NCCL(ncclRecv)(r, size_t(recv_bytes[peer]), ncclUint8, peer, comm_, stream_), "ncclRecv");
       s += send_bytes[peer];
       r += recv_bytes[peer];
     }
-    const Status end = nccl_check(ncclGroupEnd(), "ncclGroupEnd");  // a started group is always ended
+    const Status end = nccl_check(NCCL(ncclGroupEnd)(), "ncclGroupEnd");  // a started group is always ended
     return status.is_ok() ? end : status;
   }
   Status wait_device(void* stream) override { return join(stream_, static_cast<cudaStream_t>(stream)); }
@@ -98,7 +104,7 @@ class NcclCommunicator final : public Communicator {
     if (bytes > staging_.size()) BS_RETURN_IF_ERROR(staging_.alloc(bytes, "cudaMalloc (NCCL staging)"));
     void* staging = staging_.data();
     BS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(staging, data, bytes, cudaMemcpyHostToDevice, stream_), "copy in"));
-    BS_RETURN_IF_ERROR(nccl_check(ncclAllReduce(staging, staging, size_t(n), type, ncclSum, comm_, stream_),
+    BS_RETURN_IF_ERROR(nccl_check(NCCL(ncclAllReduce)(staging, staging, size_t(n), type, ncclSum, comm_, stream_),
                                   "ncclAllReduce"));
     BS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(data, staging, bytes, cudaMemcpyDeviceToHost, stream_), "copy out"));
     return cuda_status(cudaStreamSynchronize(stream_), "all_reduce_host");
