@@ -32,10 +32,12 @@ F cuda_library_function(CudaLibrary lib, const char* name) {
 
 #define BS_CUDA_LIB_NAME_(x) #x
 #define BS_CUDA_LIB_NAME(x) BS_CUDA_LIB_NAME_(x)  // after macro expansion: cublasCreate -> "cublasCreate_v2"
-// `fn` of library `lib` (a CudaLibrary enumerator), resolved once per call site.
-#define BS_CUDA_LIB(lib, fn)                                                                             \
+// `fn` of library `lib` (a CudaLibrary enumerator), resolved once per call site, with the type of
+// the header's declaration; BS_CUDA_LIB_AS names the pointer type where C++ overloads `fn`.
+#define BS_CUDA_LIB_AS(lib, fn, Pointer)                                                                 \
   ([] {                                                                                                  \
-    static const auto bs_fn_ = ::blockscale::runtime::cuda_library_function<decltype(&fn)>(              \
+    static const auto bs_fn_ = ::blockscale::runtime::cuda_library_function<Pointer>(                    \
         ::blockscale::runtime::CudaLibrary::lib, BS_CUDA_LIB_NAME(fn));                                  \
     return bs_fn_;                                                                                       \
   }())
+#define BS_CUDA_LIB(lib, fn) BS_CUDA_LIB_AS(lib, fn, decltype(&fn))

@@ -158,9 +158,14 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
                     const uint16_t* a, int lda, int64_t stride_a, const uint16_t* b, int ldb, int64_t stride_b,
                     float* c, int ldc, int64_t stride_c, int batch) {
   const float one = 1.0f, zero = 0.0f;
-  return CUBLAS(cublasGemmStridedBatchedEx)(h, ta, tb, m, n, k, &one, a, CUDA_R_16BF, lda, stride_a, b, CUDA_R_16BF, ldb,
-                                    stride_b, &zero, c, CUDA_R_32F, ldc, stride_c, batch, CUBLAS_COMPUTE_32F,
-                                    CUBLAS_GEMM_DEFAULT);
+  // The C entry point (computeType a cublasComputeType_t); C++ also sees an inline overload.
+  using Batched = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                                     const void*, cudaDataType, int, long long, const void*, cudaDataType, int,
+                                     long long, const void*, void*, cudaDataType, int, long long, int,
+                                     cublasComputeType_t, cublasGemmAlgo_t);
+  return BS_CUDA_LIB_AS(kCublas, cublasGemmStridedBatchedEx, Batched)(
+      h, ta, tb, m, n, k, &one, a, CUDA_R_16BF, lda, stride_a, b, CUDA_R_16BF, ldb, stride_b, &zero, c, CUDA_R_32F, ldc,
+      stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
 // The three product shapes of the banner, each skipping the masked half: the seq rows are cut into
