@@ -117,8 +117,10 @@ Status GpuBlas::product(Product p, cudaDataType type, const void* a, const void*
     BS_RETURN_IF_ERROR(q.make(shape, type, device_alpha));
     cublasLtMatmulPreference_t pref;
     BS_RETURN_IF_ERROR(lt_check(LT(cublasLtMatmulPreferenceCreate)(&pref), "preference"));
-    std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, decltype(&cublasLtMatmulPreferenceDestroy)>
-        owned(pref, &cublasLtMatmulPreferenceDestroy);
+    struct DestroyPreference {
+      void operator()(cublasLtMatmulPreference_t p) const { LT(cublasLtMatmulPreferenceDestroy)(p); }
+    };
+    std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, DestroyPreference> owned(pref);
     const size_t workspace_bytes = workspace_.size();
     BS_RETURN_IF_ERROR(lt_check(LT(cublasLtMatmulPreferenceSetAttribute)(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                                      &workspace_bytes, sizeof(workspace_bytes)),
