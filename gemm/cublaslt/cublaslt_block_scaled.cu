@@ -4,7 +4,7 @@
 // BLK128x128_32F for FP8 blockwise (fp32 scales of 1x128 and 128x128 blocks).
 // Compiled on every build, never run on a Blackwell GPU (none was available); its semantics follow
 // the cuBLASLt documentation. Values must match formats::reference_gemm. The FP8 blockwise call
-// is the same on Hopper, where cuBLASLt also takes those scale modes: tests/gemm/gemm_test.cu runs
+// is the same on Hopper, where cuBLASLt also takes those scale modes: tests/gemm/gemm_test.cpp runs
 // it there (GemmCublasLt) against the reference and the sm_90 kernel.
 //
 // Operands: A (M x K) and B (N x K) K-major codes as quant/ writes them (E4M3 / E5M2 one per

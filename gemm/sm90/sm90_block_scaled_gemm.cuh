@@ -6,7 +6,7 @@
 //                E2M1 two per byte, low nibble first), E8M0 (block 32) or UE4M3 (block 16) scales in
 //                the swizzled 128x4 layout; C / D row-major bf16 or fp32
 //   instruction: wgmma.mma_async m64n128k16 .f32.bf16.bf16 with A in registers (HGMMA in SASS)
-//   must match : formats::reference_gemm (fp64) within the bound of tests/gemm/gemm_block_scaled_test.cu
+//   must match : formats::reference_gemm (fp64) within the bound of tests/gemm/gemm_block_scaled_test.cpp
 //
 // Hopper's tensor cores have no block-scale operand, and FP8 wgmma would need a promotion every
 // 32 of K (and keeps ~13 bits in its accumulator). Instead each element times its block scale is

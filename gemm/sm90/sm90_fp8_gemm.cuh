@@ -13,7 +13,7 @@
 //   instruction: wgmma.mma_async m64n128k32 / m64n192k32 .f32.e4m3.e4m3 from shared memory
 //               (QGMMA), cp.async.bulk.tensor loads (A or B multicast to both CTAs of a cluster),
 //               cp.async.bulk.tensor / cp.reduce.async.bulk.tensor stores of D
-//   must match: formats::reference_gemm (fp64) within the bound derived in tests/gemm/gemm_test.cu;
+//   must match: formats::reference_gemm (fp64) within the bound derived in tests/gemm/gemm_test.cpp;
 //               (exactly, for inputs whose sums are exact in fp32); both tile widths do the same
 //               operations per element, so they give the same bits
 //

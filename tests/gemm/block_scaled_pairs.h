@@ -1,5 +1,5 @@
-// Shared by the block-scaled GEMM tests (gemm_block_scaled_test.cu and the other sources of
-// gemm_block_scaled_test: the GPU runs and premises; gemm_block_scaled_checks_test.cu: the
+// Shared by the block-scaled GEMM tests (gemm_block_scaled_test.cpp and the other sources of
+// gemm_block_scaled_test: the GPU runs and premises; gemm_block_scaled_checks_test.cpp: the
 // argument checks and the dispatch rule): the ten supported recipe pairs, their labels and test
 // names, and a GemmProblem for a pair.
 #pragma once

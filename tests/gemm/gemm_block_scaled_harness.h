@@ -1,8 +1,8 @@
-// Shared by gemm_block_scaled_test's sources (gemm_block_scaled_test.cu: random data against the
-// derived bound, extreme scales, non-finite input; gemm_block_scaled_exact_test.cu: bit-exact cases;
-// gemm_block_scaled_nvfp4_test.cu: NVFP4's tensor scale and 2D weights): the random operands, one
+// Shared by gemm_block_scaled_test's sources (gemm_block_scaled_test.cpp: random data against the
+// derived bound, extreme scales, non-finite input; gemm_block_scaled_exact_test.cpp: bit-exact cases;
+// gemm_block_scaled_nvfp4_test.cpp: NVFP4's tensor scale and 2D weights): the random operands, one
 // GEMM run on the GPU over a poisoned (or given) D, and the check of one output variant against
-// the bound that gemm_block_scaled_test.cu's header derives.
+// the bound that gemm_block_scaled_test.cpp's header derives.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,8 +1,8 @@
-// Shared by gemm_test's sources (gemm_test.cu: random data against the derived bound, the
-// cuBLASLt and automatic routes, extreme scales; gemm_exact_test.cu: bit-exact cases and tile
-// widths; gemm_checks_test.cu: the checks, the dispatch rule, the tile order): the FP8 blockwise
+// Shared by gemm_test's sources (gemm_test.cpp: random data against the derived bound, the
+// cuBLASLt and automatic routes, extreme scales; gemm_exact_test.cpp: bit-exact cases and tile
+// widths; gemm_checks_test.cpp: the checks, the dispatch rule, the tile order): the FP8 blockwise
 // operands, the tiles under test, one GEMM run with D poisoned (0xFF bytes: NaN in bf16 and fp32),
-// and the shape cases every parametrised test takes. gemm_test.cu's header derives the bound.
+// and the shape cases every parametrised test takes. gemm_test.cpp's header derives the bound.
 #pragma once
 
 #include <cuda_runtime.h>

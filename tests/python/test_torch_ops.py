@@ -3,7 +3,7 @@
 - quantize: the codes and the scales (in the GEMM layout: blockscale.gemm_scales) byte for byte
   the emulator's, blockscale.quantize, on the same input copied to numpy; random and adversarial
   inputs (NaN, Inf, zeros, the largest magnitudes, subnormals), odd shapes, every input dtype.
-- GEMMs (dense, M- and K-grouped): within the error bound tests/gemm/gemm_test.cu derives for FP8
+- GEMMs (dense, M- and K-grouped): within the error bound tests/gemm/gemm_test.cpp derives for FP8
   blockwise, against an fp64 product of the dequantized operands:
       ||D - D_ref||_F <= (8 * 2^-13 + (K/128 + 5) * 2^-24) ||abs||_F + 1.01 * u_out * ||D_ref||_F
   abs = |A| |B|^T (the dequantized operands' magnitudes), u_out = 2^-8 (bf16 D) or 2^-24 (fp32).

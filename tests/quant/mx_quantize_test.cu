@@ -1,4 +1,4 @@
-// Tests of quant/mx_quantize.cu (dense mode; the grouped mode: mx_grouped_quantize_test.cu)
+// Tests of quant/mx_quantize.cu (dense mode; the grouped mode: mx_grouped_quantize_test.cpp)
 // and quant/dequantize.cu: the GPU's bytes against the CPU emulator's, byte for byte. The reference is formats::quantize() +
 // formats::pack_gemm_scales() on the input decoded exactly to fp32 (the tensor amax:
 // formats' block_amax over the whole input; dequantize: formats::dequantize()).
@@ -13,7 +13,7 @@
 //   - shapes 1x1 .. 1000x4096, one 16385x7169 (bf16), 4096x8192 (many whole tiles per CTA), row
 //     stride > cols (aligned or not), misaligned pointers (the scalar fallback paths);
 // The element encoders and the block scale on every fp32 pattern: mx_device_test.cu; the
-// argument checks: quantize_test.cu.
+// argument checks: quantize_test.cpp.
 // GPU tests skip without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>

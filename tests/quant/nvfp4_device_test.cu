@@ -5,7 +5,7 @@
 //     formats::hadamard16_inplace and the fold of its x 0.25 into the encode factor;
 //   - GPU sweeps: the encoder on every non-NaN fp32 pattern; the hardware UE4M3 scale conversion
 //     against formats::encode_ue4m3 on every fp32 in [0, +Inf]; the PRMT sign gathers.
-// The kernels' bytes end to end: nvfp4_quantize_test.cu. GPU tests skip without a GPU.
+// The kernels' bytes end to end: nvfp4_quantize_test.cpp. GPU tests skip without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
-// Shared by train_gpu_ops_test's sources (gpu_ops_test.cu, gpu_ops_moe_test.cu,
-// gpu_ops_loss_optimizer_test.cu): device copies poisoned on allocation, seeded integer inputs, and
-// the comparisons whose tolerances gpu_ops_test.cu's header states.
+// Shared by train_gpu_ops_test's sources (gpu_ops_test.cpp, gpu_ops_moe_test.cpp,
+// gpu_ops_loss_optimizer_test.cpp): device copies poisoned on allocation, seeded integer inputs, and
+// the comparisons whose tolerances gpu_ops_test.cpp's header states.
 #pragma once
 
 #include <cuda_runtime.h>

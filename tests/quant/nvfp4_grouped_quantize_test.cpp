@@ -78,7 +78,7 @@ const char* name(Pattern p) {
   return p == Pattern::kMixed ? "mixed" : p == Pattern::kFinite ? "finite" : p == Pattern::kNarrow ? "narrow" : "zero";
 }
 
-// Per 16x16 region of the input one kind of data (as tests/quant/nvfp4_quantize_test.cu).
+// Per 16x16 region of the input one kind of data (as tests/quant/nvfp4_quantize_test.cpp).
 HostInput make_input(int64_t rows, int64_t cols, int64_t ld, DType t, Pattern pattern, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, 1.0);

@@ -10,9 +10,9 @@
 // 256 x 128: gemm/launchers.h), each of which must write the automatic choice's bytes.
 // D is poisoned (0xFF: NaN in bf16 and fp32) first; every element must be written and finite,
 // and the Frobenius error must be within the bound of the dense tests for the recipe:
-//   FP8 blockwise (tests/gemm/gemm_test.cu):
+//   FP8 blockwise (tests/gemm/gemm_test.cpp):
 //     |alpha| (8 * 2^-13 + (k/128 + 5) u) ||abs|| + 2u |beta| ||C|| + 1.01 u_out ||D||
-//   MX / NVFP4 (tests/gemm/gemm_block_scaled_test.cu):
+//   MX / NVFP4 (tests/gemm/gemm_block_scaled_test.cpp):
 //     |alpha| (2 (k/16 + 4) 2^-23 + 4u) ||abs|| + 2u |beta| ||C|| + 1.01 u_out ||D||
 // with u = 2^-24, u_out = 2^-8 (bf16 D) or u (fp32 D), abs = |A| |B_g|^T per expert. Each expert
 // quantizes its own B (NVFP4: its own tensor scale, so b_scale_dec holds one float per expert).

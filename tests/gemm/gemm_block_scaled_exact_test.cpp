@@ -1,4 +1,4 @@
-// gemm_block_scaled_test's exact cases (the bound on random data: gemm_block_scaled_test.cu's
+// gemm_block_scaled_test's exact cases (the bound on random data: gemm_block_scaled_test.cpp's
 // header; the harness: gemm_block_scaled_harness.h).
 // ---- Exact cases ----
 // Codes from small dyadic sets and scales whose exponents span a few binades (the span shrinks as
@@ -220,7 +220,7 @@ TEST_P(GemmBlockScaledExact, BitExact) {
 INSTANTIATE_TEST_SUITE_P(Pairs, GemmBlockScaledExact, ::testing::ValuesIn(supported_pairs()), pair_name);
 
 // ---- No GPU needed: the premises (the argument checks and the dispatch rule:
-// gemm_block_scaled_checks_test.cu) --------------------------------------------------------------
+// gemm_block_scaled_checks_test.cpp) --------------------------------------------------------------
 
 // GemmBlockScaledExact's premise for every pair and shape (the largest reference is skipped: slow
 // in debug builds; the GPU test asserts it anyway).

@@ -16,7 +16,7 @@
 //     the row_index gather (indices -1, past input_rows, INT32_MAX; input_rows != rows), and group
 //     ends that stop short of rows (the rows past the last end keep their poison);
 //   - empty problems (nothing written).
-// GPU tests skip without a GPU. The argument checks: mx_bf16_api_test.cu.
+// GPU tests skip without a GPU. The argument checks: mx_bf16_api_test.cpp.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // Tests of the argument checks of quant/mx_bf16.h (can_implement and run): every rule's error
 // names its argument, the checks run in order, and a valid problem passes on a GPU. No GPU needed
 // but for the last test: every check fails before any device access. The GPU's values:
-// mx_bf16_test.cu.
+// mx_bf16_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cstdint>

@@ -25,8 +25,8 @@
 //  scales cleared. An fp32-exact accumulator would give ~1e-6 * sqrt(K)-sized errors; the FP8
 //  tensor core's 13 bits make the first term dominate (relative error ~1e-4 for random signs,
 //  ~1e-3 x ||abs|| / ||D|| worst case). The test asserts the bound and prints measured / bound.
-// The bit-exact cases and the tile widths are in gemm_exact_test.cu; the argument checks, the
-// dispatch rule, the tile order and the scale-block rule in gemm_checks_test.cu; the operands,
+// The bit-exact cases and the tile widths are in gemm_exact_test.cpp; the argument checks, the
+// dispatch rule, the tile order and the scale-block rule in gemm_checks_test.cpp; the operands,
 // the GEMM run and the shape cases they all use in gemm_fp8_harness.h.
 // ---- Tiles ----
 // The sm90 kernel has three tiles (128 x 128, 128 x 192 and, for 128x128 B, 256 x 128:

@@ -1,4 +1,4 @@
-// gemm_test's exact cases (the bound on random data: gemm_test.cu's header; the harness:
+// gemm_test's exact cases (the bound on random data: gemm_test.cpp's header; the harness:
 // gemm_fp8_harness.h).
 // ---- Exact cases ----
 // With codes in {0, +-0.5, +-1, +-1.5, +-2} and power-of-two scales 2^[-2, 2], every partial sum,

@@ -14,8 +14,8 @@
 // sum / sum_of_squares run twice and compare bits. GPU tests skip without a GPU; the argument
 // checks run everywhere.
 // The ops are split over train_gpu_ops_test's sources: this file (argument checks, embedding,
-// RMSNorm, attention, SwiGLU), gpu_ops_moe_test.cu (router, MoE combine backward and scatter-add),
-// gpu_ops_loss_optimizer_test.cu (cross-entropy, sums, AdamW, bf16 conversion); their shared
+// RMSNorm, attention, SwiGLU), gpu_ops_moe_test.cpp (router, MoE combine backward and scatter-add),
+// gpu_ops_loss_optimizer_test.cpp (cross-entropy, sums, AdamW, bf16 conversion); their shared
 // helpers are in gpu_ops_test_util.h.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>

@@ -9,7 +9,7 @@
 // expert (fp32 D accumulating into C, the main gradient), many experts with random counts, one
 // expert. MX / NVFP4 experts start inside a 128-token stage, so the kernel's stage masking is on
 // every path. D is poisoned (0xFF) first: every element must be written and finite, and the
-// Frobenius error within the bounds of the dense tests (tests/gemm/gemm_grouped_test.cu), with k
+// Frobenius error within the bounds of the dense tests (tests/gemm/gemm_grouped_test.cpp), with k
 // = the capacity. Also: a NaN token in one expert stays in that expert's dW (the neighbours'
 // stages read its blocks and must mask them), the end-to-end path through quant/'s GPU grouped
 // quantize, and the argument checks. FP8 blockwise with fp32 D and beta 0 takes the staged
@@ -179,7 +179,7 @@ std::vector<uint8_t> run_gpu(const bg::GroupedGemmProblem& p, const bf::Quantize
   return d;
 }
 
-// The dense tests' bound for a reduction of length k (docs in tests/gemm/gemm_grouped_test.cu).
+// The dense tests' bound for a reduction of length k (docs in tests/gemm/gemm_grouped_test.cpp).
 double error_bound(const bg::GroupedGemmProblem& p, double abs_norm, double c_norm, double ref_norm) {
   const double u = std::ldexp(1.0, -24), u_out = p.d_type == DType::kBf16 ? std::ldexp(1.0, -8) : u;
   const double accumulate = bf::is_fp8_block(p.a_recipe)

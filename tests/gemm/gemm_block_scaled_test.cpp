@@ -1,6 +1,6 @@
 // Tests of gemm/gemm.h's MX / NVFP4 GEMM (the block-scaled pairs: mxfp8 | mxfp8_e5m2 x mxfp8 |
 // mxfp8_e5m2 | mxfp4 | nvfp4, mxfp4 x mxfp4, nvfp4 x nvfp4); its argument checks and dispatch
-// rule are in gemm_block_scaled_checks_test.cu. The
+// rule are in gemm_block_scaled_checks_test.cpp. The
 // reference is formats::reference_gemm (fp64, exact products) on the same QuantizedMatrix
 // operands, uploaded as quant/ writes them: data row-major (K bytes per row, K / 2 for E2M1), byte
 // scales packed with formats::pack_gemm_scales, NVFP4's S_dec as a device float (nullptr for
@@ -29,8 +29,8 @@
 //  where abs = |A| |B|^T (S_dec included) is formats::reference_gemm on the operands with the
 //  codes' signs cleared. The first term dominates for fp32 D (~(K/8) 2^-23 ||abs||; random signs
 //  make ||abs|| ~ sqrt(K) ||D||), the last for bf16 D. Each test prints measured / bound.
-// The exact cases are in gemm_block_scaled_exact_test.cu, NVFP4's tensor scale in
-// gemm_block_scaled_nvfp4_test.cu, the operands, the GEMM run and the check of one output variant
+// The exact cases are in gemm_block_scaled_exact_test.cpp, NVFP4's tensor scale in
+// gemm_block_scaled_nvfp4_test.cpp, the operands, the GEMM run and the check of one output variant
 // in gemm_block_scaled_harness.h.
 // GPU tests skip without a GPU.
 #include <cuda_runtime.h>

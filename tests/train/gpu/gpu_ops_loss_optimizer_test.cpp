@@ -1,6 +1,6 @@
 // Tests of train/gpu/gpu_ops.h's loss and optimizer ops against train/cpu/cpu_ops.h, the host formula or
 // the formats codec: cross-entropy, sum / sum_of_squares and scale, AdamW (with clipping on the
-// device), bf16 conversion. Poisoned outputs, tolerances and determinism as gpu_ops_test.cu's
+// device), bf16 conversion. Poisoned outputs, tolerances and determinism as gpu_ops_test.cpp's
 // header states; helpers in gpu_ops_test_util.h. GPU tests skip without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>

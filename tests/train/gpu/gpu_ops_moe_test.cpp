@@ -1,6 +1,6 @@
 // Tests of train/gpu/gpu_ops.h's MoE ops against train/cpu/cpu_ops.h: the router (forward, load-balance
 // loss, backward; ties) and the MoE combine backward and scatter-add. Poisoned outputs, tolerances
-// and determinism as gpu_ops_test.cu's header states; helpers in gpu_ops_test_util.h. GPU tests
+// and determinism as gpu_ops_test.cpp's header states; helpers in gpu_ops_test_util.h. GPU tests
 // skip without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>

@@ -2,8 +2,8 @@
 // can_implement_for_arch, is_block_scaled_pair): which recipe pairs it takes, the K rule, the
 // pointer, alignment and overlap rules with the argument each error names, and which kernel each
 // architecture gets. No GPU needed: the pointers are never dereferenced (the GPU runs are in
-// gemm_block_scaled_test's sources: gemm_block_scaled_test.cu, gemm_block_scaled_exact_test.cu,
-// gemm_block_scaled_nvfp4_test.cu).
+// gemm_block_scaled_test's sources: gemm_block_scaled_test.cpp, gemm_block_scaled_exact_test.cpp,
+// gemm_block_scaled_nvfp4_test.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
