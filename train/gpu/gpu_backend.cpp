@@ -19,7 +19,7 @@
 #include "runtime/cuda_libraries.h"
 #include "runtime/cuda_status.h"
 #include "train/gpu/gpu_glue.h"                  // gather_rows, round_to_bf16, add_inplace
-#include "train/gpu/gpu_layers.h"                // GpuLayers, DeviceBuffers
+#include "train/gpu/gpu_layers.h"                // GpuLayers, DeviceBuffers, Gather
 #include "train/gpu/gpu_ops.h"                   // norms, attention, router, loss, AdamW
 #include "train/gpu/gpu_phase_timer.h"
 #include "train/model/recipe_policy.h"           // gradient_sr_key, head_recipe
@@ -49,7 +49,7 @@ class GpuBackend final : public StepBackend {
     if (recipe_ == Recipe::kFp8Block)
       return std::string("gemm/, ") + gemm::gemm_route_name(route_) + " route";
     if (recipe_ != Recipe::kMxfp8 && recipe_ != Recipe::kNvfp4) return "";
-    if (!layers_.cublas_experts()) return "gemm/ block-scaled kernels";
+    if (layers_.on_kernels()) return "gemm/ block-scaled kernels";
     return recipe_ == Recipe::kMxfp8 ? "MX values as bf16 + cuBLASLt" : "NVFP4 block values as bf16 + cuBLASLt";
   }
 
@@ -72,12 +72,10 @@ class GpuBackend final : public StepBackend {
     // Dense bf16 tensor-core FLOP per SM per clock: 4096 on sm_90 (H100 SXM: 132 SMs, 1.83 GHz ->
     // 989 TFLOP/s); other architectures report no MFU.
     peak_ = major == 9 ? double(sms) * clock_khz * 1e3 * 4096.0 : 0.0;
-    layers_.set_bf16_values(mx_bf16_values(route_, major));
     // The FP8 route is process-wide in gemm/: the backend made last sets it.
-    if (recipe_ == Recipe::kFp8Block) {
-      gemm::set_gemm_route(route_);
-      fp8_per_expert_ = route_ == gemm::GemmRoute::kCublasLt && major == 9;
-    }
+    if (recipe_ == Recipe::kFp8Block) gemm::set_gemm_route(route_);
+    layers_.choose_route(mx_bf16_values(route_, major),
+                         recipe_ == Recipe::kFp8Block && route_ == gemm::GemmRoute::kCublasLt && major == 9);
     const int64_t n = layout_.total;
     std::vector<float> host(n);
     init_params(layout_, config_, seed, host.data());
@@ -328,10 +326,6 @@ class GpuBackend final : public StepBackend {
   ModelConfig config_;
   Recipe recipe_;
   gemm::GemmRoute route_;
-  // fp8_block on Hopper's cuBLASLt route (--gemm-route cublaslt only): the experts run one cuBLASLt
-  // matmul each, their sizes copied back to the host per MoE layer. Every other route reads the
-  // sizes on the device (the grouped kernels): no host synchronisation in the step.
-  bool fp8_per_expert_ = false;
   ParamLayout layout_;
   DeviceBuffers buffers_;
   PhaseTimer timer_;
@@ -430,7 +424,6 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
       BS_RETURN_IF_ERROR(buf("route_ws", int64_t(route_ws_bytes), &route_ws));
       BS_RETURN_IF_ERROR(quant::run(rp, quant::RoutingInputs{ids}, quant::RoutingOutputs{ends, row_source, slot_row},
                                     route_ws, route_ws_bytes, stream_));
-      layers_.set_host_sized_experts(fp8_per_expert_);
       // The group sizes on the host: for the cuBLAS experts loop, the per-expert cuBLASLt route
       // and the exchange plan.
       if (layers_.experts_need_host_ends() || expert_parallel_) {
@@ -460,7 +453,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
       // MXFP8 and FP8 blockwise permute the tokens while quantizing them (the backward needs only
       // their quantized copies); NVFP4 and the cuBLAS recipes take a permuted fp32 copy.
       const bool fused = !expert_parallel_ && (recipe_ == Recipe::kMxfp8 || recipe_ == Recipe::kFp8Block);
-      const GpuLayers::Gather gather{row_source, m};
+      const Gather gather{row_source, m};
       if (!expert_parallel_ && !fused) gpu::gather_rows(h2, m, d, row_source, rows, xs, stream_);
       if (er.rows > 0) {
         BS_RETURN_IF_ERROR(layers_.grouped_forward(n + ".w13", fused ? h2 : xs, er.rows, er.ends, er.experts,

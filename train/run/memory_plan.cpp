@@ -25,7 +25,7 @@ double cpu_linear_workspace(double n, double k, double groups, double rows) {
   return 8.0 * (groups * n * k + 2.0 * n * k + 2.0 * rows * (n + k));
 }
 
-// Bytes per element of a matmul operand's low-precision copies on the GPU (train/gpu/gpu_layers.h):
+// Bytes per element of a matmul operand's low-precision copies on the GPU (train/gpu/gpu_linear_route.h):
 // fp32 multiplies the tensors themselves; bf16 keeps one bf16 copy; fp8_block and mxfp8 on gemm/'s
 // kernels a rowwise and a columnwise 8-bit copy; nvfp4 two 4-bit ones; on the bf16-values route
 // (--gemm-route bf16) mxfp8 keeps two bf16 copies instead and nvfp4 two more beside its 4-bit ones.
