@@ -104,7 +104,7 @@ once() {
 
 quant_test_targets() {
   # tests/quant/CMakeLists.txt: one target quant_<file> per test source.
-  for f in "$root"/tests/quant/*_test.cu; do t=${f##*/}; echo "quant_${t%.cu}"; done
+  for f in "$root"/tests/quant/*_test.cu "$root"/tests/quant/*_test.cpp; do t=${f##*/}; echo "quant_${t%.*}"; done
 }
 
 # shellcheck disable=SC2317  # called through once
