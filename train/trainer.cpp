@@ -32,14 +32,49 @@ json model_json(const ModelConfig& m) {
           {"aux_loss_coef", m.aux_loss_coef}};
 }
 
-// What a checkpoint must agree on to be resumed (the run's length and logging may change).
+// How the run split its sequences per step (informational: a resume may split them otherwise).
+json split_json(const TrainConfig& c, int world) {
+  return {{"ranks", world}, {"batch", c.batch}, {"grad_accum", c.grad_accum}};
+}
+// A split worth printing: three positive whole numbers (a damaged one is left unsaid: the
+// sequences per step, which decide the resume, were checked).
+bool well_formed_split(const json& split) {
+  if (!split.is_object()) return false;
+  for (const char* key : {"ranks", "batch", "grad_accum"}) {
+    const auto it = split.find(key);
+    if (it == split.end() || !it->is_number_integer() || it->get<int64_t>() < 1) return false;
+  }
+  return true;
+}
+std::string split_text(const json& split) {
+  const bool one = split["ranks"].get<int64_t>() == 1;
+  return split["ranks"].dump() + (one ? " rank" : " ranks") + " x --batch " + split["batch"].dump() +
+         " x --grad-accum " + split["grad_accum"].dump();
+}
+
+// A checkpoint's options as resume_json writes them. Checkpoints of earlier versions record the
+// batch, the accumulation and the ranks apart: their product is the sequences per step.
+json saved_resume_json(json saved) {
+  if (saved.is_object() && !saved.contains("sequences_per_step") && saved.contains("batch") &&
+      saved.contains("grad_accum") && saved.contains("ranks") && saved["batch"].is_number_integer() &&
+      saved["grad_accum"].is_number_integer() && saved["ranks"].is_number_integer()) {
+    saved["sequences_per_step"] =
+        saved["batch"].get<int64_t>() * saved["grad_accum"].get<int64_t>() * saved["ranks"].get<int64_t>();
+    saved.erase("batch"), saved.erase("grad_accum"), saved.erase("ranks");
+  }
+  return saved;
+}
+
+// What a checkpoint must agree on to be resumed (the run's length and logging may change). The
+// batch enters as the sequences per optimizer step only: a step's samples, its learning rate and
+// its data order depend on that alone (sample (micro x ranks + rank) x batch + i of the step), so
+// a run saved on N ranks resumes on any number whose --batch x --grad-accum x ranks is the same
+// (bit-identically when all three are; otherwise to float summation order).
 json resume_json(const TrainConfig& c, int world) {
   const OptimizerConfig& o = c.optimizer;
   return {{"model", model_json(c.model)},
           {"recipe", recipe_name(c.recipe)},
-          {"batch", c.batch},
-          {"grad_accum", c.grad_accum},
-          {"ranks", world},  // the global batch and the sample order depend on it
+          {"sequences_per_step", int64_t{c.batch} * c.grad_accum * world},
           {"seed", c.seed},
           {"data", {{"source", c.data.source}, {"path", c.data.path}, {"dtype", c.data.dtype},
                     {"synthetic_tokens", c.data.synthetic_tokens}, {"eval_fraction", c.data.eval_fraction}}},
@@ -55,8 +90,8 @@ std::string config_differences(const json& saved, const json& now) {
       {"/model/vocab", "--vocab"}, {"/model/d_model", "--d-model"}, {"/model/layers", "--layers"},
       {"/model/heads", "--heads"}, {"/model/experts", "--experts"}, {"/model/top_k", "--top-k"},
       {"/model/d_ff", "--d-ff"}, {"/model/seq_len", "--seq-len"}, {"/model/aux_loss_coef", "--aux-loss-coef"},
-      {"/recipe", "--recipe"}, {"/batch", "--batch"}, {"/grad_accum", "--grad-accum"},
-      {"/ranks", "the number of ranks"}, {"/seed", "--seed"}, {"/data/source", "--data"},
+      {"/recipe", "--recipe"}, {"/sequences_per_step", "the sequences per step (--batch x --grad-accum x ranks)"},
+      {"/seed", "--seed"}, {"/data/source", "--data"},
       {"/data/path", "--data-path"}, {"/data/dtype", "--token-dtype"},
       {"/data/synthetic_tokens", "--synthetic-tokens"}, {"/data/eval_fraction", "--eval-fraction"},
       {"/optimizer/lr", "--lr"}, {"/optimizer/min_lr_ratio", "--min-lr-ratio"},
@@ -143,7 +178,10 @@ Status save(const TrainConfig& c, bool leader, int world, StepBackend& backend, 
   std::vector<float> p, m, v;
   BS_RETURN_IF_ERROR(backend.read_state(&p, &m, &v));
   if (!leader) return Status::ok();
-  const json state = {{"step", step}, {"tokens", tokens}, {"config", resume_json(c, world)}};
+  const json state = {{"step", step},
+                      {"tokens", tokens},
+                      {"config", resume_json(c, world)},
+                      {"split", split_json(c, world)}};
   BS_RETURN_IF_ERROR(save_checkpoint(c.out_dir, step, checkpoint_entries<TensorRef, const float*>(
                                                           layout, p.data(), m.data(), v.data()),
                                      state));
@@ -157,9 +195,22 @@ Status resume(const TrainConfig& c, int world, StepBackend& backend, const Param
   std::string dir;
   if (const Status read = read_checkpoint_state(c.resume, &state, &dir); !read)
     return Status::error("--resume: " + read.message());
-  if (!state.contains("config") || state["config"] != resume_json(c, world))
+  const json saved = saved_resume_json(state.contains("config") ? state["config"] : json());
+  if (saved != resume_json(c, world))
     return Status::error("--resume: " + dir + " was saved with other options: " +
-                         config_differences(state.contains("config") ? state["config"] : json(), resume_json(c, world)));
+                         config_differences(saved, resume_json(c, world)));
+  // Another split of the same sequences per step continues the run to float summation order.
+  json split = state.contains("split") ? state["split"] : json();
+  if (!split.is_object() && state.contains("config") && state["config"].is_object()) {  // an earlier version's
+    const json& old = state["config"];
+    split = {{"ranks", old.value("ranks", json())}, {"batch", old.value("batch", json())},
+             {"grad_accum", old.value("grad_accum", json())}};
+  }
+  const std::string resplit =
+      well_formed_split(split) && split != split_json(c, world)
+          ? " (saved as " + split_text(split) + ", now " + split_text(split_json(c, world)) +
+                ": the same sequences per step, summed in another order)"
+          : "";
   std::vector<float> p(layout.total), m(layout.total), v(layout.total);
   const Status loaded =
       load_checkpoint(dir, checkpoint_entries<TensorSlot, float*>(layout, p.data(), m.data(), v.data()), &state, &dir);
@@ -173,7 +224,7 @@ Status resume(const TrainConfig& c, int world, StepBackend& backend, const Param
   *tokens = counter("tokens", 0);
   if (*step < 0) return Status::error("--resume: " + dir + "/state.json has no step (a whole number >= 0)");
   if (*tokens < 0) return Status::error("--resume: " + dir + "/state.json has no token count (a whole number >= 0)");
-  progress << "resumed from " << dir << " at step " << *step << "\n";
+  progress << "resumed from " << dir << " at step " << *step << resplit << "\n";
   return backend.write_state(p, m, v);
 }
 
@@ -433,6 +484,8 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
   config["device"] = backend->device_name();
   if (!backend->gemm_route().empty()) config["gemm_route"] = backend->gemm_route();
   config["ranks"] = ranks.world;
+  config["batch"] = c.batch;
+  config["grad_accum"] = c.grad_accum;
   if (timed_steps > 0) {  // steps after the warm-up (warmup_steps)
     config["mean_step_ms"] = timed_ms / timed_steps;
     config["mean_tokens_per_s"] = tokens_per_step / (timed_ms / timed_steps / 1e3);

@@ -160,7 +160,7 @@ def make_plain_seeds(d):
 NOISE = {"quantize": [r"blockscale quantize: skipping '.*'(\.\.\.)?: "],
          "study": [r"blockscale study: skipping "],
          "dequantize": [r"blockscale dequantize: '.*' was quantized after a Hadamard transform"],
-         "train": [r"resumed from \S+ at step -?\d+$", r"train: ", r"step \d+/\d+ \| ", r"eval step \d+: loss ",
+         "train": [r"resumed from \S+ at step -?\d+( \(saved as [^()]*\))?$", r"train: ", r"step \d+/\d+ \| ", r"eval step \d+: loss ",
                    r"$"]}
 
 

@@ -5,6 +5,7 @@
 #include "train/trainer.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <filesystem>
@@ -274,6 +275,30 @@ TEST(Trainer, ADamagedCheckpointIsRefusedNotAborted) {
   EXPECT_NE(st.message().find("not a regular file"), std::string::npos) << st.message();
 }
 
+// A checkpoint of an earlier version (the batch, the accumulation and the ranks recorded apart,
+// no split) resumes as before, and is refused for another number of sequences per step.
+TEST(Trainer, ACheckpointOfAnEarlierVersionResumes) {
+  blockscale_test::TempDir dir;
+  const TrainConfig again = stopped_run(dir.file("run"), 4, 2, 2);
+  const std::string path = again.out_dir + "/step_00000002/state.json";
+  nlohmann::json j = nlohmann::json::parse(blockscale_test::read_file(path));
+  nlohmann::json& state = j["state"];
+  ASSERT_TRUE(state["config"].contains("sequences_per_step")) << j.dump();
+  state["config"].erase("sequences_per_step");
+  state["config"]["batch"] = again.batch;
+  state["config"]["grad_accum"] = again.grad_accum;
+  state["config"]["ranks"] = 1;
+  state.erase("split");
+  std::ofstream(path) << j.dump(2);
+  std::ostringstream progress;
+  TrainSummary s;
+  TrainConfig other = again;
+  other.grad_accum = again.grad_accum + 1;
+  EXPECT_TRUE(mentions(train(other, progress, &s), "the sequences per step"));
+  ASSERT_TRUE(train(again, progress, &s).is_ok()) << progress.str();
+  EXPECT_NE(progress.str().find("resumed from"), std::string::npos) << progress.str();
+}
+
 // A learning rate that blows the weights up: the run stops with an error at the first step whose
 // loss or gradient norm is not finite (before: it went on to "loss -nan" and reported success),
 // keeps that step in train.csv, and saves no checkpoint from it or after it.
@@ -358,6 +383,58 @@ TEST(Trainer, TwoRanksFollowOneRankWithTheSameGlobalBatch) {
   }
   EXPECT_NEAR(s1.final_eval_loss, s2[0].final_eval_loss, 1e-3 * s1.final_eval_loss);
   EXPECT_EQ(s2[0].final_eval_loss, s2[1].final_eval_loss);  // every rank learns the same eval
+}
+
+// A checkpoint of two ranks resumes on one rank that takes the same sequences per step (a larger
+// batch, or more accumulation): the run goes on over the same samples with the same schedule, to
+// float summation order. Another number of sequences per step is refused, naming it.
+TEST(Trainer, TwoRanksResumeOnOneWithTheSameSequencesPerStep) {
+  blockscale_test::TempDir dir;
+  TrainConfig one = tiny(dir.file("one"));
+  one.batch = 4;  // x --grad-accum 2 = 8 sequences per step
+  std::ostringstream progress;
+  TrainSummary s1;
+  ASSERT_TRUE(train(one, progress, &s1).is_ok()) << progress.str();
+  const std::vector<StepRecord> ref = steps_of(one.out_dir);
+
+  TrainConfig two = tiny("");
+  two.batch = 2;       // x --grad-accum 2 x 2 ranks = 8
+  two.stop_after = 10;  // the checkpoint of step 10, then stopped
+  std::ostringstream out[2];
+  TrainSummary s2[2];
+  train_two_ranks(two, {dir.file("two"), dir.file("two_rank1")}, out, s2);
+  if (HasFatalFailure()) return;
+
+  struct Split {
+    int batch, grad_accum;
+  };
+  for (const Split split : {Split{4, 2}, Split{8, 1}}) {
+    const std::string run = dir.file("resumed_b" + std::to_string(split.batch));
+    std::filesystem::copy(dir.file("two"), run, std::filesystem::copy_options::recursive);
+    TrainConfig resumed = tiny(run);
+    resumed.batch = split.batch, resumed.grad_accum = split.grad_accum;
+    resumed.resume = run;
+    std::ostringstream p;
+    TrainSummary s;
+    ASSERT_TRUE(train(resumed, p, &s).is_ok()) << p.str();
+    const std::string note = "(saved as 2 ranks x --batch 2 x --grad-accum 2, now 1 rank x --batch " +
+                             std::to_string(split.batch) + " x --grad-accum " + std::to_string(split.grad_accum);
+    EXPECT_NE(p.str().find(note), std::string::npos) << p.str();
+    const std::vector<StepRecord> got = steps_of(run);
+    ASSERT_EQ(got.size(), ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, ref[i].tokens) << "step " << ref[i].step;
+      EXPECT_EQ(got[i].lr, ref[i].lr) << "step " << ref[i].step;
+      EXPECT_NEAR(got[i].train_loss, ref[i].train_loss, 1e-3 * ref[i].train_loss) << "step " << ref[i].step;
+    }
+  }
+
+  TrainConfig fewer = tiny(dir.file("two"));
+  fewer.batch = 2;  // 1 rank: 4 sequences per step
+  fewer.resume = fewer.out_dir;
+  TrainSummary s;
+  const Status st = train(fewer, progress, &s);
+  EXPECT_TRUE(mentions(st, "the sequences per step (--batch x --grad-accum x ranks) 8 (this run: 4)")) << st.message();
 }
 
 // nvfp4 rounds its gradients stochastically, keyed by the micro-batch's index over all ranks:
