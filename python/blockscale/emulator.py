@@ -110,16 +110,28 @@ def quantize(
         hadamard = rht and columnwise
         d = _core.quantize(m, format, rounding, columnwise, sr_seed is not None, int(sr_seed or 0), hadamard,
                            block_2d, pow2)
-        return QuantizedTensor(
-            format=format, data=d["data"], scales=d["scales"], global_scale=float(d["global_scale"]),
-            rows=int(d["rows"]), cols=int(d["cols"]), block=tuple(d["block"]), shape=shape,
-            direction="columnwise" if columnwise else "rowwise",
-            rounding=rounding if format in _MX else "rn", hadamard=hadamard,
-            nonfinite_seen=bool(d["nonfinite_seen"]))
+        return _from_core(d, shape, "columnwise" if columnwise else "rowwise",
+                          rounding if format in _MX else "rn", hadamard)
 
     if direction == "both":
         return one(False), one(True)
     return one(direction == "columnwise")
+
+
+def _parts(q: QuantizedTensor, name: str) -> dict:
+    """q's matrix fields as _core takes them (formats' QuantizedMatrix)."""
+    if not isinstance(q, QuantizedTensor):
+        raise ValueError(f"{name}: a QuantizedTensor, not {type(q).__name__}")
+    return {"format": q.format, "rows": q.rows, "cols": q.cols, "block": q.block,
+            "data": np.ascontiguousarray(q.data), "scales": np.ascontiguousarray(q.scales),
+            "global_scale": q.global_scale}
+
+
+def _from_core(d: dict, shape, direction: str, rounding: str, hadamard: bool) -> QuantizedTensor:
+    return QuantizedTensor(
+        format=d["format"], data=d["data"], scales=d["scales"], global_scale=float(d["global_scale"]),
+        rows=int(d["rows"]), cols=int(d["cols"]), block=tuple(d["block"]), shape=tuple(int(s) for s in shape),
+        direction=direction, rounding=rounding, hadamard=hadamard, nonfinite_seen=bool(d["nonfinite_seen"]))
 
 
 def dequantize(q: QuantizedTensor) -> np.ndarray:
@@ -127,10 +139,8 @@ def dequantize(q: QuantizedTensor) -> np.ndarray:
 
     NVFP4 copies made with rht stay in the transformed domain.
     """
-    if not isinstance(q, QuantizedTensor):
-        raise ValueError(f"q: a QuantizedTensor, not {type(q).__name__}")
-    m = _core.dequantize(q.format, q.rows, q.cols, q.block, np.ascontiguousarray(q.data),
-                         np.ascontiguousarray(q.scales), q.global_scale)
+    p = _parts(q, "q")
+    m = _core.dequantize(p["format"], p["rows"], p["cols"], p["block"], p["data"], p["scales"], p["global_scale"])
     if q.direction == "columnwise":
         m = m.T
     return np.ascontiguousarray(m).reshape(q.shape)
@@ -143,7 +153,6 @@ def gemm_scales(q: QuantizedTensor) -> np.ndarray:
     swizzled 128x4 layout, one scale per row (formats/scale_layout.h; padding zero). The bytes a
     ``blockscale.torch`` quantize of the same input holds in its ``scales``.
     """
-    if not isinstance(q, QuantizedTensor):
-        raise ValueError(f"q: a QuantizedTensor, not {type(q).__name__}")
-    return _core.gemm_scales(q.format, q.rows, q.cols, q.block, np.ascontiguousarray(q.data),
-                             np.ascontiguousarray(q.scales), q.global_scale)
+    p = _parts(q, "q")
+    return _core.gemm_scales(p["format"], p["rows"], p["cols"], p["block"], p["data"], p["scales"],
+                             p["global_scale"])

@@ -8,27 +8,16 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
-#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "formats/quantize.h"
-#include "formats/recipe.h"
 #include "formats/scale_layout.h"
+#include "python/src/core_args.h"
 
-namespace nb = nanobind;
-using namespace nb::literals;
+using namespace nanobind::literals;
 
 namespace blockscale::python {
-namespace {
-
-using F32Matrix = nb::ndarray<const float, nb::numpy, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
-using U8Matrix = nb::ndarray<const uint8_t, nb::numpy, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
-
-void check(const Status& s) {
-  if (!s) throw nb::value_error(s.message().c_str());
-}
 
 formats::Format format_of(const std::string& name) {
   formats::Format r;
@@ -40,15 +29,6 @@ formats::Format format_of(const std::string& name) {
   return r;
 }
 
-// A new numpy array of `shape` owning a copy of `bytes`.
-template <typename T>
-nb::ndarray<nb::numpy, T> to_numpy(const std::vector<T>& v, std::vector<size_t> shape) {
-  auto* copy = new std::vector<T>(v);
-  nb::capsule owner(copy, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
-  return nb::ndarray<nb::numpy, T>(copy->data(), shape.size(), shape.data(), owner);
-}
-
-// The QuantizedMatrix fields as a dict (the Python QuantizedTensor's constructor arguments).
 nb::dict to_dict(const formats::QuantizedMatrix& q) {
   nb::dict d;
   d["format"] = formats::format_name(q.recipe);
@@ -67,9 +47,8 @@ nb::dict to_dict(const formats::QuantizedMatrix& q) {
   return d;
 }
 
-formats::QuantizedMatrix from_parts(const std::string& format, int64_t rows, int64_t cols,
-                                    std::pair<int, int> block, U8Matrix data, nb::ndarray<nb::numpy, nb::ndim<2>, nb::c_contig, nb::device::cpu> scales,
-                                    float global_scale) {
+formats::QuantizedMatrix from_parts(const std::string& format, int64_t rows, int64_t cols, std::pair<int, int> block,
+                                    U8Matrix data, AnyMatrix scales, float global_scale) {
   formats::QuantizedMatrix q;
   q.recipe = format_of(format);
   q.rows = rows;
@@ -92,8 +71,19 @@ formats::QuantizedMatrix from_parts(const std::string& format, int64_t rows, int
   return q;
 }
 
-nb::dict quantize(F32Matrix x, const std::string& format, const std::string& rounding, bool columnwise,
-                  bool stochastic, uint64_t sr_seed, bool hadamard, bool block_2d, bool pow2) {
+formats::QuantizedMatrix from_dict(const nb::dict& parts, const std::string& name) {
+  try {
+    return from_parts(nb::cast<std::string>(parts["format"]), nb::cast<int64_t>(parts["rows"]),
+                      nb::cast<int64_t>(parts["cols"]), nb::cast<std::pair<int, int>>(parts["block"]),
+                      nb::cast<U8Matrix>(parts["data"]), nb::cast<AnyMatrix>(parts["scales"]),
+                      nb::cast<float>(parts["global_scale"]));
+  } catch (const std::exception& e) {  // formats/' rule, or a missing key / a wrong type
+    throw nb::value_error((name + ": " + e.what()).c_str());
+  }
+}
+
+formats::QuantizeOptions quantize_options(const std::string& format, const std::string& rounding, bool stochastic,
+                                          uint64_t sr_seed, bool hadamard, bool block_2d, bool pow2) {
   formats::QuantizeOptions o;
   o.recipe = format_of(format);
   o.rounding = rounding == "floor" ? formats::ScaleRounding::kFloor : formats::ScaleRounding::kCeil;
@@ -102,6 +92,14 @@ nb::dict quantize(F32Matrix x, const std::string& format, const std::string& rou
   o.hadamard = hadamard;
   o.nvfp4_2d = block_2d;
   o.pow2_scales = pow2;
+  return o;
+}
+
+namespace {
+
+nb::dict quantize(F32Matrix x, const std::string& format, const std::string& rounding, bool columnwise,
+                  bool stochastic, uint64_t sr_seed, bool hadamard, bool block_2d, bool pow2) {
+  const formats::QuantizeOptions o = quantize_options(format, rounding, stochastic, sr_seed, hadamard, block_2d, pow2);
   formats::QuantizedMatrix q;
   const int64_t rows = static_cast<int64_t>(x.shape(0)), cols = static_cast<int64_t>(x.shape(1));
   {
@@ -113,8 +111,7 @@ nb::dict quantize(F32Matrix x, const std::string& format, const std::string& rou
 }
 
 nb::ndarray<nb::numpy, float> dequantize(const std::string& format, int64_t rows, int64_t cols,
-                                         std::pair<int, int> block, U8Matrix data,
-                                         nb::ndarray<nb::numpy, nb::ndim<2>, nb::c_contig, nb::device::cpu> scales,
+                                         std::pair<int, int> block, U8Matrix data, AnyMatrix scales,
                                          float global_scale) {
   const formats::QuantizedMatrix q = from_parts(format, rows, cols, block, data, scales, global_scale);
   std::vector<float> out;
@@ -125,8 +122,7 @@ nb::ndarray<nb::numpy, float> dequantize(const std::string& format, int64_t rows
 // q's scales as bytes in the layout the GEMMs read and the GPU quantize writes (formats/scale_layout.h):
 // what blockscale._cuda's scale buffers must hold, byte for byte.
 nb::ndarray<nb::numpy, uint8_t> gemm_scales(const std::string& format, int64_t rows, int64_t cols,
-                                            std::pair<int, int> block, U8Matrix data,
-                                            nb::ndarray<nb::numpy, nb::ndim<2>, nb::c_contig, nb::device::cpu> scales,
+                                            std::pair<int, int> block, U8Matrix data, AnyMatrix scales,
                                             float global_scale) {
   const formats::QuantizedMatrix q = from_parts(format, rows, cols, block, data, scales, global_scale);
   std::vector<uint8_t> out;
@@ -155,4 +151,6 @@ NB_MODULE(_core, m) {
         "global_scale"_a);
   m.def("dequantize", &dequantize, "format"_a, "rows"_a, "cols"_a, "block"_a, "data"_a, "scales"_a,
         "global_scale"_a);
+  bind_files(m);
+  bind_reference(m);
 }

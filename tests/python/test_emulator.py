@@ -1,4 +1,5 @@
-"""blockscale's Python emulator against the CLI: the same bytes for every format and option.
+"""blockscale's Python emulator against the CLI: the same bytes for every format and option, the
+same files (save / load), and the reference GEMMs and study metrics against numpy.
 
 Run by ctest (tests/python/CMakeLists.txt) with PYTHONPATH at the built package and
 BLOCKSCALE_CLI at the CLI binary. The CLI's files are read by a reader written here (the
@@ -126,6 +127,151 @@ class EmulatorMatchesCli(unittest.TestCase):
     def test_fp8_pow2(self):
         for fmt in ("fp8_block128", "fp8_block128x128"):
             self.compare(fmt, ["--pow2"], {"pow2": True})
+
+
+class FilesMatchCli(unittest.TestCase):
+    """blockscale.save writes the CLI's file byte for byte; blockscale.load reads it back."""
+
+    def setUp(self):
+        if not CLI or not os.path.exists(CLI):
+            self.skipTest("BLOCKSCALE_CLI not set to the built CLI")
+        self.dir = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def roundtrip(self, fmt, flags, kwargs, rows_multiple_of_16=False):
+        x = inputs(rows_multiple_of_16)
+        src = os.path.join(self.dir.name, "in.safetensors")
+        cli_file = os.path.join(self.dir.name, "cli.safetensors")
+        py_file = os.path.join(self.dir.name, "py.safetensors")
+        write_safetensors(src, x)
+        subprocess.run([CLI, "quantize", "--recipe", fmt, "--direction", "both", "--quiet", "--in", src,
+                        "--out", cli_file] + flags, check=True, capture_output=True)
+        mine = {name: blockscale.quantize(a, fmt, direction="both", **kwargs) for name, a in x.items()}
+        blockscale.save(py_file, mine)
+        with open(cli_file, "rb") as f, open(py_file, "rb") as g:
+            self.assertEqual(f.read(), g.read(), f"{fmt} {flags}: the files differ")
+        loaded = blockscale.load(cli_file)
+        self.assertEqual(sorted(loaded), sorted([n for n in x] + [n + ".columnwise" for n in x]))
+        for name, (row, col) in mine.items():
+            for entry, q in ((name, row), (name + ".columnwise", col)):
+                got = loaded[entry]
+                with self.subTest(format=fmt, flags=flags, entry=entry):
+                    for field in ("format", "rows", "cols", "block", "shape", "direction", "rounding", "hadamard"):
+                        self.assertEqual(getattr(got, field), getattr(q, field), field)
+                    self.assertEqual(got.data.tobytes(), q.data.tobytes())
+                    self.assertEqual(got.scales.dtype, q.scales.dtype)
+                    self.assertEqual(got.scales.tobytes(), q.scales.tobytes())
+                    self.assertEqual(np.float32(got.global_scale), np.float32(q.global_scale))
+                    np.testing.assert_array_equal(blockscale.dequantize(got), blockscale.dequantize(q))
+
+    def test_every_format(self):
+        for fmt in blockscale.FORMATS:
+            self.roundtrip(fmt, [], {})
+
+    def test_options(self):
+        self.roundtrip("mxfp4", ["--rounding", "floor"], {"rounding": "floor"})
+        self.roundtrip("nvfp4", ["--2d"], {"block_2d": True})
+        self.roundtrip("nvfp4", ["--rht", "--sr-seed", "5"], {"rht": True, "sr_seed": 5}, rows_multiple_of_16=True)
+
+    def test_errors_name_the_argument(self):
+        q = blockscale.quantize(np.ones((4, 32), np.float32), "mxfp8", direction="both")
+        path = os.path.join(self.dir.name, "bad.safetensors")
+        for tensors, start in (([q[0]], "tensors:"), ({"w": "codes"}, "tensors['w']:"),
+                               ({"w": (q[1], q[0])}, "tensors['w']:"), ({"": q[0]}, "tensors:"),
+                               ({"w": q, "w.columnwise": q[0]}, "tensors['w.columnwise']:")):
+            with self.subTest(tensors=str(tensors)[:40]), self.assertRaises(ValueError) as e:
+                blockscale.save(path, tensors)
+            self.assertTrue(str(e.exception).startswith(start), str(e.exception))
+        self.assertFalse(os.path.exists(path), "a refused save left a file")
+        with self.assertRaises(ValueError) as e:
+            blockscale.load(os.path.join(self.dir.name, "missing.safetensors"))
+        self.assertIn("missing.safetensors", str(e.exception))
+
+
+class ReferenceGemms(unittest.TestCase):
+    """The fp64 reference GEMMs against numpy's fp64 products of the dequantized operands (exact in
+    fp32 for these operands, so the two differ only by summation order)."""
+
+    rng = np.random.default_rng(7)
+
+    def operand(self, rows, cols, fmt="mxfp8"):
+        x = self.rng.standard_normal((rows, cols)).astype(np.float32)
+        # FP8 blockwise with power-of-two scales: element x scale is then exact in fp32 too.
+        q = blockscale.quantize(x, fmt, pow2=fmt.startswith("fp8_block"))
+        return x, q, blockscale.dequantize(q).astype(np.float64)
+
+    def test_dense_with_beta(self):
+        for fmt in ("mxfp8", "mxfp4", "fp8_block128"):
+            _, a, da = self.operand(33, 256, fmt)
+            _, b, db = self.operand(20, 256, fmt)
+            c = self.rng.standard_normal((33, 20))
+            np.testing.assert_allclose(blockscale.reference_gemm(a, b), da @ db.T, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(blockscale.reference_gemm(a, b, alpha=2.0, beta=0.5, c=c),
+                                       2.0 * (da @ db.T) + 0.5 * c, rtol=1e-12, atol=1e-12)
+
+    def test_m_grouped(self):
+        _, a, da = self.operand(50, 64)
+        bs = [self.operand(24, 64) for _ in range(3)]
+        ends = [10, 10, 50]  # an empty expert in the middle
+        d = blockscale.reference_gemm_m_grouped(a, [b for _, b, _ in bs], ends)
+        want = np.concatenate([da[0:10] @ bs[0][2].T, da[10:50] @ bs[2][2].T])
+        np.testing.assert_allclose(d, want, rtol=1e-12, atol=1e-12)
+
+    def test_k_grouped(self):
+        _, a, da = self.operand(16, 96)  # dY^T over 96 padded token columns
+        _, b, db = self.operand(8, 96)   # X^T
+        ends = [32, 32, 96]
+        d = blockscale.reference_gemm_k_grouped(a, b, ends)
+        self.assertEqual(d.shape, (3, 16, 8))
+        np.testing.assert_allclose(d[0], da[:, :32] @ db[:, :32].T, rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(d[1], np.zeros((16, 8)))
+        np.testing.assert_allclose(d[2], da[:, 32:] @ db[:, 32:].T, rtol=1e-12, atol=1e-12)
+
+    def test_errors(self):
+        _, a, _ = self.operand(8, 64)
+        _, b, _ = self.operand(8, 32)
+        for call, start in ((lambda: blockscale.reference_gemm(a, b), "reference_gemm: b.cols (K = 32)"),
+                            (lambda: blockscale.reference_gemm(a, "b"), "b:"),
+                            (lambda: blockscale.reference_gemm(a, a, beta=1.0), "c:"),
+                            (lambda: blockscale.reference_gemm_m_grouped(a, a, [8]), "b:")):
+            with self.assertRaises(ValueError) as e:
+                call()
+            self.assertTrue(str(e.exception).startswith(start), str(e.exception))
+
+
+class Metrics(unittest.TestCase):
+    """The study's metrics against the same figures computed here from quantize / dequantize."""
+
+    def test_recipe_error(self):
+        rng = np.random.default_rng(3)
+        x = (rng.standard_normal((64, 96)) * np.exp(rng.uniform(-4, 4, (64, 1)))).astype(np.float32)
+        for fmt in ("mxfp8", "nvfp4", "fp8_block128"):
+            e = blockscale.recipe_error(x, fmt)
+            d = blockscale.dequantize(blockscale.quantize(x, fmt)).astype(np.float64)
+            xd = x.astype(np.float64)
+            err = xd - d
+            self.assertEqual(e["elements"], x.size)
+            self.assertAlmostEqual(e["sqnr_db"], 10 * np.log10(np.sum(xd ** 2) / np.sum(err ** 2)), places=9)
+            self.assertAlmostEqual(e["rel_fro_error"], np.linalg.norm(err) / np.linalg.norm(xd), places=12)
+            self.assertAlmostEqual(e["max_abs_error"], np.max(np.abs(err)), places=12)
+            self.assertEqual("scale_at_min" in e, fmt != "fp8_block128")
+
+    def test_gemm_error(self):
+        rng = np.random.default_rng(4)
+        a = rng.standard_normal((40, 128)).astype(np.float32)
+        b = rng.standard_normal((24, 128)).astype(np.float32)
+        e = blockscale.gemm_error(a, b, "mxfp8")
+        q = blockscale.dequantize(blockscale.quantize(a, "mxfp8")).astype(np.float64) @ \
+            blockscale.dequantize(blockscale.quantize(b, "mxfp8")).astype(np.float64).T
+        exact = a.astype(np.float64) @ b.astype(np.float64).T
+        self.assertAlmostEqual(e["rel_fro_error"], np.linalg.norm(q - exact) / np.linalg.norm(exact), places=12)
+        with self.assertRaises(ValueError) as err:
+            blockscale.gemm_error(a, b[:, :64], "mxfp8")
+        self.assertTrue(str(err.exception).startswith("b:"), str(err.exception))
+        with self.assertRaises(ValueError):
+            blockscale.recipe_error(a, "mxfp8", pow2=True)
 
 
 class Errors(unittest.TestCase):
