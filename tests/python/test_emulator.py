@@ -75,7 +75,9 @@ def inputs(rows_multiple_of_16=False):
     return x
 
 
-class EmulatorMatchesCli(unittest.TestCase):
+class WithCli(unittest.TestCase):
+    """A temporary directory and the CLI's quantize of inputs() in both directions."""
+
     def setUp(self):
         if not CLI or not os.path.exists(CLI):
             self.skipTest("BLOCKSCALE_CLI not set to the built CLI")
@@ -84,14 +86,21 @@ class EmulatorMatchesCli(unittest.TestCase):
     def tearDown(self):
         self.dir.cleanup()
 
-    def compare(self, fmt, flags, kwargs, rows_multiple_of_16=False):
+    def cli_quantize(self, fmt, flags, rows_multiple_of_16):
+        """inputs() and the path of the CLI's file of them."""
         x = inputs(rows_multiple_of_16)
         src = os.path.join(self.dir.name, "in.safetensors")
         out = os.path.join(self.dir.name, "q.safetensors")
-        deq = os.path.join(self.dir.name, "d.safetensors")
         write_safetensors(src, x)
         subprocess.run([CLI, "quantize", "--recipe", fmt, "--direction", "both", "--quiet", "--in", src,
                         "--out", out] + flags, check=True, capture_output=True)
+        return x, out
+
+
+class EmulatorMatchesCli(WithCli):
+    def compare(self, fmt, flags, kwargs, rows_multiple_of_16=False):
+        x, out = self.cli_quantize(fmt, flags, rows_multiple_of_16)
+        deq = os.path.join(self.dir.name, "d.safetensors")
         subprocess.run([CLI, "dequantize", "--in", out, "--out", deq], check=True, capture_output=True)
         cli, meta = read_safetensors(out)
         cli_deq, _ = read_safetensors(deq)
@@ -129,25 +138,12 @@ class EmulatorMatchesCli(unittest.TestCase):
             self.compare(fmt, ["--pow2"], {"pow2": True})
 
 
-class FilesMatchCli(unittest.TestCase):
+class FilesMatchCli(WithCli):
     """blockscale.save writes the CLI's file byte for byte; blockscale.load reads it back."""
 
-    def setUp(self):
-        if not CLI or not os.path.exists(CLI):
-            self.skipTest("BLOCKSCALE_CLI not set to the built CLI")
-        self.dir = tempfile.TemporaryDirectory()
-
-    def tearDown(self):
-        self.dir.cleanup()
-
     def roundtrip(self, fmt, flags, kwargs, rows_multiple_of_16=False):
-        x = inputs(rows_multiple_of_16)
-        src = os.path.join(self.dir.name, "in.safetensors")
-        cli_file = os.path.join(self.dir.name, "cli.safetensors")
+        x, cli_file = self.cli_quantize(fmt, flags, rows_multiple_of_16)
         py_file = os.path.join(self.dir.name, "py.safetensors")
-        write_safetensors(src, x)
-        subprocess.run([CLI, "quantize", "--recipe", fmt, "--direction", "both", "--quiet", "--in", src,
-                        "--out", cli_file] + flags, check=True, capture_output=True)
         mine = {name: blockscale.quantize(a, fmt, direction="both", **kwargs) for name, a in x.items()}
         blockscale.save(py_file, mine)
         with open(cli_file, "rb") as f, open(py_file, "rb") as g:
