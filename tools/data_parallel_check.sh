@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Data-parallel check on N GPUs of one host: the same global batch on 1 and on N GPUs must give
 # the same loss curve (to noise), and N GPUs must run N times the tokens/s of one GPU with the
-# same per-GPU batch (scaling efficiency).
+# same per-GPU batch (scaling efficiency); it prints both, the communication the backward did not
+# hide and the optimizer state each GPU holds.
 #   usage: tools/data_parallel_check.sh N [--recipe R] [other blockscale train options]
 # Runs, under runs/dp_check: one_gpu_global (1 GPU, batch N x B), n_gpu (N GPUs, batch B each),
 # one_gpu_accum (1 GPU accumulating the N ranks' micro-batches of B: the same samples, the same
@@ -48,4 +49,11 @@ else: print("train loss of %d GPUs and of 1 GPU accumulating: identical up to st
             % (n, i, i + 1, abs(tb[i] / tm[i] - 1)))
 t1, tn = tps("one_gpu_local"), tps("n_gpu")
 print("tokens/s: 1 GPU %.0f, %d GPUs %.0f: scaling efficiency %.1f%%" % (t1, n, tn, 100 * tn / (n * t1)))
+cfg = json.load(open(f"{d}/n_gpu/summary.json"))["config"]
+phases = cfg.get("phase_ms_per_step", {})
+if phases:
+    print("exposed communication per step (%d GPUs): %.2f ms of %.2f ms" % (n, phases.get("communication", 0.0),
+                                                                           cfg["phase_timed_step_ms"]))
+print("optimizer state per GPU: %.1f MiB (AdamW's moments, fp32, %d parameters)"
+      % (cfg["optimizer_state_bytes_per_rank"] / 2**20, cfg["parameters"]))
 PY

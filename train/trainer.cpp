@@ -486,6 +486,9 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
   config["ranks"] = ranks.world;
   config["batch"] = c.batch;
   config["grad_accum"] = c.grad_accum;
+  config["parameters"] = parameter_count(c.model);
+  // AdamW's two fp32 moments: every rank holds them for every parameter (no sharded optimizer).
+  config["optimizer_state_bytes_per_rank"] = 8 * parameter_count(c.model);
   if (timed_steps > 0) {  // steps after the warm-up (warmup_steps)
     config["mean_step_ms"] = timed_ms / timed_steps;
     config["mean_tokens_per_s"] = tokens_per_step / (timed_ms / timed_steps / 1e3);

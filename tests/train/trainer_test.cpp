@@ -83,7 +83,11 @@ TEST(Trainer, LossFallsOnTheSyntheticCorpus) {
   const std::vector<StepRecord> steps = steps_of(c.out_dir);
   ASSERT_EQ(steps.size(), 60u);
   EXPECT_LT(s.final_eval_loss, std::log(64.0) - 0.3) << progress.str();  // below uniform by a margin
-  EXPECT_TRUE(std::filesystem::exists(c.out_dir + "/summary.json"));
+  const nlohmann::json summary = nlohmann::json::parse(blockscale_test::read_file(c.out_dir + "/summary.json"));
+  EXPECT_EQ(summary["config"]["parameters"], parameter_count(c.model));
+  EXPECT_EQ(summary["config"]["optimizer_state_bytes_per_rank"], 8 * parameter_count(c.model));
+  EXPECT_EQ(summary["config"]["batch"], c.batch);
+  EXPECT_EQ(summary["config"]["grad_accum"], c.grad_accum);
   EXPECT_NE(progress.str().find("step 60/60"), std::string::npos);
 }
 
