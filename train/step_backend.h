@@ -40,7 +40,15 @@ class StepBackend {
   virtual Status set_expert_parallel() {
     return Status::error("--expert-parallel: needs the GPU step (--device gpu)");
   }
-  // Whether read_state is a collective that every rank must call (expert parallelism).
+  // AdamW's state sharded across the ranks (after set_communicator; train/parallel/optimizer_shards.h):
+  // each rank updates its share of the parameters and keeps their moments only; read_state gathers
+  // them (every rank calls it) and write_state takes each rank's share.
+  virtual Status set_sharded_optimizer() {
+    return Status::error("--shard-optimizer: this step has no sharded optimizer yet");
+  }
+  // Bytes of AdamW's moments this rank holds (-1: not known, the trainer counts 8 per parameter).
+  virtual int64_t optimizer_state_bytes() const { return -1; }
+  // Whether read_state is a collective that every rank must call (expert parallelism, sharding).
   virtual bool state_needs_every_rank() const { return false; }
   virtual Status evaluate(const int32_t* tokens, const int32_t* targets, int batch, StepLosses* losses) = 0;
   // Reduces gradients across ranks (data parallel), clips them to the global norm and applies

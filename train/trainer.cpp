@@ -13,6 +13,7 @@
 #include "train/run/checkpoint.h"
 #include "train/run/data.h"
 #include "train/run/memory_plan.h"  // defines: plan_memory, check_memory, host/gpu_memory_available
+#include "train/run/printf_string.h"
 #include "train/run/run_dir.h"      // defines: RunDirLock, check_run_dir, clear_run_dir
 #include "train/run/run_log.h"
 #include "train/run/svg_plot.h"
@@ -317,6 +318,8 @@ Status validate(const TrainConfig& c) {
     return Status::error("--device: expected auto, cpu or gpu (got '" + c.device + "')");
   BS_RETURN_IF_ERROR(require(!(c.expert_parallel && c.device == "cpu"),
                              "--expert-parallel: needs the GPU step (--device gpu or auto), not --device cpu"));
+  BS_RETURN_IF_ERROR(require(!(c.expert_parallel && c.shard_optimizer),
+                             "--shard-optimizer: not with --expert-parallel (each rank's experts are its own)"));
   const OptimizerConfig& o = c.optimizer;
   BS_RETURN_IF_ERROR(require(o.lr > 0 && std::isfinite(o.lr), "--lr must be a finite value > 0"));
   BS_RETURN_IF_ERROR(require(o.warmup_steps >= 0, "--warmup must be >= 0"));
@@ -368,6 +371,7 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
   BS_RETURN_IF_ERROR(make_backend(c, &backend));
   if (comm != nullptr) backend->set_communicator(comm);  // one rank too: torchrun with one GPU
   if (c.expert_parallel) BS_RETURN_IF_ERROR(backend->set_expert_parallel());
+  if (c.shard_optimizer) BS_RETURN_IF_ERROR(backend->set_sharded_optimizer());
   const ParamLayout layout = make_param_layout(c.model);
   int64_t step = 0, tokens = 0;
   if (!c.resume.empty())
@@ -393,8 +397,11 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
            << backend->device_name() << ", "
            << parameter_count(c.model) / 1e6 << "M parameters (" << active_parameter_count(c.model) / 1e6
            << "M active), " << tokens_per_step << " tokens/step"
-           << (ranks.world > 1 ? " over " + std::to_string(ranks.world) + " ranks" : std::string()) << ", data: "
-           << all.description << "\n";
+           << (ranks.world > 1 ? " over " + std::to_string(ranks.world) + " ranks" : std::string())
+           << (c.shard_optimizer ? ", AdamW state " + printf_string("%.1f", backend->optimizer_state_bytes() / 1048576.0) +
+                                       " MiB per rank (sharded)"
+                                 : std::string())
+           << ", data: " << all.description << "\n";
 
   const int64_t n = int64_t{c.batch} * c.model.seq_len;
   std::vector<int32_t> in(n), tg(n);
@@ -487,8 +494,9 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
   config["batch"] = c.batch;
   config["grad_accum"] = c.grad_accum;
   config["parameters"] = parameter_count(c.model);
-  // AdamW's two fp32 moments: every rank holds them for every parameter (no sharded optimizer).
-  config["optimizer_state_bytes_per_rank"] = 8 * parameter_count(c.model);
+  // AdamW's two fp32 moments: for every parameter, or the rank's share when sharded.
+  config["optimizer_state_bytes_per_rank"] =
+      backend->optimizer_state_bytes() >= 0 ? backend->optimizer_state_bytes() : 8 * parameter_count(c.model);
   if (timed_steps > 0) {  // steps after the warm-up (warmup_steps)
     config["mean_step_ms"] = timed_ms / timed_steps;
     config["mean_tokens_per_s"] = tokens_per_step / (timed_ms / timed_steps / 1e3);

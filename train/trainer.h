@@ -45,6 +45,9 @@ struct TrainConfig {
   uint64_t seed = 1;   // data order, initialisation, stochastic rounding
   std::string device = "auto";  // auto | cpu | gpu
   bool expert_parallel = false;  // split each MoE layer's experts across the ranks (GPU)
+  // AdamW's state sharded across the data-parallel ranks (StepBackend::set_sharded_optimizer; so
+  // far the CPU step's ranks as threads only).
+  bool shard_optimizer = false;
   gemm::GemmRoute gemm_route = gemm::GemmRoute::kAuto;  // the quantized recipes' GEMM engine (model_config.h)
   int64_t stop_after = -1;      // stop (as if killed) after this many steps of this run; tests
 };

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "tests/status_test.h"  // defines: mentions
 #include "tests/temp_dir.h"
 #include "tests/train/tiny_model.h"
+#include "train/parallel/optimizer_shards.h"  // defines: reduction_buckets
 #include "train/run/run_dir.h"
 #include "train/run/run_log.h"
 
@@ -439,6 +441,100 @@ TEST(Trainer, TwoRanksResumeOnOneWithTheSameSequencesPerStep) {
   TrainSummary s;
   const Status st = train(fewer, progress, &s);
   EXPECT_TRUE(mentions(st, "the sequences per step (--batch x --grad-accum x ranks) 8 (this run: 4)")) << st.message();
+}
+
+// The sharded optimizer (ranks as threads, the CPU step): without clipping every step is the
+// unsharded run's to the bit (the same update of every element, the parameters gathered back) and
+// so is every checkpoint (the moments gathered from the ranks' shares); each rank holds half the
+// moments. With clipping the norm is summed in another order: the same to float rounding.
+// Widths of 33 make buckets of odd sizes, whose last element (the tail) both ranks hold.
+TrainConfig odd_buckets(TrainConfig c) {
+  c.model.d_model = 33, c.model.n_heads = 3;
+  const std::vector<std::pair<int64_t, int64_t>> buckets = reduction_buckets(make_param_layout(c.model));
+  EXPECT_TRUE(std::any_of(buckets.begin(), buckets.end(), [](const auto& b) { return (b.second - b.first) % 2 == 1; }))
+      << "no bucket has a tail";
+  return c;
+}
+
+TEST(Trainer, TheShardedOptimizerUpdatesAsTheUnshardedOne) {
+  blockscale_test::TempDir dir;
+  for (const float clip : {0.0f, 0.05f}) {
+    TrainConfig c = odd_buckets(tiny(""));
+    c.optimizer.clip_norm = clip;
+    c.steps = c.optimizer.total_steps = 12;
+    c.checkpoint_every = 6;
+    const std::string tag = clip == 0 ? "noclip" : "clip";
+    std::ostringstream out[2], sharded_out[2];
+    TrainSummary s[2], sharded_s[2];
+    train_two_ranks(c, {dir.file(tag + "_plain"), dir.file(tag + "_plain1")}, out, s);
+    c.shard_optimizer = true;
+    train_two_ranks(c, {dir.file(tag + "_sharded"), dir.file(tag + "_sharded1")}, sharded_out, sharded_s);
+    if (HasFatalFailure()) return;
+    EXPECT_NE(sharded_out[0].str().find("MiB per rank (sharded)"), std::string::npos) << sharded_out[0].str();
+    const std::vector<StepRecord> a = steps_of(dir.file(tag + "_plain")), b = steps_of(dir.file(tag + "_sharded"));
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (clip == 0) {
+        EXPECT_EQ(a[i].train_loss, b[i].train_loss) << "step " << a[i].step;
+      } else {
+        EXPECT_NEAR(a[i].train_loss, b[i].train_loss, 1e-5 * a[i].train_loss) << "step " << a[i].step;
+      }
+      EXPECT_NEAR(a[i].grad_norm, b[i].grad_norm, 1e-9 * a[i].grad_norm) << "step " << a[i].step;
+    }
+    if (clip == 0) {
+      for (const char* step : {"/step_00000006", "/step_00000012"}) {
+        EXPECT_EQ(blockscale_test::read_file(dir.file(tag + "_plain") + step + "/tensors.safetensors"),
+                  blockscale_test::read_file(dir.file(tag + "_sharded") + step + "/tensors.safetensors"))
+            << step << ": the checkpoints differ";
+      }
+    }
+    const auto bytes = [&](const std::string& run) {
+      return nlohmann::json::parse(blockscale_test::read_file(run + "/summary.json"))["config"]
+                                  ["optimizer_state_bytes_per_rank"].get<int64_t>();
+    };
+    const int64_t full = bytes(dir.file(tag + "_plain")), half = bytes(dir.file(tag + "_sharded"));
+    EXPECT_EQ(full, 8 * parameter_count(c.model));
+    EXPECT_GT(half, full / 2 - 64);  // each bucket's tail (< 2 elements) is held by both ranks
+    EXPECT_LT(half, full / 2 + 64);
+  }
+}
+
+// A sharded two-rank run stopped at step 6 resumes, sharded on two ranks, to the bit of the run
+// that was not stopped, and on one rank (unsharded, the same sequences per step) to rounding.
+TEST(Trainer, AShardedCheckpointResumesOnAnyNumberOfRanks) {
+  blockscale_test::TempDir dir;
+  TrainConfig c = odd_buckets(tiny(""));
+  c.steps = c.optimizer.total_steps = 12;
+  c.checkpoint_every = 6;
+  c.shard_optimizer = true;
+  std::ostringstream out[2];
+  TrainSummary s[2];
+  train_two_ranks(c, {dir.file("whole"), dir.file("whole1")}, out, s);
+  c.stop_after = 6;
+  train_two_ranks(c, {dir.file("part"), dir.file("part1")}, out, s);
+  if (HasFatalFailure()) return;
+  std::filesystem::copy(dir.file("part"), dir.file("single"), std::filesystem::copy_options::recursive);
+  c.stop_after = -1;
+  c.resume = dir.file("part");
+  std::ostringstream again[2];
+  train_two_ranks(c, {dir.file("part"), dir.file("part1")}, again, s);
+  if (HasFatalFailure()) return;
+  const std::vector<StepRecord> whole = steps_of(dir.file("whole")), part = steps_of(dir.file("part"));
+  ASSERT_EQ(whole.size(), part.size());
+  for (size_t i = 0; i < whole.size(); ++i) EXPECT_EQ(whole[i].train_loss, part[i].train_loss) << "step " << i + 1;
+
+  TrainConfig one = odd_buckets(tiny(dir.file("single")));
+  one.steps = one.optimizer.total_steps = 12;
+  one.checkpoint_every = 6;
+  one.batch = 2 * c.batch;
+  one.resume = one.out_dir;
+  std::ostringstream p;
+  TrainSummary s1;
+  ASSERT_TRUE(train(one, p, &s1).is_ok()) << p.str();
+  const std::vector<StepRecord> single = steps_of(one.out_dir);
+  ASSERT_EQ(single.size(), whole.size());
+  for (size_t i = 6; i < whole.size(); ++i)
+    EXPECT_NEAR(single[i].train_loss, whole[i].train_loss, 1e-3 * whole[i].train_loss) << "step " << i + 1;
 }
 
 // nvfp4 rounds its gradients stochastically, keyed by the micro-batch's index over all ranks:

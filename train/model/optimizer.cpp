@@ -14,7 +14,7 @@ float learning_rate(const OptimizerConfig& c, int64_t step) {
 }
 
 void adamw_update(const OptimizerConfig& c, float lr, int64_t step, const float* grads, float* params, float* m,
-                  float* v, const std::vector<uint8_t>& decay, int64_t n) {
+                  float* v, const uint8_t* decay, int64_t n) {
   // The order of train/gpu/gpu_ops.h adamw_step, so that the CPU and GPU updates give the same bits.
   const float bias1 = 1.0f - float(std::pow(double(c.beta1), double(step)));
   const float bias2 = 1.0f - float(std::pow(double(c.beta2), double(step)));

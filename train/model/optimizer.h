@@ -26,12 +26,12 @@ struct OptimizerConfig {
 // step counts from 0.
 float learning_rate(const OptimizerConfig& c, int64_t step);
 
-// One AdamW update of every parameter. step is 1-based (bias correction). decay[i]: whether
+// One AdamW update of n parameters. step is 1-based (bias correction). decay[i]: whether
 // parameter i takes weight decay (matrices do, norms do not).
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
 //   p -= lr * ((m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + wd * p)   (wd only where decayed)
 void adamw_update(const OptimizerConfig& c, float lr, int64_t step, const float* grads, float* params, float* m,
-                  float* v, const std::vector<uint8_t>& decay, int64_t n);
+                  float* v, const uint8_t* decay, int64_t n);
 
 // One byte per parameter: 1 where weight decay applies.
 std::vector<uint8_t> decay_mask(const ParamLayout& layout);
