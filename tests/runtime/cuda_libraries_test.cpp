@@ -54,6 +54,8 @@ TEST(CudaLibraries, NcclEntryPointsResolve) {
   EXPECT_RESOLVES(kNccl, ncclCommInitRank);
   EXPECT_RESOLVES(kNccl, ncclCommDestroy);
   EXPECT_RESOLVES(kNccl, ncclAllReduce);
+  EXPECT_RESOLVES(kNccl, ncclReduceScatter);
+  EXPECT_RESOLVES(kNccl, ncclAllGather);
   EXPECT_RESOLVES(kNccl, ncclGroupStart);
   EXPECT_RESOLVES(kNccl, ncclGroupEnd);
   EXPECT_RESOLVES(kNccl, ncclSend);

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "train/gpu/gpu_phase_timer.h"
 #include "train/model/recipe_policy.h"           // gradient_sr_key, head_recipe
 #include "train/parallel/gpu_expert_parallel.h"  // ExpertExchange
+#include "train/parallel/optimizer_shards.h"     // the sharded optimizer's shares
 
 namespace blockscale::train {
 namespace {
@@ -112,7 +114,35 @@ class GpuBackend final : public StepBackend {
     return run(tokens, targets, batch, grad_scale, run_seed, micro_step, true, reduce, losses);
   }
   void reduce_in_next_backward() override { reduce_next_ = comm_ != nullptr; }
-  bool state_needs_every_rank() const override { return expert_parallel_; }
+  bool state_needs_every_rank() const override { return expert_parallel_ || shards_.has_value(); }
+  int64_t optimizer_state_bytes() const override {
+    return int64_t(2 * sizeof(float)) * (shards_ ? shards_->state_size() : layout_.total);
+  }
+  // AdamW's moments for this rank's share only (train/parallel/optimizer_shards.h): the backward
+  // reduce-scatters each bucket (its tail all-reduced), the update runs on the share, the
+  // parameters are all-gathered back.
+  Status set_sharded_optimizer() override {
+    if (comm_ == nullptr)
+      return Status::error("--shard-optimizer: needs ranks from a launcher (torchrun, srun or tools/train_ranks.sh)");
+    if (expert_parallel_) return Status::error("--shard-optimizer: not with --expert-parallel");
+    OptimizerShards s;
+    BS_RETURN_IF_ERROR(
+        OptimizerShards::make(reduction_buckets(layout_), layout_.total, comm_->rank(), comm_->world_size(), &s));
+    BS_CUDA(cudaStreamSynchronize(stream_));
+    float *m, *v;
+    BS_RETURN_IF_ERROR(buffers_.get("adam_m_shard", std::max<int64_t>(s.state_size(), 1), &m));
+    BS_RETURN_IF_ERROR(buffers_.get("adam_v_shard", std::max<int64_t>(s.state_size(), 1), &v));
+    for (const OptimizerPiece& p : s.pieces()) {
+      BS_CUDA(cudaMemcpy(m + p.state_offset, m_ + p.offset, p.count * sizeof(float), cudaMemcpyDeviceToDevice));
+      BS_CUDA(cudaMemcpy(v + p.state_offset, v_ + p.offset, p.count * sizeof(float), cudaMemcpyDeviceToDevice));
+    }
+    buffers_.release("adam_m");
+    buffers_.release("adam_v");
+    m_ = m, v_ = v;
+    for (size_t i = 0; i < s.buckets().size(); ++i) bucket_at_[s.buckets()[i].begin] = i;
+    shards_ = std::move(s);
+    return Status::ok();
+  }
   Status set_expert_parallel() override {
     if (comm_ == nullptr)
       return Status::error("--expert-parallel: needs ranks from a launcher (torchrun, srun or tools/train_ranks.sh)");
@@ -141,6 +171,7 @@ class GpuBackend final : public StepBackend {
     float* scalars = nullptr;
     BS_RETURN_IF_ERROR(buffers_.get("reduce_ws", int64_t(gpu::reduction_workspace_bytes(n)), reinterpret_cast<uint8_t**>(&work)));
     BS_RETURN_IF_ERROR(buffers_.get("opt_scalars", 2, &scalars));  // the sum of squares, the clipping factor
+    if (shards_) return sharded_step(c, lr, step, work, scalars, grad_norm);
     const bool ranks_own_experts = expert_parallel_ && comm_->world_size() > 1;
     gpu::GradScale scale;
     if (!ranks_own_experts) {
@@ -199,6 +230,18 @@ class GpuBackend final : public StepBackend {
     v->resize(layout_.total);
     BS_CUDA(cudaStreamSynchronize(stream_));
     BS_CUDA(cudaMemcpy(p->data(), params_, bytes, cudaMemcpyDeviceToHost));
+    if (shards_) {
+      // Each rank's share (the tails once, from rank 0) summed into the whole: exact, one
+      // contributor per element.
+      std::vector<float> share(shards_->state_size());
+      for (auto [device, full] : {std::pair{m_, m}, std::pair{v_, v}}) {
+        BS_CUDA(cudaMemcpy(share.data(), device, share.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        std::fill(full->begin(), full->end(), 0.0f);
+        shards_->unpack(share.data(), full->data(), shards_->rank() == 0);
+        BS_RETURN_IF_ERROR(comm_->all_reduce_host(full->data(), int64_t(full->size())));
+      }
+      return Status::ok();
+    }
     BS_CUDA(cudaMemcpy(m->data(), m_, bytes, cudaMemcpyDeviceToHost));
     BS_CUDA(cudaMemcpy(v->data(), v_, bytes, cudaMemcpyDeviceToHost));
     if (!expert_parallel_) return Status::ok();
@@ -226,6 +269,14 @@ class GpuBackend final : public StepBackend {
     BS_CUDA(cudaStreamSynchronize(stream_));
     BS_CUDA(cudaMemcpy(params_, p.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     layers_.weights_changed();
+    if (shards_) {  // this rank's share of the moments
+      std::vector<float> share(shards_->state_size());
+      for (auto [full, device] : {std::pair{&m, m_}, std::pair{&v, v_}}) {
+        shards_->pack(full->data(), share.data());
+        BS_CUDA(cudaMemcpy(device, share.data(), share.size() * sizeof(float), cudaMemcpyHostToDevice));
+      }
+      return Status::ok();
+    }
     BS_CUDA(cudaMemcpy(m_, m.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     BS_CUDA(cudaMemcpy(v_, v.data(), n * sizeof(float), cudaMemcpyHostToDevice));
     return Status::ok();
@@ -297,10 +348,62 @@ class GpuBackend final : public StepBackend {
   Status run(const int32_t* tokens_host, const int32_t* targets_host, int batch, float grad_scale, uint64_t run_seed,
              int64_t micro_step, bool backward, bool reduce, StepLosses* losses);
 
+  // The sharded update (optimizer_step's tail, in its optimizer phase): the norm of this rank's
+  // share (the tails counted by rank 0) summed across ranks on the device, AdamW on the share
+  // clipped by it, each bucket's parameters all-gathered. No host wait until the step's end.
+  Status sharded_step(const OptimizerConfig& c, float lr, int64_t step, void* work, float* scalars,
+                      double* grad_norm) {
+    int64_t counted = 0;
+    for (const OptimizerPiece& p : shards_->pieces())
+      if (!p.tail || shards_->rank() == 0) counted += p.count;
+    float* packed;  // the gradients this rank counts, back to back
+    BS_RETURN_IF_ERROR(buffers_.get("opt_norm_pack", std::max<int64_t>(counted, 1), &packed));
+    int64_t at = 0;
+    for (const OptimizerPiece& p : shards_->pieces()) {
+      if (p.tail && shards_->rank() != 0) continue;
+      BS_CUDA(cudaMemcpyAsync(packed + at, grads_ + p.offset, p.count * sizeof(float), cudaMemcpyDeviceToDevice,
+                              stream_));
+      at += p.count;
+    }
+    if (counted > 0) {
+      BS_RETURN_IF_ERROR(gpu::sum_of_squares(packed, counted, scalars, work,
+                                             gpu::reduction_workspace_bytes(layout_.total), stream_));
+    } else {
+      BS_CUDA(cudaMemsetAsync(scalars, 0, sizeof(float), stream_));
+    }
+    BS_RETURN_IF_ERROR(comm_->all_reduce_device(scalars, 1, stream_));
+    BS_RETURN_IF_ERROR(comm_->wait_device(stream_));
+    BS_CUDA(cudaMemcpyAsync(host_scalars_ + kSumSq, scalars, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    BS_RETURN_IF_ERROR(gpu::clip_factor_on_device(scalars, c.clip_norm, scalars + 1, stream_));
+    const gpu::GradScale scale{1.0f, scalars + 1};
+    for (const OptimizerPiece& p : shards_->pieces())
+      BS_RETURN_IF_ERROR(gpu::adamw_step(params_ + p.offset, grads_ + p.offset, scale, m_ + p.state_offset,
+                                         v_ + p.state_offset, p.count, lr, c.beta1, c.beta2, c.eps, c.weight_decay,
+                                         step, decay_ + p.offset, stream_));
+    for (const ReductionBucket& b : shards_->buckets())
+      if (b.chunk > 0) BS_RETURN_IF_ERROR(comm_->all_gather_device(params_ + b.begin, b.chunk, stream_));
+    BS_RETURN_IF_ERROR(comm_->wait_device(stream_));
+    layers_.weights_changed();
+    timer_.leave();
+    BS_RETURN_IF_ERROR(timer_.finish(&phase_totals_));
+    BS_CUDA(cudaStreamSynchronize(stream_));  // the step's end
+    *grad_norm = std::sqrt(double(host_scalars_[kSumSq]));
+    return Status::ok();
+  }
+
   // Sums grads_[begin, end) across ranks once the backward enqueued so far has written it.
   Status reduce_gradients(int64_t begin, int64_t end) {
     reduce_pending_ = true;
-    return comm_->all_reduce_device(grads_ + begin, end - begin, stream_);
+    if (!shards_) return comm_->all_reduce_device(grads_ + begin, end - begin, stream_);
+    // Sharded: the bucket's chunks reduce-scattered, its tail summed everywhere.
+    const auto it = bucket_at_.find(begin);
+    if (it == bucket_at_.end() || shards_->buckets()[it->second].end != end)
+      return Status::error("sharded optimizer: [" + std::to_string(begin) + ", " + std::to_string(end) +
+                           ") is not a reduction bucket");
+    const ReductionBucket& b = shards_->buckets()[it->second];
+    if (b.chunk > 0) BS_RETURN_IF_ERROR(comm_->reduce_scatter_device(grads_ + b.begin, b.chunk, stream_));
+    if (b.tail < b.end) BS_RETURN_IF_ERROR(comm_->all_reduce_device(grads_ + b.tail, b.end - b.tail, stream_));
+    return Status::ok();
   }
   int64_t layer_begin(int l) const {
     return l < config_.n_layers ? layout_.at(layout_.layers[l].attn_norm).offset : layout_.at(layout_.final_norm).offset;
@@ -344,6 +447,8 @@ class GpuBackend final : public StepBackend {
   bool expert_parallel_ = false;
   std::vector<std::unique_ptr<ExpertExchange>> exchanges_;  // per MoE layer, from its forward
   bool fresh_gradients_ = false;  // zero_grads ran and no backward since
+  std::optional<OptimizerShards> shards_;  // the sharded optimizer: this rank's share
+  std::map<int64_t, size_t> bucket_at_;    // a reduction bucket's index by its first parameter
   bool reduce_next_ = false;     // the next backward sums gradients across ranks
   bool reduce_pending_ = false;  // sums enqueued that optimizer_step must wait for
   PhaseTimes phase_totals_{};  // since reset_phase_ms()

@@ -40,6 +40,8 @@ class DeviceBuffers {
     *out = b.as<T>();
     return Status::ok();
   }
+  // Frees the buffer `name` (a later get allocates it anew).
+  void release(const std::string& name) { buffers_.erase(name); }
 
  private:
   std::map<std::string, runtime::DeviceBuffer> buffers_;

@@ -43,6 +43,19 @@ class Communicator {
     (void)send, (void)send_bytes, (void)recv, (void)recv_bytes, (void)after;
     return Status::error("this communicator cannot exchange GPU buffers (the GPU step needs NCCL)");
   }
+  // In-place reduce-scatter of world x count floats: this rank's chunk [rank x count, (rank + 1) x
+  // count) receives that chunk's sum over the ranks; the other chunks are left undefined. Queued
+  // like all_reduce_device (the sharded optimizer's gradients).
+  virtual Status reduce_scatter_device(float* data, int64_t count, void* after) {
+    (void)data, (void)count, (void)after;
+    return Status::error("this communicator cannot reduce GPU buffers (the GPU step needs NCCL)");
+  }
+  // In-place all-gather: every rank's chunk [rank x count, (rank + 1) x count) to every rank (the
+  // sharded optimizer's parameters).
+  virtual Status all_gather_device(float* data, int64_t count, void* after) {
+    (void)data, (void)count, (void)after;
+    return Status::error("this communicator cannot gather GPU buffers (the GPU step needs NCCL)");
+  }
   virtual Status wait_device(void* stream) {
     (void)stream;
     return Status::error("this communicator cannot reduce GPU buffers (the GPU step needs NCCL)");

@@ -86,6 +86,17 @@ class NcclCommunicator final : public Communicator {
     const Status end = nccl_check(NCCL(ncclGroupEnd)(), "ncclGroupEnd");  // a started group is always ended
     return status.is_ok() ? end : status;
   }
+  Status reduce_scatter_device(float* data, int64_t count, void* after) override {
+    BS_RETURN_IF_ERROR(join(static_cast<cudaStream_t>(after), stream_));
+    return nccl_check(NCCL(ncclReduceScatter)(data, data + int64_t{rank_} * count, size_t(count), ncclFloat, ncclSum,
+                                              comm_, stream_),
+                      "ncclReduceScatter");
+  }
+  Status all_gather_device(float* data, int64_t count, void* after) override {
+    BS_RETURN_IF_ERROR(join(static_cast<cudaStream_t>(after), stream_));
+    return nccl_check(NCCL(ncclAllGather)(data + int64_t{rank_} * count, data, size_t(count), ncclFloat, comm_, stream_),
+                      "ncclAllGather");
+  }
   Status wait_device(void* stream) override { return join(stream_, static_cast<cudaStream_t>(stream)); }
 
  private:

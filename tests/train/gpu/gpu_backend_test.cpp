@@ -205,7 +205,7 @@ TEST_P(GpuBackendTest, OptimizerStepIsTheHostUpdate) {
     const float factor = clip_factor(norm, oc.clip_norm);
     EXPECT_EQ(factor < 1.0f, step == 1) << "step 1 clips, step 2 does not";
     for (float& g : grads) g *= factor;
-    adamw_update(oc, 1e-3f, step, grads.data(), p.data(), m.data(), v.data(), decay, int64_t(p.size()));
+    adamw_update(oc, 1e-3f, step, grads.data(), p.data(), m.data(), v.data(), decay.data(), int64_t(p.size()));
     ASSERT_TRUE(gpu->read_state(&p_gpu, &m_gpu, &v_gpu).is_ok());
     EXPECT_EQ(p_gpu, p) << "params, step " << step;
     EXPECT_EQ(m_gpu, m) << "m, step " << step;
@@ -298,6 +298,30 @@ class HostStagedMember final : public Communicator {
         runtime::cuda_status(cudaMemcpy(send_host.data(), send, out, cudaMemcpyDeviceToHost), "copy out"));
     BS_RETURN_IF_ERROR(inner_->all_to_all_host(send_host.data(), send_bytes, recv_host.data(), recv_bytes));
     return runtime::cuda_status(cudaMemcpy(recv, recv_host.data(), in, cudaMemcpyHostToDevice), "copy in");
+  }
+  // The whole buffer summed through the host; the chunks this rank does not own are then NaN, so a
+  // read of one shows.
+  Status reduce_scatter_device(float* data, int64_t count, void* after) override {
+    const int64_t n = count * world_size();
+    BS_RETURN_IF_ERROR(all_reduce_device(data, n, after));
+    std::vector<float> nan(n, std::nanf(""));
+    const int64_t mine = count * rank();
+    if (mine > 0) BS_RETURN_IF_ERROR(runtime::cuda_status(cudaMemcpy(data, nan.data(), mine * 4, cudaMemcpyHostToDevice), "poison"));
+    const int64_t after_mine = n - mine - count;
+    if (after_mine > 0)
+      BS_RETURN_IF_ERROR(runtime::cuda_status(
+          cudaMemcpy(data + mine + count, nan.data(), after_mine * 4, cudaMemcpyHostToDevice), "poison"));
+    return Status::ok();
+  }
+  // Each rank's chunk (zeros elsewhere) summed through the host.
+  Status all_gather_device(float* data, int64_t count, void* after) override {
+    const int64_t n = count * world_size();
+    std::vector<float> host(n, 0.0f);
+    BS_RETURN_IF_ERROR(runtime::cuda_status(cudaStreamSynchronize(static_cast<cudaStream_t>(after)), "copy out"));
+    BS_RETURN_IF_ERROR(runtime::cuda_status(
+        cudaMemcpy(host.data() + count * rank(), data + count * rank(), count * 4, cudaMemcpyDeviceToHost), "copy out"));
+    BS_RETURN_IF_ERROR(inner_->all_reduce_host(host.data(), n));
+    return runtime::cuda_status(cudaMemcpy(data, host.data(), n * 4, cudaMemcpyHostToDevice), "copy in");
   }
   Status wait_device(void*) override { return Status::ok(); }
 
@@ -410,6 +434,62 @@ TEST(GpuBackendDataParallel, TwoRanksSumToOneRank) {
     }
     std::printf("%s: 2 ranks vs 1, worst per-tensor gradient difference %.2e (bound %.0e)\n", recipe_name(recipe),
                 worst, bound);
+  }
+}
+
+// The sharded optimizer: two ranks (threads, one GPU) updating half the parameters each, the
+// gradients reduce-scattered and the parameters all-gathered, end two steps with the parameters
+// and the (gathered) moments of two unsharded ranks, to the bit (no clipping: the norm is summed
+// in another order, which would move the clipping factor by an ulp); each holds half the moments.
+TEST(GpuBackendDataParallel, TheShardedOptimizerUpdatesAsTheUnshardedOne) {
+  SKIP_WITHOUT_GPU();
+  const ParallelCase pc = parallel_case(13);
+  struct Result {
+    Status status = Status::ok();
+    std::vector<float> p, m, v;
+    int64_t state_bytes = 0;
+  };
+  auto run = [&](bool sharded) {
+    LocalGroup group(2);
+    std::vector<Result> out(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        HostStagedMember comm(group.member(r));
+        Result& o = out[r];
+        std::unique_ptr<StepBackend> b;
+        o.status = make_gpu_backend(pc.c, Recipe::kBf16, 3, &b, GemmRoute::kAuto);
+        if (!o.status.is_ok()) return;
+        b->set_communicator(&comm);
+        if (sharded) o.status = b->set_sharded_optimizer();
+        OptimizerConfig oc;
+        oc.clip_norm = 0.0f;
+        for (int step = 1; step <= 2 && o.status.is_ok(); ++step) {
+          StepLosses l;
+          double norm = 0;
+          b->reduce_in_next_backward();
+          const int64_t at = int64_t{r * pc.batch / 2} * pc.c.seq_len;
+          o.status = b->zero_grads();
+          if (o.status.is_ok())
+            o.status = b->forward_backward(pc.tokens.data() + at, pc.targets.data() + at, pc.batch / 2, 0.5f, 7,
+                                           step, &l);
+          if (o.status.is_ok()) o.status = b->optimizer_step(oc, 1e-3f, step, &norm);
+        }
+        if (o.status.is_ok()) o.status = b->read_state(&o.p, &o.m, &o.v);  // sharded: a gather
+        o.state_bytes = b->optimizer_state_bytes();
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    return out;
+  };
+  const std::vector<Result> plain = run(false), sharded = run(true);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(plain[r].status.is_ok()) << plain[r].status.message();
+    ASSERT_TRUE(sharded[r].status.is_ok()) << sharded[r].status.message();
+    EXPECT_EQ(sharded[r].p, plain[r].p) << "rank " << r << ": parameters";
+    EXPECT_EQ(sharded[r].m, plain[r].m) << "rank " << r << ": first moments";
+    EXPECT_EQ(sharded[r].v, plain[r].v) << "rank " << r << ": second moments";
+    EXPECT_LE(sharded[r].state_bytes, plain[r].state_bytes / 2 + 64) << "rank " << r;
   }
 }
 
