@@ -43,6 +43,7 @@ using blockscale_test::DeviceInput;
 using blockscale_test::GuardedOutput;
 using blockscale_test::HostInput;
 using blockscale_test::Split;
+using blockscale_test::describe;
 using blockscale_test::alloc_poisoned;
 using blockscale_test::check_output;
 using blockscale_test::expect_error;
@@ -115,23 +116,8 @@ GroupedReference make_reference(const HostInput& in, int64_t rows, int64_t cols,
 
 // ---- GPU run and comparison ------------------------------------------------------------------
 
-struct Case {
-  int64_t rows, cols, ld;
-  int groups;
-  Split split;
-  DType type;
-  bool finite;
-  bool misaligned;  // input off 16-byte alignment by one element, code outputs by one byte
-};
+using Case = blockscale_test::GroupedCase;
 
-std::string describe(const Case& c) {
-  char s[200];
-  std::snprintf(s, sizeof s, "%lldx%lld ld=%lld %d experts %s %s%s%s", static_cast<long long>(c.rows),
-                static_cast<long long>(c.cols), static_cast<long long>(c.ld), c.groups, name(c.split),
-                bf::dtype_name(c.type), c.finite ? " finite" : "", c.misaligned ? " misaligned" : "");
-  return s;
-}
-void PrintTo(const Case& c, std::ostream* os) { *os << describe(c); }
 
 struct Prepared {
   HostInput in;
@@ -255,38 +241,10 @@ TEST_P(Fp8BlockGroupedQuantize, MatchesTheEmulatorByteForByte) {
   check_case(GetParam());
 }
 
-std::vector<Case> cases() {
-  std::vector<Case> v;
-  const DType types[] = {DType::kBf16, DType::kF16, DType::kF32};
-  const int64_t shapes[][2] = {{1, 1}, {5, 33}, {130, 64}, {129, 127}, {300, 256}, {700, 300}};
-  const Split splits[] = {Split::kUneven, Split::kOneExpert, Split::kEmptyEdges, Split::kOnes, Split::kAligned};
-  int k = 0;
-  for (const auto& s : shapes) {
-    for (Split sp : splits) {
-      const int g = (s[0] < 4 && sp != Split::kOneExpert) ? 1 : (k % 4 == 0 ? 1 : k % 4 == 1 ? 3 : k % 4 == 2 ? 8 : 17);
-      v.push_back({s[0], s[1], s[1], sp == Split::kOnes ? std::max(g, 5) : g, sp, types[k % 3], false, false});
-      ++k;
-    }
-  }
-  for (DType t : types) {
-    v.push_back({1000, 512, 512, 64, Split::kUneven, t, false, false});  // 64 experts
-    v.push_back({1000, 512, 512, 64, Split::kEmptyEdges, t, true, false});
-    v.push_back({777, 300, 310, 7, Split::kUneven, t, false, false});   // ld > cols, breaks vector loads
-    v.push_back({513, 260, 264, 5, Split::kOnes, t, false, true});      // misaligned pointers
-    v.push_back({2048, 1024, 1024, 8, Split::kAligned, t, false, false});
-  }
-  v.push_back({2048, 64, 64, 4096, Split::kUneven, DType::kBf16, false, false});  // the most experts
-  return v;
-}
 
-std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-  const Case& c = info.param;
-  return std::to_string(info.index) + "_" + std::to_string(c.rows) + "x" + std::to_string(c.cols) + "_ld" +
-         std::to_string(c.ld) + "_g" + std::to_string(c.groups) + "_" + name(c.split) + "_" + bf::dtype_name(c.type) +
-         (c.finite ? "_finite" : "") + (c.misaligned ? "_misaligned" : "");
-}
 
-INSTANTIATE_TEST_SUITE_P(Shapes, Fp8BlockGroupedQuantize, ::testing::ValuesIn(cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, Fp8BlockGroupedQuantize, ::testing::ValuesIn(blockscale_test::grouped_cases(130)),
+                         blockscale_test::case_name);
 
 // One large MoE tensor: 8 uneven experts over 16384 x 2048 bf16 (many tiles per CTA, zero rows up
 // to the capacity).

@@ -5,8 +5,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <cstdio>
+#include <ostream>
 #include <random>
+#include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "tests/quant/gpu_test_util.h"
 
@@ -141,6 +146,60 @@ inline std::vector<int64_t> make_counts(int64_t rows, int g, Split split, uint64
     }
   }
   return n;
+}
+
+// ---- The MX and FP8 blockwise grouped tests' cases -------------------------------------------
+
+struct GroupedCase {
+  int64_t rows, cols, ld;
+  int groups;
+  Split split;
+  DType type;
+  bool finite;
+  bool misaligned;  // input off 16-byte alignment by one element, code outputs by one byte
+};
+
+inline std::string describe(const GroupedCase& c) {
+  char s[200];
+  std::snprintf(s, sizeof s, "%lldx%lld ld=%lld %d experts %s %s%s%s", static_cast<long long>(c.rows),
+                static_cast<long long>(c.cols), static_cast<long long>(c.ld), c.groups, name(c.split),
+                blockscale::formats::dtype_name(c.type), c.finite ? " finite" : "", c.misaligned ? " misaligned" : "");
+  return s;
+}
+inline void PrintTo(const GroupedCase& c, std::ostream* os) { *os << describe(c); }
+
+inline std::string case_name(const ::testing::TestParamInfo<GroupedCase>& info) {
+  const GroupedCase& c = info.param;
+  return std::to_string(info.index) + "_" + std::to_string(c.rows) + "x" + std::to_string(c.cols) + "_ld" +
+         std::to_string(c.ld) + "_g" + std::to_string(c.groups) + "_" + name(c.split) + "_" +
+         blockscale::formats::dtype_name(c.type) + (c.finite ? "_finite" : "") + (c.misaligned ? "_misaligned" : "");
+}
+
+// Small shapes under every split with a few expert counts (the third shape has `third_rows` rows),
+// then 64 experts, a row stride above the columns (breaks vector loads), misaligned pointers and
+// whole tiles in every input type, and the most experts.
+inline std::vector<GroupedCase> grouped_cases(int64_t third_rows) {
+  std::vector<GroupedCase> v;
+  const DType types[] = {DType::kBf16, DType::kF16, DType::kF32};
+  const int64_t shapes[][2] = {{1, 1}, {5, 33}, {third_rows, 64}, {129, 127}, {300, 256}, {700, 300}};
+  const Split splits[] = {Split::kUneven, Split::kOneExpert, Split::kEmptyEdges, Split::kOnes, Split::kAligned};
+  int k = 0;
+  for (const auto& s : shapes) {
+    for (Split sp : splits) {
+      const int g = (s[0] < 4 && sp != Split::kOneExpert) ? 1 : (k % 4 == 0 ? 1 : k % 4 == 1 ? 3 : k % 4 == 2 ? 8 : 17);
+      v.push_back({s[0], s[1], s[1], sp == Split::kOnes ? std::max(g, 5) : g, sp, types[k % 3], false, false});
+      ++k;
+    }
+  }
+  for (DType t : types) {
+    v.push_back({1000, 512, 512, 64, Split::kUneven, t, false, false});
+    v.push_back({1000, 512, 512, 64, Split::kEmptyEdges, t, true, false});
+    v.push_back({777, 300, 310, 7, Split::kUneven, t, false, false});
+    v.push_back({513, 260, 264, 5, Split::kOnes, t, false, true});
+    v.push_back({2048, 1024, 1024, 8, Split::kAligned, t, false, false});
+  }
+  v.push_back({2048, 64, 64, 4096, Split::kUneven, DType::kBf16, false, false});
+  return v;
 }
 
 }  // namespace blockscale_test
