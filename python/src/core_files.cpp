@@ -41,14 +41,19 @@ void save(const std::string& path, const std::vector<nb::dict>& entries) {
     if (!added) throw nb::value_error((what + ": " + added.message()).c_str());
     kept.push_back(std::move(t));
   }
-  nb::gil_scoped_release release;
-  check(io::write_safetensors(path, tensors, metadata));
+  Status written = Status::ok();
+  {
+    nb::gil_scoped_release release;
+    written = io::write_safetensors(path, tensors, metadata);
+  }
+  if (!written) throw nb::value_error(("path: " + written.message()).c_str());
 }
 
 // Every entry of the file (sorted by name), each a dict as save() takes it.
 std::vector<nb::dict> load(const std::string& path) {
   io::SafetensorsFile file;
-  check(io::SafetensorsFile::open(path, &file));
+  if (const Status opened = io::SafetensorsFile::open(path, &file); !opened)
+    throw nb::value_error(("path: " + opened.message()).c_str());
   std::vector<nb::dict> out;
   for (const std::string& name : io::quantized_tensor_names(file)) {
     io::QuantizedTensor t;

@@ -183,7 +183,11 @@ class FilesMatchCli(WithCli):
         self.assertFalse(os.path.exists(path), "a refused save left a file")
         with self.assertRaises(ValueError) as e:
             blockscale.load(os.path.join(self.dir.name, "missing.safetensors"))
+        self.assertTrue(str(e.exception).startswith("path:"), str(e.exception))
         self.assertIn("missing.safetensors", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            blockscale.save(os.path.join(self.dir.name, "no_such_dir", "x.safetensors"), {"w": q[0]})
+        self.assertTrue(str(e.exception).startswith("path:"), str(e.exception))
 
 
 class ReferenceGemms(unittest.TestCase):
