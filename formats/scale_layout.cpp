@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace blockscale::formats {
 namespace {
@@ -41,6 +42,24 @@ Status check_size(const char* fn, const char* arg, size_t got, int64_t expected,
   return Status::ok();
 }
 
+// The rows x cols row-major matrix `linear` placed at offset(i, j) of a zeroed buffer of `size`.
+template <typename T, typename Offset>
+std::vector<T> to_layout(const T* linear, int64_t rows, int64_t cols, int64_t size, Offset offset) {
+  std::vector<T> out(static_cast<size_t>(size), T{0});
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) out[offset(i, j)] = linear[i * cols + j];
+  return out;
+}
+
+// The rows x cols row-major matrix read back from offset(i, j) of `packed`.
+template <typename T, typename Offset>
+std::vector<T> from_layout(const T* packed, int64_t rows, int64_t cols, Offset offset) {
+  std::vector<T> out(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = packed[offset(i, j)];
+  return out;
+}
+
 }  // namespace
 
 // ---- Swizzled 128x4 ----------------------------------------------------------------------
@@ -54,10 +73,8 @@ Status pack_swizzled_scales(const uint8_t* linear, int64_t rows, int64_t cols,
                             std::vector<uint8_t>* out) {
   BS_RETURN_IF_ERROR(
       check_args("pack_swizzled_scales", "rows", rows, "cols", cols, "linear", linear, "out", out));
-  std::vector<uint8_t> s(static_cast<size_t>(swizzled_scale_bytes(rows, cols)), 0);
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) s[swizzled_scale_offset(i, j, cols)] = linear[i * cols + j];
-  *out = std::move(s);
+  *out = to_layout(linear, rows, cols, swizzled_scale_bytes(rows, cols),
+                   [&](int64_t i, int64_t j) { return swizzled_scale_offset(i, j, cols); });
   return Status::ok();
 }
 
@@ -68,11 +85,8 @@ Status unpack_swizzled_scales(const uint8_t* swizzled, size_t swizzled_bytes, in
       check_args(fn, "rows", rows, "cols", cols, "swizzled", swizzled, "linear", linear));
   BS_RETURN_IF_ERROR(
       check_size(fn, "swizzled_bytes", swizzled_bytes, swizzled_scale_bytes(rows, cols), "bytes"));
-  std::vector<uint8_t> l(static_cast<size_t>(rows * cols));
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j)
-      l[i * cols + j] = swizzled[swizzled_scale_offset(i, j, cols)];
-  *linear = std::move(l);
+  *linear = from_layout(swizzled, rows, cols,
+                        [&](int64_t i, int64_t j) { return swizzled_scale_offset(i, j, cols); });
   return Status::ok();
 }
 
@@ -87,11 +101,8 @@ Status pack_vec128_scales(const float* linear, int64_t rows, int64_t k_blocks,
                           std::vector<float>* out) {
   BS_RETURN_IF_ERROR(check_args("pack_vec128_scales", "rows", rows, "k_blocks", k_blocks, "linear",
                                 linear, "out", out));
-  std::vector<float> p(static_cast<size_t>(vec128_scale_floats(rows, k_blocks)), 0.0f);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t kb = 0; kb < k_blocks; ++kb)
-      p[vec128_scale_offset(r, kb, rows)] = linear[r * k_blocks + kb];
-  *out = std::move(p);
+  *out = to_layout(linear, rows, k_blocks, vec128_scale_floats(rows, k_blocks),
+                   [&](int64_t r, int64_t kb) { return vec128_scale_offset(r, kb, rows); });
   return Status::ok();
 }
 
@@ -102,11 +113,8 @@ Status unpack_vec128_scales(const float* packed, size_t packed_floats, int64_t r
       check_args(fn, "rows", rows, "k_blocks", k_blocks, "packed", packed, "linear", linear));
   BS_RETURN_IF_ERROR(check_size(fn, "packed_floats", packed_floats,
                                 vec128_scale_floats(rows, k_blocks), "floats"));
-  std::vector<float> l(static_cast<size_t>(rows * k_blocks));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t kb = 0; kb < k_blocks; ++kb)
-      l[r * k_blocks + kb] = packed[vec128_scale_offset(r, kb, rows)];
-  *linear = std::move(l);
+  *linear = from_layout(packed, rows, k_blocks,
+                        [&](int64_t r, int64_t kb) { return vec128_scale_offset(r, kb, rows); });
   return Status::ok();
 }
 
@@ -121,11 +129,8 @@ Status pack_blk128_scales(const float* linear, int64_t row_blocks, int64_t k_blo
                           std::vector<float>* out) {
   BS_RETURN_IF_ERROR(check_args("pack_blk128_scales", "row_blocks", row_blocks, "k_blocks",
                                 k_blocks, "linear", linear, "out", out));
-  std::vector<float> p(static_cast<size_t>(blk128_scale_floats(row_blocks, k_blocks)), 0.0f);
-  for (int64_t rb = 0; rb < row_blocks; ++rb)
-    for (int64_t kb = 0; kb < k_blocks; ++kb)
-      p[blk128_scale_offset(rb, kb, k_blocks)] = linear[rb * k_blocks + kb];
-  *out = std::move(p);
+  *out = to_layout(linear, row_blocks, k_blocks, blk128_scale_floats(row_blocks, k_blocks),
+                   [&](int64_t rb, int64_t kb) { return blk128_scale_offset(rb, kb, k_blocks); });
   return Status::ok();
 }
 
@@ -136,11 +141,8 @@ Status unpack_blk128_scales(const float* packed, size_t packed_floats, int64_t r
                                 packed, "linear", linear));
   BS_RETURN_IF_ERROR(check_size(fn, "packed_floats", packed_floats,
                                 blk128_scale_floats(row_blocks, k_blocks), "floats"));
-  std::vector<float> l(static_cast<size_t>(row_blocks * k_blocks));
-  for (int64_t rb = 0; rb < row_blocks; ++rb)
-    for (int64_t kb = 0; kb < k_blocks; ++kb)
-      l[rb * k_blocks + kb] = packed[blk128_scale_offset(rb, kb, k_blocks)];
-  *linear = std::move(l);
+  *linear = from_layout(packed, row_blocks, k_blocks,
+                        [&](int64_t rb, int64_t kb) { return blk128_scale_offset(rb, kb, k_blocks); });
   return Status::ok();
 }
 
