@@ -45,6 +45,7 @@
 #include "formats/scale_layout.h"
 #include "quant/quantize.h"
 #include "tests/quant/gpu_test_util.h"
+#include "tests/quant/nvfp4_test_input.h"  // defines: Nvfp4Pattern, nvfp4_input, input_amax
 #include "tests/quant/grouped_test_util.h"  // defines: Split, make_counts
 
 namespace {
@@ -64,6 +65,8 @@ using blockscale_test::alloc_poisoned;
 using blockscale_test::check_output;
 using blockscale_test::expect_error;
 using blockscale_test::from_bits;
+using blockscale_test::input_amax;
+using blockscale_test::nvfp4_input;
 using blockscale_test::name;
 using blockscale_test::to_bits;
 using blockscale_test::upload_input;
@@ -72,89 +75,12 @@ constexpr char kReportIndent[] = "  ";
 
 // ---- Inputs ----------------------------------------------------------------------------------
 
-// kMixed: every kind of region; kFinite: no NaN / Inf; kNarrow: realistic data; kZero: all +-0.
-enum class Pattern { kMixed, kFinite, kNarrow, kZero };
-const char* name(Pattern p) {
-  return p == Pattern::kMixed ? "mixed" : p == Pattern::kFinite ? "finite" : p == Pattern::kNarrow ? "narrow" : "zero";
-}
-
-// Per 16x16 region of the input one kind of data (as tests/quant/nvfp4_quantize_test.cpp).
-HostInput make_input(int64_t rows, int64_t cols, int64_t ld, DType t, Pattern pattern, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::uniform_real_distribution<double> uni(0.0, 1.0);
-  double lo, hi;
-  blockscale_test::magnitude_range(t, &lo, &hi);
-  const int64_t esize = static_cast<int64_t>(bf::dtype_size(t));
-  HostInput in;
-  in.bytes.assign(static_cast<size_t>(rows * ld * esize), 0);
-  in.values.assign(static_cast<size_t>(rows * ld), std::nanf(""));
-  const double lattice[] = {0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 0.125, 5.5, 4.5};
-  const blockscale_test::DTypeBits tb = blockscale_test::type_bits(t);
-  const uint32_t smax = tb.max_finite;
-  auto put = [&](int64_t r, int64_t c, uint32_t bits) {
-    const size_t i = static_cast<size_t>(r * ld + c);
-    std::memcpy(&in.bytes[i * esize], &bits, static_cast<size_t>(esize));
-    in.values[i] = from_bits(bits, t);
-  };
-  for (int64_t rr = 0; rr < rows; rr += 16) {
-    for (int64_t rc = 0; rc < cols; rc += 16) {
-      int kind = static_cast<int>(uni(rng) * 100);
-      if (pattern == Pattern::kNarrow) kind = kind < 85 ? 0 : 45;
-      const double mag = pattern == Pattern::kNarrow ? std::pow(10.0, -2.0 + 4.0 * uni(rng))
-                                                     : std::pow(10.0, lo + (hi - lo) * uni(rng));
-      const int j = static_cast<int>(rng() % 15) - 7;
-      for (int64_t r = rr; r < std::min(rows, rr + 16); ++r) {
-        for (int64_t c = rc; c < std::min(cols, rc + 16); ++c) {
-          uint32_t bits;
-          if (pattern == Pattern::kZero) {
-            bits = (rng() % 5 == 0) ? tb.sign : 0u;
-          } else if (kind < 30) {
-            bits = to_bits(static_cast<float>(normal(rng) * mag), t);
-          } else if (kind < 42) {
-            const double u = std::max(uni(rng), 1e-4);
-            bits = to_bits(static_cast<float>(normal(rng) / (u * u) * mag * 1e-3), t);
-          } else if (kind < 50) {
-            bits = (rng() & 1) ? tb.sign : 0u;
-          } else if (kind < 60) {
-            bits = to_bits(static_cast<float>(normal(rng) * mag), t);
-            const uint64_t z = rng() % 96;
-            if (z == 0) bits = tb.inf | 1u;
-            if (z == 1) bits = tb.inf;
-            if (z == 2) bits = tb.inf | tb.sign;
-            if (z == 3) bits = tb.sign;
-            if (z == 4) bits = 1u | ((rng() & 1) ? tb.sign : 0u);
-            if (z == 5) bits = smax;
-          } else if (kind < 68) {
-            bits = static_cast<uint32_t>(rng() % tb.min_normal) | ((rng() & 1) ? tb.sign : 0u);
-          } else if (kind < 82) {
-            const double v = (c == rc) ? 6.0 : lattice[rng() % (sizeof(lattice) / sizeof(lattice[0]))];
-            bits = to_bits(static_cast<float>(std::ldexp(v, j)), t);
-            if (c != rc && rng() % 4 == 0 && (bits & ~tb.sign) > 0) bits += (rng() & 1) ? 1u : static_cast<uint32_t>(-1);
-            if (rng() & 1) bits ^= tb.sign;
-          } else if (kind < 90) {
-            bits = smax - static_cast<uint32_t>(rng() % 4);
-            if (rng() % 4 == 0) bits ^= tb.sign;
-          } else {
-            bits = to_bits(static_cast<float>(normal(rng) * mag * ((r + c) % 29 == 0 ? 1e6 : 1e-6)), t);
-          }
-          if ((pattern == Pattern::kFinite || pattern == Pattern::kNarrow) && !std::isfinite(from_bits(bits, t)))
-            bits = smax | (bits & tb.sign);
-          put(r, c, bits);
-        }
-      }
-    }
-  }
-  return in;
-}
+using Pattern = blockscale_test::Nvfp4Pattern;
 
 // ---- Reference -------------------------------------------------------------------------------
 
 // formats' amax of the input, and of the RHT of each expert's tokens zero-padded to 16-row blocks
 // (what the grouped RHT columnwise copy measures).
-float input_amax(const HostInput& in, int64_t rows, int64_t cols, int64_t ld) {
-  return bf::detail::block_amax(in.values.data(), ld, 0, rows, 0, cols).amax;
-}
 float padded_rht_amax(const HostInput& in, int64_t cols, int64_t ld, const std::vector<int64_t>& ends) {
   float m = 0.0f;
   float v[16];
@@ -283,7 +209,7 @@ struct Prepared {
 };
 
 ::testing::AssertionResult prepare(const Case& c, uint64_t seed, Prepared* pr) {
-  pr->in = make_input(c.rows, c.cols, c.ld, c.type, c.pattern, seed);
+  pr->in = nvfp4_input(c.rows, c.cols, c.ld, c.type, c.pattern, seed);
   const std::vector<int64_t> n = blockscale_test::make_counts(c.rows, c.groups, c.split, seed * 7 + 1, 16);
   std::vector<int32_t> ends32;
   int64_t acc = 0;

@@ -39,6 +39,7 @@
 #include "quant/nvfp4_device.cuh"
 #include "quant/quantize.h"
 #include "tests/quant/gpu_test_util.h"
+#include "tests/quant/nvfp4_test_input.h"  // defines: Nvfp4Pattern, nvfp4_input, input_amax
 
 namespace {
 
@@ -57,6 +58,8 @@ using blockscale_test::alloc_poisoned;
 using blockscale_test::check_output;
 using blockscale_test::expect_error;
 using blockscale_test::from_bits;
+using blockscale_test::input_amax;
+using blockscale_test::nvfp4_input;
 using blockscale_test::name;
 using blockscale_test::to_bits;
 using blockscale_test::upload_input;
@@ -87,90 +90,9 @@ TEST(Nvfp4Api, OptionsChecksAndWorkspace) {
 
 // ==== Inputs ========================================================================================
 
-// kMixed: every kind of region; kFinite: no NaN / Inf; kTies: tie lattices and zeros, the
-// tensor amax pinned to 2688 (S_enc = 1 exactly: ties land exactly); kNarrow: realistic data.
-enum class Pattern { kMixed, kFinite, kTies, kNarrow };
-const char* name(Pattern p) {
-  return p == Pattern::kMixed ? "mixed" : p == Pattern::kFinite ? "finite" : p == Pattern::kTies ? "ties" : "narrow";
-}
-
-HostInput make_input(int64_t rows, int64_t cols, int64_t ld, DType t, Pattern pattern, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::uniform_real_distribution<double> uni(0.0, 1.0);
-  double lo, hi;
-  blockscale_test::magnitude_range(t, &lo, &hi);
-  const int64_t esize = static_cast<int64_t>(bf::dtype_size(t));
-  HostInput in;
-  in.bytes.assign(static_cast<size_t>(rows * ld * esize), 0);
-  in.values.assign(static_cast<size_t>(rows * ld), std::nanf(""));
-  // E2M1 grid points and the midpoints between them (ties), in units of the block's 2^j.
-  const double lattice[] = {0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 0.125, 5.5, 4.5};
-  const blockscale_test::DTypeBits tb = blockscale_test::type_bits(t);
-  const uint32_t smax = tb.max_finite;
-  auto put = [&](int64_t r, int64_t c, uint32_t bits) {
-    const size_t i = static_cast<size_t>(r * ld + c);
-    std::memcpy(&in.bytes[i * esize], &bits, static_cast<size_t>(esize));
-    in.values[i] = from_bits(bits, t);
-  };
-  for (int64_t rr = 0; rr < rows; rr += 16) {
-    for (int64_t rc = 0; rc < cols; rc += 16) {
-      int kind = static_cast<int>(uni(rng) * 100);
-      if (pattern == Pattern::kTies) kind = kind < 80 ? 70 : 45;
-      if (pattern == Pattern::kNarrow) kind = kind < 85 ? 0 : 45;
-      const double mag = pattern == Pattern::kNarrow ? std::pow(10.0, -2.0 + 4.0 * uni(rng))
-                                                     : std::pow(10.0, lo + (hi - lo) * uni(rng));
-      const int j = static_cast<int>(rng() % 15) - 7;  // tie lattice scale 2^j (its scale 2^j / 1 in UE4M3)
-      for (int64_t r = rr; r < std::min(rows, rr + 16); ++r) {
-        for (int64_t c = rc; c < std::min(cols, rc + 16); ++c) {
-          uint32_t bits;
-          if (kind < 30) {
-            bits = to_bits(static_cast<float>(normal(rng) * mag), t);
-          } else if (kind < 42) {
-            const double u = std::max(uni(rng), 1e-4);
-            bits = to_bits(static_cast<float>(normal(rng) / (u * u) * mag * 1e-3), t);
-          } else if (kind < 50) {
-            bits = (rng() & 1) ? tb.sign : 0u;
-          } else if (kind < 60) {
-            bits = to_bits(static_cast<float>(normal(rng) * mag), t);
-            const uint64_t z = rng() % 96;
-            if (z == 0) bits = tb.inf | 1u;
-            if (z == 1) bits = tb.inf;
-            if (z == 2) bits = tb.inf | tb.sign;
-            if (z == 3) bits = tb.sign;
-            if (z == 4) bits = 1u | ((rng() & 1) ? tb.sign : 0u);
-            if (z == 5) bits = smax;
-          } else if (kind < 68) {
-            bits = static_cast<uint32_t>(rng() % tb.min_normal) | ((rng() & 1) ? tb.sign : 0u);
-          } else if (kind < 82) {
-            // A lattice point (r, c) == block start holds 6 * 2^j (the block amax); the rest are
-            // E2M1 values and ties, some one input ulp off.
-            const double v = (c == rc) ? 6.0 : lattice[rng() % (sizeof(lattice) / sizeof(lattice[0]))];
-            bits = to_bits(static_cast<float>(std::ldexp(v, j)), t);
-            if (c != rc && rng() % 4 == 0 && (bits & ~tb.sign) > 0) bits += (rng() & 1) ? 1u : static_cast<uint32_t>(-1);
-            if (rng() & 1) bits ^= tb.sign;
-          } else if (kind < 90) {
-            bits = smax - static_cast<uint32_t>(rng() % 4);
-            if (rng() % 4 == 0) bits ^= tb.sign;
-          } else {
-            bits = to_bits(static_cast<float>(normal(rng) * mag * ((r + c) % 29 == 0 ? 1e6 : 1e-6)), t);
-          }
-          if ((pattern == Pattern::kFinite || pattern == Pattern::kTies || pattern == Pattern::kNarrow) &&
-              !std::isfinite(from_bits(bits, t)))
-            bits = smax | (bits & tb.sign);
-          put(r, c, bits);
-        }
-      }
-    }
-  }
-  if (pattern == Pattern::kTies) put(0, 0, to_bits(2688.0f, t));  // the tensor amax: S_enc = 1
-  return in;
-}
+using Pattern = blockscale_test::Nvfp4Pattern;
 
 // formats' amax of the input, and of its RHT along the rows (rows % 16 == 0).
-float input_amax(const HostInput& in, int64_t rows, int64_t cols, int64_t ld) {
-  return bf::detail::block_amax(in.values.data(), ld, 0, rows, 0, cols).amax;
-}
 float rht_amax(const HostInput& in, int64_t rows, int64_t cols, int64_t ld) {
   float m = 0.0f;
   float v[16];
@@ -342,7 +264,7 @@ int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Config& c, 
 
 // Runs `configs` on one layout, sharing references between configurations with equal options.
 int64_t check_configs(const Layout& l, uint64_t seed, const std::vector<Config>& configs, const char* label) {
-  const HostInput in = make_input(l.rows, l.cols, l.ld, l.type, l.pattern, seed);
+  const HostInput in = nvfp4_input(l.rows, l.cols, l.ld, l.type, l.pattern, seed);
   DeviceInput x;
   EXPECT_TRUE(upload_input(in, l.type, l.misaligned, &x));
   Truth truth;
@@ -515,7 +437,7 @@ TEST(Nvfp4QuantizeSpecial, NonfiniteFlagIsOnlyEverSetToOne) {
   SKIP_WITHOUT_GPU();
   const Layout l{64, 64, 64, DType::kBf16, Pattern::kFinite, false};
   for (bool with_nan : {false, true}) {
-    HostInput in = make_input(l.rows, l.cols, l.ld, l.type, Pattern::kNarrow, 5);
+    HostInput in = nvfp4_input(l.rows, l.cols, l.ld, l.type, Pattern::kNarrow, 5);
     if (with_nan) in.bytes[2 * (10 * 64 + 7) + 1] = 0x7F, in.bytes[2 * (10 * 64 + 7)] = 0xC1;
     DeviceInput x;
     ASSERT_TRUE(upload_input(in, l.type, l.misaligned, &x));
