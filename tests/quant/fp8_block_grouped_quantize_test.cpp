@@ -118,7 +118,6 @@ GroupedReference make_reference(const HostInput& in, int64_t rows, int64_t cols,
 
 using Case = blockscale_test::GroupedCase;
 
-
 struct Prepared {
   HostInput in;
   DeviceInput x;
@@ -240,8 +239,6 @@ TEST_P(Fp8BlockGroupedQuantize, MatchesTheEmulatorByteForByte) {
   SKIP_WITHOUT_GPU();
   check_case(GetParam());
 }
-
-
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Fp8BlockGroupedQuantize, ::testing::ValuesIn(blockscale_test::grouped_cases(130)),
                          blockscale_test::case_name);

@@ -117,7 +117,6 @@ GroupedReference make_reference(const HostInput& in, int64_t rows, int64_t cols,
 
 using Case = blockscale_test::GroupedCase;
 
-
 // One grouped run on the GPU against the reference; returns the number of bad bytes.
 int64_t run_and_compare(const Case& c, const DeviceInput& x, const DeviceBuffer& ends_dev, const GroupedReference& ref,
                         Format recipe, ScaleRounding rounding, Direction dirs) {
@@ -244,8 +243,6 @@ TEST_P(MxGroupedQuantize, MatchesTheEmulatorByteForByte) {
   SKIP_WITHOUT_GPU();
   check_case(GetParam());
 }
-
-
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MxGroupedQuantize, ::testing::ValuesIn(blockscale_test::grouped_cases(40)),
                          blockscale_test::case_name);
