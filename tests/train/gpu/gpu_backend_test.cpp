@@ -271,7 +271,9 @@ INSTANTIATE_TEST_SUITE_P(Recipes, GpuBackendTest,
                          case_name);
 
 // A LocalGroup member whose device sums go through the host, synchronously: GPU steps in threads
-// of one process, on one GPU, act as data-parallel ranks.
+// of one process, on one GPU, act as data-parallel ranks. Every copy runs on the caller's stream
+// (`after`, non-blocking) and is waited for: a plain cudaMemcpy would not be ordered against that
+// stream's kernels, and an upload from pageable memory may return before its data lands.
 class HostStagedMember final : public Communicator {
  public:
   explicit HostStagedMember(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
@@ -281,11 +283,9 @@ class HostStagedMember final : public Communicator {
   Status all_reduce_host(float* d, int64_t n) override { return inner_->all_reduce_host(d, n); }
   Status all_reduce_device(float* data, int64_t n, void* after) override {
     std::vector<float> host(n);
-    BS_RETURN_IF_ERROR(runtime::cuda_status(cudaStreamSynchronize(static_cast<cudaStream_t>(after)), "copy out"));
-    BS_RETURN_IF_ERROR(
-        runtime::cuda_status(cudaMemcpy(host.data(), data, n * sizeof(float), cudaMemcpyDeviceToHost), "copy out"));
+    BS_RETURN_IF_ERROR(copy(host.data(), data, n * sizeof(float), after));
     BS_RETURN_IF_ERROR(inner_->all_reduce_host(host.data(), n));
-    return runtime::cuda_status(cudaMemcpy(data, host.data(), n * sizeof(float), cudaMemcpyHostToDevice), "copy in");
+    return copy(data, host.data(), n * sizeof(float), after);
   }
   Status all_to_all_device(const void* send, const int64_t* send_bytes, void* recv, const int64_t* recv_bytes,
                            void* after) override {
@@ -293,11 +293,9 @@ class HostStagedMember final : public Communicator {
     int64_t out = 0, in = 0;
     for (int r = 0; r < world; ++r) out += send_bytes[r], in += recv_bytes[r];
     std::vector<uint8_t> send_host(out), recv_host(in);
-    BS_RETURN_IF_ERROR(runtime::cuda_status(cudaStreamSynchronize(static_cast<cudaStream_t>(after)), "copy out"));
-    BS_RETURN_IF_ERROR(
-        runtime::cuda_status(cudaMemcpy(send_host.data(), send, out, cudaMemcpyDeviceToHost), "copy out"));
+    BS_RETURN_IF_ERROR(copy(send_host.data(), send, out, after));
     BS_RETURN_IF_ERROR(inner_->all_to_all_host(send_host.data(), send_bytes, recv_host.data(), recv_bytes));
-    return runtime::cuda_status(cudaMemcpy(recv, recv_host.data(), in, cudaMemcpyHostToDevice), "copy in");
+    return copy(recv, recv_host.data(), in, after);
   }
   // The whole buffer summed through the host; the chunks this rank does not own are then NaN, so a
   // read of one shows.
@@ -306,26 +304,27 @@ class HostStagedMember final : public Communicator {
     BS_RETURN_IF_ERROR(all_reduce_device(data, n, after));
     std::vector<float> nan(n, std::nanf(""));
     const int64_t mine = count * rank();
-    if (mine > 0) BS_RETURN_IF_ERROR(runtime::cuda_status(cudaMemcpy(data, nan.data(), mine * 4, cudaMemcpyHostToDevice), "poison"));
+    if (mine > 0) BS_RETURN_IF_ERROR(copy(data, nan.data(), mine * 4, after));
     const int64_t after_mine = n - mine - count;
-    if (after_mine > 0)
-      BS_RETURN_IF_ERROR(runtime::cuda_status(
-          cudaMemcpy(data + mine + count, nan.data(), after_mine * 4, cudaMemcpyHostToDevice), "poison"));
+    if (after_mine > 0) BS_RETURN_IF_ERROR(copy(data + mine + count, nan.data(), after_mine * 4, after));
     return Status::ok();
   }
   // Each rank's chunk (zeros elsewhere) summed through the host.
   Status all_gather_device(float* data, int64_t count, void* after) override {
     const int64_t n = count * world_size();
     std::vector<float> host(n, 0.0f);
-    BS_RETURN_IF_ERROR(runtime::cuda_status(cudaStreamSynchronize(static_cast<cudaStream_t>(after)), "copy out"));
-    BS_RETURN_IF_ERROR(runtime::cuda_status(
-        cudaMemcpy(host.data() + count * rank(), data + count * rank(), count * 4, cudaMemcpyDeviceToHost), "copy out"));
+    BS_RETURN_IF_ERROR(copy(host.data() + count * rank(), data + count * rank(), count * 4, after));
     BS_RETURN_IF_ERROR(inner_->all_reduce_host(host.data(), n));
-    return runtime::cuda_status(cudaMemcpy(data, host.data(), n * 4, cudaMemcpyHostToDevice), "copy in");
+    return copy(data, host.data(), n * 4, after);
   }
   Status wait_device(void*) override { return Status::ok(); }
 
  private:
+  static Status copy(void* dst, const void* src, int64_t bytes, void* stream) {
+    const auto s = static_cast<cudaStream_t>(stream);
+    BS_RETURN_IF_ERROR(runtime::cuda_status(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDefault, s), "staging copy"));
+    return runtime::cuda_status(cudaStreamSynchronize(s), "staging copy");
+  }
   std::unique_ptr<Communicator> inner_;
 };
 
