@@ -136,6 +136,10 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--expert-parallel", c.expert_parallel,
                 "split each MoE layer's experts across the ranks (all-to-all token exchange; GPU, under a launcher)");
+  cmd->add_flag("--shard-optimizer", c.shard_optimizer,
+                "each data-parallel rank keeps AdamW's state for 1/N of the parameters: gradients reduce-scattered "
+                "during the backward, the updated parameters all-gathered (under a launcher; not with "
+                "--expert-parallel)");
   cmd->add_option("--out", c.out_dir,
                   "run directory (logs, checkpoints). One run at a time: a second run on a directory in use is "
                   "refused. A new run refuses a directory that already holds a run unless --resume or --overwrite")

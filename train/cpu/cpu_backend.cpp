@@ -56,7 +56,7 @@ class CpuBackend final : public StepBackend {
   }
 
   Status set_sharded_optimizer() override {
-    if (comm_ == nullptr) return Status::error("--shard-optimizer: needs data-parallel ranks");
+    if (comm_ == nullptr) return Status::error("--shard-optimizer: needs data-parallel ranks (from a launcher: torchrun, srun or tools/train_ranks.sh)");
     OptimizerShards s;
     BS_RETURN_IF_ERROR(OptimizerShards::make(reduction_buckets(model_.layout()), model_.layout().total,
                                              comm_->rank(), comm_->world_size(), &s));
