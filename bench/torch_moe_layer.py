@@ -1,15 +1,15 @@
 #!/usr/bin/env python3
-"""A MoE FFN layer with blockscale.torch.GroupedLinear (fp8_block) against torch bf16, on one Hopper GPU.
+"""A MoE FFN layer with blockscale.torch.GroupedLinear (fp8_block, mxfp8, nvfp4) against torch bf16, on one Hopper GPU.
 
 1. Training: the same top-2 SwiGLU MoE layer (router in plain torch, experts' w1 and w2 grouped)
-   trained with AdamW on the same seeded synthetic regression, once with GroupedLinear and once
-   with bf16 expert GEMMs in torch (torch._grouped_mm, else a loop over experts), from identical
-   weights. Prints both loss curves and PASS/FAIL: |fp8 - bf16| / bf16 of the last 20 steps' mean
-   loss within 1%.
+   trained with AdamW on the same seeded synthetic regression, once with GroupedLinear in each
+   recipe of --recipes and once with bf16 expert GEMMs in torch (torch._grouped_mm, else a loop
+   over experts), from identical weights. Prints the loss curves and, per recipe, PASS/FAIL:
+   |recipe - bf16| / bf16 of the last 20 steps' mean loss within 1%.
 2. Timing: forward + backward (fprop, dgrad, wgrad) of one grouped linear layer: GroupedLinear,
    torch._grouped_mm bf16, torch._scaled_grouped_mm with rowwise FP8 scales. CUDA events, median.
 
-    PYTHONPATH=build/python python3 bench/torch_moe_layer.py [--steps N] [--quick]
+    PYTHONPATH=build/python python3 bench/torch_moe_layer.py [--recipes fp8_block,mxfp8,nvfp4] [--steps N] [--quick]
 
 Exit code: 0; 1 when blockscale raised (or no GPU); 2 when the loss comparison FAILs. A torch
 peer that is missing or raises is reported and skipped.
@@ -148,14 +148,18 @@ def run_training(bst, args, device):
     print(f"bf16 reference experts: {why if use_gmm else why + '; using a loop over experts'}\n")
     task = Task(hidden, tokens, args.seed, device)
 
-    torch.manual_seed(args.seed)
-    fp8 = MoE(lambda g, i, o: bst.GroupedLinear(g, i, o, recipe="fp8_block", device=device),
-              hidden, ffn, experts, topk, device)
+    torch.manual_seed(args.seed)  # the initial weights: GroupedLinear's initialisation (Bf16GroupedLinear has none)
+    first = MoE(lambda g, i, o: bst.GroupedLinear(g, i, o, device=device), hidden, ffn, experts, topk, device)
+    init = {k: v.clone() for k, v in first.state_dict().items()}
+    del first
     ref = MoE(lambda g, i, o: Bf16GroupedLinear(g, i, o, use_gmm, device=device), hidden, ffn, experts, topk, device)
-    fp8_init = {k: v.clone() for k, v in fp8.state_dict().items()}
-    ref.load_state_dict(fp8_init)  # identical initial weights (router, w1, w2)
-
-    loss_fp8 = train(fp8, task, args.steps, args.lr)  # blockscale: an exception here is its failure
+    ref.load_state_dict(init)
+    curves = {}
+    for recipe in args.recipes:  # blockscale: an exception here is its failure
+        model = MoE(lambda g, i, o: bst.GroupedLinear(g, i, o, recipe=recipe, device=device),
+                    hidden, ffn, experts, topk, device)
+        model.load_state_dict(init)  # identical initial weights (router, w1, w2)
+        curves[recipe] = train(model, task, args.steps, args.lr)
     try:
         loss_ref = train(ref, task, args.steps, args.lr)
     except Exception as e:  # noqa: BLE001  (the torch peer: fall back to the loop once, else no comparison)
@@ -164,21 +168,25 @@ def run_training(bst, args, device):
             return True
         print(f"torch._grouped_mm raised {type(e).__name__} in training: {e}; retrying with a loop over experts")
         ref = MoE(lambda g, i, o: Bf16GroupedLinear(g, i, o, False, device=device), hidden, ffn, experts, topk, device)
-        ref.load_state_dict(fp8_init)
+        ref.load_state_dict(init)
         loss_ref = train(ref, task, args.steps, args.lr)
 
-    print("| step | fp8_block GroupedLinear | bf16 torch | rel diff |\n|---:|---:|---:|---:|")
+    print("| step | " + " | ".join(f"{r} GroupedLinear" for r in curves) + " | bf16 torch |")
+    print("|---:|" + "---:|" * (len(curves) + 1))
     for s in range(args.steps):
         if s == 0 or (s + 1) % 20 == 0 or s == args.steps - 1:
-            a, b = loss_fp8[s], loss_ref[s]
-            print(f"| {s + 1} | {a:.5f} | {b:.5f} | {abs(a - b) / b:.2e} |")
+            print(f"| {s + 1} | " + " | ".join(f"{c[s]:.5f}" for c in curves.values()) + f" | {loss_ref[s]:.5f} |")
     last = min(20, args.steps)
-    m_fp8, m_ref = statistics.fmean(loss_fp8[-last:]), statistics.fmean(loss_ref[-last:])
-    rel = abs(m_fp8 - m_ref) / m_ref
-    ok = rel < 0.01 and math.isfinite(m_fp8) and math.isfinite(m_ref)  # NaN compares False: FAIL
-    print(f"\nmean loss, last {last} steps: fp8_block {m_fp8:.5f}, bf16 {m_ref:.5f} "
-          f"(first step {loss_ref[0]:.5f}; the noise floor is ~1.0)")
-    print(f"|fp8 - bf16| / bf16 = {rel:.3e}  ->  {'PASS' if ok else 'FAIL'} (limit 1e-2)\n")
+    m_ref = statistics.fmean(loss_ref[-last:])
+    print(f"\nmean loss, last {last} steps: bf16 {m_ref:.5f} (first step {loss_ref[0]:.5f}; the noise floor is ~1.0)")
+    ok = True
+    for recipe, curve in curves.items():
+        m = statistics.fmean(curve[-last:])
+        rel = abs(m - m_ref) / m_ref
+        passed = rel < 0.01 and math.isfinite(m) and math.isfinite(m_ref)  # NaN compares False: FAIL
+        ok = ok and passed
+        print(f"{recipe}: {m:.5f}, |{recipe} - bf16| / bf16 = {rel:.3e}  ->  {'PASS' if passed else 'FAIL'} (limit 1e-2)")
+    print()
     return ok
 
 
@@ -269,22 +277,24 @@ def run_timing(bst, args, device):
             rows.append((name, None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
             print(f"{name}: skipped, {type(e).__name__}: {e}")
 
-    # blockscale: quantize (fused kernels) + the three FP8 blockwise GEMMs, as GroupedLinear runs them.
-    layer = bst.GroupedLinear(groups, k, n, device=device)
-    layer.weight.data.copy_(w)
+    # blockscale: quantize (fused kernels) + the three GEMMs, as GroupedLinear runs them.
     xg = x.clone().requires_grad_()
-
-    def bs_step():
-        y = layer(xg, counts)
-        return (y, *torch.autograd.grad(y, (xg, layer.weight), dy))
-    record("blockscale GroupedLinear fp8_block (incl. quantize)", bs_step)
-
-    # The same with the fp32 master weight quantized on every call (one micro-batch per optimizer
-    # step); above, the weight does not change between calls, so its FP8 copies are reused.
-    def bs_step_requantize():
+    for recipe in args.recipes:
+        layer = bst.GroupedLinear(groups, k, n, recipe=recipe, device=device)
+        layer.weight.data.copy_(w)
         layer.weight_changed()
-        return bs_step()
-    record("blockscale GroupedLinear fp8_block (incl. quantize, weight quantized every call)", bs_step_requantize)
+
+        def bs_step(layer=layer):
+            y = layer(xg, counts)
+            return (y, *torch.autograd.grad(y, (xg, layer.weight), dy))
+        record(f"blockscale GroupedLinear {recipe} (incl. quantize)", bs_step)
+
+        # The same with the fp32 master weight quantized on every call (one micro-batch per
+        # optimizer step); above, the weight does not change between calls, so its copies are reused.
+        def bs_step_requantize(layer=layer, bs_step=bs_step):
+            layer.weight_changed()
+            return bs_step()
+        record(f"blockscale GroupedLinear {recipe} (incl. quantize, weight quantized every call)", bs_step_requantize)
 
     # torch bf16: the weights already bf16 (no per-step cast: the peer's best case).
     if hasattr(torch, "_grouped_mm"):
@@ -318,7 +328,7 @@ def run_timing(bst, args, device):
             ratio = f"{bf16_ms / ms:.2f}x" if bf16_ms else "n/a"
             print(f"| {name} | {ms:.3f} | {flops / ms / 1e9:.0f} | {ratio} | {note} |")
     print("\nTFLOP/s counts 3 GEMMs of 2*T*N*K. blockscale's dW is fp32, the torch peers' bf16.")
-    return rows[0][1] is not None  # the blockscale row ran
+    return all(ms is not None for name, ms, _ in rows if name.startswith("blockscale"))
 
 
 def main():
@@ -329,6 +339,8 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shape", type=lambda s: tuple(int(v) for v in s.split(",")), default=(8192, 8, 4096, 4096),
                    help="timing shape tokens,experts,K,N (default 8192,8,4096,4096)")
+    p.add_argument("--recipes", type=lambda s: s.split(","), default=["fp8_block"],
+                   help="GroupedLinear recipes, comma-separated: fp8_block, mxfp8, nvfp4 (default fp8_block)")
     p.add_argument("--skip-train", action="store_true")
     p.add_argument("--skip-timing", action="store_true")
     args = p.parse_args()
@@ -340,6 +352,10 @@ def main():
     if tokens <= 0 or groups <= 0 or tokens % (groups * 128) or k <= 0 or k % 128 or n <= 0 or n % 128:
         # equal experts of a multiple of 128 tokens: aligned for every peer (the rowwise wgrad's groups)
         p.error("--shape: tokens,experts,K,N with tokens = experts x a multiple of 128, K and N multiples of 128")
+
+    bad = [r for r in args.recipes if r not in ("fp8_block", "mxfp8", "nvfp4")]
+    if bad or not args.recipes:
+        p.error(f"--recipes: fp8_block, mxfp8 or nvfp4, comma-separated (got {','.join(args.recipes)})")
 
     if not torch.cuda.is_available():
         print("no CUDA device: this benchmark needs a Hopper GPU")

@@ -1,19 +1,29 @@
-"""blockscale.torch's layers: Linear and GroupedLinear (MoE experts), FP8 blockwise on the GPU kernels.
+"""blockscale.torch's layers: Linear and GroupedLinear (MoE experts) in a block-scaled recipe on the
+GPU kernels, or in bf16 on torch's.
 
-The fp8_block recipe (the one Hopper runs natively), per GEMM:
-    fprop  Y  = X W^T        X 1x128 (rowwise)        x W 128x128 (rowwise)       -> bf16
-    dgrad  dX = dY W         dY 1x128 (rowwise)       x W^T 128x128 (W columnwise) -> bf16
-    wgrad  dW = dY^T X       dY^T 1x128 (dY columnwise) x X^T 1x128 (X columnwise)  -> fp32
+Per GEMM, with the operand formats of the training driver's recipes (train/model/recipe_policy.h):
+    fprop  Y  = X W^T    X rowwise            x W rowwise                    -> bf16
+    dgrad  dX = dY W     dY rowwise           x W columnwise (W^T's blocks)  -> bf16
+    wgrad  dW = dY^T X   dY columnwise        x X columnwise (along tokens)  -> fp32
+    fp8_block  X, dY 1x128; W 128x128 (fp32 scales)
+    mxfp8      every operand E4M3 in 1x32 blocks, E8M0 scales rounded up
+    nvfp4      X, dY 1x16; W 16x16 (2D); dY with stochastic rounding; both wgrad operands (the
+               columnwise copies of X and dY) through the 16-point random Hadamard transform
 Each tensor is quantized once, both copies from one read (X and W in forward, dY in backward);
 the columnwise copies are what backward keeps. Linear and GroupedLinear keep the weight's copies
 until the weight changes (_QuantizedWeight). The weight is the fp32 master (torch optimizers
 update it); its gradient comes back fp32. in_features and out_features must be multiples of 128
 (they are a GEMM's reduction length); any token count works (Linear pads the tokens to 128 with
 zero rows, which change no sum; GroupedLinear's grouped quantize pads each expert itself).
+nvfp4's stochastic rounding: each layer draws a Philox seed from torch's CPU generator when it
+is made (torch.manual_seed makes runs repeat) and counts its calls as the offset, so every
+backward rounds with fresh bits; a CUDA graph's replays reuse the key of the captured call.
 """
 from __future__ import annotations
 
+import itertools
 import math
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -21,12 +31,35 @@ import torch.nn.functional as F
 
 from . import torch as bst
 
-_RECIPES = ("fp8_block", "bf16")
+
+@dataclass(frozen=True)
+class _Formats:
+    """One recipe's operand formats and quantize options."""
+
+    x: str
+    w: str
+    dy: str
+    w_options: dict = field(default_factory=dict)
+    wgrad_rht: bool = False  # nvfp4: the columnwise copies of X and dY through the RHT
+    sr: bool = False         # nvfp4: dY with stochastic rounding
 
 
-def _check_features(name: str, value: int) -> None:
+_FORMATS = {
+    "fp8_block": _Formats("fp8_block128", "fp8_block128x128", "fp8_block128"),
+    "mxfp8": _Formats("mxfp8", "mxfp8", "mxfp8"),
+    "nvfp4": _Formats("nvfp4", "nvfp4", "nvfp4", {"block_2d": True}, wgrad_rht=True, sr=True),
+}
+_RECIPES = tuple(_FORMATS) + ("bf16",)
+
+
+def _check_recipe(recipe: str) -> None:
+    if recipe not in _RECIPES:
+        raise ValueError(f"recipe: '{recipe}' is not one of {', '.join(_RECIPES)}")
+
+
+def _check_features(name: str, value: int, recipe: str) -> None:
     if value <= 0 or value % 128 != 0:
-        raise ValueError(f"{name}: must be a positive multiple of 128 for the fp8_block recipe (got {value}): "
+        raise ValueError(f"{name}: must be a positive multiple of 128 for the {recipe} recipe (got {value}): "
                          "it is the reduction length of fprop or dgrad")
 
 
@@ -36,8 +69,42 @@ def _weight_direction(x: torch.Tensor, weight: torch.Tensor) -> str:
     return "both" if both else "rowwise"
 
 
+def _direction(columnwise: bool) -> str:
+    return "both" if columnwise else "rowwise"
+
+
+def _activation_options(f: _Formats, columnwise: bool) -> dict:
+    return {"rht": True} if f.wgrad_rht and columnwise else {}
+
+
+def _gradient_options(f: _Formats, columnwise: bool, sr) -> dict:
+    o = _activation_options(f, columnwise)
+    if f.sr:
+        o["sr_seed"], o["sr_offset"] = sr
+    return o
+
+
+class _SrKeys:
+    """nvfp4's stochastic-rounding keys of one layer: (seed, calls so far)."""
+
+    def __init__(self) -> None:
+        self.seed = int(torch.randint(0, 2 ** 62, (), dtype=torch.int64))
+        self._calls = itertools.count()
+
+    def next(self):
+        return self.seed, next(self._calls)
+
+
+def _save(op) -> list:
+    return [op.data, op.scales, op.scale_dec]
+
+
+def _load(fmt: str, saved: list):
+    return bst.Operand(fmt, saved.pop(0), saved.pop(0), saved.pop(0))
+
+
 class _QuantizedWeight:
-    """A layer's weight in FP8 (128x128 blocks), quantized again only when the weight has changed.
+    """A layer's weight in its recipe's format, quantized again only when the weight has changed.
 
     Micro-batches of one optimizer step (and evaluations) reuse one quantization of the fp32
     master, as the training driver does. A change is seen through the parameter's version
@@ -65,58 +132,54 @@ class _QuantizedWeight:
         self._key, self._direction, self._value = None, None, None
 
 
-class _Fp8BlockLinear(torch.autograd.Function):
+class _QuantizedLinear(torch.autograd.Function):
     """Y = X W^T on x2d [M, K] (M a multiple of 128) and the fp32 master weight [N, K]; wq: the
-    weight's FP8 copies (the columnwise one too when X needs a gradient); grad: whether grad mode
-    was on at the call (under torch.no_grad, needs_input_grad still follows requires_grad)."""
+    weight's copies (the columnwise one too when X needs a gradient); f: the recipe's formats; sr:
+    dY's stochastic-rounding key; grad: whether grad mode was on at the call (under
+    torch.no_grad, needs_input_grad still follows requires_grad)."""
 
     @staticmethod
-    def forward(ctx, x2d: torch.Tensor, weight: torch.Tensor, wq, grad: bool) -> torch.Tensor:
+    def forward(ctx, x2d, weight, wq, f: _Formats, sr, grad: bool) -> torch.Tensor:
         need_dx, need_dw = grad and ctx.needs_input_grad[0], grad and ctx.needs_input_grad[1]
-        xq = bst.quantize(x2d, "fp8_block128", direction="both" if need_dw else "rowwise")
+        xq = bst.quantize(x2d, f.x, direction=_direction(need_dw), **_activation_options(f, need_dw))
         y = bst.gemm(xq.rowwise, wq.rowwise, out_dtype=torch.bfloat16)
-        saved = []
-        if need_dw:
-            saved += [xq.columnwise.data, xq.columnwise.scales]
-        if need_dx:
-            saved += [wq.columnwise.data, wq.columnwise.scales]
-        ctx.save_for_backward(*saved)
-        ctx.x_dtype = x2d.dtype
+        ctx.save_for_backward(*(_save(xq.columnwise) if need_dw else []), *(_save(wq.columnwise) if need_dx else []))
+        ctx.f, ctx.sr, ctx.x_dtype = f, sr, x2d.dtype
         return y
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        saved = list(ctx.saved_tensors)
-        dyq = bst.quantize(dy.contiguous(), "fp8_block128", direction="both" if need_dw else "rowwise")
+        f, saved = ctx.f, list(ctx.saved_tensors)
+        dyq = bst.quantize(dy.contiguous(), f.dy, direction=_direction(need_dw),
+                           **_gradient_options(f, need_dw, ctx.sr))
         dx = dw = None
         if need_dw:
-            x_col = bst.Operand("fp8_block128", saved.pop(0), saved.pop(0))
-            dw = bst.gemm(dyq.columnwise, x_col, out_dtype=torch.float32)
+            dw = bst.gemm(dyq.columnwise, _load(f.x, saved), out_dtype=torch.float32)
         if need_dx:
-            w_col = bst.Operand("fp8_block128x128", saved.pop(0), saved.pop(0))
-            dx = bst.gemm(dyq.rowwise, w_col, out_dtype=torch.bfloat16).to(ctx.x_dtype)
-        return dx, dw, None, None
+            dx = bst.gemm(dyq.rowwise, _load(f.w, saved), out_dtype=torch.bfloat16).to(ctx.x_dtype)
+        return dx, dw, None, None, None, None
 
 
-def _quantize_weight(weight: torch.Tensor, direction: str):
-    return bst.quantize(weight, "fp8_block128x128", direction=direction)
+def _weight_quantizer(f: _Formats):
+    return lambda weight, direction: bst.quantize(weight, f.w, direction=direction, **f.w_options)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
            recipe: str = "fp8_block") -> torch.Tensor:
     """y = x weight^T + bias in bf16, the GEMMs (and their backward) in `recipe`. The weight is
-    quantized on every call (Linear keeps its FP8 copies until the weight changes)."""
-    return _linear(x, weight, bias, recipe, None)
+    quantized on every call (Linear keeps its copies until the weight changes); nvfp4 draws a
+    stochastic-rounding seed per call."""
+    return _linear(x, weight, bias, recipe, None, None)
 
 
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], recipe: str,
-            cache: Optional[_QuantizedWeight]) -> torch.Tensor:
-    if recipe not in _RECIPES:
-        raise ValueError(f"recipe: '{recipe}' is not one of {', '.join(_RECIPES)}")
+            cache: Optional[_QuantizedWeight], sr: Optional[_SrKeys]) -> torch.Tensor:
+    _check_recipe(recipe)
     if recipe == "bf16":
         y = F.linear(x.to(torch.bfloat16), weight.to(torch.bfloat16))
     else:
+        f = _FORMATS[recipe]
         if x.shape[-1] != weight.shape[-1]:
             raise ValueError(f"x: last dimension ({x.shape[-1]}) must equal weight's in_features ({weight.shape[-1]})")
         x2d = x.reshape(-1, x.shape[-1])
@@ -125,14 +188,15 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
         if pad:
             x2d = F.pad(x2d, (0, 0, 0, pad))
         direction = _weight_direction(x, weight)
-        wq = cache.get(weight, direction) if cache is not None else _quantize_weight(weight.detach(), direction)
-        y = _Fp8BlockLinear.apply(x2d, weight, wq, torch.is_grad_enabled())
+        wq = cache.get(weight, direction) if cache is not None else _weight_quantizer(f)(weight.detach(), direction)
+        key = (sr or _SrKeys()).next() if f.sr else None
+        y = _QuantizedLinear.apply(x2d, weight, wq, f, key, torch.is_grad_enabled())
         y = y[:rows].reshape(*x.shape[:-1], weight.shape[0])
     return y if bias is None else y + bias.to(y.dtype)
 
 
 class Linear(torch.nn.Module):
-    """nn.Linear with its GEMMs in FP8 blockwise (recipe "fp8_block") or bf16 ("bf16").
+    """nn.Linear with its GEMMs in a block-scaled recipe ("fp8_block", "mxfp8", "nvfp4") or bf16.
 
     Input: [..., in_features] bf16 / fp16 / fp32 on a CUDA device; output bf16. The weight (and
     bias) are fp32 masters, initialised as nn.Linear's."""
@@ -140,15 +204,15 @@ class Linear(torch.nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, recipe: str = "fp8_block",
                  device=None) -> None:
         super().__init__()
-        if recipe not in _RECIPES:
-            raise ValueError(f"recipe: '{recipe}' is not one of {', '.join(_RECIPES)}")
-        if recipe == "fp8_block":
-            _check_features("in_features", in_features)
-            _check_features("out_features", out_features)
+        _check_recipe(recipe)
+        if recipe != "bf16":
+            _check_features("in_features", in_features, recipe)
+            _check_features("out_features", out_features, recipe)
         self.in_features, self.out_features, self.recipe = in_features, out_features, recipe
         self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, device=device, dtype=torch.float32))
         self.bias = torch.nn.Parameter(torch.empty(out_features, device=device)) if bias else None
-        self._wq = _QuantizedWeight(_quantize_weight)
+        self._wq = _QuantizedWeight(_weight_quantizer(_FORMATS[recipe]) if recipe != "bf16" else None)
+        self._sr = _SrKeys()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -159,49 +223,46 @@ class Linear(torch.nn.Module):
         self.weight_changed()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _linear(x, self.weight, self.bias, self.recipe, self._wq)
+        return _linear(x, self.weight, self.bias, self.recipe, self._wq, self._sr)
 
     def weight_changed(self) -> None:
-        """Forget the cached FP8 copies of the weight (after writing it through `weight.data`)."""
+        """Forget the cached quantized copies of the weight (after writing it through `weight.data`)."""
         self._wq.forget()
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, recipe={self.recipe}"
 
 
-class _Fp8BlockGroupedLinear(torch.autograd.Function):
+class _QuantizedGroupedLinear(torch.autograd.Function):
     """Y[tokens of g] = X[tokens of g] W_g^T; expert ends (int32, device) never leave the device.
-    wq and grad: as _Fp8BlockLinear's."""
+    wq, f, sr and grad: as _QuantizedLinear's."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, ends: torch.Tensor, wq, grad: bool) -> torch.Tensor:
+    def forward(ctx, x, weight, ends, wq, f: _Formats, sr, grad: bool) -> torch.Tensor:
         need_dx, need_dw = grad and ctx.needs_input_grad[0], grad and ctx.needs_input_grad[1]
-        xq = bst.quantize_grouped(x, ends, "fp8_block128", direction="both" if need_dw else "rowwise")
+        xq = bst.quantize_grouped(x, ends, f.x, direction=_direction(need_dw), **_activation_options(f, need_dw))
         y = bst.grouped_gemm(xq.rowwise, wq.rowwise, ends, mode="m", out_dtype=torch.bfloat16)
-        saved = [ends]
-        if need_dw:
-            saved += [xq.columnwise.data, xq.columnwise.scales]
-        if need_dx:
-            saved += [wq.columnwise.data, wq.columnwise.scales]
-        ctx.save_for_backward(*saved)
-        ctx.x_dtype = x.dtype
+        ctx.save_for_backward(ends, *(_save(xq.columnwise) if need_dw else []),
+                              *(_save(wq.columnwise) if need_dx else []))
+        ctx.f, ctx.sr, ctx.x_dtype = f, sr, x.dtype
         return y
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        saved = list(ctx.saved_tensors)
+        f, saved = ctx.f, list(ctx.saved_tensors)
         ends = saved.pop(0)
-        dyq = bst.quantize_grouped(dy.contiguous(), ends, "fp8_block128", direction="both" if need_dw else "rowwise")
+        dyq = bst.quantize_grouped(dy.contiguous(), ends, f.dy, direction=_direction(need_dw),
+                                   **_gradient_options(f, need_dw, ctx.sr))
         dx = dw = None
         if need_dw:
-            x_col = bst.Operand("fp8_block128", saved.pop(0), saved.pop(0))
             # Both copies were padded from the same ends with the same block: one set of padded ends.
-            dw = bst.grouped_gemm(dyq.columnwise, x_col, dyq.padded_group_ends, mode="k", out_dtype=torch.float32)
+            dw = bst.grouped_gemm(dyq.columnwise, _load(f.x, saved), dyq.padded_group_ends, mode="k",
+                                  out_dtype=torch.float32)
         if need_dx:
-            w_col = bst.Operand("fp8_block128x128", saved.pop(0), saved.pop(0))
-            dx = bst.grouped_gemm(dyq.rowwise, w_col, ends, mode="m", out_dtype=torch.bfloat16).to(ctx.x_dtype)
-        return dx, dw, None, None, None
+            dx = bst.grouped_gemm(dyq.rowwise, _load(f.w, saved), ends, mode="m",
+                                  out_dtype=torch.bfloat16).to(ctx.x_dtype)
+        return dx, dw, None, None, None, None, None
 
 
 class GroupedLinear(torch.nn.Module):
@@ -209,27 +270,29 @@ class GroupedLinear(torch.nn.Module):
 
     forward(x, tokens_per_expert): x [tokens, in_features] sorted by expert; tokens_per_expert an
     integer tensor [num_experts] on x's device (summing to tokens; any count, 0 included). No host
-    synchronisation: the sizes are read on the device. recipe "fp8_block": M-grouped fprop and
-    dgrad, K-grouped wgrad on blockscale's kernels (features multiples of 128); "bf16": the same
-    products in bf16 through torch._grouped_mm (the baseline, on torch's own kernels). Output bf16."""
+    synchronisation: the sizes are read on the device. Recipes "fp8_block", "mxfp8", "nvfp4":
+    M-grouped fprop and dgrad, K-grouped wgrad on blockscale's kernels (features multiples of
+    128); "bf16": the same products in bf16 through torch._grouped_mm (the baseline, on torch's
+    own kernels). Output bf16."""
 
     def __init__(self, num_experts: int, in_features: int, out_features: int, recipe: str = "fp8_block",
                  device=None) -> None:
         super().__init__()
-        if recipe not in _RECIPES:
-            raise ValueError(f"recipe: '{recipe}' is not one of {', '.join(_RECIPES)}")
+        _check_recipe(recipe)
         if recipe == "bf16" and not hasattr(torch, "_grouped_mm"):
             raise ValueError(f"recipe: 'bf16' needs torch._grouped_mm, which torch {torch.__version__} lacks")
         if num_experts < 1:
             raise ValueError(f"num_experts: must be >= 1 (got {num_experts})")
-        if recipe == "fp8_block":
-            _check_features("in_features", in_features)
-            _check_features("out_features", out_features)
+        if recipe != "bf16":
+            _check_features("in_features", in_features, recipe)
+            _check_features("out_features", out_features, recipe)
         self.num_experts, self.in_features, self.out_features, self.recipe = num_experts, in_features, out_features, recipe
         self.weight = torch.nn.Parameter(
             torch.empty(num_experts, out_features, in_features, device=device, dtype=torch.float32))
+        f = _FORMATS.get(recipe)
         self._wq = _QuantizedWeight(
-            lambda w, direction: bst.quantize_experts(w, "fp8_block128x128", direction=direction))
+            (lambda w, direction: bst.quantize_experts(w, f.w, direction=direction, **f.w_options)) if f else None)
+        self._sr = _SrKeys()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -248,10 +311,12 @@ class GroupedLinear(torch.nn.Module):
         if self.recipe == "bf16":  # [G, in, out] as a view: the layout torch._grouped_mm takes
             return torch._grouped_mm(x.to(torch.bfloat16), self.weight.to(torch.bfloat16).transpose(-2, -1), offs=ends)
         wq = self._wq.get(self.weight, _weight_direction(x, self.weight))
-        return _Fp8BlockGroupedLinear.apply(x, self.weight, ends, wq, torch.is_grad_enabled())
+        f = _FORMATS[self.recipe]
+        return _QuantizedGroupedLinear.apply(x, self.weight, ends, wq, f, self._sr.next() if f.sr else None,
+                                             torch.is_grad_enabled())
 
     def weight_changed(self) -> None:
-        """Forget the cached FP8 copies of the weight (after writing it through `weight.data`)."""
+        """Forget the cached quantized copies of the weight (after writing it through `weight.data`)."""
         self._wq.forget()
 
     def extra_repr(self) -> str:

@@ -243,15 +243,19 @@ def quantize_grouped(x: torch.Tensor, group_ends: torch.Tensor, format: str = "f
     return Quantized(format, shape, r, c, padded)
 
 
-def quantize_experts(w: torch.Tensor, format: str = "fp8_block128x128", *, direction: str = "rowwise") -> Quantized:
+def quantize_experts(w: torch.Tensor, format: str = "fp8_block128x128", *, direction: str = "rowwise",
+                     block_2d: bool = False) -> Quantized:
     """The experts' weights w [experts, n, k], each quantized on its own (the M-grouped GEMM's B):
     data [experts, n, row_bytes] (columnwise: [experts, k, ...]), scales [experts, bytes of one].
 
     One launch for fp8_block128x128 and the MX formats with n a multiple of 128 (the library's
-    batched quantize); one per expert otherwise (NVFP4: each expert gets its own tensor scale)."""
+    batched quantize); one per expert otherwise (NVFP4: each expert gets its own tensor scale;
+    block_2d: 16x16 blocks, NVFP4 only)."""
     w = _tensor("w", w)
     if w.dim() != 3:
         raise ValueError(f"w: must have 3 dimensions (experts, n, k), got shape {tuple(w.shape)}")
+    if block_2d and format != "nvfp4":
+        raise ValueError(f"block_2d: 16x16 blocks are NVFP4's, not {format}'s")
     experts, n, k = w.shape
     if experts > 0 and (format == "fp8_block128x128" or (format in _MX and n % 128 == 0)):
         sizes = _cuda.quantized_sizes(format, n, k, direction)
@@ -262,7 +266,7 @@ def quantize_experts(w: torch.Tensor, format: str = "fp8_block128x128", *, direc
                                _dl(o.get("columnwise_scales")), _stream(w.device))
         r, c = _operands(format, o)
         return Quantized(format, tuple(w.shape), r, c)
-    per = [quantize(w[g], format, direction=direction) for g in range(experts)]
+    per = [quantize(w[g], format, direction=direction, block_2d=block_2d) for g in range(experts)]
 
     def stack(copy):
         ops = [getattr(q, copy) for q in per]

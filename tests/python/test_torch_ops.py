@@ -266,13 +266,16 @@ def _deq(op):
     return bst.dequantize(op).double()
 
 
-def _assert_within_bound(d, a, b, what):
-    """d (GPU) against the fp64 product of the dequantized operands a [m, k], b [n, k] (torch fp64)."""
+def _assert_within_bound(d, a, b, what, fp8_block=True):
+    """d (GPU) against the fp64 product of the dequantized operands a [m, k], b [n, k] (torch fp64).
+    fp8_block=False: the MX / NVFP4 kernels' bound (exact products, bf16 tensor-core accumulation:
+    tests/gemm/gemm_block_scaled_test.cpp), far tighter than FP8 blockwise's."""
     ref = a @ b.T
     absolute = a.abs() @ b.abs().T
     u_out = 2.0 ** -8 if d.dtype == torch.bfloat16 else 2.0 ** -24
-    k_blocks = a.shape[1] / 128
-    bound = (8 * 2.0 ** -13 + (k_blocks + 5) * 2.0 ** -24) * absolute.norm() + 1.01 * u_out * ref.norm()
+    k = a.shape[1]
+    accumulation = 8 * 2.0 ** -13 + (k / 128 + 5) * 2.0 ** -24 if fp8_block else 2 * (k / 16 + 4) * 2.0 ** -23 + 4 * 2.0 ** -24
+    bound = accumulation * absolute.norm() + 1.01 * u_out * ref.norm()
     err = (d.double() - ref).norm()
     assert torch.isfinite(d).all(), f"{what}: non-finite outputs"
     assert err <= bound, f"{what}: ||D - ref|| = {err:.3e} above the bound {bound:.3e} (||ref|| {ref.norm():.3e})"
@@ -386,11 +389,25 @@ def test_error_on_mixed_devices():
 
 # ---- Linear, GroupedLinear ------------------------------------------------------------------------
 
+# The operands each recipe's layers quantize (blockscale._torch_linear's table): the tests
+# quantize them again, with the layer's stochastic-rounding key (nvfp4: its seed, call 0).
+def _recipe_operands(recipe, layer):
+    f = bst._torch_linear._FORMATS[recipe]
+    dy_options = {"rht": True, "sr_seed": layer._sr.seed, "sr_offset": 0} if f.sr else {}
+    return f, {"rht": True} if f.wgrad_rht else {}, dy_options
+
+
+RECIPES = ["fp8_block", "mxfp8", "nvfp4"]
+# Against the unquantized fp32 layer: each format's own error (two operands quantized), not a wrong one.
+NEAR_FP32 = {"fp8_block": 0.1, "mxfp8": 0.1, "nvfp4": 0.25}
+
+
 @needs_gpu
+@pytest.mark.parametrize("recipe", RECIPES)
 @pytest.mark.parametrize("tokens", [256, 200])  # 200: padded to 256 inside
-def test_linear_forward_backward(tokens):
+def test_linear_forward_backward(recipe, tokens):
     torch.manual_seed(0)
-    layer = bst.Linear(256, 384, bias=False, device="cuda")
+    layer = bst.Linear(256, 384, bias=False, recipe=recipe, device="cuda")
     x = torch.randn(tokens, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     y = layer(x)
     assert y.shape == (tokens, 384) and y.dtype == torch.bfloat16
@@ -400,17 +417,21 @@ def test_linear_forward_backward(tokens):
     assert layer.weight.grad.shape == (384, 256) and layer.weight.grad.dtype == torch.float32
 
     # The same quantized operands (the kernels are deterministic), multiplied in fp64 by torch.
+    f, x_options, dy_options = _recipe_operands(recipe, layer)
+    fp8 = recipe == "fp8_block"
     pad = lambda t: torch.nn.functional.pad(t, (0, 0, 0, -tokens % 128))
-    xq = bst.quantize(pad(x.detach()), "fp8_block128", direction="both")
-    wq = bst.quantize(layer.weight.detach(), "fp8_block128x128", direction="both")
-    dyq = bst.quantize(pad(dy), "fp8_block128", direction="both")
-    _assert_within_bound(pad(y.detach()), _deq(xq.rowwise), _deq(wq.rowwise), "Linear fprop")
-    _assert_within_bound(pad(x.grad), _deq(dyq.rowwise), _deq(wq.columnwise), "Linear dgrad")
-    _assert_within_bound(layer.weight.grad, _deq(dyq.columnwise), _deq(xq.columnwise), "Linear wgrad")
+    xq = bst.quantize(pad(x.detach()), f.x, direction="both", **x_options)
+    wq = bst.quantize(layer.weight.detach(), f.w, direction="both", **f.w_options)
+    dyq = bst.quantize(pad(dy), f.dy, direction="both", **dy_options)
+    _assert_within_bound(pad(y.detach()), _deq(xq.rowwise), _deq(wq.rowwise), f"{recipe} Linear fprop", fp8)
+    _assert_within_bound(pad(x.grad), _deq(dyq.rowwise), _deq(wq.columnwise), f"{recipe} Linear dgrad", fp8)
+    _assert_within_bound(layer.weight.grad, _deq(dyq.columnwise), _deq(xq.columnwise), f"{recipe} Linear wgrad", fp8)
 
-    # And near the unquantized fp32 layer (FP8's error, not a wrong operand).
+    # And near the unquantized fp32 layer (the format's error, not a wrong operand).
     ref = x.detach().float() @ layer.weight.detach().T
-    assert (y.float() - ref).norm() <= 0.1 * ref.norm()
+    assert (y.float() - ref).norm() <= NEAR_FP32[recipe] * ref.norm()
+    wgrad = dy.float().T @ x.detach().float()
+    assert (layer.weight.grad - wgrad).norm() <= 2 * NEAR_FP32[recipe] * wgrad.norm()
     torch.optim.SGD(layer.parameters(), lr=0.1).step()  # the grads feed a torch optimizer
 
 
@@ -431,25 +452,33 @@ def test_linear_bias_recipes_and_errors():
 
 
 @needs_gpu
-def test_grouped_linear_forward_backward():
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_grouped_linear_forward_backward(recipe):
     torch.manual_seed(2)
     counts = torch.tensor([0, 1, 130, 125], device="cuda")
-    layer = bst.GroupedLinear(4, 256, 128, device="cuda")
+    layer = bst.GroupedLinear(4, 256, 128, recipe=recipe, device="cuda")
     x = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     y = layer(x, counts)
     dy = torch.randn_like(y)
     y.backward(dy)
     assert y.shape == (256, 128) and x.grad.shape == x.shape and layer.weight.grad.shape == (4, 128, 256)
+    f, x_options, dy_options = _recipe_operands(recipe, layer)
+    fp8 = recipe == "fp8_block"
     ends = torch.cumsum(counts, 0, dtype=torch.int32)
-    xq = bst.quantize_grouped(x.detach(), ends)
-    dyq = bst.quantize_grouped(dy, ends)
+    xq = bst.quantize_grouped(x.detach(), ends, f.x, **x_options)
+    dyq = bst.quantize_grouped(dy, ends, f.dy, **dy_options)
+    wq = bst.quantize_experts(layer.weight.detach(), f.w, direction="both", **f.w_options)
     start = 0
     for g, c in enumerate(counts.tolist()):
-        wq = bst.quantize(layer.weight.detach()[g], "fp8_block128x128", direction="both")
+        w_row = bst.Operand(f.w, wq.rowwise.data[g], wq.rowwise.scales[g],
+                            None if wq.rowwise.scale_dec is None else wq.rowwise.scale_dec[g:g + 1])
+        w_col = bst.Operand(f.w, wq.columnwise.data[g], wq.columnwise.scales[g],
+                            None if wq.columnwise.scale_dec is None else wq.columnwise.scale_dec[g:g + 1])
         if c:
             rows = slice(start, start + c)
-            _assert_within_bound(y.detach()[rows], _deq(xq.rowwise)[rows], _deq(wq.rowwise), f"fprop expert {g}")
-            _assert_within_bound(x.grad[rows], _deq(dyq.rowwise)[rows], _deq(wq.columnwise), f"dgrad expert {g}")
+            _assert_within_bound(y.detach()[rows], _deq(xq.rowwise)[rows], _deq(w_row), f"{recipe} fprop expert {g}",
+                                 fp8)
+            _assert_within_bound(x.grad[rows], _deq(dyq.rowwise)[rows], _deq(w_col), f"{recipe} dgrad expert {g}", fp8)
         start += c
     lo = 0
     for g, hi in enumerate(dyq.padded_group_ends.tolist()):
@@ -457,9 +486,8 @@ def test_grouped_linear_forward_backward():
             assert (layer.weight.grad[g] == 0).all()
         else:
             _assert_within_bound(layer.weight.grad[g], _deq(dyq.columnwise)[:, lo:hi], _deq(xq.columnwise)[:, lo:hi],
-                                 f"wgrad expert {g}")
+                                 f"{recipe} wgrad expert {g}", fp8)
         lo = hi
-
 
 
 @needs_gpu
@@ -484,8 +512,12 @@ def test_grouped_linear_bf16_recipe():
         assert close(layer.weight.grad[g], dy[rows].float().T @ xs[rows]), f"wgrad expert {g}"
         start += c
     assert (layer.weight.grad[0] == 0).all()  # no tokens, no gradient
-    with pytest.raises(ValueError, match=r"^recipe: 'mxfp8' is not one of fp8_block, bf16"):
-        bst.GroupedLinear(4, 256, 128, recipe="mxfp8")
+    with pytest.raises(ValueError, match=r"^recipe: 'fp4' is not one of fp8_block, mxfp8, nvfp4, bf16"):
+        bst.GroupedLinear(4, 256, 128, recipe="fp4")
+    with pytest.raises(ValueError, match=r"^in_features: must be a positive multiple of 128 for the nvfp4 recipe"):
+        bst.GroupedLinear(4, 200, 128, recipe="nvfp4")
+    with pytest.raises(ValueError, match=r"^block_2d: 16x16 blocks are NVFP4's, not mxfp8's"):
+        bst.quantize_experts(layer.weight.detach(), "mxfp8", block_2d=True)
 
 
 @needs_gpu
