@@ -392,7 +392,7 @@ def test_error_on_mixed_devices():
 # The operands each recipe's layers quantize (blockscale._torch_linear's table): the tests
 # quantize them again, with the layer's stochastic-rounding key (nvfp4: its seed, call 0).
 def _recipe_operands(recipe, layer):
-    f = bst._torch_linear._FORMATS[recipe]
+    f = blockscale._torch_linear._FORMATS[recipe]
     dy_options = {"rht": True, "sr_seed": layer._sr.seed, "sr_offset": 0} if f.sr else {}
     return f, {"rht": True} if f.wgrad_rht else {}, dy_options
 
