@@ -21,6 +21,7 @@ const char* library_name(CudaLibrary lib) {
     case CudaLibrary::kCublas: return "cuBLAS";
     case CudaLibrary::kCublasLt: return "cuBLASLt";
     case CudaLibrary::kNccl: return "NCCL";
+    case CudaLibrary::kCudnn: return "cuDNN";
   }
   return "?";
 }
@@ -35,8 +36,11 @@ Opened open_library(CudaLibrary lib) {
     case CudaLibrary::kCublas: base = "libcublas.so", dir = BLOCKSCALE_CUDA_LIBRARY_DIR; break;
     case CudaLibrary::kCublasLt: base = "libcublasLt.so", dir = BLOCKSCALE_CUDA_LIBRARY_DIR; break;
     case CudaLibrary::kNccl: base = "libnccl.so", dir = BLOCKSCALE_NCCL_LIBRARY_DIR; break;
+    case CudaLibrary::kCudnn: base = "libcudnn.so", dir = BLOCKSCALE_CUDA_LIBRARY_DIR; break;
   }
-  const std::string versioned = base + "." + (lib == CudaLibrary::kNccl ? std::string("2") : major);
+  // NCCL 2 and cuDNN 9 (the graph API the frontend builds on) have their own major versions.
+  const std::string versioned =
+      base + "." + (lib == CudaLibrary::kNccl ? std::string("2") : lib == CudaLibrary::kCudnn ? std::string("9") : major);
   std::string first_error;
   for (const std::string& name : {versioned, base, dir + "/" + versioned, dir + "/" + base}) {
     if (name.front() == '/' && dir.empty()) continue;
@@ -50,8 +54,8 @@ Opened open_library(CudaLibrary lib) {
 }
 
 const Opened& opened(CudaLibrary lib) {
-  static std::once_flag once[3];
-  static Opened result[3];
+  static std::once_flag once[4];
+  static Opened result[4];
   const int i = static_cast<int>(lib);
   std::call_once(once[i], [&] { result[i] = open_library(lib); });
   return result[i];
@@ -75,5 +79,7 @@ void* cuda_library_symbol(CudaLibrary lib, const char* name) {
   }
   return fn;
 }
+
+void* cuda_library_handle(CudaLibrary lib) { return opened(lib).handle; }
 
 }  // namespace blockscale::runtime

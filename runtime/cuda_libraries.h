@@ -1,4 +1,4 @@
-// cuBLAS, cuBLASLt and NCCL, opened on first use (dlopen) instead of linked. A program that links
+// cuBLAS, cuBLASLt, NCCL and cuDNN, opened on first use (dlopen) instead of linked. A program that links
 // them pays their load-time initialisation at every start, GPU or not: the CLI started in 250 ms
 // instead of 4 (perf: their static initialisers touching fresh pages), and its tests start it
 // thousands of times. Call sites name an entry point as the headers spell it:
@@ -13,7 +13,7 @@
 
 namespace blockscale::runtime {
 
-enum class CudaLibrary { kCublas, kCublasLt, kNccl };
+enum class CudaLibrary { kCublas, kCublasLt, kNccl, kCudnn };
 
 // Opens `lib` (once per process; later calls return the first result): ok, or an error naming the
 // library and why the loader refused it.
@@ -22,6 +22,10 @@ Status open_cuda_library(CudaLibrary lib);
 // `name`'s entry point in `lib`. The library must have been opened (open_cuda_library ok): a
 // missing library or symbol here is a broken installation, reported on stderr before aborting.
 void* cuda_library_symbol(CudaLibrary lib, const char* name);
+
+// The loader's handle of an opened library (null when open_cuda_library failed): for a library
+// that resolves its own entry points (the cuDNN frontend, built to load cuDNN dynamically).
+void* cuda_library_handle(CudaLibrary lib);
 
 template <typename F>
 F cuda_library_function(CudaLibrary lib, const char* name) {

@@ -34,6 +34,23 @@ if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 
 # Into BLOCKSCALE_BUILD_DIR (default build/): the targets named as arguments, or everything.
+# The cuDNN frontend's headers (header-only, from its PyPI wheel) for the training step's fused
+# attention, where CUDA builds: into .deps/ (git-ignored), once.
+frontend=.deps/cudnn_frontend
+if command -v nvcc >/dev/null 2>&1 && [ ! -f "$frontend/include/cudnn_frontend.h" ]; then
+  echo "setup: fetching the cuDNN frontend headers (pip download nvidia-cudnn-frontend)"
+  mkdir -p .deps/wheels
+  if python3 -m pip download -q --no-deps -d .deps/wheels nvidia-cudnn-frontend==1.32.0; then
+    python3 - "$frontend" .deps/wheels/nvidia_cudnn_frontend-1.32.0-*.whl <<'PY'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[2]) as z:
+    z.extractall(sys.argv[1], [n for n in z.namelist() if n.startswith("include/")])
+PY
+  else
+    echo "setup: no cuDNN frontend (pip download failed): the training step keeps its reference attention"
+  fi
+fi
+
 build_dir=${BLOCKSCALE_BUILD_DIR:-build}
 cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release ${BLOCKSCALE_CMAKE_ARGS:-} >/dev/null
 targets=()

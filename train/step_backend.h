@@ -21,6 +21,8 @@ class StepBackend {
   virtual std::string device_name() const = 0;
   // How the recipe's GEMMs run, where there is a choice (mxfp8 on the GPU); "" otherwise.
   virtual std::string gemm_route() const { return ""; }
+  // How attention runs on the GPU ("cuDNN fused SDPA", or the reference path and why); "" on the CPU.
+  virtual std::string attention() const { return ""; }
   // Peak dense bf16 tensor FLOP/s of the device, for MFU; 0 when unknown (CPU).
   virtual double peak_flops() const { return 0.0; }
 

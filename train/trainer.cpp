@@ -394,7 +394,8 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
   const double flops_per_step = train_flops_per_token(c.model) * tokens_per_step;
   const std::string route = backend->gemm_route();
   progress << "train: " << recipe_name(c.recipe) << (route.empty() ? "" : " (GEMMs: " + route + ")") << " on "
-           << backend->device_name() << ", "
+           << backend->device_name()
+           << (backend->attention().empty() ? std::string() : " (attention: " + backend->attention() + ")") << ", "
            << parameter_count(c.model) / 1e6 << "M parameters (" << active_parameter_count(c.model) / 1e6
            << "M active), " << tokens_per_step << " tokens/step"
            << (ranks.world > 1 ? " over " + std::to_string(ranks.world) + " ranks" : std::string())
@@ -490,6 +491,7 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
   config["steps"] = c.steps;
   config["device"] = backend->device_name();
   if (!backend->gemm_route().empty()) config["gemm_route"] = backend->gemm_route();
+  if (!backend->attention().empty()) config["attention"] = backend->attention();
   config["ranks"] = ranks.world;
   config["batch"] = c.batch;
   config["grad_accum"] = c.grad_accum;

@@ -602,3 +602,33 @@ def test_layers_in_cuda_graphs(grouped):
     yg.backward(dy)
     assert torch.equal(ye, yg) and torch.equal(xe.grad, xg.grad)
     assert torch.equal(eager.weight.grad, graphed_layer.weight.grad)
+
+
+@needs_gpu
+@pytest.mark.parametrize("grouped", [False, True])
+def test_layers_under_torch_compile(grouped):
+    """torch.compile around the layers: blockscale's ops call into blockscale._cuda, which dynamo
+    does not trace, so they run as graph breaks; the compiled forward + backward give the eager
+    layer's outputs and gradients to the bit (x * 2 is exact). Prints dynamo's graph breaks."""
+    torch._dynamo.reset()
+    torch.manual_seed(6)
+    counts = torch.tensor([100, 0, 92, 64], device="cuda")
+    make = (lambda: bst.GroupedLinear(4, 256, 128, device="cuda")) if grouped else \
+        (lambda: bst.Linear(256, 128, bias=False, device="cuda"))
+    eager, compiled_layer = make(), make()
+    compiled_layer.load_state_dict(eager.state_dict())
+    step = (lambda l, x: l(x * 2, counts)) if grouped else (lambda l, x: l(x * 2))
+    compiled = torch.compile(lambda x: step(compiled_layer, x))
+    dy = torch.randn(256, 128, device="cuda", dtype=torch.bfloat16)
+    xe = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    xc = xe.detach().clone().requires_grad_(True)
+    ye = step(eager, xe)
+    ye.backward(dy)
+    yc = compiled(xc)
+    yc.backward(dy)
+    assert torch.equal(ye, yc) and torch.equal(xe.grad, xc.grad)
+    assert torch.equal(eager.weight.grad, compiled_layer.weight.grad)
+    explained = torch._dynamo.explain(lambda x: step(compiled_layer, x))(xc.detach())
+    reasons = sorted({str(getattr(b, "reason", b)).splitlines()[0][:120] for b in explained.break_reasons})
+    print(f"\n{'GroupedLinear' if grouped else 'Linear'} under torch.compile: {explained.graph_count} graphs, "
+          f"{explained.graph_break_count} graph breaks: {reasons}")

@@ -21,6 +21,7 @@
 #include "train/gpu/gpu_layers.h"                // GpuLayers, DeviceBuffers, Gather
 #include "train/gpu/gpu_ops.h"                   // norms, attention, router, loss, AdamW
 #include "train/gpu/gpu_phase_timer.h"
+#include "train/gpu/gpu_sdpa.h"                 // FusedAttention
 #include "train/model/recipe_policy.h"           // gradient_sr_key, head_recipe
 #include "train/parallel/gpu_expert_parallel.h"  // ExpertExchange
 #include "train/parallel/optimizer_shards.h"     // the sharded optimizer's shares
@@ -89,10 +90,16 @@ class GpuBackend final : public StepBackend {
     BS_CUDA(cudaMemsetAsync(v_, 0, n * sizeof(float), stream_));
     const std::vector<uint8_t> mask = decay_mask(layout_);
     BS_RETURN_IF_ERROR(copy(decay_, mask.data(), n, cudaMemcpyHostToDevice));
+    // Attention through cuDNN where it runs this shape (graphs for one sequence now, so the run's
+    // header can say which path runs; each batch size builds its own on first use).
+    attention_status_ = fused_attention_.prepare(1, config_.seq_len, config_.n_heads, config_.head_dim(), stream_);
     return Status::ok();
   }
 
   std::string device_name() const override { return device_name_; }
+  std::string attention() const override {
+    return attention_status_.is_ok() ? "cuDNN fused SDPA" : "reference (" + attention_status_.message() + ")";
+  }
   double peak_flops() const override { return peak_; }
 
   Status zero_grads() override {
@@ -310,7 +317,8 @@ class GpuBackend final : public StepBackend {
   // names and sizes: the forward writes them, the backward reads them).
   struct LayerActivations {
     float *x_in, *h, *rstd1, *qkv, *att, *x_mid, *h2, *rstd2, *u, *a;
-    uint16_t* probs;                      // bf16 attention probabilities
+    uint16_t* probs;                      // bf16 attention probabilities (reference attention)
+    float* stats;                         // softmax statistics (fused attention)
     float *rprobs, *gates, *xs, *y;       // MoE only (null for a dense FFN)
     int32_t *ids, *ends, *row_source, *slot_row;
   };
@@ -326,7 +334,10 @@ class GpuBackend final : public StepBackend {
     BS_RETURN_IF_ERROR(buf(n + ".h", m * d, &s->h));
     BS_RETURN_IF_ERROR(buf(n + ".rstd1", m, &s->rstd1));
     BS_RETURN_IF_ERROR(buf(n + ".qkv", m * 3 * d, &s->qkv));
-    BS_RETURN_IF_ERROR(buf(n + ".probs", int64_t{batch} * c.n_heads * c.seq_len * c.seq_len, &s->probs));
+    if (attention_status_.is_ok())  // the fused path keeps the softmax statistics, not the probabilities
+      BS_RETURN_IF_ERROR(buf(n + ".stats", int64_t{batch} * c.n_heads * c.seq_len, &s->stats));
+    else
+      BS_RETURN_IF_ERROR(buf(n + ".probs", int64_t{batch} * c.n_heads * c.seq_len * c.seq_len, &s->probs));
     BS_RETURN_IF_ERROR(buf(n + ".att", m * d, &s->att));
     BS_RETURN_IF_ERROR(buf(n + ".x_mid", m * d, &s->x_mid));
     BS_RETURN_IF_ERROR(buf(n + ".h2", m * d, &s->h2));
@@ -435,7 +446,9 @@ class GpuBackend final : public StepBackend {
   PhaseTimer timer_;
   GpuLayers layers_{recipe_, buffers_, timer_};  // the linear layers, dense and grouped
   cudaStream_t stream_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;  // attention's batched products
+  cublasHandle_t cublas_ = nullptr;  // the reference attention's batched products
+  gpu::FusedAttention fused_attention_;
+  Status attention_status_ = Status::ok();  // ok: attention runs fused; else why not
   std::string device_name_;
   double peak_ = 0;
   float *params_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;

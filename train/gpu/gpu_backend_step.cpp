@@ -21,7 +21,12 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
   BS_RETURN_IF_ERROR(buf("targets", m, &targets));
   BS_CUDA(cudaMemcpyAsync(tokens, tokens_host, m * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
   BS_CUDA(cudaMemcpyAsync(targets, targets_host, m * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-  const size_t attn_ws_bytes = gpu::attention_workspace_bytes(batch, c.seq_len, c.n_heads, hd);
+  // Attention: cuDNN's fused path for this batch size where it builds, else the reference (from
+  // here on; a forward and its backward always take the same one).
+  if (attention_status_.is_ok()) attention_status_ = fused_attention_.prepare(batch, c.seq_len, c.n_heads, hd, stream_);
+  const bool fused = attention_status_.is_ok();
+  const size_t attn_ws_bytes = fused ? fused_attention_.workspace_bytes(batch)
+                                     : gpu::attention_workspace_bytes(batch, c.seq_len, c.n_heads, hd);
   uint8_t* attn_ws;
   BS_RETURN_IF_ERROR(buf("attn_ws", int64_t(attn_ws_bytes), &attn_ws));
   float* aux;  // one load-balancing loss per layer
@@ -55,8 +60,11 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
     BS_RETURN_IF_ERROR(layers_.linear_forward(n + ".wqkv", lin, h, P(lp.wqkv), m, 3 * d, d, qkv));
     {
       PhaseScope phase(timer_, Phase::kAttention);
-      BS_RETURN_IF_ERROR(gpu::attention_forward(qkv, batch, c.seq_len, c.n_heads, hd, probs, att, attn_ws,
-                                                attn_ws_bytes, cublas_, stream_));
+      if (fused)
+        BS_RETURN_IF_ERROR(fused_attention_.forward(qkv, batch, att, s.stats, attn_ws, stream_));
+      else
+        BS_RETURN_IF_ERROR(gpu::attention_forward(qkv, batch, c.seq_len, c.n_heads, hd, probs, att, attn_ws,
+                                                  attn_ws_bytes, cublas_, stream_));
     }
     BS_RETURN_IF_ERROR(layers_.linear_forward(n + ".wo", lin, att, P(lp.wo), m, d, d, o));
     timer_.mark(Phase::kOther);
@@ -274,8 +282,11 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
                                        d, d, datt, G(lp.wo)));
     {
       PhaseScope phase(timer_, Phase::kAttention);
-      BS_RETURN_IF_ERROR(gpu::attention_backward(qkv, probs, datt, batch, c.seq_len, c.n_heads, hd, dqkv, attn_ws,
-                                                 attn_ws_bytes, cublas_, stream_));
+      if (fused)
+        BS_RETURN_IF_ERROR(fused_attention_.backward(qkv, att, s.stats, datt, batch, dqkv, attn_ws, stream_));
+      else
+        BS_RETURN_IF_ERROR(gpu::attention_backward(qkv, probs, datt, batch, c.seq_len, c.n_heads, hd, dqkv, attn_ws,
+                                                   attn_ws_bytes, cublas_, stream_));
     }
     BS_RETURN_IF_ERROR(layers_.linear_backward(n + ".wqkv", lin, gradient_sr_key(run_seed, micro_step, l, 0), dqkv, h,
                                        P(lp.wqkv), m, 3 * d, d, dh, G(lp.wqkv)));

@@ -382,6 +382,17 @@ struct ToBf16 {
   }
 };
 
+struct FromBf16 {
+  const uint16_t* x;
+  float* y;
+  __device__ void one(int64_t i) const { y[i] = formats::bf16_bits_to_float(x[i]); }
+  __device__ void four(int64_t i) const {
+    const uint2 b = *reinterpret_cast<const uint2*>(x + i);
+    *reinterpret_cast<float4*>(y + i) = make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xFFFF0000u),
+                                                    __uint_as_float(b.y << 16), __uint_as_float(b.y & 0xFFFF0000u));
+  }
+};
+
 Status check_elements(const char* fn, int64_t rows, int cols, const char* cols_name) {
   BS_RETURN_IF_ERROR(check_range(fn, "rows", rows, 0, std::numeric_limits<int64_t>::max() / 4));
   BS_RETURN_IF_ERROR(check_range(fn, cols_name, cols, 1, std::numeric_limits<int32_t>::max() / 2));
@@ -595,6 +606,16 @@ Status to_bf16(const float* x, int64_t n, uint16_t* y, cudaStream_t stream) {
   BS_RETURN_IF_ERROR(check_ptr(fn, "x", x));
   BS_RETURN_IF_ERROR(check_ptr(fn, "y", y));
   launch_elementwise(ToBf16{x, y}, n, aligned_to(x, 16) && aligned_to(y, 8), stream);
+  return launch_status(fn);
+}
+
+Status from_bf16(const uint16_t* x, int64_t n, float* y, cudaStream_t stream) {
+  constexpr const char* fn = "from_bf16";
+  BS_RETURN_IF_ERROR(check_range(fn, "n", n, 0, std::numeric_limits<int64_t>::max() / 2));
+  if (n == 0) return Status::ok();
+  BS_RETURN_IF_ERROR(check_ptr(fn, "x", x));
+  BS_RETURN_IF_ERROR(check_ptr(fn, "y", y));
+  launch_elementwise(FromBf16{x, y}, n, aligned_to(x, 8) && aligned_to(y, 16), stream);
   return launch_status(fn);
 }
 

@@ -137,6 +137,8 @@ Status adamw_step(float* params, const float* grads, GradScale scale, float* m, 
 // ---- Conversion ------------------------------------------------------------------------------------
 // bf16 bits, RNE (formats::float_to_bf16_bits_rn, NaN stays NaN).
 Status to_bf16(const float* x, int64_t n, uint16_t* y, cudaStream_t stream);
+// y[i] = the fp32 value of bf16 bits x[i] (exact).
+Status from_bf16(const uint16_t* x, int64_t n, float* y, cudaStream_t stream);
 // out[i] = a[0] * b[i] (fp32, round to nearest), i < count: nvfp4's GEMM alphas on its bf16
 // route, one operand's tensor decode scale times each expert's of the other (gemm/'s NVFP4 kernel
 // multiplies them in this order).

@@ -170,7 +170,7 @@ class CublasRoute final : public LinearRoute {
       o->dy = cdy.row, o->w_dgrad = cw.col, o->dy_wgrad = cdy.col, o->x_wgrad = cx.col;
       return Status::ok();
     }
-    const void *x16, *w16, *dy16;
+    const void *x16 = nullptr, *w16 = nullptr, *dy16 = nullptr;
     BS_RETURN_IF_ERROR(saved_bf16(name + ".x16", rows * k, &x16));
     BS_RETURN_IF_ERROR(saved_bf16(name + ".w16", w_rows * k, &w16));
     BS_RETURN_IF_ERROR(bf16_copy(name + ".dy16", dy, rows * n, &dy16));
