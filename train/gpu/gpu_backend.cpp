@@ -26,4 +26,11 @@ Status gpu_backend_gradients(StepBackend& backend, std::vector<float>* grads) {
   return gpu->read_grads(grads);
 }
 
+Status gpu_backend_use_reference_attention(StepBackend& backend) {
+  auto* gpu = dynamic_cast<GpuBackend*>(&backend);
+  if (gpu == nullptr) return Status::error("gpu_backend_use_reference_attention: not a GPU backend");
+  gpu->use_reference_attention();
+  return Status::ok();
+}
+
 }  // namespace blockscale::train

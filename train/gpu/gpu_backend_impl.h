@@ -97,6 +97,7 @@ class GpuBackend final : public StepBackend {
   }
 
   std::string device_name() const override { return device_name_; }
+  void use_reference_attention() { attention_status_ = Status::error("the reference attention was asked for"); }
   std::string attention() const override {
     return attention_status_.is_ok() ? "cuDNN fused SDPA" : "reference (" + attention_status_.message() + ")";
   }

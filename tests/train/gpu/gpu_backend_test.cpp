@@ -85,6 +85,11 @@ TEST_P(GpuBackendTest, MatchesCpuModel) {
   random_tokens(c.vocab, batch * c.seq_len, 5, &tokens, &targets);
   std::unique_ptr<StepBackend> gpu;
   ASSERT_TRUE(make_gpu_backend(c, tc.recipe, 3, &gpu, tc.route).is_ok());
+  // The quantized recipes against the CPU model with the attention that rounds where the CPU's
+  // does: with cuDNN's fused attention (other rounding points, bf16 O) a one-ulp difference
+  // flips block scales and routes, and single gradients moved by 5-28% (H200: the fp8_block and
+  // mxfp8 MoE cases, every nvfp4 case), while bf16 and fp32 stay within their bounds with it.
+  if (is_quantized(tc.recipe)) ASSERT_TRUE(gpu_backend_use_reference_attention(*gpu).is_ok());
   std::vector<float> params, m, v;
   ASSERT_TRUE(gpu->read_state(&params, &m, &v).is_ok());
   // The initialisation as it is. With weights scaled up 2-4x the two sides drift apart in the
