@@ -20,6 +20,7 @@
 #include "train/step_backend.h"
 #ifdef BLOCKSCALE_HAVE_CUDA
 #include "train/gpu/gpu_backend.h"
+#include "train/gpu/gpu_sdpa.h"  // defines: FusedAttention (the memory plan)
 #endif
 
 namespace blockscale::train {
@@ -157,7 +158,12 @@ Status make_backend(const TrainConfig& c, std::unique_ptr<StepBackend>* out) {
 // The run's memory against the machine's, before the model is allocated.
 Status check_run_memory(const TrainConfig& c) {
   const bool gpu = runs_on_gpu(c);
-  return check_memory(plan_memory(c, gpu), host_memory_available(), gpu ? gpu_memory_available() : -1.0);
+#ifdef BLOCKSCALE_HAVE_CUDA
+  const bool fused = gpu && gpu::FusedAttention::built();  // the step's attention where cuDNN runs the shape
+#else
+  const bool fused = false;
+#endif
+  return check_memory(plan_memory(c, gpu, fused), host_memory_available(), gpu ? gpu_memory_available() : -1.0);
 }
 
 // Checkpoint tensor names: param/<name>, adam_m/<name>, adam_v/<name>.

@@ -148,6 +148,14 @@ struct FusedAttention::Impl {
     return Status::ok();
   }
 
+  // A call's start: its batch's graphs, the workspace carved, Q | K | V in bf16, the stream set.
+  Status begin(const float* qkv, int batch, void* workspace, cudaStream_t stream, const Graphs** graphs,
+               Carved* carved) const {
+    BS_RETURN_IF_ERROR(find(batch, graphs));
+    *carved = carve(workspace, batch);
+    BS_RETURN_IF_ERROR(to_bf16(qkv, int64_t{batch} * seq * 3 * width(), carved->qkv, stream));
+    return cudnn_status(fe::detail::set_stream(handle, stream), "cudnnSetStream");
+  }
   Status find(int batch, const Graphs** out) const {
     const auto it = by_batch.find(batch);
     if (it == by_batch.end())
@@ -192,11 +200,9 @@ Status FusedAttention::forward(const float* qkv, int batch, float* out, float* s
                                cudaStream_t stream) {
   const Impl& s = *impl_;
   const Impl::Graphs* g = nullptr;
-  BS_RETURN_IF_ERROR(s.find(batch, &g));
+  Impl::Carved w{};
+  BS_RETURN_IF_ERROR(s.begin(qkv, batch, workspace, stream, &g, &w));
   const int64_t m = int64_t{batch} * s.seq, d = s.width();
-  const Impl::Carved w = s.carve(workspace, batch);
-  BS_RETURN_IF_ERROR(to_bf16(qkv, m * 3 * d, w.qkv, stream));
-  BS_RETURN_IF_ERROR(cudnn_status(fe::detail::set_stream(s.handle, stream), "cudnnSetStream"));
   std::unordered_map<int64_t, void*> pack{{kQ, w.qkv}, {kK, w.qkv + d}, {kV, w.qkv + 2 * d}, {kO, w.o}, {kStats, stats}};
   BS_FE(g->forward->execute(s.handle, pack, w.cudnn), "forward: execute");
   return from_bf16(w.o, m * d, out, stream);
@@ -206,14 +212,12 @@ Status FusedAttention::backward(const float* qkv, const float* out, const float*
                                 float* dqkv, void* workspace, cudaStream_t stream) {
   const Impl& s = *impl_;
   const Impl::Graphs* g = nullptr;
-  BS_RETURN_IF_ERROR(s.find(batch, &g));
+  Impl::Carved w{};
+  BS_RETURN_IF_ERROR(s.begin(qkv, batch, workspace, stream, &g, &w));
   const int64_t m = int64_t{batch} * s.seq, d = s.width();
-  const Impl::Carved w = s.carve(workspace, batch);
-  // The forward's bf16 operands again (out holds O's bf16 values exactly: from_bf16 of them).
-  BS_RETURN_IF_ERROR(to_bf16(qkv, m * 3 * d, w.qkv, stream));
+  // The forward's bf16 O again (out holds its values exactly: from_bf16 of them), and dO.
   BS_RETURN_IF_ERROR(to_bf16(out, m * d, w.o, stream));
   BS_RETURN_IF_ERROR(to_bf16(dout, m * d, w.dout, stream));
-  BS_RETURN_IF_ERROR(cudnn_status(fe::detail::set_stream(s.handle, stream), "cudnnSetStream"));
   std::unordered_map<int64_t, void*> pack{{kQ, w.qkv},          {kK, w.qkv + d},      {kV, w.qkv + 2 * d},
                                           {kO, w.o},            {kDo, w.dout},        {kStats, const_cast<float*>(stats)},
                                           {kDq, w.dqkv},        {kDk, w.dqkv + d},    {kDv, w.dqkv + 2 * d}};

@@ -124,11 +124,13 @@ double MemoryNeed::total() const {
 //                 W = 12 M D + M V + MoE: 2 M E + M K + 2.5 R D + 3 R F (dense: 3 M F), the whole
 //                 step's buffers; the operands' copies kept for the backward; the LM head input's
 //   workspace   = 20 M D + 6 B H T^2 (attention: bf16 and fp32 head-major copies, scores)
+//   fused attention (cuDNN): per layer B H T softmax statistics instead of the probabilities, and
+//                 a workspace of 16 M D (bf16 copies of qkv, O, dO and dqkv; cuDNN's own is left out)
 //   host        = max(5 P (the initial weights and the mask), 12 P when checkpoints are saved or loaded)
 // Left out: the data (loaded before the model, sized by its file), CUDA and cuBLAS's own memory,
 // and expert parallelism's larger receive buffers; each part is what the step allocates, so the
 // estimate is a little below the peak, never far above it.
-MemoryPlan plan_memory(const TrainConfig& c, bool on_gpu) {
+MemoryPlan plan_memory(const TrainConfig& c, bool on_gpu, bool fused_attention) {
   const ModelConfig& m = c.model;
   const double V = m.vocab, D = m.d_model, L = m.n_layers, H = m.n_heads, E = m.moe() ? m.n_experts : 0,
                K = m.moe() ? m.top_k : 1, F = m.d_ff, T = m.seq_len, B = c.batch;
@@ -155,14 +157,15 @@ MemoryPlan plan_memory(const TrainConfig& c, bool on_gpu) {
   }
   const double cb = gpu_copy_bytes(c.recipe, c.gemm_route);
   const double lm_copy = c.recipe == Recipe::kFp32 ? 0.0 : 2.0;
-  const double kept = 8 * M * D + 2 * M + probs / 2 + 3 * R * F +
+  const double attention_kept = fused_attention ? B * H * T : probs / 2;
+  const double kept = 8 * M * D + 2 * M + attention_kept + 3 * R * F +
                       (m.moe() ? M * E + 4 * M * K + E + R * D + M * K * D : 0.0);
   const double step = 12 * M * D + M * V + (m.moe() ? 2 * M * E + M * K + 2.5 * R * D + 3 * R * F : 3 * M * F);
   plan.device.parts = {
       {"parameters, gradients and AdamW state", 17 * P},
       {"weight copies", cb * L * (4 * D * D + 3 * G * D * F) + lm_copy * V * D},
       {"activations", 4 * (L * kept + step) + cb * L * (2 * M * D + R * D + R * F) + lm_copy * M * D},
-      {"attention workspace", 20 * M * D + 6 * probs}};
+      {"attention workspace", fused_attention ? 16 * M * D : 20 * M * D + 6 * probs}};
   plan.host.parts = {{"host copies of the weights and AdamW state", std::max(5 * P, checkpoints ? 12 * P : 0.0)}};
   return plan;
 }

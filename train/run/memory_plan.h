@@ -28,8 +28,10 @@ struct MemoryPlan {
 };
 
 // The estimate for one rank of `c` (its --batch), on the GPU or the CPU; formulas in the .cpp.
-// Doubles throughout: a configuration whose sizes overflow 64-bit integers is still estimated.
-MemoryPlan plan_memory(const TrainConfig& c, bool on_gpu);
+// fused_attention: the GPU step's attention is cuDNN's fused path (train/gpu/gpu_sdpa.h), which
+// keeps no probabilities. Doubles throughout: a configuration whose sizes overflow 64-bit integers
+// is still estimated.
+MemoryPlan plan_memory(const TrainConfig& c, bool on_gpu, bool fused_attention = false);
 
 // An error when the plan needs more than is available, naming both ("the run needs about 412.3
 // GiB of host memory (...); this machine has 31.2 GiB available"). A negative availability is

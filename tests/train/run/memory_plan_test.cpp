@@ -83,6 +83,12 @@ TEST(MemoryPlan, GpuEstimateMatchesAHandComputation) {
   EXPECT_EQ(part(plan.device, "attention workspace"), 20.0 * 2048 + 6.0 * 4096);
   EXPECT_EQ(plan.host.total(), 12 * kParams);  // the checkpoint's host copies (above 5 P at start-up)
 
+  // cuDNN's fused attention: B H T = 128 statistics per layer instead of the probabilities' 2048,
+  // and 16 M D of bf16 copies as its workspace.
+  const MemoryPlan fused = plan_memory(c, true, /*fused_attention=*/true);
+  EXPECT_EQ(part(fused.device, "activations"), 4.0 * (39812 - 2048 + 128 + 51840) + 2.0 * 12288 + 4096);
+  EXPECT_EQ(part(fused.device, "attention workspace"), 16.0 * 2048);
+
   c.recipe = Recipe::kFp32;  // multiplies the fp32 tensors themselves
   EXPECT_EQ(part(plan_memory(c, true).device, "weight copies"), 0.0);
   c.recipe = Recipe::kMxfp8;
