@@ -63,7 +63,7 @@ Status quantize_tensor(const io::InputTensor& t, const QuantizeArgs& a, const fo
   int64_t rows = 0, cols = 0;
   BS_RETURN_IF_ERROR(io::matrix_view(t.view.shape, &rows, &cols));
   std::vector<std::unique_ptr<io::QuantizedTensor>> made;
-  io::QuantizedTensor* by_direction[2] = {nullptr, nullptr};
+  [[maybe_unused]] io::QuantizedTensor* by_direction[2] = {nullptr, nullptr};  // the GPU path's outputs
   for (formats::Direction d : {formats::Direction::kRowwise, formats::Direction::kColumnwise}) {
     const bool rowwise = d == formats::Direction::kRowwise;
     if ((rowwise && a.direction == "columnwise") || (!rowwise && a.direction == "rowwise")) continue;
