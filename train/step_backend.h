@@ -25,6 +25,9 @@ class StepBackend {
   virtual std::string attention() const { return ""; }
   // Peak dense bf16 tensor FLOP/s of the device, for MFU; 0 when unknown (CPU).
   virtual double peak_flops() const { return 0.0; }
+  // Bytes per second of a device-to-device copy (read plus written), measured when the step was
+  // made: the phases' floors divide their bytes by it (train/model/phase_bytes.h); 0 when unknown.
+  virtual double copy_bandwidth() const { return 0.0; }
 
   virtual Status zero_grads() = 0;
   // grads += d(grad_scale * loss)/d params for one micro-batch (batch x seq_len tokens).

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "train/model/phase_bytes.h"  // defines: step_phase_bytes (the phases' floors)
 #include "train/run/checkpoint.h"
 #include "train/run/data.h"
 #include "train/run/memory_plan.h"  // defines: plan_memory, check_memory, host/gpu_memory_available
@@ -262,16 +263,22 @@ struct Ranks {
 int64_t warmup_steps(int64_t steps_to_run) { return std::clamp<int64_t>(steps_to_run / 6, 1, 5); }
 constexpr int64_t kPhaseEvery = 5;
 
-// " quantize 1.20 ms (10%), gemm ... (every 5th step: 3 steps of 12.50 ms)" from per-step phase
-// times and the mean time of the steps that recorded them.
-std::string format_phases(const std::vector<std::pair<std::string, double>>& phases, int64_t steps, double step_ms) {
+// " quantize 1.20 ms (10%, floor 0.80), gemm ... (every 5th step: 3 steps of 12.50 ms)" from
+// per-step phase times, their floors where known, and the mean time of the steps that recorded them.
+std::string format_phases(const std::vector<std::pair<std::string, double>>& phases,
+                          const std::vector<std::pair<std::string, double>>& floors, int64_t steps, double step_ms) {
   double total = 0;
   for (const auto& p : phases) total += p.second;
   std::string out;
   for (const auto& [name, ms] : phases) {
     if (ms == 0) continue;  // e.g. communication on one GPU
-    char part[96];
-    std::snprintf(part, sizeof(part), " %s %.2f ms (%.0f%%)", name.c_str(), ms, total > 0 ? 100.0 * ms / total : 0.0);
+    const auto floor = std::find_if(floors.begin(), floors.end(), [&](const auto& f) { return f.first == name; });
+    char part[128];
+    if (floor != floors.end() && floor->second > 0)
+      std::snprintf(part, sizeof(part), " %s %.2f ms (%.0f%%, floor %.2f)", name.c_str(), ms,
+                    total > 0 ? 100.0 * ms / total : 0.0, floor->second);
+    else
+      std::snprintf(part, sizeof(part), " %s %.2f ms (%.0f%%)", name.c_str(), ms, total > 0 ? 100.0 * ms / total : 0.0);
     out += part;
   }
   char tail[96];
@@ -509,11 +516,19 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
     config["mean_step_ms"] = timed_ms / timed_steps;
     config["mean_tokens_per_s"] = tokens_per_step / (timed_ms / timed_steps / 1e3);
   }
+  std::vector<std::pair<std::string, double>> floors;  // ms per step, where the bandwidth is known
+  if (backend->copy_bandwidth() > 0) {
+    config["copy_bandwidth_gb_per_s"] = backend->copy_bandwidth() / 1e9;
+    for (const auto& [name, bytes] : step_phase_bytes(c.model, c.recipe, c.batch, c.grad_accum))
+      floors.emplace_back(name, bytes / backend->copy_bandwidth() * 1e3);
+  }
   if (!phases.empty() && phase_steps > 0) {
     config["phase_ms_per_step"] = json::object();
     for (const auto& [name, ms] : phases) config["phase_ms_per_step"][name] = ms;
+    config["phase_floor_ms_per_step"] = json::object();
+    for (const auto& [name, ms] : floors) config["phase_floor_ms_per_step"][name] = ms;
     config["phase_timed_step_ms"] = phase_step_ms / phase_steps;
-    progress << "GPU time per step:" << format_phases(phases, phase_steps, phase_step_ms / phase_steps)
+    progress << "GPU time per step:" << format_phases(phases, floors, phase_steps, phase_step_ms / phase_steps)
              << "\n";
   }
   BS_RETURN_IF_ERROR(ranks.agree(ranks.leader() ? log.write_summary(config) : Status::ok()));
@@ -528,6 +543,7 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
     summary->phase_ms = phase_steps > 0 ? phases : decltype(phases){};
     summary->phase_step_ms = phase_steps > 0 ? phase_step_ms / phase_steps : 0.0;
     summary->phase_steps = phase_steps;
+    summary->phase_floor_ms = floors;
   }
   return Status::ok();
 }
@@ -588,7 +604,8 @@ Status compare_recipes(const TrainConfig& base, const std::vector<Recipe>& recip
   for (size_t i = 0; i < recipes.size(); ++i)
     if (!(*summaries)[i].phase_ms.empty())
       progress << recipe_name(recipes[i]) << " GPU time per step:"
-               << format_phases((*summaries)[i].phase_ms, (*summaries)[i].phase_steps, (*summaries)[i].phase_step_ms)
+               << format_phases((*summaries)[i].phase_ms, (*summaries)[i].phase_floor_ms, (*summaries)[i].phase_steps,
+                                (*summaries)[i].phase_step_ms)
                << "\n";
   progress << "plot: " << base.out_dir << "/compare.svg\n";
   return Status::ok();

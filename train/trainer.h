@@ -63,6 +63,9 @@ struct TrainSummary {
   std::vector<std::pair<std::string, double>> phase_ms;  // GPU ms per step by phase (the steps that time them)
   double phase_step_ms = 0;  // the mean time of those steps, slowed by their events
   int64_t phase_steps = 0;
+  // Each memory-bound phase's floor, ms per step: its bytes (train/model/phase_bytes.h) over the
+  // device's copy bandwidth; empty where the bandwidth is unknown.
+  std::vector<std::pair<std::string, double>> phase_floor_ms;
 };
 
 Status validate(const TrainConfig& c);

@@ -93,8 +93,10 @@ class GpuBackend final : public StepBackend {
     // Attention through cuDNN where it runs this shape (graphs for one sequence now, so the run's
     // header can say which path runs; each batch size builds its own on first use).
     attention_status_ = fused_attention_.prepare(1, config_.seq_len, config_.n_heads, config_.head_dim(), stream_);
+    copy_bandwidth_ = measure_copy_bandwidth();
     return Status::ok();
   }
+  double copy_bandwidth() const override { return copy_bandwidth_; }
 
   std::string device_name() const override { return device_name_; }
   void use_reference_attention() { attention_status_ = Status::error("the reference attention was asked for"); }
@@ -293,6 +295,33 @@ class GpuBackend final : public StepBackend {
   }
 
  private:
+  // The best of three 128 MiB device-to-device copies (after one to warm up), read plus written
+  // bytes per second; 0 when the 256 MiB it needs are not free (the phases then show no floor).
+  double measure_copy_bandwidth() {
+    constexpr size_t kBytes = size_t{128} << 20;
+    char* buf = nullptr;
+    if (cudaMalloc(&buf, 2 * kBytes) != cudaSuccess) {
+      cudaGetLastError();  // clear the failed allocation's error
+      return 0.0;
+    }
+    cudaEvent_t begin = nullptr, end = nullptr;
+    float best = 0;
+    if (cudaEventCreate(&begin) == cudaSuccess && cudaEventCreate(&end) == cudaSuccess) {
+      for (int i = 0; i < 4; ++i) {
+        float ms = 0;
+        cudaEventRecord(begin, stream_);
+        cudaMemcpyAsync(buf + kBytes, buf, kBytes, cudaMemcpyDeviceToDevice, stream_);
+        cudaEventRecord(end, stream_);
+        if (cudaEventSynchronize(end) != cudaSuccess || cudaEventElapsedTime(&ms, begin, end) != cudaSuccess) break;
+        if (i > 0 && (best == 0 || ms < best)) best = ms;
+      }
+    }
+    if (begin) cudaEventDestroy(begin);
+    if (end) cudaEventDestroy(end);
+    cudaFree(buf);
+    cudaGetLastError();
+    return best > 0 ? 2.0 * kBytes / (best * 1e-3) : 0.0;
+  }
   // A copy ordered after the step's stream work and finished on return. The stream is
   // non-blocking, so a plain cudaMemcpy (the legacy stream) is not ordered against its kernels,
   // and an upload from pageable memory may return before the data has landed.
@@ -450,6 +479,7 @@ class GpuBackend final : public StepBackend {
   cublasHandle_t cublas_ = nullptr;  // the reference attention's batched products
   gpu::FusedAttention fused_attention_;
   Status attention_status_ = Status::ok();  // ok: attention runs fused; else why not
+  double copy_bandwidth_ = 0;  // bytes / s, measure_copy_bandwidth()
   std::string device_name_;
   double peak_ = 0;
   float *params_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
