@@ -10,7 +10,7 @@
 # one_gpu_seed2 (one_gpu_global with another seed: the run-to-run noise that the N-GPU curve is
 # measured against), one_gpu_local (1 GPU, batch B: the throughput reference). Default model:
 # d_model 1024, 4 layers, 8 experts top-2, seq 1024, B = 4, 300 steps. Don't pass --seed.
-# With --expert-parallel, the 1-GPU runs leave it out (one rank holds every expert).
+# With --expert-parallel or --shard-optimizer, the 1-GPU runs leave it out (one process, no ranks).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 n=${1:?usage: tools/data_parallel_check.sh N [train options]}
@@ -21,8 +21,8 @@ model=(--d-model 1024 --d-ff 1024 --layers 4 --heads 16 --experts 8 --top-k 2 --
        --eval-batches 8 --log-every 50 --synthetic-tokens 20000000 --device gpu)
 long=(--steps 300 --eval-every 50)
 dir=runs/dp_check
-single=()  # the options for one GPU: --expert-parallel needs ranks from a launcher
-for a in "$@"; do [[ $a == --expert-parallel ]] || single+=("$a"); done
+single=()  # the options for one GPU: --expert-parallel and --shard-optimizer need ranks from a launcher
+for a in "$@"; do [[ $a == --expert-parallel || $a == --shard-optimizer ]] || single+=("$a"); done
 rm -rf "$dir"
 "$bs" train "${model[@]}" "${long[@]}" --batch $((n * b)) --out $dir/one_gpu_global "${single[@]}" | tail -1
 "$bs" train "${model[@]}" "${long[@]}" --batch $((n * b)) --seed 2 --out $dir/one_gpu_seed2 "${single[@]}" | tail -1
