@@ -40,14 +40,16 @@ frontend=.deps/cudnn_frontend
 if command -v nvcc >/dev/null 2>&1 && [ ! -f "$frontend/include/cudnn_frontend.h" ]; then
   echo "setup: fetching the cuDNN frontend headers (pip download nvidia-cudnn-frontend)"
   mkdir -p .deps/wheels
-  if python3 -m pip download -q --no-deps -d .deps/wheels nvidia-cudnn-frontend==1.32.0; then
-    python3 - "$frontend" .deps/wheels/nvidia_cudnn_frontend-1.32.0-*.whl <<'PY'
+  wheels=()
+  python3 -m pip download -q --no-deps --only-binary=:all: -d .deps/wheels nvidia-cudnn-frontend==1.32.0 &&
+    wheels=(.deps/wheels/nvidia_cudnn_frontend-1.32.0-*.whl)
+  if ! ((${#wheels[@]})) || ! python3 - "$frontend" "${wheels[0]}" <<'PY'
 import sys, zipfile
 with zipfile.ZipFile(sys.argv[2]) as z:
     z.extractall(sys.argv[1], [n for n in z.namelist() if n.startswith("include/")])
 PY
-  else
-    echo "setup: no cuDNN frontend (pip download failed): the training step keeps its reference attention"
+  then
+    echo "setup: no cuDNN frontend headers (the download or its unpacking failed): the training step keeps its reference attention"
   fi
 fi
 
