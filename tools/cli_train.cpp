@@ -136,6 +136,10 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--expert-parallel", c.expert_parallel,
                 "split each MoE layer's experts across the ranks (all-to-all token exchange; GPU, under a launcher)");
+  cmd->add_option("--attention", c.attention,
+                  "the GPU step's attention: auto (cuDNN's fused SDPA where it runs the shape, else the reference) or "
+                  "reference (cuBLAS products with the CPU model's rounding points)")
+      ->capture_default_str();
   cmd->add_flag("--shard-optimizer", c.shard_optimizer,
                 "each data-parallel rank keeps AdamW's state for 1/N of the parameters: gradients reduce-scattered "
                 "during the backward, the updated parameters all-gathered (under a launcher; not with "

@@ -329,6 +329,8 @@ Status validate(const TrainConfig& c) {
                              "--overwrite deletes it"));
   if (c.device != "auto" && c.device != "cpu" && c.device != "gpu")
     return Status::error("--device: expected auto, cpu or gpu (got '" + c.device + "')");
+  if (c.attention != "auto" && c.attention != "reference")
+    return Status::error("--attention: expected auto or reference (got '" + c.attention + "')");
   BS_RETURN_IF_ERROR(require(!(c.expert_parallel && c.device == "cpu"),
                              "--expert-parallel: needs the GPU step (--device gpu or auto), not --device cpu"));
   BS_RETURN_IF_ERROR(require(!(c.expert_parallel && c.shard_optimizer),
@@ -382,6 +384,9 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
 
   std::unique_ptr<StepBackend> backend;
   BS_RETURN_IF_ERROR(make_backend(c, &backend));
+#ifdef BLOCKSCALE_HAVE_CUDA
+  if (c.attention == "reference" && runs_on_gpu(c)) BS_RETURN_IF_ERROR(gpu_backend_use_reference_attention(*backend));
+#endif
   if (comm != nullptr) backend->set_communicator(comm);  // one rank too: torchrun with one GPU
   if (c.expert_parallel) BS_RETURN_IF_ERROR(backend->set_expert_parallel());
   if (c.shard_optimizer) BS_RETURN_IF_ERROR(backend->set_sharded_optimizer());

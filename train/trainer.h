@@ -49,6 +49,9 @@ struct TrainConfig {
   // far the CPU step's ranks as threads only).
   bool shard_optimizer = false;
   gemm::GemmRoute gemm_route = gemm::GemmRoute::kAuto;  // the quantized recipes' GEMM engine (model_config.h)
+  // The GPU step's attention: auto (cuDNN's fused SDPA where it runs the shape, else the reference
+  // path) or reference (cuBLAS products at the CPU model's rounding points).
+  std::string attention = "auto";
   int64_t stop_after = -1;      // stop (as if killed) after this many steps of this run; tests
 };
 

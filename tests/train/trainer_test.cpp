@@ -145,6 +145,11 @@ TEST(Trainer, ValidationNamesTheFlag) {
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("--d-model"), std::string::npos);
   c = tiny("/tmp/unused");
+  c.attention = "flash";
+  s = validate(c);
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_TRUE(mentions(s, "--attention: expected auto or reference (got 'flash')")) << s.message();
+  c = tiny("/tmp/unused");
   c.data.source = "tokens";
   c.data.path = "/nonexistent/tokens.bin";
   std::ostringstream progress;
