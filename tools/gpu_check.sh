@@ -2,7 +2,7 @@
 # The GPU machine's check (it has nvcc, CMake, Eigen and GoogleTest but no package access): one
 # CUDA build for one architecture, then the parts asked for, in the order given. Run from anywhere:
 #
-#   OUT=/tmp/g tools/gpu_check.sh [--arch 90a] [--build DIR] [--jobs N] [tests|gemm|quant|all]...
+#   OUT=/tmp/g tools/gpu_check.sh [--arch 90a] [--build DIR] [--jobs N] [tests|gemm|quant|train|all]...
 #
 # Parts (default: tests); each builds only the targets it needs, all in the one build folder:
 #   tests  everything; the default test suite (ctest -LE exhaustive), GPU tests included, then the
@@ -16,6 +16,9 @@
 #          tile; a failing bench is retried at 128 too. So the default tile is still checked.
 #   quant  every quant/ test, the CLI and its round-trip test, quant_bench: each test's summary,
 #          the CLI tests' result, quant_bench's table, and ncu counters for the cases in NCU_CASES.
+#   train  the training step at width 2048 (docs/performance.md's W): every recipe against bf16,
+#          then bf16 with the reference attention; the comparison table and each run's phase line
+#          (GPU time per phase, and the memory-bound phases' floors).
 #   all    tests, gemm and quant (the quant/ tests' direct run happens once).
 #
 # Options: --arch (BLOCKSCALE_CUDA_ARCHS, the arch-neutral sources' targets; default 90a), --build
@@ -50,7 +53,7 @@ while (( $# )); do
     --jobs) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "gpu_check.sh: --jobs needs a positive count, got '${2:-}'" >&2; usage; }
             jobs=$2; shift 2 ;;
     -h|--help) usage ;;
-    tests|gemm|quant) parts+=("$1"); shift ;;
+    tests|gemm|quant|train) parts+=("$1"); shift ;;
     all) parts+=(tests gemm quant); shift ;;
     *) echo "gpu_check.sh: unknown argument '$1'" >&2; usage ;;
   esac
@@ -229,12 +232,29 @@ part_quant() {
   fi
 }
 
+# ---- train: the width-2048 step, every recipe, and bf16 on the reference attention -------------
+part_train() {
+  build blockscale
+  local w=(--d-model 2048 --d-ff 1408 --layers 2 --heads 16 --experts 8 --top-k 2 --seq-len 1024 --batch 4
+           --vocab 256 --eval-every 0 --eval-batches 1 --synthetic-tokens 2000000 --device gpu --checkpoint-every -1
+           --steps 30)
+  echo "== train width 2048: bf16, fp8_block, mxfp8, nvfp4"
+  timeout 400 "$B/blockscale" train "${w[@]}" --compare bf16,fp8_block,mxfp8,nvfp4 --out "$OUT/train_w2048" --overwrite \
+    >"$OUT/train_w2048.log" 2>&1 || status=1
+  grep -E "^train:|^[a-z0-9_]+ +[0-9.]+ +[-+]|GPU time per step" "$OUT/train_w2048.log" | cut -c1-400
+  echo "== train width 2048: bf16 with --attention reference"
+  timeout 200 "$B/blockscale" train "${w[@]}" --recipe bf16 --attention reference --out "$OUT/train_w2048_ref" \
+    --overwrite >"$OUT/train_w2048_ref.log" 2>&1 || status=1
+  grep -E "^train:|GPU time per step|tokens/s" "$OUT/train_w2048_ref.log" | tail -3 | cut -c1-400
+}
+
 for part in "${parts[@]}"; do
   echo "==== $part ($SECONDS s so far; logs in $OUT)"
   case $part in
     tests) part_tests ;;
     gemm) part_gemm ;;
     quant) part_quant ;;
+    train) part_train ;;
   esac
 done
 echo "==== done in $SECONDS s, status $status"
