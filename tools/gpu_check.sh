@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The GPU machine's check (it has nvcc, CMake, Eigen and GoogleTest but no package access): one
-# CUDA build for one architecture, then the parts asked for, in the order given. Run from anywhere:
+# CUDA build for one architecture, then the parts asked for, in the order given. The cuDNN
+# frontend's headers come from .deps/cudnn_frontend (tools/setup.sh fetches them where pip reaches
+# PyPI; copy the folder to a machine without): without them the step runs the reference attention.
+# Run from anywhere:
 #
 #   OUT=/tmp/g tools/gpu_check.sh [--arch 90a] [--build DIR] [--jobs N] [tests|gemm|quant|train|all]...
 #
