@@ -125,6 +125,19 @@ TEST_P(GpuBackendTest, MatchesCpuModel) {
   std::printf("  worst per-tensor gradient error %.2e (bound %.2e)\n", worst, grad_bound(tc.recipe));
 }
 
+// The GPU step's test hooks refuse another backend by name (no GPU needed).
+TEST(GpuBackendHooks, RefuseTheCpuBackend) {
+  ModelConfig c;
+  c.vocab = 16, c.d_model = 8, c.n_layers = 1, c.n_heads = 2, c.n_experts = 0, c.d_ff = 8, c.seq_len = 4;
+  const std::unique_ptr<StepBackend> cpu = make_cpu_backend(c, Recipe::kBf16, 1);
+  const Status s = gpu_backend_use_reference_attention(*cpu);
+  EXPECT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("not a GPU backend"), std::string::npos) << s.message();
+  EXPECT_EQ(cpu->attention(), "");  // the CPU step has one attention, the reference's
+  std::vector<float> g;
+  EXPECT_FALSE(gpu_backend_gradients(*cpu, &g).is_ok());
+}
+
 // Gradient accumulation on the GPU against the GPU itself: a step's first backward writes the
 // weight gradients (beta 0) and later ones add to them (beta 1), so two micro-batches into one
 // set of gradients must equal the two micro-batches' gradients taken apart and summed. Each side
