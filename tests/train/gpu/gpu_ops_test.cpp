@@ -238,14 +238,6 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormTest,
 
 // ---- Attention -----------------------------------------------------------------------------------
 
-struct AttentionCase {
-  int batch, seq, heads, head_dim;
-};
-std::string attention_case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
-  const auto& c = info.param;
-  return "b" + std::to_string(c.batch) + "_t" + std::to_string(c.seq) + "_h" + std::to_string(c.heads) + "_hd" +
-         std::to_string(c.head_dim);
-}
 class AttentionTest : public ::testing::TestWithParam<AttentionCase> {};
 
 struct CublasAndStream {
@@ -312,15 +304,9 @@ TEST_P(AttentionTest, ForwardAndBackwardMatchTheCpu) {
                                       dqkv.as<float>(), ws.as<uint8_t>(), ws_bytes, cs.handle, cs.stream));
     ASSERT_CUDA(cudaStreamSynchronize(cs.stream));
     const auto g = host_copy<float>(dqkv);
-    for (int part = 0; part < 3; ++part) {  // q, k, v columns of each row, compared separately
-      std::vector<float> got, want;
-      for (size_t r = 0; r < rows; ++r)
-        for (size_t col = part * width / 3; col < (part + 1) * width / 3; ++col) {
-          got.push_back(g[r * width + col]);
-          want.push_back(dqkv_ref[r * width + col]);
-        }
-      EXPECT_TRUE(normwise_near(got, want, 1e-2)) << "d" << "qkv"[part] << ", run " << run;
-    }
+    for (int part = 0; part < 3; ++part)  // q, k, v columns of each row, compared separately
+      EXPECT_TRUE(normwise_near(qkv_part(g, width, part), qkv_part(dqkv_ref, width, part), 1e-2))
+          << "d" << "qkv"[part] << ", run " << run;
     if (run == 0) first = g;
     else EXPECT_TRUE(same_bits(g, first)) << "second backward differs";
   }

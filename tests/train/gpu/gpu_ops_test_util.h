@@ -107,5 +107,22 @@ inline ::testing::AssertionResult normwise_near(const std::vector<float>& got, c
   return all_near(got, want, 0.0, tol * max_abs(want));
 }
 
+// ---- Attention: a shape, its test name, the q / k / v columns of qkv-layout rows ------------------
+struct AttentionCase {
+  int batch, seq, heads, head_dim;
+};
+inline std::string attention_case_name(const ::testing::TestParamInfo<AttentionCase>& info) {
+  const auto& c = info.param;
+  return "b" + std::to_string(c.batch) + "_t" + std::to_string(c.seq) + "_h" + std::to_string(c.heads) + "_hd" +
+         std::to_string(c.head_dim);
+}
+// The columns of part `part` (0 q, 1 k, 2 v) of rows `width` wide (3 parts).
+inline std::vector<float> qkv_part(const std::vector<float>& rows, size_t width, int part) {
+  std::vector<float> out;
+  for (size_t r = 0; r < rows.size() / width; ++r)
+    for (size_t c = part * width / 3; c < (part + 1) * width / 3; ++c) out.push_back(rows[r * width + c]);
+  return out;
+}
+
 }  // namespace gpu_ops
 }  // namespace blockscale_test

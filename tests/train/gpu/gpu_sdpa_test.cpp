@@ -25,28 +25,12 @@ namespace cpu = blockscale::train;
 using blockscale::train::gpu::FusedAttention;
 using blockscale_test::normal;
 
-struct SdpaCase {
-  int batch, seq, heads, head_dim;
-};
-std::string sdpa_case_name(const ::testing::TestParamInfo<SdpaCase>& info) {
-  const auto& c = info.param;
-  return "b" + std::to_string(c.batch) + "_t" + std::to_string(c.seq) + "_h" + std::to_string(c.heads) + "_hd" +
-         std::to_string(c.head_dim);
-}
-class FusedAttentionTest : public ::testing::TestWithParam<SdpaCase> {};
-
-// The columns of one part (0 q, 1 k, 2 v) of qkv-layout rows.
-std::vector<float> part_of(const std::vector<float>& rows, size_t width, int part) {
-  std::vector<float> out;
-  for (size_t r = 0; r < rows.size() / width; ++r)
-    for (size_t c = part * width / 3; c < (part + 1) * width / 3; ++c) out.push_back(rows[r * width + c]);
-  return out;
-}
+class FusedAttentionTest : public ::testing::TestWithParam<AttentionCase> {};
 
 TEST_P(FusedAttentionTest, MatchesTheReferenceAttention) {
   SKIP_WITHOUT_GPU();
   if (!FusedAttention::built()) GTEST_SKIP() << "built without the cuDNN frontend";
-  const SdpaCase c = GetParam();
+  const AttentionCase c = GetParam();
   const int B = c.batch, T = c.seq, H = c.heads, hd = c.head_dim;
   const size_t rows = size_t(B) * T, width = 3 * size_t(H) * hd, square = size_t(B) * H * T * T;
   const auto qkv = normal(rows * width, 1.0f, 41), dout = normal(rows * H * hd, 1.0f, 42);
@@ -72,7 +56,7 @@ TEST_P(FusedAttentionTest, MatchesTheReferenceAttention) {
     ASSERT_CUDA(cudaStreamSynchronize(stream));
     const auto g = host_copy<float>(dqkv);
     for (int part = 0; part < 3; ++part)
-      EXPECT_TRUE(normwise_near(part_of(g, width, part), part_of(dqkv_ref, width, part), 3e-2))
+      EXPECT_TRUE(normwise_near(qkv_part(g, width, part), qkv_part(dqkv_ref, width, part), 3e-2))
           << "d" << "qkv"[part] << ", run " << run;
     if (run == 0) first = g;
     else EXPECT_TRUE(same_bits(g, first)) << "second backward differs";
@@ -82,9 +66,9 @@ TEST_P(FusedAttentionTest, MatchesTheReferenceAttention) {
 
 // Head widths of the models here (32, 64, 128), odd sequence lengths, several batches.
 INSTANTIATE_TEST_SUITE_P(Shapes, FusedAttentionTest,
-                         ::testing::Values(SdpaCase{1, 64, 4, 32}, SdpaCase{2, 100, 2, 64}, SdpaCase{3, 257, 2, 128},
-                                           SdpaCase{1, 1024, 2, 128}),
-                         sdpa_case_name);
+                         ::testing::Values(AttentionCase{1, 64, 4, 32}, AttentionCase{2, 100, 2, 64},
+                                           AttentionCase{3, 257, 2, 128}, AttentionCase{1, 1024, 2, 128}),
+                         attention_case_name);
 
 TEST(FusedAttention, RefusesBadShapesAndUnpreparedBatches) {
   SKIP_WITHOUT_GPU();
