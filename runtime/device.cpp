@@ -9,6 +9,12 @@
 
 namespace blockscale::runtime {
 
+Status copy_and_wait(void* dst, const void* src, size_t bytes, void* stream, const char* what) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  BS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s), what));
+  return cuda_status(cudaStreamSynchronize(s), what);
+}
+
 Status gpu_available() {
   int n = 0;
   const cudaError_t err = cudaGetDeviceCount(&n);

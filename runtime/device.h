@@ -13,6 +13,12 @@ namespace blockscale::runtime {
 // Ok when a CUDA device is visible and the driver works; otherwise why not, in one line.
 Status gpu_available();
 
+// Copies `bytes` (any direction: cudaMemcpyDefault) ordered after the work already queued on
+// `stream` and waits for the copy: a plain cudaMemcpy runs on the legacy stream, which a
+// non-blocking stream's kernels do not wait for, and an upload from pageable memory may return
+// before its data lands. `stream` is a cudaStream_t.
+Status copy_and_wait(void* dst, const void* src, size_t bytes, void* stream, const char* what);
+
 // cudaMalloc'd memory freed when the buffer goes out of scope (so an early return frees it).
 // Move-only. A buffer of 0 bytes still holds a valid 1-byte allocation: data() is never null after
 // a successful alloc, which lets callers pass it where a kernel argument must not be null.

@@ -17,6 +17,7 @@
 #include "quant/moe.h"                           // routing, unpermute-combine
 #include "runtime/cuda_libraries.h"
 #include "runtime/cuda_status.h"
+#include "runtime/device.h"    // copy_and_wait
 #include "train/gpu/gpu_glue.h"                  // gather_rows, round_to_bf16, add_inplace
 #include "train/gpu/gpu_layers.h"                // GpuLayers, DeviceBuffers, Gather
 #include "train/gpu/gpu_ops.h"                   // norms, attention, router, loss, AdamW
@@ -85,11 +86,11 @@ class GpuBackend final : public StepBackend {
     BS_RETURN_IF_ERROR(buffers_.get("adam_m", n, &m_));
     BS_RETURN_IF_ERROR(buffers_.get("adam_v", n, &v_));
     BS_RETURN_IF_ERROR(buffers_.get("decay", n, &decay_));
-    BS_RETURN_IF_ERROR(copy(params_, host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    BS_RETURN_IF_ERROR(copy(params_, host.data(), n * sizeof(float)));
     BS_CUDA(cudaMemsetAsync(m_, 0, n * sizeof(float), stream_));
     BS_CUDA(cudaMemsetAsync(v_, 0, n * sizeof(float), stream_));
     const std::vector<uint8_t> mask = decay_mask(layout_);
-    BS_RETURN_IF_ERROR(copy(decay_, mask.data(), n, cudaMemcpyHostToDevice));
+    BS_RETURN_IF_ERROR(copy(decay_, mask.data(), n));
     // Attention through cuDNN where it runs this shape (graphs for one sequence now, so the run's
     // header can say which path runs; each batch size builds its own on first use).
     attention_status_ = fused_attention_.prepare(1, config_.seq_len, config_.n_heads, config_.head_dim(), stream_);
@@ -140,8 +141,8 @@ class GpuBackend final : public StepBackend {
     BS_RETURN_IF_ERROR(buffers_.get("adam_m_shard", std::max<int64_t>(s.state_size(), 1), &m));
     BS_RETURN_IF_ERROR(buffers_.get("adam_v_shard", std::max<int64_t>(s.state_size(), 1), &v));
     for (const OptimizerPiece& p : s.pieces()) {
-      BS_RETURN_IF_ERROR(copy(m + p.state_offset, m_ + p.offset, p.count * sizeof(float), cudaMemcpyDeviceToDevice));
-      BS_RETURN_IF_ERROR(copy(v + p.state_offset, v_ + p.offset, p.count * sizeof(float), cudaMemcpyDeviceToDevice));
+      BS_RETURN_IF_ERROR(copy(m + p.state_offset, m_ + p.offset, p.count * sizeof(float)));
+      BS_RETURN_IF_ERROR(copy(v + p.state_offset, v_ + p.offset, p.count * sizeof(float)));
     }
     buffers_.release("adam_m");
     buffers_.release("adam_v");
@@ -235,21 +236,21 @@ class GpuBackend final : public StepBackend {
     p->resize(layout_.total);
     m->resize(layout_.total);
     v->resize(layout_.total);
-    BS_RETURN_IF_ERROR(copy(p->data(), params_, bytes, cudaMemcpyDeviceToHost));
+    BS_RETURN_IF_ERROR(copy(p->data(), params_, bytes));
     if (shards_) {
       // Each rank's share (the tails once, from rank 0) summed into the whole: exact, one
       // contributor per element.
       std::vector<float> share(shards_->state_size());
       for (auto [device, full] : {std::pair{m_, m}, std::pair{v_, v}}) {
-        BS_RETURN_IF_ERROR(copy(share.data(), device, share.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        BS_RETURN_IF_ERROR(copy(share.data(), device, share.size() * sizeof(float)));
         std::fill(full->begin(), full->end(), 0.0f);
         shards_->unpack(share.data(), full->data(), shards_->rank() == 0);
         BS_RETURN_IF_ERROR(comm_->all_reduce_host(full->data(), int64_t(full->size())));
       }
       return Status::ok();
     }
-    BS_RETURN_IF_ERROR(copy(m->data(), m_, bytes, cudaMemcpyDeviceToHost));
-    BS_RETURN_IF_ERROR(copy(v->data(), v_, bytes, cudaMemcpyDeviceToHost));
+    BS_RETURN_IF_ERROR(copy(m->data(), m_, bytes));
+    BS_RETURN_IF_ERROR(copy(v->data(), v_, bytes));
     if (!expert_parallel_) return Status::ok();
     // Each rank's copy is current for its own experts only: every rank contributes those (zeros
     // elsewhere) to a sum, which gives every rank the whole state.
@@ -272,25 +273,25 @@ class GpuBackend final : public StepBackend {
     const int64_t n = layout_.total;
     if (int64_t(p.size()) != n || int64_t(m.size()) != n || int64_t(v.size()) != n)
       return Status::error("write_state: sizes differ from the model's parameter count");
-    BS_RETURN_IF_ERROR(copy(params_, p.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    BS_RETURN_IF_ERROR(copy(params_, p.data(), n * sizeof(float)));
     layers_.weights_changed();
     if (shards_) {  // this rank's share of the moments
       std::vector<float> share(shards_->state_size());
       for (auto [full, device] : {std::pair{&m, m_}, std::pair{&v, v_}}) {
         shards_->pack(full->data(), share.data());
-        BS_RETURN_IF_ERROR(copy(device, share.data(), share.size() * sizeof(float), cudaMemcpyHostToDevice));
+        BS_RETURN_IF_ERROR(copy(device, share.data(), share.size() * sizeof(float)));
       }
       return Status::ok();
     }
-    BS_RETURN_IF_ERROR(copy(m_, m.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    BS_RETURN_IF_ERROR(copy(v_, v.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    BS_RETURN_IF_ERROR(copy(m_, m.data(), n * sizeof(float)));
+    BS_RETURN_IF_ERROR(copy(v_, v.data(), n * sizeof(float)));
     return Status::ok();
   }
 
   // Test access: device gradients (host copy).
   Status read_grads(std::vector<float>* g) {
     g->resize(layout_.total);
-    BS_RETURN_IF_ERROR(copy(g->data(), grads_, layout_.total * sizeof(float), cudaMemcpyDeviceToHost));
+    BS_RETURN_IF_ERROR(copy(g->data(), grads_, layout_.total * sizeof(float)));
     return Status::ok();
   }
 
@@ -322,12 +323,9 @@ class GpuBackend final : public StepBackend {
     cudaGetLastError();
     return best > 0 ? 2.0 * kBytes / (best * 1e-3) : 0.0;
   }
-  // A copy ordered after the step's stream work and finished on return. The stream is
-  // non-blocking, so a plain cudaMemcpy (the legacy stream) is not ordered against its kernels,
-  // and an upload from pageable memory may return before the data has landed.
-  Status copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-    BS_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, stream_));
-    return runtime::cuda_status(cudaStreamSynchronize(stream_), "waiting for a copy on the step's stream");
+  // A copy ordered after the step's stream work and finished on return (runtime/device.h).
+  Status copy(void* dst, const void* src, size_t bytes) {
+    return runtime::copy_and_wait(dst, src, bytes, stream_, "a copy on the GPU step's stream");
   }
   template <typename T>
   Status buf(const std::string& name, int64_t count, T** out) {

@@ -290,8 +290,7 @@ INSTANTIATE_TEST_SUITE_P(Recipes, GpuBackendTest,
 
 // A LocalGroup member whose device sums go through the host, synchronously: GPU steps in threads
 // of one process, on one GPU, act as data-parallel ranks. Every copy runs on the caller's stream
-// (`after`, non-blocking) and is waited for: a plain cudaMemcpy would not be ordered against that
-// stream's kernels, and an upload from pageable memory may return before its data lands.
+// (`after`, non-blocking) and is waited for (runtime::copy_and_wait says why).
 class HostStagedMember final : public Communicator {
  public:
   explicit HostStagedMember(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
@@ -339,9 +338,7 @@ class HostStagedMember final : public Communicator {
 
  private:
   static Status copy(void* dst, const void* src, int64_t bytes, void* stream) {
-    const auto s = static_cast<cudaStream_t>(stream);
-    BS_RETURN_IF_ERROR(runtime::cuda_status(cudaMemcpyAsync(dst, src, size_t(bytes), cudaMemcpyDefault, s), "staging copy"));
-    return runtime::cuda_status(cudaStreamSynchronize(s), "staging copy");
+    return runtime::copy_and_wait(dst, src, size_t(bytes), stream, "staging copy");
   }
   std::unique_ptr<Communicator> inner_;
 };
