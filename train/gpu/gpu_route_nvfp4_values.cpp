@@ -123,7 +123,7 @@ class Nvfp4ValuesRoute final : public LinearRoute {
     p.recipe = formats::Format::kNvfp4;
     auto make = [&](const char* suffix, const uint8_t* data, const void* scales, int64_t r, int64_t c,
                     const uint16_t** dst) -> Status {
-      uint16_t* values;
+      uint16_t* values = nullptr;
       const Status s = ws_.buf(name + suffix, batches * r * c, &values);
       if (!s.is_ok())
         return Status::error(s.message() + " (nvfp4's bf16-values route keeps bf16 copies of every operand's "
