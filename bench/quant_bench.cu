@@ -32,7 +32,6 @@ namespace {
 namespace bq = blockscale::quant;
 using blockscale::formats::Direction;
 using blockscale::formats::DType;
-using bq::detail::ElementEncoder;
 
 
 // Pseudo-random inputs (never zeros): a hashed normal-ish value times a per-row magnitude.
@@ -71,7 +70,7 @@ __global__ void fill_fp16_kernel(uint16_t* x, int64_t n) {
 }
 
 // One benchmark case: the problem (rows, cols, input type, directions, recipe options), the
-// encoder and grid policy for MX (other than the defaults: through detail::run_mx), a grouped run
+// grid policy for MX (other than the default: through detail::run_mx), a grouped run
 // over `groups` experts with uneven token counts when groups > 0, `batches` > 0 stacked matrices
 // (one batched run, or with batch_loop one run() per matrix), and whether run() also
 // writes amax.
@@ -81,7 +80,6 @@ struct Case {
   int groups = 0;
   int64_t batches = 0;
   bool batch_loop = false;
-  ElementEncoder enc = ElementEncoder::kHardware;
   bq::detail::GridPolicy grid = bq::detail::GridPolicy::kAuto;
   bool with_amax = false;
   bool mx_bf16 = false;  // quant/mx_bf16.h: both copies as bf16 values (fp32 input; groups: gathered)
@@ -245,7 +243,7 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
   }
   const size_t ws_bytes = grouped ? bq::workspace_size(gp) : bq::workspace_size(p);
   void* ws = buf.alloc<void>(static_cast<int64_t>(ws_bytes));
-  const bool mx_knobs = c.enc != ElementEncoder::kHardware || c.grid != bq::detail::GridPolicy::kAuto;
+  const bool mx_knobs = c.grid != bq::detail::GridPolicy::kAuto;
   uint16_t *nv_row = nullptr, *nv_col = nullptr;
   if (c.nvfp4_values) {
     const auto st = bq::run(p, in, out, ws, ws_bytes, nullptr);
@@ -284,7 +282,7 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
     if (grouped) return bq::run(gp, gin, gout, ws, ws_bytes, nullptr);
     if (c.batches > 0 && c.batch_loop) return run_each();
     if (c.batches > 0) return bq::run(bq::BatchedQuantizeProblem{p, c.batches}, in, out, nullptr);
-    if (mx_knobs) return bq::detail::run_mx(p, in, out, c.enc, nullptr, c.grid);
+    if (mx_knobs) return bq::detail::run_mx(p, in, out, nullptr, c.grid);
     return bq::run(p, in, out, ws, ws_bytes, nullptr);
   };
   const auto probe = launch();  // a recipe whose kernel is missing is reported, not timed
@@ -328,7 +326,6 @@ std::vector<Case> all_cases() {
   add("mxfp8", Format::kMxfp8E4M3, 16384, 8192, bf16, both);
   add("mxfp8", Format::kMxfp8E4M3, 16384, 8192, bf16, colw);
   add("mxfp8", Format::kMxfp8E4M3, 16384, 8192, bf16, both).with_amax = true;
-  add("mxfp8 (software encode)", Format::kMxfp8E4M3, 16384, 8192, bf16, both).enc = ElementEncoder::kSoftware;
   add("fp8_block128", Format::kFp8Block1x128, 16384, 8192, bf16, both);
   add("fp8_block128", Format::kFp8Block1x128, 16384, 8192, bf16, row);
   add("fp8_block128 pow2", Format::kFp8Block1x128, 16384, 8192, bf16, both).p.pow2_scales = true;

@@ -21,7 +21,9 @@ using formats::DType;  // the kernels' input type: a template argument, kBf16, k
 //   kHardware: cvt.rn.satfinite.{e4m3,e5m2}x2.f32 (sm_89+). tests/quant checks it against
 //              formats::encode_minifloat on every finite fp32 pattern the kernels can hand it
 //              (the kernels never convert NaN or Inf).
-//   kSoftware: formats::encode_minifloat itself (integer arithmetic).
+//   kSoftware: formats::encode_minifloat itself (integer arithmetic): what kHardware falls back to
+//              below sm_89, and the scalar device tests' reference. The FP8 quantize kernels
+//              run kHardware only: the software encode is instruction-bound, far below copy speed.
 enum class ElementEncoder { kHardware, kSoftware };
 inline constexpr ElementEncoder kDefaultEncoder = ElementEncoder::kHardware;
 

@@ -20,7 +20,7 @@ Status launch_mx_batched_quantize(const BatchedQuantizeProblem& p, const Quantiz
   const int vec = is_e2m1(p.matrix.recipe) ? 8 : 16;
   params.vec_col_store = params.vec_col_store && params.col_row_bytes % vec == 0 && params.col_batch_bytes % vec == 0;
   params.vec_scale_store = params.vec_scale_store && params.col_batch_scale_bytes % 16 == 0;
-  return launch_mx_tiles(stack, kDefaultEncoder, params, stream);
+  return launch_mx_tiles(stack, params, stream);
 }
 
 }  // namespace blockscale::quant::detail

@@ -29,11 +29,11 @@ Status launch_mx_grouped_quantize(const GroupedQuantizeProblem& p, const Grouped
     BS_RETURN_IF_ERROR(launch_grouped_offsets(in.group_ends, p.num_groups, p.dense.rows, 32,
                                               out.padded_group_ends, stream));
     if (empty) return Status::ok();
-    if (!gather) return launch_mx_dense(p.dense, in.x, out.dense, kDefaultEncoder, stream);
+    if (!gather) return launch_mx_dense(p.dense, in.x, out.dense, stream);
     MxParams params = make_params(p.dense, in.x, out.dense, p.dense.rows);
     params.row_index = in.row_index;
     params.input_rows = p.input_rows;
-    return dispatch<false, true>(p.dense, kDefaultEncoder, Action::kLaunch, params, stream);
+    return dispatch<false, true>(p.dense, Action::kLaunch, params, stream);
   }
   // The columnwise copy walks the padded row space (capacity rows).
   MxParams params = make_params(p.dense, in.x, out.dense, grouped_capacity(p));
@@ -43,10 +43,10 @@ Status launch_mx_grouped_quantize(const GroupedQuantizeProblem& p, const Grouped
   params.group_ends = in.group_ends;
   params.padded_group_ends = out.padded_group_ends;
   params.num_groups = p.num_groups;
-  if (!gather) return dispatch<true>(p.dense, kDefaultEncoder, Action::kLaunch, params, stream);
+  if (!gather) return dispatch<true>(p.dense, Action::kLaunch, params, stream);
   params.row_index = in.row_index;
   params.input_rows = p.input_rows;
-  return dispatch<true, true>(p.dense, kDefaultEncoder, Action::kLaunch, params, stream);
+  return dispatch<true, true>(p.dense, Action::kLaunch, params, stream);
 }
 
 }  // namespace blockscale::quant::detail

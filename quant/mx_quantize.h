@@ -1,12 +1,9 @@
 // Internal to quant/: the MX launchers behind quant/quantize.h (MXFP8 E4M3 / E5M2 and MXFP4, dense
-// and grouped), with the FP8 element encoder as a knob so that tests and the benchmark can run
-// both encoders against the emulator. MXFP4 has one encoder (software E2M1 on every architecture):
-// the knob is ignored for it.
+// and grouped), with the grid policy as a knob for tests and the benchmark.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
-#include "quant/device_common.cuh"  // defines: ElementEncoder
 #include "quant/quantize.h"
 
 namespace blockscale::quant::detail {
@@ -17,15 +14,15 @@ namespace blockscale::quant::detail {
 enum class GridPolicy { kAuto, kPersistent, kOneTilePerCta };
 
 // A kernel image for the current device exists (else an error naming the device's sm_XY).
-Status mx_check_device(const QuantizeProblem& p, ElementEncoder encoder);
+Status mx_check_device(const QuantizeProblem& p);
 
-// run() with a chosen encoder and grid: checks, resets *amax, launches. Any MX recipe with a GPU
-// kernel (mxfp8, mxfp8_e5m2, mxfp4).
-Status run_mx(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
-              ElementEncoder encoder, cudaStream_t stream, GridPolicy grid = GridPolicy::kAuto);
+// run() with a chosen grid: checks, resets *amax, launches. Any MX recipe with a GPU kernel
+// (mxfp8, mxfp8_e5m2, mxfp4).
+Status run_mx(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out, cudaStream_t stream,
+              GridPolicy grid = GridPolicy::kAuto);
 
 // Enqueues the dense quantize kernel; arguments already checked, rows and cols > 0.
-Status launch_mx_dense(const QuantizeProblem& p, const void* x, const QuantizeOutputs& out,
-                       ElementEncoder encoder, cudaStream_t stream, GridPolicy grid = GridPolicy::kAuto);
+Status launch_mx_dense(const QuantizeProblem& p, const void* x, const QuantizeOutputs& out, cudaStream_t stream,
+                       GridPolicy grid = GridPolicy::kAuto);
 
 }  // namespace blockscale::quant::detail

@@ -1,5 +1,5 @@
 // The MX kernel's host side, every mode's: the problem's parameters in MxParams, and plain switches
-// that turn the input type, recipe, directions and element encoder into the kernel's template
+// that turn the input type, recipe and directions into the kernel's template
 // arguments, then check for a device image or launch (quant/mx_quantize_kernel.cuh). Each mode's
 // file includes this and instantiates only its own kernels.
 #pragma once
@@ -12,9 +12,9 @@
 
 namespace blockscale::quant::detail {
 
-// The dense kernels (every recipe, input type, direction and encoder) on prepared parameters:
+// The dense kernels (every recipe, input type and direction) on prepared parameters:
 // quant/mx_quantize.cu, which instantiates them; the batched mode launches them too.
-Status launch_mx_tiles(const QuantizeProblem& p, ElementEncoder encoder, const MxParams& params, cudaStream_t stream);
+Status launch_mx_tiles(const QuantizeProblem& p, const MxParams& params, cudaStream_t stream);
 
 namespace {
 
@@ -63,61 +63,52 @@ Status leaf(Action action, const MxParams& params, cudaStream_t stream) {
   return cuda_status(cudaGetLastError(), "mx_quantize_kernel launch");
 }
 
+// E2M1 has one (software) encoder; the FP8 recipes run the hardware conversion (quant/device_common.cuh).
 template <DType kIn, Format kRecipe, bool kRow, bool kCol, bool kGrouped, bool kGather>
-Status dispatch_encoder(ElementEncoder enc, Action a, const MxParams& params, cudaStream_t s) {
-  if constexpr (kRecipe == Format::kMxfp4 || kGrouped || kGather) {
-    // E2M1 has one (software) encoder; the grouped and gathered modes run the default FP8 encoder.
-    (void)enc;
-    constexpr ElementEncoder kEnc = kRecipe == Format::kMxfp4 ? ElementEncoder::kSoftware : kDefaultEncoder;
-    return leaf<kIn, kRecipe, kRow, kCol, kEnc, kGrouped, kGather>(a, params, s);
-  } else {
-    switch (enc) {
-      case ElementEncoder::kHardware: return leaf<kIn, kRecipe, kRow, kCol, ElementEncoder::kHardware, false, false>(a, params, s);
-      case ElementEncoder::kSoftware: return leaf<kIn, kRecipe, kRow, kCol, ElementEncoder::kSoftware, false, false>(a, params, s);
-    }
-    return Status::error("encoder: unknown element encoder");
-  }
+Status launch_or_check(Action a, const MxParams& params, cudaStream_t s) {
+  constexpr ElementEncoder kEnc = kRecipe == Format::kMxfp4 ? ElementEncoder::kSoftware : kDefaultEncoder;
+  return leaf<kIn, kRecipe, kRow, kCol, kEnc, kGrouped, kGather>(a, params, s);
 }
 
 // kGather && !kGrouped: a gathered grouped run without a columnwise copy (the dense tiles, rowwise only).
 template <DType kIn, Format kRecipe, bool kGrouped, bool kGather>
-Status dispatch_directions(const QuantizeProblem& p, ElementEncoder enc, Action a, const MxParams& params,
+Status dispatch_directions(const QuantizeProblem& p, Action a, const MxParams& params,
                            cudaStream_t s) {
   if constexpr (kGather && !kGrouped) {
     if (p.directions != Direction::kRowwise) return Status::error("gathered dense tiles: rowwise only");
-    return dispatch_encoder<kIn, kRecipe, true, false, false, true>(enc, a, params, s);
+    return launch_or_check<kIn, kRecipe, true, false, false, true>(a, params, s);
   } else {
     switch (p.directions) {  // rowwise only: the dense tiles (grouped: the rowwise copy is the dense one)
       case Direction::kRowwise:
         // A grouped file reaches the dense tiles through mx_quantize.cu, which instantiates them.
         if constexpr (kGrouped)
-          return a == Action::kCheck ? mx_check_device(p, enc) : launch_mx_tiles(p, enc, params, s);
+          return a == Action::kCheck ? mx_check_device(p) : launch_mx_tiles(p, params, s);
         else
-          return dispatch_encoder<kIn, kRecipe, true, false, false, false>(enc, a, params, s);
-      case Direction::kColumnwise: return dispatch_encoder<kIn, kRecipe, false, true, kGrouped, kGather>(enc, a, params, s);
-      case Direction::kBoth: return dispatch_encoder<kIn, kRecipe, true, true, kGrouped, kGather>(enc, a, params, s);
+          return launch_or_check<kIn, kRecipe, true, false, false, false>(a, params, s);
+      case Direction::kColumnwise: return launch_or_check<kIn, kRecipe, false, true, kGrouped, kGather>(a, params, s);
+      case Direction::kBoth: return launch_or_check<kIn, kRecipe, true, true, kGrouped, kGather>(a, params, s);
     }
   }
   return Status::error("problem.directions: unknown value");
 }
 
 template <DType kIn, bool kGrouped, bool kGather>
-Status dispatch_recipe(const QuantizeProblem& p, ElementEncoder enc, Action a, const MxParams& params,
+Status dispatch_recipe(const QuantizeProblem& p, Action a, const MxParams& params,
                        cudaStream_t s) {
   switch (p.recipe) {
-    case Format::kMxfp8E4M3: return dispatch_directions<kIn, Format::kMxfp8E4M3, kGrouped, kGather>(p, enc, a, params, s);
-    case Format::kMxfp8E5M2: return dispatch_directions<kIn, Format::kMxfp8E5M2, kGrouped, kGather>(p, enc, a, params, s);
-    case Format::kMxfp4: return dispatch_directions<kIn, Format::kMxfp4, kGrouped, kGather>(p, enc, a, params, s);
+    case Format::kMxfp8E4M3: return dispatch_directions<kIn, Format::kMxfp8E4M3, kGrouped, kGather>(p, a, params, s);
+    case Format::kMxfp8E5M2: return dispatch_directions<kIn, Format::kMxfp8E5M2, kGrouped, kGather>(p, a, params, s);
+    case Format::kMxfp4: return dispatch_directions<kIn, Format::kMxfp4, kGrouped, kGather>(p, a, params, s);
     default: return Status::error("problem.recipe: not an MX recipe with a GPU kernel (mxfp8, mxfp8_e5m2, mxfp4)");
   }
 }
 
 template <bool kGrouped, bool kGather = false>
-Status dispatch(const QuantizeProblem& p, ElementEncoder enc, Action a, const MxParams& params, cudaStream_t s) {
+Status dispatch(const QuantizeProblem& p, Action a, const MxParams& params, cudaStream_t s) {
   switch (p.input_type) {
-    case DType::kBf16: return dispatch_recipe<DType::kBf16, kGrouped, kGather>(p, enc, a, params, s);
-    case DType::kF16: return dispatch_recipe<DType::kF16, kGrouped, kGather>(p, enc, a, params, s);
-    case DType::kF32: return dispatch_recipe<DType::kF32, kGrouped, kGather>(p, enc, a, params, s);
+    case DType::kBf16: return dispatch_recipe<DType::kBf16, kGrouped, kGather>(p, a, params, s);
+    case DType::kF16: return dispatch_recipe<DType::kF16, kGrouped, kGather>(p, a, params, s);
+    case DType::kF32: return dispatch_recipe<DType::kF32, kGrouped, kGather>(p, a, params, s);
     default: break;
   }
   return Status::error("problem.input_type: unknown value");

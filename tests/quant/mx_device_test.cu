@@ -6,7 +6,7 @@
 //     its packed 16-bit paths for every bf16 / fp16 input and scale;
 //   - the block scale (mx_block_scale, integer steps) against formats::mx_scale_exponent + exp2i
 //     on every finite amax (E4M3, E5M2, E2M1 maxnorms; ceil and floor).
-// The kernels' bytes: mx_quantize_test.cu. GPU tests skip without a GPU.
+// The kernels' bytes: mx_quantize_test.cpp. GPU tests skip without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 

@@ -4,8 +4,7 @@
 // formats' block_amax over the whole input; dequantize: formats::dequantize()).
 //   - every output poisoned (0xAB) before each run, with poisoned guard bytes around it: an
 //     unwritten byte, a write outside a buffer, or a write to an output not requested fails;
-//   - MXFP8 E4M3 and E5M2 (the hardware and the software element encoder) and MXFP4 E2M1 (its
-//     one, software, encoder; odd rows / cols exercise the nibble packing), ceil and floor,
+//   - MXFP8 E4M3 and E5M2 and MXFP4 E2M1 (odd rows / cols exercise the nibble packing), ceil and floor,
 //     rowwise / columnwise / both, bf16 / fp16 / fp32 input;
 //   - per 32x32 region of the input a random kind of data: normal values at magnitudes 1e-30..1e30
 //     (the input type's range), heavy tails, all-zero blocks (+0 / -0), injected NaN / Inf /
@@ -31,7 +30,6 @@
 #include "formats/block_quantize_internal.h"  // block_amax: formats' tensor amax rule
 #include "formats/quantize.h"
 #include "formats/scale_layout.h"
-#include "quant/mx_device.cuh"
 #include "quant/mx_quantize.h"
 #include "quant/quantize.h"
 #include "tests/quant/gpu_test_util.h"
@@ -44,7 +42,6 @@ using bf::Format;
 using bf::ScaleRounding;
 using bf::Direction;
 using bf::DType;
-using bq::detail::ElementEncoder;
 using blockscale::runtime::DeviceBuffer;
 using blockscale_test::DeviceInput;
 using blockscale_test::GuardedOutput;
@@ -57,8 +54,6 @@ using blockscale_test::guarded_outputs;
 using blockscale_test::name;
 using blockscale_test::to_bits;
 using blockscale_test::upload_input;
-
-const char* name(ElementEncoder e) { return e == ElementEncoder::kHardware ? "hw-cvt" : "sw-encode"; }
 
 // ---- Inputs --------------------------------------------------------------------------------
 
@@ -183,7 +178,7 @@ void PrintTo(const Layout& l, std::ostream* os) { *os << describe(l); }  // read
 // Runs one configuration on the GPU and compares every output with the reference. Returns the
 // number of bad bytes (0: pass); failures are reported through gtest.
 int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Reference& ref, Format recipe,
-                        ScaleRounding rounding, Direction dirs, ElementEncoder enc,
+                        ScaleRounding rounding, Direction dirs,
                         bq::detail::GridPolicy grid = bq::detail::GridPolicy::kAuto) {
   bq::QuantizeProblem p;
   p.recipe = recipe;
@@ -207,7 +202,7 @@ int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Reference& 
   p.directions = dirs;
   bq::QuantizeInputs in;
   in.x = x.ptr();
-  const blockscale::Status s = bq::detail::run_mx(p, in, out, enc, nullptr, grid);
+  const blockscale::Status s = bq::detail::run_mx(p, in, out, nullptr, grid);
   EXPECT_TRUE(s.is_ok()) << s.message();
   EXPECT_CUDA(cudaDeviceSynchronize());
 
@@ -231,12 +226,11 @@ int64_t run_and_compare(const Layout& l, const DeviceInput& x, const Reference& 
   }
   EXPECT_EQ(bad, 0) << describe(l) << " " << bf::format_name(recipe) << " "
                     << (rounding == ScaleRounding::kCeil ? "ceil" : "floor") << " " << name(dirs)
-                    << " " << name(enc) << ": " << bad << " bad bytes\n" << report;
+                    << ": " << bad << " bad bytes\n" << report;
   return bad;
 }
 
-// Every recipe x rounding (one reference each) x directions, with the default encoder (MXFP8: the
-// hardware cvt), plus, for MXFP8, the software encoder writing both copies.
+// Every recipe x rounding (one reference each) x directions (MXFP8 through the hardware cvt).
 void check_layout(const Layout& l, uint64_t seed) {
   const HostInput in = make_input(l.rows, l.cols, l.ld, l.type, l.pattern, seed);
   DeviceInput x;
@@ -249,15 +243,12 @@ void check_layout(const Layout& l, uint64_t seed) {
       const Reference ref = make_reference(in, l.rows, l.cols, l.ld, recipe, rounding);
       nonfinite = ref.row.nonfinite_seen;
       for (Direction d : {Direction::kRowwise, Direction::kColumnwise, Direction::kBoth}) {
-        bad += run_and_compare(l, x, ref, recipe, rounding, d, bq::detail::kDefaultEncoder);
+        bad += run_and_compare(l, x, ref, recipe, rounding, d);
         ++runs;
       }
-      if (recipe == Format::kMxfp4) continue;  // one encoder
-      bad += run_and_compare(l, x, ref, recipe, rounding, Direction::kBoth, ElementEncoder::kSoftware);
-      ++runs;
     }
   }
-  std::printf("mx_quantize_test: %-40s %2d runs (e4m3/e5m2/e2m1 x ceil/floor x row/col/both, fp8 sw), "
+  std::printf("mx_quantize_test: %-40s %2d runs (e4m3/e5m2/e2m1 x ceil/floor x row/col/both), "
               "input %s non-finite, bad bytes %lld\n",
               describe(l).c_str(), runs, nonfinite ? "has" : "no", static_cast<long long>(bad));
 }
@@ -423,15 +414,13 @@ TEST(Mxfp8QuantizeLarge, Bf16_16385x7169) {
   int64_t bad = 0;
   {
     const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Format::kMxfp8E4M3, ScaleRounding::kCeil);
-    bad += run_and_compare(l, x, ref, Format::kMxfp8E4M3, ScaleRounding::kCeil, Direction::kBoth,
-                           bq::detail::kDefaultEncoder);
+    bad += run_and_compare(l, x, ref, Format::kMxfp8E4M3, ScaleRounding::kCeil, Direction::kBoth);
   }
   {
     const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Format::kMxfp8E5M2, ScaleRounding::kFloor);
-    bad += run_and_compare(l, x, ref, Format::kMxfp8E5M2, ScaleRounding::kFloor, Direction::kBoth,
-                           ElementEncoder::kSoftware);
+    bad += run_and_compare(l, x, ref, Format::kMxfp8E5M2, ScaleRounding::kFloor, Direction::kBoth);
   }
-  std::printf("mx_quantize_test: %s: e4m3 ceil both hw-cvt, e5m2 floor both sw-encode: bad bytes %lld\n",
+  std::printf("mx_quantize_test: %s: e4m3 ceil both, e5m2 floor both: bad bytes %lld\n",
               describe(l).c_str(), static_cast<long long>(bad));
 }
 
@@ -447,24 +436,21 @@ TEST(Mxfp8QuantizeLarge, ManyTilesPerCtaEveryInputType) {
     int64_t bad = 0;
     {
       const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Format::kMxfp8E4M3, ScaleRounding::kCeil);
-      bad += run_and_compare(l, x, ref, Format::kMxfp8E4M3, ScaleRounding::kCeil, Direction::kBoth,
-                             bq::detail::kDefaultEncoder);
+      bad += run_and_compare(l, x, ref, Format::kMxfp8E4M3, ScaleRounding::kCeil, Direction::kBoth);
       // The benchmark's fixed grids write the same bytes.
       for (auto grid : {bq::detail::GridPolicy::kPersistent, bq::detail::GridPolicy::kOneTilePerCta})
-        bad += run_and_compare(l, x, ref, Format::kMxfp8E4M3, ScaleRounding::kCeil, Direction::kBoth,
-                               bq::detail::kDefaultEncoder, grid);
+        bad += run_and_compare(l, x, ref, Format::kMxfp8E4M3, ScaleRounding::kCeil, Direction::kBoth, grid);
     }
     {
       const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Format::kMxfp8E5M2, ScaleRounding::kFloor);
       for (Direction d : {Direction::kRowwise, Direction::kColumnwise})
-        bad += run_and_compare(l, x, ref, Format::kMxfp8E5M2, ScaleRounding::kFloor, d, bq::detail::kDefaultEncoder);
+        bad += run_and_compare(l, x, ref, Format::kMxfp8E5M2, ScaleRounding::kFloor, d);
     }
     if (t == DType::kBf16) {
       const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Format::kMxfp4, ScaleRounding::kCeil);
-      bad += run_and_compare(l, x, ref, Format::kMxfp4, ScaleRounding::kCeil, Direction::kBoth,
-                             bq::detail::kDefaultEncoder);
+      bad += run_and_compare(l, x, ref, Format::kMxfp4, ScaleRounding::kCeil, Direction::kBoth);
     }
-    std::printf("mx_quantize_test: %s: e4m3 ceil both (auto, persistent and one-tile-per-CTA grids), e5m2 floor row and col (hw-cvt)%s: bad bytes %lld\n",
+    std::printf("mx_quantize_test: %s: e4m3 ceil both (auto, persistent and one-tile-per-CTA grids), e5m2 floor row and col%s: bad bytes %lld\n",
                 describe(l).c_str(), t == DType::kBf16 ? ", e2m1 ceil both" : "", static_cast<long long>(bad));
   }
 }
@@ -478,8 +464,7 @@ TEST(Mxfp4QuantizeLarge, OddRowsAndColsBothCopies) {
   DeviceInput x;
   ASSERT_TRUE(upload_input(in, l.type, l.misaligned, &x));
   const Reference ref = make_reference(in, l.rows, l.cols, l.ld, Format::kMxfp4, ScaleRounding::kFloor);
-  const int64_t bad = run_and_compare(l, x, ref, Format::kMxfp4, ScaleRounding::kFloor, Direction::kBoth,
-                                      bq::detail::kDefaultEncoder);
+  const int64_t bad = run_and_compare(l, x, ref, Format::kMxfp4, ScaleRounding::kFloor, Direction::kBoth);
   std::printf("mx_quantize_test: %s: e2m1 floor both: bad bytes %lld\n", describe(l).c_str(),
               static_cast<long long>(bad));
 }
