@@ -24,6 +24,7 @@ struct TrainArgs {
   std::string compare;
   const CLI::Option* compare_option = nullptr;  // given (possibly as ""), or not
   std::string gemm_route = "auto";
+  std::string grad_reduce = "fp32";
 };
 
 constexpr const char* kFooter = R"(
@@ -83,6 +84,7 @@ void run_train(TrainArgs& args) {
     throw CLI::ValidationError("--data-path", "--data " + c.data.source + " reads a file: give it with --data-path");
   check_usage("train", train::parse_recipe(args.recipe, &c.recipe));
   check_usage("train", gemm::parse_gemm_route("--gemm-route", args.gemm_route, &c.gemm_route));
+  check_usage("train", train::parse_grad_reduce(args.grad_reduce, &c.grad_reduce));
   if (c.optimizer.total_steps <= 0) c.optimizer.total_steps = c.steps;
   // Every option's range for every recipe the run trains, before any work (train() checks again).
   const std::vector<train::Recipe> recipes =
@@ -144,6 +146,10 @@ void add_train_command(CLI::App& app) {
                 "each data-parallel rank keeps AdamW's state for 1/N of the parameters: gradients reduce-scattered "
                 "during the backward, the updated parameters all-gathered (under a launcher; not with "
                 "--expert-parallel)");
+  cmd->add_option("--grad-reduce", args->grad_reduce,
+                  "the type data-parallel gradient sums travel and add in: fp32 (the sum of the ranks' gradients "
+                  "to fp32 rounding) or bf16 (half the bytes, each partial sum rounded to bf16; GPU)")
+      ->capture_default_str();
   cmd->add_option("--out", c.out_dir,
                   "run directory (logs, checkpoints). One run at a time: a second run on a directory in use is "
                   "refused. A new run refuses a directory that already holds a run unless --resume or --overwrite")

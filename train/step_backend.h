@@ -51,6 +51,11 @@ class StepBackend {
   virtual Status set_sharded_optimizer() {
     return Status::error("--shard-optimizer: this step has no sharded optimizer yet");
   }
+  // The type the data-parallel gradient sums travel in (after set_communicator): fp32 everywhere,
+  // bf16 on the GPU step only.
+  virtual Status set_grad_reduce(GradReduce r) {
+    return r == GradReduce::kFp32 ? Status::ok() : Status::error("--grad-reduce bf16: needs the GPU step (--device gpu)");
+  }
   // Bytes of AdamW's moments this rank holds (-1: not known, the trainer counts 8 per parameter).
   virtual int64_t optimizer_state_bytes() const { return -1; }
   // Whether read_state is a collective that every rank must call (expert parallelism, sharding).

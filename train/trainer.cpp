@@ -390,6 +390,7 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
   if (comm != nullptr) backend->set_communicator(comm);  // one rank too: torchrun with one GPU
   if (c.expert_parallel) BS_RETURN_IF_ERROR(backend->set_expert_parallel());
   if (c.shard_optimizer) BS_RETURN_IF_ERROR(backend->set_sharded_optimizer());
+  BS_RETURN_IF_ERROR(backend->set_grad_reduce(c.grad_reduce));
   const ParamLayout layout = make_param_layout(c.model);
   int64_t step = 0, tokens = 0;
   if (!c.resume.empty())
@@ -417,6 +418,7 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
            << parameter_count(c.model) / 1e6 << "M parameters (" << active_parameter_count(c.model) / 1e6
            << "M active), " << tokens_per_step << " tokens/step"
            << (ranks.world > 1 ? " over " + std::to_string(ranks.world) + " ranks" : std::string())
+           << (ranks.world > 1 && c.grad_reduce == GradReduce::kBf16 ? " (gradient sums in bf16)" : "")
            << (c.shard_optimizer ? ", AdamW state " + printf_string("%.1f", backend->optimizer_state_bytes() / 1048576.0) +
                                        " MiB per rank (sharded)"
                                  : std::string())
@@ -511,6 +513,7 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
   if (!backend->gemm_route().empty()) config["gemm_route"] = backend->gemm_route();
   if (!backend->attention().empty()) config["attention"] = backend->attention();
   config["ranks"] = ranks.world;
+  config["grad_reduce"] = grad_reduce_name(c.grad_reduce);
   config["batch"] = c.batch;
   config["grad_accum"] = c.grad_accum;
   config["parameters"] = parameter_count(c.model);

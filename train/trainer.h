@@ -45,9 +45,9 @@ struct TrainConfig {
   uint64_t seed = 1;   // data order, initialisation, stochastic rounding
   std::string device = "auto";  // auto | cpu | gpu
   bool expert_parallel = false;  // split each MoE layer's experts across the ranks (GPU)
-  // AdamW's state sharded across the data-parallel ranks (StepBackend::set_sharded_optimizer; so
-  // far the CPU step's ranks as threads only).
+  // AdamW's state sharded across the data-parallel ranks (StepBackend::set_sharded_optimizer).
   bool shard_optimizer = false;
+  GradReduce grad_reduce = GradReduce::kFp32;  // the gradient sums' type (train/parallel/communicator.h)
   gemm::GemmRoute gemm_route = gemm::GemmRoute::kAuto;  // the quantized recipes' GEMM engine (model_config.h)
   // The GPU step's attention: auto (cuDNN's fused SDPA where it runs the shape, else the reference
   // path) or reference (cuBLAS products at the CPU model's rounding points).

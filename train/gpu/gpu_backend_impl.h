@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gemm/gemm.h"                           // the FP8 route (GemmRoute)
@@ -124,6 +125,10 @@ class GpuBackend final : public StepBackend {
   }
   void reduce_in_next_backward() override { reduce_next_ = comm_ != nullptr; }
   bool state_needs_every_rank() const override { return expert_parallel_ || shards_.has_value(); }
+  Status set_grad_reduce(GradReduce r) override {
+    grad_reduce_ = r;
+    return Status::ok();
+  }
   int64_t optimizer_state_bytes() const override {
     return int64_t(2 * sizeof(float)) * (shards_ ? shards_->state_size() : layout_.total);
   }
@@ -173,6 +178,10 @@ class GpuBackend final : public StepBackend {
       if (!reduce_pending_) BS_RETURN_IF_ERROR(reduce_shared_gradients());
       BS_RETURN_IF_ERROR(comm_->wait_device(stream_));
       reduce_pending_ = false;
+      // bf16 sums back to fp32 (a sharded rank's chunks of the others' come back too, unused).
+      for (const auto& [begin, end] : bf16_ranges_)
+        BS_RETURN_IF_ERROR(gpu::from_bf16(grads16_ + begin, end - begin, grads_ + begin, stream_));
+      bf16_ranges_.clear();
     }
     timer_.enter(Phase::kOptimizer);
     void* work = nullptr;
@@ -431,16 +440,31 @@ class GpuBackend final : public StepBackend {
     return Status::ok();
   }
 
-  // Sums grads_[begin, end) across ranks once the backward enqueued so far has written it.
+  bool bf16_sums() const { return grad_reduce_ == GradReduce::kBf16 && comm_ != nullptr; }
+  // Sums grads_[begin, end) across ranks once the backward enqueued so far has written it (bf16:
+  // rounded into grads16_ first, summed there; optimizer_step widens the sums back).
   Status reduce_gradients(int64_t begin, int64_t end) {
     reduce_pending_ = true;
-    if (!shards_) return comm_->all_reduce_device(grads_ + begin, end - begin, stream_);
+    if (bf16_sums()) {
+      if (grads16_ == nullptr) BS_RETURN_IF_ERROR(buffers_.get("grads_bf16", layout_.total, &grads16_));
+      BS_RETURN_IF_ERROR(gpu::to_bf16(grads_ + begin, end - begin, grads16_ + begin, stream_));
+      bf16_ranges_.emplace_back(begin, end);
+    }
+    if (!shards_)
+      return bf16_sums() ? comm_->all_reduce_device_bf16(grads16_ + begin, end - begin, stream_)
+                         : comm_->all_reduce_device(grads_ + begin, end - begin, stream_);
     // Sharded: the bucket's chunks reduce-scattered, its tail summed everywhere.
     const auto it = bucket_at_.find(begin);
     if (it == bucket_at_.end() || shards_->buckets()[it->second].end != end)
       return Status::error("sharded optimizer: [" + std::to_string(begin) + ", " + std::to_string(end) +
                            ") is not a reduction bucket");
     const ReductionBucket& b = shards_->buckets()[it->second];
+    if (bf16_sums()) {
+      if (b.chunk > 0) BS_RETURN_IF_ERROR(comm_->reduce_scatter_device_bf16(grads16_ + b.begin, b.chunk, stream_));
+      if (b.tail < b.end)
+        BS_RETURN_IF_ERROR(comm_->all_reduce_device_bf16(grads16_ + b.tail, b.end - b.tail, stream_));
+      return Status::ok();
+    }
     if (b.chunk > 0) BS_RETURN_IF_ERROR(comm_->reduce_scatter_device(grads_ + b.begin, b.chunk, stream_));
     if (b.tail < b.end) BS_RETURN_IF_ERROR(comm_->all_reduce_device(grads_ + b.tail, b.end - b.tail, stream_));
     return Status::ok();
@@ -494,6 +518,9 @@ class GpuBackend final : public StepBackend {
   std::map<int64_t, size_t> bucket_at_;    // a reduction bucket's index by its first parameter
   bool reduce_next_ = false;     // the next backward sums gradients across ranks
   bool reduce_pending_ = false;  // sums enqueued that optimizer_step must wait for
+  GradReduce grad_reduce_ = GradReduce::kFp32;
+  uint16_t* grads16_ = nullptr;  // bf16 gradient sums (--grad-reduce bf16)
+  std::vector<std::pair<int64_t, int64_t>> bf16_ranges_;  // the ranges summed there this step
   PhaseTimes phase_totals_{};  // since reset_phase_ms()
   bool time_phases_ = true;     // whether the next step records its phases
 };

@@ -5,6 +5,18 @@
 
 namespace blockscale::train {
 
+const char* grad_reduce_name(GradReduce r) { return r == GradReduce::kBf16 ? "bf16" : "fp32"; }
+
+Status parse_grad_reduce(const std::string& name, GradReduce* out) {
+  for (GradReduce r : {GradReduce::kFp32, GradReduce::kBf16}) {
+    if (name == grad_reduce_name(r)) {
+      *out = r;
+      return Status::ok();
+    }
+  }
+  return Status::error("--grad-reduce: expected fp32 or bf16 (got '" + name + "')");
+}
+
 class LocalMember final : public Communicator {
  public:
   LocalMember(LocalGroup& group, int rank) : group_(group), rank_(rank) {}

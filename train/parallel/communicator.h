@@ -8,11 +8,21 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "formats/status.h"
 
 namespace blockscale::train {
+
+// The type data-parallel gradient sums travel and add in (--grad-reduce). fp32, the default: the
+// ranks' sum equals one rank's gradient over their batches up to fp32 rounding in another order,
+// so a run's loss does not depend on its number of GPUs beyond that. bf16: half the bytes on the
+// wire, each partial sum rounded to bf16 (about 3 significant digits), then widened back to fp32
+// for the optimizer.
+enum class GradReduce { kFp32, kBf16 };
+const char* grad_reduce_name(GradReduce r);
+Status parse_grad_reduce(const std::string& name, GradReduce* out);
 
 class Communicator {
  public:
@@ -55,6 +65,16 @@ class Communicator {
   virtual Status all_gather_device(float* data, int64_t count, void* after) {
     (void)data, (void)count, (void)after;
     return Status::error("this communicator cannot gather GPU buffers (the GPU step needs NCCL)");
+  }
+  // all_reduce_device and reduce_scatter_device on bf16 elements (their bits as uint16_t): half
+  // the bytes on the wire; the sums are added in bf16, each partial sum rounded (--grad-reduce bf16).
+  virtual Status all_reduce_device_bf16(uint16_t* data, int64_t n, void* after) {
+    (void)data, (void)n, (void)after;
+    return Status::error("this communicator cannot reduce GPU buffers (the GPU step needs NCCL)");
+  }
+  virtual Status reduce_scatter_device_bf16(uint16_t* data, int64_t count, void* after) {
+    (void)data, (void)count, (void)after;
+    return Status::error("this communicator cannot reduce GPU buffers (the GPU step needs NCCL)");
   }
   virtual Status wait_device(void* stream) {
     (void)stream;

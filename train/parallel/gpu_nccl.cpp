@@ -65,8 +65,10 @@ class NcclCommunicator final : public Communicator {
   Status all_reduce_host(float* data, int64_t n) override { return host_sum(data, n, ncclFloat); }
   // Every NCCL call goes on stream_, so all ranks run them in the order they were issued.
   Status all_reduce_device(float* data, int64_t n, void* after) override {
-    BS_RETURN_IF_ERROR(join(static_cast<cudaStream_t>(after), stream_));
-    return nccl_check(NCCL(ncclAllReduce)(data, data, size_t(n), ncclFloat, ncclSum, comm_, stream_), "ncclAllReduce");
+    return device_sum(data, n, ncclFloat, after);
+  }
+  Status all_reduce_device_bf16(uint16_t* data, int64_t n, void* after) override {
+    return device_sum(data, n, ncclBfloat16, after);
   }
   Status all_to_all_device(const void* send, const int64_t* send_bytes, void* recv, const int64_t* recv_bytes,
                            void* after) override {
@@ -87,10 +89,10 @@ class NcclCommunicator final : public Communicator {
     return status.is_ok() ? end : status;
   }
   Status reduce_scatter_device(float* data, int64_t count, void* after) override {
-    BS_RETURN_IF_ERROR(join(static_cast<cudaStream_t>(after), stream_));
-    return nccl_check(NCCL(ncclReduceScatter)(data, data + int64_t{rank_} * count, size_t(count), ncclFloat, ncclSum,
-                                              comm_, stream_),
-                      "ncclReduceScatter");
+    return scatter_sum(data, data + int64_t{rank_} * count, count, ncclFloat, after);
+  }
+  Status reduce_scatter_device_bf16(uint16_t* data, int64_t count, void* after) override {
+    return scatter_sum(data, data + int64_t{rank_} * count, count, ncclBfloat16, after);
   }
   Status all_gather_device(float* data, int64_t count, void* after) override {
     BS_RETURN_IF_ERROR(join(static_cast<cudaStream_t>(after), stream_));
@@ -108,6 +110,16 @@ class NcclCommunicator final : public Communicator {
     if (r == cudaSuccess) r = cudaStreamWaitEvent(waiter, e, 0);
     cudaEventDestroy(e);  // released once the wait is satisfied
     return cuda_status(r, "stream join");
+  }
+
+  Status device_sum(void* data, int64_t n, ncclDataType_t type, void* after) {
+    BS_RETURN_IF_ERROR(join(static_cast<cudaStream_t>(after), stream_));
+    return nccl_check(NCCL(ncclAllReduce)(data, data, size_t(n), type, ncclSum, comm_, stream_), "ncclAllReduce");
+  }
+  Status scatter_sum(const void* data, void* mine, int64_t count, ncclDataType_t type, void* after) {
+    BS_RETURN_IF_ERROR(join(static_cast<cudaStream_t>(after), stream_));
+    return nccl_check(NCCL(ncclReduceScatter)(data, mine, size_t(count), type, ncclSum, comm_, stream_),
+                      "ncclReduceScatter");
   }
 
   Status host_sum(void* data, int64_t n, ncclDataType_t type) {

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "formats/scalar_codecs.h"  // defines: bf16_bits_to_float, float_to_bf16_bits_rn
 #include "tests/gpu_test.h"  // defines: SKIP_WITHOUT_GPU
 #include "train/cpu/cpu_model.h"
 #include "train/model/optimizer.h"
@@ -326,6 +327,28 @@ class HostStagedMember final : public Communicator {
     if (after_mine > 0) BS_RETURN_IF_ERROR(copy(data + mine + count, nan.data(), after_mine * 4, after));
     return Status::ok();
   }
+  // bf16 sums as NCCL adds two ranks': the two bf16 values added (exactly, in fp32 here), the sum
+  // rounded to bf16 once.
+  Status all_reduce_device_bf16(uint16_t* data, int64_t n, void* after) override {
+    std::vector<uint16_t> bits(n);
+    BS_RETURN_IF_ERROR(copy(bits.data(), data, n * 2, after));
+    std::vector<float> host(n);
+    for (int64_t i = 0; i < n; ++i) host[i] = formats::bf16_bits_to_float(bits[i]);
+    BS_RETURN_IF_ERROR(inner_->all_reduce_host(host.data(), n));
+    for (int64_t i = 0; i < n; ++i) bits[i] = formats::float_to_bf16_bits_rn(host[i]);
+    return copy(data, bits.data(), n * 2, after);
+  }
+  // As reduce_scatter_device: the chunks this rank does not own become bf16 NaN.
+  Status reduce_scatter_device_bf16(uint16_t* data, int64_t count, void* after) override {
+    const int64_t n = count * world_size();
+    BS_RETURN_IF_ERROR(all_reduce_device_bf16(data, n, after));
+    std::vector<uint16_t> nan(n, 0x7FC0u);
+    const int64_t mine = count * rank();
+    if (mine > 0) BS_RETURN_IF_ERROR(copy(data, nan.data(), mine * 2, after));
+    const int64_t after_mine = n - mine - count;
+    if (after_mine > 0) BS_RETURN_IF_ERROR(copy(data + mine + count, nan.data(), after_mine * 2, after));
+    return Status::ok();
+  }
   // Each rank's chunk (zeros elsewhere) summed through the host.
   Status all_gather_device(float* data, int64_t count, void* after) override {
     const int64_t n = count * world_size();
@@ -361,17 +384,18 @@ ParallelCase parallel_case(uint32_t seed) {
 }
 
 // What one rank ends a step with: its gradients, loss, state (read_state) and the optimizer's
-// gradient norm.
+// gradient norm; with bf16 sums, `grads` are the rank's own (the sums land in bf16 beside them)
+// and `summed` the gradients after the optimizer step (the bf16 sums widened).
 struct RankResult {
   Status status = Status::ok();
-  std::vector<float> grads, params;
+  std::vector<float> grads, summed, params;
   double loss = 0, grad_norm = 0;
 };
 
 // One forward + backward of `batch` sequences from `first` on a backend joined to `comm` (none:
 // a single rank), then its gradients and state.
 RankResult step_on(const ParallelCase& pc, Recipe recipe, Communicator* comm, bool expert_parallel,
-                   int first, int batch, GemmRoute route = GemmRoute::kAuto) {
+                   int first, int batch, GemmRoute route = GemmRoute::kAuto, GradReduce sums = GradReduce::kFp32) {
   RankResult out;
   std::unique_ptr<StepBackend> b;
   StepLosses l;
@@ -381,6 +405,7 @@ RankResult step_on(const ParallelCase& pc, Recipe recipe, Communicator* comm, bo
   if (comm != nullptr) {
     b->set_communicator(comm);
     if (expert_parallel) out.status = b->set_expert_parallel();
+    if (out.status.is_ok()) out.status = b->set_grad_reduce(sums);
     b->reduce_in_next_backward();
   }
   const int64_t at = int64_t{first} * pc.c.seq_len;
@@ -392,19 +417,20 @@ RankResult step_on(const ParallelCase& pc, Recipe recipe, Communicator* comm, bo
   if (out.status.is_ok()) out.status = gpu_backend_gradients(*b, &out.grads);
   if (out.status.is_ok()) out.status = b->read_state(&out.params, &m, &v);  // expert parallel: a gather
   if (out.status.is_ok()) out.status = b->optimizer_step(OptimizerConfig{}, 1e-3f, 1, &out.grad_norm);
+  if (out.status.is_ok() && sums == GradReduce::kBf16) out.status = gpu_backend_gradients(*b, &out.summed);
   return out;
 }
 
 // Two ranks as threads on one GPU, half the batch each.
 std::vector<RankResult> two_ranks(const ParallelCase& pc, Recipe recipe, bool expert_parallel,
-                                  GemmRoute route = GemmRoute::kAuto) {
+                                  GemmRoute route = GemmRoute::kAuto, GradReduce sums = GradReduce::kFp32) {
   LocalGroup group(2);
   std::vector<RankResult> out(2);
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
       HostStagedMember comm(group.member(r));
-      out[r] = step_on(pc, recipe, &comm, expert_parallel, r * pc.batch / 2, pc.batch / 2, route);
+      out[r] = step_on(pc, recipe, &comm, expert_parallel, r * pc.batch / 2, pc.batch / 2, route, sums);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -448,6 +474,46 @@ TEST(GpuBackendDataParallel, TwoRanksSumToOneRank) {
     }
     std::printf("%s: 2 ranks vs 1, worst per-tensor gradient difference %.2e (bound %.0e)\n", recipe_name(recipe),
                 worst, bound);
+  }
+}
+
+// --grad-reduce bf16: every gradient the ranks share is the bf16 rounding of the sum of the two
+// ranks' own gradients rounded to bf16, to the bit, on both ranks; the result stays within bf16's
+// rounding of the fp32 sums; both ranks end the step with the same parameters.
+TEST(GpuBackendDataParallel, Bf16SumsAreTheRanksBf16GradientsAdded) {
+  SKIP_WITHOUT_GPU();
+  const ParallelCase pc = parallel_case(17);
+  for (bool expert_parallel : {false, true}) {
+    const std::vector<RankResult> fp32 = two_ranks(pc, Recipe::kBf16, expert_parallel);
+    const std::vector<RankResult> bf16 = two_ranks(pc, Recipe::kBf16, expert_parallel, GemmRoute::kAuto, GradReduce::kBf16);
+    for (const RankResult& r : {fp32[0], fp32[1], bf16[0], bf16[1]}) ASSERT_TRUE(r.status.is_ok()) << r.status.message();
+    const ParamLayout layout = make_param_layout(pc.c);
+    const auto bf16_of = [](float x) { return formats::bf16_bits_to_float(formats::float_to_bf16_bits_rn(x)); };
+    int64_t shared = 0, wrong = 0;
+    double diff = 0, ref = 0;
+    for (const ParamTensor& t : layout.tensors) {
+      const bool expert = t.name.find(".w13") != std::string::npos || t.name.find(".w2") != std::string::npos;
+      for (int64_t i = t.offset; i < t.offset + t.size; ++i) {
+        if (expert_parallel && expert) {  // each rank's own experts: not summed
+          wrong += bf16[0].summed[i] != bf16[0].grads[i];
+          continue;
+        }
+        const float want = bf16_of(bf16_of(bf16[0].grads[i]) + bf16_of(bf16[1].grads[i]));
+        wrong += bf16[0].summed[i] != want || bf16[1].summed[i] != want;
+        diff += double(want - fp32[0].grads[i]) * (want - fp32[0].grads[i]);
+        ref += double(fp32[0].grads[i]) * fp32[0].grads[i];
+        ++shared;
+      }
+    }
+    const double rel = std::sqrt(diff / ref);
+    std::printf("bf16 sums%s: %lld shared gradients, %lld not the bf16 sum of the ranks' bf16 gradients; "
+                "against the fp32 sums %.2e\n", expert_parallel ? " (expert parallel)" : "",
+                static_cast<long long>(shared), static_cast<long long>(wrong), rel);
+    EXPECT_EQ(wrong, 0);
+    EXPECT_GT(shared, 0);
+    EXPECT_GT(rel, 0.0) << "no bf16 rounding seen: the sums did not go through bf16";
+    EXPECT_LE(rel, 1e-2);
+    if (!expert_parallel) EXPECT_EQ(bf16[0].params, bf16[1].params);
   }
 }
 
