@@ -333,6 +333,8 @@ Status validate(const TrainConfig& c) {
     return Status::error("--attention: expected auto or reference (got '" + c.attention + "')");
   BS_RETURN_IF_ERROR(require(!(c.expert_parallel && c.device == "cpu"),
                              "--expert-parallel: needs the GPU step (--device gpu or auto), not --device cpu"));
+  BS_RETURN_IF_ERROR(require(!(c.grad_reduce == GradReduce::kBf16 && c.device == "cpu"),
+                             "--grad-reduce bf16: needs the GPU step (--device gpu or auto), not --device cpu"));
   BS_RETURN_IF_ERROR(require(!(c.expert_parallel && c.shard_optimizer),
                              "--shard-optimizer: not with --expert-parallel (each rank's experts are its own)"));
   const OptimizerConfig& o = c.optimizer;

@@ -340,6 +340,9 @@ def main():
         E("train negative --seed", tr + ["--seed", "-1"], 2, "--seed", "not a seed")
         E("train resume from nothing", tr + ["--resume", "no_such_run"], 1, "--resume", "no_such_run")
         E("train expert parallel on the CPU", tr + ["--expert-parallel"], 2, "--expert-parallel", "--device cpu")
+        E("train unknown --grad-reduce", tr + ["--grad-reduce", "half"], 2, "--grad-reduce", "half")
+        E("train bf16 gradient sums on the CPU", tr + ["--grad-reduce", "bf16"], 2, "--grad-reduce bf16",
+          "--device cpu")
         # A resume with an option changed names the option, both values, on one line (exit 1).
         tiny = ["train", "--device", "cpu", "--d-model", "32", "--d-ff", "32", "--layers", "1", "--heads", "2",
                 "--experts", "2", "--top-k", "1", "--seq-len", "16", "--vocab", "32", "--batch", "2",
