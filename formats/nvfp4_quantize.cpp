@@ -24,36 +24,28 @@ void nvfp4_quantize_rows(const float* x_in, const QuantizeOptions& options, Quan
   const Nvfp4TensorScales ts = nvfp4_tensor_scales(tensor_amax);
   q->global_scale_dec = ts.s_dec;
 
-  const int64_t scale_cols = q->scale_cols();
-  for (int64_t br = 0; br < q->scale_rows(); ++br) {
-    const int64_t r0 = br * q->block_rows;
-    const int64_t r1 = r0 + q->block_rows < q->rows ? r0 + q->block_rows : q->rows;
-    for (int64_t bc = 0; bc < scale_cols; ++bc) {
-      const int64_t c0 = bc * q->block_cols;
-      const int64_t c1 = c0 + q->block_cols < q->cols ? c0 + q->block_cols : q->cols;
-      const BlockAmax block = block_amax(x, q->cols, r0, r1, c0, c1);
-      uint8_t& scale = q->scales[br * scale_cols + bc];
-      if (block.nonfinite) {  // NaN scale; element codes stay 0x00
-        scale = 0x7F;
-        q->nonfinite_seen = true;
-        continue;
-      }
-      scale = nvfp4_block_scale_code(block.amax, ts.s_enc);
-      const float enc = nvfp4_block_encode_factor(scale, ts.s_dec);
-      for (int64_t r = r0; r < r1; ++r) {
-        for (int64_t c = c0; c < c1; ++c) {
-          const int64_t i = r * q->cols + c;
-          const float y = x[i] * enc;
-          const uint32_t code =
-              options.stochastic_rounding
-                  ? encode_e2m1_stochastic(y, philox_element_word(options.sr_seed, options.sr_offset,
-                                                                  static_cast<uint64_t>(i)))
-                  : encode_e2m1(y);
-          set_element_code(q, r, c, code);
-        }
+  for_each_block(x, *q, [&](const BlockSpan& b) {
+    uint8_t& scale = q->scales[b.index];
+    if (b.amax.nonfinite) {  // NaN scale; element codes stay 0x00
+      scale = 0x7F;
+      q->nonfinite_seen = true;
+      return;
+    }
+    scale = nvfp4_block_scale_code(b.amax.amax, ts.s_enc);
+    const float enc = nvfp4_block_encode_factor(scale, ts.s_dec);
+    for (int64_t r = b.r0; r < b.r1; ++r) {
+      for (int64_t c = b.c0; c < b.c1; ++c) {
+        const int64_t i = r * q->cols + c;
+        const float y = x[i] * enc;
+        const uint32_t code =
+            options.stochastic_rounding
+                ? encode_e2m1_stochastic(y, philox_element_word(options.sr_seed, options.sr_offset,
+                                                                static_cast<uint64_t>(i)))
+                : encode_e2m1(y);
+        set_element_code(q, r, c, code);
       }
     }
-  }
+  });
 }
 
 }  // namespace blockscale::formats::detail
