@@ -124,6 +124,7 @@ double MemoryNeed::total() const {
 //                 W = 12 M D + M V + MoE: 2 M E + M K + 2.5 R D + 3 R F (dense: 3 M F), the whole
 //                 step's buffers; the operands' copies kept for the backward; the LM head input's
 //   workspace   = 20 M D + 6 B H T^2 (attention: bf16 and fp32 head-major copies, scores)
+//   bf16 sums   = 2 P with --grad-reduce bf16 (the gradients' bf16 copy the ranks sum)
 //   fused attention (cuDNN): per layer B H T softmax statistics instead of the probabilities, and
 //                 a workspace of 16 M D (bf16 copies of qkv, O, dO and dqkv; cuDNN's own is left out)
 //   host        = max(5 P (the initial weights and the mask), 12 P when checkpoints are saved or loaded)
@@ -165,7 +166,8 @@ MemoryPlan plan_memory(const TrainConfig& c, bool on_gpu, bool fused_attention) 
       {"parameters, gradients and AdamW state", 17 * P},
       {"weight copies", cb * L * (4 * D * D + 3 * G * D * F) + lm_copy * V * D},
       {"activations", 4 * (L * kept + step) + cb * L * (2 * M * D + R * D + R * F) + lm_copy * M * D},
-      {"attention workspace", fused_attention ? 16 * M * D : 20 * M * D + 6 * probs}};
+      {"attention workspace", fused_attention ? 16 * M * D : 20 * M * D + 6 * probs},
+      {"bf16 gradient sums", c.grad_reduce == GradReduce::kBf16 ? 2 * P : 0.0}};
   plan.host.parts = {{"host copies of the weights and AdamW state", std::max(5 * P, checkpoints ? 12 * P : 0.0)}};
   return plan;
 }

@@ -89,6 +89,12 @@ TEST(MemoryPlan, GpuEstimateMatchesAHandComputation) {
   EXPECT_EQ(part(fused.device, "activations"), 4.0 * (39812 - 2048 + 128 + 51840) + 2.0 * 12288 + 4096);
   EXPECT_EQ(part(fused.device, "attention workspace"), 16.0 * 2048);
 
+  // --grad-reduce bf16: the gradients' bf16 copy the ranks sum, 2 bytes a parameter.
+  EXPECT_EQ(part(plan.device, "bf16 gradient sums"), 0.0);
+  TrainConfig bf16_sums = c;
+  bf16_sums.grad_reduce = GradReduce::kBf16;
+  EXPECT_EQ(part(plan_memory(bf16_sums, true).device, "bf16 gradient sums"), 2 * kParams);
+
   c.recipe = Recipe::kFp32;  // multiplies the fp32 tensors themselves
   EXPECT_EQ(part(plan_memory(c, true).device, "weight copies"), 0.0);
   c.recipe = Recipe::kMxfp8;
