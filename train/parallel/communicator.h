@@ -40,45 +40,38 @@ class Communicator {
     (void)send, (void)send_bytes, (void)recv, (void)recv_bytes;
     return Status::error("this communicator has no host all-to-all");
   }
-  // GPU communicators only. Sums a device buffer on the communicator's own stream once the work
-  // enqueued so far on `after` (a cudaStream_t) is done, and returns at once: the sum overlaps
-  // whatever is enqueued on `after` next. wait_device makes `stream` wait for every sum so far.
-  virtual Status all_reduce_device(float* data, int64_t n, void* after) {
-    (void)data, (void)n, (void)after;
-    return Status::error("this communicator cannot reduce GPU buffers (the GPU step needs NCCL)");
-  }
+  // GPU communicators only (the defaults refuse: LocalGroup's members have no GPU). Sums a device
+  // buffer on the communicator's own stream once the work enqueued so far on `after` (a
+  // cudaStream_t) is done, and returns at once: the sum overlaps whatever is enqueued on `after`
+  // next. wait_device makes `stream` wait for every sum so far.
+  virtual Status all_reduce_device(float* /*data*/, int64_t /*n*/, void* /*after*/) { return no_gpu("reduce"); }
   // The same exchange as all_to_all_host for device buffers, queued like all_reduce_device.
-  virtual Status all_to_all_device(const void* send, const int64_t* send_bytes, void* recv,
-                                   const int64_t* recv_bytes, void* after) {
-    (void)send, (void)send_bytes, (void)recv, (void)recv_bytes, (void)after;
-    return Status::error("this communicator cannot exchange GPU buffers (the GPU step needs NCCL)");
+  virtual Status all_to_all_device(const void* /*send*/, const int64_t* /*send_bytes*/, void* /*recv*/,
+                                   const int64_t* /*recv_bytes*/, void* /*after*/) {
+    return no_gpu("exchange");
   }
   // In-place reduce-scatter of world x count floats: this rank's chunk [rank x count, (rank + 1) x
   // count) receives that chunk's sum over the ranks; the other chunks are left undefined. Queued
   // like all_reduce_device (the sharded optimizer's gradients).
-  virtual Status reduce_scatter_device(float* data, int64_t count, void* after) {
-    (void)data, (void)count, (void)after;
-    return Status::error("this communicator cannot reduce GPU buffers (the GPU step needs NCCL)");
+  virtual Status reduce_scatter_device(float* /*data*/, int64_t /*count*/, void* /*after*/) {
+    return no_gpu("reduce");
   }
   // In-place all-gather: every rank's chunk [rank x count, (rank + 1) x count) to every rank (the
   // sharded optimizer's parameters).
-  virtual Status all_gather_device(float* data, int64_t count, void* after) {
-    (void)data, (void)count, (void)after;
-    return Status::error("this communicator cannot gather GPU buffers (the GPU step needs NCCL)");
-  }
+  virtual Status all_gather_device(float* /*data*/, int64_t /*count*/, void* /*after*/) { return no_gpu("gather"); }
   // all_reduce_device and reduce_scatter_device on bf16 elements (their bits as uint16_t): half
   // the bytes on the wire; the sums are added in bf16, each partial sum rounded (--grad-reduce bf16).
-  virtual Status all_reduce_device_bf16(uint16_t* data, int64_t n, void* after) {
-    (void)data, (void)n, (void)after;
-    return Status::error("this communicator cannot reduce GPU buffers (the GPU step needs NCCL)");
+  virtual Status all_reduce_device_bf16(uint16_t* /*data*/, int64_t /*n*/, void* /*after*/) {
+    return no_gpu("reduce");
   }
-  virtual Status reduce_scatter_device_bf16(uint16_t* data, int64_t count, void* after) {
-    (void)data, (void)count, (void)after;
-    return Status::error("this communicator cannot reduce GPU buffers (the GPU step needs NCCL)");
+  virtual Status reduce_scatter_device_bf16(uint16_t* /*data*/, int64_t /*count*/, void* /*after*/) {
+    return no_gpu("reduce");
   }
-  virtual Status wait_device(void* stream) {
-    (void)stream;
-    return Status::error("this communicator cannot reduce GPU buffers (the GPU step needs NCCL)");
+  virtual Status wait_device(void* /*stream*/) { return no_gpu("reduce"); }
+
+ protected:
+  static Status no_gpu(const char* what) {
+    return Status::error(std::string("this communicator cannot ") + what + " GPU buffers (the GPU step needs NCCL)");
   }
 };
 
