@@ -23,8 +23,10 @@ enum class Action { kCheck, kLaunch };
 
 bool aligned(const void* ptr, int64_t n) { return reinterpret_cast<uintptr_t>(ptr) % n == 0; }
 
-template <DType kIn, Format kRecipe, bool kRow, bool kCol, ElementEncoder kEnc, bool kGrouped, bool kGather>
+// E2M1 has one (software) encoder; the FP8 recipes run the hardware conversion (quant/device_common.cuh).
+template <DType kIn, Format kRecipe, bool kRow, bool kCol, bool kGrouped, bool kGather>
 Status leaf(Action action, const MxParams& params, cudaStream_t stream) {
+  constexpr ElementEncoder kEnc = kRecipe == Format::kMxfp4 ? ElementEncoder::kSoftware : kDefaultEncoder;
   auto* kernel = mx_quantize_kernel<kIn, kRecipe, kRow, kCol, kEnc, kGrouped, kGather>;
   int dev = 0;
   BS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&dev), "cudaGetDevice"));
@@ -63,20 +65,13 @@ Status leaf(Action action, const MxParams& params, cudaStream_t stream) {
   return cuda_status(cudaGetLastError(), "mx_quantize_kernel launch");
 }
 
-// E2M1 has one (software) encoder; the FP8 recipes run the hardware conversion (quant/device_common.cuh).
-template <DType kIn, Format kRecipe, bool kRow, bool kCol, bool kGrouped, bool kGather>
-Status launch_or_check(Action a, const MxParams& params, cudaStream_t s) {
-  constexpr ElementEncoder kEnc = kRecipe == Format::kMxfp4 ? ElementEncoder::kSoftware : kDefaultEncoder;
-  return leaf<kIn, kRecipe, kRow, kCol, kEnc, kGrouped, kGather>(a, params, s);
-}
-
 // kGather && !kGrouped: a gathered grouped run without a columnwise copy (the dense tiles, rowwise only).
 template <DType kIn, Format kRecipe, bool kGrouped, bool kGather>
 Status dispatch_directions(const QuantizeProblem& p, Action a, const MxParams& params,
                            cudaStream_t s) {
   if constexpr (kGather && !kGrouped) {
     if (p.directions != Direction::kRowwise) return Status::error("gathered dense tiles: rowwise only");
-    return launch_or_check<kIn, kRecipe, true, false, false, true>(a, params, s);
+    return leaf<kIn, kRecipe, true, false, false, true>(a, params, s);
   } else {
     switch (p.directions) {  // rowwise only: the dense tiles (grouped: the rowwise copy is the dense one)
       case Direction::kRowwise:
@@ -84,9 +79,9 @@ Status dispatch_directions(const QuantizeProblem& p, Action a, const MxParams& p
         if constexpr (kGrouped)
           return a == Action::kCheck ? mx_check_device(p) : launch_mx_tiles(p, params, s);
         else
-          return launch_or_check<kIn, kRecipe, true, false, false, false>(a, params, s);
-      case Direction::kColumnwise: return launch_or_check<kIn, kRecipe, false, true, kGrouped, kGather>(a, params, s);
-      case Direction::kBoth: return launch_or_check<kIn, kRecipe, true, true, kGrouped, kGather>(a, params, s);
+          return leaf<kIn, kRecipe, true, false, false, false>(a, params, s);
+      case Direction::kColumnwise: return leaf<kIn, kRecipe, false, true, kGrouped, kGather>(a, params, s);
+      case Direction::kBoth: return leaf<kIn, kRecipe, true, true, kGrouped, kGather>(a, params, s);
     }
   }
   return Status::error("problem.directions: unknown value");
