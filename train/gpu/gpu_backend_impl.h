@@ -445,29 +445,27 @@ class GpuBackend final : public StepBackend {
   // rounded into grads16_ first, summed there; optimizer_step widens the sums back).
   Status reduce_gradients(int64_t begin, int64_t end) {
     reduce_pending_ = true;
-    if (bf16_sums()) {
+    const bool bf16 = bf16_sums();
+    if (bf16) {
       if (grads16_ == nullptr) BS_RETURN_IF_ERROR(buffers_.get("grads_bf16", layout_.total, &grads16_));
       BS_RETURN_IF_ERROR(gpu::to_bf16(grads_ + begin, end - begin, grads16_ + begin, stream_));
       bf16_ranges_.emplace_back(begin, end);
     }
-    if (!shards_)
-      return bf16_sums() ? comm_->all_reduce_device_bf16(grads16_ + begin, end - begin, stream_)
-                         : comm_->all_reduce_device(grads_ + begin, end - begin, stream_);
+    const auto all_reduce = [&](int64_t at, int64_t count) {
+      return bf16 ? comm_->all_reduce_device_bf16(grads16_ + at, count, stream_)
+                  : comm_->all_reduce_device(grads_ + at, count, stream_);
+    };
+    if (!shards_) return all_reduce(begin, end - begin);
     // Sharded: the bucket's chunks reduce-scattered, its tail summed everywhere.
     const auto it = bucket_at_.find(begin);
     if (it == bucket_at_.end() || shards_->buckets()[it->second].end != end)
       return Status::error("sharded optimizer: [" + std::to_string(begin) + ", " + std::to_string(end) +
                            ") is not a reduction bucket");
     const ReductionBucket& b = shards_->buckets()[it->second];
-    if (bf16_sums()) {
-      if (b.chunk > 0) BS_RETURN_IF_ERROR(comm_->reduce_scatter_device_bf16(grads16_ + b.begin, b.chunk, stream_));
-      if (b.tail < b.end)
-        BS_RETURN_IF_ERROR(comm_->all_reduce_device_bf16(grads16_ + b.tail, b.end - b.tail, stream_));
-      return Status::ok();
-    }
-    if (b.chunk > 0) BS_RETURN_IF_ERROR(comm_->reduce_scatter_device(grads_ + b.begin, b.chunk, stream_));
-    if (b.tail < b.end) BS_RETURN_IF_ERROR(comm_->all_reduce_device(grads_ + b.tail, b.end - b.tail, stream_));
-    return Status::ok();
+    if (b.chunk > 0)
+      BS_RETURN_IF_ERROR(bf16 ? comm_->reduce_scatter_device_bf16(grads16_ + b.begin, b.chunk, stream_)
+                              : comm_->reduce_scatter_device(grads_ + b.begin, b.chunk, stream_));
+    return b.tail < b.end ? all_reduce(b.tail, b.end - b.tail) : Status::ok();
   }
   int64_t layer_begin(int l) const {
     return l < config_.n_layers ? layout_.at(layout_.layers[l].attn_norm).offset : layout_.at(layout_.final_norm).offset;
