@@ -8,13 +8,15 @@
 # without network): the install would fail for want of them, not of anything in the package.
 set -euo pipefail
 python=$1 src=$2 cli=$3
-if ! "$python" -c "import scikit_build_core, nanobind" >/dev/null 2>&1; then
-  echo "pip_install_test: skipped: $python has no scikit-build-core or nanobind (tools/setup.sh installs them)"
-  exit 77
-fi
 venv=$(mktemp -d)
 trap 'rm -rf "$venv"' EXIT
 "$python" -m venv --system-site-packages "$venv"
+# Asked of the environment's own interpreter: it sees the system's packages but not a user's
+# (~/.local), which is where the build tools may sit for "$python".
+if ! "$venv/bin/python" -c "import scikit_build_core, nanobind" >/dev/null 2>&1; then
+  echo "pip_install_test: skipped: a virtual environment of $python sees no scikit-build-core or nanobind (tools/setup.sh installs them system-wide)"
+  exit 77
+fi
 "$venv/bin/python" -m pip install -q --no-build-isolation --no-deps -Ccmake.build-type=Debug "$src"
 cd "$venv"  # not the source tree: the import must find the installed package
 "$venv/bin/python" -c "import blockscale, sys; print('installed', blockscale.__version__, blockscale.__file__)"
