@@ -316,6 +316,8 @@ std::vector<Config> full_matrix() {
     v.push_back(c);
     c.rht = false, c.two_d = true, c.sr = true;
     v.push_back(c);
+    c.sr = false, c.mode = TensorAmax::kMeasure;  // a training weight's single copy (2D, measured)
+    v.push_back(c);
   }
   return v;
 }

@@ -88,6 +88,11 @@ class GpuBackend final : public StepBackend {
     BS_RETURN_IF_ERROR(buffers_.get("adam_v", n, &v_));
     BS_RETURN_IF_ERROR(buffers_.get("decay", n, &decay_));
     BS_RETURN_IF_ERROR(copy(params_, host.data(), n * sizeof(float)));
+    if (recipe_ == Recipe::kBf16) {
+      BS_RETURN_IF_ERROR(buffers_.get("params_bf16", n, &params16_));
+      layers_.set_bf16_mirror(params_, params16_, n);
+      BS_RETURN_IF_ERROR(refresh_bf16_mirror());
+    }
     BS_CUDA(cudaMemsetAsync(m_, 0, n * sizeof(float), stream_));
     BS_CUDA(cudaMemsetAsync(v_, 0, n * sizeof(float), stream_));
     const std::vector<uint8_t> mask = decay_mask(layout_);
@@ -223,7 +228,7 @@ class GpuBackend final : public StepBackend {
     }
     // Clipping is AdamW's gradient scale: one pass over the gradients, not two.
     BS_RETURN_IF_ERROR(gpu::adamw_step(params_, grads_, scale, m_, v_, n, lr, c.beta1, c.beta2, c.eps, c.weight_decay,
-                                       step, decay_, stream_));
+                                       step, decay_, stream_, params16_));
     layers_.weights_changed();
     timer_.leave();
     BS_RETURN_IF_ERROR(timer_.finish(&phase_totals_));
@@ -283,6 +288,7 @@ class GpuBackend final : public StepBackend {
     if (int64_t(p.size()) != n || int64_t(m.size()) != n || int64_t(v.size()) != n)
       return Status::error("write_state: sizes differ from the model's parameter count");
     BS_RETURN_IF_ERROR(copy(params_, p.data(), n * sizeof(float)));
+    BS_RETURN_IF_ERROR(refresh_bf16_mirror());
     layers_.weights_changed();
     if (shards_) {  // this rank's share of the moments
       std::vector<float> share(shards_->state_size());
@@ -432,6 +438,7 @@ class GpuBackend final : public StepBackend {
     for (const ReductionBucket& b : shards_->buckets())
       if (b.chunk > 0) BS_RETURN_IF_ERROR(comm_->all_gather_device(params_ + b.begin, b.chunk, stream_));
     BS_RETURN_IF_ERROR(comm_->wait_device(stream_));
+    BS_RETURN_IF_ERROR(refresh_bf16_mirror());  // AdamW wrote this rank's share; the gather the rest
     layers_.weights_changed();
     timer_.leave();
     BS_RETURN_IF_ERROR(timer_.finish(&phase_totals_));
@@ -440,6 +447,11 @@ class GpuBackend final : public StepBackend {
     return Status::ok();
   }
 
+  // The bf16 recipe's copy of every parameter (LayerWorkspace::set_bf16_mirror), rewritten where the
+  // parameters change other than by the unsharded update, which writes it itself.
+  Status refresh_bf16_mirror() {
+    return params16_ == nullptr ? Status::ok() : gpu::to_bf16(params_, layout_.total, params16_, stream_);
+  }
   bool bf16_sums() const { return grad_reduce_ == GradReduce::kBf16 && comm_ != nullptr; }
   // Sums grads_[begin, end) across ranks once the backward enqueued so far has written it (bf16:
   // rounded into grads16_ first, summed there; optimizer_step widens the sums back).
@@ -518,6 +530,7 @@ class GpuBackend final : public StepBackend {
   bool reduce_pending_ = false;  // sums enqueued that optimizer_step must wait for
   GradReduce grad_reduce_ = GradReduce::kFp32;
   uint16_t* grads16_ = nullptr;  // bf16 gradient sums (--grad-reduce bf16)
+  uint16_t* params16_ = nullptr;  // the bf16 recipe's copy of params_ (refresh_bf16_mirror)
   std::vector<std::pair<int64_t, int64_t>> bf16_ranges_;  // the ranges summed there this step
   PhaseTimes phase_totals_{};  // since reset_phase_ms()
   bool time_phases_ = true;     // whether the next step records its phases

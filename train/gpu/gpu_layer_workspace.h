@@ -88,8 +88,10 @@ class LayerWorkspace {
   Status quantize(const std::string& name, Recipe recipe, OperandRole role, SrKey sr, const float* x, int64_t rows,
                   int64_t cols, Quantized* q);
   // Each expert's weight (experts x n x k) quantized on its own: codes and scales back to back,
-  // one decode scale per expert and copy.
-  Status quantize_experts(const std::string& name, const float* w, int experts, int64_t n, int64_t k, Quantized* q);
+  // one decode scale per expert and copy. `directions`: the copies made (a route that reads only
+  // the rowwise one asks for that alone; the other's pointers are then null).
+  Status quantize_experts(const std::string& name, const float* w, int experts, int64_t n, int64_t k, Quantized* q,
+                          formats::Direction directions = formats::Direction::kBoth);
   // Routed tokens (rows x cols, sorted by expert): rowwise copy plus the per-expert padded
   // columnwise copy, from one pass, optionally gathered.
   Status quantize_grouped(const std::string& name, OperandRole role, SrKey sr, const float* x, int64_t rows,
@@ -117,6 +119,16 @@ class LayerWorkspace {
     return Status::ok();
   }
   void weights_changed() { current_weights_.clear(); }
+  // The bf16 copy of all parameters [params, params + count) the backend keeps current (the
+  // optimizer writes it with the weights): a weight inside that range is read from there rather
+  // than copied. bf16_mirror_of(w, count): w's bf16 copy there, or null (no mirror, or w outside).
+  void set_bf16_mirror(const float* params, const uint16_t* mirror, int64_t count) {
+    mirror_params_ = params, mirror_ = mirror, mirror_count_ = count;
+  }
+  const uint16_t* bf16_mirror_of(const float* w, int64_t count) const {
+    if (mirror_ == nullptr || w < mirror_params_ || w + count > mirror_params_ + mirror_count_) return nullptr;
+    return mirror_ + (w - mirror_params_);
+  }
 
   // ---- the step's state ----
   // The experts' group ends on the host, for routes that size their products on the host.
@@ -138,6 +150,9 @@ class LayerWorkspace {
   std::map<std::string, std::pair<int64_t, int64_t>> expert_scale_bytes_;  // rowwise, columnwise
   std::map<std::string, Quantized> saved_;  // each operand's latest copies, by name
   std::set<std::string> current_weights_;   // weight copies made since the weights last changed
+  const float* mirror_params_ = nullptr;     // set_bf16_mirror
+  const uint16_t* mirror_ = nullptr;
+  int64_t mirror_count_ = 0;
 };
 
 }  // namespace blockscale::train

@@ -58,6 +58,10 @@ class GpuLayers {
   // The master weights changed (an optimizer step, a loaded state): the next forward copies them
   // again.
   void weights_changed() { ws_.weights_changed(); }
+  // The bf16 recipe's copy of every parameter, kept current by the backend (LayerWorkspace::bf16_mirror_of).
+  void set_bf16_mirror(const float* params, const uint16_t* mirror, int64_t count) {
+    ws_.set_bf16_mirror(params, mirror, count);
+  }
 
  private:
   Status route_for(const std::string& name, Recipe recipe, LinearRoute** out);

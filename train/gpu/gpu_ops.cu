@@ -348,9 +348,11 @@ struct AdamWStep {
   AdamWScalars k;
   GradScale scale;
   const uint8_t* decay_mask;  // null: every element decays
+  uint16_t* params_bf16;      // null: no bf16 copy
   __device__ float grad_scale() const { return scale.device != nullptr ? *scale.device : scale.value; }
   __device__ void one(int64_t i) const {
     adamw_update(k, grads[i], grad_scale(), decay_mask == nullptr || decay_mask[i] != 0, &params[i], &m[i], &v[i]);
+    if (params_bf16 != nullptr) params_bf16[i] = formats::float_to_bf16_bits_rn(params[i]);
   }
   __device__ void four(int64_t i) const {
     float4 p = load4(params + i), mi = load4(m + i);
@@ -365,6 +367,8 @@ struct AdamWStep {
     *reinterpret_cast<float4*>(params + i) = p;
     *reinterpret_cast<float4*>(m + i) = mi;
     *reinterpret_cast<float4*>(v + i) = vi;
+    if (params_bf16 != nullptr)
+      *reinterpret_cast<uint2*>(params_bf16 + i) = make_uint2(bf16_pair(p.x, p.y), bf16_pair(p.z, p.w));
   }
 };
 
@@ -560,7 +564,7 @@ Status sum_of_squares(const float* x, int64_t n, float* out_device, void* worksp
 
 Status adamw_step(float* params, const float* grads, GradScale scale, float* m, float* v, int64_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, int64_t step,
-                  const uint8_t* decay_mask_or_null, cudaStream_t stream) {
+                  const uint8_t* decay_mask_or_null, cudaStream_t stream, uint16_t* params_bf16) {
   constexpr const char* fn = "adamw_step";
   BS_RETURN_IF_ERROR(check_range(fn, "n", n, 0, std::numeric_limits<int64_t>::max() / 2));
   BS_RETURN_IF_ERROR(check_range(fn, "step", step, 1, std::numeric_limits<int64_t>::max()));
@@ -583,8 +587,8 @@ Status adamw_step(float* params, const float* grads, GradScale scale, float* m, 
   k.bias1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(beta1), static_cast<double>(step)));
   k.bias2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(beta2), static_cast<double>(step)));
   const bool vector = aligned_to(params, 16) && aligned_to(grads, 16) && aligned_to(m, 16) && aligned_to(v, 16) &&
-                      aligned_to(decay_mask_or_null, 4);
-  launch_elementwise(AdamWStep{params, m, v, grads, k, scale, decay_mask_or_null}, n, vector, stream);
+                      aligned_to(decay_mask_or_null, 4) && aligned_to(params_bf16, 8);
+  launch_elementwise(AdamWStep{params, m, v, grads, k, scale, decay_mask_or_null, params_bf16}, n, vector, stream);
   return launch_status(fn);
 }
 

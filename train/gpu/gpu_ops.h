@@ -123,6 +123,8 @@ Status sum_of_squares(const float* x, int64_t n, float* out_device, void* worksp
 //   p = p - lr * u
 // scale: a value in [0, 1] from the host, or one the update reads on the device (clip_factor_on_device's
 // output), so the host need not wait for the gradients' norm before it queues the update.
+// params_bf16 (optional): also the updated parameters as bf16 bits (to_bf16's), in the same pass:
+// the bf16 copies the step multiplies, without a second read of the weights.
 struct GradScale {
   float value = 1.0f;
   const float* device = nullptr;  // when set, the scale is *device
@@ -132,7 +134,7 @@ struct GradScale {
 Status clip_factor_on_device(const float* sum_sq, float clip_norm, float* factor, cudaStream_t stream);
 Status adamw_step(float* params, const float* grads, GradScale scale, float* m, float* v, int64_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, int64_t step,
-                  const uint8_t* decay_mask_or_null, cudaStream_t stream);
+                  const uint8_t* decay_mask_or_null, cudaStream_t stream, uint16_t* params_bf16 = nullptr);
 
 // ---- Conversion ------------------------------------------------------------------------------------
 // bf16 bits, RNE (formats::float_to_bf16_bits_rn, NaN stays NaN).

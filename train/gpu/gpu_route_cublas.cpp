@@ -152,8 +152,17 @@ class CublasRoute final : public LinearRoute {
       return Status::ok();
     }
     BS_RETURN_IF_ERROR(bf16_copy(name + ".x16", x, rows * k, &o->x));
-    BS_RETURN_IF_ERROR(ws_.weight_copy(name + ".w16", [&] { return bf16_copy(name + ".w16", w, w_rows * k, &o->w); }));
-    return saved_bf16(name + ".w16", w_rows * k, &o->w);
+    return bf16_weight(name, w, w_rows * k, &o->w);
+  }
+  // A weight's bf16 copy: the optimizer's mirror where the backend keeps one, else made once per
+  // weight change in name.w16.
+  Status bf16_weight(const std::string& name, const float* w, int64_t count, const void** out) {
+    if (const uint16_t* mirrored = ws_.bf16_mirror_of(w, count)) {
+      *out = mirrored;
+      return Status::ok();
+    }
+    BS_RETURN_IF_ERROR(ws_.weight_copy(name + ".w16", [&] { return bf16_copy(name + ".w16", w, count, out); }));
+    return saved_bf16(name + ".w16", count, out);
   }
   Status backward_operands(const std::string& name, const float* dy, const float* x, const float* w, int64_t rows,
                            int64_t n, int64_t k, int experts, const RowGroups& groups, Operands* o) {
@@ -172,7 +181,7 @@ class CublasRoute final : public LinearRoute {
     }
     const void *x16 = nullptr, *w16 = nullptr, *dy16 = nullptr;
     BS_RETURN_IF_ERROR(saved_bf16(name + ".x16", rows * k, &x16));
-    BS_RETURN_IF_ERROR(saved_bf16(name + ".w16", w_rows * k, &w16));
+    BS_RETURN_IF_ERROR(bf16_weight(name, w, w_rows * k, &w16));
     BS_RETURN_IF_ERROR(bf16_copy(name + ".dy16", dy, rows * n, &dy16));
     o->dy = o->dy_wgrad = dy16, o->w_dgrad = w16, o->x_wgrad = x16;
     return Status::ok();

@@ -23,12 +23,15 @@ std::vector<std::pair<std::string, double>> step_phase_bytes(const ModelConfig& 
   const double M = double(batch) * c.seq_len, D = c.d_model, F = c.d_ff, V = c.vocab, L = c.n_layers;
   const double R = c.moe() ? M * c.top_k : M, G = c.moe() ? c.n_experts : 1, A = double(grad_accum);
   const double activations = L * (2 * M * D + R * D + R * F), gradients = L * (4 * M * D + 2 * R * F + R * D);
-  const double weights = L * (4 * D * D + 3 * G * D * F);
-  const double head = recipe == Recipe::kFp32 ? 0.0 : quantize_bytes(Recipe::kBf16) * (A * (M * D + M * V) + V * D);
+  // bf16: the optimizer writes the weights' bf16 copies (2 bytes a parameter) with the weights.
+  const bool mirror = recipe == Recipe::kBf16;
+  const double weights = mirror ? 0.0 : L * (4 * D * D + 3 * G * D * F);
+  const double head =
+      recipe == Recipe::kFp32 ? 0.0 : quantize_bytes(Recipe::kBf16) * (A * (M * D + M * V) + (mirror ? 0.0 : V * D));
   const double quantize = quantize_bytes(recipe) * (A * (activations + gradients) + weights) + head;
   const double norms = A * (2 * L + 1) * (8 + 12) * M * D;
   const double embedding_loss = A * (24 * M * D + 8 * M * V);
-  const double optimizer = 33.0 * double(parameter_count(c));
+  const double optimizer = (mirror ? 35.0 : 33.0) * double(parameter_count(c));
   return {{"quantize", quantize}, {"norms", norms}, {"embedding_loss", embedding_loss}, {"optimizer", optimizer}};
 }
 

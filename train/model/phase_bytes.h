@@ -8,7 +8,8 @@
 //                  recipe's copies out: per micro-batch the activations (per layer M D + M D + R D
 //                  + R F) and gradients (M 3D + M D + R 2F + R D), per step the weights (per layer
 //                  4 D^2 + 3 G D F); the LM head's bf16 copies (M D, M V, V D) under every recipe
-//                  but fp32. Bytes out per element: bf16 2; fp8_block 2 + 8/128 (two copies, fp32
+//                  but fp32 (bf16: the weights' copies, V D included, are the optimizer's). Bytes
+//                  out per element: bf16 2; fp8_block 2 + 8/128 (two copies, fp32
 //                  scales); mxfp8 2 + 2/32; nvfp4 1 + 2/16 (two 4-bit copies, 1-byte scales).
 //                  The routes that multiply bf16 values of the blocks move more: their floor is
 //                  still the recipe's.
@@ -17,7 +18,8 @@
 //   embedding_loss per micro-batch: 12 M D (token and position rows in, x out), 12 M D backward,
 //                  8 M V (the logits read, their gradient written in place)
 //   optimizer      per step: 33 P (AdamW reads weights, gradients, both moments and the decay mask,
-//                  writes weights and moments; the gradient norm reads the gradients)
+//                  writes weights and moments; the gradient norm reads the gradients); bf16 35 P
+//                  (AdamW also writes every parameter's bf16 copy)
 // Other phases (GEMMs, attention, routing, communication) have no floor here.
 #pragma once
 

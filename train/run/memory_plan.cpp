@@ -118,7 +118,8 @@ double MemoryNeed::total() const {
 //                 the run saves (--checkpoint-every >= 0) or resumes
 // GPU (train/gpu/gpu_backend.cpp, gpu_layers.h), device bytes; c = gpu_copy_bytes:
 //   state       = 17 P
-//   copies      = c L (4 D^2 + 3 G D F) + 2 V D (the LM head's bf16 copy; fp32: none)
+//   copies      = c L (4 D^2 + 3 G D F) + 2 V D (the LM head's bf16 copy; fp32: none); bf16: 2 P,
+//                 the bf16 copy of every parameter the optimizer writes with the weights
 //   activations = 4 (L A' + W) + c L (2 M D + R D + R F) + 2 M D: A' per layer as A, but bf16
 //                 probabilities (B H T^2 / 2) and, MoE, 4 M K + E indices and M K D routed outputs;
 //                 W = 12 M D + M V + MoE: 2 M E + M K + 2.5 R D + 3 R F (dense: 3 M F), the whole
@@ -164,7 +165,7 @@ MemoryPlan plan_memory(const TrainConfig& c, bool on_gpu, bool fused_attention) 
   const double step = 12 * M * D + M * V + (m.moe() ? 2 * M * E + M * K + 2.5 * R * D + 3 * R * F : 3 * M * F);
   plan.device.parts = {
       {"parameters, gradients and AdamW state", 17 * P},
-      {"weight copies", cb * L * (4 * D * D + 3 * G * D * F) + lm_copy * V * D},
+      {"weight copies", c.recipe == Recipe::kBf16 ? 2 * P : cb * L * (4 * D * D + 3 * G * D * F) + lm_copy * V * D},
       {"activations", 4 * (L * kept + step) + cb * L * (2 * M * D + R * D + R * F) + lm_copy * M * D},
       {"attention workspace", fused_attention ? 16 * M * D : 20 * M * D + 6 * probs},
       {"bf16 gradient sums", c.grad_reduce == GradReduce::kBf16 ? 2 * P : 0.0}};

@@ -177,6 +177,8 @@ TEST(AdamWTest, MatchesTheHostFormulaBitForBit) {
       shifted_mask.insert(shifted_mask.begin(), offset, uint8_t{0});
       DeviceBuffer d_p = on_device(at(p)), d_m = on_device(at(m)), d_v = on_device(at(v));
       DeviceBuffer d_mask = on_device(shifted_mask);
+      // The bf16 copy written with the parameters (to_bf16's bits), poisoned first.
+      DeviceBuffer d_p16 = on_device(std::vector<uint16_t>(n + offset, uint16_t{0xFFFF}));
       const auto tail = [offset](const std::vector<float>& x) {
         return std::vector<float>(x.begin() + offset, x.end());
       };
@@ -188,9 +190,16 @@ TEST(AdamWTest, MatchesTheHostFormulaBitForBit) {
         ASSERT_OK(gpu::adamw_step(d_p.as<float>() + offset, d_g.as<float>() + offset, {grad_scale},
                                   d_m.as<float>() + offset, d_v.as<float>() + offset, int64_t(n), h.lr, h.beta1,
                                   h.beta2, h.eps, h.weight_decay, step,
-                                  masked ? d_mask.as<uint8_t>() + offset : nullptr, nullptr));
+                                  masked ? d_mask.as<uint8_t>() + offset : nullptr, nullptr,
+                                  step == 3 ? nullptr : d_p16.as<uint16_t>() + offset));
         EXPECT_TRUE(same_bits(tail(host_copy<float>(d_g)), g)) << "grads are not written, step " << step;
         EXPECT_TRUE(same_bits(tail(host_copy<float>(d_p)), p)) << "params, step " << step;
+        if (step != 3) {  // step 3 asks for no copy (the update alone)
+          const std::vector<uint16_t> p16 = host_copy<uint16_t>(d_p16);
+          int64_t wrong = 0;
+          for (size_t i = 0; i < n; ++i) wrong += p16[offset + i] != blockscale::formats::float_to_bf16_bits_rn(p[i]);
+          EXPECT_EQ(wrong, 0) << "bf16 copy, step " << step;
+        }
         EXPECT_TRUE(same_bits(tail(host_copy<float>(d_m)), m)) << "m, step " << step;
         EXPECT_TRUE(same_bits(tail(host_copy<float>(d_v)), v)) << "v, step " << step;
       }

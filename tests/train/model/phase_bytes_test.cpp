@@ -32,6 +32,11 @@ TEST(PhaseBytes, MatchAHandComputation) {
   EXPECT_DOUBLE_EQ(fp8.at("norms"), 3 * 5 * 20 * 64 * 128.0);               // 5 RMSNorms per micro-batch
   EXPECT_DOUBLE_EQ(fp8.at("embedding_loss"), 3 * (24 * 64 * 128.0 + 8 * 64 * 100.0));
   EXPECT_DOUBLE_EQ(fp8.at("optimizer"), 33.0 * double(parameter_count(small_moe())));
+  // bf16: the optimizer writes the weights' bf16 copies (2 bytes a parameter), the quantize phase
+  // only the activations', gradients' and the LM head's inputs' (3 (M D + M V) = 43776 elements).
+  const auto bf16 = bytes_of(Recipe::kBf16);
+  EXPECT_DOUBLE_EQ(bf16.at("quantize"), 6 * (3 * (81920 + 131072)) + 6 * 43776.0);
+  EXPECT_DOUBLE_EQ(bf16.at("optimizer"), 35.0 * double(parameter_count(small_moe())));
 }
 
 TEST(PhaseBytes, FollowTheRecipe) {

@@ -73,8 +73,8 @@ TEST(MemoryPlan, GpuEstimateMatchesAHandComputation) {
   const MemoryPlan plan = plan_memory(c, /*on_gpu=*/true);
   EXPECT_TRUE(plan.gpu);
   EXPECT_EQ(part(plan.device, "parameters, gradients and AdamW state"), 17 * kParams);
-  // bf16: 2 bytes per matmul weight, L (4 D^2 + 3 E D F) = 4096 + 12288, and the LM head's V D = 2048.
-  EXPECT_EQ(part(plan.device, "weight copies"), 2.0 * (4096 + 12288) + 2.0 * 2048);
+  // bf16: the optimizer's bf16 copy of every parameter, 2 P.
+  EXPECT_EQ(part(plan.device, "weight copies"), 2.0 * kParams);
   // Per layer: 8 M D 16384 + 2 M 128 + B H T^2 / 2 2048 + 3 R F 12288 + MoE (M E 256 + 4 M K 512 + E 4
   // + R D 4096 + M K D 4096) = 39812; the step's buffers 12 M D 24576 + M V 4096 + MoE (2 M E 512 +
   // M K 128 + 2.5 R D 10240 + 3 R F 12288) = 51840; copies of the operands kept for the backward
@@ -95,6 +95,8 @@ TEST(MemoryPlan, GpuEstimateMatchesAHandComputation) {
   bf16_sums.grad_reduce = GradReduce::kBf16;
   EXPECT_EQ(part(plan_memory(bf16_sums, true).device, "bf16 gradient sums"), 2 * kParams);
 
+  c.recipe = Recipe::kFp8Block;  // 2 bytes a matmul weight, L (4 D^2 + 3 E D F) = 4096 + 12288, and the LM head's V D
+  EXPECT_EQ(part(plan_memory(c, true).device, "weight copies"), 2.0 * (4096 + 12288) + 2.0 * 2048);
   c.recipe = Recipe::kFp32;  // multiplies the fp32 tensors themselves
   EXPECT_EQ(part(plan_memory(c, true).device, "weight copies"), 0.0);
   c.recipe = Recipe::kMxfp8;
