@@ -148,13 +148,12 @@ class Nvfp4ValuesRoute final : public LinearRoute {
   // With 16x16 blocks (the recipe's weights) W.col holds W.row's values transposed, so dgrad reads
   // W.row's and the columnwise values are not made.
   bool weight_2d() const { return quantize_options(Recipe::kNvfp4, OperandRole::kWeight, false, {}).nvfp4_2d; }
-  // The weight's quantized copies and their bf16 values, made once per weight change. With 2D
-  // blocks only the rowwise copy is quantized: nothing reads W.col.
+  // The weight's quantized copies and their bf16 values (W.col's only without 2D blocks), made once
+  // per weight change.
   Status weight(const std::string& name, const float* w, int experts, int64_t n, int64_t k) {
     return ws_.weight_copy(name, [&] {
       Quantized q;
-      const formats::Direction copies = weight_2d() ? formats::Direction::kRowwise : formats::Direction::kBoth;
-      BS_RETURN_IF_ERROR(ws_.quantize_experts(name, w, experts, n, k, &q, copies));
+      BS_RETURN_IF_ERROR(ws_.quantize_experts(name, w, experts, n, k, &q));
       Values v;
       return values(name, q, n, k, n, experts, true, !weight_2d(), &v);
     });
