@@ -55,15 +55,22 @@ Status LayerWorkspace::run_quant(const std::string& name, const quant::QuantizeP
 // Each expert's weight (experts x n x k) quantized on its own: codes and scales back to back,
 // one decode scale per expert and copy (FP8 blockwise: one batched launch; the others one per
 // expert).
-Status LayerWorkspace::quantize_experts(const std::string& name, const float* w, int experts, int64_t n, int64_t k, Quantized* q) {
-  const quant::QuantizeProblem p = quant_problem(recipe_, OperandRole::kWeight, {}, n, k);
+Status LayerWorkspace::quantize_experts(const std::string& name, const float* w, int experts, int64_t n, int64_t k, Quantized* q,
+                                        formats::Direction directions) {
+  quant::QuantizeProblem p = quant_problem(recipe_, OperandRole::kWeight, {}, n, k);
+  p.directions = directions;
   const int64_t rd = quant::rowwise_data_bytes(p), rs = quant::rowwise_scale_bytes(p);
   const int64_t cd = quant::columnwise_data_bytes(p), cs = quant::columnwise_scale_bytes(p);
-  uint8_t *rsp, *csp;
-  BS_RETURN_IF_ERROR(buf(name + ".rd", rd * experts, &q->row_data));
-  BS_RETURN_IF_ERROR(buf(name + ".rs", rs * experts, &rsp));
-  BS_RETURN_IF_ERROR(buf(name + ".cd", cd * experts, &q->col_data));
-  BS_RETURN_IF_ERROR(buf(name + ".cs", cs * experts, &csp));
+  uint8_t *rsp = nullptr, *csp = nullptr;
+  *q = Quantized{};
+  if (directions != formats::Direction::kColumnwise) {
+    BS_RETURN_IF_ERROR(buf(name + ".rd", rd * experts, &q->row_data));
+    BS_RETURN_IF_ERROR(buf(name + ".rs", rs * experts, &rsp));
+  }
+  if (directions != formats::Direction::kRowwise) {
+    BS_RETURN_IF_ERROR(buf(name + ".cd", cd * experts, &q->col_data));
+    BS_RETURN_IF_ERROR(buf(name + ".cs", cs * experts, &csp));
+  }
   BS_RETURN_IF_ERROR(buf(name + ".dec", 2 * experts, &q->row_dec));
   q->row_scales = rsp;
   q->col_scales = csp;
@@ -87,12 +94,16 @@ Status LayerWorkspace::quantize_experts(const std::string& name, const float* w,
     quant::QuantizeInputs in;
     in.x = w + g * n * k;
     quant::QuantizeOutputs out;
-    out.rowwise_data = q->row_data + g * rd;
-    out.rowwise_scales = rsp + g * rs;
-    out.rowwise_scale_dec = q->row_dec + g;
-    out.columnwise_data = q->col_data + g * cd;
-    out.columnwise_scales = csp + g * cs;
-    out.columnwise_scale_dec = q->col_dec + g;
+    if (rsp != nullptr) {
+      out.rowwise_data = q->row_data + g * rd;
+      out.rowwise_scales = rsp + g * rs;
+      out.rowwise_scale_dec = q->row_dec + g;
+    }
+    if (csp != nullptr) {
+      out.columnwise_data = q->col_data + g * cd;
+      out.columnwise_scales = csp + g * cs;
+      out.columnwise_scale_dec = q->col_dec + g;
+    }
     BS_RETURN_IF_ERROR(run_quant(name, p, in, out));
   }
   return Status::ok();

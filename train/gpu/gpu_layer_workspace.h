@@ -88,8 +88,10 @@ class LayerWorkspace {
   Status quantize(const std::string& name, Recipe recipe, OperandRole role, SrKey sr, const float* x, int64_t rows,
                   int64_t cols, Quantized* q);
   // Each expert's weight (experts x n x k) quantized on its own: codes and scales back to back,
-  // one decode scale per expert and copy.
-  Status quantize_experts(const std::string& name, const float* w, int experts, int64_t n, int64_t k, Quantized* q);
+  // one decode scale per expert and copy. `directions`: the copies made (a route that reads only
+  // the rowwise one asks for that alone; the other's pointers are then null).
+  Status quantize_experts(const std::string& name, const float* w, int experts, int64_t n, int64_t k, Quantized* q,
+                          formats::Direction directions = formats::Direction::kBoth);
   // Routed tokens (rows x cols, sorted by expert): rowwise copy plus the per-expert padded
   // columnwise copy, from one pass, optionally gathered.
   Status quantize_grouped(const std::string& name, OperandRole role, SrKey sr, const float* x, int64_t rows,

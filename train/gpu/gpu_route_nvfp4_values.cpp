@@ -41,7 +41,7 @@ class Nvfp4ValuesRoute final : public LinearRoute {
     const Values vw = saved_values_[name + ".w"];
     float* alpha;
     if (dx) {
-      BS_RETURN_IF_ERROR(alphas(name + ".dgrad_alpha", vdy.row_dec, vw.col_dec, 1, &alpha));
+      BS_RETURN_IF_ERROR(alphas(name + ".dgrad_alpha", vdy.row_dec, w_dgrad_dec(vw), 1, &alpha));
       BS_RETURN_IF_ERROR(dgrad(vdy.row, vw, 0, m, n, k, dx, alpha));
     }
     // wgrad: dY.col (n x m) x X.col (k x m)
@@ -86,7 +86,7 @@ class Nvfp4ValuesRoute final : public LinearRoute {
     BS_RETURN_IF_ERROR(values(name + ".x", qx, rows, k, qx.capacity, 1, false, true, &vx));
     const Values vw = saved_values_[name + ".w"];
     float *dgrad_alphas, *wgrad_alpha;
-    BS_RETURN_IF_ERROR(alphas(name + ".dgrad_alpha", vdy.row_dec, vw.col_dec, e, &dgrad_alphas));
+    BS_RETURN_IF_ERROR(alphas(name + ".dgrad_alpha", vdy.row_dec, w_dgrad_dec(vw), e, &dgrad_alphas));
     BS_RETURN_IF_ERROR(alphas(name + ".wgrad_alpha", vdy.col_dec, vx.col_dec, 1, &wgrad_alpha));
     constexpr int64_t kBlock = 16;
     const std::vector<int32_t>& host_ends = ws_.host_ends();
@@ -148,16 +148,19 @@ class Nvfp4ValuesRoute final : public LinearRoute {
   // With 16x16 blocks (the recipe's weights) W.col holds W.row's values transposed, so dgrad reads
   // W.row's and the columnwise values are not made.
   bool weight_2d() const { return quantize_options(Recipe::kNvfp4, OperandRole::kWeight, false, {}).nvfp4_2d; }
-  // The weight's quantized copies and their bf16 values (W.col's only without 2D blocks), made once
-  // per weight change.
+  // The weight's quantized copies and their bf16 values, made once per weight change. With 2D
+  // blocks only the rowwise copy is quantized: nothing reads W.col.
   Status weight(const std::string& name, const float* w, int experts, int64_t n, int64_t k) {
     return ws_.weight_copy(name, [&] {
       Quantized q;
-      BS_RETURN_IF_ERROR(ws_.quantize_experts(name, w, experts, n, k, &q));
+      const formats::Direction copies = weight_2d() ? formats::Direction::kRowwise : formats::Direction::kBoth;
+      BS_RETURN_IF_ERROR(ws_.quantize_experts(name, w, experts, n, k, &q, copies));
       Values v;
       return values(name, q, n, k, n, experts, true, !weight_2d(), &v);
     });
   }
+  // The decode scales of the weight values dgrad reads: W.row's with 2D blocks, else W.col's.
+  const float* w_dgrad_dec(const Values& w) const { return weight_2d() ? w.row_dec : w.col_dec; }
   // dgrad: dx (rows x k) = dY.row (rows x n) x W (n x k): W.row's values (2D blocks) or W.col's.
   Status dgrad(const uint16_t* dy, const Values& w, int64_t w_offset, int64_t rows, int64_t n, int64_t k, float* dx,
                const float* alpha) {
