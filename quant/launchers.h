@@ -29,6 +29,12 @@ Status launch_nvfp4_quantize(const QuantizeProblem& p, const QuantizeInputs& in,
                              const QuantizeOutputs& out, void* workspace, cudaStream_t stream);
 size_t nvfp4_workspace_size(const QuantizeProblem& p);
 
+// Several stacked matrices (whole 128-row tiles each) in one amax pass and one quantize launch,
+// the rowwise copy with each matrix's measured amax: quant/nvfp4_batched_quantize.cu. `workspace`
+// holds workspace_size(p) bytes.
+Status launch_nvfp4_batched_quantize(const BatchedQuantizeProblem& p, const QuantizeInputs& in,
+                                     const QuantizeOutputs& out, void* workspace, cudaStream_t stream);
+
 // The grouped (MoE) mode of the NVFP4 kernels (1D only): quant/nvfp4_grouped_quantize.cu.
 Status launch_nvfp4_grouped_quantize(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,
                                      const GroupedQuantizeOutputs& out, void* workspace, cudaStream_t stream);

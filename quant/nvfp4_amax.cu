@@ -35,6 +35,7 @@ struct AmaxParams {
   bool vec_load;
   const int32_t* group_ends;  // kGrouped
   int num_groups;
+  int64_t batch_elems;  // batched (gridDim.y matrices): elements from one matrix's first to the next's
 };
 
 template <DType kIn, bool kPlain, bool kRht, bool kGrouped>
@@ -46,6 +47,9 @@ __global__ void __launch_bounds__(kThreads) nvfp4_amax_kernel(const __grid_const
     __shared__ uint32_t warp_totals[32];
     grouped_offsets<kThreads, 16>(p.group_ends, p.num_groups, p.rows, offsets, offsets + p.num_groups, warp_totals);
   }
+  // Batched: matrix blockIdx.y, its partials at 2 kNvfp4MaxPartials words per matrix.
+  const void* const x = static_cast<const char*>(p.x) + int64_t{blockIdx.y} * p.batch_elems * In::kBytes;
+  uint32_t* const partials = p.partials + int64_t{blockIdx.y} * 2 * kNvfp4MaxPartials;
   const int64_t items = p.groups * p.granules;
   const int64_t stride = int64_t{gridDim.x} * kThreads;
   const int64_t first = items - 1 - (int64_t{blockIdx.x} * kThreads + threadIdx.x);
@@ -67,9 +71,9 @@ __global__ void __launch_bounds__(kThreads) nvfp4_amax_kernel(const __grid_const
         const int64_t r = kGrouped ? (static_cast<uint32_t>(i) < seg.valid ? int64_t{seg.src} + i : p.rows) : grp * 16 + i;
         uint4 v;
         if (vec && r < p.rows)
-          v = __ldg(reinterpret_cast<const uint4*>(static_cast<const char*>(p.x) + (r * p.ld + c) * In::kBytes));
+          v = __ldg(reinterpret_cast<const uint4*>(static_cast<const char*>(x) + (r * p.ld + c) * In::kBytes));
         else
-          v = granule_scalar<kIn>(p.x, p.ld, p.rows, p.cols, r, c);
+          v = granule_scalar<kIn>(x, p.ld, p.rows, p.cols, r, c);
         w[i][0] = v.x, w[i][1] = v.y, w[i][2] = v.z, w[i][3] = v.w;
       }
       if constexpr (kPlain) {
@@ -130,39 +134,41 @@ __global__ void __launch_bounds__(kThreads) nvfp4_amax_kernel(const __grid_const
   if (tid == 0) {
     for (int i = 1; i < kThreads / 32; ++i) a = max(a, red[0][i]), b = max(b, red[1][i]);
     a = max(a, red[0][0]), b = max(b, red[1][0]);
-    p.partials[blockIdx.x] = a;
-    p.partials[kNvfp4MaxPartials + blockIdx.x] = b;
+    partials[blockIdx.x] = a;
+    partials[kNvfp4MaxPartials + blockIdx.x] = b;
   }
 }
 
 template <DType kIn, bool kPlain, bool kRht, bool kGrouped>
-Status launch(const AmaxParams& a, int* n_partials, cudaStream_t stream) {
+Status launch(const AmaxParams& a, int64_t batches, int* n_partials, cudaStream_t stream) {
   auto* kernel = nvfp4_amax_kernel<kIn, kPlain, kRht, kGrouped>;
   // Grouped: 8 bytes of offsets per expert (at most 32 KB: no opt-in needed).
   const int smem = kGrouped ? 8 * a.num_groups : 0;
   int resident = 0;
   BS_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), kThreads, smem, "nvfp4_amax_kernel", &resident));
   const int64_t grid = even_grid((a.groups * a.granules + kThreads - 1) / kThreads, std::min(resident, kNvfp4MaxPartials));
-  kernel<<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(a);
+  kernel<<<dim3(static_cast<unsigned>(grid), static_cast<unsigned>(batches)), kThreads, smem, stream>>>(a);
   *n_partials = static_cast<int>(grid);
   return cuda_status(cudaGetLastError(), "nvfp4_amax_kernel launch");
 }
 
 template <DType kIn>
-Status launch_for(const AmaxParams& a, bool plain, bool rht, bool grouped, int* n_partials, cudaStream_t stream) {
+Status launch_for(const AmaxParams& a, bool plain, bool rht, bool grouped, int64_t batches, int* n_partials,
+                  cudaStream_t stream) {
   if (grouped) {  // the RHT amax of the padded segments (the plain amax needs no grouping)
-    if (plain) return launch<kIn, true, true, true>(a, n_partials, stream);
-    return launch<kIn, false, true, true>(a, n_partials, stream);
+    if (plain) return launch<kIn, true, true, true>(a, 1, n_partials, stream);
+    return launch<kIn, false, true, true>(a, 1, n_partials, stream);
   }
-  if (rht && plain) return launch<kIn, true, true, false>(a, n_partials, stream);
-  if (rht) return launch<kIn, false, true, false>(a, n_partials, stream);
-  return launch<kIn, true, false, false>(a, n_partials, stream);
+  if (rht && plain) return launch<kIn, true, true, false>(a, batches, n_partials, stream);
+  if (rht) return launch<kIn, false, true, false>(a, batches, n_partials, stream);
+  return launch<kIn, true, false, false>(a, batches, n_partials, stream);
 }
 
 }  // namespace
 
 Status launch_nvfp4_amax(const QuantizeProblem& p, const void* x, bool vec_load, bool plain, bool rht,
-                         uint32_t* partials, int* n_partials, cudaStream_t stream, const Nvfp4AmaxGroups* groups) {
+                         uint32_t* partials, int* n_partials, cudaStream_t stream, const Nvfp4AmaxGroups* groups,
+                         int64_t batches) {
   const int elems_per_granule = p.input_type == DType::kF32 ? 4 : 8;
   const bool grouped = rht && groups != nullptr;
   if (grouped && (groups->num_groups < 1 || groups->num_groups > kMaxGroups || groups->capacity % 16 != 0))
@@ -176,10 +182,13 @@ Status launch_nvfp4_amax(const QuantizeProblem& p, const void* x, bool vec_load,
   a.vec_load = vec_load;
   a.group_ends = grouped ? groups->group_ends : nullptr;
   a.num_groups = grouped ? groups->num_groups : 0;
+  a.batch_elems = p.rows * p.ld;
+  if (batches < 1 || (grouped && batches != 1) || batches > 65535)
+    return Status::error("nvfp4 amax pass: 1..65535 matrices, and one when grouped");
   switch (p.input_type) {
-    case DType::kBf16: return launch_for<DType::kBf16>(a, plain, rht, grouped, n_partials, stream);
-    case DType::kF16: return launch_for<DType::kF16>(a, plain, rht, grouped, n_partials, stream);
-    case DType::kF32: return launch_for<DType::kF32>(a, plain, rht, grouped, n_partials, stream);
+    case DType::kBf16: return launch_for<DType::kBf16>(a, plain, rht, grouped, batches, n_partials, stream);
+    case DType::kF16: return launch_for<DType::kF16>(a, plain, rht, grouped, batches, n_partials, stream);
+    case DType::kF32: return launch_for<DType::kF32>(a, plain, rht, grouped, batches, n_partials, stream);
     default: break;
   }
   return Status::error("problem.input_type: unknown value");

@@ -28,8 +28,10 @@ struct Nvfp4AmaxGroups {
 // max |RHT(x)| over 16-row groups of each column to partials[kNvfp4MaxPartials + i] (when `rht`);
 // *n_partials receives the number of CTAs. groups (optional): the 16-row groups are the padded
 // segments of grouped input (max |x| is the same either way: every input row is read once).
+// batches (not with groups): that many matrices of p's shape back to back in x (matrix b from
+// element b * rows * ld), each with its own partials at partials + b * 2 * kNvfp4MaxPartials.
 Status launch_nvfp4_amax(const QuantizeProblem& p, const void* x, bool vec_load, bool plain, bool rht,
                          uint32_t* partials, int* n_partials, cudaStream_t stream,
-                         const Nvfp4AmaxGroups* groups = nullptr);
+                         const Nvfp4AmaxGroups* groups = nullptr, int64_t batches = 1);
 
 }  // namespace blockscale::quant::detail

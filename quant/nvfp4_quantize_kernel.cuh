@@ -344,16 +344,20 @@ __device__ __forceinline__ void store_chunks(uint8_t* dst_buffer, int64_t rb, in
 // smallest entry, code 0x7E, is at least 2^-124): the transform's outputs v are multiples of the
 // input's smallest subnormal step (sums and differences of such values, rounded in fp32 to
 // coarser steps), so v * 0.25 is exact, and fl(fl(v * 0.25) * enc) = fl(v * (enc * 0.25)).
+// Batched (batch >= 0): matrix `batch`'s partials; its decode scale is written by
+// batch_decode_scales, so nothing is written here, and the tables are rewritten in place: every
+// thread must be done with the previous matrix's (the caller's barrier) and waits for the new ones.
 template <DType kIn, bool kRow, bool kCol, bool kRht>
-__device__ __forceinline__ void tensor_setup(const Nvfp4Params& p, State& st, float* tables) {
+__device__ __forceinline__ void tensor_setup(const Nvfp4Params& p, State& st, float* tables, int64_t batch = -1) {
   const int tid = static_cast<int>(threadIdx.x);
   float row_amax = 0.0f, col_amax = 0.0f, plain = 0.0f, rht = 0.0f;
   if (p.measure) {
     __shared__ uint32_t red[2][kThreads / 32];
+    const uint32_t* partials = p.partials + (batch > 0 ? batch * 2 * kMaxPartials : 0);
     uint32_t a = 0, b = 0;
     for (int i = tid; i < p.n_partials; i += kThreads) {
-      a = max(a, p.partials[i]);
-      if (kRht) b = max(b, p.partials[kMaxPartials + i]);
+      a = max(a, partials[i]);
+      if (kRht) b = max(b, partials[kMaxPartials + i]);
     }
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
@@ -386,11 +390,27 @@ __device__ __forceinline__ void tensor_setup(const Nvfp4Params& p, State& st, fl
   tables[tid] = e;
   st.row_enc = tables;
   st.col_enc = tables + 128;
+  if (batch >= 0) {
+    __syncthreads();  // the new tables, before any thread encodes with them
+    return;
+  }
   if (blockIdx.x == 0 && tid == 0) {
     if (kRow) *p.row_scale_dec = rs.s_dec;
     if (kCol) *p.col_scale_dec = cs.s_dec;
     if (p.measure && p.amax != nullptr) *p.amax = plain;
     if (p.measure && p.col_amax != nullptr) *p.col_amax = rht;
+  }
+}
+
+// Batched: CTA 0 writes every matrix's decode scale (thread b reduces matrix b's partials) and
+// raises outputs.amax (zeroed by run()) to each matrix's amax.
+__device__ __forceinline__ void batch_decode_scales(const Nvfp4Params& p) {
+  if (blockIdx.x != 0) return;
+  for (int64_t b = threadIdx.x; b < p.batches; b += kThreads) {
+    uint32_t a = 0;
+    for (int i = 0; i < p.n_partials; ++i) a = max(a, p.partials[b * 2 * kMaxPartials + i]);
+    p.row_scale_dec[b] = formats::nvfp4_tensor_scales(__uint_as_float(a)).s_dec;
+    if (p.amax != nullptr) raise_amax(p.amax, a);
   }
 }
 
@@ -439,7 +459,13 @@ __global__ void __launch_bounds__(kThreads, kSr ? 2 : 3) nvfp4_quantize_kernel(c
       for (int g = tid; g < p.num_groups; g += kThreads) p.padded_group_ends[g] = static_cast<int32_t>(pends[g]);
     if constexpr (kRow) zero_row_scale_padding(p);
   }
-  tensor_setup<kIn, kRow, kCol, kRht>(p, st, tables);
+  const bool batched = p.batches > 1;
+  int64_t setup_batch = -1;  // batched: the matrix whose tensor scale the tables hold
+  if (batched) {
+    batch_decode_scales(p);
+  } else {
+    tensor_setup<kIn, kRow, kCol, kRht>(p, st, tables);
+  }
 
   const bool full_stores = p.row_vec_store && p.col_vec_store;
   auto flush = [&](const TileAt& a, int buf) {  // threads 0..63 rowwise chunks, 64..127 columnwise
@@ -475,6 +501,10 @@ __global__ void __launch_bounds__(kThreads, kSr ? 2 : 3) nvfp4_quantize_kernel(c
     }
     if (it > 0) flush(prev, (it - 1) & 1);
     const uint32_t* tile = tiles + (it % S::kStages) * S::kWords;
+    if (batched && at.r0 / p.batch_rows != setup_batch) {  // uniform: the CTA's tile
+      setup_batch = at.r0 / p.batch_rows;
+      tensor_setup<kIn, kRow, kCol, kRht>(p, st, tables, setup_batch);
+    }
     if constexpr (k2D) {
       tile_blocks<kIn>(tile, st, &tb);
       __syncthreads();

@@ -46,6 +46,12 @@ struct Nvfp4Params {
   int32_t* padded_group_ends;
   int num_groups;
   bool row_scale_word_store;  // rowwise scales 4-byte aligned (grouped stores them by words)
+  // Batched (batches > 1; rowwise, measured amax): `batches` matrices of batch_rows rows (a
+  // multiple of the tile) stacked as rows; matrix b's partials at partials + b * 2 * kMaxPartials,
+  // its decode scale at row_scale_dec[b]. Each tile belongs to one matrix, whose tensor scale the
+  // CTA sets up when its tile's matrix changes.
+  int64_t batch_rows;
+  int64_t batches;
 };
 
 namespace {

@@ -142,7 +142,7 @@ Status check_pointers(const QuantizeProblem& p, const QuantizeInputs& in, const 
     BS_RETURN_IF_ERROR(check_float_ptr("inputs.rowwise_tensor_amax", in.rowwise_tensor_amax, given));
     ranges->push_back(range("outputs.rowwise_data", out.rowwise_data, row_copies * rowwise_data_bytes(p)));
     ranges->push_back(range("outputs.rowwise_scales", out.rowwise_scales, row_copies * rowwise_scale_bytes(p)));
-    if (nvfp4) ranges->push_back(range("outputs.rowwise_scale_dec", out.rowwise_scale_dec, 4));
+    if (nvfp4) ranges->push_back(range("outputs.rowwise_scale_dec", out.rowwise_scale_dec, 4 * row_copies));
   }
   if (wants_columnwise(p)) {
     if (out.columnwise_data == nullptr) return Status::error("outputs.columnwise_data: must not be null (columnwise requested)");
@@ -323,13 +323,21 @@ Status run(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOut
 
 Status can_implement(const BatchedQuantizeProblem& p) {
   BS_RETURN_IF_ERROR(can_implement(p.matrix));
-  const bool mx = formats::is_mx(p.matrix.recipe);
-  if (p.matrix.recipe != Format::kFp8Block128x128 && !mx)
-    return Status::error("problem.matrix.recipe: batched quantize takes fp8_block128x128 and the MX recipes (the "
-                         "weights' recipes of fp8_block and mxfp8); quantize other recipes one matrix per run()");
-  if (mx && p.matrix.rows % 128 != 0)
-    return Status::error("problem.matrix.rows: batched MX quantize needs a multiple of 128 (got " +
+  const bool mx = formats::is_mx(p.matrix.recipe), nvfp4 = is_nvfp4(p.matrix.recipe);
+  if (p.matrix.recipe != Format::kFp8Block128x128 && !mx && !nvfp4)
+    return Status::error("problem.matrix.recipe: batched quantize takes fp8_block128x128, the MX recipes and nvfp4 "
+                         "(the weights' recipes); quantize other recipes one matrix per run()");
+  if ((mx || nvfp4) && p.matrix.rows % 128 != 0)
+    return Status::error("problem.matrix.rows: batched MX and NVFP4 quantize need a multiple of 128 (got " +
                          std::to_string(p.matrix.rows) + "), so that no 128-row tile spans two matrices");
+  if (nvfp4 && (p.matrix.directions != Direction::kRowwise || p.matrix.tensor_amax != TensorAmax::kMeasure ||
+                p.matrix.stochastic_rounding))
+    return Status::error("problem.matrix: batched NVFP4 quantize makes the rowwise copy with each matrix's amax "
+                         "measured, without stochastic rounding (directions kRowwise, tensor_amax kMeasure); "
+                         "quantize other NVFP4 problems one matrix per run()");
+  if (nvfp4 && p.batches > 65535)
+    return Status::error("problem.batches: batched NVFP4 quantize takes at most 65535 matrices (got " +
+                         std::to_string(p.batches) + ")");
   if (p.batches < 1) return Status::error("problem.batches: must be >= 1 (got " + std::to_string(p.batches) + ")");
   if (p.batches * std::max<int64_t>(p.matrix.rows, 1) > kMaxDim)
     return Status::error("problem: batches * matrix.rows must be <= 2^31");
@@ -345,13 +353,24 @@ Status can_implement(const BatchedQuantizeProblem& p, const QuantizeInputs& in, 
   return check_no_overlap(ranges);
 }
 
+size_t workspace_size(const BatchedQuantizeProblem& p) {
+  return is_nvfp4(p.matrix.recipe) && p.batches > 0 ? p.batches * workspace_size(p.matrix) : 0;
+}
+
 Status run(const BatchedQuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
-           cudaStream_t stream) {
+           void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   BS_RETURN_IF_ERROR(can_implement(p, in, out));
+  BS_RETURN_IF_ERROR(check_workspace(workspace_size(p), workspace, workspace_bytes));
   BS_RETURN_IF_ERROR(reset_amax(out, stream));
   if (empty(p.matrix)) return Status::ok();
   if (formats::is_mx(p.matrix.recipe)) return detail::launch_mx_batched_quantize(p, in, out, stream);
+  if (is_nvfp4(p.matrix.recipe)) return detail::launch_nvfp4_batched_quantize(p, in, out, workspace, stream);
   return detail::launch_fp8_block_batched_quantize(p, in, out, stream);
+}
+
+Status run(const BatchedQuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
+           cudaStream_t stream) {
+  return run(p, in, out, nullptr, 0, stream);
 }
 
 // ---- Grouped ----------------------------------------------------------------------------------

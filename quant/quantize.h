@@ -120,14 +120,21 @@ Status run(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOut
 // rowwise data at b * rowwise_data_bytes(matrix), its rowwise scales at
 // b * rowwise_scale_bytes(matrix), and so on. The bytes are those of `batches` run() calls on the
 // matrices and those offsets; amax (optional) is the maximum over all of them, nonfinite is set by
-// any. FP8 blockwise 128x128 (the fp8_block recipe's weights) and the MX recipes (matrix.rows a
-// multiple of 128, so each 128-row tile is one matrix's); one run() per matrix for the others.
+// any. FP8 blockwise 128x128 (the fp8_block recipe's weights), the MX recipes and NVFP4 (matrix.rows
+// a multiple of 128, so each 128-row tile is one matrix's); one run() per matrix for the others.
+// NVFP4: the rowwise copy only, each matrix's amax measured (its own tensor scale, as its own
+// run() would), no stochastic rounding; outputs.rowwise_scale_dec holds `batches` decode scales;
+// the workspace (workspace_size) holds each matrix's amax pass.
 struct BatchedQuantizeProblem {
   QuantizeProblem matrix;
   int64_t batches = 1;
 };
 Status can_implement(const BatchedQuantizeProblem& p);
 Status can_implement(const BatchedQuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out);
+size_t workspace_size(const BatchedQuantizeProblem& p);
+Status run(const BatchedQuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
+           void* workspace, size_t workspace_bytes, cudaStream_t stream);
+// The recipes that need no workspace (FP8 blockwise, MX).
 Status run(const BatchedQuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out,
            cudaStream_t stream);
 

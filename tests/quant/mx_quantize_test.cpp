@@ -401,7 +401,7 @@ TEST(MxQuantizeBatched, RowsMustBeWholeTiles) {
   EXPECT_NE(s.message().find("problem.matrix.rows"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("multiple of 128"), std::string::npos) << s.message();
   p.matrix.rows = 256, p.matrix.recipe = Format::kNvfp4;
-  EXPECT_FALSE(bq::can_implement(p).is_ok()) << "NVFP4 is not batched";
+  EXPECT_FALSE(bq::can_implement(p).is_ok()) << "NVFP4 batches the rowwise copy alone";
 }
 
 // One large bf16 tensor (not a multiple of the tile in either dimension).

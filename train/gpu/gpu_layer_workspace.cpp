@@ -77,18 +77,22 @@ Status LayerWorkspace::quantize_experts(const std::string& name, const float* w,
   q->col_dec = q->row_dec + experts;
   expert_scale_bytes_[name] = {rs, cs};
   saved_[name] = *q;
-  // One launch for every expert: FP8 blockwise, and MX where no 128-row tile spans two experts.
-  if (p.recipe == formats::Format::kFp8Block128x128 || (formats::is_mx(p.recipe) && n % 128 == 0)) {
-    quant::BatchedQuantizeProblem bp;
-    bp.matrix = p;
-    bp.batches = experts;
+  // One launch for every expert where quant/ batches the problem: FP8 blockwise, MX where no
+  // 128-row tile spans two experts, NVFP4's rowwise copy alone (one amax pass, one quantize launch).
+  quant::BatchedQuantizeProblem bp;
+  bp.matrix = p;
+  bp.batches = experts;
+  if (quant::can_implement(bp).is_ok()) {
     quant::QuantizeInputs in;
     in.x = w;
     quant::QuantizeOutputs out;
-    out.rowwise_data = q->row_data, out.rowwise_scales = rsp;
+    out.rowwise_data = q->row_data, out.rowwise_scales = rsp, out.rowwise_scale_dec = q->row_dec;
     out.columnwise_data = q->col_data, out.columnwise_scales = csp;
+    uint8_t* ws = nullptr;
+    const size_t ws_bytes = quant::workspace_size(bp);
+    BS_RETURN_IF_ERROR(buf(name + ".ws", int64_t(ws_bytes), &ws));
     PhaseScope phase(timer_, Phase::kQuantize);
-    return quant::run(bp, in, out, stream_);
+    return quant::run(bp, in, out, ws, ws_bytes, stream_);
   }
   for (int g = 0; g < experts; ++g) {
     quant::QuantizeInputs in;
