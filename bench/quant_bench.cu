@@ -193,7 +193,7 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
       counted(grouped ? bq::grouped_columnwise_data_bytes(gp) : copies * bq::columnwise_data_bytes(p)));
   out.columnwise_scales = buf.alloc<void>(
       counted(grouped ? bq::grouped_columnwise_scale_bytes(gp) : copies * bq::columnwise_scale_bytes(p)));
-  if (nvfp4 && row) out.rowwise_scale_dec = buf.alloc<float>(counted(4));
+  if (nvfp4 && row) out.rowwise_scale_dec = buf.alloc<float>(counted(4 * copies));  // batched: one per matrix
   if (nvfp4 && col) out.columnwise_scale_dec = buf.alloc<float>(counted(4));
   if (c.with_amax) out.amax = buf.alloc<float>(counted(4));
   if (c.with_amax && p.hadamard_columnwise) out.columnwise_amax = buf.alloc<float>(counted(4));
@@ -241,7 +241,10 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
       vin.row_index = d_index;
     }
   }
-  const size_t ws_bytes = grouped ? bq::workspace_size(gp) : bq::workspace_size(p);
+  const bq::BatchedQuantizeProblem bp{p, copies};
+  const size_t ws_bytes = grouped               ? bq::workspace_size(gp)
+                          : c.batches > 0 && !c.batch_loop ? bq::workspace_size(bp)
+                                                           : bq::workspace_size(p);
   void* ws = buf.alloc<void>(static_cast<int64_t>(ws_bytes));
   const bool mx_knobs = c.grid != bq::detail::GridPolicy::kAuto;
   uint16_t *nv_row = nullptr, *nv_col = nullptr;
@@ -281,7 +284,7 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
     if (c.nvfp4_values) return nvfp4_values();
     if (grouped) return bq::run(gp, gin, gout, ws, ws_bytes, nullptr);
     if (c.batches > 0 && c.batch_loop) return run_each();
-    if (c.batches > 0) return bq::run(bq::BatchedQuantizeProblem{p, c.batches}, in, out, nullptr);
+    if (c.batches > 0) return bq::run(bp, in, out, ws, ws_bytes, nullptr);
     if (mx_knobs) return bq::detail::run_mx(p, in, out, nullptr, c.grid);
     return bq::run(p, in, out, ws, ws_bytes, nullptr);
   };
@@ -412,6 +415,14 @@ std::vector<Case> all_cases() {
   // MXFP4's grid: the E2M1 encode makes it bound by instruction issue rather than bandwidth, so the
   // per-tile setup that a persistent grid amortises matters more than for MXFP8.
   add("mxfp4 persistent", Format::kMxfp4, 16384, 8192, bf16, both).grid = bq::detail::GridPolicy::kPersistent;
+  // The nvfp4 recipe's expert weights on Hopper's values route (2D blocks, the rowwise copy, each
+  // expert's amax measured): one batched amax pass and launch against one two-pass run() per expert.
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{2816, 2048}, {2048, 1408}}) {
+    Case& b = add("nvfp4 2d experts batched", Format::kNvfp4, rows, cols, fp32, row);
+    b.batches = 8, b.p.nvfp4_2d = true;
+    Case& c = add("nvfp4 2d experts per-expert runs", Format::kNvfp4, rows, cols, fp32, row);
+    c.batches = 8, c.batch_loop = true, c.p.nvfp4_2d = true;
+  }
   return cases;
 }
 
