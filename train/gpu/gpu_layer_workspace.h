@@ -126,8 +126,13 @@ class LayerWorkspace {
     mirror_params_ = params, mirror_ = mirror, mirror_count_ = count;
   }
   const uint16_t* bf16_mirror_of(const float* w, int64_t count) const {
-    if (mirror_ == nullptr || w < mirror_params_ || w + count > mirror_params_ + mirror_count_) return nullptr;
-    return mirror_ + (w - mirror_params_);
+    if (mirror_ == nullptr) return nullptr;
+    // As addresses: w may point into another buffer altogether.
+    const uintptr_t at = reinterpret_cast<uintptr_t>(w), begin = reinterpret_cast<uintptr_t>(mirror_params_);
+    if (at < begin || (at - begin) % sizeof(float) != 0) return nullptr;
+    const int64_t offset = static_cast<int64_t>((at - begin) / sizeof(float));
+    if (offset + count > mirror_count_) return nullptr;
+    return mirror_ + offset;
   }
 
   // ---- the step's state ----
