@@ -38,15 +38,17 @@ bool tma_stores_d(const GemmProblem& p, const GemmArguments& args) {
   return d_tma && (p.beta == 0.0f || accumulate_in_place);
 }
 
-template <int kTileN, bool kBScalePerRow, int kCluster, GroupMode kMode = GroupMode::kDense, int kTileM = 128>
+template <int kTileN, bool kBScalePerRow, int kCluster, GroupMode kMode = GroupMode::kDense, int kTileM = 128,
+          bool kDirect = false>
 const void* kernel_symbol() {
-  return reinterpret_cast<const void*>(&sm90::sm90_fp8_gemm_kernel<kTileN, kBScalePerRow, kCluster, kMode, kTileM>);
+  return reinterpret_cast<const void*>(&sm90::sm90_fp8_gemm_kernel<kTileN, kBScalePerRow, kCluster, kMode, kTileM, kDirect>);
 }
 
-template <int kTileN, bool kBScalePerRow, int kCluster, GroupMode kMode = GroupMode::kDense, int kTileM = 128>
+template <int kTileN, bool kBScalePerRow, int kCluster, GroupMode kMode = GroupMode::kDense, int kTileM = 128,
+          bool kDirect = false>
 Status prepare(int* sm_count) {
   using Cfg = Fp8GemmConfig<kTileN, kBScalePerRow, kCluster, kMode, kTileM>;
-  return prepare_kernel(kernel_symbol<kTileN, kBScalePerRow, kCluster, kMode, kTileM>(), Cfg::kSmemBytes,
+  return prepare_kernel(kernel_symbol<kTileN, kBScalePerRow, kCluster, kMode, kTileM, kDirect>(), Cfg::kSmemBytes,
                         "sm90_fp8_gemm_kernel", sm_count);
 }
 
@@ -73,13 +75,14 @@ Status max_active_clusters(const void* kernel, const cudaLaunchConfig_t& config,
   return Status::ok();
 }
 
-template <int kTileN, bool kBScalePerRow, int kCluster, GroupMode kMode = GroupMode::kDense, int kTileM = 128>
+template <int kTileN, bool kBScalePerRow, int kCluster, GroupMode kMode = GroupMode::kDense, int kTileM = 128,
+          bool kDirect = false>
 Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream, const Grouping* grouping) {
   using Cfg = Fp8GemmConfig<kTileN, kBScalePerRow, kCluster, kMode, kTileM>;
   constexpr bool kMGrouped = kMode == GroupMode::kM;
   constexpr bool kKGrouped = kMode == GroupMode::kK;
   int sm_count = 0;
-  BS_RETURN_IF_ERROR((prepare<kTileN, kBScalePerRow, kCluster, kMode, kTileM>(&sm_count)));
+  BS_RETURN_IF_ERROR((prepare<kTileN, kBScalePerRow, kCluster, kMode, kTileM, kDirect>(&sm_count)));
   const int64_t b_rows = kMGrouped ? p.n * grouping->num_groups : p.n;  // every expert's B, back to back
   const int64_t k_blocks = p.k / 128;
   // Operand tiles: each CTA's rows of A and B (a share of the one its cluster shares) x 128 bytes of K,
@@ -111,6 +114,7 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
                 static_cast<uint64_t>(p.ldd * d_elem), 64, static_cast<uint32_t>(128 / d_elem), CU_TENSOR_MAP_SWIZZLE_128B};
   CUtensorMap a_map, b_map, a_scale_map, b_scale_map, d_map;
   const bool direct = !tma_stores_d(p, args);
+  if (direct != kDirect) return Status::error("sm90_fp8_gemm: the epilogue instantiation does not match D (internal)");
   if (direct) {
     d_map = CUtensorMap{};  // unused: the threads write D
   } else if (kKGrouped) {
@@ -145,7 +149,6 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
   params.b_scale_blocks = static_cast<int32_t>((p.n + 127) / 128);
   params.alpha = p.alpha;
   params.d_bf16 = d_bf16;
-  params.direct = direct;
   params.accumulate = !direct && p.beta != 0.0f;  // tma_stores_d: beta 1 in place
   params.epilogue = sm90::make_epilogue(p, args);
   params.d = args.d;
@@ -166,13 +169,13 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
   config.gridDim = dim3(static_cast<unsigned>(kCluster * std::max(1, sm_count / kCluster)));
   int clusters = 0;
   BS_RETURN_IF_ERROR(
-      max_active_clusters(kernel_symbol<kTileN, kBScalePerRow, kCluster, kMode, kTileM>(), config, &clusters));
+      max_active_clusters(kernel_symbol<kTileN, kBScalePerRow, kCluster, kMode, kTileM, kDirect>(), config, &clusters));
   // M-grouped: the tile count lives on the device, so one CTA per SM (the extra ones exit at once).
   const int64_t units = kMGrouped   ? int64_t{clusters}
                        : kKGrouped ? int64_t{grouping->num_groups} * params.order.num_tiles()
                                    : int64_t{params.order.num_tiles()};
   config.gridDim = dim3(static_cast<unsigned>(kCluster * std::max<int64_t>(1, std::min<int64_t>(units, clusters))));
-  return cuda_status(cudaLaunchKernelEx(&config, sm90::sm90_fp8_gemm_kernel<kTileN, kBScalePerRow, kCluster, kMode, kTileM>, a_map,
+  return cuda_status(cudaLaunchKernelEx(&config, sm90::sm90_fp8_gemm_kernel<kTileN, kBScalePerRow, kCluster, kMode, kTileM, kDirect>, a_map,
                                         b_map, a_scale_map, b_scale_map, d_map, params),
                      "sm90_fp8_gemm_kernel launch");
 }
@@ -190,6 +193,21 @@ Status launch_width(const GemmProblem& p, const GemmArguments& args, cudaStream_
   }
   return cluster_size(p, grouping) == 2 ? launch<kTileN, kBScalePerRow, 2>(p, args, stream, nullptr)
                                              : launch<kTileN, kBScalePerRow, 1>(p, args, stream, nullptr);
+}
+
+// D that TMA cannot write, or C read other than as the fp32 D accumulated into (tma_stores_d): the
+// threads write D from registers, on the 128 x 128 tile (the direct epilogue's only instantiations).
+Status launch_direct(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream, const Grouping* grouping,
+                     bool b_scale_per_row) {
+  if (grouping != nullptr)
+    return b_scale_per_row ? launch<128, true, 1, GroupMode::kK, 128, true>(p, args, stream, grouping)
+                           : launch<128, false, 1, GroupMode::kM, 128, true>(p, args, stream, grouping);
+  const bool pair = cluster_size(p, grouping) == 2;
+  if (b_scale_per_row)
+    return pair ? launch<128, true, 2, GroupMode::kDense, 128, true>(p, args, stream, nullptr)
+                : launch<128, true, 1, GroupMode::kDense, 128, true>(p, args, stream, nullptr);
+  return pair ? launch<128, false, 2, GroupMode::kDense, 128, true>(p, args, stream, nullptr)
+              : launch<128, false, 1, GroupMode::kDense, 128, true>(p, args, stream, nullptr);
 }
 
 // 256 x 128 tiles: dense or M-grouped, 128x128 B (Fp8GemmConfig). Dense clusters pair tiles side
@@ -251,13 +269,20 @@ Status sm90_fp8_gemm_loadable() {
   BS_RETURN_IF_ERROR((prepare<128, false, 1, GroupMode::kM>(&sms)));
   BS_RETURN_IF_ERROR((prepare<192, false, 1, GroupMode::kM>(&sms)));
   BS_RETURN_IF_ERROR((prepare<128, true, 1, GroupMode::kK>(&sms)));
-  return prepare<192, true, 1, GroupMode::kK>(&sms);
+  BS_RETURN_IF_ERROR((prepare<192, true, 1, GroupMode::kK>(&sms)));
+  BS_RETURN_IF_ERROR((prepare<128, false, 1, GroupMode::kDense, 128, true>(&sms)));
+  BS_RETURN_IF_ERROR((prepare<128, false, 2, GroupMode::kDense, 128, true>(&sms)));
+  BS_RETURN_IF_ERROR((prepare<128, true, 1, GroupMode::kDense, 128, true>(&sms)));
+  BS_RETURN_IF_ERROR((prepare<128, true, 2, GroupMode::kDense, 128, true>(&sms)));
+  BS_RETURN_IF_ERROR((prepare<128, false, 1, GroupMode::kM, 128, true>(&sms)));
+  return prepare<128, true, 1, GroupMode::kK, 128, true>(&sms);
 }
 
 Status launch_sm90_fp8_gemm(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream,
                            const Grouping* grouping) {
   // gemm/grouped.cpp checks the recipes: 128x128 B when M-grouped, 1x128 B when K-grouped.
   const bool b_scale_per_row = p.b_recipe == Format::kFp8Block1x128;
+  if (!tma_stores_d(p, args)) return launch_direct(p, args, stream, grouping, b_scale_per_row);
   const bool tall_applies = !b_scale_per_row && (grouping == nullptr || grouping->mode == GroupMode::kM);
   Sm90Fp8Tile tile = sm90_fp8_tile();
   if (tile == Sm90Fp8Tile::kAuto) {

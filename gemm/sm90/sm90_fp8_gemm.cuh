@@ -42,7 +42,8 @@
 //     after the store that read it has (cp.async.bulk.wait_group.read). TMA clips boxes at M and N.
 //   Where TMA cannot write D (its rows or N not 16-byte multiples, D not 16-byte aligned) or C is
 //     read (beta other than 0, or 1 with fp32 C = D in place), `direct` epilogue: each thread
-//     writes alpha * acc + beta * C from registers, bounds-checked (sm90_epilogue.cuh).
+//     writes alpha * acc + beta * C from registers, bounds-checked (sm90_epilogue.cuh); its own
+//     instantiations (kDirect), on 128 x 128 tiles only.
 //   M-grouped: tiles start at their expert's first row, so a tile's last rows may belong to the
 //     next expert; a box holding such rows is copied out by the warpgroup's threads, row by row,
 //     16 bytes a thread (only the expert's rows), instead of by TMA. No cluster in this mode (two
@@ -144,7 +145,6 @@ struct Fp8GemmParams {
   float alpha = 1.0f;
   bool d_bf16 = true;
   bool accumulate = false;  // fp32 D += the product (TMA reduce-add)
-  bool direct = false;      // D from registers (epilogue below), d_map unused
   EpilogueParams epilogue;
   // M-grouped: expert g's B is rows g * n .. g * n + n - 1 of b_map, its 128x128 scales start at
   // b_block_scales + g * b_block_scales_group_stride. D (row stride ldd elements) for the boxes
@@ -256,8 +256,12 @@ __device__ __forceinline__ void store_tile(const CUtensorMap* d_map, const Fp8Ge
 
 // kTileN: the tile width. kBScalePerRow: B has 1x128 scales (wgrad), TMA-loaded per stage;
 // otherwise 128x128 scales read from global memory. kCluster: CTAs per cluster sharing B. kMode:
-// dense or M-grouped.
-template <int kTileN, bool kBScalePerRow, int kCluster, GroupMode kMode = GroupMode::kDense, int kTileM = 128>
+// dense or M-grouped. kDirect: the `direct` epilogue (D from registers) instead of TMA stores; its
+// own instantiation, because with that path in the same kernel ptxas allocated the main
+// accumulators in the register banks of the wgmma fragment they are promoted from (about half
+// the promotion FFMAs then read two operands from one bank; a fifth without it).
+template <int kTileN, bool kBScalePerRow, int kCluster, GroupMode kMode = GroupMode::kDense, int kTileM = 128,
+          bool kDirect = false>
 __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster, kMode, kTileM>::kThreads, 1)
     sm90_fp8_gemm_kernel(const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
                          const __grid_constant__ CUtensorMap a_scale_map,
@@ -542,7 +546,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
       const GroupedTile done = tile_at(unit);
 #pragma unroll
       for (int w = 0; w < kWaves; ++w) {
-        if (p.direct) {  // rows >= the expert's end and columns >= N skipped
+        if constexpr (kDirect) {  // rows >= the expert's end and columns >= N skipped
           const int32_t row = m0 + 128 * w + row_in_tile;
           const int rows = row >= done.row_end ? 0 : row + 8 >= done.row_end ? 1 : 2;
           store_fragment<kGroups>(p.epilogue, p.alpha, main_acc + w * kAcc, done.d_row0 + row, rows,
