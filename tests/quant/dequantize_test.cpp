@@ -212,6 +212,47 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Nvfp4ValuesTest,
                                            ValuesCase{"stacked2_odd_17x31", false, 2, 17, 31}),
                          [](const ::testing::TestParamInfo<ValuesCase>& i) { return i.param.name; });
 
+// Every code byte (two values) against every UE4M3 scale code, NaN (0x7F) included: byte k of
+// each row holds k, block j of row r has scale code (32 r + j) mod 128. The output once aligned
+// (the vector kernel) and once one element off (the scalar kernel).
+TEST(Nvfp4ValuesExhaustive, EveryCodeTimesEveryScale) {
+  SKIP_WITHOUT_GPU();
+  constexpr int64_t kRows = 128, kCols = 512, kBlocks = kCols / 16;
+  std::vector<uint8_t> data(static_cast<size_t>(kRows * kCols / 2)), linear(static_cast<size_t>(kRows * kBlocks));
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i % 256);
+  for (size_t i = 0; i < linear.size(); ++i) linear[i] = static_cast<uint8_t>(i % 128);
+  std::vector<uint8_t> scales;
+  ASSERT_OK(bf::pack_swizzled_scales(linear.data(), kRows, kBlocks, &scales));
+  DeviceBuffer data_buf, scale_buf, out;
+  ASSERT_OK(data_buf.upload(data.data(), data.size(), "data_buf"));
+  ASSERT_OK(scale_buf.upload(scales.data(), scales.size(), "scale_buf"));
+  const size_t count = static_cast<size_t>(kRows * kCols);
+  ASSERT_OK(out.alloc(2 * (count + 8), "out"));
+  bq::DequantizeProblem p;
+  p.recipe = Format::kNvfp4, p.rows = kRows, p.cols = kCols;
+  for (const size_t offset : {size_t{0}, size_t{1}}) {
+    ASSERT_CUDA(cudaMemset(out.data(), 0xAB, out.size()));
+    uint16_t* dst = out.as<uint16_t>() + offset;
+    ASSERT_OK(bq::nvfp4_block_values_bf16(p, 1, {data_buf.data(), scale_buf.data(), nullptr}, dst, nullptr));
+    std::vector<uint16_t> got(count);
+    ASSERT_CUDA(cudaMemcpy(got.data(), dst, 2 * count, cudaMemcpyDeviceToHost));
+    int64_t bad = 0;
+    for (int64_t r = 0; r < kRows; ++r)
+      for (int64_t e = 0; e < kCols; ++e) {
+        const uint32_t code = (data[static_cast<size_t>(r * kCols + e) / 2] >> (4 * (e % 2))) & 0xFu;
+        const uint8_t sc = linear[static_cast<size_t>(r * kBlocks + e / 16)];
+        const uint16_t want =
+            sc == 0x7F ? uint16_t{0x7FC0}
+                       : static_cast<uint16_t>(bf::float_bits(bf::mul_rn(bf::decode_e2m1(code), bf::decode_ue4m3(sc))) >> 16);
+        const uint16_t g = got[static_cast<size_t>(r * kCols + e)];
+        if (g != want && bad++ < 5)
+          ADD_FAILURE() << "offset " << offset << " row " << r << " value " << e << " code " << code << " scale code "
+                        << int{sc} << ": got 0x" << std::hex << g << " want 0x" << want << std::dec;
+      }
+    EXPECT_EQ(bad, 0) << "offset " << offset;
+  }
+}
+
 TEST(Nvfp4ValuesArgs, RefusedWithTheRule) {
   bq::DequantizeProblem p;
   p.recipe = Format::kMxfp8E4M3, p.rows = 16, p.cols = 16;
