@@ -15,7 +15,9 @@
 //
 // The width-2048 training step's MoE layer (docs/performance.md) adds four cases: w13 fprop
 // (N 2816, K 2048), w2 fprop (N 2048, K 1408), w2 dgrad (N 1408, K 2048), w13 dgrad (N 2048,
-// K 2816), 8 experts x 1024 tokens.
+// K 2816), 8 experts x 1024 tokens. Then DeepGEMM's own grouped shapes (its tests' sets):
+// M-grouped 4 x 8192 and 8 x 4096 tokens with N x K in (4096, 7168), (7168, 2048), (6144, 7168);
+// K-grouped (experts, tokens) (4, 8192), (8, 4096), (16, 2048) with N 4096, K 7168.
 //
 // Usage: gemm_grouped_bench [--iters N] [--only I,J,...] [--tile 128|192|256] (case indices, 0-based,
 // in the order above; --tile: the FP8 M-grouped kernel's tile (256: 256 x 128) instead of the
@@ -47,11 +49,15 @@ using bench::device_array;
 using bench::Fill;
 using blockscale::formats::Format;
 
+// Which products a case times: the M-grouped fprop, the K-grouped wgrad, or both.
+enum class Runs { kBoth, kFprop, kWgrad };
+
 struct Case {
   const char* name;
   int experts;
   int64_t tokens_per_expert, n, k;
   bool skewed;
+  Runs runs = Runs::kBoth;
 };
 
 std::vector<int64_t> expert_counts(const Case& c) {
@@ -268,7 +274,14 @@ int main(int argc, char** argv) {
                         {"8x1024 N2816 K2048 (train)", 8, 1024, 2816, 2048, false},
                         {"8x1024 N2048 K1408 (train w2)", 8, 1024, 2048, 1408, false},
                         {"8x1024 N1408 K2048 (train w2 dgrad)", 8, 1024, 1408, 2048, false},
-                        {"8x1024 N2048 K2816 (train w13 dgrad)", 8, 1024, 2048, 2816, false}};
+                        {"8x1024 N2048 K2816 (train w13 dgrad)", 8, 1024, 2048, 2816, false},
+                        // DeepGEMM's own grouped sets (its tests' shapes), for a one-to-one comparison
+                        {"4x8192 N4096 K7168", 4, 8192, 4096, 7168, false, Runs::kBoth},
+                        {"4x8192 N7168 K2048", 4, 8192, 7168, 2048, false, Runs::kFprop},
+                        {"4x8192 N6144 K7168", 4, 8192, 6144, 7168, false, Runs::kFprop},
+                        {"8x4096 N7168 K2048", 8, 4096, 7168, 2048, false, Runs::kFprop},
+                        {"8x4096 N6144 K7168", 8, 4096, 6144, 7168, false, Runs::kFprop},
+                        {"16x2048 N4096 K7168", 16, 2048, 4096, 7168, false, Runs::kWgrad}};
   struct Row {
     std::string name;
     double fp8, mx;
@@ -279,6 +292,7 @@ int main(int argc, char** argv) {
     for (int index = 0; index < static_cast<int>(std::size(cases)); ++index) {
       if (!only.empty() && std::find(only.begin(), only.end(), index) == only.end()) continue;
       const Case& c = cases[index];
+      if (c.runs == (wgrad ? Runs::kFprop : Runs::kWgrad)) continue;
       const std::vector<int64_t> counts = expert_counts(c);
       const auto ours = wgrad ? ours_wgrad_tflops : ours_fprop_tflops;
       Row r{std::string(wgrad ? "wgrad " : "fprop ") + c.name, ours(c, Format::kFp8Block1x128, counts, iters),
