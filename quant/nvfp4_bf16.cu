@@ -14,6 +14,7 @@
 
 #include "formats/scale_layout.h"   // defines: swizzled_scale_bytes
 #include "formats/scalar_codecs.h"  // defines: decode_e2m1, decode_ue4m3
+#include "quant/device_common.cuh"   // defines: prmt_sign
 #include "quant/launchers.h"        // defines: resident_ctas, even_grid, cuda_status
 
 namespace blockscale::quant::detail {
@@ -31,12 +32,6 @@ struct Params {
   int64_t rows, cols;
   int64_t data_stride, scale_stride;  // bytes from one matrix's buffer to the next
 };
-
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t d;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-  return d;
-}
 
 __device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
   uint32_t d;
@@ -57,13 +52,13 @@ __device__ __forceinline__ uint4 eight_values(uint32_t w, uint32_t scale2) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const uint32_t sel = h == 0 ? mag : mag >> 16;  // PRMT reads the selector's low 16 bits
-    const uint32_t lo = prmt(kLo03, kLo47, sel);
+    const uint32_t lo = prmt_sign(kLo03, kLo47, sel);
     // The sign of element 2i is the top bit of byte i of w << 4, of element 2i + 1 that of byte i
     // of w: PRMT's sign-replicating selectors (bit 3 set) spread each to a whole byte.
-    const uint32_t sign = prmt(w4, w, h == 0 ? 0xD9C8u : 0xFBEAu);
-    const uint32_t hi = prmt(kHi03, kHi47, sel) | (sign & 0x80808080u);
-    v[2 * h] = mul_bf16x2(prmt(lo, hi, 0x5140u), scale2);
-    v[2 * h + 1] = mul_bf16x2(prmt(lo, hi, 0x7362u), scale2);
+    const uint32_t sign = prmt_sign(w4, w, h == 0 ? 0xD9C8u : 0xFBEAu);
+    const uint32_t hi = prmt_sign(kHi03, kHi47, sel) | (sign & 0x80808080u);
+    v[2 * h] = mul_bf16x2(prmt_sign(lo, hi, 0x5140u), scale2);
+    v[2 * h + 1] = mul_bf16x2(prmt_sign(lo, hi, 0x7362u), scale2);
   }
   return make_uint4(v[0], v[1], v[2], v[3]);
 }
