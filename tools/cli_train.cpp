@@ -25,6 +25,7 @@ struct TrainArgs {
   const CLI::Option* compare_option = nullptr;  // given (possibly as ""), or not
   std::string gemm_route = "auto";
   std::string grad_reduce = "fp32";
+  std::string collectives = "auto";
 };
 
 constexpr const char* kFooter = R"(
@@ -60,15 +61,16 @@ std::vector<train::Recipe> parse_recipe_list(const std::string& list) {
 
 // Under a launcher (torchrun, srun) this process is one rank of several, one per GPU, joined
 // through NCCL; started on its own it is the only one.
-std::unique_ptr<train::Communicator> join_ranks() {
+std::unique_ptr<train::Communicator> join_ranks(train::DeviceCollectives collectives) {
   train::DistributedEnv env;
   check("train", train::read_distributed_env(&env));
   if (!env.distributed() && std::getenv("WORLD_SIZE") == nullptr) return nullptr;
 #ifdef BLOCKSCALE_HAVE_NCCL
   std::unique_ptr<train::Communicator> comm;
-  check("train", train::make_nccl_communicator(env, &comm));
+  check("train", train::make_nccl_communicator(env, collectives, &comm));
   return comm;
 #else
+  (void)collectives;
   if (env.distributed()) fail("train", "WORLD_SIZE > 1 needs a build with CUDA and NCCL");
   return nullptr;
 #endif
@@ -85,6 +87,8 @@ void run_train(TrainArgs& args) {
   check_usage("train", train::parse_recipe(args.recipe, &c.recipe));
   check_usage("train", gemm::parse_gemm_route("--gemm-route", args.gemm_route, &c.gemm_route));
   check_usage("train", train::parse_grad_reduce(args.grad_reduce, &c.grad_reduce));
+  train::DeviceCollectives collectives;
+  check_usage("train", train::parse_device_collectives(args.collectives, &collectives));
   if (c.optimizer.total_steps <= 0) c.optimizer.total_steps = c.steps;
   // Every option's range for every recipe the run trains, before any work (train() checks again).
   const std::vector<train::Recipe> recipes =
@@ -94,7 +98,7 @@ void run_train(TrainArgs& args) {
     each.recipe = r;
     check_usage("train", train::validate(each));
   }
-  const std::unique_ptr<train::Communicator> comm = join_ranks();
+  const std::unique_ptr<train::Communicator> comm = join_ranks(collectives);
   const bool leader = comm == nullptr || comm->rank() == 0;  // rank 0 prints the results
   if (!args.compare.empty()) {
     std::vector<train::TrainSummary> summaries;
@@ -149,6 +153,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--grad-reduce", args->grad_reduce,
                   "the type data-parallel gradient sums travel and add in: fp32 (the sum of the ranks' gradients "
                   "to fp32 rounding) or bf16 (half the bytes, each partial sum rounded to bf16; GPU)")
+      ->capture_default_str();
+  cmd->add_option("--collectives", args->collectives,
+                  "what moves the fp32 gradient sums between GPUs: copy-engines (peer copies, no SMs taken from the "
+                  "step; every rank's GPU on one host with peer access), nccl (NCCL's kernels), or auto (copy "
+                  "engines where they work, else NCCL)")
       ->capture_default_str();
   cmd->add_option("--out", c.out_dir,
                   "run directory (logs, checkpoints). One run at a time: a second run on a directory in use is "

@@ -9,7 +9,8 @@
 # per-micro-batch routing and load-balancing loss as the N ranks, summed in another order),
 # one_gpu_seed2 (one_gpu_global with another seed: the run-to-run noise that the N-GPU curve is
 # measured against), one_gpu_local (1 GPU, batch B: the throughput reference). Default model:
-# d_model 1024, 4 layers, 8 experts top-2, seq 1024, B = 4, 300 steps. Don't pass --seed.
+# d_model 1024, 4 layers, 8 experts top-2, seq 1024, B = 4, 300 steps; an option given replaces its
+# default (e.g. --d-model 2048 --d-ff 1408). Don't pass --seed.
 # With --expert-parallel or --shard-optimizer, the 1-GPU runs leave it out (one process, no ranks).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -17,9 +18,17 @@ n=${1:?usage: tools/data_parallel_check.sh N [train options]}
 shift
 b=4
 bs=${BLOCKSCALE:-./build/blockscale}  # the binary (BLOCKSCALE overrides)
-model=(--d-model 1024 --d-ff 1024 --layers 4 --heads 16 --experts 8 --top-k 2 --seq-len 1024 --vocab 256
-       --eval-batches 8 --log-every 50 --synthetic-tokens 20000000 --device gpu)
-long=(--steps 300 --eval-every 50)
+# The defaults the caller's options leave (--d-model 2048 replaces --d-model 1024).
+unless_given() {
+  local d=("$@") i
+  for ((i = 0; i < ${#d[@]}; i += 2)); do
+    [[ " ${user[*]} " == *" ${d[i]} "* || " ${user[*]} " == *" ${d[i]}="* ]] || kept+=("${d[i]}" "${d[i + 1]}")
+  done
+}
+user=("$@")
+kept=() && unless_given --d-model 1024 --d-ff 1024 --layers 4 --heads 16 --experts 8 --top-k 2 --seq-len 1024 \
+  --vocab 256 --eval-batches 8 --log-every 50 --synthetic-tokens 20000000 --device gpu && model=("${kept[@]}")
+kept=() && unless_given --steps 300 --eval-every 50 && long=("${kept[@]}")
 dir=runs/dp_check
 single=()  # the options for one GPU: --expert-parallel and --shard-optimizer need ranks from a launcher
 for a in "$@"; do [[ $a == --expert-parallel || $a == --shard-optimizer ]] || single+=("$a"); done
@@ -54,6 +63,7 @@ phases = cfg.get("phase_ms_per_step", {})
 if phases:
     print("exposed communication per step (%d GPUs): %.2f ms of %.2f ms" % (n, phases.get("communication", 0.0),
                                                                            cfg["phase_timed_step_ms"]))
+if "collectives" in cfg: print("gradient sums through %s" % cfg["collectives"])
 print("optimizer state per GPU: %.1f MiB (AdamW's moments, fp32, %d parameters)"
       % (cfg["optimizer_state_bytes_per_rank"] / 2**20, cfg["parameters"]))
 PY

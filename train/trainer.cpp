@@ -421,6 +421,9 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
            << "M active), " << tokens_per_step << " tokens/step"
            << (ranks.world > 1 ? " over " + std::to_string(ranks.world) + " ranks" : std::string())
            << (ranks.world > 1 && c.grad_reduce == GradReduce::kBf16 ? " (gradient sums in bf16)" : "")
+           << (ranks.world > 1 && c.grad_reduce == GradReduce::kFp32 && !comm->device_collectives().empty()
+                   ? " (gradient sums through " + comm->device_collectives() + ")"
+                   : std::string())
            << (c.shard_optimizer ? ", AdamW state " + printf_string("%.1f", backend->optimizer_state_bytes() / 1048576.0) +
                                        " MiB per rank (sharded)"
                                  : std::string())
@@ -516,6 +519,8 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
   if (!backend->attention().empty()) config["attention"] = backend->attention();
   config["ranks"] = ranks.world;
   config["grad_reduce"] = grad_reduce_name(c.grad_reduce);
+  if (ranks.world > 1 && !ranks.comm->device_collectives().empty())
+    config["collectives"] = ranks.comm->device_collectives();
   config["batch"] = c.batch;
   config["grad_accum"] = c.grad_accum;
   config["parameters"] = parameter_count(c.model);

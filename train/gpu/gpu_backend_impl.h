@@ -43,6 +43,7 @@ class GpuBackend final : public StepBackend {
   GpuBackend(const ModelConfig& config, Recipe recipe, gemm::GemmRoute route)
       : config_(config), recipe_(recipe), route_(route), layout_(make_param_layout(config)) {}
   ~GpuBackend() override {
+    if (shared_) comm_->forget_device_buffers();
     if (host_scalars_) cudaFreeHost(host_scalars_);
     if (cublas_) BS_CUDA_LIB(kCublas, cublasDestroy)(cublas_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -456,6 +457,7 @@ class GpuBackend final : public StepBackend {
   // Sums grads_[begin, end) across ranks once the backward enqueued so far has written it (bf16:
   // rounded into grads16_ first, summed there; optimizer_step widens the sums back).
   Status reduce_gradients(int64_t begin, int64_t end) {
+    BS_RETURN_IF_ERROR(share_buffers());
     reduce_pending_ = true;
     const bool bf16 = bf16_sums();
     if (bf16) {
@@ -482,16 +484,29 @@ class GpuBackend final : public StepBackend {
   int64_t layer_begin(int l) const {
     return l < config_.n_layers ? layout_.at(layout_.layers[l].attn_norm).offset : layout_.at(layout_.final_norm).offset;
   }
+  // Layer l's FFN half (ffn_norm to the layer's end): summed as soon as its backward is done, while
+  // the attention half's backward runs, so the step's last sum is small.
+  int64_t ffn_begin(int l) const { return layout_.at(layout_.layers[l].ffn_norm).offset; }
   // The end of layer l's gradients that every rank sums: all of them, except that with expert
   // parallelism each rank's experts (w13 and w2, the layer's last tensors) are its own.
   int64_t shared_end(int l) const {
     return expert_parallel_ ? layout_.at(layout_.layers[l].w13).offset : layer_begin(l + 1);
   }
-  // What optimizer_step sums when no backward did: the same segments.
+  // What optimizer_step sums when no backward did: the same segments (reduction_buckets').
   Status reduce_shared_gradients() {
     BS_RETURN_IF_ERROR(reduce_gradients(layer_begin(config_.n_layers), layout_.total));
-    for (int l = config_.n_layers - 1; l >= 0; --l) BS_RETURN_IF_ERROR(reduce_gradients(layer_begin(l), shared_end(l)));
+    for (int l = config_.n_layers - 1; l >= 0; --l) {
+      BS_RETURN_IF_ERROR(reduce_gradients(ffn_begin(l), shared_end(l)));
+      BS_RETURN_IF_ERROR(reduce_gradients(layer_begin(l), ffn_begin(l)));
+    }
     return reduce_gradients(0, layer_begin(0));
+  }
+  // The gradients and parameters opened to the communicator's copy engines (first sum of a run).
+  Status share_buffers() {
+    if (shared_) return Status::ok();
+    shared_ = true;
+    if (!bf16_sums()) BS_RETURN_IF_ERROR(comm_->share_device_buffer(grads_, layout_.total, true));
+    return comm_->share_device_buffer(params_, layout_.total, false);  // the sharded optimizer's gathers
   }
   int64_t ffn_capacity(int64_t rows) const { return expert_parallel_ ? rows * comm_->world_size() : rows; }
   ExpertExchange& exchange(int l) {
@@ -528,6 +543,7 @@ class GpuBackend final : public StepBackend {
   std::map<int64_t, size_t> bucket_at_;    // a reduction bucket's index by its first parameter
   bool reduce_next_ = false;     // the next backward sums gradients across ranks
   bool reduce_pending_ = false;  // sums enqueued that optimizer_step must wait for
+  bool shared_ = false;          // share_buffers has run
   GradReduce grad_reduce_ = GradReduce::kFp32;
   uint16_t* grads16_ = nullptr;  // bf16 gradient sums (--grad-reduce bf16)
   uint16_t* params16_ = nullptr;  // the bf16 recipe's copy of params_ (refresh_bf16_mirror)

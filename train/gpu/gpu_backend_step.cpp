@@ -276,6 +276,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
     timer_.mark(Phase::kNorm);
     BS_RETURN_IF_ERROR(gpu::rmsnorm_backward(dh2, x_mid, P(lp.ffn_norm), rstd2, m, d, dx, G(lp.ffn_norm), norm_ws,
                                              norm_ws_bytes, stream_));
+    if (reduce) BS_RETURN_IF_ERROR(reduce_gradients(ffn_begin(l), shared_end(l)));  // the FFN half is done
     timer_.mark(Phase::kOther);
     BS_CUDA(cudaMemsetAsync(dh, 0, m * d * sizeof(float), stream_));
     BS_RETURN_IF_ERROR(layers_.linear_backward(n + ".wo", lin, gradient_sr_key(run_seed, micro_step, l, 1), dx, att, P(lp.wo), m,
@@ -293,7 +294,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
     timer_.mark(Phase::kNorm);
     BS_RETURN_IF_ERROR(gpu::rmsnorm_backward(dh, x_in, P(lp.attn_norm), rstd1, m, d, dx, G(lp.attn_norm), norm_ws,
                                              norm_ws_bytes, stream_));
-    if (reduce) BS_RETURN_IF_ERROR(reduce_gradients(layer_begin(l), shared_end(l)));  // layer l is done
+    if (reduce) BS_RETURN_IF_ERROR(reduce_gradients(layer_begin(l), ffn_begin(l)));  // the attention half
   }
   size_t emb_ws_bytes = 0;
   BS_RETURN_IF_ERROR(gpu::embedding_backward_workspace_bytes(m, c.vocab, &emb_ws_bytes));

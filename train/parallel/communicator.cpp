@@ -17,6 +17,24 @@ Status parse_grad_reduce(const std::string& name, GradReduce* out) {
   return Status::error("--grad-reduce: expected fp32 or bf16 (got '" + name + "')");
 }
 
+const char* device_collectives_name(DeviceCollectives c) {
+  switch (c) {
+    case DeviceCollectives::kNccl: return "nccl";
+    case DeviceCollectives::kCopyEngines: return "copy-engines";
+    default: return "auto";
+  }
+}
+
+Status parse_device_collectives(const std::string& name, DeviceCollectives* out) {
+  for (DeviceCollectives c : {DeviceCollectives::kAuto, DeviceCollectives::kNccl, DeviceCollectives::kCopyEngines}) {
+    if (name == device_collectives_name(c)) {
+      *out = c;
+      return Status::ok();
+    }
+  }
+  return Status::error("--collectives: expected auto, nccl or copy-engines (got '" + name + "')");
+}
+
 class LocalMember final : public Communicator {
  public:
   LocalMember(LocalGroup& group, int rank) : group_(group), rank_(rank) {}

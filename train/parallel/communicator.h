@@ -24,6 +24,15 @@ enum class GradReduce { kFp32, kBf16 };
 const char* grad_reduce_name(GradReduce r);
 Status parse_grad_reduce(const std::string& name, GradReduce* out);
 
+// How the GPU communicator moves the fp32 gradient sums and parameter gathers (--collectives).
+// kCopyEngines: the GPUs' copy engines (train/parallel/gpu_copy_engines.h), which leave every SM to
+// the step; only where all ranks' GPUs are on one host and reach each other's memory. kNccl: NCCL's
+// kernels, anywhere. kAuto, the default: copy engines where they work, else NCCL. The host sums,
+// the bf16 sums and expert parallelism's exchanges always go through NCCL.
+enum class DeviceCollectives { kAuto, kNccl, kCopyEngines };
+const char* device_collectives_name(DeviceCollectives c);
+Status parse_device_collectives(const std::string& name, DeviceCollectives* out);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -68,6 +77,16 @@ class Communicator {
     return no_gpu("reduce");
   }
   virtual Status wait_device(void* /*stream*/) { return no_gpu("reduce"); }
+  // Lets the fp32 sums (with `sums`) and gathers of ranges in [base, base + count) take the
+  // copy engines where this communicator uses them (base: the start of a cudaMalloc allocation,
+  // kept until forget_device_buffers). Collective: every rank shares its buffers of the same role
+  // in the same order. Elsewhere, nothing to do.
+  virtual Status share_device_buffer(float* /*base*/, int64_t /*count*/, bool /*sums*/) { return Status::ok(); }
+  // Before the shared buffers are freed, with nothing in flight on them.
+  virtual void forget_device_buffers() {}
+  // What carries the device sums: "copy engines", "NCCL" or "NCCL (why not copy engines)"; empty
+  // for a communicator without GPUs.
+  virtual std::string device_collectives() const { return ""; }
 
  protected:
   static Status no_gpu(const char* what) {

@@ -11,6 +11,7 @@
 #include "runtime/cuda_libraries.h"
 #include "runtime/cuda_status.h"
 #include "runtime/device.h"
+#include "train/parallel/gpu_copy_engines.h"
 
 namespace blockscale::train {
 namespace {
@@ -28,10 +29,11 @@ using runtime::cuda_status;
 class NcclCommunicator final : public Communicator {
  public:
   ~NcclCommunicator() override {
+    engines_.reset();
     if (stream_) cudaStreamDestroy(stream_);
     if (comm_) NCCL(ncclCommDestroy)(comm_);
   }
-  Status init(const DistributedEnv& env) {
+  Status init(const DistributedEnv& env, DeviceCollectives collectives) {
     rank_ = env.rank, world_ = env.world_size;
     setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/1);
     int devices = 0;
@@ -55,6 +57,20 @@ class NcclCommunicator final : public Communicator {
     std::memcpy(&id, blob.data(), sizeof(id));
     BS_RETURN_IF_ERROR(nccl_check(NCCL(ncclCommInitRank)(&comm_, world_, id, rank_), "ncclCommInitRank"));
     BS_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+    path_ = "NCCL";
+    if (collectives == DeviceCollectives::kNccl || world_ == 1) return Status::ok();
+    std::string why;
+    BS_RETURN_IF_ERROR(CopyEngineGroup::make(
+        rank_, world_, stream_,
+        [this](const void* mine, size_t bytes, std::vector<uint8_t>* all) { return gather_bytes(mine, bytes, all); },
+        &engines_, &why));
+    if (engines_) {
+      path_ = "copy engines";
+    } else if (collectives == DeviceCollectives::kCopyEngines) {
+      return Status::error("--collectives copy-engines: " + why);
+    } else {
+      path_ = "NCCL (not copy engines: " + why + ")";
+    }
     return Status::ok();
   }
 
@@ -65,6 +81,13 @@ class NcclCommunicator final : public Communicator {
   Status all_reduce_host(float* data, int64_t n) override { return host_sum(data, n, ncclFloat); }
   // Every NCCL call goes on stream_, so all ranks run them in the order they were issued.
   Status all_reduce_device(float* data, int64_t n, void* after) override {
+    if (engines_ && engines_->covers(data, n, true)) {
+      BS_RETURN_IF_ERROR(join(static_cast<cudaStream_t>(after), stream_));
+      std::vector<int64_t> bounds(world_ + 1);
+      for (int r = 0; r <= world_; ++r) bounds[r] = n * r / world_;
+      BS_RETURN_IF_ERROR(engines_->reduce_scatter(data, bounds));
+      return engines_->all_gather(data, bounds);
+    }
     return device_sum(data, n, ncclFloat, after);
   }
   Status all_reduce_device_bf16(uint16_t* data, int64_t n, void* after) override {
@@ -89,6 +112,10 @@ class NcclCommunicator final : public Communicator {
     return status.is_ok() ? end : status;
   }
   Status reduce_scatter_device(float* data, int64_t count, void* after) override {
+    if (engines_ && engines_->covers(data, world_ * count, true)) {
+      BS_RETURN_IF_ERROR(join(static_cast<cudaStream_t>(after), stream_));
+      return engines_->reduce_scatter(data, chunks(count));
+    }
     return scatter_sum(data, data + int64_t{rank_} * count, count, ncclFloat, after);
   }
   Status reduce_scatter_device_bf16(uint16_t* data, int64_t count, void* after) override {
@@ -96,10 +123,18 @@ class NcclCommunicator final : public Communicator {
   }
   Status all_gather_device(float* data, int64_t count, void* after) override {
     BS_RETURN_IF_ERROR(join(static_cast<cudaStream_t>(after), stream_));
+    if (engines_ && engines_->covers(data, world_ * count, false)) return engines_->all_gather(data, chunks(count));
     return nccl_check(NCCL(ncclAllGather)(data + int64_t{rank_} * count, data, size_t(count), ncclFloat, comm_, stream_),
                       "ncclAllGather");
   }
   Status wait_device(void* stream) override { return join(stream_, static_cast<cudaStream_t>(stream)); }
+  Status share_device_buffer(float* base, int64_t count, bool sums) override {
+    return engines_ ? engines_->add_buffer(base, count, sums) : Status::ok();
+  }
+  void forget_device_buffers() override {
+    if (engines_) engines_->clear_buffers();
+  }
+  std::string device_collectives() const override { return path_; }
 
  private:
   // `waiter` waits for the work enqueued so far on `done`.
@@ -122,6 +157,25 @@ class NcclCommunicator final : public Communicator {
                       "ncclReduceScatter");
   }
 
+  std::vector<int64_t> chunks(int64_t count) const {
+    std::vector<int64_t> bounds(world_ + 1);
+    for (int r = 0; r <= world_; ++r) bounds[r] = count * r;
+    return bounds;
+  }
+  // Every rank's `bytes` bytes, rank by rank (the copy engines' setup: where each GPU is, IPC handles).
+  Status gather_bytes(const void* mine, size_t bytes, std::vector<uint8_t>* all) {
+    if (bytes * (world_ + 1) > staging_.size())
+      BS_RETURN_IF_ERROR(staging_.alloc(bytes * (world_ + 1), "cudaMalloc (NCCL staging)"));
+    uint8_t* in = staging_.as<uint8_t>() + bytes * world_;
+    BS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(in, mine, bytes, cudaMemcpyHostToDevice, stream_), "copy in"));
+    BS_RETURN_IF_ERROR(nccl_check(NCCL(ncclAllGather)(in, staging_.data(), bytes, ncclUint8, comm_, stream_),
+                                  "ncclAllGather"));
+    all->resize(bytes * world_);
+    BS_RETURN_IF_ERROR(
+        cuda_status(cudaMemcpyAsync(all->data(), staging_.data(), all->size(), cudaMemcpyDeviceToHost, stream_), "copy out"));
+    return cuda_status(cudaStreamSynchronize(stream_), "gather_bytes");
+  }
+
   Status host_sum(void* data, int64_t n, ncclDataType_t type) {
     const size_t bytes = size_t(n) * (type == ncclDouble ? 8 : 4);
     if (bytes > staging_.size()) BS_RETURN_IF_ERROR(staging_.alloc(bytes, "cudaMalloc (NCCL staging)"));
@@ -137,13 +191,16 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   runtime::DeviceBuffer staging_;  // host sums pass through it (grown to the largest)
+  std::unique_ptr<CopyEngineGroup> engines_;  // the device sums' copy engines (null: NCCL's kernels)
+  std::string path_;
 };
 
 }  // namespace
 
-Status make_nccl_communicator(const DistributedEnv& env, std::unique_ptr<Communicator>* out) {
+Status make_nccl_communicator(const DistributedEnv& env, DeviceCollectives collectives,
+                              std::unique_ptr<Communicator>* out) {
   auto comm = std::make_unique<NcclCommunicator>();
-  BS_RETURN_IF_ERROR(comm->init(env));
+  BS_RETURN_IF_ERROR(comm->init(env, collectives));
   *out = std::move(comm);
   return Status::ok();
 }

@@ -11,7 +11,10 @@
 
 namespace blockscale::train {
 
-// Selects GPU env.local_rank and joins the NCCL communicator of env.world_size ranks.
-Status make_nccl_communicator(const DistributedEnv& env, std::unique_ptr<Communicator>* out);
+// Selects GPU env.local_rank and joins the NCCL communicator of env.world_size ranks; the device
+// sums take the path `collectives` asks for (kCopyEngines where they cannot work: an error that
+// says why).
+Status make_nccl_communicator(const DistributedEnv& env, DeviceCollectives collectives,
+                              std::unique_ptr<Communicator>* out);
 
 }  // namespace blockscale::train

@@ -58,7 +58,11 @@ std::vector<std::pair<int64_t, int64_t>> reduction_buckets(const ParamLayout& la
   };
   std::vector<std::pair<int64_t, int64_t>> out;
   out.emplace_back(layer_begin(n_layers), layout.total);
-  for (int l = n_layers - 1; l >= 0; --l) out.emplace_back(layer_begin(l), layer_begin(l + 1));
+  for (int l = n_layers - 1; l >= 0; --l) {  // the FFN half (its backward comes first), then the attention half
+    const int64_t ffn = layout.at(layout.layers[l].ffn_norm).offset;
+    out.emplace_back(ffn, layer_begin(l + 1));
+    out.emplace_back(layer_begin(l), ffn);
+  }
   out.emplace_back(0, layer_begin(0));
   return out;
 }

@@ -1,6 +1,7 @@
 // AdamW's state sharded across data-parallel ranks (ZeRO stage 1): which parameters each rank
 // updates and keeps moments for. The flat parameter vector is cut into the buckets the backward
-// sums one at a time (reduction_buckets: the embeddings, each layer, the final norm + LM head).
+// sums one at a time (reduction_buckets: the embeddings, each layer's attention and FFN halves, the
+// final norm + LM head).
 // Each bucket's first world x chunk elements (chunk = size / world) are split evenly, rank r owning
 // chunk r: what a reduce-scatter of the bucket leaves on it and an all-gather hands back. The
 // bucket's last size mod world elements, its tail, belong to every rank: summed by a small
@@ -60,7 +61,8 @@ class OptimizerShards {
 };
 
 // The ranges the backward sums across ranks, in the order it sums them: the final norm and the
-// LM head, the layers from the last to the first, the embeddings.
+// LM head, the layers from the last to the first (each its FFN half, then its attention half), the
+// embeddings.
 std::vector<std::pair<int64_t, int64_t>> reduction_buckets(const ParamLayout& layout);
 
 }  // namespace blockscale::train

@@ -78,10 +78,15 @@ TEST(OptimizerShards, AModelsBucketsAreTheBackwardsInItsOrder) {
   const ModelConfig c = blockscale_test::tiny_model_config().model;
   const ParamLayout layout = make_param_layout(c);
   const auto buckets = reduction_buckets(layout);
-  ASSERT_EQ(buckets.size(), size_t(c.n_layers) + 2);
+  ASSERT_EQ(buckets.size(), 2 * size_t(c.n_layers) + 2);
   EXPECT_EQ(buckets.front().second, layout.total);                  // the final norm and LM head first
   EXPECT_EQ(buckets.back().first, 0);                               // the embeddings last
   for (size_t i = 1; i < buckets.size(); ++i) EXPECT_EQ(buckets[i].second, buckets[i - 1].first);
+  for (int l = 0; l < c.n_layers; ++l) {  // each layer's FFN half, then its attention half
+    const size_t ffn = 1 + 2 * size_t(c.n_layers - 1 - l);
+    EXPECT_EQ(buckets[ffn].first, layout.at(layout.layers[l].ffn_norm).offset) << "layer " << l;
+    EXPECT_EQ(buckets[ffn + 1].first, layout.at(layout.layers[l].attn_norm).offset) << "layer " << l;
+  }
   OptimizerShards s;
   ASSERT_OK(OptimizerShards::make(buckets, layout.total, 0, 2, &s));
 }
