@@ -484,22 +484,28 @@ class GpuBackend final : public StepBackend {
   int64_t layer_begin(int l) const {
     return l < config_.n_layers ? layout_.at(layout_.layers[l].attn_norm).offset : layout_.at(layout_.final_norm).offset;
   }
-  // Layer l's FFN half (ffn_norm to the layer's end): summed as soon as its backward is done, while
-  // the attention half's backward runs, so the step's last sum is small.
-  int64_t ffn_begin(int l) const { return layout_.at(layout_.layers[l].ffn_norm).offset; }
   // The end of layer l's gradients that every rank sums: all of them, except that with expert
   // parallelism each rank's experts (w13 and w2, the layer's last tensors) are its own.
   int64_t shared_end(int l) const {
     return expert_parallel_ ? layout_.at(layout_.layers[l].w13).offset : layer_begin(l + 1);
   }
-  // What optimizer_step sums when no backward did: the same segments (reduction_buckets').
+  // Sums the reduction bucket that starts at layer l's tensor `first` (train/parallel/
+  // optimizer_shards.h: reduction_buckets), once the backward has written it.
+  Status reduce_tensor(int l, int first) {
+    const LayerParams& p = layout_.layers[l];
+    const auto at = [&](int t) { return layout_.at(t).offset; };
+    const int64_t end = first == p.attn_norm ? at(p.wo)        // with wqkv
+                        : first == p.wo      ? at(p.ffn_norm)
+                        : first == p.ffn_norm ? at(p.w13)      // with the router
+                        : first == p.w13     ? at(p.w2)
+                                             : layer_begin(l + 1);  // w2
+    return reduce_gradients(at(first), end);
+  }
+  // What optimizer_step sums when no backward did: the same buckets.
   Status reduce_shared_gradients() {
-    BS_RETURN_IF_ERROR(reduce_gradients(layer_begin(config_.n_layers), layout_.total));
-    for (int l = config_.n_layers - 1; l >= 0; --l) {
-      BS_RETURN_IF_ERROR(reduce_gradients(ffn_begin(l), shared_end(l)));
-      BS_RETURN_IF_ERROR(reduce_gradients(layer_begin(l), ffn_begin(l)));
-    }
-    return reduce_gradients(0, layer_begin(0));
+    for (const auto& [begin, end] : reduction_buckets(layout_, expert_parallel_))
+      BS_RETURN_IF_ERROR(reduce_gradients(begin, end));
+    return Status::ok();
   }
   // The gradients and parameters opened to the communicator's copy engines (first sum of a run).
   Status share_buffers() {

@@ -244,11 +244,13 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
         const int64_t w2_at = er.first * d * f, w13_at = er.first * 2 * f * d;
         BS_RETURN_IF_ERROR(layers_.grouped_backward(n + ".w2", gradient_sr_key(run_seed, micro_step, l, 3), dye, a, er.rows,
                                             er.ends, er.experts, P(lp.w2) + w2_at, d, f, da, G(lp.w2) + w2_at));
+        if (reduce && !expert_parallel_) BS_RETURN_IF_ERROR(reduce_tensor(l, lp.w2));
         timer_.mark(Phase::kOther);
         BS_RETURN_IF_ERROR(gpu::swiglu_backward(u, da, er.rows, f, du, stream_));
         BS_RETURN_IF_ERROR(layers_.grouped_backward(n + ".w13", gradient_sr_key(run_seed, micro_step, l, 2), du, xs, er.rows,
                                             er.ends, er.experts, P(lp.w13) + w13_at, 2 * f, d, dxe,
                                             G(lp.w13) + w13_at));
+        if (reduce && !expert_parallel_) BS_RETURN_IF_ERROR(reduce_tensor(l, lp.w13));
       }
       if (expert_parallel_) {
         PhaseScope phase(timer_, Phase::kCommunication);
@@ -268,19 +270,22 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
       BS_RETURN_IF_ERROR(buf("du", m * 2 * f, &du));
       BS_RETURN_IF_ERROR(layers_.linear_backward(n + ".w2", lin, gradient_sr_key(run_seed, micro_step, l, 3), dx, a, P(lp.w2), m,
                                          d, f, da, G(lp.w2)));
+      if (reduce) BS_RETURN_IF_ERROR(reduce_tensor(l, lp.w2));
       timer_.mark(Phase::kOther);
       BS_RETURN_IF_ERROR(gpu::swiglu_backward(u, da, m, f, du, stream_));
       BS_RETURN_IF_ERROR(layers_.linear_backward(n + ".w13", lin, gradient_sr_key(run_seed, micro_step, l, 2), du, h2, P(lp.w13),
                                          m, 2 * f, d, dh2, G(lp.w13)));
+      if (reduce) BS_RETURN_IF_ERROR(reduce_tensor(l, lp.w13));
     }
     timer_.mark(Phase::kNorm);
     BS_RETURN_IF_ERROR(gpu::rmsnorm_backward(dh2, x_mid, P(lp.ffn_norm), rstd2, m, d, dx, G(lp.ffn_norm), norm_ws,
                                              norm_ws_bytes, stream_));
-    if (reduce) BS_RETURN_IF_ERROR(reduce_gradients(ffn_begin(l), shared_end(l)));  // the FFN half is done
+    if (reduce) BS_RETURN_IF_ERROR(reduce_tensor(l, lp.ffn_norm));  // with the router
     timer_.mark(Phase::kOther);
     BS_CUDA(cudaMemsetAsync(dh, 0, m * d * sizeof(float), stream_));
     BS_RETURN_IF_ERROR(layers_.linear_backward(n + ".wo", lin, gradient_sr_key(run_seed, micro_step, l, 1), dx, att, P(lp.wo), m,
                                        d, d, datt, G(lp.wo)));
+    if (reduce) BS_RETURN_IF_ERROR(reduce_tensor(l, lp.wo));
     {
       PhaseScope phase(timer_, Phase::kAttention);
       if (fused)
@@ -294,7 +299,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
     timer_.mark(Phase::kNorm);
     BS_RETURN_IF_ERROR(gpu::rmsnorm_backward(dh, x_in, P(lp.attn_norm), rstd1, m, d, dx, G(lp.attn_norm), norm_ws,
                                              norm_ws_bytes, stream_));
-    if (reduce) BS_RETURN_IF_ERROR(reduce_gradients(layer_begin(l), ffn_begin(l)));  // the attention half
+    if (reduce) BS_RETURN_IF_ERROR(reduce_tensor(l, lp.attn_norm));  // with wqkv
   }
   size_t emb_ws_bytes = 0;
   BS_RETURN_IF_ERROR(gpu::embedding_backward_workspace_bytes(m, c.vocab, &emb_ws_bytes));

@@ -51,17 +51,24 @@ void OptimizerShards::unpack(const float* shard, float* full, bool tails) const 
     if (tails || !p.tail) std::memcpy(full + p.offset, shard + p.state_offset, p.count * sizeof(float));
 }
 
-std::vector<std::pair<int64_t, int64_t>> reduction_buckets(const ParamLayout& layout) {
+std::vector<std::pair<int64_t, int64_t>> reduction_buckets(const ParamLayout& layout, bool experts_local) {
   const int n_layers = static_cast<int>(layout.layers.size());
   auto layer_begin = [&](int l) {
     return l < n_layers ? layout.at(layout.layers[l].attn_norm).offset : layout.at(layout.final_norm).offset;
   };
   std::vector<std::pair<int64_t, int64_t>> out;
   out.emplace_back(layer_begin(n_layers), layout.total);
-  for (int l = n_layers - 1; l >= 0; --l) {  // the FFN half (its backward comes first), then the attention half
-    const int64_t ffn = layout.at(layout.layers[l].ffn_norm).offset;
-    out.emplace_back(ffn, layer_begin(l + 1));
-    out.emplace_back(layer_begin(l), ffn);
+  for (int l = n_layers - 1; l >= 0; --l) {
+    const LayerParams& p = layout.layers[l];
+    const int64_t wo = layout.at(p.wo).offset, ffn = layout.at(p.ffn_norm).offset;
+    const int64_t w13 = layout.at(p.w13).offset, w2 = layout.at(p.w2).offset;
+    if (!experts_local || p.router < 0) {
+      out.emplace_back(w2, layer_begin(l + 1));
+      out.emplace_back(w13, w2);
+    }
+    out.emplace_back(ffn, w13);  // the FFN norm and the router
+    out.emplace_back(wo, ffn);
+    out.emplace_back(layer_begin(l), wo);  // the attention norm and wqkv
   }
   out.emplace_back(0, layer_begin(0));
   return out;

@@ -1,7 +1,6 @@
 // AdamW's state sharded across data-parallel ranks (ZeRO stage 1): which parameters each rank
 // updates and keeps moments for. The flat parameter vector is cut into the buckets the backward
-// sums one at a time (reduction_buckets: the embeddings, each layer's attention and FFN halves, the
-// final norm + LM head).
+// sums one at a time (reduction_buckets).
 // Each bucket's first world x chunk elements (chunk = size / world) are split evenly, rank r owning
 // chunk r: what a reduce-scatter of the bucket leaves on it and an all-gather hands back. The
 // bucket's last size mod world elements, its tail, belong to every rank: summed by a small
@@ -60,9 +59,11 @@ class OptimizerShards {
   std::vector<OptimizerPiece> pieces_;
 };
 
-// The ranges the backward sums across ranks, in the order it sums them: the final norm and the
-// LM head, the layers from the last to the first (each its FFN half, then its attention half), the
-// embeddings.
-std::vector<std::pair<int64_t, int64_t>> reduction_buckets(const ParamLayout& layout);
+// The ranges the backward sums across ranks, in the order it sums them, each as soon as the
+// backward has written it: the final norm and the LM head; per layer from the last to the first
+// w2, w13, the FFN norm with the router, wo, the attention norm with wqkv; the embeddings. Small
+// buckets let the sums overlap the backward down to its last kernels. experts_local (expert
+// parallelism): a MoE layer's w2 and w13 are each rank's own, not summed, so not buckets.
+std::vector<std::pair<int64_t, int64_t>> reduction_buckets(const ParamLayout& layout, bool experts_local = false);
 
 }  // namespace blockscale::train

@@ -78,15 +78,25 @@ TEST(OptimizerShards, AModelsBucketsAreTheBackwardsInItsOrder) {
   const ModelConfig c = blockscale_test::tiny_model_config().model;
   const ParamLayout layout = make_param_layout(c);
   const auto buckets = reduction_buckets(layout);
-  ASSERT_EQ(buckets.size(), 2 * size_t(c.n_layers) + 2);
+  ASSERT_EQ(buckets.size(), 5 * size_t(c.n_layers) + 2);
   EXPECT_EQ(buckets.front().second, layout.total);                  // the final norm and LM head first
   EXPECT_EQ(buckets.back().first, 0);                               // the embeddings last
   for (size_t i = 1; i < buckets.size(); ++i) EXPECT_EQ(buckets[i].second, buckets[i - 1].first);
-  for (int l = 0; l < c.n_layers; ++l) {  // each layer's FFN half, then its attention half
-    const size_t ffn = 1 + 2 * size_t(c.n_layers - 1 - l);
-    EXPECT_EQ(buckets[ffn].first, layout.at(layout.layers[l].ffn_norm).offset) << "layer " << l;
-    EXPECT_EQ(buckets[ffn + 1].first, layout.at(layout.layers[l].attn_norm).offset) << "layer " << l;
+  for (int l = 0; l < c.n_layers; ++l) {  // w2, w13, the FFN norm (+ router), wo, the attention norm (+ wqkv)
+    const LayerParams& p = layout.layers[l];
+    const size_t first = 1 + 5 * size_t(c.n_layers - 1 - l);
+    int i = 0;
+    for (int t : {p.w2, p.w13, p.ffn_norm, p.wo, p.attn_norm})
+      EXPECT_EQ(buckets[first + i++].first, layout.at(t).offset) << "layer " << l << ", bucket " << i;
   }
+  // Expert parallelism: the experts' w2 and w13 are no buckets; the rest are the same.
+  const auto shared = reduction_buckets(layout, /*experts_local=*/true);
+  ASSERT_EQ(shared.size(), 3 * size_t(c.n_layers) + 2);
+  for (const auto& b : shared)
+    for (const LayerParams& p : layout.layers) {
+      EXPECT_NE(b.first, layout.at(p.w13).offset) << "w13 is a bucket";
+      EXPECT_NE(b.first, layout.at(p.w2).offset) << "w2 is a bucket";
+    }
   OptimizerShards s;
   ASSERT_OK(OptimizerShards::make(buckets, layout.total, 0, 2, &s));
 }
