@@ -462,8 +462,8 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
     const float lr = learning_rate(c.optimizer, step);
     double grad_norm = 0;
     BS_RETURN_IF_ERROR(backend->optimizer_step(c.optimizer, lr, step + 1, &grad_norm));
-    // The step's mean loss over all ranks' tokens; after optimizer_step, which waits (as
-    // "communication") for the gradient sums queued ahead of this one.
+    // The step's mean loss over all ranks' tokens (a host sum: it does not wait for the sharded
+    // optimizer's parameter gathers, which overlap the next forward).
     double losses[2] = {loss, aux};
     BS_RETURN_IF_ERROR(ranks.sum(losses, 2));
     loss = losses[0] / ranks.world, aux = losses[1] / ranks.world;

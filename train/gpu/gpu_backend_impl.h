@@ -43,7 +43,9 @@ class GpuBackend final : public StepBackend {
   GpuBackend(const ModelConfig& config, Recipe recipe, gemm::GemmRoute route)
       : config_(config), recipe_(recipe), route_(route), layout_(make_param_layout(config)) {}
   ~GpuBackend() override {
+    if (awaited_ < int(gathered_.size()) && finish_gathers().is_ok()) cudaStreamSynchronize(stream_);  // none in flight
     if (shared_) comm_->forget_device_buffers();
+    for (cudaEvent_t e : gathered_) cudaEventDestroy(e);
     if (host_scalars_) cudaFreeHost(host_scalars_);
     if (cublas_) BS_CUDA_LIB(kCublas, cublasDestroy)(cublas_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -247,6 +249,7 @@ class GpuBackend final : public StepBackend {
   void time_phases(bool on) override { time_phases_ = on; }
 
   Status read_state(std::vector<float>* p, std::vector<float>* m, std::vector<float>* v) override {
+    BS_RETURN_IF_ERROR(finish_gathers());
     const size_t bytes = layout_.total * sizeof(float);
     p->resize(layout_.total);
     m->resize(layout_.total);
@@ -288,6 +291,7 @@ class GpuBackend final : public StepBackend {
     const int64_t n = layout_.total;
     if (int64_t(p.size()) != n || int64_t(m.size()) != n || int64_t(v.size()) != n)
       return Status::error("write_state: sizes differ from the model's parameter count");
+    BS_RETURN_IF_ERROR(finish_gathers());
     BS_RETURN_IF_ERROR(copy(params_, p.data(), n * sizeof(float)));
     BS_RETURN_IF_ERROR(refresh_bf16_mirror());
     layers_.weights_changed();
@@ -436,10 +440,22 @@ class GpuBackend final : public StepBackend {
       BS_RETURN_IF_ERROR(gpu::adamw_step(params_ + p.offset, grads_ + p.offset, scale, m_ + p.state_offset,
                                          v_ + p.state_offset, p.count, lr, c.beta1, c.beta2, c.eps, c.weight_decay,
                                          step, decay_ + p.offset, stream_));
-    for (const ReductionBucket& b : shards_->buckets())
-      if (b.chunk > 0) BS_RETURN_IF_ERROR(comm_->all_gather_device(params_ + b.begin, b.chunk, stream_));
-    BS_RETURN_IF_ERROR(comm_->wait_device(stream_));
-    BS_RETURN_IF_ERROR(refresh_bf16_mirror());  // AdamW wrote this rank's share; the gather the rest
+    // The gathers in the forward's order, each part's end marked: the next forward waits for a part
+    // just before it reads it (await_params), so the gathers overlap it.
+    const int parts = config_.n_layers + 2;
+    while (int(gathered_.size()) < parts) {
+      cudaEvent_t e;
+      BS_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      gathered_.push_back(e);
+    }
+    const std::vector<ReductionBucket>& buckets = shards_->buckets();  // the backward's order: head first
+    int part = 0;
+    for (auto b = buckets.rbegin(); b != buckets.rend(); ++b) {
+      while (b->begin >= part_end(part)) BS_RETURN_IF_ERROR(comm_->mark_device(gathered_[part++]));
+      if (b->chunk > 0) BS_RETURN_IF_ERROR(comm_->all_gather_device(params_ + b->begin, b->chunk, stream_));
+    }
+    while (part < parts) BS_RETURN_IF_ERROR(comm_->mark_device(gathered_[part++]));
+    awaited_ = 0;
     layers_.weights_changed();
     timer_.leave();
     BS_RETURN_IF_ERROR(timer_.finish(&phase_totals_));
@@ -448,6 +464,23 @@ class GpuBackend final : public StepBackend {
     return Status::ok();
   }
 
+  // The parameters' parts in the forward's order: 0 the embeddings, 1 + l layer l, L + 1 the final
+  // norm and the LM head. part_end: where part `part` ends.
+  int64_t part_begin(int part) const { return part == 0 ? 0 : layer_begin(part - 1); }
+  int64_t part_end(int part) const { return part > config_.n_layers ? layout_.total : layer_begin(part); }
+  // The forward waits for the sharded optimizer's gather of each part of the parameters before it
+  // reads it (parts in order; the bf16 recipe's copy of the part made then).
+  Status await_params(int part) {
+    for (; awaited_ <= part && awaited_ < int(gathered_.size()); ++awaited_) {
+      BS_CUDA(cudaStreamWaitEvent(stream_, gathered_[awaited_], 0));
+      if (params16_ != nullptr)
+        BS_RETURN_IF_ERROR(gpu::to_bf16(params_ + part_begin(awaited_), part_end(awaited_) - part_begin(awaited_),
+                                        params16_ + part_begin(awaited_), stream_));
+    }
+    return Status::ok();
+  }
+  // Every gather done, before anything but the forward reads or writes the parameters.
+  Status finish_gathers() { return await_params(config_.n_layers + 1); }
   // The bf16 recipe's copy of every parameter (LayerWorkspace::set_bf16_mirror), rewritten where the
   // parameters change other than by the unsharded update, which writes it itself.
   Status refresh_bf16_mirror() {
@@ -550,6 +583,8 @@ class GpuBackend final : public StepBackend {
   bool reduce_next_ = false;     // the next backward sums gradients across ranks
   bool reduce_pending_ = false;  // sums enqueued that optimizer_step must wait for
   bool shared_ = false;          // share_buffers has run
+  std::vector<cudaEvent_t> gathered_;  // the sharded optimizer's gathers of each part (part_end) done
+  int awaited_ = 0;                    // parts the compute stream has waited for since (all: none pending)
   GradReduce grad_reduce_ = GradReduce::kFp32;
   uint16_t* grads16_ = nullptr;  // bf16 gradient sums (--grad-reduce bf16)
   uint16_t* params16_ = nullptr;  // the bf16 recipe's copy of params_ (refresh_bf16_mirror)

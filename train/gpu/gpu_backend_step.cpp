@@ -41,6 +41,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
   float* x;
   BS_RETURN_IF_ERROR(buf("x", m * d, &x));
   timer_.mark(Phase::kEmbedLoss);
+  BS_RETURN_IF_ERROR(await_params(0));  // the sharded optimizer's gathers, part by part
   BS_RETURN_IF_ERROR(gpu::embedding_forward(tokens, m, c.seq_len, d, c.vocab, P(layout_.embed), P(layout_.pos_embed),
                                             x, stream_));
   for (int l = 0; l < L; ++l) {
@@ -54,6 +55,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
     BS_RETURN_IF_ERROR(buf("o", m * d, &o));
     BS_RETURN_IF_ERROR(buf("ffn_out", m * d, &ffn_out));
     timer_.mark(Phase::kOther);
+    BS_RETURN_IF_ERROR(await_params(1 + l));
     BS_CUDA(cudaMemcpyAsync(x_in, x, m * d * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
     timer_.mark(Phase::kNorm);
     BS_RETURN_IF_ERROR(gpu::rmsnorm_forward(x, P(lp.attn_norm), m, d, h, rstd1, stream_));
@@ -160,6 +162,7 @@ Status GpuBackend::run(const int32_t* tokens_host, const int32_t* targets_host, 
   BS_RETURN_IF_ERROR(buf("loss_sum", 1, &loss_sum));
   const size_t reduce_bytes = gpu::reduction_workspace_bytes(m);
   BS_RETURN_IF_ERROR(buf("loss_ws", int64_t(reduce_bytes), &reduce_ws));
+  BS_RETURN_IF_ERROR(await_params(L + 1));
   timer_.mark(Phase::kNorm);
   BS_RETURN_IF_ERROR(gpu::rmsnorm_forward(x, P(layout_.final_norm), m, d, hf, rstd_f, stream_));
   BS_RETURN_IF_ERROR(layers_.linear_forward("lm_head", head, hf, P(layout_.lm_head), m, c.vocab, d, logits));

@@ -38,7 +38,8 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
-  // In-place sums over all ranks; every rank makes the same calls in the same order.
+  // In-place sums over all ranks; every rank makes the same calls in the same order. They do not
+  // wait for the device sums and gathers in flight.
   virtual Status all_reduce_host(double* data, int64_t n) = 0;
   virtual Status all_reduce_host(float* data, int64_t n) = 0;
   // Each rank sends send_bytes[r] bytes to rank r (blocks back to back in `send`, in rank order)
@@ -77,6 +78,10 @@ class Communicator {
     return no_gpu("reduce");
   }
   virtual Status wait_device(void* /*stream*/) { return no_gpu("reduce"); }
+  // Records `event` (a cudaEvent_t) once every device sum and gather enqueued so far is done: a
+  // stream that waits for it waits for those alone (the sharded optimizer's next forward waits
+  // for each layer's gathered parameters this way).
+  virtual Status mark_device(void* /*event*/) { return no_gpu("reduce"); }
   // Lets the fp32 sums (with `sums`) and gathers of ranges in [base, base + count) take the
   // copy engines where this communicator uses them (base: the start of a cudaMalloc allocation,
   // kept until forget_device_buffers). Collective: every rank shares its buffers of the same role

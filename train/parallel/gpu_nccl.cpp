@@ -31,7 +31,9 @@ class NcclCommunicator final : public Communicator {
   ~NcclCommunicator() override {
     engines_.reset();
     if (stream_) cudaStreamDestroy(stream_);
+    if (host_stream_) cudaStreamDestroy(host_stream_);
     if (comm_) NCCL(ncclCommDestroy)(comm_);
+    if (host_comm_) NCCL(ncclCommDestroy)(host_comm_);
   }
   Status init(const DistributedEnv& env, DeviceCollectives collectives) {
     rank_ = env.rank, world_ = env.world_size;
@@ -46,17 +48,21 @@ class NcclCommunicator final : public Communicator {
                            std::to_string(devices) + " GPUs");
     BS_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "cudaSetDevice(LOCAL_RANK)"));
     BS_RETURN_IF_ERROR(runtime::open_cuda_library(runtime::CudaLibrary::kNccl));
-    ncclUniqueId id;
+    // Two communicators: one for the device sums and gathers, one for the host sums, so a host sum
+    // (the step's losses) does not wait behind the gathers that overlap the next forward.
+    ncclUniqueId ids[2];
     std::vector<uint8_t> blob;
     if (rank_ == 0) {
-      BS_RETURN_IF_ERROR(nccl_check(NCCL(ncclGetUniqueId)(&id), "ncclGetUniqueId"));
-      blob.assign(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof(id));
+      for (ncclUniqueId& id : ids) BS_RETURN_IF_ERROR(nccl_check(NCCL(ncclGetUniqueId)(&id), "ncclGetUniqueId"));
+      blob.assign(reinterpret_cast<uint8_t*>(ids), reinterpret_cast<uint8_t*>(ids) + sizeof(ids));
     }
     BS_RETURN_IF_ERROR(exchange_unique_id(env, &blob));
-    if (blob.size() != sizeof(id)) return Status::error("rendezvous: rank 0 sent an id of the wrong size");
-    std::memcpy(&id, blob.data(), sizeof(id));
-    BS_RETURN_IF_ERROR(nccl_check(NCCL(ncclCommInitRank)(&comm_, world_, id, rank_), "ncclCommInitRank"));
+    if (blob.size() != sizeof(ids)) return Status::error("rendezvous: rank 0 sent ids of the wrong size");
+    std::memcpy(ids, blob.data(), sizeof(ids));
+    BS_RETURN_IF_ERROR(nccl_check(NCCL(ncclCommInitRank)(&comm_, world_, ids[0], rank_), "ncclCommInitRank"));
+    BS_RETURN_IF_ERROR(nccl_check(NCCL(ncclCommInitRank)(&host_comm_, world_, ids[1], rank_), "ncclCommInitRank"));
     BS_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+    BS_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&host_stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
     path_ = "NCCL";
     if (collectives == DeviceCollectives::kNccl || world_ == 1) return Status::ok();
     std::string why;
@@ -128,6 +134,9 @@ class NcclCommunicator final : public Communicator {
                       "ncclAllGather");
   }
   Status wait_device(void* stream) override { return join(stream_, static_cast<cudaStream_t>(stream)); }
+  Status mark_device(void* event) override {
+    return cuda_status(cudaEventRecord(static_cast<cudaEvent_t>(event), stream_), "cudaEventRecord");
+  }
   Status share_device_buffer(float* base, int64_t count, bool sums) override {
     return engines_ ? engines_->add_buffer(base, count, sums) : Status::ok();
   }
@@ -178,19 +187,21 @@ class NcclCommunicator final : public Communicator {
 
   Status host_sum(void* data, int64_t n, ncclDataType_t type) {
     const size_t bytes = size_t(n) * (type == ncclDouble ? 8 : 4);
-    if (bytes > staging_.size()) BS_RETURN_IF_ERROR(staging_.alloc(bytes, "cudaMalloc (NCCL staging)"));
-    void* staging = staging_.data();
-    BS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(staging, data, bytes, cudaMemcpyHostToDevice, stream_), "copy in"));
-    BS_RETURN_IF_ERROR(nccl_check(NCCL(ncclAllReduce)(staging, staging, size_t(n), type, ncclSum, comm_, stream_),
-                                  "ncclAllReduce"));
-    BS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(data, staging, bytes, cudaMemcpyDeviceToHost, stream_), "copy out"));
-    return cuda_status(cudaStreamSynchronize(stream_), "all_reduce_host");
+    if (bytes > host_staging_.size()) BS_RETURN_IF_ERROR(host_staging_.alloc(bytes, "cudaMalloc (NCCL staging)"));
+    void* staging = host_staging_.data();
+    const cudaStream_t s = host_stream_;
+    BS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(staging, data, bytes, cudaMemcpyHostToDevice, s), "copy in"));
+    BS_RETURN_IF_ERROR(
+        nccl_check(NCCL(ncclAllReduce)(staging, staging, size_t(n), type, ncclSum, host_comm_, s), "ncclAllReduce"));
+    BS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(data, staging, bytes, cudaMemcpyDeviceToHost, s), "copy out"));
+    return cuda_status(cudaStreamSynchronize(s), "all_reduce_host");
   }
 
   int rank_ = 0, world_ = 1;
-  ncclComm_t comm_ = nullptr;
-  cudaStream_t stream_ = nullptr;
-  runtime::DeviceBuffer staging_;  // host sums pass through it (grown to the largest)
+  ncclComm_t comm_ = nullptr, host_comm_ = nullptr;  // device sums and gathers; host sums
+  cudaStream_t stream_ = nullptr, host_stream_ = nullptr;
+  runtime::DeviceBuffer staging_;       // gather_bytes passes through it
+  runtime::DeviceBuffer host_staging_;  // host sums pass through it (grown to the largest)
   std::unique_ptr<CopyEngineGroup> engines_;  // the device sums' copy engines (null: NCCL's kernels)
   std::string path_;
 };

@@ -358,6 +358,10 @@ class HostStagedMember final : public Communicator {
     return copy(data, host.data(), n * 4, after);
   }
   Status wait_device(void*) override { return Status::ok(); }
+  // Every sum and gather is done when it returns: the event is recorded as done at once.
+  Status mark_device(void* event) override {
+    return runtime::cuda_status(cudaEventRecord(static_cast<cudaEvent_t>(event), nullptr), "cudaEventRecord");
+  }
 
  private:
   static Status copy(void* dst, const void* src, int64_t bytes, void* stream) {
