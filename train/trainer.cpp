@@ -157,14 +157,16 @@ Status make_backend(const TrainConfig& c, std::unique_ptr<StepBackend>* out) {
 }
 
 // The run's memory against the machine's, before the model is allocated.
-Status check_run_memory(const TrainConfig& c) {
+Status check_run_memory(const TrainConfig& c, const Communicator* comm) {
   const bool gpu = runs_on_gpu(c);
 #ifdef BLOCKSCALE_HAVE_CUDA
   const bool fused = gpu && gpu::FusedAttention::built();  // the step's attention where cuDNN runs the shape
 #else
   const bool fused = false;
 #endif
-  return check_memory(plan_memory(c, gpu, fused), host_memory_available(), gpu ? gpu_memory_available() : -1.0);
+  const int peers = comm != nullptr && comm->on_copy_engines() ? comm->world_size() - 1 : 0;
+  return check_memory(plan_memory(c, gpu, fused, peers), host_memory_available(),
+                      gpu ? gpu_memory_available() : -1.0);
 }
 
 // Checkpoint tensor names: param/<name>, adam_m/<name>, adam_v/<name>.
@@ -367,7 +369,7 @@ Status train(const TrainConfig& c, std::ostream& progress_out, TrainSummary* sum
   const Ranks ranks(comm);
   std::ostringstream quiet;  // ranks other than 0 print nothing
   std::ostream& progress = ranks.leader() ? progress_out : quiet;
-  BS_RETURN_IF_ERROR(ranks.agree(check_run_memory(c)));
+  BS_RETURN_IF_ERROR(ranks.agree(check_run_memory(c, comm)));
   // Rank 0 writes out_dir: it holds the directory's lock from here to the end of the run (a run
   // that fails before writing removes the directories the lock made), and checks, before the data
   // is read and the model built, that the run may write there.

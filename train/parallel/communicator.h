@@ -92,6 +92,9 @@ class Communicator {
   // What carries the device sums: "copy engines", "NCCL" or "NCCL (why not copy engines)"; empty
   // for a communicator without GPUs.
   virtual std::string device_collectives() const { return ""; }
+  // Whether the fp32 device sums go through the copy engines (each rank then holds a staging
+  // copy of the shared buffers per other rank).
+  virtual bool on_copy_engines() const { return false; }
 
  protected:
   static Status no_gpu(const char* what) {

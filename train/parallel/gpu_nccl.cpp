@@ -144,6 +144,7 @@ class NcclCommunicator final : public Communicator {
     if (engines_) engines_->clear_buffers();
   }
   std::string device_collectives() const override { return path_; }
+  bool on_copy_engines() const override { return engines_ != nullptr; }
 
  private:
   // `waiter` waits for the work enqueued so far on `done`.

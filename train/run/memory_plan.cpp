@@ -126,13 +126,14 @@ double MemoryNeed::total() const {
 //                 step's buffers; the operands' copies kept for the backward; the LM head input's
 //   workspace   = 20 M D + 6 B H T^2 (attention: bf16 and fp32 head-major copies, scores)
 //   bf16 sums   = 2 P with --grad-reduce bf16 (the gradients' bf16 copy the ranks sum)
+//   staging     = 4 P per other rank when fp32 sums go through the copy engines (their chunks land there)
 //   fused attention (cuDNN): per layer B H T softmax statistics instead of the probabilities, and
 //                 a workspace of 16 M D (bf16 copies of qkv, O, dO and dqkv; cuDNN's own is left out)
 //   host        = max(5 P (the initial weights and the mask), 12 P when checkpoints are saved or loaded)
 // Left out: the data (loaded before the model, sized by its file), CUDA and cuBLAS's own memory,
 // and expert parallelism's larger receive buffers; each part is what the step allocates, so the
 // estimate is a little below the peak, never far above it.
-MemoryPlan plan_memory(const TrainConfig& c, bool on_gpu, bool fused_attention) {
+MemoryPlan plan_memory(const TrainConfig& c, bool on_gpu, bool fused_attention, int copy_engine_peers) {
   const ModelConfig& m = c.model;
   const double V = m.vocab, D = m.d_model, L = m.n_layers, H = m.n_heads, E = m.moe() ? m.n_experts : 0,
                K = m.moe() ? m.top_k : 1, F = m.d_ff, T = m.seq_len, B = c.batch;
@@ -168,7 +169,8 @@ MemoryPlan plan_memory(const TrainConfig& c, bool on_gpu, bool fused_attention) 
       {"weight copies", c.recipe == Recipe::kBf16 ? 2 * P : cb * L * (4 * D * D + 3 * G * D * F) + lm_copy * V * D},
       {"activations", 4 * (L * kept + step) + cb * L * (2 * M * D + R * D + R * F) + lm_copy * M * D},
       {"attention workspace", fused_attention ? 16 * M * D : 20 * M * D + 6 * probs},
-      {"bf16 gradient sums", c.grad_reduce == GradReduce::kBf16 ? 2 * P : 0.0}};
+      {"bf16 gradient sums", c.grad_reduce == GradReduce::kBf16 ? 2 * P : 0.0},
+      {"copy-engine staging", c.grad_reduce == GradReduce::kFp32 ? 4 * P * copy_engine_peers : 0.0}};
   plan.host.parts = {{"host copies of the weights and AdamW state", std::max(5 * P, checkpoints ? 12 * P : 0.0)}};
   return plan;
 }

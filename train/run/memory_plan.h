@@ -30,8 +30,9 @@ struct MemoryPlan {
 // The estimate for one rank of `c` (its --batch), on the GPU or the CPU; formulas in the .cpp.
 // fused_attention: the GPU step's attention is cuDNN's fused path (train/gpu/gpu_sdpa.h), which
 // keeps no probabilities. Doubles throughout: a configuration whose sizes overflow 64-bit integers
-// is still estimated.
-MemoryPlan plan_memory(const TrainConfig& c, bool on_gpu, bool fused_attention = false);
+// is still estimated. copy_engine_peers: the other ranks whose gradient chunks land in this one's
+// staging buffer when the sums go through the copy engines (train/parallel/gpu_copy_engines.h).
+MemoryPlan plan_memory(const TrainConfig& c, bool on_gpu, bool fused_attention = false, int copy_engine_peers = 0);
 
 // An error when the plan needs more than is available, naming both ("the run needs about 412.3
 // GiB of host memory (...); this machine has 31.2 GiB available"). A negative availability is

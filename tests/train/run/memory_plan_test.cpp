@@ -94,6 +94,10 @@ TEST(MemoryPlan, GpuEstimateMatchesAHandComputation) {
   TrainConfig bf16_sums = c;
   bf16_sums.grad_reduce = GradReduce::kBf16;
   EXPECT_EQ(part(plan_memory(bf16_sums, true).device, "bf16 gradient sums"), 2 * kParams);
+  // fp32 sums through the copy engines: a staging copy of the gradients per other rank.
+  EXPECT_EQ(part(plan.device, "copy-engine staging"), 0.0);
+  EXPECT_EQ(part(plan_memory(c, true, false, 3).device, "copy-engine staging"), 3 * 4 * kParams);
+  EXPECT_EQ(part(plan_memory(bf16_sums, true, false, 3).device, "copy-engine staging"), 0.0);  // bf16: NCCL
 
   c.recipe = Recipe::kFp8Block;  // 2 bytes a matmul weight, L (4 D^2 + 3 E D F) = 4096 + 12288, and the LM head's V D
   EXPECT_EQ(part(plan_memory(c, true).device, "weight copies"), 2.0 * (4096 + 12288) + 2.0 * 2048);
