@@ -341,6 +341,8 @@ def main():
         E("train resume from nothing", tr + ["--resume", "no_such_run"], 1, "--resume", "no_such_run")
         E("train expert parallel on the CPU", tr + ["--expert-parallel"], 2, "--expert-parallel", "--device cpu")
         E("train unknown --grad-reduce", tr + ["--grad-reduce", "half"], 2, "--grad-reduce", "half")
+        E("train unknown --collectives", tr + ["--collectives", "nvlink"], 2, "--collectives", "nvlink",
+          "copy-engines")
         E("train bf16 gradient sums on the CPU", tr + ["--grad-reduce", "bf16"], 2, "--grad-reduce bf16",
           "--device cpu")
         # A resume with an option changed names the option, both values, on one line (exit 1).

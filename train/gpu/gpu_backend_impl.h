@@ -471,12 +471,16 @@ class GpuBackend final : public StepBackend {
   // The forward waits for the sharded optimizer's gather of each part of the parameters before it
   // reads it (parts in order; the bf16 recipe's copy of the part made then).
   Status await_params(int part) {
-    for (; awaited_ <= part && awaited_ < int(gathered_.size()); ++awaited_) {
-      BS_CUDA(cudaStreamWaitEvent(stream_, gathered_[awaited_], 0));
-      if (params16_ != nullptr)
-        BS_RETURN_IF_ERROR(gpu::to_bf16(params_ + part_begin(awaited_), part_end(awaited_) - part_begin(awaited_),
-                                        params16_ + part_begin(awaited_), stream_));
+    const int first = awaited_, last = std::min(part, int(gathered_.size()) - 1);
+    if (first > last) return Status::ok();
+    {
+      PhaseScope phase(timer_, Phase::kCommunication);  // the gathers the forward did not hide
+      for (int p = first; p <= last; ++p) BS_CUDA(cudaStreamWaitEvent(stream_, gathered_[p], 0));
     }
+    for (int p = first; p <= last && params16_ != nullptr; ++p)
+      BS_RETURN_IF_ERROR(gpu::to_bf16(params_ + part_begin(p), part_end(p) - part_begin(p), params16_ + part_begin(p),
+                                      stream_));
+    awaited_ = last + 1;
     return Status::ok();
   }
   // Every gather done, before anything but the forward reads or writes the parameters.
