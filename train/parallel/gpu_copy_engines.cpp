@@ -3,6 +3,7 @@
 #include <cuda.h>  // types and flags of the stream memory operations (entry points found at run time)
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "runtime/cuda_status.h"
@@ -13,10 +14,11 @@ namespace {
 
 using runtime::cuda_status;
 
-// Where a rank's GPU is: its host and PCI address, all-gathered so every rank can check that it
-// reaches every other rank's memory.
+// Where a rank's GPU is: its host (name and boot id: containers on different machines may share a
+// name) and PCI address, all-gathered so every rank can check that it reaches every other's memory.
 struct Place {
   char host[128];
+  char boot[48];
   char bus[32];
 };
 
@@ -52,6 +54,10 @@ Status CopyEngineGroup::make(int rank, int world, cudaStream_t stream, const All
   BS_RETURN_IF_ERROR(cuda_status(cudaGetDevice(&device), "cudaGetDevice"));
   Place mine{};
   if (gethostname(mine.host, sizeof(mine.host) - 1) != 0) std::strcpy(mine.host, "?");
+  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    if (std::fgets(mine.boot, sizeof(mine.boot), f) == nullptr) mine.boot[0] = '\0';
+    std::fclose(f);
+  }
   BS_RETURN_IF_ERROR(cuda_status(cudaDeviceGetPCIBusId(mine.bus, sizeof(mine.bus), device), "cudaDeviceGetPCIBusId"));
   std::vector<uint8_t> all;
   BS_RETURN_IF_ERROR(all_gather(&mine, sizeof(mine), &all));
@@ -62,8 +68,8 @@ Status CopyEngineGroup::make(int rank, int world, cudaStream_t stream, const All
     if (r == rank) continue;
     Place p;
     std::memcpy(&p, all.data() + r * sizeof(Place), sizeof(Place));
-    p.host[sizeof(p.host) - 1] = p.bus[sizeof(p.bus) - 1] = '\0';
-    if (std::strcmp(p.host, mine.host) != 0) {
+    p.host[sizeof(p.host) - 1] = p.boot[sizeof(p.boot) - 1] = p.bus[sizeof(p.bus) - 1] = '\0';
+    if (std::strcmp(p.host, mine.host) != 0 || std::strcmp(p.boot, mine.boot) != 0) {
       reason = "rank " + std::to_string(r) + " runs on another host (" + p.host + ")";
       break;
     }
@@ -90,8 +96,18 @@ Status CopyEngineGroup::make(int rank, int world, cudaStream_t stream, const All
   BS_RETURN_IF_ERROR(g->flags_.alloc(world * sizeof(uint32_t), "copy-engine flags"));
   BS_RETURN_IF_ERROR(cuda_status(cudaMemset(g->flags_.data(), 0, world * sizeof(uint32_t)), "cudaMemset (flags)"));
   BS_RETURN_IF_ERROR(cuda_status(cudaDeviceSynchronize(), "cudaDeviceSynchronize (flags)"));
+  // The first IPC mapping decides: where one rank cannot open another's memory (e.g. processes in
+  // separate containers), every rank falls back together.
   std::vector<void*> flags;
-  BS_RETURN_IF_ERROR(g->open_peers(g->flags_.data(), &flags, &g->opened_));
+  const Status opened = g->open_peers(g->flags_.data(), &flags, &g->opened_);
+  const uint8_t mapped = opened.is_ok() ? 1 : 0;
+  BS_RETURN_IF_ERROR(all_gather(&mapped, 1, &all));
+  for (int r = 0; r < world; ++r)
+    if (all[r] == 0) {
+      *why = "rank " + std::to_string(r) + " cannot map the others' memory" +
+             (r == rank ? " (" + opened.message() + ")" : std::string());
+      return Status::ok();
+    }
   for (void* f : flags) g->peer_flags_.push_back(static_cast<uint32_t*>(f));
   *out = std::move(g);
   return Status::ok();
@@ -107,23 +123,21 @@ CopyEngineGroup::Buffer::~Buffer() {
 }
 
 Status CopyEngineGroup::open_peers(void* mine, std::vector<void*>* peers, std::vector<void*>* opened) {
-  cudaIpcMemHandle_t handle;
-  BS_RETURN_IF_ERROR(cuda_status(cudaIpcGetMemHandle(&handle, mine), "cudaIpcGetMemHandle"));
+  // The all-gather happens whatever this rank's handle did (the others wait in it).
+  cudaIpcMemHandle_t handle{};
+  Status status = cuda_status(cudaIpcGetMemHandle(&handle, mine), "cudaIpcGetMemHandle");
   std::vector<uint8_t> all;
   BS_RETURN_IF_ERROR(all_gather_(&handle, sizeof(handle), &all));
   peers->assign(world_, nullptr);
-  for (int r = 0; r < world_; ++r) {
-    if (r == rank_) {
-      (*peers)[r] = mine;
-      continue;
-    }
+  (*peers)[rank_] = mine;
+  for (int r = 0; r < world_ && status.is_ok(); ++r) {
+    if (r == rank_) continue;
     cudaIpcMemHandle_t h;
     std::memcpy(&h, all.data() + r * sizeof(h), sizeof(h));
-    BS_RETURN_IF_ERROR(
-        cuda_status(cudaIpcOpenMemHandle(&(*peers)[r], h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle"));
-    opened->push_back((*peers)[r]);
+    status = cuda_status(cudaIpcOpenMemHandle(&(*peers)[r], h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+    if (status.is_ok()) opened->push_back((*peers)[r]);
   }
-  return Status::ok();
+  return status;
 }
 
 Status CopyEngineGroup::add_buffer(float* base, int64_t count, bool sums) {
