@@ -22,6 +22,10 @@
 #   train  the training step at width 2048 (docs/performance.md's W): every recipe against bf16,
 #          then bf16 with the reference attention; the comparison table and each run's phase line
 #          (GPU time per phase, and the memory-bound phases' floors).
+#   parallel  two GPUs of this host (skipped with fewer): copy-engine sums against NCCL's to the
+#          bit, tools/data_parallel_check.sh 2 for fp8_block (plain and sharded), bf16 and width 2048
+#          (loss agreement, scaling efficiency, exposed communication, optimizer state), and
+#          tools/data_parallel_resume_check.sh 2.
 #   all    tests, gemm and quant (the quant/ tests' direct run happens once).
 #
 # Options: --arch (BLOCKSCALE_CUDA_ARCHS, the arch-neutral sources' targets; default 90a), --build
@@ -56,7 +60,7 @@ while (( $# )); do
     --jobs) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "gpu_check.sh: --jobs needs a positive count, got '${2:-}'" >&2; usage; }
             jobs=$2; shift 2 ;;
     -h|--help) usage ;;
-    tests|gemm|quant|train) parts+=("$1"); shift ;;
+    tests|gemm|quant|train|parallel) parts+=("$1"); shift ;;
     all) parts+=(tests gemm quant); shift ;;
     *) echo "gpu_check.sh: unknown argument '$1'" >&2; usage ;;
   esac
@@ -251,6 +255,25 @@ part_train() {
   grep -E "^train:|GPU time per step|tokens/s" "$OUT/train_w2048_ref.log" | tail -3 | cut -c1-400
 }
 
+# ---- parallel: two GPUs of this host --------------------------------------------------------------
+part_parallel() {
+  if (( $(nvidia-smi -L | grep -c '^GPU ') < 2 )); then echo "parallel: skipped (this machine has one GPU)"; return; fi
+  build blockscale
+  export BLOCKSCALE=$B/blockscale NCCL_NVLS_ENABLE=0
+  echo "== copy-engine sums against NCCL's"
+  timeout 300 bash "$root/tests/train/parallel/two_gpu_sums_test.sh" || status=1
+  local spec
+  for spec in "--recipe fp8_block" "--recipe fp8_block --shard-optimizer" "--recipe bf16" \
+              "--recipe fp8_block --d-model 2048 --d-ff 1408"; do
+    echo "== data_parallel_check.sh 2 $spec"
+    # shellcheck disable=SC2086  # the spec's words are separate options
+    (cd "$root" && timeout 600 ./tools/data_parallel_check.sh 2 $spec) >"$OUT/dp_check.log" 2>&1 || status=1
+    grep -vE "^runs/|^train:|GPU time per step" "$OUT/dp_check.log" | tail -13
+  done
+  echo "== data_parallel_resume_check.sh 2"
+  (cd "$root" && timeout 300 ./tools/data_parallel_resume_check.sh 2 --recipe fp8_block) 2>&1 | tail -5 || status=1
+}
+
 for part in "${parts[@]}"; do
   echo "==== $part ($SECONDS s so far; logs in $OUT)"
   case $part in
@@ -258,6 +281,7 @@ for part in "${parts[@]}"; do
     gemm) part_gemm ;;
     quant) part_quant ;;
     train) part_train ;;
+    parallel) part_parallel ;;
   esac
 done
 echo "==== done in $SECONDS s, status $status"
