@@ -29,6 +29,7 @@ user=("$@")
 kept=() && unless_given --d-model 1024 --d-ff 1024 --layers 4 --heads 16 --experts 8 --top-k 2 --seq-len 1024 \
   --vocab 256 --eval-batches 8 --log-every 50 --synthetic-tokens 20000000 --device gpu && model=("${kept[@]}")
 kept=() && unless_given --steps 300 --eval-every 50 && long=("${kept[@]}")
+kept=() && unless_given --steps 60 --eval-every 0 && short=("${kept[@]}")  # the 1-GPU throughput reference
 dir=runs/dp_check
 single=()  # the options for one GPU: --expert-parallel and --shard-optimizer need ranks from a launcher
 for a in "$@"; do [[ $a == --expert-parallel || $a == --shard-optimizer ]] || single+=("$a"); done
@@ -37,7 +38,7 @@ rm -rf "$dir"
 "$bs" train "${model[@]}" "${long[@]}" --batch $((n * b)) --seed 2 --out $dir/one_gpu_seed2 "${single[@]}" | tail -1
 "$bs" train "${model[@]}" "${long[@]}" --batch $b --grad-accum "$n" --out $dir/one_gpu_accum "${single[@]}" | tail -1
 ./tools/train_ranks.sh "$n" "${model[@]}" "${long[@]}" --batch $b --out $dir/n_gpu "$@" | tail -1
-"$bs" train "${model[@]}" --batch $b --steps 60 --eval-every 0 --out $dir/one_gpu_local "${single[@]}" | tail -1
+"$bs" train "${model[@]}" "${short[@]}" --batch $b --out $dir/one_gpu_local "${single[@]}" | tail -1
 python3 - "$dir" "$n" <<'PY'
 import csv, json, sys
 d, n = sys.argv[1], int(sys.argv[2])
