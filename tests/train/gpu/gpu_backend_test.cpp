@@ -452,7 +452,7 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
 }
 
 // Data parallelism inside the GPU step: two ranks with half the batch each, their gradients
-// summed layer by layer while the backward runs, equal one rank's gradients on the whole batch
+// summed bucket by bucket while the backward runs, equal one rank's gradients on the whole batch
 // (bf16: to summation order; mxfp8: the per-expert wgrad blocks may hold other tokens on each
 // rank, so a scale can differ). A layer whose sum was missed would be off by about half.
 TEST(GpuBackendDataParallel, TwoRanksSumToOneRank) {
