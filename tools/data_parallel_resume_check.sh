@@ -9,7 +9,7 @@
 # (a copy of stopped at its checkpoint, resumed on 1 GPU). Default model: the one of
 # tools/data_parallel_check.sh, B = 4 sequences per GPU, 60 steps, a checkpoint every 10.
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 n=${1:?usage: tools/data_parallel_resume_check.sh N [train options]}
 shift
 [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "data_parallel_resume_check.sh: N must be a positive integer (got '$n')" >&2; exit 2; }
@@ -17,18 +17,24 @@ b=4
 steps=60
 bs=${BLOCKSCALE:-./build/blockscale}  # the binary (BLOCKSCALE overrides)
 cfg=(--d-model 1024 --d-ff 1024 --layers 4 --heads 16 --experts 8 --top-k 2 --seq-len 1024 --vocab 256
-     --eval-batches 8 --log-every 1000 --synthetic-tokens 20000000 --device gpu --steps $steps
-     --eval-every $((steps / 2)) --checkpoint-every 10 "$@")
+     --eval-batches 8 --log-every 1000 --synthetic-tokens 20000000 --device gpu --steps "$steps"
+     --eval-every "$((steps / 2))" --checkpoint-every 10 "$@")
 dir=runs/dp_resume
 rm -rf "$dir" && mkdir -p "$dir"
-step() { echo "$1" && shift && "$@" >"$dir/$log.log" 2>&1 || { echo "failed (see $dir/$log.log)"; exit 1; }; }
-log=whole step "$n GPUs, $steps steps" ./tools/train_ranks.sh "$n" "${cfg[@]}" --batch $b --out "$dir/whole"
-log=stop step "$n GPUs, stopped after $((steps / 2))" \
+# step LOG TITLE COMMAND...: prints TITLE, runs COMMAND into $dir/LOG.log, stops the check if it fails.
+step() {
+  local log=$1 title=$2
+  shift 2
+  echo "$title"
+  if ! "$@" >"$dir/$log.log" 2>&1; then echo "failed (see $dir/$log.log)"; exit 1; fi
+}
+step whole "$n GPUs, $steps steps" ./tools/train_ranks.sh "$n" "${cfg[@]}" --batch $b --out "$dir/whole"
+step stop "$n GPUs, stopped after $((steps / 2))" \
   ./tools/train_ranks.sh "$n" "${cfg[@]}" --batch $b --out "$dir/stopped" --stop-after $((steps / 2))
 cp -r "$dir/stopped" "$dir/on_one"
-log=resume_n step "resumed on $n GPUs" \
+step resume_n "resumed on $n GPUs" \
   ./tools/train_ranks.sh "$n" "${cfg[@]}" --batch $b --out "$dir/stopped" --resume "$dir/stopped"
-log=resume_1 step "resumed on 1 GPU" "$bs" train "${cfg[@]}" --batch $((n * b)) --out "$dir/on_one" --resume "$dir/on_one"
+step resume_1 "resumed on 1 GPU" "$bs" train "${cfg[@]}" --batch $((n * b)) --out "$dir/on_one" --resume "$dir/on_one"
 python3 - "$dir" "$n" <<'PY'
 import csv, sys
 d, n = sys.argv[1], sys.argv[2]

@@ -5,7 +5,7 @@
 # the sharded-optimizer and the expert-parallel step; the run's header says which path it took.
 #   usage: BLOCKSCALE=path/to/blockscale tests/train/parallel/two_gpu_sums_test.sh
 set -uo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.." || exit 1
 bs=${BLOCKSCALE:?set BLOCKSCALE to the blockscale binary}
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if ((gpus < 2)); then echo "skipped: needs 2 GPUs (this machine has ${gpus:-0})"; exit 77; fi
