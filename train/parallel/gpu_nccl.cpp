@@ -172,24 +172,28 @@ class NcclCommunicator final : public Communicator {
     for (int r = 0; r <= world_; ++r) bounds[r] = count * r;
     return bounds;
   }
+  // The host collectives (on host_comm_) pass through staging_, grown to the largest.
+  Status grow_staging(size_t bytes) {
+    return bytes > staging_.size() ? staging_.alloc(bytes, "cudaMalloc (NCCL staging)") : Status::ok();
+  }
   // Every rank's `bytes` bytes, rank by rank (the copy engines' setup: where each GPU is, IPC handles).
   Status gather_bytes(const void* mine, size_t bytes, std::vector<uint8_t>* all) {
-    if (bytes * (world_ + 1) > staging_.size())
-      BS_RETURN_IF_ERROR(staging_.alloc(bytes * (world_ + 1), "cudaMalloc (NCCL staging)"));
+    BS_RETURN_IF_ERROR(grow_staging(bytes * (world_ + 1)));
     uint8_t* in = staging_.as<uint8_t>() + bytes * world_;
-    BS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(in, mine, bytes, cudaMemcpyHostToDevice, stream_), "copy in"));
-    BS_RETURN_IF_ERROR(nccl_check(NCCL(ncclAllGather)(in, staging_.data(), bytes, ncclUint8, comm_, stream_),
-                                  "ncclAllGather"));
+    const cudaStream_t s = host_stream_;
+    BS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(in, mine, bytes, cudaMemcpyHostToDevice, s), "copy in"));
+    BS_RETURN_IF_ERROR(
+        nccl_check(NCCL(ncclAllGather)(in, staging_.data(), bytes, ncclUint8, host_comm_, s), "ncclAllGather"));
     all->resize(bytes * world_);
     BS_RETURN_IF_ERROR(
-        cuda_status(cudaMemcpyAsync(all->data(), staging_.data(), all->size(), cudaMemcpyDeviceToHost, stream_), "copy out"));
-    return cuda_status(cudaStreamSynchronize(stream_), "gather_bytes");
+        cuda_status(cudaMemcpyAsync(all->data(), staging_.data(), all->size(), cudaMemcpyDeviceToHost, s), "copy out"));
+    return cuda_status(cudaStreamSynchronize(s), "gather_bytes");
   }
 
   Status host_sum(void* data, int64_t n, ncclDataType_t type) {
     const size_t bytes = size_t(n) * (type == ncclDouble ? 8 : 4);
-    if (bytes > host_staging_.size()) BS_RETURN_IF_ERROR(host_staging_.alloc(bytes, "cudaMalloc (NCCL staging)"));
-    void* staging = host_staging_.data();
+    BS_RETURN_IF_ERROR(grow_staging(bytes));
+    void* staging = staging_.data();
     const cudaStream_t s = host_stream_;
     BS_RETURN_IF_ERROR(cuda_status(cudaMemcpyAsync(staging, data, bytes, cudaMemcpyHostToDevice, s), "copy in"));
     BS_RETURN_IF_ERROR(
@@ -201,8 +205,7 @@ class NcclCommunicator final : public Communicator {
   int rank_ = 0, world_ = 1;
   ncclComm_t comm_ = nullptr, host_comm_ = nullptr;  // device sums and gathers; host sums
   cudaStream_t stream_ = nullptr, host_stream_ = nullptr;
-  runtime::DeviceBuffer staging_;       // gather_bytes passes through it
-  runtime::DeviceBuffer host_staging_;  // host sums pass through it (grown to the largest)
+  runtime::DeviceBuffer staging_;  // the host collectives' device copy (grow_staging)
   std::unique_ptr<CopyEngineGroup> engines_;  // the device sums' copy engines (null: NCCL's kernels)
   std::string path_;
 };
