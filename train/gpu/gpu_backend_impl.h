@@ -529,14 +529,14 @@ class GpuBackend final : public StepBackend {
   // Sums the reduction bucket that starts at layer l's tensor `first` (train/parallel/
   // optimizer_shards.h: reduction_buckets), once the backward has written it.
   Status reduce_tensor(int l, int first) {
-    const LayerParams& p = layout_.layers[l];
-    const auto at = [&](int t) { return layout_.at(t).offset; };
-    const int64_t end = first == p.attn_norm ? at(p.wo)        // with wqkv
-                        : first == p.wo      ? at(p.ffn_norm)
-                        : first == p.ffn_norm ? at(p.w13)      // with the router
-                        : first == p.w13     ? at(p.w2)
-                                             : layer_begin(l + 1);  // w2
-    return reduce_gradients(at(first), end);
+    if (bucket_end_.empty())
+      for (const auto& [begin, end] : reduction_buckets(layout_, expert_parallel_)) bucket_end_[begin] = end;
+    const int64_t begin = layout_.at(first).offset;
+    const auto it = bucket_end_.find(begin);
+    if (it == bucket_end_.end())
+      return Status::error("gradient sums: layer " + std::to_string(l) + "'s tensor " + std::to_string(first) +
+                           " starts no reduction bucket");
+    return reduce_gradients(begin, it->second);
   }
   // What optimizer_step sums when no backward did: the same buckets.
   Status reduce_shared_gradients() {
@@ -584,6 +584,7 @@ class GpuBackend final : public StepBackend {
   bool fresh_gradients_ = false;  // zero_grads ran and no backward since
   std::optional<OptimizerShards> shards_;  // the sharded optimizer: this rank's share
   std::map<int64_t, size_t> bucket_at_;    // a reduction bucket's index by its first parameter
+  std::map<int64_t, int64_t> bucket_end_;  // reduction_buckets: each bucket's end by its start
   bool reduce_next_ = false;     // the next backward sums gradients across ranks
   bool reduce_pending_ = false;  // sums enqueued that optimizer_step must wait for
   bool shared_ = false;          // share_buffers has run
