@@ -60,6 +60,14 @@ __global__ inline void fill_scales(float* s, int64_t n, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
     s[i] = exp2f((hash32(seed + static_cast<uint64_t>(i)) % 8192) / 1024.0f - 4.0f);
 }
+// bf16 values of a standard normal distribution (Box-Muller on two counter hashes).
+__global__ inline void fill_bf16_normal(__nv_bfloat16* x, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const float u1 = (hash32(seed + 2 * static_cast<uint64_t>(i)) + 1.0f) * 0x1p-32f;  // (0, 1]
+    const float u2 = hash32(seed + 2 * static_cast<uint64_t>(i) + 1) * 0x1p-32f;
+    x[i] = __float2bfloat16_rn(sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2));
+  }
+}
 // bf16 values in [-1, 1).
 __global__ inline void fill_bf16(__nv_bfloat16* x, int64_t n, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
@@ -92,17 +100,55 @@ inline bool parse_iters_only(int argc, char** argv, const char* program, int* it
   return true;
 }
 
-// Median time in ms of `iters` launches of fn (after 3 warm-up launches), one event pair each.
+// How median_ms times a launch:
+//   kSustained: launches queued back to back behind a ~5 ms spin kernel (the host runs ahead of the
+//               GPU during the spin, so no host launch cost shows), an event pair around each: the
+//               GPU stays loaded, at the clocks its power limit allows under sustained work (a
+//               training step's case);
+//   kIsolated : each launch alone: a device synchronisation, a ~0.5 ms spin kernel queued ahead (so
+//               the host's launch cost stays hidden), the event pair, a synchronisation. The GPU
+//               starts each launch after an idle moment; DeepGEMM's own harness times this way.
+enum class Timing { kSustained, kIsolated };
+inline Timing& timing() {
+  static Timing t = Timing::kSustained;
+  return t;
+}
+// "sustained" / "isolated" -> timing(); false for anything else.
+inline bool set_timing(const char* name) {
+  if (std::string(name) == "sustained") {
+    timing() = Timing::kSustained;
+  } else if (std::string(name) == "isolated") {
+    timing() = Timing::kIsolated;
+  } else {
+    return false;
+  }
+  return true;
+}
+inline const char* timing_name() { return timing() == Timing::kSustained ? "sustained" : "isolated"; }
+
+__global__ inline void spin_kernel(int64_t cycles) {
+  const int64_t t0 = clock64();
+  while (clock64() - t0 < cycles) {
+  }
+}
+
+// Median time in ms of `iters` launches of fn (after 3 warm-up launches), one event pair each,
+// timed as timing() says. Nothing else may run on the GPU meanwhile.
 template <typename Fn>
 float median_ms(Fn fn, int iters) {
-  for (int i = 0; i < 3; ++i) fn();
-  CHECK_CUDA(cudaDeviceSynchronize());
   std::vector<cudaEvent_t> ev(2 * static_cast<size_t>(iters));
   for (auto& e : ev) CHECK_CUDA(cudaEventCreate(&e));
+  const bool isolated = timing() == Timing::kIsolated;
+  CHECK_CUDA(cudaDeviceSynchronize());
+  if (!isolated) spin_kernel<<<1, 1>>>(10000000);
+  for (int i = 0; i < 3; ++i) fn();  // warm-up
+  if (isolated) CHECK_CUDA(cudaDeviceSynchronize());
   for (int i = 0; i < iters; ++i) {
+    if (isolated) spin_kernel<<<1, 1>>>(1000000);
     CHECK_CUDA(cudaEventRecord(ev[2 * i]));
     fn();
     CHECK_CUDA(cudaEventRecord(ev[2 * i + 1]));
+    if (isolated) CHECK_CUDA(cudaDeviceSynchronize());
   }
   CHECK_CUDA(cudaDeviceSynchronize());
   std::vector<float> ms(static_cast<size_t>(iters));

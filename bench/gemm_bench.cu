@@ -11,9 +11,17 @@
 // cuBLASLt's on identical inputs: max |ours - lt| / max |lt| and the relative Frobenius
 // difference (both bf16 outputs of fp32 sums: expect ~1e-3, bf16's half ulp, not more).
 //
-// Usage: gemm_bench [--iters N] [--only I,J,...] [--tiles 128,192,256] [--list]. One line per case,
-// then a markdown table (last). DeepGEMM is timed by its own harness on the same GPU; its dense
-// shape set (M 4096) is among the cases here.
+// Inputs (--data): `uniform`: E4M3 codes with every bit pattern but NaN equally likely and
+// log-uniform scales; `normal`: standard-normal bf16 values quantized by quant/ (1x128 for A, B by
+// its recipe), the data of training and of DeepGEMM's harness. The tensor cores draw more power on
+// uniform codes, so at the power limit the two give different clocks.
+// Timing (--timing, bench_common.cuh): `sustained` (launches back to back) or `isolated` (each
+// launch after an idle moment, as DeepGEMM's harness times).
+//
+// Usage: gemm_bench [--iters N] [--only I,J,...] [--tiles 128,192,256] [--data uniform|normal]
+//                   [--timing sustained|isolated] [--list]. One line per case, then a markdown table
+// (last). DeepGEMM is timed by bench/deepgemm_peer.py on the same GPU; its dense shape set (M 4096)
+// is among the cases here.
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -34,11 +42,13 @@
 #include "formats/scale_layout.h"
 #include "gemm/gemm.h"
 #include "gemm/launchers.h"  // the sm90 tile-width selector
+#include "quant/quantize.h"
 
 namespace {
 
 namespace bf = blockscale::formats;
 namespace bg = blockscale::gemm;
+namespace bq = blockscale::quant;
 using bf::Format;
 using bench::DeviceBuffer;
 using bench::device_array;
@@ -99,6 +109,26 @@ void compare(const std::vector<__nv_bfloat16>& x, const std::vector<__nv_bfloat1
   *frob_rel = std::sqrt(diff2 / y2);
 }
 
+bool g_normal_data = false;  // --data normal
+
+// rows x cols codes and their scales (recipe's layout) from standard-normal bf16 values, quantized
+// by quant/ (rowwise).
+void quantize_normal(int64_t rows, int64_t cols, Format recipe, uint64_t seed, uint8_t* codes, float* scales,
+                     int64_t scale_floats) {
+  const DeviceBuffer x = device_array<__nv_bfloat16>(rows * cols, "normal values");
+  bench::fill_bf16_normal<<<1024, 256>>>(x.as<__nv_bfloat16>(), rows * cols, seed);
+  bq::QuantizeProblem q;
+  q.recipe = recipe, q.input_type = bf::DType::kBf16, q.rows = rows, q.cols = cols, q.ld = cols;
+  q.directions = bf::Direction::kRowwise;
+  if (bq::rowwise_scale_bytes(q) > scale_floats * 4) bench::check(blockscale::Status::error("scale buffer too small"));
+  bq::QuantizeInputs in;
+  in.x = x.data();
+  bq::QuantizeOutputs out;
+  out.rowwise_data = codes, out.rowwise_scales = scales;
+  bench::check(bq::run(q, in, out, nullptr, 0, nullptr), "quantize (normal data)");
+  CHECK_CUDA(cudaDeviceSynchronize());
+}
+
 int tile_index(Sm90Fp8Tile t) { return t == Sm90Fp8Tile::kN192 ? 1 : t == Sm90Fp8Tile::kM256 ? 2 : 0; }
 const char* tile_name(Sm90Fp8Tile t) {
   return t == Sm90Fp8Tile::kN192 ? "tile 128x192" : t == Sm90Fp8Tile::kM256 ? "tile 256x128" : "tile 128x128";
@@ -128,10 +158,15 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
   float *sa = sa_buf.as<float>(), *sb = sb_buf.as<float>();
   __nv_bfloat16 *d_ours = d_ours_buf.as<__nv_bfloat16>(), *d_lt = d_lt_buf.as<__nv_bfloat16>();
   std::vector<__nv_bfloat16> first_host;  // the first variant's D; every other must equal it
-  bench::fill_e4m3<<<1024, 256>>>(a, c.m * c.k, 1);
-  bench::fill_e4m3<<<1024, 256>>>(b, c.n * c.k, 2);
-  bench::fill_scales<<<256, 256>>>(sa, a_scale_floats, 3);
-  bench::fill_scales<<<256, 256>>>(sb, b_scale_floats, 4);
+  if (g_normal_data) {
+    quantize_normal(c.m, c.k, Format::kFp8Block1x128, 1, a, sa, a_scale_floats);
+    quantize_normal(c.n, c.k, c.b_recipe, 2, b, sb, b_scale_floats);
+  } else {
+    bench::fill_e4m3<<<1024, 256>>>(a, c.m * c.k, 1);
+    bench::fill_e4m3<<<1024, 256>>>(b, c.n * c.k, 2);
+    bench::fill_scales<<<256, 256>>>(sa, a_scale_floats, 3);
+    bench::fill_scales<<<256, 256>>>(sb, b_scale_floats, 4);
+  }
   CHECK_CUDA(cudaGetLastError());
   const double flop = 2.0 * c.m * c.n * c.k;
 
@@ -186,8 +221,13 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
   const DeviceBuffer a16_buf = device_array<__nv_bfloat16>(c.m * c.k, "A (bf16)");
   const DeviceBuffer b16_buf = device_array<__nv_bfloat16>(c.n * c.k, "B (bf16)");
   __nv_bfloat16 *a16 = a16_buf.as<__nv_bfloat16>(), *b16 = b16_buf.as<__nv_bfloat16>();
-  bench::fill_bf16<<<1024, 256>>>(a16, c.m * c.k, 5);
-  bench::fill_bf16<<<1024, 256>>>(b16, c.n * c.k, 6);
+  if (g_normal_data) {
+    bench::fill_bf16_normal<<<1024, 256>>>(a16, c.m * c.k, 5);
+    bench::fill_bf16_normal<<<1024, 256>>>(b16, c.n * c.k, 6);
+  } else {
+    bench::fill_bf16<<<1024, 256>>>(a16, c.m * c.k, 5);
+    bench::fill_bf16<<<1024, 256>>>(b16, c.n * c.k, 6);
+  }
   auto bf16_gemm = [&] { return bench::cublas_bf16_gemm(blas, c.m, c.n, c.k, a16, b16, d_lt); };
   if (bf16_gemm() != CUBLAS_STATUS_SUCCESS) {
     std::printf("case %s: cuBLAS BF16 failed\n", row.label.c_str());
@@ -227,10 +267,24 @@ int main(int argc, char** argv) {
           return 2;
         }
       }
+    } else if (!std::strcmp(argv[i], "--data") && i + 1 < argc) {
+      const std::string d = argv[++i];
+      if (d != "uniform" && d != "normal") {
+        std::fprintf(stderr, "--data: uniform or normal, got %s\n", d.c_str());
+        return 2;
+      }
+      g_normal_data = d == "normal";
+    } else if (!std::strcmp(argv[i], "--timing") && i + 1 < argc) {
+      if (!bench::set_timing(argv[++i])) {
+        std::fprintf(stderr, "--timing: sustained or isolated, got %s\n", argv[i]);
+        return 2;
+      }
     } else if (!std::strcmp(argv[i], "--list")) {
       list = true;
     } else {
-      std::fprintf(stderr, "usage: gemm_bench [--iters N] [--only I,J,...] [--tiles 128,192,256] [--list]\n");
+      std::fprintf(stderr,
+                   "usage: gemm_bench [--iters N] [--only I,J,...] [--tiles 128,192,256] [--data uniform|normal]"
+                   " [--timing sustained|isolated] [--list]\n");
       return 2;
     }
   }
@@ -242,8 +296,9 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s (sm_%d%d, %d SMs), cuBLAS %d, iters %d\n", prop.name, prop.major, prop.minor,
-              prop.multiProcessorCount, CUBLAS_VERSION, iters);
+  std::printf("device: %s (sm_%d%d, %d SMs), cuBLAS %d, iters %d, data %s, timing %s\n", prop.name, prop.major,
+              prop.minor, prop.multiProcessorCount, CUBLAS_VERSION, iters, g_normal_data ? "normal" : "uniform",
+              bench::timing_name());
   cublasHandle_t blas;
   if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) {
     std::fprintf(stderr, "cublasCreate failed\n");

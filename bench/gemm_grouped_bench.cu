@@ -19,9 +19,10 @@
 // M-grouped 4 x 8192 and 8 x 4096 tokens with N x K in (4096, 7168), (7168, 2048), (6144, 7168);
 // K-grouped (experts, tokens) (4, 8192), (8, 4096), (16, 2048) with N 4096, K 7168.
 //
-// Usage: gemm_grouped_bench [--iters N] [--only I,J,...] [--tile 128|192|256] (case indices, 0-based,
-// in the order above; --tile: the FP8 M-grouped kernel's tile (256: 256 x 128) instead of the
-// automatic choice).
+// Usage: gemm_grouped_bench [--iters N] [--only I,J,...] [--tile 128|192|256]
+//                           [--timing sustained|isolated] (case indices, 0-based, in the order above;
+// --tile: the FP8 M-grouped kernel's tile (256: 256 x 128) instead of the automatic choice; --timing:
+// bench_common.cuh).
 // One line per case, then a markdown table (last).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -256,15 +257,22 @@ int main(int argc, char** argv) {
       bg::detail::set_sm90_fp8_tile(tile == 128   ? bg::detail::Sm90Fp8Tile::kN128
                                     : tile == 192 ? bg::detail::Sm90Fp8Tile::kN192
                                                   : bg::detail::Sm90Fp8Tile::kM256);
+    } else if (!std::strcmp(argv[i], "--timing") && i + 1 < argc) {
+      if (!bench::set_timing(argv[++i])) {
+        std::fprintf(stderr, "--timing: sustained or isolated, got %s\n", argv[i]);
+        return 2;
+      }
     } else {
-      std::fprintf(stderr, "usage: gemm_grouped_bench [--iters N] [--only I,J,...] [--tile 128|192|256]\n");
+      std::fprintf(stderr,
+                   "usage: gemm_grouped_bench [--iters N] [--only I,J,...] [--tile 128|192|256]"
+                   " [--timing sustained|isolated]\n");
       return 2;
     }
   }
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s (sm_%d%d, %d SMs), iters %d\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount,
-              iters);
+  std::printf("device: %s (sm_%d%d, %d SMs), iters %d, timing %s\n", prop.name, prop.major, prop.minor,
+              prop.multiProcessorCount, iters, bench::timing_name());
   cublasHandle_t blas;
   if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) return 1;
   const Case cases[] = {{"8x4096 N4096 K7168", 8, 4096, 4096, 7168, false},

@@ -111,7 +111,10 @@ struct Fp8GemmConfig {
           : 2;
   static constexpr int kStagingBytes = kStoreSlots * kSlotBytes;
   static constexpr int kStages = (kRoom - kStagingBytes) / kStageBytes;
-  static constexpr int kSmemBytes = 1024 + kStagingBytes + kStages * kStageBytes + 2 * kStages * 8 + kScheduleBytes;
+  // After the barriers: one all-ones word (kReleaseWordBytes, the consumers' release order).
+  static constexpr int kReleaseWordBytes = 16;
+  static constexpr int kSmemBytes =
+      1024 + kStagingBytes + kStages * kStageBytes + 2 * kStages * 8 + kReleaseWordBytes + kScheduleBytes;
   static_assert(kTileN == 128 || kTileN == 192, "wgmma widths with a wrapper in sm90_ptx.cuh");
   // Two waves hold 2 x 64 + 64 accumulators at 128 wide; 1x128 B scales or 192 columns would not fit.
   static_assert(kTileM == 128 || (kTileM == 256 && kTileN == 128 && !kBScalePerRow_ && kMode_ != GroupMode::kK),
@@ -289,7 +292,8 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
   float* b_scale_ring = a_scale_ring + Cfg::kStages * (Cfg::kScaleABytes / 4);
   uint64_t* full = reinterpret_cast<uint64_t*>(b_scale_ring + Cfg::kStages * (Cfg::kScaleBBytes / 4));
   uint64_t* empty = full + Cfg::kStages;
-  int32_t* tile_ends = reinterpret_cast<int32_t*>(empty + Cfg::kStages);  // M-grouped only
+  uint32_t* release_word = reinterpret_cast<uint32_t*>(empty + Cfg::kStages);
+  int32_t* tile_ends = reinterpret_cast<int32_t*>(release_word + Cfg::kReleaseWordBytes / 4);  // grouped only
   int32_t* row_ends = tile_ends + kMaxGroups;
 
   const int warpgroup = static_cast<int>(threadIdx.x) / 128;
@@ -300,6 +304,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
       mbarrier_init(&empty[s], Cfg::kConsumerWarps * kCluster);  // every consumer warp of the cluster
     }
     fence_barrier_init();
+    *release_word = 0xFFFFFFFFu;
   }
   if constexpr (kMGrouped) build_grouped_schedule(p.groups, p.m, Cfg::kTileM, p.order.tiles_n, tile_ends, row_ends);
   if constexpr (kKGrouped) build_grouped_schedule(p.groups, p.k_limit, 1, 0, nullptr, row_ends);  // K ends
@@ -460,9 +465,11 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
           out.a1[w] = a_scales[row_in_tile + 8];
         }
       };
-      // Dense with 128x128 B: two K blocks per loop iteration (0.4-1% faster, docs/design.md). Not
-      // with 1x128 B (ptxas then spills at 128 wide) nor in the grouped modes (short per-tile K ranges).
-      constexpr int kKUnroll = kMode == GroupMode::kDense && !kBScalePerRow ? 2 : 1;
+      // Dense with 128x128 B: several K blocks per loop iteration (fewer instructions of loop
+      // bookkeeping between the wgmmas: docs/design.md): 8 at 256 x 128, 2 at 128 wide (8 measured
+      // slower at 128 x 192). Not with 1x128 B (ptxas then spills at 128 wide) nor in the grouped
+      // modes (short per-tile K ranges).
+      constexpr int kKUnroll = kMode != GroupMode::kDense || kBScalePerRow ? 1 : kTileM == 256 ? 8 : 2;
       BlockScales cur{};
       if (kb < kb_end) {
         load_b_scales(kb, cur);
@@ -480,7 +487,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
         const uint32_t a_desc = a_desc0 + stage * (Cfg::kTileABytes >> 4);
         const uint32_t b_desc = b_desc0 + stage * (Cfg::kTileBBytes >> 4);
         const int used = stage;
-        BlockScales next{};
+        BlockScales next;  // read only when a next block exists (no zeroing per block)
         if (kb + 1 < kb_end) load_b_scales(kb + 1, next);
 #pragma unroll
         for (int w = 0; w < kWaves; ++w) {
@@ -506,12 +513,19 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
             }
           }
           wgmma_wait_group<0>();
-          if (last_wave && !kHoldStage) release(used);
+          // Row + 8's scale passes through an all-ones word read after the release: the
+          // promotion's second half then depends on the release, which ptxas otherwise sinks
+          // below all of it (the stage would come back to the producer ~64 FFMAs late).
+          uint32_t ones = 0xFFFFFFFFu;
+          if (last_wave && !kHoldStage) {
+            release(used);
+            asm volatile("ld.shared.b32 %0, [%1];" : "=r"(ones) : "r"(smem_addr(release_word)) : "memory");
+          }
 
           // Promotion: main += partial * (sa[row] * sb[col]), fp32; the same operations per
           // element at every tile shape (same bits).
           float* main_wave = main_acc + w * kAcc;
-          const float a_scale0 = cur.a0[w], a_scale1 = cur.a1[w];
+          const float a_scale0 = cur.a0[w], a_scale1 = __uint_as_float(__float_as_uint(cur.a1[w]) & ones);
           if constexpr (kBScalePerRow) {
 #pragma unroll
             for (int j = 0; j < kGroups; ++j) {

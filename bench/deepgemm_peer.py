@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""DeepGEMM (the peer) timed the way gemm_bench and gemm_grouped_bench time blockscale, so that the
+ratios compare like with like: the same shapes, the same input data (--data) and the same timing
+(--timing, bench/bench_common.cuh):
+  sustained: launches queued back to back behind a ~5 ms GPU spin (Python's launch cost stays
+             hidden: the host runs ahead during the spin), a CUDA event pair around each, median;
+  isolated : each launch after a synchronisation and a ~0.5 ms spin queued ahead (the way
+             DeepGEMM's own harness times), median.
+Data: `normal`: standard-normal bf16 quantized by DeepGEMM's own casts (1x128 activations, 128x128
+weights); `uniform`: every E4M3 code but NaN equally likely, scales log-uniform in [2^-4, 2^4)
+(gemm_bench's default data).
+
+Needs an importable deep_gemm (a build of DeepGEMM for this GPU) and torch.
+Usage: python3 bench/deepgemm_peer.py [--iters N] [--only I,J,...] [--data normal|uniform]
+                                     [--timing sustained|isolated]
+Prints one markdown row per case: shape, DeepGEMM TFLOP/s.
+"""
+import argparse
+import statistics
+
+import torch
+
+import deep_gemm as dg
+from deep_gemm.utils import per_block_cast_to_fp8, per_token_cast_to_fp8
+
+# gemm_bench's 128x128-B cases from M 2048 up (its cases 0-3, 8, 9, 12-14, 16-20, in that order) and
+# gemm_grouped_bench's first two M-grouped cases.
+DENSE = [(8192, 8192, 8192), (16384, 4096, 4096), (16384, 14336, 4096), (16384, 4096, 14336), (2048, 4096, 4096),
+         (2048, 14336, 4096), (4096, 6144, 2048), (4096, 2048, 2048), (4096, 2048, 6144), (4096, 2112, 7168),
+         (4096, 24576, 1536), (4096, 7168, 16384), (4096, 4096, 7168), (4096, 7168, 2048)]
+M_GROUPED = [(8, 4096, 4096, 7168), (32, 512, 2048, 7168)]  # experts, tokens each, N, K
+
+
+def uniform_codes(rows, cols):
+    c = torch.randint(0, 256, (rows, cols), dtype=torch.uint8, device='cuda')
+    c = torch.where((c & 0x7F) == 0x7F, c ^ 1, c)  # never NaN
+    return c.view(torch.float8_e4m3fn)
+
+
+def uniform_scales(*shape):
+    return torch.exp2(torch.randint(0, 8192, shape, device='cuda').float() / 1024 - 4)
+
+
+def operands(m, n, k, data):
+    """(A codes, A 1x128 scales [m, k/128]), (B codes, B 128x128 scales [n/128, k/128])."""
+    if data == 'normal':
+        a8, sfa = per_token_cast_to_fp8(torch.randn((m, k), device='cuda', dtype=torch.bfloat16), use_ue8m0=False)
+        b8, sfb = per_block_cast_to_fp8(torch.randn((n, k), device='cuda', dtype=torch.bfloat16), use_ue8m0=False)
+        return (a8, sfa), (b8, sfb)
+    return (uniform_codes(m, k), uniform_scales(m, k // 128)), (uniform_codes(n, k), uniform_scales((n + 127) // 128, k // 128))
+
+
+def median_ms(fn, iters, timing):
+    torch.cuda.synchronize()
+    if timing == 'sustained':
+        torch.cuda._sleep(10000000)
+    for _ in range(3):  # warm-up
+        fn()
+    if timing == 'isolated':
+        torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for s, e in events:
+        if timing == 'isolated':
+            torch.cuda._sleep(1000000)
+        s.record()
+        fn()
+        e.record()
+        if timing == 'isolated':
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in events)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--iters', type=int, default=20)
+    ap.add_argument('--data', choices=['normal', 'uniform'], default='uniform')
+    ap.add_argument('--timing', choices=['sustained', 'isolated'], default='sustained')
+    ap.add_argument('--only', type=lambda v: [int(i) for i in v.split(',')], default=None,
+                    help='case indices: the dense cases, then the M-grouped ones')
+    args = ap.parse_args()
+    wanted = lambda i: args.only is None or i in args.only
+    print(f'device: {torch.cuda.get_device_name()}, deep_gemm {getattr(dg, "__version__", "?")}, '
+          f'iters {args.iters}, data {args.data}, timing {args.timing}')
+    print('| case | DeepGEMM TFLOP/s |\n|---|---|')
+    for m, n, k in (c for i, c in enumerate(DENSE) if wanted(i)):
+        (a8, sfa), (b8, sfb) = operands(m, n, k, args.data)
+        sfa = dg.get_mn_major_tma_aligned_tensor(sfa)
+        d = torch.empty((m, n), device='cuda', dtype=torch.bfloat16)
+        ms = median_ms(lambda: dg.fp8_gemm_nt((a8, sfa), (b8, sfb), d, disable_ue8m0_cast=True), args.iters, args.timing)
+        print(f'| {m}x{n}x{k} 1x128.128x128 | {2 * m * n * k / ms / 1e9:.1f} |', flush=True)
+        del a8, b8, d
+    for g, t, n, k in (c for i, c in enumerate(M_GROUPED) if wanted(len(DENSE) + i)):  # expert sizes already multiples of DeepGEMM's alignment: no padding
+        m = g * t
+        (a8, sfa), (_, _) = operands(m, 128, k, args.data)
+        bs = [operands(128, n, k, args.data)[1] for _ in range(g)]
+        b8 = torch.stack([b for b, _ in bs])
+        sfb = torch.stack([s for _, s in bs])
+        layout = torch.arange(g, device='cuda', dtype=torch.int32).repeat_interleave(t)
+        sfa = dg.get_mn_major_tma_aligned_tensor(sfa)
+        d = torch.empty((m, n), device='cuda', dtype=torch.bfloat16)
+        fn = lambda: dg.m_grouped_fp8_gemm_nt_contiguous((a8, sfa), (b8, sfb), d, layout, disable_ue8m0_cast=True)
+        ms = median_ms(fn, args.iters, args.timing)
+        print(f'| fprop {g}x{t} N{n} K{k} | {2 * m * n * k / ms / 1e9:.1f} |', flush=True)
+
+
+if __name__ == '__main__':
+    main()
