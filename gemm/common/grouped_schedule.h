@@ -43,12 +43,25 @@ struct GroupedTile {
 };
 
 #if defined(__CUDACC__)
+// x as lane 0 of the warp has it. Whole warps only. The grouped kernels' schedule tables live in
+// shared memory; ptxas takes values loaded from there as per-thread, so a branch on them (a
+// binary search's, or on threadIdx) makes the code after it divergent in its eyes, and the main
+// loop's wgmma descriptors and stage counters then live in per-thread registers, each moved to a
+// uniform register before every wgmma (M-grouped 256 x 128: 247 instructions per K block instead of
+// 217, and spills). A shuffle's result is uniform to ptxas; the asm keeps the front end, which
+// knows these values uniform, from dropping it.
+__device__ __forceinline__ int32_t lane0_value(int32_t x) {
+  int32_t r;
+  asm volatile("shfl.sync.idx.b32 %0, %1, 0, 0x1f, 0xffffffff;" : "=r"(r) : "r"(x));
+  return r;
+}
+
 // Warp 0 of the CTA fills row_ends[g] (expert g's end, clamped to [earlier ends, m]) and, unless
 // tile_ends is null, tile_ends[g] (M-grouped tiles of experts 0..g); the caller synchronises the
 // CTA before reading them. K-grouped kernels pass their k as m and no tile table.
 __device__ inline void build_grouped_schedule(const GroupedRows& groups, int32_t m, int32_t tile_m, int32_t tiles_n,
                                               int32_t* tile_ends, int32_t* row_ends) {
-  if (threadIdx.x >= 32) return;
+  if (lane0_value(static_cast<int32_t>(threadIdx.x / 32)) != 0) return;  // warp 0 (whole warps)
   const int lane = static_cast<int>(threadIdx.x);
   int32_t carry_end = 0, carry_tiles = 0;
   for (int32_t base = 0; base < groups.num_groups; base += 32) {
@@ -77,13 +90,15 @@ __device__ inline void build_grouped_schedule(const GroupedRows& groups, int32_t
   }
 }
 
-// Tile t (< tile_ends[num_groups - 1]) of the grouped schedule.
+// Tile t (< tile_ends[num_groups - 1]) of the grouped schedule. kWholeWarp: called by whole warps
+// (the search's loads go through lane0_value); else by any threads (the producer's one).
+template <bool kWholeWarp>
 __device__ inline GroupedTile grouped_tile(int32_t t, int32_t num_groups, int32_t tile_m, int32_t tile_n,
                                            int32_t tiles_n, const int32_t* tile_ends, const int32_t* row_ends) {
   int32_t lo = 0, hi = num_groups - 1;  // the first g with tile_ends[g] > t
   while (lo < hi) {
     const int32_t mid = (lo + hi) / 2;
-    if (tile_ends[mid] > t) {
+    if ((kWholeWarp ? lane0_value(tile_ends[mid]) : tile_ends[mid]) > t) {
       hi = mid;
     } else {
       lo = mid + 1;

@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(BlockScaledGemmConfig<FmtA, FmtB, kMode>::kThr
   const auto tile_at = [&](int32_t tile) {
     if constexpr (kMGrouped) {
       GroupedTile t =
-          grouped_tile(tile, p.groups.num_groups, Cfg::kTileM, Cfg::kTileN, p.order.tiles_n, tile_ends, row_ends);
+          grouped_tile<false>(tile, p.groups.num_groups, Cfg::kTileM, Cfg::kTileN, p.order.tiles_n, tile_ends, row_ends);
       t.k_end = p.k_stages * Cfg::kTileK;
       return t;
     } else if constexpr (kKGrouped) {

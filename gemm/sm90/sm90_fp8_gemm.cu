@@ -97,12 +97,21 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
   TensorMap2d a_scale{args.a_scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, static_cast<uint64_t>(k_blocks),
                       static_cast<uint64_t>(a_scale_ld), static_cast<uint64_t>(a_scale_ld * 4), 1, Cfg::kScaleABoxFloats,
                       CU_TENSOR_MAP_SWIZZLE_NONE};
-  TensorMap2d b_scale = a_scale;  // unused with 128x128 B
+  // B scales: 1x128 as A's (a box of the tile's columns); 128x128 (BLK128x128: ceil(n / 128)
+  // rows per expert of k_blocks floats, rows padded to 4 floats, experts back to back) in boxes of
+  // 2 column blocks x 4 K blocks (TMA's smallest row: 16 bytes).
+  TensorMap2d b_scale;
   if (kBScalePerRow) {
     const int64_t b_scale_ld = formats::vec128_scale_ld(p.n);
     b_scale = {args.b_scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, static_cast<uint64_t>(k_blocks),
                static_cast<uint64_t>(b_scale_ld), static_cast<uint64_t>(b_scale_ld * 4), 1, kTileN,
                CU_TENSOR_MAP_SWIZZLE_NONE};
+  } else {
+    const int64_t rows = (p.n + 127) / 128 * (kMGrouped ? grouping->num_groups : 1);
+    if (kMGrouped && grouping->b_scale_stride_bytes != formats::blk128_scale_floats((p.n + 127) / 128, k_blocks) * 4)
+      return Status::error("sm90_fp8_gemm: the experts' B scales must lie back to back (internal)");
+    b_scale = {args.b_scales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, static_cast<uint64_t>(rows), static_cast<uint64_t>(k_blocks),
+               static_cast<uint64_t>(formats::blk128_scale_ld(k_blocks) * 4), 2, 4, CU_TENSOR_MAP_SWIZZLE_NONE};
   }
   // D in boxes of 64 rows x 128 bytes (64 bf16 or 32 fp32 columns), 128-byte swizzled.
   const bool d_bf16 = p.d_type == formats::DType::kBf16;
@@ -144,8 +153,6 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
   params.order.tiles_m = static_cast<int32_t>(kShareA ? tiles_m : (tiles_m + kCluster - 1) / kCluster);
   params.order.tiles_n = static_cast<int32_t>(kShareA ? (tiles_n + kCluster - 1) / kCluster : tiles_n);
   params.order.group_m = 16 / kCluster;  // bands of 16 tile rows (8 and 32 measured the same)
-  params.b_block_scales = kBScalePerRow ? nullptr : static_cast<const float*>(args.b_scales);
-  params.b_block_scales_ld = static_cast<int32_t>(formats::blk128_scale_ld(k_blocks));
   params.b_scale_blocks = static_cast<int32_t>((p.n + 127) / 128);
   params.alpha = p.alpha;
   params.d_bf16 = d_bf16;
@@ -155,7 +162,6 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
   params.ldd = p.ldd;
   params.k_limit = static_cast<int32_t>(p.k);
   if (kMode != GroupMode::kDense) params.groups = {grouping->group_ends, grouping->num_groups};
-  if (kMGrouped) params.b_block_scales_group_stride = grouping->b_scale_stride_bytes / 4;
 
   cudaLaunchAttribute cluster;
   cluster.id = cudaLaunchAttributeClusterDimension;

@@ -9,7 +9,8 @@
 //               or D += that (fp32 D accumulated in place: beta 1, C = D)
 //   operands  : A M x K e4m3, K-major, 1x128 fp32 scales (VEC128_32F layout);
 //               B N x K e4m3, K-major, 128x128 fp32 scales (BLK128x128_32F; fprop / dgrad) or
-//               1x128 scales (VEC128_32F; wgrad); D row-major bf16 or fp32, 16-byte aligned rows
+//               1x128 scales (VEC128_32F; wgrad), TMA-loaded with each stage like A's;
+//               D row-major bf16 or fp32, 16-byte aligned rows
 //   instruction: wgmma.mma_async m64n128k32 / m64n192k32 .f32.e4m3.e4m3 from shared memory
 //               (QGMMA), cp.async.bulk.tensor loads (A or B multicast to both CTAs of a cluster),
 //               cp.async.bulk.tensor / cp.reduce.async.bulk.tensor stores of D
@@ -54,6 +55,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "gemm/common/grouped_schedule.h"
 #include "gemm/common/scale_blocks.h"
@@ -91,7 +93,12 @@ struct Fp8GemmConfig {
   static constexpr int kScaleABoxFloats = 128 + 4;
   static constexpr int kScaleAWaveBytes = (kScaleABoxFloats * 4 + 127) / 128 * 128;
   static constexpr int kScaleABytes = kWaves * kScaleAWaveBytes;
-  static constexpr int kScaleBBytes = kBScalePerRow_ ? kTileN * 4 : 0;  // 1x128 B scales of one K block
+  // B scales of one K block: 1x128, the tile's columns; 128x128, a box of 4 K blocks x 2 column
+  // blocks from (kb rounded down to 4, n0 / 128) (TMA's innermost coordinate must be 16-byte
+  // aligned): block kb is element kb % 4 of a row; the tile's columns lie in its first row, or
+  // (192 wide) both.
+  static constexpr int kScaleBBoxBytes = kBScalePerRow_ ? kTileN * 4 : 4 * 2 * 4;
+  static constexpr int kScaleBBytes = (kScaleBBoxBytes + 127) / 128 * 128;
   static constexpr int kStageBytes = kTileABytes + kTileBBytes + kScaleABytes + kScaleBBytes;
   // Shared memory: staging, A ring, B ring, A-scale ring, B-scale ring, barriers, plus 1 KB so
   // everything starts on a 1024-byte boundary (the 128-byte swizzle repeats every 8 rows).
@@ -142,19 +149,16 @@ struct Fp8GemmParams {
   // Over cluster tiles: tiles_m is the number of tile rows / kCluster, rounded up (a cluster's
   // CTAs take tile rows r * kCluster + rank; a row past M computes on zeros and stores nothing).
   TileOrder order;
-  const float* b_block_scales = nullptr;  // 128x128 B: scale (n / 128, kb) at [n/128 * ld + kb]
-  int32_t b_block_scales_ld = 0;
-  int32_t b_scale_blocks = 0;  // ceil(n / 128)
+  int32_t b_scale_blocks = 0;  // 128x128 B: ceil(n / 128), the rows of one expert's scale matrix
   float alpha = 1.0f;
   bool d_bf16 = true;
   bool accumulate = false;  // fp32 D += the product (TMA reduce-add)
   EpilogueParams epilogue;
-  // M-grouped: expert g's B is rows g * n .. g * n + n - 1 of b_map, its 128x128 scales start at
-  // b_block_scales + g * b_block_scales_group_stride. D (row stride ldd elements) for the boxes
-  // that end inside an expert, written by threads.
+  // M-grouped: expert g's B is rows g * n .. g * n + n - 1 of b_map, its 128x128 scales rows
+  // g * b_scale_blocks .. of b_scale_map. D (row stride ldd elements) for the boxes that end
+  // inside an expert, written by threads.
   // K-grouped: the groups' ends split K (k_limit columns).
   GroupedRows groups;
-  int64_t b_block_scales_group_stride = 0;
   int32_t k_limit = 0;
   void* d = nullptr;
   int64_t ldd = 0;
@@ -322,10 +326,11 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
                                                       : 0;
   const int32_t first_unit = static_cast<int32_t>(blockIdx.x) / kCluster;
   const int32_t unit_stride = static_cast<int32_t>(gridDim.x) / kCluster;
-  // Unit -> this CTA's tile: its expert, first row and column, and where its rows end.
-  const auto tile_at = [&](int32_t unit) {
+  // Unit -> this CTA's tile: its expert, first row and column, and where its rows end. whole_warp:
+  // std::true_type where whole warps call it (grouped_tile).
+  const auto tile_at = [&](int32_t unit, auto whole_warp) {
     if constexpr (kMGrouped) {
-      GroupedTile t = grouped_tile(unit, p.groups.num_groups, Cfg::kTileM, kTileN, p.order.tiles_n, tile_ends, row_ends);
+      GroupedTile t = grouped_tile<decltype(whole_warp)::value>(unit, p.groups.num_groups, Cfg::kTileM, kTileN, p.order.tiles_n, tile_ends, row_ends);
       t.k_end = p.k_blocks * Cfg::kTileK;
       return t;
     } else if constexpr (kKGrouped) {
@@ -353,15 +358,15 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
       prefetch_tensor_map(&a_map);
       prefetch_tensor_map(&b_map);
       prefetch_tensor_map(&a_scale_map);
-      if (kBScalePerRow) prefetch_tensor_map(&b_scale_map);
+      prefetch_tensor_map(&b_scale_map);
       // Bytes landing in this CTA per stage: its A, all of B (its share and the peers'), scales.
       // Boxes past the tensor's edge are zero-filled and still count their full bytes.
       constexpr uint32_t kStageTx = Cfg::kTileABytes + Cfg::kTileBBytes + kWaves * 4 * Cfg::kScaleABoxFloats +
-                                    (kBScalePerRow ? Cfg::kScaleBBytes : 0);
+                                    Cfg::kScaleBBoxBytes;
       int stage = 0;
       uint32_t phase = 0;
       for (int32_t unit = first_unit; unit < num_units; unit += unit_stride) {
-        const GroupedTile t = tile_at(unit);
+        const GroupedTile t = tile_at(unit, std::false_type{});
         const int32_t m0 = t.m0, n0 = t.n0, b_first = (kMGrouped ? t.group * p.n : 0) + n0;
         for (int32_t kb = first_block(t), kb_end = end_block(t); kb < kb_end; ++kb) {
           mbarrier_wait(&empty[stage], phase ^ 1);  // round 0 passes at once (fresh barrier)
@@ -387,8 +392,12 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
           for (int w = 0; w < kWaves; ++w)
             tma_load_2d(a_scale_ring + stage * (Cfg::kScaleABytes / 4) + w * (Cfg::kScaleAWaveBytes / 4), &a_scale_map,
                         &full[stage], (m0 + 128 * w) & ~3, kb);
-          if (kBScalePerRow)
+          if (kBScalePerRow) {
             tma_load_2d(b_scale_ring + stage * (Cfg::kScaleBBytes / 4), &b_scale_map, &full[stage], n0, kb);
+          } else {  // a cluster's tile past N reads zero-filled rows: never stored
+            tma_load_2d(b_scale_ring + stage * (Cfg::kScaleBBytes / 4), &b_scale_map, &full[stage], kb & ~3,
+                        t.group * p.b_scale_blocks + n0 / 128);
+          }
           if (++stage == Cfg::kStages) stage = 0, phase ^= 1;
         }
       }
@@ -423,18 +432,8 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
     uint32_t phase = 0;
     uint32_t store_count = 0;
     for (int32_t unit = first_unit; unit < num_units; unit += unit_stride) {
-      const GroupedTile t = tile_at(unit);
+      const GroupedTile t = tile_at(unit, std::true_type{});
       const int32_t m0 = t.m0, n0 = t.n0;
-      // 128x128 B: the tile's columns fall in block n0 / 128 and, when wider than the rest of that
-      // block, the next one (clamped at the last block: its columns are >= N then, never stored).
-      const float* b_scales_lo = nullptr;
-      const float* b_scales_hi = nullptr;
-      if (!kBScalePerRow) {
-        const int32_t block = min(n0 / 128, p.b_scale_blocks - 1);  // a cluster's tile past N: never stored
-        const float* expert_scales = p.b_block_scales + t.group * p.b_block_scales_group_stride;
-        b_scales_lo = expert_scales + int64_t{block} * p.b_block_scales_ld;
-        b_scales_hi = expert_scales + int64_t{min(block + 1, p.b_scale_blocks - 1)} * p.b_block_scales_ld;
-      }
 
       float main_acc[kWaves * kAcc];  // wave w: main_acc[w * kAcc ..]
       float partial[kAcc];
@@ -446,23 +445,23 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
       // between this warpgroup and its next issue (the other warpgroup's wgmmas run meanwhile).
       int32_t kb = first_block(t);
       const int32_t kb_end = end_block(t);
-      // This thread's A scales (rows row_in_tile + 128 w and + 8) and 128x128 B scales of a block.
+      // This thread's A scales (rows row_in_tile + 128 w and + 8) and 128x128 B scales of a block,
+      // read from its stage once the `full` wait has passed.
       struct BlockScales {
         float a0[kWaves], a1[kWaves], b_lo, b_hi;
       };
-      // The 128x128 B scales come from global memory (L1): block kb + 1's are loaded before block kb's
-      // wgmmas are issued, so their latency hides behind them rather than after the `full` wait.
-      const auto load_b_scales = [&](int32_t block, BlockScales& out) {
-        out.b_lo = kBScalePerRow ? 1.0f : __ldg(b_scales_lo + block);
-        out.b_hi = kBScalePerRow || kTileN == 128 ? out.b_lo : __ldg(b_scales_hi + block);
-      };
-      const auto read_a_scales = [&](int s, BlockScales& out) {
+      const auto read_scales = [&](int s, int32_t block, BlockScales& out) {
 #pragma unroll
         for (int w = 0; w < kWaves; ++w) {
           const float* a_scales =
               a_scale_ring + s * (Cfg::kScaleABytes / 4) + w * (Cfg::kScaleAWaveBytes / 4) + ((m0 + 128 * w) & 3);
           out.a0[w] = a_scales[row_in_tile];
           out.a1[w] = a_scales[row_in_tile + 8];
+        }
+        if constexpr (!kBScalePerRow) {  // column blocks n0 / 128 and the next (Fp8GemmConfig)
+          const float* b_scales = b_scale_ring + s * (Cfg::kScaleBBytes / 4) + (block & 3);
+          out.b_lo = b_scales[0];
+          out.b_hi = kTileN == 128 ? out.b_lo : b_scales[4];
         }
       };
       // Dense with 128x128 B: several K blocks per loop iteration (fewer instructions of loop
@@ -472,9 +471,8 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
       constexpr int kKUnroll = kMode != GroupMode::kDense || kBScalePerRow ? 1 : kTileM == 256 ? 8 : 2;
       BlockScales cur{};
       if (kb < kb_end) {
-        load_b_scales(kb, cur);
         mbarrier_wait(&full[stage], phase);
-        read_a_scales(stage, cur);
+        read_scales(stage, kb, cur);
       }
 #pragma unroll kKUnroll
       for (; kb < kb_end; ++kb) {
@@ -488,7 +486,6 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
         const uint32_t b_desc = b_desc0 + stage * (Cfg::kTileBBytes >> 4);
         const int used = stage;
         BlockScales next;  // read only when a next block exists (no zeroing per block)
-        if (kb + 1 < kb_end) load_b_scales(kb + 1, next);
 #pragma unroll
         for (int w = 0; w < kWaves; ++w) {
 #pragma unroll
@@ -509,7 +506,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
             if (++stage == Cfg::kStages) stage = 0, phase ^= 1;
             if (kb + 1 < kb_end) {  // (a uniform PTX loop: a C++ spin here would serialise the wgmmas)
               mbarrier_wait_uniform(&full[stage], phase);
-              read_a_scales(stage, next);
+              read_scales(stage, kb + 1, next);
             }
           }
           wgmma_wait_group<0>();
@@ -557,7 +554,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
       }
       // The tile's row end and expert looked up again rather than kept across the mainloop (live
       // registers there spilled).
-      const GroupedTile done = tile_at(unit);
+      const GroupedTile done = tile_at(unit, std::true_type{});
 #pragma unroll
       for (int w = 0; w < kWaves; ++w) {
         if constexpr (kDirect) {  // rows >= the expert's end and columns >= N skipped
