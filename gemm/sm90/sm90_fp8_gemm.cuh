@@ -28,7 +28,7 @@
 //   A stage may be refilled only when the consumers of every CTA are done with it (a peer writes
 //   into it), so each consumer warp arrives on the `empty` barrier of every CTA of the cluster.
 //   warpgroup 2 (producer, one thread): per tile and K block, wait `empty`, announce the stage's
-//     bytes on `full`, TMA-load its share of A and B, the A (and 1x128 B) scales.
+//     bytes on `full`, TMA-load its share of A and B, the A and B scales.
 //   warpgroups 0, 1 (consumers, 64 rows each; 256-row tiles: two waves of 64 rows each, rows
 //     128 w + 64 g, over the same B tile): per K block and wave, 4 wgmma k32 into a fresh partial
 //     accumulator, wait for them, (last wave) release the stage, promote: main += partial * (sa * sb).
