@@ -10,8 +10,9 @@
 # Parts (default: tests); each builds only the targets it needs, all in the one build folder:
 #   tests  everything; the default test suite (ctest -LE exhaustive), GPU tests included, then the
 #          quant/ device tests' own summary lines (run once more, directly).
-#   gemm   gemm_test and gemm_bench: gemm_test at every sm90 tile (summary, failures, the ten cases
-#          closest to their error bound), gemm_bench's table, and per FP8 blockwise kernel (where
+#   gemm   gemm_test at every sm90 tile (summary, failures, the ten cases closest to their error
+#          bound), gemm_grouped_test and gemm_k_grouped_test, gemm_bench's table (--data normal: the
+#          dense table of docs/performance.md), gemm_grouped_bench's, and per FP8 blockwise kernel (where
 #          cuobjdump exists) its registers, stack and local (spill) bytes and its counts of QGMMA
 #          (FP8 wgmma), UTMALDG and LDL/STL instructions and the highest register its SASS names.
 #          When gemm_test crashes or hangs (a CUDA error poisons the rest of the process), it runs
@@ -178,7 +179,7 @@ crashed() {
 }
 
 part_gemm() {
-  build gemm_test gemm_bench
+  build gemm_test gemm_grouped_test gemm_k_grouped_test gemm_bench gemm_grouped_bench
   gemm_sass
   local bench_tiles=()
   if [[ $steps == *" tests "* ]]; then
@@ -196,20 +197,27 @@ part_gemm() {
         bench_tiles=(--tiles 128)
       fi
     fi
+    for t in gemm_grouped_test gemm_k_grouped_test; do
+      timeout 150 "$B/tests/gemm/$t" >"$OUT/$t.log" 2>&1 || status=1
+      echo "== $t: $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/$t.log" | head -2 | tr '\n' ' ')"
+    done
   fi
   if [[ $steps == *" bench "* ]]; then
     echo "== gemm_bench ($SECONDS s so far) ${bench_tiles[*]}"
     # shellcheck disable=SC2086  # BENCH_ARGS is a list of arguments
-    timeout 90 "$B/bench/gemm_bench" ${BENCH_ARGS:-} "${bench_tiles[@]}" 2>&1 | tee "$OUT/gemm_bench.log"
+    timeout 120 "$B/bench/gemm_bench" --data normal ${BENCH_ARGS:-} "${bench_tiles[@]}" 2>&1 | tee "$OUT/gemm_bench.log"
     local brc=${PIPESTATUS[0]}
     if (( brc != 0 )); then
       status=1
       if (( ${#bench_tiles[@]} == 0 )); then
         echo "== gemm_bench failed (rc $brc, $SECONDS s): again with the 128-wide tile only"
         # shellcheck disable=SC2086
-        timeout 60 "$B/bench/gemm_bench" ${BENCH_ARGS:-} --tiles 128 2>&1 | tee "$OUT/gemm_bench_128.log"
+        timeout 60 "$B/bench/gemm_bench" --data normal ${BENCH_ARGS:-} --tiles 128 2>&1 | tee "$OUT/gemm_bench_128.log"
       fi
     fi
+    echo "== gemm_grouped_bench ($SECONDS s so far)"
+    timeout 120 "$B/bench/gemm_grouped_bench" 2>&1 | tee "$OUT/gemm_grouped_bench.log" | grep -E "^(\||device)"
+    (( PIPESTATUS[0] == 0 )) || status=1
   fi
 }
 
