@@ -63,8 +63,9 @@ __global__ inline void fill_scales(float* s, int64_t n, uint64_t seed) {
 // bf16 values of a standard normal distribution (Box-Muller on two counter hashes).
 __global__ inline void fill_bf16_normal(__nv_bfloat16* x, int64_t n, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const float u1 = (hash32(seed + 2 * static_cast<uint64_t>(i)) + 1.0f) * 0x1p-32f;  // (0, 1]
-    const float u2 = hash32(seed + 2 * static_cast<uint64_t>(i) + 1) * 0x1p-32f;
+    const uint64_t key = (seed << 40) + 2 * static_cast<uint64_t>(i);  // seeds' streams apart
+    const float u1 = (hash32(key) + 1.0f) * 0x1p-32f;                    // (0, 1]
+    const float u2 = hash32(key + 1) * 0x1p-32f;
     x[i] = __float2bfloat16_rn(sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2));
   }
 }
@@ -107,7 +108,8 @@ inline bool parse_iters_only(int argc, char** argv, const char* program, int* it
 //               training step's case);
 //   kIsolated : each launch alone: a device synchronisation, a ~0.5 ms spin kernel queued ahead (so
 //               the host's launch cost stays hidden), the event pair, a synchronisation. The GPU
-//               starts each launch after an idle moment; DeepGEMM's own harness times this way.
+//               starts each launch after an idle moment, as in DeepGEMM's harness's event timing
+//               (its profiler timing also flushes L2 before each call; neither mode here does).
 enum class Timing { kSustained, kIsolated };
 inline Timing& timing() {
   static Timing t = Timing::kSustained;

@@ -94,8 +94,9 @@ struct Fp8GemmConfig {
   static constexpr int kScaleAWaveBytes = (kScaleABoxFloats * 4 + 127) / 128 * 128;
   static constexpr int kScaleABytes = kWaves * kScaleAWaveBytes;
   // B scales of one K block: 1x128, the tile's columns; 128x128, a box of 4 K blocks x 2 column
-  // blocks from (kb rounded down to 4, n0 / 128) (TMA's innermost coordinate must be 16-byte
-  // aligned): block kb is element kb % 4 of a row; the tile's columns lie in its first row, or
+  // blocks from (kb rounded down to 4, n0 / 128) (a box started at kb itself raised an illegal
+  // instruction at kb = 1 on an H200: the innermost coordinate is kept 16-byte aligned, as for A's
+  // scales): block kb is element kb % 4 of a row; the tile's columns lie in its first row, or
   // (192 wide) both.
   static constexpr int kScaleBBoxBytes = kBScalePerRow_ ? kTileN * 4 : 4 * 2 * 4;
   static constexpr int kScaleBBytes = (kScaleBBoxBytes + 127) / 128 * 128;
@@ -261,9 +262,9 @@ __device__ __forceinline__ void store_tile(const CUtensorMap* d_map, const Fp8Ge
   if (elected && last) bulk_wait_group_all();
 }
 
-// kTileN: the tile width. kBScalePerRow: B has 1x128 scales (wgrad), TMA-loaded per stage;
-// otherwise 128x128 scales read from global memory. kCluster: CTAs per cluster sharing B. kMode:
-// dense or M-grouped. kDirect: the `direct` epilogue (D from registers) instead of TMA stores; its
+// kTileN: the tile width. kBScalePerRow: B has 1x128 scales (wgrad); otherwise 128x128 scales
+// (both TMA-loaded with each stage). kCluster: CTAs per cluster sharing an operand. kMode: dense,
+// M- or K-grouped. kDirect: the `direct` epilogue (D from registers) instead of TMA stores; its
 // own instantiation, because with that path in the same kernel ptxas allocated the main
 // accumulators in the register banks of the wgmma fragment they are promoted from (about half
 // the promotion FFMAs then read two operands from one bank; a fifth without it).
@@ -411,7 +412,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
     const int row_in_tile = warpgroup * 64 + warp_in_group * 16 + lane / 4;  // and + 8; wave w: + 128 w
     const int col_in_group = (lane % 4) * 2;                                 // + 8j, j < kGroups
     const auto b_scale_pair = [&](int s, int j) {  // this thread's two 1x128 B scales of group j
-      return *reinterpret_cast<const float2*>(b_scale_ring + s * kTileN + 8 * j + col_in_group);
+      return *reinterpret_cast<const float2*>(b_scale_ring + s * (Cfg::kScaleBBytes / 4) + 8 * j + col_in_group);
     };
     // The stage's reads are done: every CTA's producer may refill it (lane r signals rank r).
     const auto release = [&](int s) {

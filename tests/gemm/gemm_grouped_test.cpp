@@ -262,6 +262,13 @@ TEST_P(GroupedPair, ManyExpertsRandomCountsAlignedRows) {
   check_case({GetParam(), 256, 256, nine_random_counts(5), DType::kF32, -0.5f, 0.0f}, 5);
 }
 
+// Nine K blocks (128x128 B scales arrive in boxes of 4 K blocks: the third is mostly past K) and
+// 320 columns (a 192-wide tile straddles two column blocks), experts of 0, 129, 300 and 1 rows.
+TEST_P(GroupedPair, NineKBlocks) {
+  SKIP_WITHOUT_GPU();
+  check_case({GetParam(), 320, 1152, {0, 129, 300, 1}}, 6);
+}
+
 // One expert: the dense problem through the grouped path.
 TEST_P(GroupedPair, OneExpert) {
   SKIP_WITHOUT_GPU();

@@ -157,6 +157,11 @@ std::vector<ShapeCase> odd_shapes() {
     cases.push_back({16385, 129, 384, r});
     cases.push_back({127, 16385, 128, r});
     cases.push_back({256, 384, 16384, r});  // long K: many promotions
+    // K blocks not a multiple of 4: the 128x128 B scales come in boxes of 4 K blocks, the last
+    // partly past K; 320 and 449 columns straddle column blocks at 192 wide.
+    cases.push_back({300, 449, 640, r});
+    cases.push_back({129, 320, 896, r});
+    cases.push_back({1000, 200, 1152, r});
   }
   return cases;
 }
