@@ -115,13 +115,15 @@ inline Timing& timing() {
   static Timing t = Timing::kSustained;
   return t;
 }
-// "sustained" / "isolated" -> timing(); false for anything else.
+// The --timing option's value, "sustained" or "isolated", into timing(); false (after saying why
+// on stderr) for anything else.
 inline bool set_timing(const char* name) {
   if (std::string(name) == "sustained") {
     timing() = Timing::kSustained;
   } else if (std::string(name) == "isolated") {
     timing() = Timing::kIsolated;
   } else {
+    std::fprintf(stderr, "--timing: sustained or isolated, got %s\n", name);
     return false;
   }
   return true;

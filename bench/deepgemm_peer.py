@@ -43,13 +43,18 @@ def uniform_scales(*shape):
     return torch.exp2(torch.randint(0, 8192, shape, device='cuda').float() / 1024 - 4)
 
 
-def operands(m, n, k, data):
-    """(A codes, A 1x128 scales [m, k/128]), (B codes, B 128x128 scales [n/128, k/128])."""
+def token_operand(m, k, data):
+    """A: codes [m, k], 1x128 scales [m, k/128]."""
     if data == 'normal':
-        a8, sfa = per_token_cast_to_fp8(torch.randn((m, k), device='cuda', dtype=torch.bfloat16), use_ue8m0=False)
-        b8, sfb = per_block_cast_to_fp8(torch.randn((n, k), device='cuda', dtype=torch.bfloat16), use_ue8m0=False)
-        return (a8, sfa), (b8, sfb)
-    return (uniform_codes(m, k), uniform_scales(m, k // 128)), (uniform_codes(n, k), uniform_scales((n + 127) // 128, k // 128))
+        return per_token_cast_to_fp8(torch.randn((m, k), device='cuda', dtype=torch.bfloat16), use_ue8m0=False)
+    return uniform_codes(m, k), uniform_scales(m, k // 128)
+
+
+def block_operand(n, k, data):
+    """B: codes [n, k], 128x128 scales [n/128, k/128]."""
+    if data == 'normal':
+        return per_block_cast_to_fp8(torch.randn((n, k), device='cuda', dtype=torch.bfloat16), use_ue8m0=False)
+    return uniform_codes(n, k), uniform_scales((n + 127) // 128, k // 128)
 
 
 def channel_operand(tokens, cols, data):
@@ -105,7 +110,7 @@ def main():
           f'iters {args.iters}, data {args.data}, timing {args.timing}')
     print('| case | DeepGEMM TFLOP/s |\n|---|---|')
     for m, n, k in (c for i, c in enumerate(DENSE) if wanted(i)):
-        (a8, sfa), (b8, sfb) = operands(m, n, k, args.data)
+        (a8, sfa), (b8, sfb) = token_operand(m, k, args.data), block_operand(n, k, args.data)
         sfa = dg.get_mn_major_tma_aligned_tensor(sfa)
         d = torch.empty((m, n), device='cuda', dtype=torch.bfloat16)
         ms = median_ms(lambda: dg.fp8_gemm_nt((a8, sfa), (b8, sfb), d, disable_ue8m0_cast=True), args.iters, args.timing)
@@ -113,8 +118,8 @@ def main():
         del a8, b8, d
     for g, t, n, k in (c for i, c in enumerate(M_GROUPED) if wanted(len(DENSE) + i)):  # expert sizes already multiples of DeepGEMM's alignment: no padding
         m = g * t
-        (a8, sfa), (_, _) = operands(m, 128, k, args.data)
-        bs = [operands(128, n, k, args.data)[1] for _ in range(g)]
+        a8, sfa = token_operand(m, k, args.data)
+        bs = [block_operand(n, k, args.data) for _ in range(g)]
         b8 = torch.stack([b for b, _ in bs])
         sfb = torch.stack([s for _, s in bs])
         layout = torch.arange(g, device='cuda', dtype=torch.int32).repeat_interleave(t)
