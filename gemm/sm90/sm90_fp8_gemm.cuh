@@ -439,7 +439,11 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
       float main_acc[kWaves * kAcc];  // wave w: main_acc[w * kAcc ..]
       float partial[kAcc];
 #pragma unroll
-      for (int i = 0; i < kWaves * kAcc; ++i) main_acc[i] = 0.0f;
+      for (int i = 0; i < kWaves * kAcc; ++i) {
+        main_acc[i] = 0.0f;
+        // Zeroed once, here: ptxas otherwise zeroes them again on the unrolled loop's entry path.
+        fence_accumulator(main_acc[i]);
+      }
 
       // Software-pipelined: block kb + 1's scales are read (its `full` wait included) while block
       // kb's (last wave's) wgmmas run, so after their wait only the release and the promotion stand
