@@ -1,12 +1,7 @@
 #!/usr/bin/env python3
 """DeepGEMM (the peer) timed the way gemm_bench and gemm_grouped_bench time blockscale, so that the
 ratios compare like with like: the same shapes, the same input data (--data) and the same timing
-(--timing, bench/bench_common.cuh):
-  sustained: launches queued back to back behind a ~5 ms GPU spin (the host runs ahead during the
-             spin, so Python's launch cost stays hidden unless a call's host time exceeds its
-             kernel's), a CUDA event pair around each, median;
-  isolated : each launch after a synchronisation and a ~0.5 ms spin queued ahead (the way
-             DeepGEMM's own harness times), median.
+(--timing: bench/cuda_events.py, the modes of bench/bench_common.cuh).
 Data: `normal`: standard-normal bf16 quantized by DeepGEMM's own casts (1x128 activations, 128x128
 weights); `uniform`: every E4M3 code but NaN equally likely, scales log-uniform in [2^-4, 2^4)
 (gemm_bench's default data).
@@ -17,11 +12,11 @@ Usage: python3 bench/deepgemm_peer.py [--iters N] [--only I,J,...] [--data norma
 Prints one markdown row per case: shape, DeepGEMM TFLOP/s.
 """
 import argparse
-import statistics
 
 import torch
 
 import deep_gemm as dg
+from cuda_events import median_ms
 from deep_gemm.utils import per_block_cast_to_fp8, per_token_cast_to_fp8
 
 # gemm_bench's 128x128-B cases from M 2048 up (its cases 0-3, 8, 9, 12-14, 16-20, in that order),
@@ -74,27 +69,6 @@ def k_major_groups(codes, sizes):
         out.append(codes[p:p + t].t().contiguous().flatten())
         p += t
     return torch.cat(out)
-
-
-def median_ms(fn, iters, timing):
-    torch.cuda.synchronize()
-    if timing == 'sustained':
-        torch.cuda._sleep(10000000)
-    for _ in range(3):  # warm-up
-        fn()
-    if timing == 'isolated':
-        torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for s, e in events:
-        if timing == 'isolated':
-            torch.cuda._sleep(1000000)
-        s.record()
-        fn()
-        e.record()
-        if timing == 'isolated':
-            torch.cuda.synchronize()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in events)
 
 
 def main():

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """torch's grouped GEMMs on gemm_grouped_bench's first three cases, timed the way that bench times
-blockscale (launches queued back to back behind a ~5 ms GPU spin, an event pair around each,
-median), so the TFLOP/s compare one to one:
+blockscale (bench/cuda_events.py, `sustained`: launches queued back to back behind a ~5 ms GPU
+spin, an event pair around each, median), so the TFLOP/s compare one to one:
   fprop: torch._scaled_grouped_mm (FP8 E4M3, rowwise scales, bf16 out) and torch._grouped_mm (bf16);
   wgrad: torch._grouped_mm (bf16 dW = dY_g^T X_g per expert, written once: no fp32 accumulation).
 Experts as gemm_grouped_bench sizes them: even, or one expert with half the tokens and the rest
@@ -11,9 +11,10 @@ Usage: python3 bench/torch_grouped_peers.py [--iters N]
 Prints one markdown row per case and product; a product torch lacks or refuses prints its error.
 """
 import argparse
-import statistics
 
 import torch
+
+from cuda_events import median_ms
 
 # name, experts, tokens per expert, N, K, skewed (gemm_grouped_bench's cases 0-2)
 CASES = [("8x4096 N4096 K7168", 8, 4096, 4096, 7168, False),
@@ -28,20 +29,6 @@ def expert_counts(experts, per_expert, skewed):
     first = total // 2
     rest = total - first
     return [first] + [rest // (experts - 1) + (1 if g <= rest % (experts - 1) else 0) for g in range(1, experts)]
-
-
-def median_ms(fn, iters):
-    for _ in range(3):  # warm-up (and any lazy initialisation) before the spin
-        fn()
-    torch.cuda.synchronize()
-    torch.cuda._sleep(10_000_000)
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in events)
 
 
 def row(case, product, flops, fn, iters):

@@ -23,6 +23,8 @@ import traceback
 import torch
 import torch.nn.functional as F
 
+from cuda_events import median_ms
+
 FP8_MAX = 448.0  # largest E4M3 value
 
 
@@ -197,18 +199,6 @@ def rel_err(a, b):
     return ((a.float() - b).norm() / b.norm().clamp(min=1e-30)).item()
 
 
-def time_ms(fn, warmup, iters):
-    for _ in range(warmup):
-        fn()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in events)
-
-
 def _fp8_rows(t):
     """E4M3 codes of t with one fp32 scale per row (the last dim reduced): the rowwise recipe.
     Returns the codes and the dequantization scale the GEMM multiplies by."""
@@ -268,7 +258,7 @@ def run_timing(bst, args, device):
     def record(name, step):
         """Times step (it returns y, dx, dw) and checks its outputs against the fp32 products."""
         try:
-            ms = time_ms(step, warmup, iters)
+            ms = median_ms(step, iters, 'queued', warmup)
             errs = "/".join(f"{rel_err(o, r):.1e}" for o, r in zip(step(), ref))
             rows.append((name, ms, errs))
         except Exception as e:  # noqa: BLE001  (reported in the table; blockscale's also in the exit code)
