@@ -1,21 +1,93 @@
 #!/usr/bin/env python3
-"""Summarises cuobjdump -sass output: per kernel whose name matches the pattern, the instruction
-count and the most frequent opcodes; writes the matching kernels' SASS to OUT_FILE.
-Usage: sass_summary.py SASS_FILE PATTERN OUT_FILE"""
+"""Summarises cuobjdump -sass output. Per kernel whose name matches PATTERN: the instruction count,
+the most frequent opcodes and, for a wgmma kernel, its main loop: of the loops holding wgmmas
+(QGMMA / HGMMA), the one with the fewest instructions per wgmma (the unrolled K loop where there
+is one), with its length, its wgmmas and its local-memory accesses (LDL / STL: spills). Writes the matching kernels' SASS to OUT_FILE.
+
+With --loop-of OTHER_SASS: per kernel found in both files, whether that loop is the same
+instruction for instruction once register numbers and branch targets are set aside (a change
+that leaves the loop identical cannot have moved its schedule).
+
+Usage: sass_summary.py SASS_FILE PATTERN OUT_FILE [--loop-of OTHER_SASS]"""
 import collections
 import re
 import sys
 
-text = open(sys.argv[1]).read()
-pattern = re.compile(sys.argv[2])
-kept = []
-for part in text.split("Function : ")[1:]:
-    name = part.split("\n", 1)[0].strip()
-    if not pattern.search(name):
-        continue
-    kept.append("Function : " + part)
-    ops = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", part)
-    hist = collections.Counter(op.split(".")[0] for op in ops)
-    print(f"{name[:120]}: {len(ops)} instructions")
-    print("  " + ", ".join(f"{op} {n}" for op, n in hist.most_common(28)))
-open(sys.argv[3], "w").write("".join(kept))
+INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+BRANCH = re.compile(r"\bBRA\s+(?:`\()?0x([0-9a-f]+)")
+MMA = re.compile(r"\b[QH]GMMA\b")
+PREDICATE = re.compile(r"^@!?U?P[T0-9]\s+")
+
+
+def kernels(text):
+    """name -> [(address, instruction text)] for every function in cuobjdump -sass output."""
+    out = {}
+    for part in text.split("Function : ")[1:]:
+        name = part.split("\n", 1)[0].strip()
+        out[name] = [(int(m.group(1), 16), m.group(2)) for m in INSTR.finditer(part)]
+    return out
+
+
+def mma_loop(instrs):
+    """The backward-branch loop holding wgmmas with the fewest instructions per wgmma, or None."""
+    index = {addr: i for i, (addr, _) in enumerate(instrs)}
+    best, best_ratio = None, None
+    for i, (addr, text) in enumerate(instrs):
+        m = BRANCH.search(text)
+        if not m or int(m.group(1), 16) >= addr or int(m.group(1), 16) not in index:
+            continue
+        body = instrs[index[int(m.group(1), 16)]:i + 1]
+        mmas = sum(1 for _, t in body if MMA.search(t))
+        if mmas and (best is None or len(body) / mmas < best_ratio):
+            best, best_ratio = body, len(body) / mmas
+    return best
+
+
+def shape(body):
+    """The loop with register numbers and addresses set aside."""
+    return [re.sub(r"0x[0-9a-f]+", "X", re.sub(r"\bU?R\d+\b", "R", re.sub(r"\bU?P\d\b", "P", t)))
+            for _, t in body]
+
+
+def main(argv):
+    other = None
+    if "--loop-of" in argv:
+        i = argv.index("--loop-of")
+        if i + 1 >= len(argv):
+            sys.exit("sass_summary.py: --loop-of needs a second cuobjdump -sass file")
+        other = kernels(open(argv[i + 1]).read())
+        argv = argv[:i] + argv[i + 2:]
+    if len(argv) != 3:
+        sys.exit(__doc__)
+    args = argv
+    sass_file, pattern, out_file = args
+    text = open(sass_file).read()
+    matcher = re.compile(pattern)
+    kept = []
+    for part in text.split("Function : ")[1:]:
+        name = part.split("\n", 1)[0].strip()
+        if matcher.search(name):
+            kept.append("Function : " + part)
+    for name, instrs in kernels(text).items():
+        if not matcher.search(name):
+            continue
+        hist = collections.Counter(PREDICATE.sub("", t).split()[0].split(".")[0] for _, t in instrs)
+        print(f"{name[:120]}: {len(instrs)} instructions")
+        print("  " + ", ".join(f"{op} {n}" for op, n in hist.most_common(28)))
+        loop = mma_loop(instrs)
+        if loop is None:
+            continue
+        mmas = sum(1 for _, t in loop if MMA.search(t))
+        local = sum(1 for _, t in loop if re.search(r"\b(LDL|STL)\b", t))
+        print(f"  wgmma loop: {len(loop)} instructions, {mmas} wgmmas, {len(loop) / mmas:.2f} per wgmma, "
+              f"LDL/STL {local}")
+        if other is not None and name in other:
+            theirs = mma_loop(other[name])
+            same = theirs is not None and shape(theirs) == shape(loop)
+            print(f"  against --loop-of: {'the same loop' if same else 'a different loop'}"
+                  f" ({len(theirs) if theirs else 0} instructions there)")
+    open(out_file, "w").write("".join(kept))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -163,6 +163,9 @@ gemm_sass() {
     { s = $0; while (match(s, /[^A-Z_]R[0-9]+/)) { r = substr(s, RSTART + 2, RLENGTH - 2) + 0; if (r > m[f]) m[f] = r; s = substr(s, RSTART + RLENGTH) } }
     END { for (i = 1; i <= n; i++) { f = order[i]; printf "%s QGMMA %d UTMALDG %d LDL/STL %d max R%d\n", f, q[f], t[f], l[f], m[f] } }' \
     "$OUT/sass.txt"
+  echo "== FP8 kernels' main loops: instructions per wgmma (bench/sass_summary.py; 4 wgmmas a K block and wave)"
+  python3 "$root/bench/sass_summary.py" "$OUT/sass.txt" sm90_fp8_gemm_kernel "$OUT/sass_fp8.txt" |
+    awk -v re="$fp8_kernel_re" 'match($0, re) { f = substr($0, RSTART, RLENGTH) } /wgmma loop/ { sub(/^ +/, ""); print f ": " $0 }'
 }
 
 # gemm_test's log $1: the summary and failures, then the ten random cases closest to their bound.
