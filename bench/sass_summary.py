@@ -2,7 +2,11 @@
 """Summarises cuobjdump -sass output. Per kernel whose name matches PATTERN: the instruction count,
 the most frequent opcodes and, for a wgmma kernel, its main loop: of the loops holding wgmmas
 (QGMMA / HGMMA), the one with the fewest instructions per wgmma (the unrolled K loop where there
-is one), with its length, its wgmmas and its local-memory accesses (LDL / STL: spills). Writes the matching kernels' SASS to OUT_FILE.
+is one), with its length, its wgmmas, its local-memory accesses (LDL / STL: spills) and its FFMAs'
+register-bank conflicts: source registers read in the same cycle from one of two banks (register
+number mod 2), an operand that the previous instruction marked `.reuse` in the same slot not
+counted. On the H200 that count tracked the FP8 kernel's speed where its instruction count did
+not (docs/design.md). Writes the matching kernels' SASS to OUT_FILE.
 
 With --loop-of OTHER_SASS: per kernel found in both files, whether that loop is the same
 instruction for instruction once register numbers and branch targets are set aside (a change
@@ -43,6 +47,28 @@ def mma_loop(instrs):
     return best
 
 
+FFMA = re.compile(r"\bFFMA\S* R\d+, (-?\|?R\d+)(\.reuse)?\|?, (-?\|?R\d+)(\.reuse)?\|?, (-?\|?R\d+)(\.reuse)?")
+
+
+def bank_conflicts(body):
+    """(conflicts, FFMAs) over the loop: per FFMA, its distinct source registers not served by the
+    reuse cache, less the number of banks (of two) they fall in."""
+    conflicts = ffmas = 0
+    cached = [None, None, None]  # the register each operand slot kept for the next instruction
+    for _, text in body:
+        m = FFMA.search(text)
+        if not m:
+            cached = [None, None, None]
+            continue
+        regs = [re.sub(r"[-|]", "", m.group(g)) for g in (1, 3, 5)]
+        reuse = [bool(m.group(g)) for g in (2, 4, 6)]
+        read = {r for slot, r in enumerate(regs) if cached[slot] != r}
+        conflicts += len(read) - len({int(r[1:]) % 2 for r in read})
+        ffmas += 1
+        cached = [r if keep else None for r, keep in zip(regs, reuse)]
+    return conflicts, ffmas
+
+
 def shape(body):
     """The loop with register numbers and addresses set aside."""
     return [re.sub(r"0x[0-9a-f]+", "X", re.sub(r"\bU?R\d+\b", "R", re.sub(r"\bU?P\d\b", "P", t)))
@@ -79,8 +105,9 @@ def main(argv):
             continue
         mmas = sum(1 for _, t in loop if MMA.search(t))
         local = sum(1 for _, t in loop if re.search(r"\b(LDL|STL)\b", t))
+        conflicts, ffmas = bank_conflicts(loop)
         print(f"  wgmma loop: {len(loop)} instructions, {mmas} wgmmas, {len(loop) / mmas:.2f} per wgmma, "
-              f"LDL/STL {local}")
+              f"LDL/STL {local}, FFMA register-bank conflicts {conflicts} ({ffmas} FFMAs)")
         if other is not None and name in other:
             theirs = mma_loop(other[name])
             same = theirs is not None and shape(theirs) == shape(loop)
