@@ -3,10 +3,10 @@
 the most frequent opcodes and, for a wgmma kernel, its main loop: of the loops holding wgmmas
 (QGMMA / HGMMA), the one with the fewest instructions per wgmma (the unrolled K loop where there
 is one), with its length, its wgmmas, its local-memory accesses (LDL / STL: spills) and its FFMAs'
-register-bank conflicts: source registers read in the same cycle from one of two banks (register
-number mod 2), an operand that the previous instruction marked `.reuse` in the same slot not
-counted. On the H200 that count tracked the FP8 kernel's speed where its instruction count did
-not (docs/design.md). Writes the matching kernels' SASS to OUT_FILE.
+register-bank conflicts: FFMAs whose three source registers all come from one of the two banks
+(register number mod 2), an operand that the previous instruction kept with `.reuse` in the same
+slot not counted. On the H200 that count tracked the FP8 kernel's speed where its instruction
+count did not (docs/design.md). Writes the matching kernels' SASS to OUT_FILE.
 
 With --loop-of OTHER_SASS: per kernel found in both files, whether that loop is the same
 instruction for instruction once register numbers and branch targets are set aside (a change
@@ -51,8 +51,9 @@ FFMA = re.compile(r"\bFFMA\S* R\d+, (-?\|?R\d+)(\.reuse)?\|?, (-?\|?R\d+)(\.reus
 
 
 def bank_conflicts(body):
-    """(conflicts, FFMAs) over the loop: per FFMA, its distinct source registers not served by the
-    reuse cache, less the number of banks (of two) they fall in."""
+    """(conflicts, FFMAs) over the loop: FFMAs whose three source registers are all read from the
+    register file (none from the previous instruction's `.reuse` in the same slot) and all lie in
+    one of the two banks (register number mod 2): each costs an extra cycle."""
     conflicts = ffmas = 0
     cached = [None, None, None]  # the register each operand slot kept for the next instruction
     for _, text in body:
@@ -63,7 +64,7 @@ def bank_conflicts(body):
         regs = [re.sub(r"[-|]", "", m.group(g)) for g in (1, 3, 5)]
         reuse = [bool(m.group(g)) for g in (2, 4, 6)]
         read = {r for slot, r in enumerate(regs) if cached[slot] != r}
-        conflicts += len(read) - len({int(r[1:]) % 2 for r in read})
+        conflicts += len(read) == 3 and len({int(r[1:]) % 2 for r in read}) == 1
         ffmas += 1
         cached = [r if keep else None for r, keep in zip(regs, reuse)]
     return conflicts, ffmas
