@@ -5,7 +5,7 @@
 # PyPI; copy the folder to a machine without): without them the step runs the reference attention.
 # Run from anywhere:
 #
-#   OUT=/tmp/g tools/gpu_check.sh [--arch 90a] [--build DIR] [--jobs N] [tests|gemm|quant|train|all]...
+#   OUT=/tmp/g tools/gpu_check.sh [--arch 90a] [--build DIR] [--jobs N] [tests|gemm|quant|train|peers|parallel|all]...
 #
 # Parts (default: tests); each builds only the targets it needs, all in the one build folder:
 #   tests  everything; the default test suite (ctest -LE exhaustive), GPU tests included, then the
@@ -23,6 +23,12 @@
 #   train  the training step at width 2048 (docs/performance.md's W): every recipe against bf16,
 #          then bf16 with the reference attention; the comparison table and each run's phase line
 #          (GPU time per phase, and the memory-bound phases' floors).
+#   peers  blockscale's FP8 blockwise GEMMs beside their peers in one sitting: gemm_bench (--data
+#          normal; cuBLASLt and cuBLAS in its own process), gemm_grouped_bench --only 0,1,2, DeepGEMM
+#          (bench/deepgemm_peer.py: dense on normal data, grouped on uniform data as
+#          gemm_grouped_bench; skipped without an importable deep_gemm), torch's grouped GEMMs
+#          (bench/torch_grouped_peers.py; skipped without torch), then bench/peer_table.py's table
+#          of ratios.
 #   parallel  two GPUs of this host (skipped with fewer): copy-engine sums against NCCL's to the
 #          bit, tools/data_parallel_check.sh 2 for fp8_block (plain and sharded), bf16 and width 2048
 #          (loss agreement, scaling efficiency, exposed communication, optimizer state), and
@@ -61,7 +67,7 @@ while (( $# )); do
     --jobs) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "gpu_check.sh: --jobs needs a positive count, got '${2:-}'" >&2; usage; }
             jobs=$2; shift 2 ;;
     -h|--help) usage ;;
-    tests|gemm|quant|train|parallel) parts+=("$1"); shift ;;
+    tests|gemm|quant|train|peers|parallel) parts+=("$1"); shift ;;
     all) parts+=(tests gemm quant); shift ;;
     *) echo "gpu_check.sh: unknown argument '$1'" >&2; usage ;;
   esac
@@ -251,6 +257,35 @@ part_quant() {
 }
 
 # ---- train: the width-2048 step, every recipe, and bf16 on the reference attention -------------
+part_peers() {
+  build gemm_bench gemm_grouped_bench
+  echo "== gemm_bench --data normal, gemm_grouped_bench --only 0,1,2"
+  # shellcheck disable=SC2086  # BENCH_ARGS is a list of arguments
+  timeout 300 "$B/bench/gemm_bench" --data normal ${BENCH_ARGS:-} >"$OUT/peers_dense.log" 2>&1 || status=1
+  timeout 200 "$B/bench/gemm_grouped_bench" --only 0,1,2 >"$OUT/peers_grouped.log" 2>&1 || status=1
+  local dg=()
+  if python3 -c "import deep_gemm" 2>/dev/null; then
+    echo "== DeepGEMM (bench/deepgemm_peer.py): dense, normal data; grouped, uniform data"
+    timeout 900 python3 "$root/bench/deepgemm_peer.py" --data normal --only 0,1,2,3,4,5,6,7,8,9,10,11,12,13 \
+      >"$OUT/peers_deepgemm_dense.log" 2>&1 || status=1
+    timeout 600 python3 "$root/bench/deepgemm_peer.py" --data uniform --only 14,15,16,17 \
+      >"$OUT/peers_deepgemm_grouped.log" 2>&1 || status=1
+    dg=(--deepgemm "$OUT/peers_deepgemm_dense.log" --deepgemm "$OUT/peers_deepgemm_grouped.log")
+  else
+    echo "== DeepGEMM skipped: no importable deep_gemm (build DeepGEMM for this GPU and put it on PYTHONPATH)"
+  fi
+  local tp=()
+  if python3 -c "import torch" 2>/dev/null; then
+    echo "== torch's grouped GEMMs (bench/torch_grouped_peers.py)"
+    timeout 300 python3 "$root/bench/torch_grouped_peers.py" >"$OUT/peers_torch.log" 2>&1 || status=1
+    tp=(--torch "$OUT/peers_torch.log")
+  else
+    echo "== torch's grouped GEMMs skipped: no importable torch"
+  fi
+  python3 "$root/bench/peer_table.py" --dense "$OUT/peers_dense.log" --grouped "$OUT/peers_grouped.log" \
+    "${dg[@]}" "${tp[@]}" || status=1
+}
+
 part_train() {
   build blockscale
   local w=(--d-model 2048 --d-ff 1408 --layers 2 --heads 16 --experts 8 --top-k 2 --seq-len 1024 --batch 4
@@ -291,6 +326,7 @@ for part in "${parts[@]}"; do
     tests) part_tests ;;
     gemm) part_gemm ;;
     quant) part_quant ;;
+    peers) part_peers ;;
     train) part_train ;;
     parallel) part_parallel ;;
   esac
