@@ -13,6 +13,7 @@ instruction for instruction once register numbers and branch targets are set asi
 that leaves the loop identical cannot have moved its schedule).
 
 Usage: sass_summary.py SASS_FILE PATTERN OUT_FILE [--loop-of OTHER_SASS]"""
+import argparse
 import collections
 import re
 import sys
@@ -23,13 +24,15 @@ MMA = re.compile(r"\b[QH]GMMA\b")
 PREDICATE = re.compile(r"^@!?U?P[T0-9]\s+")
 
 
-def kernels(text):
-    """name -> [(address, instruction text)] for every function in cuobjdump -sass output."""
-    out = {}
+def functions(text):
+    """(name, its SASS text) for every function in cuobjdump -sass output."""
     for part in text.split("Function : ")[1:]:
-        name = part.split("\n", 1)[0].strip()
-        out[name] = [(int(m.group(1), 16), m.group(2)) for m in INSTR.finditer(part)]
-    return out
+        yield part.split("\n", 1)[0].strip(), part
+
+
+def instructions(part):
+    """[(address, instruction text)] of one function's SASS."""
+    return [(int(m.group(1), 16), m.group(2)) for m in INSTR.finditer(part)]
 
 
 def mma_loop(instrs):
@@ -77,27 +80,22 @@ def shape(body):
 
 
 def main(argv):
-    other = None
-    if "--loop-of" in argv:
-        i = argv.index("--loop-of")
-        if i + 1 >= len(argv):
-            sys.exit("sass_summary.py: --loop-of needs a second cuobjdump -sass file")
-        other = kernels(open(argv[i + 1]).read())
-        argv = argv[:i] + argv[i + 2:]
-    if len(argv) != 3:
-        sys.exit(__doc__)
-    args = argv
-    sass_file, pattern, out_file = args
-    text = open(sass_file).read()
-    matcher = re.compile(pattern)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("sass_file")
+    ap.add_argument("pattern")
+    ap.add_argument("out_file")
+    ap.add_argument("--loop-of", metavar="OTHER_SASS", help="another build's cuobjdump -sass output")
+    args = ap.parse_args(argv)
+    other = {}
+    if args.loop_of:
+        other = {name: instructions(part) for name, part in functions(open(args.loop_of).read())}
+    matcher = re.compile(args.pattern)
     kept = []
-    for part in text.split("Function : ")[1:]:
-        name = part.split("\n", 1)[0].strip()
-        if matcher.search(name):
-            kept.append("Function : " + part)
-    for name, instrs in kernels(text).items():
+    for name, part in functions(open(args.sass_file).read()):
         if not matcher.search(name):
             continue
+        kept.append("Function : " + part)
+        instrs = instructions(part)
         hist = collections.Counter(PREDICATE.sub("", t).split()[0].split(".")[0] for _, t in instrs)
         print(f"{name[:120]}: {len(instrs)} instructions")
         print("  " + ", ".join(f"{op} {n}" for op, n in hist.most_common(28)))
@@ -109,12 +107,12 @@ def main(argv):
         conflicts, ffmas = bank_conflicts(loop)
         print(f"  wgmma loop: {len(loop)} instructions, {mmas} wgmmas, {len(loop) / mmas:.2f} per wgmma, "
               f"LDL/STL {local}, FFMA register-bank conflicts {conflicts} ({ffmas} FFMAs)")
-        if other is not None and name in other:
+        if args.loop_of and name in other:
             theirs = mma_loop(other[name])
             same = theirs is not None and shape(theirs) == shape(loop)
             print(f"  against --loop-of: {'the same loop' if same else 'a different loop'}"
                   f" ({len(theirs) if theirs else 0} instructions there)")
-    open(out_file, "w").write("".join(kept))
+    open(args.out_file, "w").write("".join(kept))
 
 
 if __name__ == "__main__":
