@@ -233,18 +233,29 @@ __device__ __forceinline__ void store_tile(const CUtensorMap* d_map, const Fp8Ge
   };
   const float alpha = p.alpha;
   if (p.d_bf16) {
+    // alpha == 1 (the usual case) skips a multiply per element. Only here: the same test around
+    // the fp32 stores moved the main loop's registers into bank conflicts (docs/design.md).
+    const auto write = [&](auto scaled) {
 #pragma unroll
-    for (int b = 0; b < kTileN / 64; ++b)  // 64 bf16 columns a box: column group j = 8b + c, chunk c
-      box(col0 + 64 * b, [&](uint8_t* slot) {
+      for (int b = 0; b < kTileN / 64; ++b)  // 64 bf16 columns a box: column group j = 8b + c, chunk c
+        box(col0 + 64 * b, [&](uint8_t* slot) {
 #pragma unroll
-        for (int c = 0; c < 8; ++c)
+          for (int c = 0; c < 8; ++c)
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int j = 8 * b + c;
-            const __nv_bfloat162 v = __floats2bfloat162_rn(alpha * frag[4 * j + 2 * h], alpha * frag[4 * j + 2 * h + 1]);
-            *reinterpret_cast<__nv_bfloat162*>(slot + (row + 8 * h) * 128 + ((c ^ swizzle) << 4) + q * 4) = v;
-          }
-      });
+            for (int h = 0; h < 2; ++h) {
+              const int j = 8 * b + c;
+              const float x0 = frag[4 * j + 2 * h], x1 = frag[4 * j + 2 * h + 1];
+              const __nv_bfloat162 v = decltype(scaled)::value ? __floats2bfloat162_rn(alpha * x0, alpha * x1)
+                                                               : __floats2bfloat162_rn(x0, x1);
+              *reinterpret_cast<__nv_bfloat162*>(slot + (row + 8 * h) * 128 + ((c ^ swizzle) << 4) + q * 4) = v;
+            }
+        });
+    };
+    if (alpha == 1.0f) {
+      write(std::false_type{});
+    } else {
+      write(std::true_type{});
+    }
   } else {
 #pragma unroll
     for (int b = 0; b < kTileN / 32; ++b)  // 32 fp32 columns a box: group j = 4b + c, chunks 2c, 2c + 1
@@ -469,20 +480,22 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
           out.b_hi = kTileN == 128 ? out.b_lo : b_scales[4];
         }
       };
-      // Dense with 128x128 B: several K blocks per loop iteration (fewer instructions of loop
-      // bookkeeping between the wgmmas: docs/design.md): 8 at 256 x 128, 2 at 128 wide (8 measured
-      // slower at 128 x 192). Not with 1x128 B (ptxas then spills at 128 wide) nor in the grouped
-      // modes (short per-tile K ranges).
-      constexpr int kKUnroll = kMode != GroupMode::kDense || kBScalePerRow ? 1 : kTileM == 256 ? 8 : 2;
+      // With 128x128 B: several K blocks per loop iteration (fewer instructions of loop bookkeeping
+      // between the wgmmas: docs/design.md): dense 8 at 256 x 128, 2 at 128 wide (8 measured slower
+      // at 128 x 192); M-grouped 2 (8 puts the promotion's FFMAs into register-bank conflicts). Not
+      // with 1x128 B (ptxas then spills at 128 wide), so not in the K-grouped mode.
+      constexpr int kKUnroll =
+          kMode == GroupMode::kK || kBScalePerRow ? 1 : kTileM == 256 && kMode == GroupMode::kDense ? 8 : 2;
       BlockScales cur{};
       if (kb < kb_end) {
         mbarrier_wait(&full[stage], phase);
         read_scales(stage, kb, cur);
       }
-#pragma unroll kKUnroll
-      for (; kb < kb_end; ++kb) {
+      // A K block's wgmmas, wait, release and promotion. known_next: the caller knows a next block
+      // exists (inside a full group of kKUnroll blocks), so the check drops out.
+      const auto step = [&](int32_t kb, auto known_next) {
         // Every shared-memory read of the stage happens before its release below.
-        float2 b_pairs[kBScalePerRow && !kHoldStage ? kGroups : 1];
+        [[maybe_unused]] float2 b_pairs[kBScalePerRow && !kHoldStage ? kGroups : 1];
         if constexpr (kBScalePerRow && !kHoldStage) {
 #pragma unroll
           for (int j = 0; j < kGroups; ++j) b_pairs[j] = b_scale_pair(stage, j);
@@ -509,7 +522,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
           const bool last_wave = w == kWaves - 1;
           if (last_wave) {
             if (++stage == Cfg::kStages) stage = 0, phase ^= 1;
-            if (kb + 1 < kb_end) {  // (a uniform PTX loop: a C++ spin here would serialise the wgmmas)
+            if (decltype(known_next)::value || kb + 1 < kb_end) {  // (a uniform PTX loop: a C++ spin here would serialise the wgmmas)
               mbarrier_wait_uniform(&full[stage], phase);
               read_scales(stage, kb + 1, next);
             }
@@ -556,7 +569,13 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
           }
         }
         cur = next;
+      };
+      for (; kb + kKUnroll <= kb_end; kb += kKUnroll) {
+#pragma unroll
+        for (int u = 0; u < kKUnroll - 1; ++u) step(kb + u, std::true_type{});
+        step(kb + kKUnroll - 1, std::false_type{});
       }
+      for (; kb < kb_end; ++kb) step(kb, std::false_type{});
       // The tile's row end and expert looked up again rather than kept across the mainloop (live
       // registers there spilled).
       const GroupedTile done = tile_at(unit, std::true_type{});
