@@ -19,9 +19,10 @@
 // M-grouped 4 x 8192 and 8 x 4096 tokens with N x K in (4096, 7168), (7168, 2048), (6144, 7168);
 // K-grouped (experts, tokens) (4, 8192), (8, 4096), (16, 2048) with N 4096, K 7168.
 //
-// Usage: gemm_grouped_bench [--iters N] [--only I,J,...] [--tile 128|192|256]
+// Usage: gemm_grouped_bench [--iters N] [--only I,J,...] [--tile 128|192|256|256pair]
 //                           [--timing sustained|isolated] (case indices, 0-based, in the order above;
-// --tile: the FP8 M-grouped kernel's tile (256: 256 x 128) instead of the automatic choice; --timing:
+// --tile: the FP8 M-grouped kernel's tile (256: 256 x 128; 256pair: the same in 2-CTA clusters sharing
+// A) instead of the automatic choice; --timing:
 // bench_common.cuh).
 // One line per case, then a markdown table (last).
 #include <cublas_v2.h>
@@ -249,19 +250,21 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) {
       for (char* t = std::strtok(argv[++i], ","); t; t = std::strtok(nullptr, ",")) only.push_back(std::atoi(t));
     } else if (!std::strcmp(argv[i], "--tile") && i + 1 < argc) {
-      const int tile = std::atoi(argv[++i]);
-      if (tile != 128 && tile != 192 && tile != 256) {
-        std::fprintf(stderr, "--tile: 128, 192 or 256 (256 x 128), got %d\n", tile);
+      const std::string tile = argv[++i];
+      if (tile != "128" && tile != "192" && tile != "256" && tile != "256pair") {
+        std::fprintf(stderr, "--tile: 128, 192, 256 (256 x 128) or 256pair (256 x 128, 2-CTA clusters), got '%s'\n",
+                     tile.c_str());
         return 2;
       }
-      bg::detail::set_sm90_fp8_tile(tile == 128   ? bg::detail::Sm90Fp8Tile::kN128
-                                    : tile == 192 ? bg::detail::Sm90Fp8Tile::kN192
-                                                  : bg::detail::Sm90Fp8Tile::kM256);
+      bg::detail::set_sm90_fp8_tile(tile == "128"   ? bg::detail::Sm90Fp8Tile::kN128
+                                    : tile == "192" ? bg::detail::Sm90Fp8Tile::kN192
+                                    : tile == "256" ? bg::detail::Sm90Fp8Tile::kM256
+                                                    : bg::detail::Sm90Fp8Tile::kM256Pair);
     } else if (!std::strcmp(argv[i], "--timing") && i + 1 < argc) {
       if (!bench::set_timing(argv[++i])) return 2;
     } else {
       std::fprintf(stderr,
-                   "usage: gemm_grouped_bench [--iters N] [--only I,J,...] [--tile 128|192|256]"
+                   "usage: gemm_grouped_bench [--iters N] [--only I,J,...] [--tile 128|192|256|256pair]"
                    " [--timing sustained|isolated]\n");
       return 2;
     }

@@ -47,8 +47,9 @@
 //     instantiations (kDirect), on 128 x 128 tiles only.
 //   M-grouped: tiles start at their expert's first row, so a tile's last rows may belong to the
 //     next expert; a box holding such rows is copied out by the warpgroup's threads, row by row,
-//     16 bytes a thread (only the expert's rows), instead of by TMA. No cluster in this mode (two
-//     tile rows of one expert would often leave the second CTA idle, experts being small).
+//     16 bytes a thread (only the expert's rows), instead of by TMA. Clusters only at 256 x 128,
+//     side by side (one tile row: one expert's rows, so both CTAs run the same K loop); pairing
+//     tile rows would often leave the second CTA idle, experts being small.
 #pragma once
 
 #include <cuda.h>
@@ -128,7 +129,8 @@ struct Fp8GemmConfig {
   static_assert(kTileM == 128 || (kTileM == 256 && kTileN == 128 && !kBScalePerRow_ && kMode_ != GroupMode::kK),
                 "256-row tiles: dense or M-grouped, 128 wide, 128x128 B");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs along M");
-  static_assert(kMode_ == GroupMode::kDense || kCluster == 1, "grouped modes: no cluster");
+  static_assert(kMode_ == GroupMode::kDense || kCluster == 1 || (kMode_ == GroupMode::kM && kShareA),
+                "grouped modes: no cluster, but M-grouped 256-row tiles side by side (one expert's rows)");
   static_assert(kMode_ != GroupMode::kM || !kBScalePerRow_, "M-grouped: 128x128 B per expert");
   static_assert(kMode_ != GroupMode::kK || kBScalePerRow_, "K-grouped: 1x128 B (wgrad)");
   static_assert((kBShareRows * kTileK) % 1024 == 0 && (kAShareRows * kTileK) % 1024 == 0,
@@ -342,7 +344,10 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
   // std::true_type where whole warps call it (grouped_tile).
   const auto tile_at = [&](int32_t unit, auto whole_warp) {
     if constexpr (kMGrouped) {
-      GroupedTile t = grouped_tile<decltype(whole_warp)::value>(unit, p.groups.num_groups, Cfg::kTileM, kTileN, p.order.tiles_n, tile_ends, row_ends);
+      // A cluster's CTAs take adjacent column tiles of one tile row (p.order.tiles_n counts pairs).
+      GroupedTile t = grouped_tile<decltype(whole_warp)::value>(unit, p.groups.num_groups, Cfg::kTileM,
+                                                                kTileN * kCluster, p.order.tiles_n, tile_ends, row_ends);
+      t.n0 += static_cast<int32_t>(rank) * kTileN;
       t.k_end = p.k_blocks * Cfg::kTileK;
       return t;
     } else if constexpr (kKGrouped) {

@@ -193,7 +193,8 @@ void check_case(const GroupedCase& gc, uint64_t seed) {
 
   if (bf::is_fp8_block(gc.pair.a) && !gc.host_ends) {  // every tile: the automatic choice's bytes
     using bg::detail::Sm90Fp8Tile;
-    for (const Sm90Fp8Tile tile : {Sm90Fp8Tile::kN128, Sm90Fp8Tile::kN192, Sm90Fp8Tile::kM256}) {
+    for (const Sm90Fp8Tile tile :
+         {Sm90Fp8Tile::kN128, Sm90Fp8Tile::kN192, Sm90Fp8Tile::kM256, Sm90Fp8Tile::kM256Pair}) {
       ASSERT_CUDA(cudaMemcpy(d_buf.data(), poison.data(), poison.size(), cudaMemcpyHostToDevice));
       bg::detail::set_sm90_fp8_tile(tile);
       s = bg::run(p, args, nullptr, 0, nullptr);
@@ -276,6 +277,15 @@ TEST_P(GroupedPair, OneExpert) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Pairs, GroupedPair, ::testing::ValuesIn(all_pairs()), blockscale_test::recipe_pair_name);
+
+// FP8 blockwise experts of 4096 rows and more (the automatic choice runs 256 x 128 tiles in 2-CTA
+// clusters there): 33 tile rows x 5 column pairs over the clusters, several rounds each; 9 column
+// tiles, so the second CTA of every last pair works past N and stores nothing; an expert ends
+// inside a tile.
+TEST(GroupedGemm, LargeExpertsInClusters) {
+  SKIP_WITHOUT_GPU();
+  check_case({{Format::kFp8Block1x128, Format::kFp8Block128x128}, 1152, 256, {4100, 4096}}, 8);
+}
 
 // The per-expert cuBLASLt route: automatic, and forced (every expert the route can take goes
 // through cuBLASLt).
