@@ -266,6 +266,12 @@ part_peers() {
   local dg=()
   if python3 -c "import deep_gemm" 2>/dev/null; then
     echo "== DeepGEMM (bench/deepgemm_peer.py): dense, normal data; grouped, uniform data"
+    # DeepGEMM compiles each shape's kernel at its first call: all of them first, in parallel.
+    local i
+    for i in $(seq 0 17); do
+      timeout 300 python3 "$root/bench/deepgemm_peer.py" --only "$i" --iters 3 >/dev/null 2>&1 &
+    done
+    wait
     timeout 900 python3 "$root/bench/deepgemm_peer.py" --data normal --only 0,1,2,3,4,5,6,7,8,9,10,11,12,13 \
       >"$OUT/peers_deepgemm_dense.log" 2>&1 || status=1
     timeout 600 python3 "$root/bench/deepgemm_peer.py" --data uniform --only 14,15,16,17 \
