@@ -102,6 +102,7 @@ __device__ __forceinline__ void rowwise_tile(const Nvfp4Params& p, const uint32_
     pin(off0);
     pin(tile_s);
     pin(stage);
+    pin(st.row_enc);
     const int rt = 32 * s + row0;
     const bool inside = kFull || (rt < at.rows_in && 16 * q < at.cols_in);
     int64_t r = at.r0 + rt;  // the input row (stored row) of tile row rt
@@ -127,23 +128,21 @@ __device__ __forceinline__ void rowwise_tile(const Nvfp4Params& p, const uint32_
         const int blk = (rt >> 4) * 8 + q;
         b = from_info(tb->info[0][blk], tb->enc[0][blk]);
       } else {
-        const uint32_t m = run_amax<kIn>(w, f);
-        b = block_scale(m, __uint_as_float(m), st.row_k, st.row_enc);
+        const float m = run_amax<kIn>(w, f);
+        b = block_scale(m, m, st.row_k, st.row_enc);
         if (b.nonfinite) {
           st.saw_nonfinite = true;
           st.amax_bits = max(st.amax_bits, finite_max_bits(f));
         } else {
-          st.amax_bits = max(st.amax_bits, m);
+          note_amax(st.amax_bits, m);
         }
       }
       uint2 out;
       if constexpr (kSr)
         out = encode16_stochastic(f, b, p, static_cast<uint64_t>(r) * static_cast<uint64_t>(p.cols) +
                                                static_cast<uint64_t>(at.c0 + 16 * q));
-      else if constexpr (In::kBytes == 2)
-        out = encode_block<kFull, true, 0>(f, w, b);
       else
-        out = encode_block<kFull, false, 3>(f, w, b);
+        out = encode_block<kFull>(f, run_signs<kIn>(w), b);
       if constexpr (kGrouped) {
         uint8_t* const gdst = p.row_data + r * p.row_pitch + (at.c0 >> 1) + 8 * q;
         if (row_ok && kFull) *reinterpret_cast<uint2*>(gdst) = out;
@@ -162,7 +161,9 @@ __device__ __forceinline__ void rowwise_tile(const Nvfp4Params& p, const uint32_
 // ---- Columnwise: item n (granule g = warp + 8n, word wsub = l / 8, 16-row chunk k = l % 8): 16
 // rows of one word column = two 16-bit columns or one fp32 column. The swizzle key of rows 16k..
 // is k; the granule's upper bits are n, so the word offset of item n is (offset of item 0 with
-// upper bits 0) ^ 4 (n & mask) + 32 n.
+// upper bits 0) ^ 4 (n & mask) + 32 n. Its stored rows are ct = c + 32 kCols n + h (c: item 0's
+// first, kCols c + h < 64 never crosses a 32-row boundary), so the data pointer steps by
+// 32 kCols rows and the staged scale byte by 4 kCols per item, 16 per column h.
 // kGrouped: the tile rows are the padded row space; a 16-row block is one segment.
 template <DType kIn, bool k2D, bool kSr, bool kRht, bool kFull, bool kPlainAmax, bool kGrouped>
 __device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint32_t* tile, const TileAt& at,
@@ -175,32 +176,40 @@ __device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint
   const int warp = static_cast<int>(threadIdx.x) >> 5;
   const int k = lane & 7, wsub = lane >> 3;
   const int off0 = tile_word<kIn>(16 * k, warp) + wsub;
-  uint8_t* const dst0 = p.col_data + (at.r0 >> 1) + 8 * k;
-  uint32_t stage = smem_addr(staged + staged_scale(0, k));  // + staged_scale(ct, 0)
+  const int c = kCols * (4 * warp + wsub);
+  uint8_t* dst = p.col_data + (at.r0 >> 1) + 8 * k + (at.c0 + c) * p.col_pitch;
+  const int64_t dst_step = 32 * kCols * p.col_pitch;
+  uint32_t stage = smem_addr(staged + staged_scale(c, k));
 #pragma unroll 1
-  for (int n = 0; n < kItems; ++n) {
+  for (int n = 0; n < kItems; ++n, dst += dst_step, stage += 4 * kCols) {
     pin(stage);
-    const int g = warp + 8 * n;
-    const int wc = 4 * g + wsub;  // word column
-    if (!kFull && (wc * kCols >= at.cols_in || 16 * k >= at.rows_in)) {
+    pin(st.col_enc);
+    const int ct0 = c + 32 * kCols * n;  // stored row of column h = 0
+    if (!kFull && (ct0 >= at.cols_in || 16 * k >= at.rows_in)) {
 #pragma unroll
-      for (int h = 0; h < kCols; ++h) sts8(stage + staged_scale(wc * kCols + h, 0), 0);
+      for (int h = 0; h < kCols; ++h) sts8(stage + 16 * h, 0);
       continue;
     }
     const uint32_t* col = tile + ((off0 ^ (4 * (n & S::kUpperMask))) + 32 * n);
     uint32_t w[16];
 #pragma unroll
     for (int i = 0; i < 16; ++i) w[i] = col[i * S::kWordsPerRow];
-    uint32_t m2 = 0;  // 16-bit, no RHT: both columns' magnitudes at once
-    if constexpr (In::kBytes == 2 && !kRht && !k2D) m2 = doubled_mags<16>(w);
+    // 16-bit without the RHT: both columns' magnitude maxima and sign words at once.
+    uint32_t m2 = 0;
+    if constexpr (In::kBytes == 2 && !kRht && !k2D) m2 = pair_absmax<kIn, 16>(w);
+    nvfp4::BlockSigns signs[2];  // column h
+    if constexpr (In::kBytes == 2 && !kRht && !kSr) {
+      nvfp4::signs_of_halves(w, signs[0].lo, signs[1].lo);
+      nvfp4::signs_of_halves(w + 8, signs[0].hi, signs[1].hi);
+    }
     if constexpr (kRht && kPlainAmax) {  // max |x| of the input when no rowwise pass takes it
       if constexpr (In::kBytes == 2) {
-        const uint32_t d = doubled_mags<16>(w);
+        const uint32_t d = pair_absmax<kIn, 16>(w);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const uint32_t m = widen_mag<kIn>(mag_of_doubled(d, h));
-          if (m < 0x7F800000u) {
-            st.amax_bits = max(st.amax_bits, m);
+          const float m = lane_value<kIn>(d, h);
+          if (fabsf(m) < CUDART_INF_F) {
+            note_amax(st.amax_bits, m);
           } else {
             float f[16];
 #pragma unroll
@@ -217,7 +226,7 @@ __device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint
     }
 #pragma unroll 2
     for (int h = 0; h < kCols; ++h) {
-      const int ct = wc * kCols + h;  // tile column = stored row
+      const int ct = ct0 + h;  // tile column = stored row
       const bool inside = kFull || ct < at.cols_in;
       uint32_t code = 0;
       if (inside) {
@@ -233,32 +242,25 @@ __device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint
 #pragma unroll
             for (int i = 0; i < 16; ++i) f[i] = __fmul_rn(f[i], 0.25f);
           }
-          uint32_t m = __float_as_uint(__fmul_rn(vmax, 0.25f));
-          if (m >= 0x7F800000u) m = 0x7FFFFFFFu;
-          b = block_scale(m, st.col_fold ? vmax : __uint_as_float(m), st.col_k, st.col_enc);
+          const float m = __fmul_rn(vmax, 0.25f);
+          b = block_scale(m, st.col_fold ? vmax : m, st.col_k, st.col_enc);
           if (b.nonfinite) {
             st.saw_nonfinite = true;
             st.rht_amax_bits = max(st.rht_amax_bits, finite_max_bits(f, st.col_fold ? 0.25f : 1.0f));
           } else {
-            st.rht_amax_bits = max(st.rht_amax_bits, m);
+            note_amax(st.rht_amax_bits, m);
           }
         } else if constexpr (k2D) {
           const int blk = k * 8 + (ct >> 4);
           b = from_info(tb->info[1][blk], tb->enc[1][blk]);
         } else {
-          uint32_t m;
-          if constexpr (In::kBytes == 2) {
-            m = widen_mag<kIn>(mag_of_doubled(m2, h));
-          } else {
-            m = __float_as_uint(absmax16_nan(f));
-            if (m >= 0x7F800000u) m = 0x7FFFFFFFu;
-          }
-          b = block_scale(m, __uint_as_float(m), st.col_k, st.col_enc);
+          const float m = In::kBytes == 2 ? lane_value<kIn>(m2, h) : absmax16_nan(f);
+          b = block_scale(m, m, st.col_k, st.col_enc);
           if (b.nonfinite) {
             st.saw_nonfinite = true;
             if (kPlainAmax) st.amax_bits = max(st.amax_bits, finite_max_bits(f));
           } else if (kPlainAmax) {
-            st.amax_bits = max(st.amax_bits, m);
+            note_amax(st.amax_bits, m);
           }
         }
         uint2 out;
@@ -271,16 +273,16 @@ __device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint
           uint32_t sw[16];
 #pragma unroll
           for (int i = 0; i < 16; ++i) sw[i] = __float_as_uint(f[i]);
-          out = encode_block<kFull, false, 3>(f, sw, b);
+          out = encode_block<kFull>(f, run_signs<DType::kF32>(sw), b);
         } else {
-          out = h ? encode_block<kFull, false, 3>(f, w, b) : encode_block<kFull, false, 1>(f, w, b);
+          out = encode_block<kFull>(f, signs[h], b);
         }
-        uint8_t* dst = dst0 + (at.c0 + ct) * p.col_pitch;
-        if (kFull) *reinterpret_cast<uint2*>(dst) = out;
-        else store_codes(dst, out, at.rows_in - 16 * k, p.col_vec_store);
+        uint8_t* const row = dst + h * p.col_pitch;
+        if (kFull) *reinterpret_cast<uint2*>(row) = out;
+        else store_codes(row, out, at.rows_in - 16 * k, p.col_vec_store);
         code = b.code;
       }
-      sts8(stage + staged_scale(ct, 0), code);
+      sts8(stage + 16 * h, code);
     }
   }
 }
@@ -294,7 +296,7 @@ __device__ __forceinline__ void tile_blocks(const uint32_t* tile, State& st, Til
   const int tid = static_cast<int>(threadIdx.x);
   const int blk = tid >> 2, sub = tid & 3;
   const int bi = blk >> 3, bj = blk & 7;
-  uint32_t m = 0;
+  uint32_t m = 0;  // |amax| bits: NaN above Inf above the finite values
 #pragma unroll 1
   for (int i = 0; i < 4; ++i) {
     const int r = 16 * bi + 4 * sub + i;
@@ -304,15 +306,16 @@ __device__ __forceinline__ void tile_blocks(const uint32_t* tile, State& st, Til
     uint32_t w[4 * kGran];
     float f[16];
     read_run<kIn>(addr, w);
-    const uint32_t a = run_amax<kIn>(w, f);
-    st.amax_bits = max(st.amax_bits, a >= 0x7F800000u ? finite_max_bits(f) : a);
-    m = max(m, a);
+    const float a = run_amax<kIn>(w, f);
+    if (fabsf(a) < CUDART_INF_F) note_amax(st.amax_bits, a);
+    else st.amax_bits = max(st.amax_bits, finite_max_bits(f));
+    m = max(m, __float_as_uint(fabsf(a)));
   }
   m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
   m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 2));
   if (sub == 0) {
-    const BlockScale r = block_scale(m, __uint_as_float(m), st.row_k, st.row_enc);
-    const BlockScale c = block_scale(m, __uint_as_float(m), st.col_k, st.col_enc);
+    const BlockScale r = block_scale(__uint_as_float(m), __uint_as_float(m), st.row_k, st.row_enc);
+    const BlockScale c = block_scale(__uint_as_float(m), __uint_as_float(m), st.col_k, st.col_enc);
     if (r.nonfinite) st.saw_nonfinite = true;
     tb->info[0][blk] = r.code | (r.nonfinite ? 1u << 8 : 0u) | (r.cap ? 1u << 9 : 0u);
     tb->info[1][blk] = c.code | (c.nonfinite ? 1u << 8 : 0u) | (c.cap ? 1u << 9 : 0u);
@@ -388,8 +391,8 @@ __device__ __forceinline__ void tensor_setup(const Nvfp4Params& p, State& st, fl
   float e = c == 0x7F ? 0.0f : formats::nvfp4_block_encode_factor(static_cast<uint8_t>(c), tid < 128 ? rs.s_dec : cs.s_dec);
   if (tid >= 128 && st.col_fold) e = __fmul_rn(e, 0.25f);
   tables[tid] = e;
-  st.row_enc = tables;
-  st.col_enc = tables + 128;
+  st.row_enc = smem_addr(tables);
+  st.col_enc = smem_addr(tables + 128);
   if (batch >= 0) {
     __syncthreads();  // the new tables, before any thread encodes with them
     return;
@@ -468,11 +471,11 @@ __global__ void __launch_bounds__(kThreads, kSr ? 2 : 3) nvfp4_quantize_kernel(c
   }
 
   const bool full_stores = p.row_vec_store && p.col_vec_store;
-  auto flush = [&](const TileAt& a, int buf) {  // threads 0..63 rowwise chunks, 64..127 columnwise
+  auto flush = [&](int ftr, int ftc, int buf) {  // threads 0..63 rowwise chunks, 64..127 columnwise
     if (kRow && !kGrouped && tid < 64)
-      store_chunks(p.row_scales, a.tr, 2 * a.tc, p.row_chunk_cols, row_staged[buf], tid, p.scale_vec_store);
+      store_chunks(p.row_scales, ftr, 2 * ftc, p.row_chunk_cols, row_staged[buf], tid, p.scale_vec_store);
     if (kCol && tid >= 64 && tid < 128)
-      store_chunks(p.col_scales, a.tc, 2 * a.tr, p.col_chunk_cols, col_staged[buf], tid - 64, p.scale_vec_store);
+      store_chunks(p.col_scales, ftc, 2 * ftr, p.col_chunk_cols, col_staged[buf], tid - 64, p.scale_vec_store);
   };
   // Tile `a` into `stage`; grouped: its segments into segs[buf].
   auto load = [&](const TileAt& a, uint32_t* stage, int buf) {
@@ -480,26 +483,27 @@ __global__ void __launch_bounds__(kThreads, kSr ? 2 : 3) nvfp4_quantize_kernel(c
     else copy_tile<kIn>(p, a, stage);
   };
 
-  // Grid-stride walk over tiles (column tile fastest), stepped without divisions.
-  const int64_t step_tr = gridDim.x / p.col_tiles, step_tc = gridDim.x - step_tr * p.col_tiles;
-  int64_t tr = blockIdx.x / p.col_tiles, tc = blockIdx.x - (blockIdx.x / p.col_tiles) * p.col_tiles;
-  TileAt at = tile_at<kGrouped>(p, tr, tc);
-  if (tr < p.row_tiles) load(at, tiles, 0);
+  // Grid-stride walk over tiles (column tile fastest), stepped without divisions. Only the tile
+  // coordinates live across the loop; the rest of a TileAt is derived where it is used.
+  const int step_tr = static_cast<int>(gridDim.x) / p.col_tiles;
+  const int step_tc = static_cast<int>(gridDim.x) - step_tr * p.col_tiles;
+  int tr = static_cast<int>(blockIdx.x) / p.col_tiles;
+  int tc = static_cast<int>(blockIdx.x) - tr * p.col_tiles;
+  if (tr < p.row_tiles) load(tile_at(p, tr, tc), tiles, 0);
   cp_async_commit();
-  TileAt prev{};
+  int prev_tr = 0, prev_tc = 0;
   int it = 0;
-  while (at.tr < p.row_tiles) {
-    tc += step_tc;
-    tr += step_tr;
-    if (tc >= p.col_tiles) tc -= p.col_tiles, ++tr;
-    const TileAt next = tile_at<kGrouped>(p, tr, tc);
+  while (tr < p.row_tiles) {
+    int next_tr = tr + step_tr, next_tc = tc + step_tc;
+    if (next_tc >= p.col_tiles) next_tc -= p.col_tiles, ++next_tr;
     cp_async_wait<0>();
     __syncthreads();  // tile `it` is in shared memory; every thread is done with tile it-1
     if constexpr (S::kStages == 2) {
-      if (next.tr < p.row_tiles) load(next, tiles + ((it + 1) & 1) * S::kWords, (it + 1) & 1);
+      if (next_tr < p.row_tiles) load(tile_at(p, next_tr, next_tc), tiles + ((it + 1) & 1) * S::kWords, (it + 1) & 1);
       cp_async_commit();
     }
-    if (it > 0) flush(prev, (it - 1) & 1);
+    if (it > 0) flush(prev_tr, prev_tc, (it - 1) & 1);
+    const TileAt at = tile_at(p, tr, tc);
     const uint32_t* tile = tiles + (it % S::kStages) * S::kWords;
     if (batched && at.r0 / p.batch_rows != setup_batch) {  // uniform: the CTA's tile
       setup_batch = at.r0 / p.batch_rows;
@@ -517,16 +521,16 @@ __global__ void __launch_bounds__(kThreads, kSr ? 2 : 3) nvfp4_quantize_kernel(c
       quantize_tile<kIn, kRow, kCol, kRht, k2D, kSr, false, kGrouped>(p, tile, at, st, &tb, rs, col_staged[it & 1], ts);
     if constexpr (S::kStages == 1) {
       __syncthreads();
-      if (next.tr < p.row_tiles) load(next, tiles, (it + 1) & 1);
+      if (next_tr < p.row_tiles) load(tile_at(p, next_tr, next_tc), tiles, (it + 1) & 1);
       cp_async_commit();
     }
-    prev = at;
-    at = next;
+    prev_tr = tr, prev_tc = tc;
+    tr = next_tr, tc = next_tc;
     ++it;
   }
   cp_async_wait<0>();
   __syncthreads();
-  if (it > 0) flush(prev, (it - 1) & 1);
+  if (it > 0) flush(prev_tr, prev_tc, (it - 1) & 1);
 
   const int lane = tid & 31;
   if (p.track_amax) {
