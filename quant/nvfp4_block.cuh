@@ -58,12 +58,16 @@ __device__ __forceinline__ float lane_value(uint32_t m, int h) {
 // The larger magnitude of a pair_absmax word's two lanes as fp32 (NaN-propagating), sign meaningless.
 template <DType kIn>
 __device__ __forceinline__ float fold_lanes(uint32_t m) {
-  uint32_t r;  // the maximum in the low half
-  if constexpr (kIn == DType::kBf16)
-    asm("{.reg .b16 l, h, r;\n mov.b32 {l, h}, %1;\n max.NaN.xorsign.abs.bf16 r, l, h;\n cvt.u32.u16 %0, r;}" : "=r"(r) : "r"(m));
-  else
-    asm("{.reg .b16 l, h, r;\n mov.b32 {l, h}, %1;\n max.NaN.xorsign.abs.f16 r, l, h;\n cvt.u32.u16 %0, r;}" : "=r"(r) : "r"(m));
-  return lane_value<kIn>(r, 0);
+  uint32_t r;  // the maximum in lane 1 (bf16: then r is its fp32 bits) or lane 0 (fp16), zeros beside
+  if constexpr (kIn == DType::kBf16) {
+    asm("{.reg .b16 l, h, r, z;\n mov.b32 {l, h}, %1;\n max.NaN.xorsign.abs.bf16 r, l, h;\n mov.b16 z, 0;\n"
+        " mov.b32 %0, {z, r};}" : "=r"(r) : "r"(m));
+    return __uint_as_float(r);
+  } else {
+    asm("{.reg .b16 l, h, r, z;\n mov.b32 {l, h}, %1;\n max.NaN.xorsign.abs.f16 r, l, h;\n mov.b16 z, 0;\n"
+        " mov.b32 %0, {r, z};}" : "=r"(r) : "r"(m));
+    return lane_value<kIn>(r, 0);
+  }
 }
 
 // NaN-free magnitude maximum (fp32 bits) of 16 values times `scale` (RN): formats' amax rule for a
@@ -83,13 +87,14 @@ __device__ __forceinline__ uint32_t finite_max_bits(const float* v, float scale 
                        make_float4(v[8], v[9], v[10], v[11]), make_float4(v[12], v[13], v[14], v[15]), scale);
 }
 
-// The scale of one block: its UE4M3 code, the factor its values are multiplied by, whether it is
-// non-finite (code 0x7F, codes 0) and whether some |y| may reach 7 (the encoder then saturates).
+// The scale of one block: its UE4M3 code (0x7F: non-finite, codes 0), the factor its values are
+// multiplied by, and whether some |y| may reach 7 (the encoder then saturates). A NaN scale's
+// table entry is 0, so its vmax * enc is NaN and `cap` is set for it too.
 struct BlockScale {
   uint32_t code;
   float enc;
-  bool nonfinite;
   bool cap;
+  __device__ __forceinline__ bool nonfinite() const { return code == 0x7Fu; }
 };
 
 // amax: the block amax (its sign ignored; NaN or Inf for a non-finite block); vmax: the largest
@@ -97,9 +102,7 @@ struct BlockScale {
 // one; sign ignored). `table`: the shared address of the copy's encode-factor table.
 __device__ __forceinline__ BlockScale block_scale(float amax, float vmax, float k, uint32_t table) {
   BlockScale b;
-  const float a = fabsf(amax);
-  b.nonfinite = !(a < CUDART_INF_F);
-  b.code = b.nonfinite ? 0x7Fu : nvfp4::scale_code(a, k);
+  b.code = nvfp4::scale_code(fabsf(amax), k);
   asm volatile("ld.shared.f32 %0, [%1];" : "=f"(b.enc) : "r"(table + 4u * b.code));
   b.cap = !(__fmul_rn(fabsf(vmax), b.enc) < 7.0f);
   return b;
@@ -114,12 +117,17 @@ __device__ __forceinline__ uint2 encode16(const float* f, const nvfp4::BlockSign
 
 // The block's codes: the cheaper encoder unless a lane of the warp has a block that needs the
 // saturating one (kFull: every lane is here, the vote keeps the warp on one path); zeros for a
-// NaN scale. A NaN scale's table entry is 0, so its vmax * enc is NaN and `cap` is set too.
-template <bool kFull>
-__device__ __forceinline__ uint2 encode_block(const float* f, const nvfp4::BlockSigns& s, const BlockScale& b) {
-  if (kFull && !__any_sync(0xFFFFFFFFu, b.cap)) return encode16<false>(f, s, b.enc);
+// NaN scale. note(nonfinite) does the block's amax bookkeeping: on the cheap path no lane of the
+// warp has a NaN scale (it sets `cap`), so the test is left to the other one.
+template <bool kFull, class Note>
+__device__ __forceinline__ uint2 encode_block(const float* f, const nvfp4::BlockSigns& s, const BlockScale& b, Note note) {
+  if (kFull && !__any_sync(0xFFFFFFFFu, b.cap)) {
+    note(false);
+    return encode16<false>(f, s, b.enc);
+  }
   const uint2 out = encode16<true>(f, s, b.enc);
-  return b.nonfinite ? make_uint2(0, 0) : out;
+  note(b.nonfinite());
+  return b.nonfinite() ? make_uint2(0, 0) : out;
 }
 
 }  // namespace

@@ -173,20 +173,24 @@ BS_HOST_DEVICE float rht16_unscaled(float v[16]) {
 // product precomputed per tensor: k = S_enc * fl(1/6) (both RN, as formats), code = UE4M3(amax * k).
 BS_HOST_DEVICE float block_scale_factor(float s_enc) { return formats::mul_rn(s_enc, 1.0f / 6.0f); }
 
-// The scale code of one block. The product amax * k is >= 0 and never NaN; it may overflow to
-// +Inf, clamped to FLT_MAX first (UE4M3 saturates both to 0x7E). Device: the hardware
+// The scale code of one block: UE4M3(min(amax * k, FLT_MAX)) for a finite amax >= 0 (the product
+// may overflow to +Inf; UE4M3 saturates it to 0x7E), the NaN code 0x7F for a NaN or Inf amax. The
+// product is fma(amax, k, amax - amax): amax * k rounded once for a finite amax (the addend is
+// +0), NaN otherwise, and the minimum with FLT_MAX keeps the NaN (min.NaN). Device: the hardware
 // cvt.rn.satfinite.e4m3x2.f32 (sm_89+) with a zero upper lane, so the result is the code alone
-// (E4M3 and UE4M3 agree on every value >= 0: tests/quant checks it against formats::encode_ue4m3
-// on every fp32 pattern in [0, +Inf]); host: formats::encode_ue4m3.
+// (E4M3 and UE4M3 agree on every value >= 0, and the canonical NaN converts to 0x7F: tests/quant
+// checks it against formats::encode_ue4m3 on every fp32 pattern in [0, +Inf] and on NaN); host:
+// formats::encode_ue4m3.
 BS_HOST_DEVICE uint32_t scale_code(float amax, float k) {
-  float p = formats::mul_rn(amax, k);
-  p = p < formats::kFltMax ? p : formats::kFltMax;
+  float p = fma_rn(amax, k, formats::sub_rn(amax, amax));
 #if defined(__CUDA_ARCH__)
-  uint32_t r;
-  asm("{.reg .b16 c;\n cvt.rn.satfinite.e4m3x2.f32 c, %1, %2;\n cvt.u32.u16 %0, c;}" : "=r"(r) : "f"(0.0f), "f"(p));
+  asm("min.NaN.f32 %0, %0, 0f7F7FFFFF;" : "+f"(p));
+  uint32_t r;  // mov with a zero half: the compiler then knows the upper bits are 0
+  asm("{.reg .b16 c, z;\n cvt.rn.satfinite.e4m3x2.f32 c, %1, %2;\n mov.b16 z, 0;\n mov.b32 %0, {c, z};}" : "=r"(r) : "f"(0.0f), "f"(p));
   return r;
 #else
-  return formats::encode_ue4m3(p);
+  if (p != p) return 0x7F;
+  return formats::encode_ue4m3(p < formats::kFltMax ? p : formats::kFltMax);
 #endif
 }
 

@@ -128,6 +128,8 @@ Nvfp4Params make_params(const QuantizeProblem& p, const void* x, const float* gi
   params.col_tiles = static_cast<int>((p.cols + kTile - 1) / kTile);
   params.last_tile_rows = static_cast<int>(tile_rows - int64_t{params.row_tiles - 1} * kTile);
   params.last_tile_cols = static_cast<int>(p.cols - int64_t{params.col_tiles - 1} * kTile);
+  params.whole_row_tiles = params.row_tiles - (params.last_tile_rows < kTile ? 1 : 0);
+  params.whole_col_tiles = params.col_tiles - (params.last_tile_cols < kTile ? 1 : 0);
   params.row_pitch = (p.cols + 1) / 2;
   params.col_pitch = (tile_rows + 1) / 2;
   params.row_chunk_cols = (p.cols + 63) / 64;

@@ -47,11 +47,12 @@
 // the grid sized from the SM count and the occupancy, 3 CTAs per SM). The tile matches two 512-byte
 // chunks of each swizzled scale buffer (128 rows x 8 blocks of 16), staged in shared memory and
 // stored one tile late (one barrier per tile; two with 2D blocks).
-//   load      : cp.async of 16-byte granules (zero-filled past the matrix; whole tiles take an
-//               unchecked path with compile-time swizzle keys) into a shared tile of
-//               32-bit words whose granule index is XOR-swizzled by the row's 16-row chunk and the
-//               granule's upper bits, so the copies, the row reads and the column reads are free of
-//               bank conflicts; 16-bit input double-buffers, fp32 (64 KB tiles) single-buffers.
+//   load      : cp.async of 16-byte granules (zero-filled past the matrix; on whole tiles each
+//               warp copies one 16-row chunk, so a lane's shared addresses differ by immediates)
+//               into a shared tile of 32-bit words whose granule index is XOR-swizzled by the row's
+//               16-row chunk and the granule's upper bits, so the copies, the row reads and the
+//               column reads are free of bank conflicts; 16-bit input double-buffers, fp32 (64 KB
+//               tiles) single-buffers.
 //   rowwise   : a thread quantizes whole 1x16 blocks (4 per tile): 16 codes = one 8-byte store,
 //               8 lanes write 64 contiguous bytes of a row.
 //   columnwise: a thread reads 16 rows of one word column (two 16-bit columns or one fp32), applies
@@ -59,8 +60,12 @@
 //               contiguous bytes of a stored row.
 //   2D        : before the row / column work, 4 threads per 16x16 tile block reduce its amax and
 //               leave both copies' (scale, encode factor) in shared memory.
+//   Block amax: 16-bit input takes max.NaN.xorsign.abs on element pairs (HMNMX2; the maximum of
+//               bf16 / fp16 values is one of them), a column pair's two maxima in one word.
 //   Encoder   : the saturating minimum is needed only when some |y| of a block may reach 7 (known
 //               from the block amax); a warp vote picks the cheaper encoder when no lane needs it.
+//               A NaN scale also takes the saturating path, which zeroes the block and keeps the
+//               NaN-free amax, so the cheaper path holds no test for it.
 //   Tiles wholly inside the matrix (with aligned outputs) take a path without bounds checks.
 // The amax pass (kMeasure) walks the matrix from its end to its start, so the quantize kernel (which
 // starts at the top) finds the most recently read rows in L2.
@@ -87,9 +92,8 @@ __device__ __forceinline__ void rowwise_tile(const Nvfp4Params& p, const uint32_
   using In = InputTraits<kIn>;
   using S = TileShape<kIn>;
   constexpr int kGran = In::kBytes;
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int q = lane & 7;
-  const int row0 = 4 * (static_cast<int>(threadIdx.x) >> 5) + (lane >> 3);
+  const int q = static_cast<int>(threadIdx.x) & 7;
+  const int row0 = static_cast<int>(threadIdx.x) >> 3;  // 4 w + l / 8
   // Byte offsets of the granules of block 0 (granule j of the run is granule 0's ^ 16 j bytes:
   // kGran q + j differs from kGran q in the low bits only, below the swizzle's upper bits).
   uint32_t off0 = 4u * static_cast<uint32_t>(tile_word<kIn>(row0, kGran * q));
@@ -122,27 +126,32 @@ __device__ __forceinline__ void rowwise_tile(const Nvfp4Params& p, const uint32_
       float f[16];
       read_run<kIn>(a, w);
       BlockScale b;
+      float m = 0.0f;
       if constexpr (k2D) {
 #pragma unroll
         for (int i = 0; i < 16; ++i) f[i] = In::kBytes == 2 ? In::elem(w[i / 2], i % 2) : __uint_as_float(w[i]);
         const int blk = (rt >> 4) * 8 + q;
         b = from_info(tb->info[0][blk], tb->enc[0][blk]);
       } else {
-        const float m = run_amax<kIn>(w, f);
+        m = run_amax<kIn>(w, f);
         b = block_scale(m, m, st.row_k, st.row_enc);
-        if (b.nonfinite) {
-          st.saw_nonfinite = true;
-          st.amax_bits = max(st.amax_bits, finite_max_bits(f));
-        } else {
-          note_amax(st.amax_bits, m);
-        }
       }
+      auto note = [&](bool nonfinite) {  // 2D: tile_blocks keeps the amax
+        if constexpr (!k2D) {
+          if (nonfinite) {
+            st.saw_nonfinite = true;
+            st.amax_bits = max(st.amax_bits, finite_max_bits(f));
+          } else {
+            note_amax(st.amax_bits, m);
+          }
+        }
+      };
       uint2 out;
       if constexpr (kSr)
         out = encode16_stochastic(f, b, p, static_cast<uint64_t>(r) * static_cast<uint64_t>(p.cols) +
-                                               static_cast<uint64_t>(at.c0 + 16 * q));
+                                               static_cast<uint64_t>(at.c0 + 16 * q), note);
       else
-        out = encode_block<kFull>(f, run_signs<kIn>(w), b);
+        out = encode_block<kFull>(f, run_signs<kIn>(w), b, note);
       if constexpr (kGrouped) {
         uint8_t* const gdst = p.row_data + r * p.row_pitch + (at.c0 >> 1) + 8 * q;
         if (row_ok && kFull) *reinterpret_cast<uint2*>(gdst) = out;
@@ -172,11 +181,10 @@ __device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint
   using S = TileShape<kIn>;
   constexpr int kCols = 4 / In::kBytes;  // columns per word
   constexpr int kItems = S::kWordsPerRow * 8 / kThreads;
-  const int lane = static_cast<int>(threadIdx.x) & 31;
   const int warp = static_cast<int>(threadIdx.x) >> 5;
-  const int k = lane & 7, wsub = lane >> 3;
+  const int k = static_cast<int>(threadIdx.x) & 7, wsub = (static_cast<int>(threadIdx.x) >> 3) & 3;
   const int off0 = tile_word<kIn>(16 * k, warp) + wsub;
-  const int c = kCols * (4 * warp + wsub);
+  const int c = kCols * (static_cast<int>(threadIdx.x) >> 3);  // kCols (4 warp + wsub)
   uint8_t* dst = p.col_data + (at.r0 >> 1) + 8 * k + (at.c0 + c) * p.col_pitch;
   const int64_t dst_step = 32 * kCols * p.col_pitch;
   uint32_t stage = smem_addr(staged + staged_scale(c, k));
@@ -234,6 +242,7 @@ __device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint
 #pragma unroll
         for (int i = 0; i < 16; ++i) f[i] = In::elem(w[i], h);
         BlockScale b;
+        float m = 0.0f;
         if constexpr (kRht) {
           // f = the unscaled transform; formats' values are f * 0.25 (exact for 16-bit input). With
           // col_fold the 0.25 sits in the table entries instead.
@@ -242,40 +251,47 @@ __device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint
 #pragma unroll
             for (int i = 0; i < 16; ++i) f[i] = __fmul_rn(f[i], 0.25f);
           }
-          const float m = __fmul_rn(vmax, 0.25f);
+          m = __fmul_rn(vmax, 0.25f);
           b = block_scale(m, st.col_fold ? vmax : m, st.col_k, st.col_enc);
-          if (b.nonfinite) {
-            st.saw_nonfinite = true;
-            st.rht_amax_bits = max(st.rht_amax_bits, finite_max_bits(f, st.col_fold ? 0.25f : 1.0f));
-          } else {
-            note_amax(st.rht_amax_bits, m);
-          }
         } else if constexpr (k2D) {
           const int blk = k * 8 + (ct >> 4);
           b = from_info(tb->info[1][blk], tb->enc[1][blk]);
         } else {
-          const float m = In::kBytes == 2 ? lane_value<kIn>(m2, h) : absmax16_nan(f);
+          m = In::kBytes == 2 ? lane_value<kIn>(m2, h) : absmax16_nan(f);
           b = block_scale(m, m, st.col_k, st.col_enc);
-          if (b.nonfinite) {
-            st.saw_nonfinite = true;
-            if (kPlainAmax) st.amax_bits = max(st.amax_bits, finite_max_bits(f));
-          } else if (kPlainAmax) {
-            note_amax(st.amax_bits, m);
-          }
         }
+        // The amax bookkeeping: the RHT copy's own amax, the plain one when no rowwise pass keeps
+        // it; 2D: tile_blocks.
+        auto note = [&](bool nonfinite) {
+          if constexpr (kRht) {
+            if (nonfinite) {
+              st.saw_nonfinite = true;
+              st.rht_amax_bits = max(st.rht_amax_bits, finite_max_bits(f, st.col_fold ? 0.25f : 1.0f));
+            } else {
+              note_amax(st.rht_amax_bits, m);
+            }
+          } else if constexpr (!k2D) {
+            if (nonfinite) {
+              st.saw_nonfinite = true;
+              if (kPlainAmax) st.amax_bits = max(st.amax_bits, finite_max_bits(f));
+            } else if (kPlainAmax) {
+              note_amax(st.amax_bits, m);
+            }
+          }
+        };
         uint2 out;
         if constexpr (kSr) {
           // The stored row length: rows, or grouped the padded total (formats' padded matrix; the
           // zero blocks past it round to zero with any word).
           const uint64_t len = kGrouped ? uint64_t{st.col_len} : static_cast<uint64_t>(p.rows);
-          out = encode16_stochastic(f, b, p, static_cast<uint64_t>(at.c0 + ct) * len + static_cast<uint64_t>(at.r0 + 16 * k));
+          out = encode16_stochastic(f, b, p, static_cast<uint64_t>(at.c0 + ct) * len + static_cast<uint64_t>(at.r0 + 16 * k), note);
         } else if constexpr (kRht || In::kBytes == 4) {
           uint32_t sw[16];
 #pragma unroll
           for (int i = 0; i < 16; ++i) sw[i] = __float_as_uint(f[i]);
-          out = encode_block<kFull>(f, run_signs<DType::kF32>(sw), b);
+          out = encode_block<kFull>(f, run_signs<DType::kF32>(sw), b, note);
         } else {
-          out = encode_block<kFull>(f, signs[h], b);
+          out = encode_block<kFull>(f, signs[h], b, note);
         }
         uint8_t* const row = dst + h * p.col_pitch;
         if (kFull) *reinterpret_cast<uint2*>(row) = out;
@@ -292,33 +308,59 @@ __device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint
 template <DType kIn>
 __device__ __forceinline__ void tile_blocks(const uint32_t* tile, State& st, TileBlocks* tb) {
   using In = InputTraits<kIn>;
+  using S = TileShape<kIn>;
   constexpr int kGran = In::kBytes;
   const int tid = static_cast<int>(threadIdx.x);
   const int blk = tid >> 2, sub = tid & 3;
   const int bi = blk >> 3, bj = blk & 7;
-  uint32_t m = 0;  // |amax| bits: NaN above Inf above the finite values
-#pragma unroll 1
-  for (int i = 0; i < 4; ++i) {
-    const int r = 16 * bi + 4 * sub + i;
-    uint32_t addr[kGran];
+  // The four rows lie in one 16-row chunk (one swizzle key): row i is row 0's address plus i rows.
+  uint32_t addr[kGran];
 #pragma unroll
-    for (int j = 0; j < kGran; ++j) addr[j] = smem_addr(tile + tile_word<kIn>(r, kGran * bj + j));
+  for (int j = 0; j < kGran; ++j) addr[j] = smem_addr(tile + tile_word<kIn>(16 * bi + 4 * sub, kGran * bj + j));
+  auto read_row = [&](int i, uint32_t* w) {
+    uint32_t a[kGran];
+#pragma unroll
+    for (int j = 0; j < kGran; ++j) a[j] = addr[j] + 4u * S::kWordsPerRow * i;
+    read_run<kIn>(a, w);
+  };
+  // The four rows' magnitude maximum (sign meaningless, NaN-propagating): 16-bit input keeps the
+  // packed pair maximum across the rows and folds once.
+  uint32_t m2 = 0;
+  float a = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
     uint32_t w[4 * kGran];
-    float f[16];
-    read_run<kIn>(addr, w);
-    const float a = run_amax<kIn>(w, f);
-    if (fabsf(a) < CUDART_INF_F) note_amax(st.amax_bits, a);
-    else st.amax_bits = max(st.amax_bits, finite_max_bits(f));
-    m = max(m, __float_as_uint(fabsf(a)));
+    read_row(i, w);
+    if constexpr (In::kBytes == 2) {
+      const uint32_t r = pair_absmax<kIn, 8>(w);
+      m2 = i ? absmax2<kIn>(m2, r) : r;
+    } else {
+      float f[16];
+      a = nvfp4::max_nan(a, run_amax<kIn>(w, f));
+    }
   }
+  if constexpr (In::kBytes == 2) a = fold_lanes<kIn>(m2);
+  if (fabsf(a) < CUDART_INF_F) {
+    note_amax(st.amax_bits, a);
+  } else {  // formats' tensor amax skips the NaNs: row by row, NaN-free (rare: out of line)
+#pragma unroll 1
+    for (int i = 0; i < 4; ++i) {
+      uint32_t w[4 * kGran];
+      float f[16];
+      read_row(i, w);
+      run_amax<kIn>(w, f);
+      st.amax_bits = max(st.amax_bits, finite_max_bits(f));
+    }
+  }
+  uint32_t m = __float_as_uint(fabsf(a));  // NaN above Inf above the finite values
   m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
   m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 2));
   if (sub == 0) {
     const BlockScale r = block_scale(__uint_as_float(m), __uint_as_float(m), st.row_k, st.row_enc);
     const BlockScale c = block_scale(__uint_as_float(m), __uint_as_float(m), st.col_k, st.col_enc);
-    if (r.nonfinite) st.saw_nonfinite = true;
-    tb->info[0][blk] = r.code | (r.nonfinite ? 1u << 8 : 0u) | (r.cap ? 1u << 9 : 0u);
-    tb->info[1][blk] = c.code | (c.nonfinite ? 1u << 8 : 0u) | (c.cap ? 1u << 9 : 0u);
+    if (r.nonfinite()) st.saw_nonfinite = true;
+    tb->info[0][blk] = r.code | (r.cap ? 1u << 8 : 0u);
+    tb->info[1][blk] = c.code | (c.cap ? 1u << 8 : 0u);
     tb->enc[0][blk] = r.enc;
     tb->enc[1][blk] = c.enc;
   }

@@ -34,6 +34,7 @@ struct Nvfp4Params {
   uint64_t sr_seed, sr_offset;
   int row_tiles, col_tiles;               // tile counts (an int: 2^31 tiles would be 2^45 elements)
   int last_tile_rows, last_tile_cols;     // rows / columns of the last tile row / column: 1..128
+  int whole_row_tiles, whole_col_tiles;   // tile rows / columns with all 128
   int64_t row_pitch, col_pitch;           // data bytes per stored row: ceil(cols / 2), ceil(rows / 2)
   int64_t row_chunk_cols, col_chunk_cols; // 512-byte chunks per 128 stored rows: ceil(cols / 64), ceil(rows / 64)
   bool vec_load;       // x and ld * element size 16-byte aligned
@@ -98,7 +99,7 @@ __device__ __forceinline__ TileAt tile_at(const Nvfp4Params& p, int tr, int tc) 
   a.c0 = int64_t{tc} * kTile;
   a.rows_in = tr + 1 < p.row_tiles ? kTile : p.last_tile_rows;
   a.cols_in = tc + 1 < p.col_tiles ? kTile : p.last_tile_cols;
-  a.whole = a.rows_in == kTile && a.cols_in == kTile;
+  a.whole = tr < p.whole_row_tiles && tc < p.whole_col_tiles;
   return a;
 }
 
@@ -114,23 +115,24 @@ __device__ __forceinline__ void copy_tile(const Nvfp4Params& p, const TileAt& at
   using S = TileShape<kIn>;
   constexpr int kRowsPerStep = kThreads / S::kGranules;  // 16 or 8
   const int tid = static_cast<int>(threadIdx.x);
-  const int g = tid % S::kGranules;
-  const int row = tid / S::kGranules;
   const int64_t row_bytes = p.ld * S::kBytes;
-  const char* src = static_cast<const char*>(p.x) + (at.r0 + row) * row_bytes + (at.c0 + g * S::kElemsPerGranule) * S::kBytes;
   if (p.vec_load && at.whole) {
     // Whole tile: warp k copies the 16-row chunk k (rows of one swizzle key); lane l takes granule
     // gl = l % kGranules of rows 16k + l / kGranules + (32 / kGranules) s, so its shared addresses
     // are the first plus 512 s bytes (32 / kGranules rows), and each step writes whole rows (no
     // bank conflicts).
-    const int lane = tid & 31;
-    const int gl = lane % S::kGranules, rl = 16 * (tid >> 5) + lane / S::kGranules;
+    const int gl = tid % S::kGranules, rl = 16 * (tid >> 5) + (tid & 31) / S::kGranules;
     const uint32_t dst = smem_addr(stage) + 4u * static_cast<uint32_t>(tile_word<kIn>(rl, gl));
-    const char* from = static_cast<const char*>(p.x) + (at.r0 + rl) * row_bytes + (at.c0 + gl * S::kElemsPerGranule) * S::kBytes;
+    const char* from = static_cast<const char*>(p.x) + (at.r0 + rl) * row_bytes + at.c0 * S::kBytes + 16 * gl;
     const int64_t step = (32 / S::kGranules) * row_bytes;
 #pragma unroll
     for (int s = 0; s < S::kGranules / 2; ++s) cp_async_16B_s(dst + 512u * s, from + s * step);
-  } else if (p.vec_load) {
+    return;
+  }
+  const int g = tid % S::kGranules;
+  const int row = tid / S::kGranules;
+  if (p.vec_load) {
+    const char* src = static_cast<const char*>(p.x) + (at.r0 + row) * row_bytes + (at.c0 + g * S::kElemsPerGranule) * S::kBytes;
     const int in_row = max(0, min(S::kElemsPerGranule, at.cols_in - g * S::kElemsPerGranule)) * S::kBytes;
 #pragma unroll
     for (int s = 0; s < kTile / kRowsPerStep; ++s) {
@@ -188,12 +190,14 @@ __device__ __forceinline__ void copy_tile_grouped(const Nvfp4Params& p, const Ti
 
 // ---- Block arithmetic: quant/nvfp4_block.cuh; the stochastic encode needs the parameters ----
 
+template <class Note>
 __device__ __forceinline__ uint2 encode16_stochastic(const float* f, const BlockScale& b, const Nvfp4Params& p,
-                                                     uint64_t index) {
+                                                     uint64_t index, Note note) {
   uint32_t r[16];
   nvfp4::philox_words16(p.sr_seed, p.sr_offset, index, r);
   const uint2 out = make_uint2(nvfp4::encode8_stochastic(f, b.enc, r), nvfp4::encode8_stochastic(f + 8, b.enc, r + 8));
-  return b.nonfinite ? make_uint2(0, 0) : out;
+  note(b.nonfinite());
+  return b.nonfinite() ? make_uint2(0, 0) : out;
 }
 
 // Up to 8 code bytes of a block at dst: `n` = elements of the 16 inside the matrix.
@@ -225,12 +229,12 @@ struct State {
 
 // 2D: both copies' scale of each 16x16 block of the tile, left in shared memory.
 struct TileBlocks {
-  uint32_t info[2][64];  // code | nonfinite << 8 | cap << 9 (0: rowwise copy, 1: columnwise)
+  uint32_t info[2][64];  // code | cap << 8 (0: rowwise copy, 1: columnwise)
   float enc[2][64];
 };
 
 __device__ __forceinline__ BlockScale from_info(uint32_t info, float enc) {
-  return BlockScale{info & 0xFFu, enc, ((info >> 8) & 1u) != 0, ((info >> 9) & 1u) != 0};
+  return BlockScale{info & 0xFFu, enc, ((info >> 8) & 1u) != 0};
 }
 
 // Magnitude maximum of a 16-element run (its sign meaningless; NaN or Inf for a run holding a NaN

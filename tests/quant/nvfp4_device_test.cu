@@ -267,9 +267,21 @@ __global__ void scale_sweep_kernel(SweepCounts* c) {
   for (uint32_t b = blockIdx.x * blockDim.x + threadIdx.x; b <= 0x7F800000u; b += gridDim.x * blockDim.x) {
     const float v = __uint_as_float(b);
     const uint32_t got = nv::scale_code(v, 1.0f);
-    const uint32_t want = blockscale::formats::encode_ue4m3(v);
+    const uint32_t want = b < 0x7F800000u ? blockscale::formats::encode_ue4m3(v) : 0x7Fu;  // Inf: the NaN code
     ++checked;
     if (got != want) note_mismatch(c, b, got, want);
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    // NaN of either sign: the NaN code; a product past FLT_MAX: 0x7E.
+    const uint32_t nans[] = {0x7FC00000u, 0x7F800001u, 0xFFFFFFFFu, 0xFFC00000u};
+    for (uint32_t n : nans) {
+      ++checked;
+      const uint32_t got = nv::scale_code(__uint_as_float(n), 1.0f);
+      if (got != 0x7Fu) note_mismatch(c, n, got, 0x7Fu);
+    }
+    ++checked;
+    const uint32_t got = nv::scale_code(3.0e38f, 2.0f);
+    if (got != 0x7Eu) note_mismatch(c, __float_as_uint(3.0e38f), got, 0x7Eu);
   }
   atomicAdd(&c->checked, checked);
 }
@@ -350,11 +362,11 @@ TEST(Nvfp4DeviceArithmetic, StochasticEncoderMatchesEncodeE2m1StochasticAroundEv
 TEST(Nvfp4DeviceArithmetic, HardwareScaleCodeMatchesEncodeUe4m3FromZeroToInf) {
   SKIP_WITHOUT_GPU();
   const SweepCounts c = run_sweep(scale_sweep_kernel);
-  EXPECT_EQ(c.checked, 0x7F800001ull);
+  EXPECT_EQ(c.checked, 0x7F800001ull + 5);
   EXPECT_EQ(c.mismatches, 0u);
   for (unsigned long long k = 0; k < std::min(c.mismatches, 4ull); ++k)
     ADD_FAILURE() << std::hex << "value bits 0x" << c.first[k] << ": cvt 0x" << c.got[k] << " encode_ue4m3 0x" << c.want[k];
-  std::printf("nvfp4_quantize_test: cvt e4m3x2 scale code vs encode_ue4m3: %llu values in [0, +Inf], mismatches %llu\n",
+  std::printf("nvfp4_quantize_test: cvt e4m3x2 scale code vs encode_ue4m3: %llu values in [0, +Inf] and NaN, mismatches %llu\n",
               c.checked, c.mismatches);
 }
 
