@@ -188,7 +188,10 @@ __device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint
   uint8_t* dst = p.col_data + (at.r0 >> 1) + 8 * k + (at.c0 + c) * p.col_pitch;
   const int64_t dst_step = 32 * kCols * p.col_pitch;
   uint32_t stage = smem_addr(staged + staged_scale(c, k));
-#pragma unroll 1
+  // The plain 16-bit items run unrolled (no per-item address or loop work); the heavier variants
+  // (SR, RHT, grouped, fp32) keep a loop, which their registers need.
+  constexpr int kUnroll = In::kBytes == 2 && !kSr && !kRht && !kGrouped ? kItems : 1;
+#pragma unroll kUnroll
   for (int n = 0; n < kItems; ++n, dst += dst_step, stage += 4 * kCols) {
     pin(stage);
     pin(st.col_enc);
