@@ -4,8 +4,6 @@
 // namespace keeps these in the translation units that instantiate it.
 #pragma once
 
-#include <math_constants.h>
-
 #include <cstdint>
 
 #include "quant/device_common.cuh"  // defines: InputTraits

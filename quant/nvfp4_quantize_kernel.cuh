@@ -74,6 +74,8 @@
 // instantiates its own kernels (the anonymous namespace keeps them in that file).
 #pragma once
 
+#include <math_constants.h>
+
 #include <cstdint>
 
 #include "quant/nvfp4_quantize_tile.cuh"  // defines: Nvfp4Params, TileShape, the load, State, stores
