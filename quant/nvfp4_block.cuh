@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "quant/device_common.cuh"  // defines: InputTraits
-#include "quant/nvfp4_device.cuh"   // defines: nvfp4::max_nan, scale_codes2, encode8_magnitudes, sign gathers
+#include "quant/nvfp4_device.cuh"   // defines: nvfp4::max_nan, scale_code, encode8_magnitudes, sign gathers
 
 namespace blockscale::quant::detail {
 namespace {
@@ -22,29 +22,50 @@ __device__ __forceinline__ float absmax16_nan(const float* v) {
   return nvfp4::max_nan(nvfp4::max_nan(m[0], m[1]), nvfp4::max_nan(m[2], m[3]));
 }
 
-// Packed magnitude maximum of 16-bit words, doubled: lane 0 = 2 max|lo|, lane 1 = 2 max|hi| + a
-// spare bit (w << 1 drops the high sign and moves the low sign into lane 1's lowest bit, below
-// every magnitude step). Read it back with mag_of_doubled(). NaN magnitudes order above Inf.
-template <int kN>
-__device__ __forceinline__ uint32_t doubled_mags(const uint32_t* w) {
-  static_assert(kN == 8 || kN == 16, "8 or 16 words");
-  if constexpr (kN == 8) {
-    return __vimax3_u16x2(__vimax3_u16x2(w[0] << 1, w[1] << 1, w[2] << 1), __vimax3_u16x2(w[3] << 1, w[4] << 1, w[5] << 1),
-                          __vmaxu2(w[6] << 1, w[7] << 1));
-  } else {
-    const uint32_t a = __vimax3_u16x2(__vimax3_u16x2(w[0] << 1, w[1] << 1, w[2] << 1), __vimax3_u16x2(w[3] << 1, w[4] << 1, w[5] << 1),
-                                      __vimax3_u16x2(w[6] << 1, w[7] << 1, w[8] << 1));
-    const uint32_t b = __vimax3_u16x2(__vimax3_u16x2(w[9] << 1, w[10] << 1, w[11] << 1), __vimax3_u16x2(w[12] << 1, w[13] << 1, w[14] << 1),
-                                      w[15] << 1);
-    return __vmaxu2(a, b);
-  }
-}
-__device__ __forceinline__ uint32_t mag_of_doubled(uint32_t m, int h) { return h ? m >> 17 : (m & 0xFFFFu) >> 1; }
-
-// fp32 bits of a block's 16-bit magnitude maximum; a NaN or Inf block gets NaN bits.
+// Packed magnitude maximum of 16-bit pairs: lane h of the result is max |half h| over the words,
+// NaN when one of them is NaN (max.NaN.xorsign.abs: HMNMX2 with |.| operands); the lanes' sign bits
+// are meaningless. Exact: the maximum of bf16 / fp16 values is one of them, and Inf stays Inf.
 template <DType kIn>
-__device__ __forceinline__ uint32_t widen_mag(uint32_t m) {
-  return m >= InputTraits<kIn>::kInfBits ? 0x7FFFFFFFu : InputTraits<kIn>::widen(m);
+__device__ __forceinline__ uint32_t absmax2(uint32_t a, uint32_t b) {
+  static_assert(kIn == DType::kBf16 || kIn == DType::kF16, "16-bit input");
+  uint32_t d;
+  if constexpr (kIn == DType::kBf16) asm("max.NaN.xorsign.abs.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  else asm("max.NaN.xorsign.abs.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+template <DType kIn, int kN>
+__device__ __forceinline__ uint32_t pair_absmax(const uint32_t* w) {
+  static_assert(kN == 8 || kN == 16, "8 or 16 words");
+  uint32_t m[kN / 2];
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) m[i] = absmax2<kIn>(w[2 * i], w[2 * i + 1]);
+#pragma unroll
+  for (int n = kN / 4; n >= 1; n /= 2)
+#pragma unroll
+    for (int i = 0; i < n; ++i) m[i] = absmax2<kIn>(m[i], m[i + n]);
+  return m[0];
+}
+
+// Lane h of a pair_absmax word as fp32 (exact widening); its sign is meaningless.
+template <DType kIn>
+__device__ __forceinline__ float lane_value(uint32_t m, int h) {
+  if constexpr (kIn == DType::kBf16) return __uint_as_float(h ? (m & 0xFFFF0000u) : (m << 16));
+  else return __half2float(__ushort_as_half(static_cast<unsigned short>(h ? (m >> 16) : (m & 0xFFFFu))));
+}
+
+// The larger magnitude of a pair_absmax word's two lanes as fp32 (NaN-propagating), sign meaningless.
+template <DType kIn>
+__device__ __forceinline__ float fold_lanes(uint32_t m) {
+  uint32_t r;  // the maximum in lane 1 (bf16: then r is its fp32 bits) or lane 0 (fp16), zeros beside
+  if constexpr (kIn == DType::kBf16) {
+    asm("{.reg .b16 l, h, r, z;\n mov.b32 {l, h}, %1;\n max.NaN.xorsign.abs.bf16 r, l, h;\n mov.b16 z, 0;\n"
+        " mov.b32 %0, {z, r};}" : "=r"(r) : "r"(m));
+    return __uint_as_float(r);
+  } else {
+    asm("{.reg .b16 l, h, r, z;\n mov.b32 {l, h}, %1;\n max.NaN.xorsign.abs.f16 r, l, h;\n mov.b16 z, 0;\n"
+        " mov.b32 %0, {r, z};}" : "=r"(r) : "r"(m));
+    return lane_value<kIn>(r, 0);
+  }
 }
 
 // NaN-free magnitude maximum (fp32 bits) of 16 values times `scale` (RN): formats' amax rule for a
@@ -64,53 +85,47 @@ __device__ __forceinline__ uint32_t finite_max_bits(const float* v, float scale 
                        make_float4(v[8], v[9], v[10], v[11]), make_float4(v[12], v[13], v[14], v[15]), scale);
 }
 
-// The scale of one block: its UE4M3 code, the factor its values are multiplied by, whether it is
-// non-finite (code 0x7F, codes 0) and whether some |y| may reach 7 (the encoder then saturates).
+// The scale of one block: its UE4M3 code (0x7F: non-finite, codes 0), the factor its values are
+// multiplied by, and whether some |y| may reach 7 (the encoder then saturates). A NaN scale's
+// table entry is 0, so its vmax * enc is NaN and `cap` is set for it too.
 struct BlockScale {
   uint32_t code;
   float enc;
-  bool nonfinite;
   bool cap;
+  __device__ __forceinline__ bool nonfinite() const { return code == 0x7Fu; }
 };
 
-// amax: the block amax (fp32 bits, NaN bits for a non-finite block); vmax: the largest magnitude
-// the encoder multiplies by the table entry (the amax, or with the RHT fold the unscaled one).
-__device__ __forceinline__ BlockScale block_scale(uint32_t amax, float vmax, float k, const float* enc_table) {
+// amax: the block amax (its sign ignored; NaN or Inf for a non-finite block); vmax: the largest
+// magnitude the encoder multiplies by the table entry (the amax, or with the RHT fold the unscaled
+// one; sign ignored). `table`: the shared address of the copy's encode-factor table.
+__device__ __forceinline__ BlockScale block_scale(float amax, float vmax, float k, uint32_t table) {
   BlockScale b;
-  b.nonfinite = (amax & 0x7FFFFFFFu) >= 0x7F800000u;
-  b.code = b.nonfinite ? 0x7Fu : (nvfp4::scale_codes2(__uint_as_float(amax), 0.0f, k) & 0xFFu);
-  b.enc = enc_table[b.code];
-  b.cap = !(__fmul_rn(vmax, b.enc) < 7.0f);
+  b.code = nvfp4::scale_code(fabsf(amax), k);
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(b.enc) : "r"(table + 4u * b.code));
+  b.cap = !(__fmul_rn(fabsf(vmax), b.enc) < 7.0f);
   return b;
 }
 
-// Sixteen codes (8 bytes) of sixteen values with the signs gathered from their source words.
-//   kSignPairs : signs of 16-bit pairs (words sw[0..7], element 2m low half of word m)
-//   else       : one element per word, the sign in byte kSignByte (3: fp32 / transformed values)
-template <bool kCap, bool kSignPairs, int kSignByte>
-__device__ __forceinline__ uint2 encode16(const float* f, const uint32_t* sw, float enc) {
-  uint32_t lo = nvfp4::encode8_magnitudes<kCap>(f, enc);
-  uint32_t hi = nvfp4::encode8_magnitudes<kCap>(f + 8, enc);
-  if constexpr (kSignPairs) {
-    lo |= nvfp4::signs_of_pairs(sw);
-    hi |= nvfp4::signs_of_pairs(sw + 4);
-  } else {
-    lo |= nvfp4::signs_of_singles<kSignByte>(sw);
-    hi |= nvfp4::signs_of_singles<kSignByte>(sw + 8);
-  }
-  return make_uint2(lo, hi);
+// Sixteen codes (8 bytes) of sixteen values with their signs.
+template <bool kCap>
+__device__ __forceinline__ uint2 encode16(const float* f, const nvfp4::BlockSigns& s, float enc) {
+  return make_uint2(nvfp4::with_signs(nvfp4::encode8_magnitudes<kCap>(f, enc), s.lo),
+                    nvfp4::with_signs(nvfp4::encode8_magnitudes<kCap>(f + 8, enc), s.hi));
 }
 
-// The block's codes: the saturating encoder when any lane of the warp needs it (kFull: every lane
-// is here, the vote keeps the warp on one path), else the cheaper one; zeros for a NaN scale.
-template <bool kFull, bool kSignPairs, int kSignByte>
-__device__ __forceinline__ uint2 encode_block(const float* f, const uint32_t* sw, const BlockScale& b) {
-  uint2 out;
-  if (!kFull || __any_sync(0xFFFFFFFFu, b.cap))
-    out = encode16<true, kSignPairs, kSignByte>(f, sw, b.enc);
-  else
-    out = encode16<false, kSignPairs, kSignByte>(f, sw, b.enc);
-  return b.nonfinite ? make_uint2(0, 0) : out;
+// The block's codes: the cheaper encoder unless a lane of the warp has a block that needs the
+// saturating one (kFull: every lane is here, the vote keeps the warp on one path); zeros for a
+// NaN scale. note(nonfinite) does the block's amax bookkeeping: on the cheap path no lane of the
+// warp has a NaN scale (it sets `cap`), so the test is left to the other one.
+template <bool kFull, class Note>
+__device__ __forceinline__ uint2 encode_block(const float* f, const nvfp4::BlockSigns& s, const BlockScale& b, Note note) {
+  if (kFull && !__any_sync(0xFFFFFFFFu, b.cap)) {
+    note(false);
+    return encode16<false>(f, s, b.enc);
+  }
+  const uint2 out = encode16<true>(f, s, b.enc);
+  note(b.nonfinite());
+  return b.nonfinite() ? make_uint2(0, 0) : out;
 }
 
 }  // namespace

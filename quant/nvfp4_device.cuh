@@ -73,16 +73,19 @@ BS_HOST_DEVICE uint32_t e2m1_magnitude_biased(float a) {
 }
 inline constexpr uint32_t kBiasedZero = 0x4B000000u;
 
-// Eight biased magnitude codes (element i at nibble i) summed into one word: sum_i m_i << 4i.
-// The 0x4B000000 bias of element 0 and its image 0xB0000000 for element 1 wrap around (higher
-// elements shift it out of 32 bits), so adding kPackStart = -(0x4B000000 + 0xB0000000) mod 2^32
-// leaves exactly the codes. Summed as a tree (depth 3) to keep the dependency chain short.
-inline constexpr uint32_t kPackStart = 0x05000000u;
+// Eight biased magnitude codes -> one word, element i at nibble i. A pair m[2k] + 16 m[2k+1] has
+// the pair's two codes in its low byte and zeros in bytes 1 and 2 (the 0x4B000000 bias of m[2k]
+// and the 0xB0000000 of 16 m[2k+1] both sit in byte 3); so p + (p' << 8) has two clean low bytes
+// (p' << 8 shifts the bias out), and the two halves meet by a byte pick (PRMT on the device).
 BS_HOST_DEVICE uint32_t pack8(const uint32_t* m) {
   const uint32_t p0 = m[0] + (m[1] << 4), p1 = m[2] + (m[3] << 4);
   const uint32_t p2 = m[4] + (m[5] << 4), p3 = m[6] + (m[7] << 4);
   const uint32_t q0 = p0 + (p1 << 8), q1 = p2 + (p3 << 8);
-  return q0 + (q1 << 16) + kPackStart;
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(q0, q1, 0x5410u);
+#else
+  return (q0 & 0xFFFFu) | (q1 << 16);
+#endif
 }
 
 // The fp32 multiply of the element by the block's encode factor: y = x * enc (RN), |y| taken
@@ -170,21 +173,24 @@ BS_HOST_DEVICE float rht16_unscaled(float v[16]) {
 // product precomputed per tensor: k = S_enc * fl(1/6) (both RN, as formats), code = UE4M3(amax * k).
 BS_HOST_DEVICE float block_scale_factor(float s_enc) { return formats::mul_rn(s_enc, 1.0f / 6.0f); }
 
-// Two scale codes at once (a in the low byte). The product amax * k is >= 0 and never NaN; it
-// may overflow to +Inf, clamped to FLT_MAX first (UE4M3 saturates both to 0x7E). Device: the
-// hardware cvt.rn.satfinite.e4m3x2.f32 (sm_89+; E4M3 and UE4M3 agree on every value >= 0:
-// tests/quant checks it against formats::encode_ue4m3 on every fp32 pattern in [0, +Inf]);
-// host: formats::encode_ue4m3.
-BS_HOST_DEVICE uint32_t scale_codes2(float amax_a, float amax_b, float k) {
-  float pa = formats::mul_rn(amax_a, k), pb = formats::mul_rn(amax_b, k);
-  pa = pa < formats::kFltMax ? pa : formats::kFltMax;
-  pb = pb < formats::kFltMax ? pb : formats::kFltMax;
+// The scale code of one block: UE4M3(min(amax * k, FLT_MAX)) for a finite amax >= 0 (the product
+// may overflow to +Inf; UE4M3 saturates it to 0x7E), the NaN code 0x7F for a NaN or Inf amax. The
+// product is fma(amax, k, amax - amax): amax * k rounded once for a finite amax (the addend is
+// +0), NaN otherwise, and the minimum with FLT_MAX keeps the NaN (min.NaN). Device: the hardware
+// cvt.rn.satfinite.e4m3x2.f32 (sm_89+) with a zero upper lane, so the result is the code alone
+// (E4M3 and UE4M3 agree on every value >= 0, and the canonical NaN converts to 0x7F: tests/quant
+// checks it against formats::encode_ue4m3 on every fp32 pattern in [0, +Inf] and on NaN); host:
+// formats::encode_ue4m3.
+BS_HOST_DEVICE uint32_t scale_code(float amax, float k) {
+  float p = fma_rn(amax, k, formats::sub_rn(amax, amax));
 #if defined(__CUDA_ARCH__)
-  unsigned short r;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(pb), "f"(pa));
+  asm("min.NaN.f32 %0, %0, 0f7F7FFFFF;" : "+f"(p));
+  uint32_t r;  // mov with a zero half: the compiler then knows the upper bits are 0
+  asm("{.reg .b16 c, z;\n cvt.rn.satfinite.e4m3x2.f32 c, %1, %2;\n mov.b16 z, 0;\n mov.b32 %0, {c, z};}" : "=r"(r) : "f"(0.0f), "f"(p));
   return r;
 #else
-  return formats::encode_ue4m3(pa) | (static_cast<uint32_t>(formats::encode_ue4m3(pb)) << 8);
+  if (p != p) return 0x7F;
+  return formats::encode_ue4m3(p < formats::kFltMax ? p : formats::kFltMax);
 #endif
 }
 
@@ -260,31 +266,53 @@ BS_HOST_DEVICE uint32_t encode8_stochastic(const float* x, float enc, const uint
 }
 
 #if defined(__CUDACC__)
-// ---- Sign gathers (device): bit 4i+3 of the result = sign of element i of eight, from the
-// input's own bits (prmt_sign: quant/device_common.cuh).
+// ---- Sign gathers (device), from the input's own bits (prmt_sign: quant/device_common.cuh). The
+// signs of eight elements as bytes 0x00 / 0xFF: byte k of `even` is the sign of element 2k, byte k
+// of `odd` that of element 2k + 1; with_signs() puts them at bit 4i+3 of a word of eight codes
+// (two LOP3s; the magnitude codes' bit 3 is 0).
+struct SignBytes {
+  uint32_t even, odd;
+};
+// A block's sixteen: elements 0..7 and 8..15.
+struct BlockSigns {
+  SignBytes lo, hi;
+};
 
-// Sign bytes (0x00 / 0xFF) -> nibble sign bits: u holds the signs of elements 0, 2, 4, 6 (bytes
-// 0..3), v those of 1, 3, 5, 7.
-__device__ __forceinline__ uint32_t merge_sign_bytes(uint32_t u, uint32_t v) {
-  return (u & 0x08080808u) | (v & 0x80808080u);
+__device__ __forceinline__ uint32_t with_signs(uint32_t codes, SignBytes s) {
+  // Two LOP3s on the codes (asm: kept from being regrouped into a sign word and a third OR).
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, 0x08080808, 0xF8;" : "=r"(r) : "r"(codes), "r"(s.even));
+  asm("lop3.b32 %0, %1, %2, 0x80808080, 0xF8;" : "=r"(r) : "r"(r), "r"(s.odd));
+  return r;
 }
 
 // Eight 16-bit elements in four words (element 2m in the low half of word m): the signs are the
 // top bits of bytes 1 and 3.
-__device__ __forceinline__ uint32_t signs_of_pairs(const uint32_t* w) {
+__device__ __forceinline__ SignBytes signs_of_pairs(const uint32_t* w) {
   const uint32_t p01 = prmt_sign(w[0], w[1], 0xFBD9u);  // signs of elements 0, 2, 1, 3
   const uint32_t p23 = prmt_sign(w[2], w[3], 0xFBD9u);  // 4, 6, 5, 7
-  return merge_sign_bytes(__byte_perm(p01, p23, 0x5410u), __byte_perm(p01, p23, 0x7632u));
+  return SignBytes{__byte_perm(p01, p23, 0x5410u), __byte_perm(p01, p23, 0x7632u)};
+}
+
+// Two interleaved groups of eight 16-bit elements: element e of group h is half h of word e (two
+// columns of eight rows). Four gathers serve both groups.
+__device__ __forceinline__ void signs_of_halves(const uint32_t* w, SignBytes& g0, SignBytes& g1) {
+  const uint32_t a = prmt_sign(w[0], w[2], 0xFBD9u);  // group 0 elements 0, 2; group 1 elements 0, 2
+  const uint32_t b = prmt_sign(w[4], w[6], 0xFBD9u);  // 4, 6; 4, 6
+  const uint32_t c = prmt_sign(w[1], w[3], 0xFBD9u);  // 1, 3; 1, 3
+  const uint32_t d = prmt_sign(w[5], w[7], 0xFBD9u);  // 5, 7; 5, 7
+  g0 = SignBytes{__byte_perm(a, b, 0x5410u), __byte_perm(c, d, 0x5410u)};
+  g1 = SignBytes{__byte_perm(a, b, 0x7632u), __byte_perm(c, d, 0x7632u)};
 }
 
 // Eight elements, one per word, the sign in the top bit of byte `kByte` (3: fp32, 1 / 3: the low /
 // high half of a 16-bit pair).
 template <int kByte>
-__device__ __forceinline__ uint32_t signs_of_singles(const uint32_t* w) {
+__device__ __forceinline__ SignBytes signs_of_singles(const uint32_t* w) {
   constexpr uint32_t kSel = (kByte | 8u) | ((kByte + 4u) | 8u) << 4;  // bytes 0, 1: a's, b's sign
   const uint32_t e02 = prmt_sign(w[0], w[2], kSel), e46 = prmt_sign(w[4], w[6], kSel);
   const uint32_t e13 = prmt_sign(w[1], w[3], kSel), e57 = prmt_sign(w[5], w[7], kSel);
-  return merge_sign_bytes(__byte_perm(e02, e46, 0x5410u), __byte_perm(e13, e57, 0x5410u));
+  return SignBytes{__byte_perm(e02, e46, 0x5410u), __byte_perm(e13, e57, 0x5410u)};
 }
 #endif
 

@@ -35,7 +35,7 @@ Status launch_quantize(const Nvfp4Params& params, cudaStream_t stream) {
   // pass's partial maxima; grouped: scans the group ends) once. One CTA per tile
   // (detail::tile_grid) measured slower here on an H200: row+col RHT given 55.0% -> 50.6% of copy
   // (docs/performance.md).
-  const int64_t grid = even_grid(params.row_tiles * params.col_tiles, resident);
+  const int64_t grid = even_grid(int64_t{params.row_tiles} * params.col_tiles, resident);
   kernel<<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(params);
   return cuda_status(cudaGetLastError(), "nvfp4_quantize_kernel launch");
 }
@@ -124,8 +124,12 @@ Nvfp4Params make_params(const QuantizeProblem& p, const void* x, const float* gi
   params.partials = static_cast<const uint32_t*>(workspace);
   params.track_amax = !params.measure && (out.amax != nullptr || out.columnwise_amax != nullptr);
   params.sr_seed = p.sr_seed, params.sr_offset = p.sr_offset;
-  params.row_tiles = (tile_rows + kTile - 1) / kTile;
-  params.col_tiles = (p.cols + kTile - 1) / kTile;
+  params.row_tiles = static_cast<int>((tile_rows + kTile - 1) / kTile);
+  params.col_tiles = static_cast<int>((p.cols + kTile - 1) / kTile);
+  params.last_tile_rows = static_cast<int>(tile_rows - int64_t{params.row_tiles - 1} * kTile);
+  params.last_tile_cols = static_cast<int>(p.cols - int64_t{params.col_tiles - 1} * kTile);
+  params.whole_row_tiles = params.row_tiles - (params.last_tile_rows < kTile ? 1 : 0);
+  params.whole_col_tiles = params.col_tiles - (params.last_tile_cols < kTile ? 1 : 0);
   params.row_pitch = (p.cols + 1) / 2;
   params.col_pitch = (tile_rows + 1) / 2;
   params.row_chunk_cols = (p.cols + 63) / 64;

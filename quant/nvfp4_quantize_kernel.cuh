@@ -47,11 +47,12 @@
 // the grid sized from the SM count and the occupancy, 3 CTAs per SM). The tile matches two 512-byte
 // chunks of each swizzled scale buffer (128 rows x 8 blocks of 16), staged in shared memory and
 // stored one tile late (one barrier per tile; two with 2D blocks).
-//   load      : cp.async of 16-byte granules (zero-filled past the matrix; whole tiles take an
-//               unchecked path with compile-time swizzle keys) into a shared tile of
-//               32-bit words whose granule index is XOR-swizzled by the row's 16-row chunk and the
-//               granule's upper bits, so the copies, the row reads and the column reads are free of
-//               bank conflicts; 16-bit input double-buffers, fp32 (64 KB tiles) single-buffers.
+//   load      : cp.async of 16-byte granules (zero-filled past the matrix; on whole tiles each
+//               warp copies one 16-row chunk, so a lane's shared addresses differ by immediates)
+//               into a shared tile of 32-bit words whose granule index is XOR-swizzled by the row's
+//               16-row chunk and the granule's upper bits, so the copies, the row reads and the
+//               column reads are free of bank conflicts; 16-bit input double-buffers, fp32 (64 KB
+//               tiles) single-buffers.
 //   rowwise   : a thread quantizes whole 1x16 blocks (4 per tile): 16 codes = one 8-byte store,
 //               8 lanes write 64 contiguous bytes of a row.
 //   columnwise: a thread reads 16 rows of one word column (two 16-bit columns or one fp32), applies
@@ -59,8 +60,12 @@
 //               contiguous bytes of a stored row.
 //   2D        : before the row / column work, 4 threads per 16x16 tile block reduce its amax and
 //               leave both copies' (scale, encode factor) in shared memory.
+//   Block amax: 16-bit input takes max.NaN.xorsign.abs on element pairs (HMNMX2; the maximum of
+//               bf16 / fp16 values is one of them), a column pair's two maxima in one word.
 //   Encoder   : the saturating minimum is needed only when some |y| of a block may reach 7 (known
 //               from the block amax); a warp vote picks the cheaper encoder when no lane needs it.
+//               A NaN scale also takes the saturating path, which zeroes the block and keeps the
+//               NaN-free amax, so the cheaper path holds no test for it.
 //   Tiles wholly inside the matrix (with aligned outputs) take a path without bounds checks.
 // The amax pass (kMeasure) walks the matrix from its end to its start, so the quantize kernel (which
 // starts at the top) finds the most recently read rows in L2.
@@ -68,6 +73,8 @@
 // an instantiation: quant/nvfp4_quantize_dispatch.cuh. Included by each mode's file, which
 // instantiates its own kernels (the anonymous namespace keeps them in that file).
 #pragma once
+
+#include <math_constants.h>
 
 #include <cstdint>
 
@@ -87,9 +94,8 @@ __device__ __forceinline__ void rowwise_tile(const Nvfp4Params& p, const uint32_
   using In = InputTraits<kIn>;
   using S = TileShape<kIn>;
   constexpr int kGran = In::kBytes;
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int q = lane & 7;
-  const int row0 = 4 * (static_cast<int>(threadIdx.x) >> 5) + (lane >> 3);
+  const int q = static_cast<int>(threadIdx.x) & 7;
+  const int row0 = static_cast<int>(threadIdx.x) >> 3;  // 4 w + l / 8
   // Byte offsets of the granules of block 0 (granule j of the run is granule 0's ^ 16 j bytes:
   // kGran q + j differs from kGran q in the low bits only, below the swizzle's upper bits).
   uint32_t off0 = 4u * static_cast<uint32_t>(tile_word<kIn>(row0, kGran * q));
@@ -102,6 +108,7 @@ __device__ __forceinline__ void rowwise_tile(const Nvfp4Params& p, const uint32_
     pin(off0);
     pin(tile_s);
     pin(stage);
+    pin(st.row_enc);
     const int rt = 32 * s + row0;
     const bool inside = kFull || (rt < at.rows_in && 16 * q < at.cols_in);
     int64_t r = at.r0 + rt;  // the input row (stored row) of tile row rt
@@ -121,29 +128,32 @@ __device__ __forceinline__ void rowwise_tile(const Nvfp4Params& p, const uint32_
       float f[16];
       read_run<kIn>(a, w);
       BlockScale b;
+      float m = 0.0f;
       if constexpr (k2D) {
 #pragma unroll
         for (int i = 0; i < 16; ++i) f[i] = In::kBytes == 2 ? In::elem(w[i / 2], i % 2) : __uint_as_float(w[i]);
         const int blk = (rt >> 4) * 8 + q;
         b = from_info(tb->info[0][blk], tb->enc[0][blk]);
       } else {
-        const uint32_t m = run_amax<kIn>(w, f);
-        b = block_scale(m, __uint_as_float(m), st.row_k, st.row_enc);
-        if (b.nonfinite) {
-          st.saw_nonfinite = true;
-          st.amax_bits = max(st.amax_bits, finite_max_bits(f));
-        } else {
-          st.amax_bits = max(st.amax_bits, m);
-        }
+        m = run_amax<kIn>(w, f);
+        b = block_scale(m, m, st.row_k, st.row_enc);
       }
+      auto note = [&](bool nonfinite) {  // 2D: tile_blocks keeps the amax
+        if constexpr (!k2D) {
+          if (nonfinite) {
+            st.saw_nonfinite = true;
+            st.amax_bits = max(st.amax_bits, finite_max_bits(f));
+          } else {
+            note_amax(st.amax_bits, m);
+          }
+        }
+      };
       uint2 out;
       if constexpr (kSr)
         out = encode16_stochastic(f, b, p, static_cast<uint64_t>(r) * static_cast<uint64_t>(p.cols) +
-                                               static_cast<uint64_t>(at.c0 + 16 * q));
-      else if constexpr (In::kBytes == 2)
-        out = encode_block<kFull, true, 0>(f, w, b);
+                                               static_cast<uint64_t>(at.c0 + 16 * q), note);
       else
-        out = encode_block<kFull, false, 3>(f, w, b);
+        out = encode_block<kFull>(f, run_signs<kIn>(w), b, note);
       if constexpr (kGrouped) {
         uint8_t* const gdst = p.row_data + r * p.row_pitch + (at.c0 >> 1) + 8 * q;
         if (row_ok && kFull) *reinterpret_cast<uint2*>(gdst) = out;
@@ -162,7 +172,9 @@ __device__ __forceinline__ void rowwise_tile(const Nvfp4Params& p, const uint32_
 // ---- Columnwise: item n (granule g = warp + 8n, word wsub = l / 8, 16-row chunk k = l % 8): 16
 // rows of one word column = two 16-bit columns or one fp32 column. The swizzle key of rows 16k..
 // is k; the granule's upper bits are n, so the word offset of item n is (offset of item 0 with
-// upper bits 0) ^ 4 (n & mask) + 32 n.
+// upper bits 0) ^ 4 (n & mask) + 32 n. Its stored rows are ct = c + 32 kCols n + h (c: item 0's
+// first, kCols c + h < 64 never crosses a 32-row boundary), so the data pointer steps by
+// 32 kCols rows and the staged scale byte by 4 kCols per item, 16 per column h.
 // kGrouped: the tile rows are the padded row space; a 16-row block is one segment.
 template <DType kIn, bool k2D, bool kSr, bool kRht, bool kFull, bool kPlainAmax, bool kGrouped>
 __device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint32_t* tile, const TileAt& at,
@@ -171,36 +183,46 @@ __device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint
   using S = TileShape<kIn>;
   constexpr int kCols = 4 / In::kBytes;  // columns per word
   constexpr int kItems = S::kWordsPerRow * 8 / kThreads;
-  const int lane = static_cast<int>(threadIdx.x) & 31;
   const int warp = static_cast<int>(threadIdx.x) >> 5;
-  const int k = lane & 7, wsub = lane >> 3;
+  const int k = static_cast<int>(threadIdx.x) & 7, wsub = (static_cast<int>(threadIdx.x) >> 3) & 3;
   const int off0 = tile_word<kIn>(16 * k, warp) + wsub;
-  uint8_t* const dst0 = p.col_data + (at.r0 >> 1) + 8 * k;
-  uint32_t stage = smem_addr(staged + staged_scale(0, k));  // + staged_scale(ct, 0)
-#pragma unroll 1
-  for (int n = 0; n < kItems; ++n) {
+  const int c = kCols * (static_cast<int>(threadIdx.x) >> 3);  // kCols (4 warp + wsub)
+  uint8_t* dst = p.col_data + (at.r0 >> 1) + 8 * k + (at.c0 + c) * p.col_pitch;
+  const int64_t dst_step = 32 * kCols * p.col_pitch;
+  uint32_t stage = smem_addr(staged + staged_scale(c, k));
+  // The plain 16-bit items run unrolled (no per-item address or loop work); the heavier variants
+  // (SR, RHT, grouped, fp32) keep a loop, which their registers need.
+  constexpr int kUnroll = In::kBytes == 2 && !kSr && !kRht && !kGrouped ? kItems : 1;
+#pragma unroll kUnroll
+  for (int n = 0; n < kItems; ++n, dst += dst_step, stage += 4 * kCols) {
     pin(stage);
-    const int g = warp + 8 * n;
-    const int wc = 4 * g + wsub;  // word column
-    if (!kFull && (wc * kCols >= at.cols_in || 16 * k >= at.rows_in)) {
+    pin(st.col_enc);
+    const int ct0 = c + 32 * kCols * n;  // stored row of column h = 0
+    if (!kFull && (ct0 >= at.cols_in || 16 * k >= at.rows_in)) {
 #pragma unroll
-      for (int h = 0; h < kCols; ++h) sts8(stage + staged_scale(wc * kCols + h, 0), 0);
+      for (int h = 0; h < kCols; ++h) sts8(stage + 16 * h, 0);
       continue;
     }
     const uint32_t* col = tile + ((off0 ^ (4 * (n & S::kUpperMask))) + 32 * n);
     uint32_t w[16];
 #pragma unroll
     for (int i = 0; i < 16; ++i) w[i] = col[i * S::kWordsPerRow];
-    uint32_t m2 = 0;  // 16-bit, no RHT: both columns' magnitudes at once
-    if constexpr (In::kBytes == 2 && !kRht && !k2D) m2 = doubled_mags<16>(w);
+    // 16-bit without the RHT: both columns' magnitude maxima and sign words at once.
+    uint32_t m2 = 0;
+    if constexpr (In::kBytes == 2 && !kRht && !k2D) m2 = pair_absmax<kIn, 16>(w);
+    nvfp4::BlockSigns signs[2];  // column h
+    if constexpr (In::kBytes == 2 && !kRht && !kSr) {
+      nvfp4::signs_of_halves(w, signs[0].lo, signs[1].lo);
+      nvfp4::signs_of_halves(w + 8, signs[0].hi, signs[1].hi);
+    }
     if constexpr (kRht && kPlainAmax) {  // max |x| of the input when no rowwise pass takes it
       if constexpr (In::kBytes == 2) {
-        const uint32_t d = doubled_mags<16>(w);
+        const uint32_t d = pair_absmax<kIn, 16>(w);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const uint32_t m = widen_mag<kIn>(mag_of_doubled(d, h));
-          if (m < 0x7F800000u) {
-            st.amax_bits = max(st.amax_bits, m);
+          const float m = lane_value<kIn>(d, h);
+          if (fabsf(m) < CUDART_INF_F) {
+            note_amax(st.amax_bits, m);
           } else {
             float f[16];
 #pragma unroll
@@ -217,7 +239,7 @@ __device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint
     }
 #pragma unroll 2
     for (int h = 0; h < kCols; ++h) {
-      const int ct = wc * kCols + h;  // tile column = stored row
+      const int ct = ct0 + h;  // tile column = stored row
       const bool inside = kFull || ct < at.cols_in;
       uint32_t code = 0;
       if (inside) {
@@ -225,6 +247,7 @@ __device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint
 #pragma unroll
         for (int i = 0; i < 16; ++i) f[i] = In::elem(w[i], h);
         BlockScale b;
+        float m = 0.0f;
         if constexpr (kRht) {
           // f = the unscaled transform; formats' values are f * 0.25 (exact for 16-bit input). With
           // col_fold the 0.25 sits in the table entries instead.
@@ -233,54 +256,54 @@ __device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint
 #pragma unroll
             for (int i = 0; i < 16; ++i) f[i] = __fmul_rn(f[i], 0.25f);
           }
-          uint32_t m = __float_as_uint(__fmul_rn(vmax, 0.25f));
-          if (m >= 0x7F800000u) m = 0x7FFFFFFFu;
-          b = block_scale(m, st.col_fold ? vmax : __uint_as_float(m), st.col_k, st.col_enc);
-          if (b.nonfinite) {
-            st.saw_nonfinite = true;
-            st.rht_amax_bits = max(st.rht_amax_bits, finite_max_bits(f, st.col_fold ? 0.25f : 1.0f));
-          } else {
-            st.rht_amax_bits = max(st.rht_amax_bits, m);
-          }
+          m = __fmul_rn(vmax, 0.25f);
+          b = block_scale(m, st.col_fold ? vmax : m, st.col_k, st.col_enc);
         } else if constexpr (k2D) {
           const int blk = k * 8 + (ct >> 4);
           b = from_info(tb->info[1][blk], tb->enc[1][blk]);
         } else {
-          uint32_t m;
-          if constexpr (In::kBytes == 2) {
-            m = widen_mag<kIn>(mag_of_doubled(m2, h));
-          } else {
-            m = __float_as_uint(absmax16_nan(f));
-            if (m >= 0x7F800000u) m = 0x7FFFFFFFu;
-          }
-          b = block_scale(m, __uint_as_float(m), st.col_k, st.col_enc);
-          if (b.nonfinite) {
-            st.saw_nonfinite = true;
-            if (kPlainAmax) st.amax_bits = max(st.amax_bits, finite_max_bits(f));
-          } else if (kPlainAmax) {
-            st.amax_bits = max(st.amax_bits, m);
-          }
+          m = In::kBytes == 2 ? lane_value<kIn>(m2, h) : absmax16_nan(f);
+          b = block_scale(m, m, st.col_k, st.col_enc);
         }
+        // The amax bookkeeping: the RHT copy's own amax, the plain one when no rowwise pass keeps
+        // it; 2D: tile_blocks.
+        auto note = [&](bool nonfinite) {
+          if constexpr (kRht) {
+            if (nonfinite) {
+              st.saw_nonfinite = true;
+              st.rht_amax_bits = max(st.rht_amax_bits, finite_max_bits(f, st.col_fold ? 0.25f : 1.0f));
+            } else {
+              note_amax(st.rht_amax_bits, m);
+            }
+          } else if constexpr (!k2D) {
+            if (nonfinite) {
+              st.saw_nonfinite = true;
+              if (kPlainAmax) st.amax_bits = max(st.amax_bits, finite_max_bits(f));
+            } else if (kPlainAmax) {
+              note_amax(st.amax_bits, m);
+            }
+          }
+        };
         uint2 out;
         if constexpr (kSr) {
           // The stored row length: rows, or grouped the padded total (formats' padded matrix; the
           // zero blocks past it round to zero with any word).
           const uint64_t len = kGrouped ? uint64_t{st.col_len} : static_cast<uint64_t>(p.rows);
-          out = encode16_stochastic(f, b, p, static_cast<uint64_t>(at.c0 + ct) * len + static_cast<uint64_t>(at.r0 + 16 * k));
+          out = encode16_stochastic(f, b, p, static_cast<uint64_t>(at.c0 + ct) * len + static_cast<uint64_t>(at.r0 + 16 * k), note);
         } else if constexpr (kRht || In::kBytes == 4) {
           uint32_t sw[16];
 #pragma unroll
           for (int i = 0; i < 16; ++i) sw[i] = __float_as_uint(f[i]);
-          out = encode_block<kFull, false, 3>(f, sw, b);
+          out = encode_block<kFull>(f, run_signs<DType::kF32>(sw), b, note);
         } else {
-          out = h ? encode_block<kFull, false, 3>(f, w, b) : encode_block<kFull, false, 1>(f, w, b);
+          out = encode_block<kFull>(f, signs[h], b, note);
         }
-        uint8_t* dst = dst0 + (at.c0 + ct) * p.col_pitch;
-        if (kFull) *reinterpret_cast<uint2*>(dst) = out;
-        else store_codes(dst, out, at.rows_in - 16 * k, p.col_vec_store);
+        uint8_t* const row = dst + h * p.col_pitch;
+        if (kFull) *reinterpret_cast<uint2*>(row) = out;
+        else store_codes(row, out, at.rows_in - 16 * k, p.col_vec_store);
         code = b.code;
       }
-      sts8(stage + staged_scale(ct, 0), code);
+      sts8(stage + 16 * h, code);
     }
   }
 }
@@ -290,32 +313,59 @@ __device__ __forceinline__ void columnwise_tile(const Nvfp4Params& p, const uint
 template <DType kIn>
 __device__ __forceinline__ void tile_blocks(const uint32_t* tile, State& st, TileBlocks* tb) {
   using In = InputTraits<kIn>;
+  using S = TileShape<kIn>;
   constexpr int kGran = In::kBytes;
   const int tid = static_cast<int>(threadIdx.x);
   const int blk = tid >> 2, sub = tid & 3;
   const int bi = blk >> 3, bj = blk & 7;
-  uint32_t m = 0;
-#pragma unroll 1
-  for (int i = 0; i < 4; ++i) {
-    const int r = 16 * bi + 4 * sub + i;
-    uint32_t addr[kGran];
+  // The four rows lie in one 16-row chunk (one swizzle key): row i is row 0's address plus i rows.
+  uint32_t addr[kGran];
 #pragma unroll
-    for (int j = 0; j < kGran; ++j) addr[j] = smem_addr(tile + tile_word<kIn>(r, kGran * bj + j));
+  for (int j = 0; j < kGran; ++j) addr[j] = smem_addr(tile + tile_word<kIn>(16 * bi + 4 * sub, kGran * bj + j));
+  auto read_row = [&](int i, uint32_t* w) {
+    uint32_t a[kGran];
+#pragma unroll
+    for (int j = 0; j < kGran; ++j) a[j] = addr[j] + 4u * S::kWordsPerRow * i;
+    read_run<kIn>(a, w);
+  };
+  // The four rows' magnitude maximum (sign meaningless, NaN-propagating): 16-bit input keeps the
+  // packed pair maximum across the rows and folds once.
+  uint32_t m2 = 0;
+  float a = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
     uint32_t w[4 * kGran];
-    float f[16];
-    read_run<kIn>(addr, w);
-    const uint32_t a = run_amax<kIn>(w, f);
-    st.amax_bits = max(st.amax_bits, a >= 0x7F800000u ? finite_max_bits(f) : a);
-    m = max(m, a);
+    read_row(i, w);
+    if constexpr (In::kBytes == 2) {
+      const uint32_t r = pair_absmax<kIn, 8>(w);
+      m2 = i ? absmax2<kIn>(m2, r) : r;
+    } else {
+      float f[16];
+      a = nvfp4::max_nan(a, run_amax<kIn>(w, f));
+    }
   }
+  if constexpr (In::kBytes == 2) a = fold_lanes<kIn>(m2);
+  if (fabsf(a) < CUDART_INF_F) {
+    note_amax(st.amax_bits, a);
+  } else {  // formats' tensor amax skips the NaNs: row by row, NaN-free (rare: out of line)
+#pragma unroll 1
+    for (int i = 0; i < 4; ++i) {
+      uint32_t w[4 * kGran];
+      float f[16];
+      read_row(i, w);
+      run_amax<kIn>(w, f);
+      st.amax_bits = max(st.amax_bits, finite_max_bits(f));
+    }
+  }
+  uint32_t m = __float_as_uint(fabsf(a));  // NaN above Inf above the finite values
   m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 1));
   m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, 2));
   if (sub == 0) {
-    const BlockScale r = block_scale(m, __uint_as_float(m), st.row_k, st.row_enc);
-    const BlockScale c = block_scale(m, __uint_as_float(m), st.col_k, st.col_enc);
-    if (r.nonfinite) st.saw_nonfinite = true;
-    tb->info[0][blk] = r.code | (r.nonfinite ? 1u << 8 : 0u) | (r.cap ? 1u << 9 : 0u);
-    tb->info[1][blk] = c.code | (c.nonfinite ? 1u << 8 : 0u) | (c.cap ? 1u << 9 : 0u);
+    const BlockScale r = block_scale(__uint_as_float(m), __uint_as_float(m), st.row_k, st.row_enc);
+    const BlockScale c = block_scale(__uint_as_float(m), __uint_as_float(m), st.col_k, st.col_enc);
+    if (r.nonfinite()) st.saw_nonfinite = true;
+    tb->info[0][blk] = r.code | (r.cap ? 1u << 8 : 0u);
+    tb->info[1][blk] = c.code | (c.cap ? 1u << 8 : 0u);
     tb->enc[0][blk] = r.enc;
     tb->enc[1][blk] = c.enc;
   }
@@ -388,8 +438,8 @@ __device__ __forceinline__ void tensor_setup(const Nvfp4Params& p, State& st, fl
   float e = c == 0x7F ? 0.0f : formats::nvfp4_block_encode_factor(static_cast<uint8_t>(c), tid < 128 ? rs.s_dec : cs.s_dec);
   if (tid >= 128 && st.col_fold) e = __fmul_rn(e, 0.25f);
   tables[tid] = e;
-  st.row_enc = tables;
-  st.col_enc = tables + 128;
+  st.row_enc = smem_addr(tables);
+  st.col_enc = smem_addr(tables + 128);
   if (batch >= 0) {
     __syncthreads();  // the new tables, before any thread encodes with them
     return;
@@ -468,11 +518,11 @@ __global__ void __launch_bounds__(kThreads, kSr ? 2 : 3) nvfp4_quantize_kernel(c
   }
 
   const bool full_stores = p.row_vec_store && p.col_vec_store;
-  auto flush = [&](const TileAt& a, int buf) {  // threads 0..63 rowwise chunks, 64..127 columnwise
+  auto flush = [&](int ftr, int ftc, int buf) {  // threads 0..63 rowwise chunks, 64..127 columnwise
     if (kRow && !kGrouped && tid < 64)
-      store_chunks(p.row_scales, a.tr, 2 * a.tc, p.row_chunk_cols, row_staged[buf], tid, p.scale_vec_store);
+      store_chunks(p.row_scales, ftr, 2 * ftc, p.row_chunk_cols, row_staged[buf], tid, p.scale_vec_store);
     if (kCol && tid >= 64 && tid < 128)
-      store_chunks(p.col_scales, a.tc, 2 * a.tr, p.col_chunk_cols, col_staged[buf], tid - 64, p.scale_vec_store);
+      store_chunks(p.col_scales, ftc, 2 * ftr, p.col_chunk_cols, col_staged[buf], tid - 64, p.scale_vec_store);
   };
   // Tile `a` into `stage`; grouped: its segments into segs[buf].
   auto load = [&](const TileAt& a, uint32_t* stage, int buf) {
@@ -480,26 +530,27 @@ __global__ void __launch_bounds__(kThreads, kSr ? 2 : 3) nvfp4_quantize_kernel(c
     else copy_tile<kIn>(p, a, stage);
   };
 
-  // Grid-stride walk over tiles (column tile fastest), stepped without divisions.
-  const int64_t step_tr = gridDim.x / p.col_tiles, step_tc = gridDim.x - step_tr * p.col_tiles;
-  int64_t tr = blockIdx.x / p.col_tiles, tc = blockIdx.x - (blockIdx.x / p.col_tiles) * p.col_tiles;
-  TileAt at = tile_at<kGrouped>(p, tr, tc);
-  if (tr < p.row_tiles) load(at, tiles, 0);
+  // Grid-stride walk over tiles (column tile fastest), stepped without divisions. Only the tile
+  // coordinates live across the loop; the rest of a TileAt is derived where it is used.
+  const int step_tr = static_cast<int>(gridDim.x) / p.col_tiles;
+  const int step_tc = static_cast<int>(gridDim.x) - step_tr * p.col_tiles;
+  int tr = static_cast<int>(blockIdx.x) / p.col_tiles;
+  int tc = static_cast<int>(blockIdx.x) - tr * p.col_tiles;
+  if (tr < p.row_tiles) load(tile_at(p, tr, tc), tiles, 0);
   cp_async_commit();
-  TileAt prev{};
+  int prev_tr = 0, prev_tc = 0;
   int it = 0;
-  while (at.tr < p.row_tiles) {
-    tc += step_tc;
-    tr += step_tr;
-    if (tc >= p.col_tiles) tc -= p.col_tiles, ++tr;
-    const TileAt next = tile_at<kGrouped>(p, tr, tc);
+  while (tr < p.row_tiles) {
+    int next_tr = tr + step_tr, next_tc = tc + step_tc;
+    if (next_tc >= p.col_tiles) next_tc -= p.col_tiles, ++next_tr;
     cp_async_wait<0>();
     __syncthreads();  // tile `it` is in shared memory; every thread is done with tile it-1
     if constexpr (S::kStages == 2) {
-      if (next.tr < p.row_tiles) load(next, tiles + ((it + 1) & 1) * S::kWords, (it + 1) & 1);
+      if (next_tr < p.row_tiles) load(tile_at(p, next_tr, next_tc), tiles + ((it + 1) & 1) * S::kWords, (it + 1) & 1);
       cp_async_commit();
     }
-    if (it > 0) flush(prev, (it - 1) & 1);
+    if (it > 0) flush(prev_tr, prev_tc, (it - 1) & 1);
+    const TileAt at = tile_at(p, tr, tc);
     const uint32_t* tile = tiles + (it % S::kStages) * S::kWords;
     if (batched && at.r0 / p.batch_rows != setup_batch) {  // uniform: the CTA's tile
       setup_batch = at.r0 / p.batch_rows;
@@ -517,16 +568,16 @@ __global__ void __launch_bounds__(kThreads, kSr ? 2 : 3) nvfp4_quantize_kernel(c
       quantize_tile<kIn, kRow, kCol, kRht, k2D, kSr, false, kGrouped>(p, tile, at, st, &tb, rs, col_staged[it & 1], ts);
     if constexpr (S::kStages == 1) {
       __syncthreads();
-      if (next.tr < p.row_tiles) load(next, tiles, (it + 1) & 1);
+      if (next_tr < p.row_tiles) load(tile_at(p, next_tr, next_tc), tiles, (it + 1) & 1);
       cp_async_commit();
     }
-    prev = at;
-    at = next;
+    prev_tr = tr, prev_tc = tc;
+    tr = next_tr, tc = next_tc;
     ++it;
   }
   cp_async_wait<0>();
   __syncthreads();
-  if (it > 0) flush(prev, (it - 1) & 1);
+  if (it > 0) flush(prev_tr, prev_tc, (it - 1) & 1);
 
   const int lane = tid & 31;
   if (p.track_amax) {

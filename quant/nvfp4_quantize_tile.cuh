@@ -32,7 +32,9 @@ struct Nvfp4Params {
   bool measure;
   bool track_amax;              // kGiven: this pass accumulates amax / col_amax
   uint64_t sr_seed, sr_offset;
-  int64_t row_tiles, col_tiles;
+  int row_tiles, col_tiles;               // tile counts (an int: 2^31 tiles would be 2^45 elements)
+  int last_tile_rows, last_tile_cols;     // rows / columns of the last tile row / column: 1..128
+  int whole_row_tiles, whole_col_tiles;   // tile rows / columns with all 128
   int64_t row_pitch, col_pitch;           // data bytes per stored row: ceil(cols / 2), ceil(rows / 2)
   int64_t row_chunk_cols, col_chunk_cols; // 512-byte chunks per 128 stored rows: ceil(cols / 64), ceil(rows / 64)
   bool vec_load;       // x and ld * element size 16-byte aligned
@@ -82,22 +84,22 @@ __device__ __forceinline__ int tile_word(int r, int g) {
 }
 
 struct TileAt {
-  int64_t tr, tc, r0, c0;
+  int tr, tc;
+  int64_t r0, c0;
   int rows_in, cols_in;  // 1..128
   bool whole;
 };
 
 // kGrouped: rows of the padded row space (whole: all 128 padded rows exist, tokens or zeros).
-template <bool kGrouped>
-__device__ __forceinline__ TileAt tile_at(const Nvfp4Params& p, int64_t tr, int64_t tc) {
+__device__ __forceinline__ TileAt tile_at(const Nvfp4Params& p, int tr, int tc) {
   TileAt a;
   a.tr = tr;
   a.tc = tc;
-  a.r0 = a.tr * kTile;
-  a.c0 = a.tc * kTile;
-  a.rows_in = static_cast<int>(min(int64_t{kTile}, (kGrouped ? p.tile_rows : p.rows) - a.r0));
-  a.cols_in = static_cast<int>(min(int64_t{kTile}, p.cols - a.c0));
-  a.whole = a.rows_in == kTile && a.cols_in == kTile;
+  a.r0 = int64_t{tr} * kTile;
+  a.c0 = int64_t{tc} * kTile;
+  a.rows_in = tr + 1 < p.row_tiles ? kTile : p.last_tile_rows;
+  a.cols_in = tc + 1 < p.col_tiles ? kTile : p.last_tile_cols;
+  a.whole = tr < p.whole_row_tiles && tc < p.whole_col_tiles;
   return a;
 }
 
@@ -113,23 +115,24 @@ __device__ __forceinline__ void copy_tile(const Nvfp4Params& p, const TileAt& at
   using S = TileShape<kIn>;
   constexpr int kRowsPerStep = kThreads / S::kGranules;  // 16 or 8
   const int tid = static_cast<int>(threadIdx.x);
+  const int64_t row_bytes = p.ld * S::kBytes;
+  if (p.vec_load && at.whole) {
+    // Whole tile: warp k copies the 16-row chunk k (rows of one swizzle key); lane l takes granule
+    // gl = l % kGranules of rows 16k + l / kGranules + (32 / kGranules) s, so its shared addresses
+    // are the first plus 512 s bytes (32 / kGranules rows), and each step writes whole rows (no
+    // bank conflicts).
+    const int gl = tid % S::kGranules, rl = 16 * (tid >> 5) + (tid & 31) / S::kGranules;
+    const uint32_t dst = smem_addr(stage) + 4u * static_cast<uint32_t>(tile_word<kIn>(rl, gl));
+    const char* from = static_cast<const char*>(p.x) + (at.r0 + rl) * row_bytes + at.c0 * S::kBytes + 16 * gl;
+    const int64_t step = (32 / S::kGranules) * row_bytes;
+#pragma unroll
+    for (int s = 0; s < S::kGranules / 2; ++s) cp_async_16B_s(dst + 512u * s, from + s * step);
+    return;
+  }
   const int g = tid % S::kGranules;
   const int row = tid / S::kGranules;
-  const int64_t row_bytes = p.ld * S::kBytes;
-  const char* src = static_cast<const char*>(p.x) + (at.r0 + row) * row_bytes + (at.c0 + g * S::kElemsPerGranule) * S::kBytes;
-  if (p.vec_load && at.whole) {
-    // Whole tile: row rt = row + kRowsPerStep s has the swizzle key ((rt >> 4) & 7) = (kRowsPerStep s)
-    // >> 4 (row < kRowsPerStep, which divides 16), known at compile time, so each copy is the
-    // step-0 byte offset XOR a constant (bits 4..6, below the 256-byte row pitch) plus a constant.
-    const uint32_t base = smem_addr(stage);
-    const uint32_t off0 = 4u * static_cast<uint32_t>(tile_word<kIn>(row, g));  // key 0 (row < 16)
-    const int64_t step = kRowsPerStep * row_bytes;
-#pragma unroll
-    for (int s = 0; s < kTile / kRowsPerStep; ++s) {
-      const uint32_t key = static_cast<uint32_t>((kRowsPerStep * s) >> 4);
-      cp_async_16B_s(base + ((off0 ^ (16u * key)) + 4u * s * kRowsPerStep * S::kWordsPerRow), src + s * step);
-    }
-  } else if (p.vec_load) {
+  if (p.vec_load) {
+    const char* src = static_cast<const char*>(p.x) + (at.r0 + row) * row_bytes + (at.c0 + g * S::kElemsPerGranule) * S::kBytes;
     const int in_row = max(0, min(S::kElemsPerGranule, at.cols_in - g * S::kElemsPerGranule)) * S::kBytes;
 #pragma unroll
     for (int s = 0; s < kTile / kRowsPerStep; ++s) {
@@ -187,12 +190,14 @@ __device__ __forceinline__ void copy_tile_grouped(const Nvfp4Params& p, const Ti
 
 // ---- Block arithmetic: quant/nvfp4_block.cuh; the stochastic encode needs the parameters ----
 
+template <class Note>
 __device__ __forceinline__ uint2 encode16_stochastic(const float* f, const BlockScale& b, const Nvfp4Params& p,
-                                                     uint64_t index) {
+                                                     uint64_t index, Note note) {
   uint32_t r[16];
   nvfp4::philox_words16(p.sr_seed, p.sr_offset, index, r);
   const uint2 out = make_uint2(nvfp4::encode8_stochastic(f, b.enc, r), nvfp4::encode8_stochastic(f + 8, b.enc, r + 8));
-  return b.nonfinite ? make_uint2(0, 0) : out;
+  note(b.nonfinite());
+  return b.nonfinite() ? make_uint2(0, 0) : out;
 }
 
 // Up to 8 code bytes of a block at dst: `n` = elements of the 16 inside the matrix.
@@ -212,8 +217,8 @@ __device__ __forceinline__ int staged_scale(int i, int j) { return (j >> 2) * kC
 
 // Per-thread state of the quantize kernel.
 struct State {
-  const float* row_enc;  // shared tables: encode factor of each scale code
-  const float* col_enc;  // (x 0.25 when col_fold)
+  uint32_t row_enc;      // shared addresses of the tables: encode factor of each scale code
+  uint32_t col_enc;      // (x 0.25 when col_fold)
   float row_k, col_k;    // S_enc * fl(1/6) of each copy
   bool col_fold;         // RHT: the final x 0.25 is folded into col_enc (exact: see tensor_setup)
   uint32_t amax_bits;    // running max |x| (fp32 bits), kGiven
@@ -224,29 +229,35 @@ struct State {
 
 // 2D: both copies' scale of each 16x16 block of the tile, left in shared memory.
 struct TileBlocks {
-  uint32_t info[2][64];  // code | nonfinite << 8 | cap << 9 (0: rowwise copy, 1: columnwise)
+  uint32_t info[2][64];  // code | cap << 8 (0: rowwise copy, 1: columnwise)
   float enc[2][64];
 };
 
 __device__ __forceinline__ BlockScale from_info(uint32_t info, float enc) {
-  return BlockScale{info & 0xFFu, enc, ((info >> 8) & 1u) != 0, ((info >> 9) & 1u) != 0};
+  return BlockScale{info & 0xFFu, enc, ((info >> 8) & 1u) != 0};
 }
 
-// Magnitude maximum of a 16-element run (fp32 bits; NaN bits for NaN / Inf) and its values as fp32.
+// Magnitude maximum of a 16-element run (its sign meaningless; NaN or Inf for a run holding a NaN
+// or Inf) and its values as fp32.
 template <DType kIn>
-__device__ __forceinline__ uint32_t run_amax(const uint32_t* w, float* f) {
+__device__ __forceinline__ float run_amax(const uint32_t* w, float* f) {
   using In = InputTraits<kIn>;
-  if constexpr (In::kBytes == 2) {
 #pragma unroll
-    for (int i = 0; i < 16; ++i) f[i] = In::elem(w[i / 2], i % 2);
-    const uint32_t m2 = doubled_mags<8>(w);
-    return widen_mag<kIn>(max(mag_of_doubled(m2, 0), mag_of_doubled(m2, 1)));
-  } else {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) f[i] = __uint_as_float(w[i]);
-    const uint32_t m = __float_as_uint(absmax16_nan(f));
-    return m >= 0x7F800000u ? 0x7FFFFFFFu : m;
-  }
+  for (int i = 0; i < 16; ++i) f[i] = In::kBytes == 2 ? In::elem(w[i / 2], i % 2) : __uint_as_float(w[i]);
+  if constexpr (In::kBytes == 2) return fold_lanes<kIn>(pair_absmax<kIn, 8>(w));
+  else return absmax16_nan(f);
+}
+
+// The signs of a 16-element run.
+template <DType kIn>
+__device__ __forceinline__ nvfp4::BlockSigns run_signs(const uint32_t* w) {
+  if constexpr (InputTraits<kIn>::kBytes == 2) return {nvfp4::signs_of_pairs(w), nvfp4::signs_of_pairs(w + 4)};
+  else return {nvfp4::signs_of_singles<3>(w), nvfp4::signs_of_singles<3>(w + 8)};
+}
+
+// Raises the running max |x| by a finite block amax (sign ignored).
+__device__ __forceinline__ void note_amax(uint32_t& amax_bits, float a) {
+  amax_bits = __float_as_uint(fmaxf(__uint_as_float(amax_bits), fabsf(a)));
 }
 
 // Shared-memory accesses by 32-bit shared addresses (kept in registers across the loops).

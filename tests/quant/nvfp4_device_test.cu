@@ -4,7 +4,8 @@
 //     words of 16 elements at every phase; the stochastic encode; the unscaled RHT against
 //     formats::hadamard16_inplace and the fold of its x 0.25 into the encode factor;
 //   - GPU sweeps: the encoder on every non-NaN fp32 pattern; the hardware UE4M3 scale conversion
-//     against formats::encode_ue4m3 on every fp32 in [0, +Inf]; the PRMT sign gathers.
+//     against formats::encode_ue4m3 on every fp32 in [0, +Inf]; the packed bf16 / fp16 magnitude
+//     maxima (quant/nvfp4_block.cuh) on every pair of patterns; the PRMT sign gathers.
 // The kernels' bytes end to end: nvfp4_quantize_test.cpp. GPU tests skip without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -19,12 +20,14 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "formats/hadamard.h"
 #include "formats/nvfp4_scalar.h"
 #include "formats/philox.h"
 #include "formats/quantize.h"
+#include "quant/nvfp4_block.cuh"  // defines: absmax2, lane_value, fold_lanes
 #include "quant/nvfp4_device.cuh"
 #include "quant/quantize.h"
 #include "tests/quant/gpu_test_util.h"
@@ -142,7 +145,7 @@ TEST(Nvfp4Scale, HostScaleCodesAreFormatsBlockScaleCode) {
     const float amax = bf::bits_float(rng() % 0x7F800000u);
     const float tensor_amax = bf::bits_float(rng() % 0x7F800000u);
     const bf::Nvfp4TensorScales ts = bf::nvfp4_tensor_scales(tensor_amax);
-    const uint32_t got = nv::scale_codes2(amax, 0.0f, nv::block_scale_factor(ts.s_enc)) & 0xFFu;
+    const uint32_t got = nv::scale_code(amax, nv::block_scale_factor(ts.s_enc));
     ASSERT_EQ(got, bf::nvfp4_block_scale_code(amax, ts.s_enc)) << amax << " " << tensor_amax;
   }
 }
@@ -263,10 +266,47 @@ __global__ void scale_sweep_kernel(SweepCounts* c) {
   unsigned long long checked = 0;
   for (uint32_t b = blockIdx.x * blockDim.x + threadIdx.x; b <= 0x7F800000u; b += gridDim.x * blockDim.x) {
     const float v = __uint_as_float(b);
-    const uint32_t got = nv::scale_codes2(v, v, 1.0f);
-    const uint32_t want = blockscale::formats::encode_ue4m3(v);
+    const uint32_t got = nv::scale_code(v, 1.0f);
+    const uint32_t want = b < 0x7F800000u ? blockscale::formats::encode_ue4m3(v) : 0x7Fu;  // Inf: the NaN code
     ++checked;
-    if (got != (want | (want << 8))) note_mismatch(c, b, got, want);
+    if (got != want) note_mismatch(c, b, got, want);
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    // NaN of either sign: the NaN code; a product past FLT_MAX: 0x7E.
+    const uint32_t nans[] = {0x7FC00000u, 0x7F800001u, 0xFFFFFFFFu, 0xFFC00000u};
+    for (uint32_t n : nans) {
+      ++checked;
+      const uint32_t got = nv::scale_code(__uint_as_float(n), 1.0f);
+      if (got != 0x7Fu) note_mismatch(c, n, got, 0x7Fu);
+    }
+    ++checked;
+    const uint32_t got = nv::scale_code(3.0e38f, 2.0f);
+    if (got != 0x7Eu) note_mismatch(c, __float_as_uint(3.0e38f), got, 0x7Eu);
+  }
+  atomicAdd(&c->checked, checked);
+}
+
+// Every pair (a, b) of 16-bit patterns: the packed magnitude maximum (both lanes), its fold and
+// lane widening against formats' decoding: max(|a|, |b|) exactly, NaN when either is NaN.
+template <DType kIn>
+__global__ void absmax_sweep_kernel(SweepCounts* c) {
+  namespace qd = blockscale::quant::detail;
+  unsigned long long checked = 0;
+  for (uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x; i < (uint64_t{1} << 32); i += uint64_t{gridDim.x} * blockDim.x) {
+    const uint32_t a = static_cast<uint32_t>(i) & 0xFFFFu, b = static_cast<uint32_t>(i >> 16);
+    auto widen = [](uint32_t h) {
+      return kIn == DType::kBf16 ? bf::bf16_bits_to_float(static_cast<uint16_t>(h)) : bf::fp16_bits_to_float(static_cast<uint16_t>(h));
+    };
+    const float fa = widen(a), fb = widen(b);
+    const bool nan = fa != fa || fb != fb;
+    const float want = nan ? 0.0f : fmaxf(fabsf(fa), fabsf(fb));
+    const uint32_t m = qd::absmax2<kIn>(a | (b << 16), b | (a << 16));
+    const float got[3] = {qd::lane_value<kIn>(m, 0), qd::lane_value<kIn>(m, 1), qd::fold_lanes<kIn>(a | (b << 16))};
+    for (int k = 0; k < 3; ++k) {
+      ++checked;
+      const bool ok = nan ? got[k] != got[k] : __float_as_uint(fabsf(got[k])) == __float_as_uint(want);
+      if (!ok) note_mismatch(c, static_cast<uint32_t>(i), __float_as_uint(got[k]) | (k << 30), __float_as_uint(want));
+    }
   }
   atomicAdd(&c->checked, checked);
 }
@@ -275,10 +315,14 @@ __global__ void sign_gather_kernel(const uint32_t* words, uint32_t* out, int n) 
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const uint32_t* w = words + 8 * i;
-  out[4 * i] = nv::signs_of_pairs(w);
-  out[4 * i + 1] = nv::signs_of_singles<1>(w);
-  out[4 * i + 2] = nv::signs_of_singles<3>(w);
-  out[4 * i + 3] = nv::signs_of_singles<2>(w);
+  nv::SignBytes h0, h1;
+  nv::signs_of_halves(w, h0, h1);
+  out[6 * i] = nv::with_signs(0, nv::signs_of_pairs(w));
+  out[6 * i + 1] = nv::with_signs(0, nv::signs_of_singles<1>(w));
+  out[6 * i + 2] = nv::with_signs(0, nv::signs_of_singles<3>(w));
+  out[6 * i + 3] = nv::with_signs(0, nv::signs_of_singles<2>(w));
+  out[6 * i + 4] = nv::with_signs(0, h0);
+  out[6 * i + 5] = nv::with_signs(0, h1);
 }
 
 SweepCounts run_sweep(void (*kernel)(SweepCounts*)) {
@@ -318,12 +362,26 @@ TEST(Nvfp4DeviceArithmetic, StochasticEncoderMatchesEncodeE2m1StochasticAroundEv
 TEST(Nvfp4DeviceArithmetic, HardwareScaleCodeMatchesEncodeUe4m3FromZeroToInf) {
   SKIP_WITHOUT_GPU();
   const SweepCounts c = run_sweep(scale_sweep_kernel);
-  EXPECT_EQ(c.checked, 0x7F800001ull);
+  EXPECT_EQ(c.checked, 0x7F800001ull + 5);
   EXPECT_EQ(c.mismatches, 0u);
   for (unsigned long long k = 0; k < std::min(c.mismatches, 4ull); ++k)
     ADD_FAILURE() << std::hex << "value bits 0x" << c.first[k] << ": cvt 0x" << c.got[k] << " encode_ue4m3 0x" << c.want[k];
-  std::printf("nvfp4_quantize_test: cvt e4m3x2 scale code vs encode_ue4m3: %llu values in [0, +Inf], mismatches %llu\n",
+  std::printf("nvfp4_quantize_test: cvt e4m3x2 scale code vs encode_ue4m3: %llu values in [0, +Inf] and NaN, mismatches %llu\n",
               c.checked, c.mismatches);
+}
+
+TEST(Nvfp4DeviceArithmetic, PackedMagnitudeMaximaMatchFormatsOnEveryPair) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& [name, kernel] : {std::pair{"bf16", &absmax_sweep_kernel<DType::kBf16>},
+                                      std::pair{"fp16", &absmax_sweep_kernel<DType::kF16>}}) {
+    const SweepCounts c = run_sweep(kernel);
+    EXPECT_EQ(c.checked, 3 * (uint64_t{1} << 32)) << name;
+    EXPECT_EQ(c.mismatches, 0u) << name;
+    for (unsigned long long k = 0; k < std::min(c.mismatches, 4ull); ++k)
+      ADD_FAILURE() << name << std::hex << " pair 0x" << c.first[k] << ": got 0x" << c.got[k] << " want 0x" << c.want[k];
+    std::printf("nvfp4_quantize_test: packed %s magnitude maxima vs formats: %llu values, mismatches %llu\n", name,
+                c.checked, c.mismatches);
+  }
 }
 
 TEST(Nvfp4DeviceArithmetic, SignGathers) {
@@ -334,11 +392,11 @@ TEST(Nvfp4DeviceArithmetic, SignGathers) {
   for (auto& w : words) w = rng();
   DeviceBuffer dw, dout;
   ASSERT_OK(dw.alloc(words.size() * 4, "dw"));
-  ASSERT_OK(dout.alloc(4 * n * 4, "dout"));
+  ASSERT_OK(dout.alloc(6 * n * 4, "dout"));
   ASSERT_CUDA(cudaMemcpy(dw.data(), words.data(), words.size() * 4, cudaMemcpyHostToDevice));
   sign_gather_kernel<<<n / 256, 256>>>(dw.as<uint32_t>(), dout.as<uint32_t>(), n);
   ASSERT_CUDA(cudaGetLastError());
-  std::vector<uint32_t> got(4 * n);
+  std::vector<uint32_t> got(6 * n);
   ASSERT_CUDA(cudaMemcpy(got.data(), dout.data(), got.size() * 4, cudaMemcpyDeviceToHost));
   int64_t bad = 0;
   for (int i = 0; i < n; ++i) {
@@ -350,7 +408,8 @@ TEST(Nvfp4DeviceArithmetic, SignGathers) {
       s3 |= ((w[e] >> 31) & 1u) << (4 * e + 3);
       s2 |= ((w[e] >> 23) & 1u) << (4 * e + 3);
     }
-    if ((got[4 * i] != pairs || got[4 * i + 1] != s1 || got[4 * i + 2] != s3 || got[4 * i + 3] != s2) && bad++ < 4)
+    if ((got[6 * i] != pairs || got[6 * i + 1] != s1 || got[6 * i + 2] != s3 || got[6 * i + 3] != s2 ||
+         got[6 * i + 4] != s1 || got[6 * i + 5] != s3) && bad++ < 4)
       ADD_FAILURE() << "word group " << i;
   }
   EXPECT_EQ(bad, 0);
