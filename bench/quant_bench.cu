@@ -70,7 +70,7 @@ __global__ void fill_fp16_kernel(uint16_t* x, int64_t n) {
 }
 
 // One benchmark case: the problem (rows, cols, input type, directions, recipe options), the
-// grid policy for MX (other than the default: through detail::run_mx), a grouped run
+// grid policy for MX (other than the default: through detail::run_mx or run_mx_grouped), a grouped run
 // over `groups` experts with uneven token counts when groups > 0, `batches` > 0 stacked matrices
 // (one batched run, or with batch_loop one run() per matrix), and whether run() also
 // writes amax.
@@ -282,6 +282,7 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
   auto launch = [&] {
     if (c.mx_bf16) return bq::run(vp, vin, bq::MxBf16Outputs{vrow, vcol}, nullptr);
     if (c.nvfp4_values) return nvfp4_values();
+    if (grouped && mx_knobs) return bq::detail::run_mx_grouped(gp, gin, gout, nullptr, c.grid);
     if (grouped) return bq::run(gp, gin, gout, ws, ws_bytes, nullptr);
     if (c.batches > 0 && c.batch_loop) return run_each();
     if (c.batches > 0) return bq::run(bp, in, out, ws, ws_bytes, nullptr);
@@ -422,6 +423,13 @@ std::vector<Case> all_cases() {
     b.batches = 8, b.p.nvfp4_2d = true;
     Case& c = add("nvfp4 2d experts per-expert runs", Format::kNvfp4, rows, cols, fp32, row);
     c.batches = 8, c.batch_loop = true, c.p.nvfp4_2d = true;
+  }
+  // The grouped MX cases above (one CTA per tile) on a persistent grid, each tile looked up by the
+  // same per-warp scan.
+  for (const auto& [experts, d] : {std::pair<int, Direction>{8, both}, {8, colw}, {64, both}}) {
+    Case& c = add("grouped mxfp8 " + std::to_string(experts) + " experts persistent", Format::kMxfp8E4M3, 16384,
+                  8192, bf16, d);
+    c.groups = experts, c.grid = bq::detail::GridPolicy::kPersistent;
   }
   return cases;
 }

@@ -6,7 +6,7 @@
 // at their input rows, and writes all 128 columnwise codes at its padded position in the
 // cols x capacity transpose (the padding rows' codes are E4M3(0) = 0x00). Tiles past the padded
 // total (valid == 0) write zero codes and 0.0f scales. Every CTA scans group_ends into shared
-// memory first (so the grid is persistent) and CTA 0 writes padded_group_ends and the rowwise
+// memory first (quant/grouped_offsets.cuh; the grid: fp8_block_quantize_dispatch.cuh) and CTA 0 writes padded_group_ends and the rowwise
 // VEC128 padding rows, which no grouped tile owns. Rowwise-only grouped runs are the dense
 // kernel plus launch_grouped_offsets. Must match formats::quantize_grouped_columnwise.
 // With GroupedQuantizeInputs::row_index (the fused MoE permute), row r reads input row

@@ -20,19 +20,22 @@ namespace {
 
 // ---- Host side: pick the instantiation, size the grid, launch.
 
-// Dense: tile_grid (one CTA per tile beyond two resident rounds). Grouped: persistent, since
-// every CTA scans the group ends before its first tile.
+// Dense: tile_grid (one CTA per tile beyond two resident rounds). Grouped: every CTA scans the
+// group ends before its first tile; a short scan takes the dense grid, a long one a persistent
+// grid (quant/grouped_offsets.cuh: kShortScanGroups).
 template <DType kIn, Format kRecipe, bool kRow, bool kCol, bool kGrouped, bool kGather>
 Status launch(const Fp8BlockArgs& args, cudaStream_t stream) {
   auto* kernel = fp8_block_quantize_kernel<kIn, kRecipe, kRow, kCol, kGrouped, kGather>;
-  // Grouped: 8 bytes of offsets per expert past the tiles (the limit raised for kMaxGroups once).
+  // Grouped with a long scan: 8 bytes of offsets per expert past the tiles (the limit raised for
+  // kMaxGroups once).
+  const bool long_scan = kGrouped && args.num_groups > kShortScanGroups;
   const int tile_smem = Smem<kIn>::kStages * Smem<kIn>::kWords * 4;
-  const int smem = tile_smem + (kGrouped ? 8 * args.num_groups : 0);
+  const int smem = tile_smem + (long_scan ? 8 * args.num_groups : 0);
   int resident = 0;
   BS_RETURN_IF_ERROR(resident_ctas(reinterpret_cast<const void*>(kernel), kThreads, smem, "fp8_block_quantize_kernel",
                                    &resident, kGrouped ? tile_smem + 8 * kMaxGroups : 0));
   const int64_t tiles = int64_t{args.tiles_r} * args.tiles_c;
-  const int64_t grid = kGrouped ? even_grid(tiles, resident) : tile_grid(tiles, resident);
+  const int64_t grid = long_scan ? even_grid(tiles, resident) : tile_grid(tiles, resident);
   kernel<<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(args);
   return cuda_status(cudaGetLastError(), "fp8_block_quantize_kernel launch");
 }

@@ -133,18 +133,27 @@ struct Tile {
   bool whole;
 };
 
-// offsets: grouped mode's ends and padded ends in shared memory (null: dense). kBatched: the
+// Grouped mode: the input rows of tile row tr (one 128-row segment). Short scans: the warp scans
+// group_ends in registers (grouped_offsets.cuh: lane_experts); otherwise a binary search of the
+// CTA's tables in shared memory (offsets: the ends, then the padded ends). Every thread calls it.
+__device__ __forceinline__ Segment tile_segment(const Fp8BlockArgs& a, int tr, const uint32_t* offsets) {
+  const uint32_t pr = static_cast<uint32_t>(tr) * kDim;
+  if (a.num_groups <= kShortScanGroups)
+    return lane_experts_segment<kDim, 1>(lane_experts<kDim>(a.group_ends, a.num_groups, a.rows), a.group_ends,
+                                         a.num_groups, a.rows, pr);
+  return grouped_segment<kDim>(pr, offsets, offsets + a.num_groups, a.num_groups);
+}
+
+// seg: grouped mode's segment of tile row tr (tile_segment; unused otherwise). kBatched: the
 // 128x128 recipe, whose tile rows may span several stacked matrices (one division per tile).
 template <bool kGrouped, bool kBatched>
-__device__ __forceinline__ Tile make_tile(const Fp8BlockArgs& a, int tr, int tc, const uint32_t* offsets) {
+__device__ __forceinline__ Tile make_tile(const Fp8BlockArgs& a, int tr, int tc, Segment seg) {
   Tile t;
   t.tr = tr, t.tc = tc;
   t.c0 = int64_t{tc} * kDim;
   t.nc = static_cast<int>(min(a.cols - t.c0, int64_t{kDim}));
   t.col_r0 = int64_t{tr} * kDim;
   if constexpr (kGrouped) {
-    const Segment seg = grouped_segment<kDim>(static_cast<uint32_t>(tr) * kDim, offsets, offsets + a.num_groups,
-                                              a.num_groups);
     t.r0 = seg.src, t.nr = static_cast<int>(seg.valid), t.col_n = kDim;
   } else if constexpr (kBatched) {
     t.batch = tr / a.batch_tiles_r, t.batch_tr = tr - t.batch * a.batch_tiles_r;
@@ -597,12 +606,19 @@ struct Cursor {
   int tr, tc;
 };
 
-// Grouped mode, CTA 0: the padded ends, and the rowwise VEC128 padding rows [rows, round_up(rows,
-// 4)) of every K block (dense mode's bottom tiles write those; no grouped tile owns them).
+// Grouped mode, CTA 0: the padded ends (short scans: by warp 0 from its registers; otherwise
+// from the shared tables), and the rowwise VEC128 padding rows [rows, round_up(rows, 4)) of
+// every K block (dense mode's bottom tiles write those; no grouped tile owns them).
 template <bool kRow>
 __device__ void grouped_prologue(const Fp8BlockArgs& a, const uint32_t* pends) {
-  for (int g = static_cast<int>(threadIdx.x); g < a.num_groups; g += kThreads)
-    a.padded_group_ends[g] = static_cast<int32_t>(pends[g]);
+  if (a.num_groups <= kShortScanGroups) {
+    if (threadIdx.x < 32)
+      store_padded_ends<kDim>(lane_experts<kDim>(a.group_ends, a.num_groups, a.rows), a.group_ends, a.num_groups,
+                              a.rows, a.padded_group_ends);
+  } else {
+    for (int g = static_cast<int>(threadIdx.x); g < a.num_groups; g += kThreads)
+      a.padded_group_ends[g] = static_cast<int32_t>(pends[g]);
+  }
   if constexpr (kRow) {
     const int pad = static_cast<int>(formats::vec128_scale_ld(a.rows) - a.rows);  // 0..3
     for (int i = static_cast<int>(threadIdx.x); i < a.tiles_c * pad; i += kThreads)
@@ -614,15 +630,17 @@ template <DType kIn, Format kRecipe, bool kRow, bool kCol, bool kGrouped, bool k
 __global__ void __launch_bounds__(kThreads, 3) fp8_block_quantize_kernel(const __grid_constant__ Fp8BlockArgs a) {
   using S = Smem<kIn>;
   constexpr bool kBatched = kRecipe == Format::kFp8Block128x128;
-  // S::kStages tiles; grouped: then the clamped ends and the padded ends (num_groups words each).
+  // S::kStages tiles; grouped with a long scan: then the clamped ends and the padded ends
+  // (num_groups words each).
   extern __shared__ uint4 fp8_block_smem[];
-  __shared__ uint32_t partial[kWarps];  // 128x128: per-warp tile amax; grouped: the scan's warp totals
+  __shared__ uint32_t partial[kWarps];  // 128x128: per-warp tile amax
   __shared__ uint32_t warp_totals[kGrouped ? 32 : 1];
   uint32_t* const stages = reinterpret_cast<uint32_t*>(fp8_block_smem);
   uint32_t* const offsets = kGrouped ? stages + S::kStages * S::kWords : nullptr;
   if constexpr (kGrouped) {
-    grouped_offsets<kThreads, kDim>(a.group_ends, a.num_groups, a.rows, offsets, offsets + a.num_groups,
-                                    warp_totals);
+    if (a.num_groups > kShortScanGroups)
+      grouped_offsets<kThreads, kDim>(a.group_ends, a.num_groups, a.rows, offsets, offsets + a.num_groups,
+                                      warp_totals);
     if (blockIdx.x == 0) grouped_prologue<kRow>(a, offsets + a.num_groups);
   }
 
@@ -637,15 +655,26 @@ __global__ void __launch_bounds__(kThreads, 3) fp8_block_quantize_kernel(const _
   };
   Cursor cur{block / a.tiles_c, block % a.tiles_c};
   Cursor ahead = cur;  // the next tile to copy
+  // Grouped: each stage's segment, looked up once by the copy and read back by the quantize
+  // (shared memory rather than registers held across the quantize).
+  __shared__ Segment stage_segments[kGrouped ? S::kStages : 1];
   auto fetch = [&](int stage) {
-    if (ahead.tr < a.tiles_r)
-      fetch_tile<kIn, kGather>(a, make_tile<kGrouped, kBatched>(a, ahead.tr, ahead.tc, offsets),
+    if (ahead.tr < a.tiles_r) {
+      Segment seg{};
+      if constexpr (kGrouped) {
+        seg = tile_segment(a, ahead.tr, offsets);
+        if (threadIdx.x == 0) stage_segments[stage] = seg;
+      }
+      fetch_tile<kIn, kGather>(a, make_tile<kGrouped, kBatched>(a, ahead.tr, ahead.tc, seg),
                                stages + stage * S::kWords);
+    }
     cp_async_commit();
     advance(ahead);
   };
-  auto quantize = [&](const uint32_t* tile) {
-    const Tile t = make_tile<kGrouped, kBatched>(a, cur.tr, cur.tc, offsets);
+  // After a barrier that follows the stage's fetch.
+  auto quantize = [&](int stage) {
+    const uint32_t* tile = stages + stage * S::kWords;
+    const Tile t = make_tile<kGrouped, kBatched>(a, cur.tr, cur.tc, kGrouped ? stage_segments[stage] : Segment{});
     if (t.whole && whole_stores)
       quantize_tile<kIn, kRecipe, kRow, kCol, true, kGrouped>(a, tile, t, partial, tensor_amax, saw_nonfinite);
     else
@@ -659,10 +688,10 @@ __global__ void __launch_bounds__(kThreads, 3) fp8_block_quantize_kernel(const _
     __syncthreads();
     if constexpr (S::kStages == 2) {
       fetch(stage ^ 1);  // the next tile goes where the previous one was
-      quantize(stages + stage * S::kWords);
+      quantize(stage);
       stage ^= 1;
     } else {
-      quantize(stages);
+      quantize(0);
       __syncthreads();  // the one stage is free once every thread has read it
       fetch(0);
     }

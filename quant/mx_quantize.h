@@ -21,6 +21,11 @@ Status mx_check_device(const QuantizeProblem& p);
 Status run_mx(const QuantizeProblem& p, const QuantizeInputs& in, const QuantizeOutputs& out, cudaStream_t stream,
               GridPolicy grid = GridPolicy::kAuto);
 
+// The grouped run() with a chosen grid: checks, resets *amax, launches. kAuto: tile_grid up to
+// kShortScanGroups experts (quant/grouped_offsets.cuh), persistent beyond.
+Status run_mx_grouped(const GroupedQuantizeProblem& p, const GroupedQuantizeInputs& in,
+                      const GroupedQuantizeOutputs& out, cudaStream_t stream, GridPolicy grid = GridPolicy::kAuto);
+
 // Enqueues the dense quantize kernel; arguments already checked, rows and cols > 0.
 Status launch_mx_dense(const QuantizeProblem& p, const void* x, const QuantizeOutputs& out, cudaStream_t stream,
                        GridPolicy grid = GridPolicy::kAuto);

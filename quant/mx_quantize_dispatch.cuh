@@ -42,7 +42,9 @@ Status leaf(Action action, const MxParams& params, cudaStream_t stream) {
                          std::to_string(minor) + "): no MX quantize kernel for it (" + cudaGetErrorString(err) +
                          "); blockscale_quant is built for BLOCKSCALE_CUDA_ARCHS");
   }
-  const int smem = TileShape<kIn>::kStages * TileShape<kIn>::kWords * 4 + (kGrouped ? 8 * params.num_groups : 0);
+  // Grouped with a long scan: the expert offsets past the tiles.
+  const bool long_scan = kGrouped && params.num_groups > kShortScanGroups;
+  const int smem = TileShape<kIn>::kStages * TileShape<kIn>::kWords * 4 + (long_scan ? 8 * params.num_groups : 0);
   if (smem > 48 * 1024) {
     BS_RETURN_IF_ERROR(cuda_status(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
                                    "cudaFuncSetAttribute"));

@@ -8,8 +8,10 @@
 //            the dense one; the columnwise copy is quantized in the padded row space of
 //            quant/grouped_offsets.cuh (each expert padded with zero rows to a multiple of 32, zero
 //            rows up to the capacity), and the kernel writes the padded ends. The offsets are read
-//            on the device (no host synchronisation): every CTA scans group_ends into shared memory
-//            and maps each tile's four 32-row segments to input rows.
+//            on the device (no host synchronisation): up to kShortScanGroups experts every warp
+//            scans group_ends in registers for each tile (one CTA per tile on large inputs, as
+//            dense), more experts are scanned into shared memory once per CTA (persistent grid);
+//            either maps each tile's four 32-row segments to input rows.
 //
 // Must match, byte for byte: formats::quantize() (formats/mx_quantize.cpp; grouped:
 // formats::quantize_grouped_columnwise) followed by formats::pack_swizzled_scales(). Elements:
@@ -50,7 +52,7 @@
 
 #include "quant/device_common.cuh"   // defines: InputTraits, ElementEncoder, cp.async
 #include "quant/mx_device.cuh"       // defines: MxScale, mx_block_scale, e2m1_code, encode16
-#include "quant/grouped_offsets.cuh"  // defines: grouped_offsets, grouped_segment
+#include "quant/grouped_offsets.cuh"  // defines: grouped_offsets, grouped_segment, lane_experts
 #include "quant/mx_quantize.h"       // defines: GridPolicy
 
 namespace blockscale::quant::detail {
@@ -172,12 +174,17 @@ struct LaneSegment {
   bool all_full;  // every segment of the tile holds 32 input rows
 };
 
+// Short scans: the warp scans group_ends for this tile (grouped_offsets.cuh: lane_experts);
+// otherwise a binary search of the CTA's tables in shared memory.
 __device__ __forceinline__ LaneSegment lane_segment(const MxParams& p, TileIndex t, const uint32_t* ends,
                                                     const uint32_t* pends) {
   const uint32_t lane = threadIdx.x & 31u;
   const uint32_t pr = static_cast<uint32_t>(t.tr) * kTile + 32u * (lane & 3u);
-  const Segment s = p.num_groups <= 32 ? grouped_segment_warp(pr, lane, ends, pends, p.num_groups)
-                                       : grouped_segment(pr, ends, pends, p.num_groups);
+  const Segment s =
+      p.num_groups <= kShortScanGroups
+          ? lane_experts_segment<32, 4>(lane_experts<32>(p.group_ends, p.num_groups, p.rows), p.group_ends,
+                                        p.num_groups, p.rows, pr)
+          : grouped_segment(pr, ends, pends, p.num_groups);
   return {s, __all_sync(kFullMask, s.valid == 32u) != 0};
 }
 
@@ -572,14 +579,21 @@ __global__ void __launch_bounds__(kThreads, 3) mx_quantize_kernel(const __grid_c
   bool saw_nonfinite = false;
   uint32_t* const tiles = reinterpret_cast<uint32_t*>(shared_tiles);
 
-  // Grouped: the expert offsets in shared memory, after the tiles; CTA 0 writes the padded ends.
+  // Grouped: CTA 0 writes the padded ends. Long scans: the expert offsets in shared memory, after
+  // the tiles (short scans look each tile up in registers: lane_segment).
   uint32_t* const ends = tiles + S::kStages * S::kWords;
   uint32_t* const pends = ends + p.num_groups;
   if constexpr (kGroupedTiles) {
-    __shared__ uint32_t warp_totals[32];
-    grouped_offsets<kThreads>(p.group_ends, p.num_groups, p.rows, ends, pends, warp_totals);
-    if (blockIdx.x == 0)
-      for (int g = tid; g < p.num_groups; g += kThreads) p.padded_group_ends[g] = static_cast<int32_t>(pends[g]);
+    if (p.num_groups <= kShortScanGroups) {
+      if (blockIdx.x == 0 && tid < 32)
+        store_padded_ends<32>(lane_experts<32>(p.group_ends, p.num_groups, p.rows), p.group_ends, p.num_groups,
+                              p.rows, p.padded_group_ends);
+    } else {
+      __shared__ uint32_t warp_totals[32];
+      grouped_offsets<kThreads>(p.group_ends, p.num_groups, p.rows, ends, pends, warp_totals);
+      if (blockIdx.x == 0)
+        for (int g = tid; g < p.num_groups; g += kThreads) p.padded_group_ends[g] = static_cast<int32_t>(pends[g]);
+    }
     if constexpr (kRow) {
       // Rowwise scale rows past `rows` up to the 128-row swizzle padding: zero (no tile holds them).
       const int64_t pad_rows = (p.rows + kTile - 1) / kTile * kTile - p.rows;
@@ -630,7 +644,10 @@ __global__ void __launch_bounds__(kThreads, 3) mx_quantize_kernel(const __grid_c
   int i = 0;
   for (; cur.tr < p.row_tiles; ++i) {
     const TileIndex nxt = advance(cur, step, p.col_tiles);
-    const LaneSegment seg_nxt = nxt.tr < p.row_tiles ? segment_of(nxt) : LaneSegment{{0u, 0u}, false};
+    // Tile i+1's segments: looked up while tile i lands (2 stages), or once tile i is done with (1
+    // stage, so that they are not held through its quantize).
+    LaneSegment seg_nxt{{0u, 0u}, false};
+    if (S::kStages == 2 && nxt.tr < p.row_tiles) seg_nxt = segment_of(nxt);
     cp_async_wait<0>();  // this thread's copies of tile i (the only group in flight)
     // Tile i is in shared memory for every thread; every thread is done with tile i-1, so its
     // stage (2 stages) and its chunk buffer are free to reuse / complete to store.
@@ -654,7 +671,10 @@ __global__ void __launch_bounds__(kThreads, 3) mx_quantize_kernel(const __grid_c
                                                                           col_chunks[i % 2], tensor_amax, saw_nonfinite);
     if constexpr (S::kStages == 1) {  // the only stage is free once every thread has read it
       __syncthreads();
-      if (nxt.tr < p.row_tiles) load(nxt, seg_nxt, tiles);
+      if (nxt.tr < p.row_tiles) {
+        seg_nxt = segment_of(nxt);
+        load(nxt, seg_nxt, tiles);
+      }
       cp_async_commit();
     }
     prev = cur;

@@ -177,7 +177,7 @@ inline std::string case_name(const ::testing::TestParamInfo<GroupedCase>& info) 
 
 // Small shapes under every split with a few expert counts (the third shape has `third_rows` rows),
 // then 64 experts, a row stride above the columns (breaks vector loads), misaligned pointers and
-// whole tiles in every input type, and the most experts.
+// whole tiles in every input type, the most experts, and large shapes.
 inline std::vector<GroupedCase> grouped_cases(int64_t third_rows) {
   std::vector<GroupedCase> v;
   const DType types[] = {DType::kBf16, DType::kF16, DType::kF32};
@@ -199,6 +199,10 @@ inline std::vector<GroupedCase> grouped_cases(int64_t third_rows) {
     v.push_back({2048, 1024, 1024, 8, Split::kAligned, t, false, false});
   }
   v.push_back({2048, 64, 64, 4096, Split::kUneven, DType::kBf16, false, false});
+  // More experts than scan threads (two per thread, the last threads none), and 64 experts over
+  // more tiles than two rounds of resident CTAs on an H100 / H200 (one CTA per tile).
+  v.push_back({700, 300, 300, 300, Split::kUneven, DType::kBf16, false, false});
+  v.push_back({3300, 4096, 4096, 64, Split::kEmptyEdges, DType::kBf16, false, false});
   return v;
 }
 

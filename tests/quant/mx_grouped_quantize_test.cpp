@@ -12,7 +12,9 @@
 //   - MXFP8 E4M3 / E5M2 and MXFP4, ceil and floor, rowwise / columnwise / both, bf16 / fp16 / fp32;
 //   - expert layouts: one expert, all tokens in one of many, empty experts (first, middle, last,
 //     runs of them), experts of 1 token, 1..64 experts, uneven random counts, counts that are
-//     multiples of 32 (no padding), one 8-expert 16384 x 4096 tensor;
+//     multiples of 32 (no padding), one 8-expert 16384 x 4096 tensor; up to 256 experts every
+//     warp scans the ends in registers, more go through shared memory; the persistent and the
+//     one-CTA-per-tile grids on small shapes;
 //   - data with NaN / Inf / subnormal / -0 / all-zero blocks; a row stride > cols and misaligned
 //     pointers (the scalar load and byte store paths); an empty matrix (the padded ends alone).
 // GPU tests skip without a GPU; the argument checks need none.
@@ -31,6 +33,7 @@
 #include "formats/block_quantize_internal.h"  // block_amax: formats' tensor amax rule
 #include "formats/quantize.h"
 #include "formats/scale_layout.h"
+#include "quant/mx_quantize.h"  // run_mx_grouped: a chosen grid
 #include "quant/quantize.h"
 #include "tests/quant/gpu_test_util.h"
 #include "tests/quant/grouped_test_util.h"
@@ -117,9 +120,11 @@ GroupedReference make_reference(const HostInput& in, int64_t rows, int64_t cols,
 
 using Case = blockscale_test::GroupedCase;
 
-// One grouped run on the GPU against the reference; returns the number of bad bytes.
+// One grouped run on the GPU against the reference (grid: run()'s, or a chosen one through
+// run_mx_grouped); returns the number of bad bytes.
 int64_t run_and_compare(const Case& c, const DeviceInput& x, const DeviceBuffer& ends_dev, const GroupedReference& ref,
-                        Format recipe, ScaleRounding rounding, Direction dirs) {
+                        Format recipe, ScaleRounding rounding, Direction dirs,
+                        bq::detail::GridPolicy grid = bq::detail::GridPolicy::kAuto) {
   bq::GroupedQuantizeProblem p;
   p.dense.recipe = recipe;
   p.dense.rounding = rounding;
@@ -153,7 +158,9 @@ int64_t run_and_compare(const Case& c, const DeviceInput& x, const DeviceBuffer&
   bq::GroupedQuantizeInputs in;
   in.x = x.ptr();
   in.group_ends = ends_dev.as<int32_t>();
-  const blockscale::Status s = bq::run(p, in, out, nullptr, 0, nullptr);
+  const blockscale::Status s = grid == bq::detail::GridPolicy::kAuto
+                                  ? bq::run(p, in, out, nullptr, 0, nullptr)
+                                  : bq::detail::run_mx_grouped(p, in, out, nullptr, grid);
   EXPECT_TRUE(s.is_ok()) << s.message();
   EXPECT_CUDA(cudaDeviceSynchronize());
 
@@ -270,6 +277,32 @@ TEST(MxGroupedQuantizeLarge, EightExperts16384x4096) {
     counts += (g ? "," : "") + std::to_string(pr.ends[g] - (g ? pr.ends[g - 1] : 0));
   std::printf("mx_grouped_quantize_test: %s (tokens %s): e4m3 ceil both, e2m1 ceil both: bad bytes %lld\n",
               describe(c).c_str(), counts.c_str(), static_cast<long long>(bad));
+}
+
+// The grids run() does not pick for these shapes: a persistent grid over short scans (each tile
+// looked up again in registers) and one CTA per tile (as large inputs with up to 256 experts
+// run), over the shared-memory tables too (4096 experts).
+TEST(MxGroupedQuantizeGrids, PersistentAndOneTilePerCta) {
+  SKIP_WITHOUT_GPU();
+  const Case cases[] = {{300, 256, 256, 8, Split::kUneven, DType::kBf16, false, false},
+                        {700, 300, 300, 17, Split::kEmptyEdges, DType::kF32, false, false},
+                        {1000, 512, 512, 64, Split::kOnes, DType::kF16, false, false},
+                        {700, 300, 300, 300, Split::kUneven, DType::kBf16, true, false},
+                        {2048, 64, 64, 4096, Split::kUneven, DType::kBf16, false, false}};
+  for (const Case& c : cases) {
+    Prepared pr;
+    ASSERT_TRUE(prepare(c, seed_of(c), &pr));
+    int64_t bad = 0;
+    for (Format recipe : {Format::kMxfp8E4M3, Format::kMxfp4}) {
+      const GroupedReference ref =
+          make_reference(pr.in, c.rows, c.cols, c.ld, pr.ends, pr.capacity, recipe, ScaleRounding::kCeil);
+      for (auto grid : {bq::detail::GridPolicy::kPersistent, bq::detail::GridPolicy::kOneTilePerCta})
+        for (Direction d : {Direction::kColumnwise, Direction::kBoth})
+          bad += run_and_compare(c, pr.x, pr.ends_dev, ref, recipe, ScaleRounding::kCeil, d, grid);
+    }
+    std::printf("mx_grouped_quantize_test: %-52s persistent and one tile per CTA: bad bytes %lld\n",
+                describe(c).c_str(), static_cast<long long>(bad));
+  }
 }
 
 // An empty matrix still gets its padded ends (rows == 0: all zero; cols == 0: from the counts),
