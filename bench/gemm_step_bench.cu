@@ -43,7 +43,7 @@ struct Case {
   int64_t m, n, k;
   bool wgrad;   // B 1x128 (dW = dY^T X), else 128x128 (fprop / dgrad)
   float beta;   // 1: accumulate into D
-  int per_step; // launches of this shape per step (micro-batch)
+  int per_step; // launches of this shape per step (micro-batch); 0: a comparison, not in the step
 };
 
 std::vector<Case> cases() {
@@ -72,6 +72,9 @@ std::vector<Case> cases() {
       {"mixtral", "w2 dgrad (expert)", 1024, 14336, 4096, false, 0, 16},
       {"mixtral", "w13 wgrad (expert), beta 1", 28672, 4096, 1024, true, 1, 16},
       {"mixtral", "w2 wgrad (expert), beta 1", 4096, 14336, 1024, true, 1, 16},
+      // The same two at beta 0: what reading dW costs each engine (outside the step's totals).
+      {"mixtral", "w13 wgrad (expert), beta 0", 28672, 4096, 1024, true, 0, 0},
+      {"mixtral", "w2 wgrad (expert), beta 0", 4096, 14336, 1024, true, 0, 0},
   };
 }
 
