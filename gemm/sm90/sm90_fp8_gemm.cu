@@ -187,7 +187,8 @@ Status launch(const GemmProblem& p, const GemmArguments& args, cudaStream_t stre
 }
 
 // Clusters of 128-row tiles pair tile rows (sharing B): a single row of tiles would leave half of
-// every cluster idle. The grouped modes run without (sm90_fp8_gemm.cuh).
+// every cluster idle. The grouped modes' 128-row tiles run without (sm90_fp8_gemm.cuh; M-grouped
+// 256-row tiles pair columns instead: launch_tall).
 int cluster_size(const GemmProblem& p, const Grouping* grouping) { return grouping == nullptr && p.m > 128 ? 2 : 1; }
 
 template <int kTileN, bool kBScalePerRow>
