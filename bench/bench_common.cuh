@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -86,15 +87,18 @@ inline cublasStatus_t cublas_bf16_gemm(cublasHandle_t blas, int64_t m, int64_t n
                       CUDA_R_16BF, static_cast<int>(n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
-// The command line of a benchmark whose only option is --iters N (at least 3; default 20): false
-// after printing the usage line for anything else.
-inline bool parse_iters_only(int argc, char** argv, const char* program, int* iters) {
+// The command line of a benchmark whose options are --iters N (at least 3; default 20) and
+// --only I,J,... (case indices, 0-based; empty: every case): false after printing the usage line
+// for anything else.
+inline bool parse_iters_and_cases(int argc, char** argv, const char* program, int* iters, std::vector<int>* only) {
   *iters = 20;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--iters" && i + 1 < argc) {
       *iters = std::max(3, std::atoi(argv[++i]));
+    } else if (std::string(argv[i]) == "--only" && i + 1 < argc) {
+      for (char* t = std::strtok(argv[++i], ","); t; t = std::strtok(nullptr, ",")) only->push_back(std::atoi(t));
     } else {
-      std::fprintf(stderr, "usage: %s [--iters N]\n", program);
+      std::fprintf(stderr, "usage: %s [--iters N] [--only I,J,...]\n", program);
       return false;
     }
   }

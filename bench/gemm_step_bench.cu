@@ -13,11 +13,13 @@
 // Times: median of --iters launches (CUDA events, after warm-up). Operands: random E4M3 codes and
 // log-uniform scales; bf16 operands random in [-1, 1).
 //
-// Usage: gemm_step_bench [--iters N]. One line per case, then a markdown table (last).
+// Usage: gemm_step_bench [--iters N] [--only I,J,...] (case indices, 0-based, in the table's order;
+// the per-step totals then count only those). One line per case, then a markdown table (last).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -155,11 +157,15 @@ Row run_case(const Case& c, int iters) {
 
 int main(int argc, char** argv) {
   int iters = 0;
-  if (!bench::parse_iters_only(argc, argv, "gemm_step_bench", &iters)) return 2;
+  std::vector<int> only;
+  if (!bench::parse_iters_and_cases(argc, argv, "gemm_step_bench", &iters, &only)) return 2;
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s (sm_%d%d), cuBLAS %d, iters %d\n", prop.name, prop.major, prop.minor, CUBLAS_VERSION, iters);
-  const std::vector<Case> all = cases();
+  std::vector<Case> all;
+  const std::vector<Case> every = cases();
+  for (size_t i = 0; i < every.size(); ++i)
+    if (only.empty() || std::find(only.begin(), only.end(), static_cast<int>(i)) != only.end()) all.push_back(every[i]);
   std::vector<Row> rows;
   for (const Case& c : all) rows.push_back(run_case(c, iters));
 
