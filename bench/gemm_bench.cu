@@ -1,7 +1,6 @@
 // Throughput of blockscale's FP8 blockwise GEMM (gemm/gemm.h) against its peers, timed in the same
 // process on the same inputs. gemm/'s sm90 kernel (sm90_fp8_gemm) runs at each tile asked for
-// (128 x 128, 128 x 192 and 256 x 128 by default, gemm/launchers.h; 256 x 128 takes 128x128 B only,
-// so it is not run with 1x128 B) and at the tile run() picks (auto);
+// (128 x 128, 128 x 192 and 256 x 128 by default, gemm/launchers.h) and at the tile run() picks (auto);
 // every output must be the same bits (same operations per element). Peers:
 //   - cuBLASLt's own blockwise FP8 GEMM (scale modes VEC128_32F for the 1x128 operand and
 //     BLK128x128_32F for the 128x128 one: quant/'s scale tensors feed it unchanged);
@@ -199,9 +198,7 @@ Row run_case(const Case& c, int iters, const std::vector<Sm90Fp8Tile>& tiles, cu
     bg::detail::set_sm90_fp8_tile(Sm90Fp8Tile::kAuto);
     return tflops;
   };
-  for (const Sm90Fp8Tile tile : tiles)
-    if (tile != Sm90Fp8Tile::kM256 || c.b_recipe == Format::kFp8Block128x128)
-      row.ours[tile_index(tile)] = time_variant(tile, tile_name(tile));
+  for (const Sm90Fp8Tile tile : tiles) row.ours[tile_index(tile)] = time_variant(tile, tile_name(tile));
   row.automatic = time_variant(Sm90Fp8Tile::kAuto, "auto");
 
   bench::LtMatmul lt;

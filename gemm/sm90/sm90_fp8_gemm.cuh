@@ -125,9 +125,10 @@ struct Fp8GemmConfig {
   static constexpr int kSmemBytes =
       1024 + kStagingBytes + kStages * kStageBytes + 2 * kStages * 8 + kReleaseWordBytes + kScheduleBytes;
   static_assert(kTileN == 128 || kTileN == 192, "wgmma widths with a wrapper in sm90_ptx.cuh");
-  // Two waves hold 2 x 64 + 64 accumulators at 128 wide; 1x128 B scales or 192 columns would not fit.
-  static_assert(kTileM == 128 || (kTileM == 256 && kTileN == 128 && !kBScalePerRow_ && kMode_ != GroupMode::kK),
-                "256-row tiles: dense or M-grouped, 128 wide, 128x128 B");
+  // Two waves hold 2 x 64 + 64 accumulators at 128 wide; 192 columns would not fit (1x128 B scales
+  // are read from shared memory in the promotion: kHoldStage).
+  static_assert(kTileM == 128 || (kTileM == 256 && kTileN == 128 && kMode_ != GroupMode::kK),
+                "256-row tiles: dense or M-grouped, 128 wide");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs along M");
   static_assert(kMode_ == GroupMode::kDense || kCluster == 1 || (kMode_ == GroupMode::kM && kShareA),
                 "grouped modes: no cluster, but M-grouped 256-row tiles side by side (one expert's rows)");
@@ -296,9 +297,10 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
   constexpr bool kShareA = Cfg::kShareA;
   constexpr int kAcc = Cfg::kAccumulators;
   constexpr int kGroups = Cfg::kColumnGroups;
-  // 1x128 B scales of a 192-wide tile would be 48 more live registers across the wgmma: that
-  // variant reads them from shared memory in the promotion and releases the stage after it.
-  constexpr bool kHoldStage = kBScalePerRow && kTileN > 128;
+  // 1x128 B scales of a 192-wide tile would be 48 more live registers across the wgmma, and of a
+  // 256-row tile 32 more beside two waves' accumulators: those variants read them from shared
+  // memory in the promotion and release the stage after the last wave's.
+  constexpr bool kHoldStage = kBScalePerRow && (kTileN > 128 || kWaves > 1);
   constexpr uint32_t kStoreBarrier = 1;  // + warpgroup (named barrier 0 is __syncthreads)
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = smem_addr(smem_raw);
@@ -555,7 +557,7 @@ __global__ void __launch_bounds__(Fp8GemmConfig<kTileN, kBScalePerRow, kCluster,
               main_wave[4 * j + 2] = fmaf(partial[4 * j + 2], a_scale1 * b.x, main_wave[4 * j + 2]);
               main_wave[4 * j + 3] = fmaf(partial[4 * j + 3], a_scale1 * b.y, main_wave[4 * j + 3]);
             }
-            if (kHoldStage) {
+            if (kHoldStage && last_wave) {
               __syncwarp();  // every lane's scale reads happen before lane 0's release
               release(used);
             }

@@ -29,7 +29,7 @@
 // dispatch rule, the tile order and the scale-block rule in gemm_checks_test.cpp; the operands,
 // the GEMM run and the shape cases they all use in gemm_fp8_harness.h.
 // ---- Tiles ----
-// The sm90 kernel has three tiles (128 x 128, 128 x 192 and, for 128x128 B, 256 x 128:
+// The sm90 kernel has three tiles (128 x 128, 128 x 192 and 256 x 128:
 // gemm/launchers.h); every GPU case runs each against the same reference, and GemmTileWidths
 // checks that all give the same bits (same operations per element). GEMM_TEST_TILE=128 (192, 256)
 // runs one tile only: the GPU check script's fallback when another crashes.
