@@ -1,6 +1,7 @@
 // What the benchmark programs share: runtime/'s errors and device memory made fatal (a benchmark has
-// nothing left to measure after a failed call), the counter hash their input fills use, and the
-// cuBLAS BF16 GEMM the GEMM benchmarks compare against.
+// nothing left to measure after a failed call), the counter hash their input fills use, the cuBLAS
+// BF16 GEMM the GEMM benchmarks compare against, and the timings (queued or isolated; from DRAM
+// with the L2 flushed before each launch).
 #pragma once
 
 #include <cublas_v2.h>
@@ -164,6 +165,42 @@ float median_ms(Fn fn, int iters) {
   for (auto& e : ev) cudaEventDestroy(e);
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
+}
+
+// Reads n 16-byte words; the (never taken) store keeps the loads.
+__global__ inline void flush_read_kernel(const uint4* buf, int64_t n, unsigned* sink) {
+  unsigned acc = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const uint4 v = buf[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9E3779B9u) *sink = acc;
+}
+
+// Median time in microseconds of `iters` launches (after 3 warm-up launches), timed from DRAM: the
+// L2 flushed before each by flush_read_kernel reading `flush` (flush_bytes: a few times the L2; clean
+// lines, so no write-back of the flush lands in the timed region), an event pair (a, b) around
+// each launch. Nothing else may run on the GPU meanwhile.
+template <typename F>
+double median_us_flushed(F launch, int iters, void* flush, size_t flush_bytes, cudaEvent_t a, cudaEvent_t b) {
+  for (int i = 0; i < 3; ++i) launch();
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<float> ms;
+  for (int i = 0; i < iters; ++i) {
+    flush_read_kernel<<<1024, 512>>>(static_cast<const uint4*>(flush), static_cast<int64_t>(flush_bytes / 16),
+                                     reinterpret_cast<unsigned*>(flush));
+    CHECK_CUDA(cudaGetLastError());
+    CHECK_CUDA(cudaEventRecord(a));
+    launch();
+    CHECK_CUDA(cudaEventRecord(b));
+    CHECK_CUDA(cudaEventSynchronize(b));
+    float t = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  const size_t h = ms.size() / 2;
+  return (ms.size() % 2 ? ms[h] : 0.5 * (ms[h - 1] + ms[h])) * 1000.0;
 }
 
 }  // namespace bench

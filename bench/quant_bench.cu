@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_common.cuh"  // defines: CHECK_CUDA, hash32
+#include "bench/bench_common.cuh"  // defines: CHECK_CUDA, hash32, median_us_flushed
 #include "quant/mx_bf16.h"
 #include "quant/mx_quantize.h"
 #include "quant/quantize.h"
@@ -49,16 +49,6 @@ __global__ void fill_kernel(void* x, int64_t n, int64_t cols, int elem_bytes) {
       static_cast<uint16_t*>(x)[i] = static_cast<uint16_t>(__float_as_uint(v) >> 16);  // bf16 (trunc)
     }
   }
-}
-
-// Reads n 16-byte words; the (never taken) store keeps the loads.
-__global__ void flush_read_kernel(const uint4* buf, int64_t n, unsigned* sink) {
-  unsigned acc = 0;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const uint4 v = buf[i];
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x9E3779B9u) *sink = acc;
 }
 
 // fp16 bench input: reinterpret the same hashed values as fp16 in range.
@@ -102,33 +92,6 @@ std::string describe(const Case& c) {
                 static_cast<long long>(c.p.rows), static_cast<long long>(c.p.cols), name(c.p.directions),
                 c.with_amax ? " +amax" : "");
   return buf;
-}
-
-double median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-// Times `launch` `iters` times after warm-up, flushing the L2 before each; returns the median
-// in microseconds.
-template <typename F>
-double time_us(F launch, int iters, void* flush, size_t flush_bytes, cudaEvent_t a, cudaEvent_t b) {
-  for (int i = 0; i < 3; ++i) launch();
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<float> ms;
-  for (int i = 0; i < iters; ++i) {
-    flush_read_kernel<<<1024, 512>>>(static_cast<const uint4*>(flush), static_cast<int64_t>(flush_bytes / 16),
-                                     reinterpret_cast<unsigned*>(flush));
-    CHECK_CUDA(cudaGetLastError());
-    CHECK_CUDA(cudaEventRecord(a));
-    launch();
-    CHECK_CUDA(cudaEventRecord(b));
-    CHECK_CUDA(cudaEventSynchronize(b));
-    float t = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  return median(ms) * 1000.0;
 }
 
 // A case's device memory, zeroed, freed at the end of the case; no bytes: a null pointer (an output
@@ -294,14 +257,15 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
   cudaEvent_t a, b;
   CHECK_CUDA(cudaEventCreate(&a));
   CHECK_CUDA(cudaEventCreate(&b));
-  const double kernel_us = time_us([&] { bench::check(launch(), "run"); }, iters, flush, flush_bytes, a, b);
+  const double kernel_us =
+      bench::median_us_flushed([&] { bench::check(launch(), "run"); }, iters, flush, flush_bytes, a, b);
   CHECK_CUDA(cudaGetLastError());
 
   // The copy moves the same bytes: half read, half written.
   const size_t copy_bytes = static_cast<size_t>(bytes / 2);
   void* src = buf.alloc<void>(static_cast<int64_t>(copy_bytes));
   void* dst = buf.alloc<void>(static_cast<int64_t>(copy_bytes));
-  const double copy_us = time_us(
+  const double copy_us = bench::median_us_flushed(
       [&] { CHECK_CUDA(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice)); },
       iters, flush, flush_bytes, a, b);
   CHECK_CUDA(cudaEventDestroy(a));

@@ -141,8 +141,11 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 // ---- Deterministic column sums: out[c] (+)= sum over r < rows of value(r, c) --------------------
 // Pass 1: rows in chunks of a size fixed by `rows` alone; a 32 x 8 block sums 32 columns of one
 // chunk (thread y takes rows y, y+8, ...; then the 8 partials in order) into partials[chunk][c].
-// Pass 2: one thread per column adds the chunks in order.
+// Pass 2 (column_finish, also rmsnorm's, over its own chunks): a 32 x 32 block per 32 columns,
+// thread y adds chunks y, y+32, ... in order, then the 32 sums in order: up to 32 chunks that is
+// chunk order, and hundreds of chunks still keep only a few loads in a row per thread.
 constexpr int kColumnBlockRows = 8;
+constexpr int kColumnFinishRows = kWarp;
 
 inline int64_t column_chunk_rows(int64_t rows) {
   return std::max<int64_t>(256, (rows + 65534) / 65535);  // grid.y <= 65535
@@ -173,6 +176,13 @@ __global__ void column_partials_kernel(Value value, int64_t rows, int cols, int6
 
 __global__ void column_finish_kernel(const float* partials, int64_t chunks, int cols, bool accumulate, float* out);
 
+// Pass 2: out[c] (+)= the sum over k < chunks of partials[k][c].
+inline void column_finish(const float* partials, int64_t chunks, int cols, bool accumulate, float* out,
+                          cudaStream_t stream) {
+  column_finish_kernel<<<(cols + kWarp - 1) / kWarp, dim3(kWarp, kColumnFinishRows), 0, stream>>>(
+      partials, chunks, cols, accumulate, out);
+}
+
 // Launches both passes; partials: column_sum_workspace_bytes(rows, cols) bytes.
 template <class Value>
 void column_sum(Value value, int64_t rows, int cols, bool accumulate, float* partials, float* out,
@@ -181,8 +191,7 @@ void column_sum(Value value, int64_t rows, int cols, bool accumulate, float* par
   const dim3 grid((cols + kWarp - 1) / kWarp, static_cast<unsigned>(chunks));
   column_partials_kernel<<<grid, dim3(kWarp, kColumnBlockRows), 0, stream>>>(value, rows, cols, chunk_rows,
                                                                               partials);
-  column_finish_kernel<<<blocks_for(cols, kThreads), kThreads, 0, stream>>>(partials, chunks, cols, accumulate,
-                                                                            out);
+  column_finish(partials, chunks, cols, accumulate, out, stream);
 }
 
 }  // namespace blockscale::train::gpu::detail

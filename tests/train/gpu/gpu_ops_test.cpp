@@ -176,12 +176,39 @@ struct RowsCase {
 std::string rows_case_name(const ::testing::TestParamInfo<RowsCase>& info) {
   return "rows" + std::to_string(info.param.rows) + "_cols" + std::to_string(info.param.cols);
 }
-class RmsNormTest : public ::testing::TestWithParam<RowsCase> {};
+// The fast path (d % 4 == 0, d <= 8192, 16-byte aligned: a row group of warps holds each row in
+// registers, d_gain partials per chunk of 16+ rows) and the fallback (a warp per row, d_gain
+// through column_sum): `offset` floats past an aligned start for every array (1: unaligned).
+struct RmsNormCase {
+  int64_t rows;
+  int d, offset;
+};
+std::string rmsnorm_case_name(const ::testing::TestParamInfo<RmsNormCase>& info) {
+  return "rows" + std::to_string(info.param.rows) + "_d" + std::to_string(info.param.d) +
+         (info.param.offset ? "_offset" + std::to_string(info.param.offset) : "");
+}
+class RmsNormTest : public ::testing::TestWithParam<RmsNormCase> {};
+
+// h on the device `offset` floats into its buffer; at(b) is where it starts, tail(b) reads it back.
+struct Shifted {
+  int offset;
+  DeviceBuffer upload(std::vector<float> h) const {
+    h.insert(h.begin(), size_t(offset), 0.0f);
+    return on_device(h);
+  }
+  DeviceBuffer poisoned_floats(size_t n) const { return poisoned<float>(n + offset); }
+  float* at(DeviceBuffer& b) const { return b.as<float>() + offset; }
+  std::vector<float> tail(const DeviceBuffer& b) const {
+    std::vector<float> h = host_copy<float>(b);
+    return std::vector<float>(h.begin() + offset, h.end());
+  }
+};
 
 TEST_P(RmsNormTest, ForwardAndBackwardMatchTheCpu) {
   SKIP_WITHOUT_GPU();
   const int64_t rows = GetParam().rows;
-  const int d = GetParam().cols;
+  const int d = GetParam().d;
+  const Shifted sh{GetParam().offset};
   const size_t n = size_t(rows) * d;
   const auto x = normal(n, 1.5f, 21), gain = normal(d, 1.0f, 22), dy = normal(n, 1.0f, 23);
   const auto dx0 = normal(n, 0.5f, 24), d_gain0 = normal(d, 0.5f, 25);
@@ -189,18 +216,21 @@ TEST_P(RmsNormTest, ForwardAndBackwardMatchTheCpu) {
   cpu::rmsnorm_forward(x.data(), gain.data(), rows, d, y_ref.data(), rstd_ref.data());
   cpu::rmsnorm_backward(dy.data(), x.data(), gain.data(), rstd_ref.data(), rows, d, dx_ref.data(), d_gain_ref.data());
 
-  DeviceBuffer dev_x = on_device(x), dev_gain = on_device(gain), dev_dy = on_device(dy), y = poisoned<float>(n),
+  DeviceBuffer dev_x = sh.upload(x), dev_gain = sh.upload(gain), dev_dy = sh.upload(dy), y = sh.poisoned_floats(n),
                rstd = poisoned<float>(rows);
-  ASSERT_OK(
-      gpu::rmsnorm_forward(dev_x.as<float>(), dev_gain.as<float>(), rows, d, y.as<float>(), rstd.as<float>(), nullptr));
-  // rstd: an fp32 sum of d positive squares (lanes of d/32 terms, then a 5-level tree) is within
-  // (d/32 + 5) * 2^-24 < 1e-5 of the double sum; the square root halves it. y adds two roundings.
+  ASSERT_OK(gpu::rmsnorm_forward(sh.at(dev_x), sh.at(dev_gain), rows, d, sh.at(y), rstd.as<float>(), nullptr));
+  // rstd: an fp32 sum of d positive squares in a tree of depth h is within h 2^-24 of the double
+  // sum, and the square root halves that: h = 16 + 5 + 16 on the fast path (16 terms per thread,
+  // 5 shuffle levels, up to 16 warps in order), d/32 + 5 on the fallback (lanes of d/32 terms), so
+  // < 1e-5 for every d here (< 10000). y adds two roundings.
   EXPECT_TRUE(all_near(host_copy<float>(rstd), rstd_ref, 1e-5, 0.0)) << "rstd";
-  EXPECT_TRUE(all_near(host_copy<float>(y), y_ref, 1e-5, 0.0)) << "y";
+  EXPECT_TRUE(all_near(sh.tail(y), y_ref, 1e-5, 0.0)) << "y";
 
-  // The backward from the CPU's rstd on both sides. dx: the row's dot is fp32, and gain*dy - x*m
-  // can cancel, so each element is bounded by 1e-5 of its terms' magnitudes; d_gain: fp32 chunked
-  // column sums, bounded by 1e-5 of the sum of |terms|.
+  // The backward from the CPU's rstd on both sides. dx: the row's dot is fp32 (the same tree as
+  // rstd's), and gain*dy - x*m can cancel, so each element is bounded by 1e-5 of its terms'
+  // magnitudes; d_gain: fp32 sums of rows in chunks, then of the chunks (each group's rows, the
+  // groups, 32 strided runs of chunks, the runs: depth < 100 for every shape here), bounded by 1e-5
+  // of the sum of |terms|.
   std::vector<double> dx_atol(n), gain_atol(d);
   for (int c = 0; c < d; ++c) gain_atol[c] = std::fabs(d_gain0[c]);
   for (int64_t r = 0; r < rows; ++r) {
@@ -220,10 +250,10 @@ TEST_P(RmsNormTest, ForwardAndBackwardMatchTheCpu) {
   DeviceBuffer ws = poisoned<uint8_t>(ws_bytes);
   std::vector<float> first_dx, first_gain;
   for (int run = 0; run < 2; ++run) {
-    DeviceBuffer dx = on_device(dx0), d_gain = on_device(d_gain0);
-    ASSERT_OK(gpu::rmsnorm_backward(dev_dy.as<float>(), dev_x.as<float>(), dev_gain.as<float>(), dev_rstd.as<float>(),
-                                    rows, d, dx.as<float>(), d_gain.as<float>(), ws.as<uint8_t>(), ws_bytes, nullptr));
-    const auto gdx = host_copy<float>(dx), gg = host_copy<float>(d_gain);
+    DeviceBuffer dx = sh.upload(dx0), d_gain = sh.upload(d_gain0);
+    ASSERT_OK(gpu::rmsnorm_backward(sh.at(dev_dy), sh.at(dev_x), sh.at(dev_gain), dev_rstd.as<float>(), rows, d,
+                                    sh.at(dx), sh.at(d_gain), ws.as<uint8_t>(), ws_bytes, nullptr));
+    const auto gdx = sh.tail(dx), gg = sh.tail(d_gain);
     EXPECT_TRUE(all_near(gdx, dx_ref, 0.0, dx_atol)) << "dx, run " << run;
     EXPECT_TRUE(all_near(gg, d_gain_ref, 0.0, gain_atol)) << "d_gain, run " << run;
     if (run == 0) first_dx = gdx, first_gain = gg;
@@ -231,10 +261,19 @@ TEST_P(RmsNormTest, ForwardAndBackwardMatchTheCpu) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormTest,
-                         ::testing::Values(RowsCase{1, 1}, RowsCase{7, 33}, RowsCase{129, 100}, RowsCase{1000, 768},
-                                           RowsCase{300, 4096}, RowsCase{70001, 17}),  // 70001: 274 row chunks
-                         rows_case_name);
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, RmsNormTest,
+    ::testing::Values(
+        // fast path: rows = 1; 9 chunks (the last of 1 row) through 8 one-warp groups, 25 lanes
+        // holding a float4; groups of 2 warps (the 4th float4s past d); of 8; of 16 (d = 8192, a
+        // block of 512 threads); the width-2048 step's shape (256 chunks of 16 rows, 2 groups of 4
+        // warps); 256 chunks of 274 rows (the last of 131) through 8 groups; d = 4
+        RmsNormCase{1, 2048, 0}, RmsNormCase{129, 100, 0}, RmsNormCase{1000, 768, 0}, RmsNormCase{300, 4096, 0},
+        RmsNormCase{33, 8192, 0}, RmsNormCase{4096, 2048, 0}, RmsNormCase{70001, 8, 0}, RmsNormCase{5, 4, 0},
+        // fallback: d % 4 != 0 (70001: 274 row chunks), d > 8192, unaligned pointers
+        RmsNormCase{1, 1, 0}, RmsNormCase{7, 33, 0}, RmsNormCase{64, 1026, 0}, RmsNormCase{70001, 17, 0},
+        RmsNormCase{3, 8196, 0}, RmsNormCase{50, 2048, 1}, RmsNormCase{1, 4, 1}),
+    rmsnorm_case_name);
 
 // ---- Attention -----------------------------------------------------------------------------------
 

@@ -1,0 +1,134 @@
+// Bandwidth of the training step's RMSNorm (train/gpu/gpu_ops.h: rmsnorm_forward, rmsnorm_backward
+// with its d_gain sum) against the device's own copy: for each case, the median time of the call
+// and of a device-to-device cudaMemcpyAsync moving the bytes the norms phase's floor counts
+// (train/model/phase_bytes.h; read + written), both timed from DRAM (bench_common.cuh's
+// median_us_flushed), in the same process:
+//
+//   floor bytes  forward 8 rows d (x in, y out), backward 12 rows d (dy and x in, dx out; the call
+//                also reads dx, which it accumulates into: one pass moves 16 rows d)
+//   GB/s         floor bytes / time; % of copy = copy time / call time; x floor = its inverse
+//
+// Shapes: the width-2048 step's micro-batch (4096 tokens x 2048), 8192 x 4096 and 32768 x 4096,
+// fp32. Usage: norm_bench [--iters N] [--only I,J,...] (case indices: forward, backward per shape).
+// Prints one line per case, then a markdown table.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bench/bench_common.cuh"  // defines: CHECK_CUDA, check, device_array, hash32, median_us_flushed
+#include "train/gpu/gpu_ops.h"
+
+namespace {
+
+namespace gpu = blockscale::train::gpu;
+using bench::DeviceBuffer;
+
+// center + spread * a triangular value in (-1, 1) from a counter hash.
+__global__ void fill_kernel(float* x, int64_t n, uint64_t seed, float center, float spread) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const uint32_t h = bench::hash32((seed << 40) + static_cast<uint64_t>(i));
+    x[i] = center + spread * (((h & 0xFFFF) + (h >> 16)) / 65536.0f - 1.0f);
+  }
+}
+
+struct Case {
+  int64_t rows;
+  int d;
+  bool backward;
+};
+
+struct Result {
+  Case c;
+  double floor_bytes, us, copy_us;
+};
+
+std::string describe(const Case& c) {
+  return std::string(c.backward ? "backward" : "forward") + " " + std::to_string(c.rows) + "x" + std::to_string(c.d);
+}
+
+Result run_case(const Case& c, int iters, void* flush, size_t flush_bytes) {
+  const int64_t n = c.rows * c.d;
+  DeviceBuffer x = bench::device_array<float>(n, "x"), y = bench::device_array<float>(n, "y"),
+               dy = bench::device_array<float>(n, "dy"), dx = bench::device_array<float>(n, "dx"),
+               gain = bench::device_array<float>(c.d, "gain"), d_gain = bench::device_array<float>(c.d, "d_gain"),
+               rstd = bench::device_array<float>(c.rows, "rstd");
+  const size_t ws_bytes = gpu::rmsnorm_backward_workspace_bytes(c.rows, c.d);
+  DeviceBuffer ws = bench::device_array<uint8_t>(static_cast<int64_t>(ws_bytes), "workspace");
+  fill_kernel<<<1024, 256>>>(x.as<float>(), n, 1, 0.0f, 1.5f);
+  fill_kernel<<<1024, 256>>>(dy.as<float>(), n, 2, 0.0f, 1.0f);
+  fill_kernel<<<1024, 256>>>(gain.as<float>(), c.d, 3, 1.0f, 0.1f);
+  CHECK_CUDA(cudaGetLastError());
+  CHECK_CUDA(cudaMemset(dx.data(), 0, dx.size()));  // accumulates over the launches: stays finite
+  CHECK_CUDA(cudaMemset(d_gain.data(), 0, d_gain.size()));
+  auto forward = [&] {
+    bench::check(gpu::rmsnorm_forward(x.as<float>(), gain.as<float>(), c.rows, c.d, y.as<float>(), rstd.as<float>(),
+                                      nullptr),
+                 "rmsnorm_forward");
+  };
+  auto backward = [&] {
+    bench::check(gpu::rmsnorm_backward(dy.as<float>(), x.as<float>(), gain.as<float>(), rstd.as<float>(), c.rows, c.d,
+                                       dx.as<float>(), d_gain.as<float>(), ws.data(), ws_bytes, nullptr),
+                 "rmsnorm_backward");
+  };
+  forward();  // rstd for the backward
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  const double us = c.backward ? bench::median_us_flushed(backward, iters, flush, flush_bytes, a, b)
+                               : bench::median_us_flushed(forward, iters, flush, flush_bytes, a, b);
+
+  // The copy moves the floor's bytes: half read, half written.
+  const double floor_bytes = (c.backward ? 12.0 : 8.0) * static_cast<double>(n);
+  const size_t copy_bytes = static_cast<size_t>(floor_bytes / 2);
+  DeviceBuffer src = bench::device_array<uint8_t>(static_cast<int64_t>(copy_bytes), "copy source"),
+               dst = bench::device_array<uint8_t>(static_cast<int64_t>(copy_bytes), "copy destination");
+  CHECK_CUDA(cudaMemset(src.data(), 0, copy_bytes));
+  const double copy_us = bench::median_us_flushed(
+      [&] { CHECK_CUDA(cudaMemcpyAsync(dst.data(), src.data(), copy_bytes, cudaMemcpyDeviceToDevice)); }, iters,
+      flush, flush_bytes, a, b);
+  CHECK_CUDA(cudaEventDestroy(a));
+  CHECK_CUDA(cudaEventDestroy(b));
+  std::printf("case %-22s: %8.1f us, %8.1f us copy, %5.1f%% of copy\n", describe(c).c_str(), us, copy_us,
+              100.0 * copy_us / us);
+  std::fflush(stdout);
+  return Result{c, floor_bytes, us, copy_us};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iters = 0;
+  std::vector<int> only;
+  if (!bench::parse_iters_and_cases(argc, argv, "norm_bench", &iters, &only)) return 2;
+  std::vector<Case> cases;
+  for (const auto& [rows, d] : {std::pair<int64_t, int>{4096, 2048}, {8192, 4096}, {32768, 4096}})
+    for (const bool backward : {false, true}) cases.push_back(Case{rows, d, backward});
+
+  int dev = 0;
+  CHECK_CUDA(cudaGetDevice(&dev));
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, dev));
+  std::printf("norm_bench: %s (sm_%d%d), %d SMs, L2 %d MB; median of %d timed launches, L2 flushed before each\n",
+              prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, iters);
+  const size_t flush_bytes = static_cast<size_t>(prop.l2CacheSize) * 4;
+  const DeviceBuffer flush = bench::device_array<uint8_t>(static_cast<int64_t>(flush_bytes), "L2 flush");
+  CHECK_CUDA(cudaMemset(flush.data(), 0, flush_bytes));
+
+  std::vector<Result> results;
+  for (size_t i = 0; i < cases.size(); ++i)
+    if (only.empty() || std::find(only.begin(), only.end(), static_cast<int>(i)) != only.end())
+      results.push_back(run_case(cases[i], iters, flush.data(), flush_bytes));
+
+  std::printf("\n| case | rows x d | floor MB | us | GB/s | copy GB/s | %% of copy | x floor |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  for (const Result& r : results)
+    std::printf("| %s | %lld x %d | %.1f | %.1f | %.0f | %.0f | %.1f | %.2f |\n", r.c.backward ? "backward" : "forward",
+                static_cast<long long>(r.c.rows), r.c.d, r.floor_bytes / 1e6, r.us, r.floor_bytes / (r.us * 1e3),
+                r.floor_bytes / (r.copy_us * 1e3), 100.0 * r.copy_us / r.us, r.us / r.copy_us);
+  return 0;
+}
