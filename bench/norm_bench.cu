@@ -4,8 +4,8 @@
 // (train/model/phase_bytes.h; read + written), both timed from DRAM (bench_common.cuh's
 // median_us_flushed), in the same process:
 //
-//   floor bytes  forward 8 rows d (x in, y out), backward 12 rows d (dy and x in, dx out; the call
-//                also reads dx, which it accumulates into: one pass moves 16 rows d)
+//   floor bytes  forward 8 rows d (x in, y out), backward 16 rows d (dy, x and the dx it
+//                accumulates into in, dx out)
 //   GB/s         floor bytes / time; % of copy = copy time / call time; x floor = its inverse
 //
 // Shapes: the width-2048 step's micro-batch (4096 tokens x 2048), 8192 x 4096 and 32768 x 4096,
@@ -83,7 +83,7 @@ Result run_case(const Case& c, int iters, void* flush, size_t flush_bytes) {
                                : bench::median_us_flushed(forward, iters, flush, flush_bytes, a, b);
 
   // The copy moves the floor's bytes: half read, half written.
-  const double floor_bytes = (c.backward ? 12.0 : 8.0) * static_cast<double>(n);
+  const double floor_bytes = (c.backward ? 16.0 : 8.0) * static_cast<double>(n);
   const size_t copy_bytes = static_cast<size_t>(floor_bytes / 2);
   DeviceBuffer src = bench::device_array<uint8_t>(static_cast<int64_t>(copy_bytes), "copy source"),
                dst = bench::device_array<uint8_t>(static_cast<int64_t>(copy_bytes), "copy destination");

@@ -29,7 +29,7 @@ std::vector<std::pair<std::string, double>> step_phase_bytes(const ModelConfig& 
   const double head =
       recipe == Recipe::kFp32 ? 0.0 : quantize_bytes(Recipe::kBf16) * (A * (M * D + M * V) + (mirror ? 0.0 : V * D));
   const double quantize = quantize_bytes(recipe) * (A * (activations + gradients) + weights) + head;
-  const double norms = A * (2 * L + 1) * (8 + 12) * M * D;
+  const double norms = A * (2 * L + 1) * (8 + 16) * M * D;
   const double embedding_loss = A * (24 * M * D + 8 * M * V);
   const double optimizer = (mirror ? 35.0 : 33.0) * double(parameter_count(c));
   return {{"quantize", quantize}, {"norms", norms}, {"embedding_loss", embedding_loss}, {"optimizer", optimizer}};

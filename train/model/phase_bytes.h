@@ -14,7 +14,8 @@
 //                  The routes that multiply bf16 values of the blocks move more: their floor is
 //                  still the recipe's.
 //   norms          per micro-batch and RMSNorm (2 per layer, 1 final): 8 M D forward (x in, y
-//                  out), 12 M D backward (dy and x in, dx out)
+//                  out), 16 M D backward (dy and x in, dx read and written: the norm's input
+//                  gradient adds into the residual stream's)
 //   embedding_loss per micro-batch: 12 M D (token and position rows in, x out), 12 M D backward,
 //                  8 M V (the logits read, their gradient written in place)
 //   optimizer      per step: 33 P (AdamW reads weights, gradients, both moments and the decay mask,

@@ -29,7 +29,7 @@ TEST(PhaseBytes, MatchAHandComputation) {
   // of 3 (M D + M V) + V D = 56576 elements.
   const auto fp8 = bytes_of(Recipe::kFp8Block);
   EXPECT_DOUBLE_EQ(fp8.at("quantize"), (6 + 8.0 / 128) * (3 * (81920 + 131072) + 327680) + 6 * 56576.0);
-  EXPECT_DOUBLE_EQ(fp8.at("norms"), 3 * 5 * 20 * 64 * 128.0);               // 5 RMSNorms per micro-batch
+  EXPECT_DOUBLE_EQ(fp8.at("norms"), 3 * 5 * 24 * 64 * 128.0);               // 5 RMSNorms per micro-batch
   EXPECT_DOUBLE_EQ(fp8.at("embedding_loss"), 3 * (24 * 64 * 128.0 + 8 * 64 * 100.0));
   EXPECT_DOUBLE_EQ(fp8.at("optimizer"), 33.0 * double(parameter_count(small_moe())));
   // bf16: the optimizer writes the weights' bf16 copies (2 bytes a parameter), the quantize phase
