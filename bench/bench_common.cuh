@@ -177,6 +177,26 @@ __global__ inline void flush_read_kernel(const uint4* buf, int64_t n, unsigned* 
   if (acc == 0x9E3779B9u) *sink = acc;
 }
 
+// What median_us_flushed reads before each launch: a zeroed buffer of four times the device's L2
+// (which also covers the host time of a launch). Prints the benchmark's device line first.
+struct L2Flush {
+  DeviceBuffer buffer;
+  size_t bytes = 0;
+};
+inline L2Flush l2_flush(const char* program, int iters) {
+  int dev = 0;
+  CHECK_CUDA(cudaGetDevice(&dev));
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, dev));
+  std::printf("%s: %s (sm_%d%d), %d SMs, L2 %d MB; median of %d timed launches, L2 flushed (read) before each\n",
+              program, prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, iters);
+  L2Flush f;
+  f.bytes = static_cast<size_t>(prop.l2CacheSize) * 4;
+  f.buffer = device_array<uint8_t>(static_cast<int64_t>(f.bytes), "L2 flush");
+  CHECK_CUDA(cudaMemset(f.buffer.data(), 0, f.bytes));
+  return f;
+}
+
 // Median time in microseconds of `iters` launches (after 3 warm-up launches), timed from DRAM: the
 // L2 flushed before each by flush_read_kernel reading `flush` (flush_bytes: a few times the L2; clean
 // lines, so no write-back of the flush lands in the timed region), an event pair (a, b) around

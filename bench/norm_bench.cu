@@ -109,20 +109,12 @@ int main(int argc, char** argv) {
   for (const auto& [rows, d] : {std::pair<int64_t, int>{4096, 2048}, {8192, 4096}, {32768, 4096}})
     for (const bool backward : {false, true}) cases.push_back(Case{rows, d, backward});
 
-  int dev = 0;
-  CHECK_CUDA(cudaGetDevice(&dev));
-  cudaDeviceProp prop;
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, dev));
-  std::printf("norm_bench: %s (sm_%d%d), %d SMs, L2 %d MB; median of %d timed launches, L2 flushed before each\n",
-              prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, iters);
-  const size_t flush_bytes = static_cast<size_t>(prop.l2CacheSize) * 4;
-  const DeviceBuffer flush = bench::device_array<uint8_t>(static_cast<int64_t>(flush_bytes), "L2 flush");
-  CHECK_CUDA(cudaMemset(flush.data(), 0, flush_bytes));
+  const bench::L2Flush flush = bench::l2_flush("norm_bench", iters);
 
   std::vector<Result> results;
   for (size_t i = 0; i < cases.size(); ++i)
     if (only.empty() || std::find(only.begin(), only.end(), static_cast<int>(i)) != only.end())
-      results.push_back(run_case(cases[i], iters, flush.data(), flush_bytes));
+      results.push_back(run_case(cases[i], iters, flush.buffer.data(), flush.bytes));
 
   std::printf("\n| case | rows x d | floor MB | us | GB/s | copy GB/s | %% of copy | x floor |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");

@@ -419,16 +419,9 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < cases.size(); ++i) std::printf("%2zu  %s\n", i, describe(cases[i]).c_str());
     return 0;
   }
-  int dev = 0;
-  CHECK_CUDA(cudaGetDevice(&dev));
-  cudaDeviceProp prop;
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, dev));
-  std::printf("quant_bench: %s (sm_%d%d), %d SMs, L2 %d MB; median of %d timed launches, L2 flushed (read) before each\n",
-              prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, iters);
-  const size_t flush_bytes = static_cast<size_t>(prop.l2CacheSize) * 4;  // also covers the host time of run()
-  const bench::DeviceBuffer flush_buf = bench::device_array<uint8_t>(static_cast<int64_t>(flush_bytes), "L2 flush");
-  CHECK_CUDA(cudaMemset(flush_buf.data(), 0, flush_bytes));
-  void* flush = flush_buf.data();
+  const bench::L2Flush l2 = bench::l2_flush("quant_bench", iters);
+  void* flush = l2.buffer.data();
+  const size_t flush_bytes = l2.bytes;
 
   std::vector<Result> results;
   for (size_t i = 0; i < cases.size(); ++i) {
