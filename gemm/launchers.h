@@ -35,8 +35,7 @@ Status launch_sm90_fp8_gemm(const GemmProblem& p, const GemmArguments& args, cud
                            const Grouping* grouping = nullptr);
 // Whether the current device can run that kernel (an sm_90a image that loads on it).
 Status sm90_fp8_gemm_loadable();
-// The CTA tile it runs with: 128 x 128, 128 x 192 or 256 x 128 (dense, or M-grouped; K-grouped
-// problems run 128 x 128 when it is forced). kAuto (the default) picks per problem by a cost model
+// The CTA tile it runs with: 128 x 128, 128 x 192 or 256 x 128. kAuto (the default) picks per problem by a cost model
 // of waves (sm90_fp8_gemm.cu). kM256Pair: 256 x 128 in 2-CTA clusters that share A (what dense
 // 256 x 128 runs where N > 128; M-grouped, the automatic choice takes it for large experts only).
 // Process-wide, for tests and the bench to force one tile; the arithmetic per output element is

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -217,13 +216,15 @@ Status launch_direct(const GemmProblem& p, const GemmArguments& args, cudaStream
               : launch<128, false, 1, GroupMode::kDense, 128, true>(p, args, stream, nullptr);
 }
 
-// 256 x 128 tiles: dense (either B), or M-grouped (128x128 B) (Fp8GemmConfig). Dense clusters
+// 256 x 128 tiles (Fp8GemmConfig), every mode: K-grouped in CTAs of their own. Dense clusters
 // pair tiles side by side and share A, twice B's bytes (2-6% faster than sharing B). M-grouped
 // pairs them too (`pair`) where experts average kPairedExpertRows rows or more: sharing A measured
 // 3% faster on 4096-row experts, up to 8% slower on the training shapes' 1024-row experts.
 constexpr int64_t kPairedExpertRows = 4096;
 Status launch_tall(const GemmProblem& p, const GemmArguments& args, cudaStream_t stream, const Grouping* grouping,
                    bool pair, bool b_scale_per_row) {
+  if (grouping != nullptr && grouping->mode == GroupMode::kK)
+    return launch<128, true, 1, GroupMode::kK, 256>(p, args, stream, grouping);
   if (grouping != nullptr)
     return pair ? launch<128, false, 2, GroupMode::kM, 256>(p, args, stream, grouping)
                 : launch<128, false, 1, GroupMode::kM, 256>(p, args, stream, grouping);
@@ -238,8 +239,7 @@ Status launch_tall(const GemmProblem& p, const GemmArguments& args, cudaStream_t
 // ceil(units / clusters) rounds) times a unit's cost in 128 x 128 tiles: 1.375 for 128 x 192 and
 // for 256 x 128 kTallCost (128x128 B) or kTallWgradCost (1x128 B: its promotion multiplies by
 // one scale per column, so the taller tile saves less) (the work over the rate measured against
-// 128 x 128 at large shapes on the H200, docs/performance.md). 256-row tiles apply dense or
-// M-grouped. No autotuning at run time.
+// 128 x 128 at large shapes on the H200, docs/performance.md). No autotuning at run time.
 // M-grouped: the rows of all experts as one problem (per-expert rows are on the device; a
 // half-empty last tile per expert in the model picked 128 x 192 where 256 x 128 measured 7% faster,
 // 32 experts of 512 rows); K-grouped: every expert's m x n output. Accumulating over a short K:
@@ -251,7 +251,7 @@ constexpr double kTallWgradCost = 1.9;
 // 128 x 128: 3% faster at 28672 x 4096 x 1024 and 4096 x 14336 x 1024 on the H200 (than 128 x 192,
 // and than 256 x 128), 1-4% on K-grouped experts of 1024 tokens; from 2048 on 128 x 192 wins (5-15%).
 constexpr int64_t kShortAccumulateK = 1024;
-Sm90Fp8Tile pick_tile(const GemmProblem& p, const Grouping* grouping, int sm_count, bool tall_applies) {
+Sm90Fp8Tile pick_tile(const GemmProblem& p, const Grouping* grouping, int sm_count) {
   const int64_t experts = grouping != nullptr && grouping->mode == GroupMode::kK ? grouping->num_groups : 1;
   // D += the product over a short K loop (a step's expert wgrad): a wider or taller tile's larger
   // reduce-add epilogue is not hidden behind its few K blocks.
@@ -266,8 +266,7 @@ Sm90Fp8Tile pick_tile(const GemmProblem& p, const Grouping* grouping, int sm_cou
   const int64_t pair_m = cluster_size(p, grouping);
   const double narrow = waves(128, 128, pair_m, 1), wide = waves(128, 192, pair_m, 1) * kWideCost;
   const double tall_cost = p.b_recipe == Format::kFp8Block1x128 ? kTallWgradCost : kTallCost;
-  const double tall = tall_applies ? waves(256, 128, 1, grouping == nullptr && p.n > 128 ? 2 : 1) * tall_cost
-                                   : std::numeric_limits<double>::infinity();
+  const double tall = waves(256, 128, 1, grouping == nullptr && p.n > 128 ? 2 : 1) * tall_cost;
   if (tall < narrow && tall < wide) return Sm90Fp8Tile::kM256;
   return wide < narrow ? Sm90Fp8Tile::kN192 : Sm90Fp8Tile::kN128;
 }
@@ -297,6 +296,7 @@ Status sm90_fp8_gemm_loadable() {
   BS_RETURN_IF_ERROR((prepare<192, false, 1, GroupMode::kM>(&sms)));
   BS_RETURN_IF_ERROR((prepare<128, true, 1, GroupMode::kK>(&sms)));
   BS_RETURN_IF_ERROR((prepare<192, true, 1, GroupMode::kK>(&sms)));
+  BS_RETURN_IF_ERROR((prepare<128, true, 1, GroupMode::kK, 256>(&sms)));
   BS_RETURN_IF_ERROR((prepare<128, false, 1, GroupMode::kDense, 128, true>(&sms)));
   BS_RETURN_IF_ERROR((prepare<128, false, 2, GroupMode::kDense, 128, true>(&sms)));
   BS_RETURN_IF_ERROR((prepare<128, true, 1, GroupMode::kDense, 128, true>(&sms)));
@@ -310,15 +310,14 @@ Status launch_sm90_fp8_gemm(const GemmProblem& p, const GemmArguments& args, cud
   // gemm/grouped.cpp checks the recipes: 128x128 B when M-grouped, 1x128 B when K-grouped.
   const bool b_scale_per_row = p.b_recipe == Format::kFp8Block1x128;
   if (!tma_stores_d(p, args)) return launch_direct(p, args, stream, grouping, b_scale_per_row);
-  const bool tall_applies = grouping == nullptr || (grouping->mode == GroupMode::kM && !b_scale_per_row);
   const Sm90Fp8Tile forced = sm90_fp8_tile();
   Sm90Fp8Tile tile = forced;
   if (tile == Sm90Fp8Tile::kAuto) {
     int sms = 0;
     BS_RETURN_IF_ERROR((prepare<128, false, 1>(&sms)));
-    tile = pick_tile(p, grouping, sms, tall_applies);
+    tile = pick_tile(p, grouping, sms);
   }
-  if ((tile == Sm90Fp8Tile::kM256 || tile == Sm90Fp8Tile::kM256Pair) && tall_applies) {
+  if (tile == Sm90Fp8Tile::kM256 || tile == Sm90Fp8Tile::kM256Pair) {
     const bool large_experts = grouping != nullptr && p.m >= kPairedExpertRows * grouping->num_groups;
     return launch_tall(p, args, stream, grouping,
                        tile == Sm90Fp8Tile::kM256Pair || (forced == Sm90Fp8Tile::kAuto && large_experts),

@@ -127,8 +127,8 @@ struct Fp8GemmConfig {
   static_assert(kTileN == 128 || kTileN == 192, "wgmma widths with a wrapper in sm90_ptx.cuh");
   // Two waves hold 2 x 64 + 64 accumulators at 128 wide; 192 columns would not fit (1x128 B scales
   // are read from shared memory in the promotion: kHoldStage).
-  static_assert(kTileM == 128 || (kTileM == 256 && kTileN == 128 && kMode_ != GroupMode::kK),
-                "256-row tiles: dense or M-grouped, 128 wide");
+  static_assert(kTileM == 128 || (kTileM == 256 && kTileN == 128),
+                "256-row tiles: 128 wide");
   static_assert(kCluster == 1 || kCluster == 2, "clusters of 1 or 2 CTAs along M");
   static_assert(kMode_ == GroupMode::kDense || kCluster == 1 || (kMode_ == GroupMode::kM && kShareA),
                 "grouped modes: no cluster, but M-grouped 256-row tiles side by side (one expert's rows)");

@@ -72,7 +72,6 @@ inline std::string tile_name(Sm90Fp8Tile t) {
 }
 
 // The tiles every GPU case runs: all three, or the one GEMM_TEST_TILE names (128, 192 or 256).
-// 256 x 128 applies to 128x128 B only; with 1x128 B it runs 128 x 128 (gemm/launchers.h).
 inline std::vector<Sm90Fp8Tile> tiles_under_test() {
   const char* env = std::getenv("GEMM_TEST_TILE");
   const std::string only = env ? env : "";

@@ -37,6 +37,7 @@
 #include "gemm/device_operand.h"
 #include "gemm/grouped.h"
 #include "quant/quantize.h"
+#include "tests/gemm/gemm_fp8_harness.h"  // defines: tiles_under_test, TileScope, tile_name
 #include "tests/gemm/gemm_test_util.h"
 #include "tests/gpu_test.h"  // defines: SKIP_WITHOUT_GPU, ASSERT_CUDA, ASSERT_OK, expect_error
 
@@ -50,6 +51,10 @@ using bf::DType;
 using blockscale_test::absolute;
 using blockscale::runtime::DeviceBuffer;
 using blockscale_test::element_value;
+using blockscale_test::fp8_blockwise::tile_name;
+using blockscale_test::fp8_blockwise::tiles_under_test;
+using blockscale_test::fp8_blockwise::TileScope;
+using bg::detail::Sm90Fp8Tile;
 using blockscale_test::encode;
 using blockscale_test::expect_error;
 using blockscale_test::frobenius;
@@ -218,8 +223,20 @@ void check_case(const KGroupedCase& kc, uint64_t seed, int skip_expert = -1) {
 
   const std::vector<uint8_t> d_init =
       c.empty() ? std::vector<uint8_t>(static_cast<size_t>(stored * esize + guard), 0xFF) : encode(c, kc.d_type);
-  const std::vector<uint8_t> d =
-      run_gpu(p, widened(o.a, o.capacity), widened(o.b, o.capacity), o.ends, d_init, kc.host_ends);
+  // FP8 blockwise runs at every tile (each must give the first's bits); the others at their one.
+  const bool fp8 = kc.pair.a == Format::kFp8Block1x128;
+  const std::vector<Sm90Fp8Tile> tiles = fp8 ? tiles_under_test() : std::vector<Sm90Fp8Tile>{Sm90Fp8Tile::kAuto};
+  std::vector<uint8_t> d;
+  for (const Sm90Fp8Tile tile : tiles) {
+    const TileScope scope(tile);
+    const std::vector<uint8_t> out_bytes =
+        run_gpu(p, widened(o.a, o.capacity), widened(o.b, o.capacity), o.ends, d_init, kc.host_ends);
+    if (d.empty()) {
+      d = out_bytes;
+    } else {
+      EXPECT_TRUE(out_bytes == d) << tile_name(tile) << " differs from " << tile_name(tiles.front());
+    }
+  }
   if (c.empty()) {  // nothing written past n in a row, or after D
     int64_t touched = 0;
     for (int64_t r = 0; r < int64_t{groups} * kc.m; ++r)
