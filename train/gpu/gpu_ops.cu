@@ -1,9 +1,9 @@
 // train/gpu/gpu_ops.h, the element-wise and row-wise parts: embedding, RMSNorm, SwiGLU, cross-entropy,
 // deterministic sums, AdamW, clipping scale, bf16 conversion. fp32 throughout; each mirrors the
 // train/cpu/cpu_ops.cpp function of the same name (attention: gpu_attention.cu; router and MoE:
-// gpu_router.cu). Row kernels give a group of warps (RMSNorm) or a block (cross-entropy, long vocab
-// rows) to a row; reductions over rows use fixed-order per-chunk partials and the ordered sum of
-// gpu_ops_common.cuh, never atomics.
+// gpu_router.cu). Row kernels give a group of warps (RMSNorm), a warp (cross-entropy's short rows)
+// or a block (long vocab rows) to a row; reductions over rows use fixed-order per-chunk partials
+// and the ordered sum of gpu_ops_common.cuh, never atomics.
 #include <cub/device/device_radix_sort.cuh>
 
 #include <cmath>
@@ -46,13 +46,55 @@ __device__ __forceinline__ int64_t warp_stride() { return thread_stride() / kWar
 
 // ---- Embedding ---------------------------------------------------------------------------------
 
-__global__ void embedding_forward_kernel(const int32_t* tokens, int64_t n_tokens, int seq_len, int d, int vocab,
-                                         const float* embed, const float* pos_embed, float* x) {
-  for (int64_t i = thread_index(); i < n_tokens * d; i += thread_stride()) {
-    const int64_t t = i / d;
-    const int c = static_cast<int>(i - t * d);
+// Both directions split rows into chunks of kWarp * V columns, lane l taking the V floats at the
+// chunk's start + V l (the forward: a warp per row, its chunks in turn; the backward: a warp per
+// chunk): V = 4 (16-byte accesses) where d % 4 == 0 and every pointer is 16-byte aligned, else 1.
+// A scalar access per thread keeps too few bytes in flight (gpu_ops_common.cuh).
+template <int V>
+struct Slice {  // V consecutive floats of a row
+  float v[V];
+  __device__ static Slice load(const float* p) {
+    Slice s;
+    if constexpr (V == 4) {
+      const float4 q = load4(p);
+      s.v[0] = q.x, s.v[1] = q.y, s.v[2] = q.z, s.v[3] = q.w;
+    } else {
+      s.v[0] = *p;
+    }
+    return s;
+  }
+  __device__ void store(float* p) const {
+    if constexpr (V == 4) *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+    else *p = v[0];
+  }
+  __device__ void add(const Slice& o) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] += o.v[i];
+  }
+};
+
+template <int V>
+__host__ __device__ int64_t embedding_chunks(int d) { return (d + kWarp * V - 1) / (kWarp * V); }
+
+template <int V>
+__global__ void __launch_bounds__(kThreads) embedding_forward_kernel(const int32_t* tokens, int64_t n_tokens,
+                                                                     int seq_len, int d, int vocab, const float* embed,
+                                                                     const float* pos_embed, float* x) {
+  const int lane = threadIdx.x % kWarp;
+  for (int64_t t = warp_index(); t < n_tokens; t += warp_stride()) {  // a warp per row, its chunks in turn
     const int32_t id = tokens[t];
-    x[i] = id >= 0 && id < vocab ? embed[int64_t{id} * d + c] + pos_embed[(t % seq_len) * d + c] : quiet_nan();
+    const bool valid = id >= 0 && id < vocab;
+    const float* e = embed + int64_t{valid ? id : 0} * d;  // row 0 read and dropped: one path, no branch
+    const float* p = pos_embed + (t % seq_len) * d;
+#pragma unroll 4
+    for (int64_t c = V * lane; c < d; c += kWarp * V) {
+      Slice<V> v = Slice<V>::load(e + c);
+      v.add(Slice<V>::load(p + c));  // e + p: the CPU's sum (a + b == b + a)
+      if (!valid)
+#pragma unroll
+        for (int i = 0; i < V; ++i) v.v[i] = quiet_nan();
+      v.store(x + t * d + c);
+    }
   }
 }
 
@@ -66,33 +108,104 @@ __global__ void embedding_sort_keys_kernel(const int32_t* tokens, int64_t n_toke
   }
 }
 
-// One thread per (sorted index, column): the thread at a run of equal sorted ids' first index adds
-// the run's dx rows to d_embed[id] in position order (the stable sort kept it), the CPU's order of
-// additions. Threads, not a warp per run: a frequent token's run is long, and the columns of all
-// runs are what can proceed in parallel.
-__global__ void embedding_rows_backward_kernel(const uint32_t* keys, const int32_t* positions, int64_t n_tokens,
-                                               int d, int vocab, const float* dx, float* d_embed) {
-  for (int64_t g = thread_index(); g < n_tokens * d; g += thread_stride()) {
-    const int64_t i = g / d;
-    const int c = static_cast<int>(g - i * d);
-    const uint32_t id = keys[i];
-    if (id >= static_cast<uint32_t>(vocab) || (i > 0 && keys[i - 1] == id)) continue;
-    float acc = d_embed[int64_t{id} * d + c];
-    for (int64_t k = i; k < n_tokens && keys[k] == id; ++k) acc += dx[int64_t{positions[k]} * d + c];
-    d_embed[int64_t{id} * d + c] = acc;
+// The backward's dx rows a warp keeps in flight: its adds are a chain (the CPU's order), its
+// loads are not, so they are issued a batch at a time.
+constexpr int kEmbedRowsInFlight = 8;
+
+// d_embed[id] += dx rows of the runs of equal sorted keys that start in sorted entries [32 g,
+// 32 g + 32), each run in position order (the stable sort kept it), at one chunk of columns: the
+// warp walks the entries from the group's first run start to the end of its last run (past the
+// group if that run is), 32 keys at a time, and loads each batch's dx rows, and the d_embed rows of
+// the runs starting in it, before adding: a run of one entry costs no more latency than a long one.
+template <int V>
+__device__ __forceinline__ void embedding_token_runs(const uint32_t* keys, const int32_t* positions, int64_t n_tokens,
+                                                     int d, int vocab, const float* dx, float* d_embed, int64_t g,
+                                                     int64_t c, int lane) {
+  const int64_t group_end = (g + 1) * kWarp;
+  const bool valid = c < d;
+  Slice<V> acc;
+  int64_t acc_row = -1;  // the d_embed row acc belongs to; -1: none yet
+  bool started = false;  // past the first run start of the group
+  for (int64_t i0 = g * kWarp; i0 < n_tokens; i0 += kWarp) {
+    const int64_t i = i0 + lane;
+    const uint32_t key = i < n_tokens ? keys[i] : static_cast<uint32_t>(vocab);
+    const bool head = key < static_cast<uint32_t>(vocab) && (i == 0 || keys[i - 1] != key);
+    const int32_t position = i < n_tokens ? positions[i] : 0;
+    // Entries from the first head on, up to (not including) the first out-of-range key or the
+    // first head past the group.
+    const bool stop = key >= static_cast<uint32_t>(vocab) || (i >= group_end && head);
+    const unsigned heads = __ballot_sync(0xFFFFFFFFu, head), stops = __ballot_sync(0xFFFFFFFFu, stop);
+    const int first = started ? 0 : (heads == 0 ? kWarp : __ffs(heads) - 1);
+    const int last = stops == 0 ? kWarp : __ffs(stops) - 1;  // entries [first, last) of this window
+    if (first >= last) break;  // no run starts here (started: the run ended at the window's start)
+    started = true;
+    for (int j0 = first; j0 < last; j0 += kEmbedRowsInFlight) {
+      Slice<V> rows[kEmbedRowsInFlight], starts[kEmbedRowsInFlight];
+      uint32_t ids[kEmbedRowsInFlight];
+#pragma unroll
+      for (int j = 0; j < kEmbedRowsInFlight; ++j) {  // every lane takes part in the shuffles
+        const int e = j0 + j;
+        const int64_t row = __shfl_sync(0xFFFFFFFFu, position, e % kWarp);
+        ids[j] = __shfl_sync(0xFFFFFFFFu, key, e % kWarp);
+        if (e < last && valid) {
+          rows[j] = Slice<V>::load(dx + row * d + c);
+          if ((heads >> e) & 1u) starts[j] = Slice<V>::load(d_embed + int64_t{ids[j]} * d + c);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kEmbedRowsInFlight; ++j) {
+        const int e = j0 + j;
+        if (e >= last || !valid) continue;
+        if ((heads >> e) & 1u) {  // a run starts: the previous one is done
+          if (acc_row >= 0) acc.store(d_embed + acc_row * d + c);
+          acc = starts[j];
+          acc_row = ids[j];
+        }
+        acc.add(rows[j]);
+      }
+    }
+    if (last < kWarp) break;
   }
+  if (acc_row >= 0) acc.store(d_embed + acc_row * d + c);
 }
 
-// d_pos_embed[p, c] += dx[t, c] for t = p, p + seq_len, ... in order (one thread per element).
-__global__ void embedding_pos_backward_kernel(int64_t n_tokens, int seq_len, int d, const float* dx,
-                                              float* d_pos_embed) {
-  const int64_t positions = n_tokens < seq_len ? n_tokens : seq_len;
-  for (int64_t i = thread_index(); i < positions * d; i += thread_stride()) {
-    const int64_t p = i / d;
-    const int c = static_cast<int>(i - p * d);
-    float acc = d_pos_embed[i];
-    for (int64_t t = p; t < n_tokens; t += seq_len) acc += dx[t * d + c];
-    d_pos_embed[i] = acc;
+// d_pos_embed[p] += dx[t] for t = p, p + seq_len, ... in order, at one chunk of columns.
+template <int V>
+__device__ __forceinline__ void embedding_position_rows(int64_t n_tokens, int seq_len, int d, const float* dx,
+                                                        float* d_pos_embed, int64_t p, int64_t c) {
+  if (c >= d) return;
+  Slice<V> acc = Slice<V>::load(d_pos_embed + p * d + c);
+  for (int64_t t0 = p; t0 < n_tokens; t0 += int64_t{kEmbedRowsInFlight} * seq_len) {
+    Slice<V> rows[kEmbedRowsInFlight];
+#pragma unroll
+    for (int j = 0; j < kEmbedRowsInFlight; ++j)
+      if (t0 + int64_t{j} * seq_len < n_tokens) rows[j] = Slice<V>::load(dx + (t0 + int64_t{j} * seq_len) * d + c);
+#pragma unroll
+    for (int j = 0; j < kEmbedRowsInFlight; ++j)
+      if (t0 + int64_t{j} * seq_len < n_tokens) acc.add(rows[j]);
+  }
+  acc.store(d_pos_embed + p * d + c);
+}
+
+// Both gradients in one launch: warp items (group of 32 sorted entries, chunk), then (position,
+// chunk); consecutive warps take consecutive chunks of the same rows.
+template <int V>
+__global__ void __launch_bounds__(kThreads) embedding_backward_kernel(const uint32_t* keys, const int32_t* positions,
+                                                                      int64_t n_tokens, int seq_len, int d, int vocab,
+                                                                      const float* dx, float* d_embed,
+                                                                      float* d_pos_embed) {
+  const int64_t chunks = embedding_chunks<V>(d);
+  const int64_t token_items = (n_tokens + kWarp - 1) / kWarp * chunks;
+  const int64_t items = token_items + (n_tokens < seq_len ? n_tokens : seq_len) * chunks;
+  const int lane = threadIdx.x % kWarp;
+  for (int64_t w = warp_index(); w < items; w += warp_stride()) {  // warp-uniform: the branches are too
+    const int64_t k = w < token_items ? w : w - token_items;
+    const int64_t row = k / chunks;
+    const int64_t c = (k - row * chunks) * (kWarp * V) + V * lane;
+    if (w < token_items)
+      embedding_token_runs<V>(keys, positions, n_tokens, d, vocab, dx, d_embed, row, c, lane);
+    else
+      embedding_position_rows<V>(n_tokens, seq_len, d, dx, d_pos_embed, row, c);
   }
 }
 
@@ -425,7 +538,55 @@ struct SwigluBackward {
 
 // ---- Cross-entropy -----------------------------------------------------------------------------
 
-// One block per row: max, sum of exp, loss; then dlogits. Every read of the row (the target's
+// Rows of at most kCrossEntropyWarpVocab logits (vocab % 4 == 0, 16-byte aligned): a warp per row,
+// held in registers (lane l takes float4s l, l + 32, ...), so the row is read once and no block
+// barrier is needed; the step's vocabulary of 256 is two float4s a lane. Every read of the row
+// happens before the __syncwarp, every write after it: dlogits may alias.
+constexpr int kCrossEntropyWarpQuads = 8;  // float4s per lane
+constexpr int kCrossEntropyWarpVocab = 4 * kWarp * kCrossEntropyWarpQuads;  // 1024
+
+__global__ void __launch_bounds__(kThreads) cross_entropy_rows_kernel(const float* logits, const int32_t* targets,
+                                                                      int64_t rows, int vocab, float grad_scale,
+                                                                      float* losses, float* dlogits) {
+  const int lane = threadIdx.x % kWarp, vocab4 = vocab / 4;
+  for (int64_t r = warp_index(); r < rows; r += warp_stride()) {
+    const float* z = logits + r * vocab;
+    const int32_t target = targets[r];
+    const bool valid = target >= 0 && target < vocab;
+    const float z_target = valid ? z[target] : quiet_nan();
+    float4 v[kCrossEntropyWarpQuads];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kCrossEntropyWarpQuads; ++i) {
+      const int q = lane + i * kWarp;
+      v[i] = q < vocab4 ? load4(z + 4 * q) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+      mx = fmaxf(fmaxf(mx, fmaxf(v[i].x, v[i].y)), fmaxf(v[i].z, v[i].w));
+    }
+    mx = warp_max(mx);
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kCrossEntropyWarpQuads; ++i)
+      if (lane + i * kWarp < vocab4) {
+        sum += expf(v[i].x - mx), sum += expf(v[i].y - mx);
+        sum += expf(v[i].z - mx), sum += expf(v[i].w - mx);
+      }
+    sum = warp_sum(sum);
+    const float log_sum = logf(sum) + mx;
+    if (lane == 0) losses[r] = log_sum - z_target;
+    if (dlogits == nullptr) continue;
+    __syncwarp();
+    auto grad = [&](float zv, int col) { return (expf(zv - log_sum) - (col == target ? 1.0f : 0.0f)) * grad_scale; };
+#pragma unroll
+    for (int i = 0; i < kCrossEntropyWarpQuads; ++i) {
+      const int q = lane + i * kWarp;
+      if (q < vocab4)
+        *reinterpret_cast<float4*>(dlogits + r * vocab + 4 * q) =
+            make_float4(grad(v[i].x, 4 * q), grad(v[i].y, 4 * q + 1), grad(v[i].z, 4 * q + 2), grad(v[i].w, 4 * q + 3));
+    }
+  }
+}
+
+// The fallback, one block per row: max, sum of exp, loss; then dlogits. Every read of the row (the target's
 // logit included) happens before the barrier in block_sum, every write after it: dlogits may alias.
 __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(const float* logits, const int32_t* targets,
                                                                  int64_t rows, int vocab, float grad_scale,
@@ -468,7 +629,7 @@ __global__ void __launch_bounds__(kThreads) reduce_partials_kernel(const float* 
   float acc = 0.0f;
   for (int64_t i = thread_index(); i < n; i += thread_stride()) acc += kSquares ? x[i] * x[i] : x[i];
   acc = block_sum(acc, scratch);
-  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc + 0.0f;  // + 0: reduce_finish's bits for one block (-0 -> +0)
 }
 
 __global__ void __launch_bounds__(kThreads) reduce_finish_kernel(const float* partials, int64_t count, float* out) {
@@ -488,6 +649,10 @@ Status reduce(const char* fn, const float* x, int64_t n, float* out, void* works
   BS_RETURN_IF_ERROR(check_workspace(fn, reduction_workspace_bytes(n), workspace, workspace_bytes));
   float* partials = static_cast<float*>(workspace);
   const int64_t blocks = reduce_blocks(n);
+  if (blocks == 1) {  // n <= 4096 (the step's row losses): the block's sum is the result, one launch
+    reduce_partials_kernel<kSquares><<<1, kThreads, 0, stream>>>(x, n, out);
+    return launch_status(fn);
+  }
   reduce_partials_kernel<kSquares><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, n, partials);
   reduce_finish_kernel<<<1, kThreads, 0, stream>>>(partials, blocks, out);
   return launch_status(fn);
@@ -589,8 +754,13 @@ Status embedding_forward(const int32_t* tokens, int64_t n_tokens, int seq_len, i
   BS_RETURN_IF_ERROR(check_ptr(fn, "embed", embed));
   BS_RETURN_IF_ERROR(check_ptr(fn, "pos_embed", pos_embed));
   BS_RETURN_IF_ERROR(check_ptr(fn, "x", x));
-  embedding_forward_kernel<<<blocks_for(n_tokens * d, kThreads), kThreads, 0, stream>>>(tokens, n_tokens, seq_len,
-                                                                                      d, vocab, embed, pos_embed, x);
+  const bool vector = d % 4 == 0 && aligned_to(embed, 16) && aligned_to(pos_embed, 16) && aligned_to(x, 16);
+  if (vector)
+    embedding_forward_kernel<4><<<blocks_for(n_tokens * kWarp, kThreads), kThreads, 0, stream>>>(
+        tokens, n_tokens, seq_len, d, vocab, embed, pos_embed, x);
+  else
+    embedding_forward_kernel<1><<<blocks_for(n_tokens * kWarp, kThreads), kThreads, 0, stream>>>(
+        tokens, n_tokens, seq_len, d, vocab, embed, pos_embed, x);
   return launch_status(fn);
 }
 
@@ -626,11 +796,16 @@ Status embedding_backward(const int32_t* tokens, int64_t n_tokens, int seq_len, 
                                                                  b.positions_in, b.positions_out,
                                                                  static_cast<int>(n_tokens), 0, sort_bits(vocab), stream),
                                  fn));
-  embedding_rows_backward_kernel<<<blocks_for(n_tokens * d, kThreads), kThreads, 0, stream>>>(
-      b.keys_out, b.positions_out, n_tokens, d, vocab, dx, d_embed);
-  const int64_t positions = std::min<int64_t>(n_tokens, seq_len);
-  embedding_pos_backward_kernel<<<blocks_for(positions * d, kThreads), kThreads, 0, stream>>>(n_tokens, seq_len, d,
-                                                                                            dx, d_pos_embed);
+  const int64_t groups = (n_tokens + kWarp - 1) / kWarp, positions = std::min<int64_t>(n_tokens, seq_len);
+  const bool vector = d % 4 == 0 && aligned_to(dx, 16) && aligned_to(d_embed, 16) && aligned_to(d_pos_embed, 16);
+  if (vector)
+    embedding_backward_kernel<4><<<blocks_for((groups + positions) * embedding_chunks<4>(d) * kWarp, kThreads),
+                                   kThreads, 0, stream>>>(b.keys_out, b.positions_out, n_tokens, seq_len, d, vocab, dx,
+                                                          d_embed, d_pos_embed);
+  else
+    embedding_backward_kernel<1><<<blocks_for((groups + positions) * embedding_chunks<1>(d) * kWarp, kThreads),
+                                   kThreads, 0, stream>>>(b.keys_out, b.positions_out, n_tokens, seq_len, d, vocab, dx,
+                                                          d_embed, d_pos_embed);
   return launch_status(fn);
 }
 
@@ -728,8 +903,12 @@ Status cross_entropy(const float* logits, const int32_t* targets, int64_t rows, 
   BS_RETURN_IF_ERROR(check_ptr(fn, "logits", logits));
   BS_RETURN_IF_ERROR(check_ptr(fn, "targets", targets));
   BS_RETURN_IF_ERROR(check_ptr(fn, "losses", losses));
-  cross_entropy_kernel<<<blocks_for(rows, 1), kThreads, 0, stream>>>(logits, targets, rows, vocab, grad_scale,
-                                                                     losses, dlogits);
+  if (vocab % 4 == 0 && vocab <= kCrossEntropyWarpVocab && aligned_to(logits, 16) && aligned_to(dlogits, 16))
+    cross_entropy_rows_kernel<<<blocks_for(rows * kWarp, kThreads), kThreads, 0, stream>>>(
+        logits, targets, rows, vocab, grad_scale, losses, dlogits);
+  else
+    cross_entropy_kernel<<<blocks_for(rows, 1), kThreads, 0, stream>>>(logits, targets, rows, vocab, grad_scale,
+                                                                       losses, dlogits);
   return launch_status(fn);
 }
 

@@ -32,11 +32,14 @@ namespace blockscale::train::gpu {
 // ---- Embedding -------------------------------------------------------------------------------------
 // x[t] = embed[tokens[t]] + pos_embed[t % seq_len] (bit-identical to the CPU). Unlike the CPU
 // function this takes `vocab` (rows of embed): a token outside [0, vocab) gives a NaN row of x.
+// Both directions move float4s where d % 4 == 0 and the float pointers are 16-byte aligned.
 Status embedding_forward(const int32_t* tokens, int64_t n_tokens, int seq_len, int d, int vocab,
                          const float* embed, const float* pos_embed, float* x, cudaStream_t stream);
 // d_embed[tokens[t]] += dx[t], d_pos_embed[t % seq_len] += dx[t], summed in token order exactly as
-// the CPU does (bit-identical): tokens are sorted by a stable radix sort (cub), then one warp per
-// run of equal ids adds its rows in position order. Tokens outside [0, vocab) are skipped.
+// the CPU does (bit-identical): tokens are sorted by a stable radix sort (cub), then one launch
+// reads dx for both sums: a warp per (32 sorted tokens, columns) adds the rows of the runs of equal
+// ids starting there in position order, a warp per (position, columns) the batch's rows in order.
+// Tokens outside [0, vocab) are skipped.
 Status embedding_backward_workspace_bytes(int64_t n_tokens, int vocab, size_t* bytes);  // needs a GPU (cub)
 Status embedding_backward(const int32_t* tokens, int64_t n_tokens, int seq_len, int d, int vocab,
                           const float* dx, float* d_embed, float* d_pos_embed, void* workspace,
@@ -99,13 +102,15 @@ Status moe_scatter_add(const float* dx_sorted, const int32_t* slot_row, int64_t 
                        int d, float* dx, cudaStream_t stream);
 
 // ---- Cross-entropy ---------------------------------------------------------------------------------
-// losses[r] = logsumexp(logits[r]) - logits[r, targets[r]] (fp32, one block per row; sum them with
-// gpu::sum); dlogits (null: not computed; may alias logits) = (softmax - onehot) * grad_scale.
+// losses[r] = logsumexp(logits[r]) - logits[r, targets[r]] (fp32; a warp per row held in registers
+// where vocab % 4 == 0, vocab <= 1024 and the pointers are 16-byte aligned, else a block per row;
+// sum them with gpu::sum); dlogits (null: not computed; may alias logits) = (softmax - onehot) *
+// grad_scale.
 // A target outside [0, vocab) gives a NaN loss and dlogits without the one-hot.
 Status cross_entropy(const float* logits, const int32_t* targets, int64_t rows, int vocab, float grad_scale,
                      float* losses, float* dlogits, cudaStream_t stream);
 
-// ---- Reductions (deterministic: fixed-size partials, then one ordered pass) ------------------------
+// ---- Reductions (deterministic: fixed-size partials, then one ordered pass; one launch for n <= 4096)
 size_t reduction_workspace_bytes(int64_t n);
 Status sum(const float* x, int64_t n, float* out_device, void* workspace, size_t workspace_bytes,
            cudaStream_t stream);

@@ -52,8 +52,8 @@ TEST_P(CrossEntropyTest, LossesAndGradientMatchTheCpu) {
                                            dlogits_ref.data() + r * vocab));
   const double total_ref = cpu::cross_entropy(logits.data(), targets.data(), rows, vocab, grad_scale, nullptr);
 
-  // loss: the fp32 sum of exps (per-thread runs of <= 256 terms, then a tree) is within
-  // (256 + 8) * 2^-24 ~ 1.6e-5 of the double one at worst (~1e-6 typically), which becomes an
+  // loss: the fp32 sum of exps (per-thread runs of <= 256 terms, <= 32 on the warp-per-row path,
+  // then a tree) is within (256 + 8) * 2^-24 ~ 1.6e-5 of the double one at worst (~1e-6 typically), which becomes an
   // absolute error of the logsumexp; plus a few ulps of it (< 20 here): 3e-5 absolute. dlogits:
   // p = expf(z - logsumexp) inherits that as a relative error: 3e-5; the target's p - 1 cancels,
   // so plus 3e-5 of grad_scale.
@@ -82,7 +82,11 @@ TEST_P(CrossEntropyTest, LossesAndGradientMatchTheCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CrossEntropyTest,
                          ::testing::Values(CrossEntropyCase{1, 50}, CrossEntropyCase{7, 1000}, CrossEntropyCase{129, 50},
-                                           CrossEntropyCase{5, 65536}, CrossEntropyCase{3, 50257}),
+                                           CrossEntropyCase{5, 65536}, CrossEntropyCase{3, 50257},
+                                           // a warp per row (vocab % 4 == 0, <= 1024): the step's 256, the
+                                           // largest, the smallest; then the block path just past it
+                                           CrossEntropyCase{4096, 256}, CrossEntropyCase{33, 1024},
+                                           CrossEntropyCase{9, 4}, CrossEntropyCase{7, 1028}),
                          ce_case_name);
 
 TEST(CrossEntropyTargetTest, OutOfRangeTargetGivesNanLossAndNoOneHot) {
@@ -132,7 +136,8 @@ TEST_P(ReductionTest, SumsMatchDoubleAndRepeatBitForBit) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Sizes, ReductionTest, ::testing::Values(1, 1000, (1 << 20) + 3, 5000003));
+// Up to 4096 one block writes the sum; 4097 takes the partials and the ordered pass.
+INSTANTIATE_TEST_SUITE_P(Sizes, ReductionTest, ::testing::Values(1, 1000, 4096, 4097, (1 << 20) + 3, 5000003));
 
 // ---- AdamW ---------------------------------------------------------------------------------------
 

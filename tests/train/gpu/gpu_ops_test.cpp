@@ -79,17 +79,30 @@ TEST(GpuOpsArguments, NameTheArgumentAndTheRule) {
 
 // ---- Embedding: bit-identical to the CPU (the same fp32 additions in the same order) ----------------
 
+// float4 accesses where d % 4 == 0 and the pointers are 16-byte aligned, else scalar ones (d % 4 != 0,
+// or `offset` floats past an aligned start for every float array); the backward's warps walk runs
+// of equal sorted ids from their group of 32 to the run's end: short runs (vocab 1000, 32000), long
+// ones (vocab 50), and one run of every token (`only_token` >= 0) crossing many groups.
 struct EmbeddingCase {
   int64_t n_tokens;
   int seq_len, d, vocab;
+  int offset = 0;
+  int32_t only_token = -1;  // >= 0: every token is this id
 };
+std::string embedding_case_name(const ::testing::TestParamInfo<EmbeddingCase>& info) {
+  const EmbeddingCase& c = info.param;
+  return "n" + std::to_string(c.n_tokens) + "_seq" + std::to_string(c.seq_len) + "_d" + std::to_string(c.d) +
+         "_vocab" + std::to_string(c.vocab) + (c.offset ? "_offset" + std::to_string(c.offset) : "") +
+         (c.only_token >= 0 ? "_all" + std::to_string(c.only_token) : "");
+}
 class EmbeddingTest : public ::testing::TestWithParam<EmbeddingCase> {};
 
 TEST_P(EmbeddingTest, ForwardAndBackwardMatchTheCpuBitForBit) {
   SKIP_WITHOUT_GPU();
   const EmbeddingCase c = GetParam();
   const size_t nd = size_t(c.n_tokens) * c.d;
-  const auto tokens = uniform_ints(c.n_tokens, 0, c.vocab - 1, 1);
+  const auto tokens = c.only_token >= 0 ? std::vector<int32_t>(size_t(c.n_tokens), c.only_token)
+                                        : uniform_ints(c.n_tokens, 0, c.vocab - 1, 1);
   const auto embed = normal(size_t(c.vocab) * c.d, 1.0f, 2), pos = normal(size_t(c.seq_len) * c.d, 1.0f, 3);
   const auto dx = normal(nd, 1.0f, 4);
   const auto d_embed0 = normal(embed.size(), 0.1f, 5), d_pos0 = normal(pos.size(), 0.1f, 6);
@@ -98,21 +111,32 @@ TEST_P(EmbeddingTest, ForwardAndBackwardMatchTheCpuBitForBit) {
   cpu::embedding_forward(tokens.data(), c.n_tokens, c.seq_len, c.d, embed.data(), pos.data(), x_ref.data());
   cpu::embedding_backward(tokens.data(), c.n_tokens, c.seq_len, c.d, dx.data(), d_embed_ref.data(), d_pos_ref.data());
 
+  // Every float array `offset` floats into its buffer.
+  auto upload = [&](std::vector<float> h) {
+    h.insert(h.begin(), size_t(c.offset), 0.0f);
+    return on_device(h);
+  };
+  auto tail = [&](const DeviceBuffer& b) {
+    auto h = host_copy<float>(b);
+    return std::vector<float>(h.begin() + c.offset, h.end());
+  };
+  auto at = [&](DeviceBuffer& b) { return b.as<float>() + c.offset; };
   DeviceBuffer d_tokens = on_device(tokens);
-  DeviceBuffer d_embed_in = on_device(embed), d_pos_in = on_device(pos), d_dx = on_device(dx), x = poisoned<float>(nd);
-  ASSERT_OK(gpu::embedding_forward(d_tokens.as<int32_t>(), c.n_tokens, c.seq_len, c.d, c.vocab, d_embed_in.as<float>(),
-                                   d_pos_in.as<float>(), x.as<float>(), nullptr));
-  EXPECT_TRUE(same_bits(host_copy<float>(x), x_ref)) << "x";
+  DeviceBuffer d_embed_in = upload(embed), d_pos_in = upload(pos), d_dx = upload(dx),
+               x = poisoned<float>(nd + c.offset);
+  ASSERT_OK(gpu::embedding_forward(d_tokens.as<int32_t>(), c.n_tokens, c.seq_len, c.d, c.vocab, at(d_embed_in),
+                                   at(d_pos_in), at(x), nullptr));
+  EXPECT_TRUE(same_bits(tail(x), x_ref)) << "x";
 
   size_t ws_bytes = 0;
   ASSERT_OK(gpu::embedding_backward_workspace_bytes(c.n_tokens, c.vocab, &ws_bytes));
   DeviceBuffer ws = poisoned<uint8_t>(ws_bytes);
   std::vector<float> first_embed, first_pos;
   for (int run = 0; run < 2; ++run) {
-    DeviceBuffer d_embed = on_device(d_embed0), d_pos = on_device(d_pos0);
-    ASSERT_OK(gpu::embedding_backward(d_tokens.as<int32_t>(), c.n_tokens, c.seq_len, c.d, c.vocab, d_dx.as<float>(),
-                                      d_embed.as<float>(), d_pos.as<float>(), ws.as<uint8_t>(), ws_bytes, nullptr));
-    const auto ge = host_copy<float>(d_embed), gp = host_copy<float>(d_pos);
+    DeviceBuffer d_embed = upload(d_embed0), d_pos = upload(d_pos0);
+    ASSERT_OK(gpu::embedding_backward(d_tokens.as<int32_t>(), c.n_tokens, c.seq_len, c.d, c.vocab, at(d_dx),
+                                      at(d_embed), at(d_pos), ws.as<uint8_t>(), ws_bytes, nullptr));
+    const auto ge = tail(d_embed), gp = tail(d_pos);
     EXPECT_TRUE(same_bits(ge, d_embed_ref)) << "d_embed, run " << run;
     EXPECT_TRUE(same_bits(gp, d_pos_ref)) << "d_pos_embed, run " << run;
     if (run == 0) first_embed = ge, first_pos = gp;
@@ -124,7 +148,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, EmbeddingTest,
                          ::testing::Values(EmbeddingCase{1, 1, 1, 50}, EmbeddingCase{7, 7, 33, 50},
                                            EmbeddingCase{5, 64, 8, 50},  // fewer tokens than positions
                                            EmbeddingCase{258, 129, 40, 1000}, EmbeddingCase{192, 64, 96, 50},
-                                           EmbeddingCase{4099, 129, 65, 1000}));
+                                           EmbeddingCase{4099, 129, 65, 1000},
+                                           EmbeddingCase{4096, 1024, 256, 256},  // the step's vocab and layout
+                                           EmbeddingCase{4096, 1024, 256, 256, 1},   // unaligned: scalar accesses
+                                           EmbeddingCase{2051, 512, 36, 32000},      // runs of one, a part chunk
+                                           EmbeddingCase{1, 1, 132, 32000, 0, 31999},  // one row, the last id
+                                           EmbeddingCase{3000, 1000, 132, 256, 0, 7},  // one run of every token
+                                           EmbeddingCase{100, 10, 2, 5, 0, 4}, EmbeddingCase{4099, 129, 4, 50, 3}),
+                         embedding_case_name);
 
 // Out-of-range tokens: a NaN row forward, skipped backward (d_pos_embed still takes every row).
 TEST(EmbeddingRangeTest, OutOfRangeTokensPoisonTheRowAndAreSkipped) {
