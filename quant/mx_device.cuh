@@ -136,22 +136,30 @@ __device__ __forceinline__ uint32_t f16x2_rn(float lo, float hi) {
 // ---- E2M1 of bf16 input, two elements per instruction. With y = |x| * 2^-e exact (x bf16, not
 // subnormal: see kPackedE2m1MinCode), the code is formats' RNE E2M1 of y, as e2m1_magnitude_biased
 // computes it in fp32: min(rint(2y), rint(y) + 2, rint(y / 2) + 4, 7). Here each term is one bf16
-// fma of |x| with 2^-e times 2, 1 or 1/2 (constants of the block: exact, bf16 subnormals included),
-// plus 128, 130 or 132: the exact product plus the constant is rounded once (RNE) to bf16, whose
-// ulp in [128, 256) is 1, so the result is 128 + the term's integer, ties to even (128, 130, 132
-// are even). Terms past 135 only ever lose the minimum against the cap. The bits of 128 + c are
-// 0x4300 + c: the code is the low 3 bits of each half.
+// fma of |x| with 2^-e times 2, 1 or 1/2 (constants of the block: exact), plus 128, 130 or 132:
+// the exact product plus the constant is rounded once (RNE) to bf16, whose ulp in [128, 256) is 1,
+// so the result is 128 + the term's integer, ties to even (128, 130, 132 are even). Terms past 135
+// only ever lose the minimum against the cap. The bits of 128 + c are 0x4300 + c: the code is the
+// low 3 bits of each half. The two halves of a word may belong to two blocks (the columnwise copy:
+// two columns), each with its own factors.
 struct E2m1Bf16Factors {
-  uint32_t twice, once, half;  // 2^-e * {2, 1, 1/2} in both halves (bf16 bits)
+  uint32_t twice, once, half;  // 2^-e * {2, 1, 1/2} per half (bf16 bits)
 };
 
-__device__ __forceinline__ uint32_t bf16_pair_of(float v) {  // v exact in bf16
-  const uint32_t b = __float_as_uint(v) >> 16;
-  return b | (b << 16);
+// The packed path needs x * 2^-e exact for subnormal x too (below this scale code a subnormal bf16
+// input could scale up to |y| >= 0.25: code < 4 means e < -123), and 2^-e / 2 normal in bf16 (its
+// biased exponent, 253 - code, at least 1): scale codes kPackedE2m1MinCode..kPackedE2m1MaxCode.
+constexpr uint32_t kPackedE2m1MinCode = 4;
+constexpr uint32_t kPackedE2m1MaxCode = 252;
+
+__device__ __forceinline__ bool e2m1_packed_code(uint32_t code) {
+  return code - kPackedE2m1MinCode <= kPackedE2m1MaxCode - kPackedE2m1MinCode;
 }
 
-__device__ __forceinline__ E2m1Bf16Factors e2m1_bf16_factors(float inv) {
-  return {bf16_pair_of(inv * 2.0f), bf16_pair_of(inv), bf16_pair_of(inv * 0.5f)};
+// The factors of the blocks whose scale codes are the halves of `codes` (packed codes): 2^-e = 2^(127
+// - code) has the bf16 bits (254 - code) << 7, so each factor is one multiply-add of the codes.
+__device__ __forceinline__ E2m1Bf16Factors e2m1_bf16_factors(uint32_t codes) {
+  return {255u * 0x00800080u - codes * 0x80u, 254u * 0x00800080u - codes * 0x80u, 253u * 0x00800080u - codes * 0x80u};
 }
 
 __device__ __forceinline__ uint32_t bf16x2_fma(uint32_t a, uint32_t b, uint32_t c) {
@@ -169,35 +177,72 @@ __device__ __forceinline__ uint32_t e2m1x2_biased_bf16(uint32_t x2, const E2m1Bf
   return __vminu2(__vminu2(__vminu2(t0, t1), t2), 0x43074307u);
 }
 
-// 16 codes of bf16 input: pairs[k] holds elements 2k (low half) and 2k + 1 as bf16 bits, all of
-// one block with scale s. Codes of four pairs: bytes 0 and 2 of each biased pair are the codes,
-// gathered to one word with a byte per element, the signs (bit 7 of bytes 1 and 3 of the input,
-// replicated by prmt) put in bit 3, and two such words folded to nibbles.
-__device__ __forceinline__ uint32_t e2m1x8_bf16(const uint32_t* pairs, const E2m1Bf16Factors& k) {
-  uint32_t c[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) c[i] = e2m1x2_biased_bf16(pairs[i], k);
-  uint32_t lo = __byte_perm(c[0], c[1], 0x6420), hi = __byte_perm(c[2], c[3], 0x6420);  // a byte per code
-  lo |= prmt_sign(pairs[0], pairs[1], 0xFDB9u) & 0x08080808u;
-  hi |= prmt_sign(pairs[2], pairs[3], 0xFDB9u) & 0x08080808u;
-  return __byte_perm(lo | (lo >> 4), hi | (hi >> 4), 0x6420);  // nibble pairs: bytes 0 and 2 of each
+// Packing. Four codes of two biased pairs a, b (inputs xa, xb) as bytes [a.lo, b.lo, a.hi, b.hi],
+// each with its input's sign in bit 3 (prmt's sign replication of bytes 1 and 3 of xa, xb).
+__device__ __forceinline__ uint32_t e2m1_gather4(uint32_t a, uint32_t b, uint32_t xa, uint32_t xb) {
+  return __byte_perm(a, b, 0x6240) | (prmt_sign(xa, xb, 0xFBD9u) & 0x08080808u);
 }
 
-// The packed path needs x * 2^-e exact in bf16 (and 2^-e / 2 representable): below this scale
-// code a subnormal bf16 input could scale up to |y| >= 0.25 (code < 4 means e < -123).
-constexpr uint32_t kPackedE2m1MinCode = 4;
+// Two words of such bytes -> one word of eight codes: byte i of lo in the low nibble of byte i,
+// byte i of hi in its high nibble (the codes are below 16: no carries).
+__device__ __forceinline__ uint32_t e2m1_nibbles(uint32_t lo, uint32_t hi) { return lo + (hi << 4); }
 
-// 16 codes of bf16 input: the packed path where it is exact, else the scalar encoder.
+// 16 codes of bf16 input: pairs[k] holds elements 2k (low half) and 2k + 1 as bf16 bits, all of
+// one block with scale s. Per 8 elements: two gathers [e0, e2, e1, e3] and [e4, e6, e5, e7], whose
+// low halves hold the even elements (low nibbles) and high halves the odd ones.
 __device__ __forceinline__ uint2 encode16_e2m1_bf16(const uint32_t* pairs, const MxScale& s) {
   using In = InputTraits<DType::kBf16>;
-  if (s.code < kPackedE2m1MinCode) {  // rare: tiny blocks, where subnormal inputs matter
+  if (!e2m1_packed_code(s.code)) {  // rare: tiny or huge blocks, where the factors do not hold
     float f[16];
 #pragma unroll
     for (int i = 0; i < 16; ++i) f[i] = In::elem(pairs[i / 2], i % 2);
     return encode16<formats::Format::kMxfp4, ElementEncoder::kSoftware>(f, s.inv);
   }
-  const E2m1Bf16Factors k = e2m1_bf16_factors(s.inv);
-  return make_uint2(e2m1x8_bf16(pairs, k), e2m1x8_bf16(pairs + 4, k));
+  const E2m1Bf16Factors k = e2m1_bf16_factors(s.code * 0x00010001u);
+  uint32_t out[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const uint32_t* p = pairs + 4 * j;
+    const uint32_t g0 = e2m1_gather4(e2m1x2_biased_bf16(p[0], k), e2m1x2_biased_bf16(p[1], k), p[0], p[1]);
+    const uint32_t g1 = e2m1_gather4(e2m1x2_biased_bf16(p[2], k), e2m1x2_biased_bf16(p[3], k), p[2], p[3]);
+    out[j] = e2m1_nibbles(__byte_perm(g0, g1, 0x5410), __byte_perm(g0, g1, 0x7632));
+  }
+  return make_uint2(out[0], out[1]);
+}
+
+// 16 rows of two bf16 columns: w[i] holds row i of column 0 (low half) and of column 1, the
+// columns' blocks with scales s0, s1; column h's 16 codes go to out[h]. Both columns go through
+// the fmas together (per-half factors). Per 8 rows: gathers of the even rows [c0 r0, c0 r2, c1 r0,
+// c1 r2], [c0 r4, c0 r6, c1 r4, c1 r6] and likewise the odd rows; their low halves are column 0's.
+__device__ __forceinline__ void encode16x2_e2m1_bf16(const uint32_t* w, const MxScale& s0, const MxScale& s1,
+                                                     uint2* out) {
+  using In = InputTraits<DType::kBf16>;
+  if (!e2m1_packed_code(s0.code) || !e2m1_packed_code(s1.code)) {  // rare, as encode16_e2m1_bf16
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float f[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) f[i] = In::elem(w[i], h);
+      out[h] = encode16<formats::Format::kMxfp4, ElementEncoder::kSoftware>(f, h ? s1.inv : s0.inv);
+    }
+    return;
+  }
+  const E2m1Bf16Factors k = e2m1_bf16_factors(s0.code | (s1.code << 16));
+  uint32_t t[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) t[i] = e2m1x2_biased_bf16(w[i], k);
+  uint32_t words[2][2];  // [column][rows 8j..8j+7]
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const uint32_t* r = t + 8 * j;
+    const uint32_t* x = w + 8 * j;
+    const uint32_t e0 = e2m1_gather4(r[0], r[2], x[0], x[2]), e1 = e2m1_gather4(r[4], r[6], x[4], x[6]);
+    const uint32_t o0 = e2m1_gather4(r[1], r[3], x[1], x[3]), o1 = e2m1_gather4(r[5], r[7], x[5], x[7]);
+    words[0][j] = e2m1_nibbles(__byte_perm(e0, e1, 0x5410), __byte_perm(o0, o1, 0x5410));
+    words[1][j] = e2m1_nibbles(__byte_perm(e0, e1, 0x7632), __byte_perm(o0, o1, 0x7632));
+  }
+  out[0] = make_uint2(words[0][0], words[0][1]);
+  out[1] = make_uint2(words[1][0], words[1][1]);
 }
 
 // 16 codes of fp16 input (f: the 16 values, widened exactly): x * 2^-e in fp32 (as formats), as

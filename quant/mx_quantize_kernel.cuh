@@ -18,8 +18,9 @@
 // x * 2^-e in fp32 (formats::mul_rn), then
 //   MXFP8: cvt.rn.satfinite.{e4m3,e5m2}x2.f32 (or formats::encode_minifloat itself);
 //   MXFP4: software E2M1 encoders (quant/mx_device.cuh) on EVERY architecture: bf16 input two
-//          elements at a time with bf16 fmas (e2m1x8_bf16), fp16 with packed f16 adds, fp32 and
-//          tiny scales with e2m1_code. The E2M1 cvt exists only on sm_100a, so the sm_90a and
+//          elements at a time with bf16 fmas (encode16_e2m1_bf16; columnwise, the two columns of a
+//          word together: encode16x2_e2m1_bf16), fp16 with packed f16 adds, fp32 and tiny or huge
+//          scales with e2m1_code. The E2M1 cvt exists only on sm_100a, so the sm_90a and
 //          sm_100a images run the same code and write identical bytes by construction;
 // the scale: formats::mx_scale_exponent as integer steps (mx_block_scale). tests/quant checks the
 // encoders and the scale against formats on every finite fp32 pattern.
@@ -370,8 +371,10 @@ __device__ __forceinline__ int code_bytes(int n) {
   return MxCodes<kRecipe>::kFp4 ? (n + 1) >> 1 : n;
 }
 
-// Rowwise: this thread's 16 elements of tile row rt (columns 16q..16q+15); lanes q and q ^ 1
-// hold one 32-column block. kFull: the tile is inside the matrix and stores are vector-aligned.
+// Rowwise: this thread's 16 elements of tile row rt (columns 16q..16q+15), from word `word` of the
+// tile on (granule_word(rt, kVecsPerRow * q); the row's next granules are that XOR 4, 8, 12); lanes
+// q and q ^ 1 hold one 32-column block. kFull: the tile is inside the matrix and stores are
+// vector-aligned.
 // row_ok: the row exists (dense: rt < rows_in; grouped: a token row of the segment).
 //   kWordScale == false: the scale byte goes to the staged chunk (dense tiles);
 //   kWordScale == true : the row's 4 scale bytes (blocks 4 * tc .. 4 * tc + 3, contiguous in the
@@ -379,8 +382,9 @@ __device__ __forceinline__ int code_bytes(int n) {
 //                        row that does not exist, kFull or not (grouped tiles).
 template <DType kIn, Format kRecipe, ElementEncoder kEnc, bool kFull, bool kWordScale>
 __device__ __forceinline__ void quantize_row16(const MxParams& p, const uint32_t* tile, const TilePos& tp,
-                                               int rt, int q, bool row_ok, uint8_t* dst, uint8_t* scale_chunk,
-                                               uint8_t* scale_word, uint32_t& tensor_amax, bool& saw_nonfinite) {
+                                               int rt, uint32_t word, int q, bool row_ok, uint8_t* dst,
+                                               uint8_t* scale_chunk, uint8_t* scale_word, uint32_t& tensor_amax,
+                                               bool& saw_nonfinite) {
   using In = InputTraits<kIn>;
   using S = TileShape<kIn>;
   using C = MxCodes<kRecipe>;
@@ -388,7 +392,7 @@ __device__ __forceinline__ void quantize_row16(const MxParams& p, const uint32_t
   uint32_t w[kWords];
 #pragma unroll
   for (int j = 0; j < S::kVecsPerRow; ++j) {
-    const uint4 v = *reinterpret_cast<const uint4*>(tile + granule_word<kIn>(rt, S::kVecsPerRow * q + j));
+    const uint4 v = *reinterpret_cast<const uint4*>(tile + (word ^ (4u * j)));
     w[4 * j] = v.x, w[4 * j + 1] = v.y, w[4 * j + 2] = v.z, w[4 * j + 3] = v.w;
   }
   uint32_t m = fold_slots<kIn>(abs_max_words<kIn, kWords>(w));
@@ -453,23 +457,9 @@ __device__ __forceinline__ void quantize_col16(const MxParams& p, const uint32_t
   uint32_t m = abs_max_words<kIn, 16>(w);  // per column (16-bit: per half)
   if (kTensorAmax) note_tensor_amax<kIn, 16>(w, fold_slots<kIn>(m), tensor_amax, saw_nonfinite);
   m = shfl_max_xor<kIn>(m, 1);
-#pragma unroll
-  for (int h = 0; h < kColsPerWord; ++h) {
+  // Column h's codes (zeros for a non-finite block) and its scale byte.
+  auto store = [&](int h, const MxScale& s, typename C::Vec out) {
     const int ct = (4 * g + pl) * kColsPerWord + h;  // tile column
-    const MxScale s = mx_block_scale(In::widen(slot<kIn>(m, h)), p.rule);
-    typename C::Vec out;
-    if constexpr (C::kFp4 && kIn == DType::kBf16) {
-      uint32_t pairs[8];  // rows 2k, 2k + 1 of column h
-#pragma unroll
-      for (int k = 0; k < 8; ++k) pairs[k] = __byte_perm(w[2 * k], w[2 * k + 1], h ? 0x7632 : 0x5410);
-      out = encode16_e2m1_bf16(pairs, s);
-    } else {
-      float f[16];
-#pragma unroll
-      for (int i = 0; i < 16; ++i) f[i] = In::elem(w[i], h);
-      if constexpr (C::kFp4 && kIn == DType::kF16) out = encode16_e2m1_fp16(f, s.inv);
-      else out = encode16<kRecipe, kEnc>(f, s.inv);
-    }
     if (s.nonfinite) out = zero_vec(out);
 
     uint8_t* dst = col_base + ct * p.col_row_bytes + k * C::kBytes;  // rows 16k.. of stored row c0 + ct
@@ -482,6 +472,24 @@ __device__ __forceinline__ void quantize_col16(const MxParams& p, const uint32_t
     // Both lanes of the block write its scale; 0 outside the matrix (padding).
     const bool inside = kFull || (ct < tp.cols_in && 32 * (k >> 1) < tp.rows_in);
     scale_chunk[(ct & 31) * 16 + (ct >> 5) * 4 + (k >> 1)] = static_cast<uint8_t>(inside ? s.code : 0u);
+  };
+  if constexpr (C::kFp4 && kIn == DType::kBf16) {  // both columns at once, from the words as read
+    const MxScale s0 = mx_block_scale(In::widen(slot<kIn>(m, 0)), p.rule);
+    const MxScale s1 = mx_block_scale(In::widen(slot<kIn>(m, 1)), p.rule);
+    uint2 out[2];
+    encode16x2_e2m1_bf16(w, s0, s1, out);
+    store(0, s0, out[0]);
+    store(1, s1, out[1]);
+  } else {
+#pragma unroll
+    for (int h = 0; h < kColsPerWord; ++h) {
+      const MxScale s = mx_block_scale(In::widen(slot<kIn>(m, h)), p.rule);
+      float f[16];
+#pragma unroll
+      for (int i = 0; i < 16; ++i) f[i] = In::elem(w[i], h);
+      if constexpr (C::kFp4 && kIn == DType::kF16) store(h, s, encode16_e2m1_fp16(f, s.inv));
+      else store(h, s, encode16<kRecipe, kEnc>(f, s.inv));
+    }
   }
 }
 
@@ -497,14 +505,19 @@ __device__ __forceinline__ void quantize_tile(const MxParams& p, const uint32_t*
   if constexpr (kRow) {
     const int q = lane & 7, row_in_pass = 4 * (tid >> 5) + (lane >> 3);
     const int64_t col_byte = (tp.c0 + 16 * q) * C::kBytes / 16;
+    // Tile row 32s + row_in_pass lies in 16-row chunk 2s + row_in_pass / 16: its words are row
+    // row_in_pass's with the granule XOR 2s (granule_word), 32s rows on.
+    const uint32_t word0 = static_cast<uint32_t>(granule_word<kIn>(row_in_pass, TileShape<kIn>::kVecsPerRow * q));
+    auto word = [&](int s) { return (word0 ^ (8u * s)) + 32u * s * TileShape<kIn>::kWordsPerRow; };
     if constexpr (!kGroupedTiles) {
       uint8_t* dst = p.row_data + (tp.r0 + row_in_pass) * p.row_bytes + col_byte;
       const int64_t pass_stride = 32 * p.row_bytes;
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
         const int rt = 32 * s + row_in_pass;
-        quantize_row16<kIn, kRecipe, kEnc, kFull, false>(p, tile, tp, rt, q, rt < tp.rows_in, dst + s * pass_stride,
-                                                         row_chunk, nullptr, tensor_amax, saw_nonfinite);
+        quantize_row16<kIn, kRecipe, kEnc, kFull, false>(p, tile, tp, rt, word(s), q, rt < tp.rows_in,
+                                                         dst + s * pass_stride, row_chunk, nullptr, tensor_amax,
+                                                         saw_nonfinite);
       }
     } else {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
@@ -521,7 +534,7 @@ __device__ __forceinline__ void quantize_tile(const MxParams& p, const uint32_t*
         // scale matrix's 4-column tiles).
         uint8_t* scale_word = p.row_scales + ((r >> 7) * p.col_tiles + tp.tc) * kChunkBytes + (r & 31) * 16 +
                               ((r >> 5) & 3) * 4;
-        quantize_row16<kIn, kRecipe, kEnc, kFull, true>(p, tile, tp, 32 * s + row_in_pass, q,
+        quantize_row16<kIn, kRecipe, kEnc, kFull, true>(p, tile, tp, 32 * s + row_in_pass, word(s), q,
                                                         row_in_pass < static_cast<int>(seg_valid),
                                                         p.row_data + r * p.row_bytes + col_byte, nullptr, scale_word,
                                                         tensor_amax, saw_nonfinite);

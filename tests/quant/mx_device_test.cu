@@ -3,7 +3,7 @@
 //   - the hardware cvt.rn.satfinite.{e4m3,e5m2}x2.f32 (encode2) against formats::encode_minifloat
 //     on every finite fp32 pattern (x, -x pairs);
 //   - the E2M1 encoder (e2m1_code) against formats::encode_e2m1 on every finite fp32 pattern, and
-//     its packed 16-bit paths for every bf16 / fp16 input and scale;
+//     its packed 16-bit paths (bf16 rows, bf16 column pairs, fp16) for every input and scale;
 //   - the block scale (mx_block_scale, integer steps) against formats::mx_scale_exponent + exp2i
 //     on every finite amax (E4M3, E5M2, E2M1 maxnorms; ceil and floor).
 // The kernels' bytes: mx_quantize_test.cpp. GPU tests skip without a GPU.
@@ -128,10 +128,10 @@ TEST(Mxfp4Encoder, MatchesEncodeE2m1OnEveryFiniteFp32) {
 }
 
 // The packed E2M1 paths of 16-bit input (encode16_e2m1_bf16: two bf16 products and codes per
-// instruction, the scalar encoder for tiny scales; encode16_e2m1_fp16: fp32 products as f16 pairs)
-// against formats::encode_e2m1(x * 2^-e) for every bf16 / fp16 x (in both halves of a pair) and
-// every E8M0 scale code 0..254. Non-finite inputs (never encoded: their block's codes are 0) are
-// replaced by 0.
+// instruction, the scalar encoder for tiny and huge scales; encode16_e2m1_fp16: fp32 products as
+// f16 pairs) against formats::encode_e2m1(x * 2^-e) for every bf16 / fp16 x (in both halves of a
+// pair) and every E8M0 scale code 0..254. Non-finite inputs (never encoded: their block's codes
+// are 0) are replaced by 0.
 __global__ void e2m1_packed_sweep_kernel(bool bf16, CvtCounts* counts) {
   unsigned long long checked = 0;
   for (uint32_t t = blockIdx.x * blockDim.x + threadIdx.x; t < 65536u * 255u; t += gridDim.x * blockDim.x) {
@@ -185,6 +185,63 @@ TEST(Mxfp4Encoder, PackedPathsMatchEncodeE2m1ForEvery16BitInputAndScale) {
     std::printf("mx_quantize_test: E2M1 packed %s path vs encode_e2m1: %llu (x, scale) pairs, mismatches %llu\n",
                 label, c.checked, c.mismatches);
   }
+}
+
+// The columnwise bf16 path (encode16x2_e2m1_bf16: two columns per word, each with its own scale,
+// through the same fmas) against formats::encode_e2m1(x * 2^-e), for every bf16 x in both columns
+// and every scale code 0..254 of column 0; column 1 takes another code (fast-path and scalar
+// codes meet in one call). Non-finite inputs are replaced by 0, as above.
+__global__ void e2m1_bf16_columns_sweep_kernel(CvtCounts* counts) {
+  unsigned long long checked = 0;
+  for (uint32_t t = blockIdx.x * blockDim.x + threadIdx.x; t < 65536u * 255u; t += gridDim.x * blockDim.x) {
+    const uint32_t x = t & 0xFFFFu, code0 = t >> 16, code1 = (code0 * 37u + 11u) % 255u;
+    const bq::detail::MxScale s0{code0, __uint_as_float((254u - code0) << 23), false};
+    const bq::detail::MxScale s1{code1, __uint_as_float((254u - code1) << 23), false};
+    uint32_t w[16];
+    for (int i = 0; i < 16; ++i) {
+      const uint32_t r = static_cast<uint32_t>(i);
+      uint32_t h[2] = {(x + r) & 0xFFFFu, (x ^ 0x8000u ^ (r << 9)) & 0xFFFFu};
+      for (int j = 0; j < 2; ++j)
+        if ((h[j] & 0x7F80u) == 0x7F80u) h[j] = 0;
+      w[i] = h[0] | (h[1] << 16);
+    }
+    uint2 got[2];
+    bq::detail::encode16x2_e2m1_bf16(w, s0, s1, got);
+    for (int c = 0; c < 2; ++c) {
+      for (int i = 0; i < 16; ++i) {
+        const float f = bf::bf16_bits_to_float(static_cast<uint16_t>(c ? w[i] >> 16 : w[i] & 0xFFFFu));
+        const uint32_t want = bf::encode_e2m1(bf::mul_rn(f, c ? s1.inv : s0.inv));
+        const uint32_t g = ((i < 8 ? got[c].x : got[c].y) >> (4 * (i % 8))) & 0xFu;
+        ++checked;
+        if (g != want) {
+          const unsigned long long k = atomicAdd(&counts->mismatches, 1ull);
+          if (k < 4) counts->first_bits[k] = (uint64_t{c ? code1 : code0} << 32) | bf::float_bits(f),
+                     counts->first_hw[k] = g, counts->first_sw[k] = want;
+        }
+      }
+    }
+  }
+  atomicAdd(&counts->checked, checked);
+}
+
+TEST(Mxfp4Encoder, Bf16ColumnPairsMatchEncodeE2m1ForEveryInputAndScale) {
+  SKIP_WITHOUT_GPU();
+  DeviceBuffer buf;
+  ASSERT_OK(buf.alloc(sizeof(CvtCounts), "buf"));
+  ASSERT_CUDA(cudaMemset(buf.data(), 0, sizeof(CvtCounts)));
+  e2m1_bf16_columns_sweep_kernel<<<2048, 256>>>(buf.as<CvtCounts>());
+  ASSERT_CUDA(cudaGetLastError());
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  CvtCounts c;
+  ASSERT_CUDA(cudaMemcpy(&c, buf.data(), sizeof c, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(c.checked, 65536ull * 255ull * 32ull);
+  EXPECT_EQ(c.mismatches, 0u);
+  for (unsigned long long k = 0; k < std::min(c.mismatches, 4ull); ++k)
+    ADD_FAILURE() << "scale code " << (c.first_bits[k] >> 32) << ", x = 0x" << std::hex
+                  << (c.first_bits[k] & 0xFFFFFFFFu) << " (fp32): packed 0x" << c.first_hw[k] << ", encode_e2m1 0x"
+                  << c.first_sw[k];
+  std::printf("mx_quantize_test: E2M1 bf16 column pairs vs encode_e2m1: %llu (x, scale) pairs, mismatches %llu\n",
+              c.checked, c.mismatches);
 }
 
 // ---- The kernels' block scale (integer steps) against formats::mx_scale_exponent + exp2i on
