@@ -223,4 +223,16 @@ double median_us_flushed(F launch, int iters, void* flush, size_t flush_bytes, c
   return (ms.size() % 2 ? ms[h] : 0.5 * (ms[h - 1] + ms[h])) * 1000.0;
 }
 
+// The device's own copy of `bytes` (half read, half written: a device-to-device cudaMemcpyAsync of
+// bytes / 2), timed as median_us_flushed times a kernel: what "% of copy" divides by.
+inline double copy_us_flushed(double bytes, int iters, void* flush, size_t flush_bytes, cudaEvent_t a,
+                              cudaEvent_t b) {
+  const size_t half = static_cast<size_t>(bytes / 2);
+  const DeviceBuffer src = device_array<uint8_t>(static_cast<int64_t>(half), "copy source");
+  const DeviceBuffer dst = device_array<uint8_t>(static_cast<int64_t>(half), "copy destination");
+  CHECK_CUDA(cudaMemset(src.data(), 0, half));
+  return median_us_flushed([&] { CHECK_CUDA(cudaMemcpyAsync(dst.data(), src.data(), half, cudaMemcpyDeviceToDevice)); },
+                           iters, flush, flush_bytes, a, b);
+}
+
 }  // namespace bench

@@ -130,15 +130,8 @@ Result run_case(const Case& c, int iters, void* flush, size_t flush_bytes) {
     case Part::kPhase: us = bench::median_us_flushed(phase, iters, flush, flush_bytes, a, b); break;
   }
 
-  // The copy moves the floor's bytes: half read, half written.
   const double bytes = floor_bytes(c);
-  const size_t copy_bytes = static_cast<size_t>(bytes / 2);
-  DeviceBuffer src = bench::device_array<uint8_t>(static_cast<int64_t>(copy_bytes), "copy source"),
-               dst = bench::device_array<uint8_t>(static_cast<int64_t>(copy_bytes), "copy destination");
-  CHECK_CUDA(cudaMemset(src.data(), 0, copy_bytes));
-  const double copy_us = bench::median_us_flushed(
-      [&] { CHECK_CUDA(cudaMemcpyAsync(dst.data(), src.data(), copy_bytes, cudaMemcpyDeviceToDevice)); }, iters,
-      flush, flush_bytes, a, b);
+  const double copy_us = bench::copy_us_flushed(bytes, iters, flush, flush_bytes, a, b);
   CHECK_CUDA(cudaEventDestroy(a));
   CHECK_CUDA(cudaEventDestroy(b));
   std::printf("case %-28s: %8.1f us, %8.1f us copy, %5.1f%% of copy\n", describe(c).c_str(), us, copy_us,
@@ -162,21 +155,12 @@ int main(int argc, char** argv) {
     for (const Part p : {Part::kForward, Part::kLoss, Part::kBackward, Part::kPhase})
       cases.push_back(Case{s.tokens, s.seq_len, s.d, s.vocab, p});
 
-  int dev = 0;
-  CHECK_CUDA(cudaGetDevice(&dev));
-  cudaDeviceProp prop;
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, dev));
-  std::printf("embedding_loss_bench: %s (sm_%d%d), %d SMs, L2 %d MB; median of %d timed launches, L2 flushed before "
-              "each\n",
-              prop.name, prop.major, prop.minor, prop.multiProcessorCount, prop.l2CacheSize >> 20, iters);
-  const size_t flush_bytes = static_cast<size_t>(prop.l2CacheSize) * 4;
-  const DeviceBuffer flush = bench::device_array<uint8_t>(static_cast<int64_t>(flush_bytes), "L2 flush");
-  CHECK_CUDA(cudaMemset(flush.data(), 0, flush_bytes));
+  const bench::L2Flush flush = bench::l2_flush("embedding_loss_bench", iters);
 
   std::vector<Result> results;
   for (size_t i = 0; i < cases.size(); ++i)
     if (only.empty() || std::find(only.begin(), only.end(), static_cast<int>(i)) != only.end())
-      results.push_back(run_case(cases[i], iters, flush.data(), flush_bytes));
+      results.push_back(run_case(cases[i], iters, flush.buffer.data(), flush.bytes));
 
   std::printf("\n| case | tokens x d | vocab | floor MB | us | GB/s | copy GB/s | %% of copy | x floor |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");

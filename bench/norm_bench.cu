@@ -82,15 +82,8 @@ Result run_case(const Case& c, int iters, void* flush, size_t flush_bytes) {
   const double us = c.backward ? bench::median_us_flushed(backward, iters, flush, flush_bytes, a, b)
                                : bench::median_us_flushed(forward, iters, flush, flush_bytes, a, b);
 
-  // The copy moves the floor's bytes: half read, half written.
   const double floor_bytes = (c.backward ? 16.0 : 8.0) * static_cast<double>(n);
-  const size_t copy_bytes = static_cast<size_t>(floor_bytes / 2);
-  DeviceBuffer src = bench::device_array<uint8_t>(static_cast<int64_t>(copy_bytes), "copy source"),
-               dst = bench::device_array<uint8_t>(static_cast<int64_t>(copy_bytes), "copy destination");
-  CHECK_CUDA(cudaMemset(src.data(), 0, copy_bytes));
-  const double copy_us = bench::median_us_flushed(
-      [&] { CHECK_CUDA(cudaMemcpyAsync(dst.data(), src.data(), copy_bytes, cudaMemcpyDeviceToDevice)); }, iters,
-      flush, flush_bytes, a, b);
+  const double copy_us = bench::copy_us_flushed(floor_bytes, iters, flush, flush_bytes, a, b);
   CHECK_CUDA(cudaEventDestroy(a));
   CHECK_CUDA(cudaEventDestroy(b));
   std::printf("case %-22s: %8.1f us, %8.1f us copy, %5.1f%% of copy\n", describe(c).c_str(), us, copy_us,

@@ -261,13 +261,7 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
       bench::median_us_flushed([&] { bench::check(launch(), "run"); }, iters, flush, flush_bytes, a, b);
   CHECK_CUDA(cudaGetLastError());
 
-  // The copy moves the same bytes: half read, half written.
-  const size_t copy_bytes = static_cast<size_t>(bytes / 2);
-  void* src = buf.alloc<void>(static_cast<int64_t>(copy_bytes));
-  void* dst = buf.alloc<void>(static_cast<int64_t>(copy_bytes));
-  const double copy_us = bench::median_us_flushed(
-      [&] { CHECK_CUDA(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice)); },
-      iters, flush, flush_bytes, a, b);
+  const double copy_us = bench::copy_us_flushed(bytes, iters, flush, flush_bytes, a, b);
   CHECK_CUDA(cudaEventDestroy(a));
   CHECK_CUDA(cudaEventDestroy(b));
   *result = Result{c, bytes, kernel_us, copy_us};
