@@ -71,6 +71,13 @@ __global__ inline void fill_bf16_normal(__nv_bfloat16* x, int64_t n, uint64_t se
     x[i] = __float2bfloat16_rn(sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2));
   }
 }
+// fp32 center + spread * a triangular value in (-1, 1) from a counter hash.
+__global__ inline void fill_f32(float* x, int64_t n, uint64_t seed, float center, float spread) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const uint32_t h = hash32((seed << 40) + static_cast<uint64_t>(i));
+    x[i] = center + spread * (((h & 0xFFFF) + (h >> 16)) / 65536.0f - 1.0f);
+  }
+}
 // bf16 values in [-1, 1).
 __global__ inline void fill_bf16(__nv_bfloat16* x, int64_t n, uint64_t seed) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
@@ -223,16 +230,38 @@ double median_us_flushed(F launch, int iters, void* flush, size_t flush_bytes, c
   return (ms.size() % 2 ? ms[h] : 0.5 * (ms[h - 1] + ms[h])) * 1000.0;
 }
 
-// The device's own copy of `bytes` (half read, half written: a device-to-device cudaMemcpyAsync of
-// bytes / 2), timed as median_us_flushed times a kernel: what "% of copy" divides by.
-inline double copy_us_flushed(double bytes, int iters, void* flush, size_t flush_bytes, cudaEvent_t a,
-                              cudaEvent_t b) {
+// `launch` and the device's own copy of `bytes` (half read, half written: a device-to-device
+// cudaMemcpyAsync of bytes / 2, what "% of copy" divides by), each timed by median_us_flushed;
+// prints the case's line (`label`).
+struct AgainstCopy {
+  double us, copy_us;
+};
+template <typename F>
+AgainstCopy time_against_copy(const std::string& label, F launch, double bytes, int iters, void* flush,
+                              size_t flush_bytes) {
+  cudaEvent_t a, b;
+  CHECK_CUDA(cudaEventCreate(&a));
+  CHECK_CUDA(cudaEventCreate(&b));
+  AgainstCopy t;
+  t.us = median_us_flushed(launch, iters, flush, flush_bytes, a, b);
   const size_t half = static_cast<size_t>(bytes / 2);
   const DeviceBuffer src = device_array<uint8_t>(static_cast<int64_t>(half), "copy source");
   const DeviceBuffer dst = device_array<uint8_t>(static_cast<int64_t>(half), "copy destination");
   CHECK_CUDA(cudaMemset(src.data(), 0, half));
-  return median_us_flushed([&] { CHECK_CUDA(cudaMemcpyAsync(dst.data(), src.data(), half, cudaMemcpyDeviceToDevice)); },
-                           iters, flush, flush_bytes, a, b);
+  t.copy_us = median_us_flushed(
+      [&] { CHECK_CUDA(cudaMemcpyAsync(dst.data(), src.data(), half, cudaMemcpyDeviceToDevice)); }, iters, flush,
+      flush_bytes, a, b);
+  CHECK_CUDA(cudaEventDestroy(a));
+  CHECK_CUDA(cudaEventDestroy(b));
+  std::printf("case %-40s: %9.1f us, %9.1f us copy, %5.1f%% of copy\n", label.c_str(), t.us, t.copy_us,
+              100.0 * t.copy_us / t.us);
+  std::fflush(stdout);
+  return t;
+}
+
+// Whether case `index` runs: every case when `only` (--only) is empty.
+inline bool selected(const std::vector<int>& only, size_t index) {
+  return only.empty() || std::find(only.begin(), only.end(), static_cast<int>(index)) != only.end();
 }
 
 }  // namespace bench

@@ -22,21 +22,13 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_common.cuh"  // defines: CHECK_CUDA, check, device_array, hash32, median_us_flushed
+#include "bench/bench_common.cuh"  // defines: CHECK_CUDA, check, device_array, fill_f32, time_against_copy
 #include "train/gpu/gpu_ops.h"
 
 namespace {
 
 namespace gpu = blockscale::train::gpu;
 using bench::DeviceBuffer;
-
-// center + spread * a triangular value in (-1, 1) from a counter hash.
-__global__ void fill_kernel(float* x, int64_t n, uint64_t seed, float center, float spread) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const uint32_t h = bench::hash32((seed << 40) + static_cast<uint64_t>(i));
-    x[i] = center + spread * (((h & 0xFFFF) + (h >> 16)) / 65536.0f - 1.0f);
-  }
-}
 
 __global__ void fill_ids_kernel(int32_t* ids, int64_t n, uint64_t seed, int vocab) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
@@ -91,10 +83,10 @@ Result run_case(const Case& c, int iters, void* flush, size_t flush_bytes) {
                sum_ws = bench::device_array<uint8_t>(static_cast<int64_t>(sum_ws_bytes), "sum workspace");
   fill_ids_kernel<<<1024, 256>>>(tokens.as<int32_t>(), m, 1, c.vocab);
   fill_ids_kernel<<<1024, 256>>>(targets.as<int32_t>(), m, 2, c.vocab);
-  fill_kernel<<<1024, 256>>>(embed.as<float>(), int64_t{c.vocab} * c.d, 3, 0.0f, 1.0f);
-  fill_kernel<<<1024, 256>>>(pos.as<float>(), int64_t{c.seq_len} * c.d, 4, 0.0f, 1.0f);
-  fill_kernel<<<1024, 256>>>(dx.as<float>(), md, 5, 0.0f, 1.0f);
-  fill_kernel<<<1024, 256>>>(logits.as<float>(), mv, 6, 0.0f, 4.0f);
+  bench::fill_f32<<<1024, 256>>>(embed.as<float>(), int64_t{c.vocab} * c.d, 3, 0.0f, 1.0f);
+  bench::fill_f32<<<1024, 256>>>(pos.as<float>(), int64_t{c.seq_len} * c.d, 4, 0.0f, 1.0f);
+  bench::fill_f32<<<1024, 256>>>(dx.as<float>(), md, 5, 0.0f, 1.0f);
+  bench::fill_f32<<<1024, 256>>>(logits.as<float>(), mv, 6, 0.0f, 4.0f);
   CHECK_CUDA(cudaGetLastError());
   CHECK_CUDA(cudaMemset(d_embed.data(), 0, d_embed.size()));  // accumulate over the launches: stay finite
   CHECK_CUDA(cudaMemset(d_pos.data(), 0, d_pos.size()));
@@ -119,25 +111,18 @@ Result run_case(const Case& c, int iters, void* flush, size_t flush_bytes) {
     loss();
     backward();
   };
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  double us = 0;
-  switch (c.part) {
-    case Part::kForward: us = bench::median_us_flushed(forward, iters, flush, flush_bytes, a, b); break;
-    case Part::kLoss: us = bench::median_us_flushed(loss, iters, flush, flush_bytes, a, b); break;
-    case Part::kBackward: us = bench::median_us_flushed(backward, iters, flush, flush_bytes, a, b); break;
-    case Part::kPhase: us = bench::median_us_flushed(phase, iters, flush, flush_bytes, a, b); break;
-  }
-
   const double bytes = floor_bytes(c);
-  const double copy_us = bench::copy_us_flushed(bytes, iters, flush, flush_bytes, a, b);
-  CHECK_CUDA(cudaEventDestroy(a));
-  CHECK_CUDA(cudaEventDestroy(b));
-  std::printf("case %-28s: %8.1f us, %8.1f us copy, %5.1f%% of copy\n", describe(c).c_str(), us, copy_us,
-              100.0 * copy_us / us);
-  std::fflush(stdout);
-  return Result{c, bytes, us, copy_us};
+  const auto timed = [&](const auto& launch) {
+    return bench::time_against_copy(describe(c), launch, bytes, iters, flush, flush_bytes);
+  };
+  bench::AgainstCopy t{};
+  switch (c.part) {
+    case Part::kForward: t = timed(forward); break;
+    case Part::kLoss: t = timed(loss); break;
+    case Part::kBackward: t = timed(backward); break;
+    case Part::kPhase: t = timed(phase); break;
+  }
+  return Result{c, bytes, t.us, t.copy_us};
 }
 
 }  // namespace
@@ -159,8 +144,7 @@ int main(int argc, char** argv) {
 
   std::vector<Result> results;
   for (size_t i = 0; i < cases.size(); ++i)
-    if (only.empty() || std::find(only.begin(), only.end(), static_cast<int>(i)) != only.end())
-      results.push_back(run_case(cases[i], iters, flush.buffer.data(), flush.bytes));
+    if (bench::selected(only, i)) results.push_back(run_case(cases[i], iters, flush.buffer.data(), flush.bytes));
 
   std::printf("\n| case | tokens x d | vocab | floor MB | us | GB/s | copy GB/s | %% of copy | x floor |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|\n");

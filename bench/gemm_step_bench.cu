@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
   std::vector<Case> all;
   const std::vector<Case> every = cases();
   for (size_t i = 0; i < every.size(); ++i)
-    if (only.empty() || std::find(only.begin(), only.end(), static_cast<int>(i)) != only.end()) all.push_back(every[i]);
+    if (bench::selected(only, i)) all.push_back(every[i]);
   std::vector<Row> rows;
   for (const Case& c : all) rows.push_back(run_case(c, iters));
 

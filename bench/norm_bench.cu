@@ -20,21 +20,13 @@
 #include <utility>
 #include <vector>
 
-#include "bench/bench_common.cuh"  // defines: CHECK_CUDA, check, device_array, hash32, median_us_flushed
+#include "bench/bench_common.cuh"  // defines: CHECK_CUDA, check, device_array, fill_f32, time_against_copy
 #include "train/gpu/gpu_ops.h"
 
 namespace {
 
 namespace gpu = blockscale::train::gpu;
 using bench::DeviceBuffer;
-
-// center + spread * a triangular value in (-1, 1) from a counter hash.
-__global__ void fill_kernel(float* x, int64_t n, uint64_t seed, float center, float spread) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const uint32_t h = bench::hash32((seed << 40) + static_cast<uint64_t>(i));
-    x[i] = center + spread * (((h & 0xFFFF) + (h >> 16)) / 65536.0f - 1.0f);
-  }
-}
 
 struct Case {
   int64_t rows;
@@ -59,9 +51,9 @@ Result run_case(const Case& c, int iters, void* flush, size_t flush_bytes) {
                rstd = bench::device_array<float>(c.rows, "rstd");
   const size_t ws_bytes = gpu::rmsnorm_backward_workspace_bytes(c.rows, c.d);
   DeviceBuffer ws = bench::device_array<uint8_t>(static_cast<int64_t>(ws_bytes), "workspace");
-  fill_kernel<<<1024, 256>>>(x.as<float>(), n, 1, 0.0f, 1.5f);
-  fill_kernel<<<1024, 256>>>(dy.as<float>(), n, 2, 0.0f, 1.0f);
-  fill_kernel<<<1024, 256>>>(gain.as<float>(), c.d, 3, 1.0f, 0.1f);
+  bench::fill_f32<<<1024, 256>>>(x.as<float>(), n, 1, 0.0f, 1.5f);
+  bench::fill_f32<<<1024, 256>>>(dy.as<float>(), n, 2, 0.0f, 1.0f);
+  bench::fill_f32<<<1024, 256>>>(gain.as<float>(), c.d, 3, 1.0f, 0.1f);
   CHECK_CUDA(cudaGetLastError());
   CHECK_CUDA(cudaMemset(dx.data(), 0, dx.size()));  // accumulates over the launches: stays finite
   CHECK_CUDA(cudaMemset(d_gain.data(), 0, d_gain.size()));
@@ -76,20 +68,11 @@ Result run_case(const Case& c, int iters, void* flush, size_t flush_bytes) {
                  "rmsnorm_backward");
   };
   forward();  // rstd for the backward
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  const double us = c.backward ? bench::median_us_flushed(backward, iters, flush, flush_bytes, a, b)
-                               : bench::median_us_flushed(forward, iters, flush, flush_bytes, a, b);
-
   const double floor_bytes = (c.backward ? 16.0 : 8.0) * static_cast<double>(n);
-  const double copy_us = bench::copy_us_flushed(floor_bytes, iters, flush, flush_bytes, a, b);
-  CHECK_CUDA(cudaEventDestroy(a));
-  CHECK_CUDA(cudaEventDestroy(b));
-  std::printf("case %-22s: %8.1f us, %8.1f us copy, %5.1f%% of copy\n", describe(c).c_str(), us, copy_us,
-              100.0 * copy_us / us);
-  std::fflush(stdout);
-  return Result{c, floor_bytes, us, copy_us};
+  const bench::AgainstCopy t =
+      c.backward ? bench::time_against_copy(describe(c), backward, floor_bytes, iters, flush, flush_bytes)
+                 : bench::time_against_copy(describe(c), forward, floor_bytes, iters, flush, flush_bytes);
+  return Result{c, floor_bytes, t.us, t.copy_us};
 }
 
 }  // namespace
@@ -106,8 +89,7 @@ int main(int argc, char** argv) {
 
   std::vector<Result> results;
   for (size_t i = 0; i < cases.size(); ++i)
-    if (only.empty() || std::find(only.begin(), only.end(), static_cast<int>(i)) != only.end())
-      results.push_back(run_case(cases[i], iters, flush.buffer.data(), flush.bytes));
+    if (bench::selected(only, i)) results.push_back(run_case(cases[i], iters, flush.buffer.data(), flush.bytes));
 
   std::printf("\n| case | rows x d | floor MB | us | GB/s | copy GB/s | %% of copy | x floor |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");

@@ -254,20 +254,10 @@ bool run_case(const Case& c, int iters, void* flush, size_t flush_bytes, Result*
   };
   const auto probe = launch();  // a recipe whose kernel is missing is reported, not timed
   if (!probe.is_ok()) return skipped(c, probe);
-  cudaEvent_t a, b;
-  CHECK_CUDA(cudaEventCreate(&a));
-  CHECK_CUDA(cudaEventCreate(&b));
-  const double kernel_us =
-      bench::median_us_flushed([&] { bench::check(launch(), "run"); }, iters, flush, flush_bytes, a, b);
+  const bench::AgainstCopy t = bench::time_against_copy(
+      describe(c), [&] { bench::check(launch(), "run"); }, bytes, iters, flush, flush_bytes);
   CHECK_CUDA(cudaGetLastError());
-
-  const double copy_us = bench::copy_us_flushed(bytes, iters, flush, flush_bytes, a, b);
-  CHECK_CUDA(cudaEventDestroy(a));
-  CHECK_CUDA(cudaEventDestroy(b));
-  *result = Result{c, bytes, kernel_us, copy_us};
-  std::printf("case %-56s: %9.1f us kernel, %9.1f us copy, %5.1f%% of copy\n", describe(c).c_str(), kernel_us,
-              copy_us, 100.0 * copy_us / kernel_us);
-  std::fflush(stdout);
+  *result = Result{c, bytes, t.us, t.copy_us};
   return true;
 }
 
