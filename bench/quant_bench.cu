@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_common.cuh"  // defines: CHECK_CUDA, hash32, median_us_flushed
+#include "bench/bench_common.cuh"  // defines: CHECK_CUDA, hash32, l2_flush, time_against_copy
 #include "quant/mx_bf16.h"
 #include "quant/mx_quantize.h"
 #include "quant/quantize.h"
