@@ -20,9 +20,10 @@
 #          tile; a failing bench is retried at 128 too. So the default tile is still checked.
 #   quant  every quant/ test, the CLI and its round-trip test, quant_bench: each test's summary,
 #          the CLI tests' result, quant_bench's table, and ncu counters for the cases in NCU_CASES.
-#   train  the training step at width 2048 (docs/performance.md's W): every recipe against bf16,
-#          then bf16 with the reference attention; the comparison table and each run's phase line
-#          (GPU time per phase, and the memory-bound phases' floors).
+#   train  the step's memory-bound phases against their floors (norm_bench, embedding_loss_bench
+#          tables), the training step at width 2048 (docs/performance.md's W): every recipe against
+#          bf16, then bf16 with the reference attention; the comparison table and each run's phase
+#          line (GPU time per phase, and the memory-bound phases' floors).
 #   peers  blockscale's FP8 blockwise GEMMs beside their peers in one sitting: gemm_bench (--data
 #          normal; cuBLASLt and cuBLAS in its own process), gemm_grouped_bench --only 0,1,2, DeepGEMM
 #          (bench/deepgemm_peer.py: dense on normal data, grouped on uniform data as
@@ -293,7 +294,15 @@ part_peers() {
 }
 
 part_train() {
-  build blockscale
+  build blockscale norm_bench embedding_loss_bench
+  if [[ $steps == *" bench "* ]]; then
+    local b
+    for b in norm_bench embedding_loss_bench; do
+      echo "== $b"
+      timeout 120 "$B/bench/$b" >"$OUT/$b.log" 2>&1 || status=1
+      grep "^|" "$OUT/$b.log"
+    done
+  fi
   local w=(--d-model 2048 --d-ff 1408 --layers 2 --heads 16 --experts 8 --top-k 2 --seq-len 1024 --batch 4
            --vocab 256 --eval-every 0 --eval-batches 1 --synthetic-tokens 2000000 --device gpu --checkpoint-every -1
            --steps 30)
