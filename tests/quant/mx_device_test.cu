@@ -34,6 +34,18 @@ struct CvtCounts {
   unsigned long long checked, mismatches, first_bits[4], first_hw[4], first_sw[4];
 };
 
+// Runs `launch(counts)` (a sweep kernel's launch) on zeroed device counts and reads them back.
+template <class Launch>
+void run_sweep(const Launch& launch, CvtCounts* out) {
+  DeviceBuffer buf;
+  ASSERT_OK(buf.alloc(sizeof(CvtCounts), "buf"));
+  ASSERT_CUDA(cudaMemset(buf.data(), 0, sizeof(CvtCounts)));
+  launch(buf.as<CvtCounts>());
+  ASSERT_CUDA(cudaGetLastError());
+  ASSERT_CUDA(cudaDeviceSynchronize());
+  ASSERT_CUDA(cudaMemcpy(out, buf.data(), sizeof *out, cudaMemcpyDeviceToHost));
+}
+
 template <Format kRecipe>
 __global__ void cvt_sweep_kernel(CvtCounts* counts) {
   const bf::MinifloatSpec spec = bq::detail::Fp8Format<kRecipe>::spec();
@@ -56,14 +68,9 @@ __global__ void cvt_sweep_kernel(CvtCounts* counts) {
 
 template <Format kRecipe>
 void sweep(const char* label) {
-  DeviceBuffer buf;
-  ASSERT_OK(buf.alloc(sizeof(CvtCounts), "buf"));
-  ASSERT_CUDA(cudaMemset(buf.data(), 0, sizeof(CvtCounts)));
-  cvt_sweep_kernel<kRecipe><<<4096, 256>>>(buf.as<CvtCounts>());
-  ASSERT_CUDA(cudaGetLastError());
-  ASSERT_CUDA(cudaDeviceSynchronize());
   CvtCounts c;
-  ASSERT_CUDA(cudaMemcpy(&c, buf.data(), sizeof c, cudaMemcpyDeviceToHost));
+  run_sweep([&](CvtCounts* counts) { cvt_sweep_kernel<kRecipe><<<4096, 256>>>(counts); }, &c);
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_EQ(c.checked, (uint64_t{1} << 32) - (uint64_t{1} << 24));  // every finite pattern
   EXPECT_EQ(c.mismatches, 0u) << label;
   for (unsigned long long k = 0; k < std::min(c.mismatches, 4ull); ++k)
@@ -110,14 +117,9 @@ __global__ void e2m1_sweep_kernel(CvtCounts* counts) {
 
 TEST(Mxfp4Encoder, MatchesEncodeE2m1OnEveryFiniteFp32) {
   SKIP_WITHOUT_GPU();
-  DeviceBuffer buf;
-  ASSERT_OK(buf.alloc(sizeof(CvtCounts), "buf"));
-  ASSERT_CUDA(cudaMemset(buf.data(), 0, sizeof(CvtCounts)));
-  e2m1_sweep_kernel<<<4096, 256>>>(buf.as<CvtCounts>());
-  ASSERT_CUDA(cudaGetLastError());
-  ASSERT_CUDA(cudaDeviceSynchronize());
   CvtCounts c;
-  ASSERT_CUDA(cudaMemcpy(&c, buf.data(), sizeof c, cudaMemcpyDeviceToHost));
+  run_sweep([&](CvtCounts* counts) { e2m1_sweep_kernel<<<4096, 256>>>(counts); }, &c);
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_EQ(c.checked, (uint64_t{1} << 32) - (uint64_t{1} << 24));  // every finite pattern
   EXPECT_EQ(c.mismatches, 0u);
   for (unsigned long long k = 0; k < std::min(c.mismatches, 4ull); ++k)
@@ -167,14 +169,9 @@ __global__ void e2m1_packed_sweep_kernel(bool bf16, CvtCounts* counts) {
 TEST(Mxfp4Encoder, PackedPathsMatchEncodeE2m1ForEvery16BitInputAndScale) {
   SKIP_WITHOUT_GPU();
   for (bool bf16 : {true, false}) {
-    DeviceBuffer buf;
-    ASSERT_OK(buf.alloc(sizeof(CvtCounts), "buf"));
-    ASSERT_CUDA(cudaMemset(buf.data(), 0, sizeof(CvtCounts)));
-    e2m1_packed_sweep_kernel<<<2048, 256>>>(bf16, buf.as<CvtCounts>());
-    ASSERT_CUDA(cudaGetLastError());
-    ASSERT_CUDA(cudaDeviceSynchronize());
     CvtCounts c;
-    ASSERT_CUDA(cudaMemcpy(&c, buf.data(), sizeof c, cudaMemcpyDeviceToHost));
+    run_sweep([&](CvtCounts* counts) { e2m1_packed_sweep_kernel<<<2048, 256>>>(bf16, counts); }, &c);
+    if (::testing::Test::HasFatalFailure()) return;
     const char* label = bf16 ? "bf16" : "fp16";
     EXPECT_EQ(c.checked, 65536ull * 255ull * 16ull);
     EXPECT_EQ(c.mismatches, 0u) << label;
@@ -226,14 +223,9 @@ __global__ void e2m1_bf16_columns_sweep_kernel(CvtCounts* counts) {
 
 TEST(Mxfp4Encoder, Bf16ColumnPairsMatchEncodeE2m1ForEveryInputAndScale) {
   SKIP_WITHOUT_GPU();
-  DeviceBuffer buf;
-  ASSERT_OK(buf.alloc(sizeof(CvtCounts), "buf"));
-  ASSERT_CUDA(cudaMemset(buf.data(), 0, sizeof(CvtCounts)));
-  e2m1_bf16_columns_sweep_kernel<<<2048, 256>>>(buf.as<CvtCounts>());
-  ASSERT_CUDA(cudaGetLastError());
-  ASSERT_CUDA(cudaDeviceSynchronize());
   CvtCounts c;
-  ASSERT_CUDA(cudaMemcpy(&c, buf.data(), sizeof c, cudaMemcpyDeviceToHost));
+  run_sweep([&](CvtCounts* counts) { e2m1_bf16_columns_sweep_kernel<<<2048, 256>>>(counts); }, &c);
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_EQ(c.checked, 65536ull * 255ull * 32ull);
   EXPECT_EQ(c.mismatches, 0u);
   for (unsigned long long k = 0; k < std::min(c.mismatches, 4ull); ++k)
@@ -268,16 +260,11 @@ TEST(MxBlockScale, MatchesMxScaleExponentOnEveryFiniteAmax) {
   SKIP_WITHOUT_GPU();
   for (Format recipe : {Format::kMxfp8E4M3, Format::kMxfp8E5M2, Format::kMxfp4}) {
     for (bool ceil_rounding : {true, false}) {
-      DeviceBuffer buf;
-      ASSERT_OK(buf.alloc(sizeof(CvtCounts), "buf"));
-      ASSERT_CUDA(cudaMemset(buf.data(), 0, sizeof(CvtCounts)));
       const float maxnorm = bf::element_max(recipe);
-      scale_sweep_kernel<<<4096, 256>>>(bq::detail::mx_scale_rule(maxnorm, ceil_rounding), maxnorm,
-                                        ceil_rounding, buf.as<CvtCounts>());
-      ASSERT_CUDA(cudaGetLastError());
-      ASSERT_CUDA(cudaDeviceSynchronize());
       CvtCounts c;
-      ASSERT_CUDA(cudaMemcpy(&c, buf.data(), sizeof c, cudaMemcpyDeviceToHost));
+      const bq::detail::MxScaleRule rule = bq::detail::mx_scale_rule(maxnorm, ceil_rounding);
+      run_sweep([&](CvtCounts* counts) { scale_sweep_kernel<<<4096, 256>>>(rule, maxnorm, ceil_rounding, counts); }, &c);
+      if (::testing::Test::HasFatalFailure()) return;
       const char* label = ceil_rounding ? "ceil" : "floor";
       EXPECT_EQ(c.checked, 0x7F800000ull);
       EXPECT_EQ(c.mismatches, 0u) << bf::format_name(recipe) << " " << label;
