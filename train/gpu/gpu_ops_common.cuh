@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "formats/scalar_codecs.h"  // float_to_bf16_bits_rn
@@ -33,6 +34,14 @@ inline Status check_range(const char* fn, const char* name, int64_t v, int64_t l
   if (v < lo || v > hi)
     return Status::error(std::string(fn) + ": " + name + " must be in [" + std::to_string(lo) + ", " +
                          std::to_string(hi) + "] (got " + std::to_string(v) + ")");
+  return Status::ok();
+}
+// rows x cols elements whose flat indices (and 4x them) fit an int64.
+inline Status check_elements(const char* fn, int64_t rows, int cols, const char* cols_name) {
+  BS_RETURN_IF_ERROR(check_range(fn, "rows", rows, 0, std::numeric_limits<int64_t>::max() / 4));
+  BS_RETURN_IF_ERROR(check_range(fn, cols_name, cols, 1, std::numeric_limits<int32_t>::max() / 2));
+  if (rows > std::numeric_limits<int64_t>::max() / 4 / cols)
+    return Status::error(std::string(fn) + ": rows * " + cols_name + " must be < 2^61");
   return Status::ok();
 }
 inline Status check_workspace(const char* fn, size_t need, const void* workspace, size_t bytes) {
@@ -80,6 +89,8 @@ inline unsigned blocks_for(int64_t work, int64_t threads) {
 
 __device__ __forceinline__ int64_t thread_index() { return blockIdx.x * int64_t{blockDim.x} + threadIdx.x; }
 __device__ __forceinline__ int64_t thread_stride() { return int64_t{gridDim.x} * blockDim.x; }
+__device__ __forceinline__ int64_t warp_index() { return thread_index() / kWarp; }
+__device__ __forceinline__ int64_t warp_stride() { return thread_stride() / kWarp; }
 
 inline bool aligned_to(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 

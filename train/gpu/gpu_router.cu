@@ -20,10 +20,6 @@ namespace {
 constexpr int kMaxExperts = 256;
 constexpr int kPerLane = kMaxExperts / kWarp;
 
-__device__ __forceinline__ int64_t warp_index() {
-  return (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / kWarp;
-}
-__device__ __forceinline__ int64_t warp_stride() { return int64_t{gridDim.x} * blockDim.x / kWarp; }
 
 // ---- Router forward: one warp per token --------------------------------------------------------
 
