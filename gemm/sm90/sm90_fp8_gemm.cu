@@ -236,10 +236,10 @@ Status launch_tall(const GemmProblem& p, const GemmArguments& args, cudaStream_t
 }
 
 // The tile with the smaller modelled time: waves of cluster units (the persistent grid runs
-// ceil(units / clusters) rounds) times a unit's cost in 128 x 128 tiles: 1.375 for 128 x 192 and
-// for 256 x 128 kTallCost (128x128 B) or kTallWgradCost (1x128 B: its promotion multiplies by
-// one scale per column, so the taller tile saves less) (the work over the rate measured against
-// 128 x 128 at large shapes on the H200, docs/performance.md). No autotuning at run time.
+// ceil(units / clusters) rounds) times a unit's cost in 128 x 128 tiles, the work over the rate
+// measured against 128 x 128 at large shapes on the H200: 1.375 for 128 x 192; for 256 x 128
+// kTallCost with 128x128 B, kTallWgradCost with 1x128 B (its promotion multiplies by a scale per
+// column, so the taller tile saves less). No autotuning at run time.
 // M-grouped: the rows of all experts as one problem (per-expert rows are on the device; a
 // half-empty last tile per expert in the model picked 128 x 192 where 256 x 128 measured 7% faster,
 // 32 experts of 512 rows); K-grouped: every expert's m x n output. Accumulating over a short K:
